@@ -1,0 +1,50 @@
+"""The exceptions memabra raises. Each message names the field or command at fault."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "FeedbackError",
+    "InvalidRecordError",
+    "MemabraError",
+    "RouterError",
+    "SchemaError",
+    "SnapshotError",
+    "UnknownEpisodeError",
+]
+
+
+class MemabraError(Exception):
+    """Base class of every error memabra raises on purpose."""
+
+
+class InvalidRecordError(MemabraError, ValueError):
+    """A record (candidate, selection, feedback, reward, ...) failed validation."""
+
+
+class ConfigError(MemabraError, ValueError):
+    """A configuration value (weights, URLs, TOML) is missing or malformed."""
+
+
+class SchemaError(MemabraError, RuntimeError):
+    """The database schema is missing or not at the version this code needs."""
+
+
+class UnknownEpisodeError(MemabraError, KeyError):
+    """An id names no episode or decision in the log."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown episode"
+
+
+class FeedbackError(MemabraError, ValueError):
+    """Feedback that cannot be applied (bad payload, unknown decision)."""
+
+
+class RouterError(MemabraError, ValueError):
+    """Bad input to a router: empty or duplicate candidates, NaN features, a reward for a
+    selection the router never made, negative slots."""
+
+
+class SnapshotError(MemabraError, ValueError):
+    """A policy snapshot that cannot be restored (corrupted bytes, wrong learner)."""
