@@ -25,10 +25,15 @@ __all__ = [
     "Candidate",
     "CandidateKind",
     "Episode",
+    "EpisodeSummary",
     "Feedback",
+    "FeedbackReceipt",
     "FeedbackKind",
     "JSONValue",
+    "LearningItem",
+    "Page",
     "PolicySnapshot",
+    "RegistryItem",
     "RewardBreakdown",
     "RewardComponents",
     "RewardWeights",
@@ -273,6 +278,8 @@ class Selection:
     created_at: datetime = field(default_factory=utcnow)
 
     def __post_init__(self) -> None:
+        if not self.offered:
+            raise InvalidRecordError("Selection.offered is empty: a decision needs at least one candidate")
         ids = [sc.candidate.id for sc in self.offered]
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -507,7 +514,7 @@ class Episode:
     reward: RewardBreakdown | None = None
     finalized_at: datetime | None = None
     feedback: tuple[Feedback, ...] = ()
-    used_ids: frozenset[str] = frozenset()
+    used_ids: frozenset[str] | None = None
     metadata: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
@@ -522,7 +529,8 @@ class Episode:
         _require_aware("Episode.created_at", self.created_at)
         _require_aware("Episode.finalized_at", self.finalized_at)
         _check_json_finite("Episode.metadata", self.metadata)
-        object.__setattr__(self, "used_ids", frozenset(self.used_ids))
+        if self.used_ids is not None:
+            object.__setattr__(self, "used_ids", frozenset(self.used_ids))
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
 
 
@@ -552,3 +560,106 @@ def ensure_sequence(name: str, value: Sequence[Any]) -> tuple[Any, ...]:
     if isinstance(value, (str, bytes)):
         raise InvalidRecordError(f"{name} must be a sequence, not a string")
     return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryItem:
+    """A memory, skill or tool as kept in the registry.
+
+    ``text`` is what the router weighs (a memory's text, a skill's or tool's description);
+    ``body`` is what is injected when a skill is chosen (its instructions) or a tool's JSON
+    schema. ``owner`` is the user it belongs to; ``""`` marks a skill or tool shared by all users.
+    """
+
+    kind: CandidateKind
+    id: str
+    owner: str
+    text: str
+    tokens: int
+    name: str = ""
+    body: str | None = None
+    source: str = "user"
+    metadata: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime | None = None
+    last_chosen_at: datetime | None = None
+    times_chosen: int = 0
+    times_used: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "kind", CandidateKind(self.kind))
+        except ValueError:
+            raise InvalidRecordError(f"RegistryItem.kind must be memory, skill or tool, got {self.kind!r}") from None
+        if not self.id:
+            raise InvalidRecordError("RegistryItem.id must be non-empty")
+        if self.kind is CandidateKind.MEMORY and not self.owner:
+            raise InvalidRecordError(f"memory {self.id!r} needs an owner: memories are always scoped to a user")
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
+            raise InvalidRecordError(f"RegistryItem.tokens must be a non-negative integer (id {self.id!r})")
+        _require_aware("RegistryItem.created_at", self.created_at)
+        if self.updated_at is None:
+            object.__setattr__(self, "updated_at", self.created_at)
+        _check_json_finite("RegistryItem.metadata", self.metadata)
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+
+    def as_candidate(self) -> Candidate:
+        """The candidate the router sees, with usage counters in its metadata for featurisation."""
+        meta = dict(self.metadata)
+        meta.update(
+            name=self.name or self.id,
+            source=self.source,
+            owner=self.owner,
+            created_at=self.created_at.isoformat(),
+            times_chosen=self.times_chosen,
+            times_helped=self.times_used,
+        )
+        return Candidate(self.id, self.kind, self.text, self.tokens, meta)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSummary:
+    """One row of an episode listing."""
+
+    id: str
+    user_id: str
+    query: str
+    created_at: datetime
+    policy_version: str | None
+    kinds: tuple[str, ...]
+    reward_total: float | None
+    corrected: bool
+    finalized: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of a keyset-paginated listing; pass ``next_cursor`` back to get the next one."""
+
+    items: tuple[Any, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackReceipt:
+    """What happened to posted feedback: ``stored`` (applies to the reward), ``late`` (stored,
+    but the episode's reward was already final and learned from) or ``duplicate`` (an earlier
+    post had the same idempotency key; nothing written)."""
+
+    feedback_id: str
+    status: str
+
+    @property
+    def applied(self) -> bool:
+        return self.status == "stored"
+
+
+@dataclass(frozen=True, slots=True)
+class LearningItem:
+    """A final reward ready for the router: each selection of the episode, the reward, and the
+    local outcome (1.0 used, 0.0 injected but unused) of every chosen candidate whose outcome is known."""
+
+    episode_id: str
+    selections: tuple[Selection, ...]
+    reward: RewardBreakdown
+    outcomes: Mapping[str, float]

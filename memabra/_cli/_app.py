@@ -1,10 +1,21 @@
-"""Root typer application; sub-commands register themselves from sibling modules."""
+"""Root typer application; sub-commands live in sibling modules."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(name="memabra", help="Learned, logged, evaluable context routing for LangGraph agents.", no_args_is_help=True)
+from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
+
+app = typer.Typer(
+    name="memabra",
+    help="Learned, logged, evaluable context routing for LangGraph agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_app, name="db")
+app.add_typer(episodes_app, name="episodes")
+app.add_typer(rewards_app, name="rewards")
+app.command("feedback")(feedback)
 
 
 def main() -> None:

@@ -1,0 +1,205 @@
+"""``memabra db``, ``memabra episodes``, ``memabra rewards`` and ``memabra feedback``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._config import load_reward_config, parse_weights
+from memabra._feedback import RewardService
+from memabra._records import Feedback, FeedbackKind
+from memabra.storage import EpisodeFilter, EpisodeLog, current_revision, downgrade, head_revision, make_engine, resolve_url, upgrade
+
+db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True)
+episodes_app = typer.Typer(help="Browse logged episodes.", no_args_is_help=True)
+rewards_app = typer.Typer(help="Re-weight and finalise stored rewards.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
+    """Create or migrate the schema to this memabra's version."""
+    url = resolve_url(db)
+    now = run_guarded(upgrade, url, revision)
+    console.print(f"database {make_engine(url).url.render_as_string(hide_password=True)} is at schema revision [bold]{now}[/]")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None) -> None:
+    """Migrate the schema down (``base`` drops every memabra table)."""
+    now = run_guarded(downgrade, resolve_url(db), revision)
+    console.print(f"schema revision is now [bold]{now}[/]")
+
+
+@db_app.command("current")
+def db_current(db: DbOption = None) -> None:
+    """Show the schema revision of the database and the one this memabra needs."""
+    engine = make_engine(db)
+    try:
+        console.print(f"database: {current_revision(engine) or 'no schema'}; this memabra needs: {head_revision()}")
+    finally:
+        engine.dispose()
+
+
+def _open(db: str | None) -> EpisodeLog:
+    return run_guarded(EpisodeLog, db)
+
+
+def _parse_time(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+@episodes_app.command("list")
+def episodes_list(
+    db: DbOption = None,
+    user: str | None = typer.Option(None, help="Only this user's episodes."),
+    since: str | None = typer.Option(None, help="ISO time: episodes at or after."),
+    until: str | None = typer.Option(None, help="ISO time: episodes before."),
+    policy_version: str | None = typer.Option(None, "--policy-version"),
+    corrected: bool | None = typer.Option(None, "--corrected/--not-corrected", show_default=False),
+    limit: int = typer.Option(20, min=1, max=1000),
+    cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
+) -> None:
+    """List episodes, newest first."""
+    with _open(db) as log:
+        page = run_guarded(
+            log.list_episodes,
+            EpisodeFilter(
+                user_id=user,
+                since=_parse_time(since, "--since"),
+                until=_parse_time(until, "--until"),
+                policy_version=policy_version,
+                corrected=corrected,
+            ),
+            cursor=cursor,
+            limit=limit,
+        )
+    table = Table(title="episodes")
+    for col in ("id", "created", "user", "query", "policy", "reward", "corrected", "final"):
+        table.add_column(col)
+    for e in page.items:
+        table.add_row(
+            e.id,
+            e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            e.user_id,
+            (e.query[:48] + "…") if len(e.query) > 49 else e.query,
+            e.policy_version or "-",
+            "-" if e.reward_total is None else f"{e.reward_total:+.3f}",
+            "yes" if e.corrected else "",
+            "yes" if e.finalized else "open",
+        )
+    console.print(table)
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}")
+
+
+@episodes_app.command("show")
+def episodes_show(episode_id: str, db: DbOption = None) -> None:
+    """One episode: its decisions with every candidate, steps, feedback and reward."""
+    with _open(db) as log:
+        ep = run_guarded(log.get_episode, episode_id)
+    console.print(f"[bold]episode {ep.id}[/]  user {ep.user_id}  thread {ep.thread_id or '-'}  turn {ep.turn}")
+    console.print(f"query:  {ep.query}", highlight=False)
+    console.print(f"answer: {ep.answer or '-'}", highlight=False)
+    for sel in ep.selections:
+        table = Table(title=f"decision {sel.id} · {sel.policy} {sel.policy_version} · seed {sel.seed} · propensity {sel.propensity:.4g}")
+        for col in ("candidate", "kind", "tokens", "score", "rank", "p", "slot", "chosen"):
+            table.add_column(col)
+        chosen_slot = {d.chosen_id: d for d in sel.slots}
+        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+            draw = chosen_slot.get(sc.candidate.id)
+            first = next((d for d in sel.slots if d.kind is sc.candidate.kind), None)
+            p = draw.chosen_probability if draw else (first.probability_of(sc.candidate.id) if first else 0.0)
+            table.add_row(
+                sc.candidate.id,
+                sc.candidate.kind.value,
+                str(sc.candidate.tokens),
+                f"{sc.score:.3f}",
+                str(sc.rank),
+                f"{p:.3f}",
+                str(draw.slot) if draw else "",
+                "✔" if draw else "",
+            )
+        console.print(table)
+    if ep.steps:
+        steps = Table(title="steps")
+        for col in ("#", "kind", "name", "status", "ms", "error"):
+            steps.add_column(col)
+        for i, st in enumerate(ep.steps):
+            steps.add_row(str(i), st.kind.value, st.name, st.status, f"{st.latency_ms:.0f}", st.error or "")
+        console.print(steps)
+    for f in ep.feedback:
+        console.print(f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}", highlight=False)
+    if ep.reward is not None:
+        c = ep.reward.components
+        w = ep.reward.weights
+        table = Table(title=f"reward {ep.reward.total:+.4f} ({ep.reward.version}, {'final' if ep.finalized_at else 'provisional'})")
+        for col in ("term", "value", "weight", "contribution"):
+            table.add_column(col)
+        rows = [
+            ("S", c.s, w.ws, w.ws * c.s),
+            ("H", c.h, w.wr, w.wr * c.h),
+            ("E", c.e, w.we, -w.we * c.e),
+            ("C", c.c, w.wc, -w.wc * c.c),
+            ("L", c.l, w.wl, -w.wl * c.l),
+            ("X", c.x, w.wx, -w.wx * c.x),
+            ("U", c.u, w.wu, w.wu * c.u),
+        ]
+        for name, value, weight, contrib in rows:
+            table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
+        console.print(table)
+        console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")
+
+
+@rewards_app.command("recompute")
+def rewards_recompute(
+    weights: str = typer.Option(..., help="e.g. ws=1,wr=0.35,we=0.3,wc=0.4,wl=0.15,wx=0.2,wu=0.25 (unnamed keep the spec's)."),
+    db: DbOption = None,
+    since: str | None = typer.Option(None, help="Only episodes at or after this ISO time."),
+    version: str | None = typer.Option(None, help="Reward version label to store with the new totals."),
+) -> None:
+    """Re-total stored rewards from their components under new weights."""
+    new = run_guarded(parse_weights, weights)
+    with _open(db) as log:
+        n = run_guarded(log.recompute_rewards, new, since=_parse_time(since, "--since"), version=version)
+    console.print(f"recomputed {n} rewards with weights {new.as_dict()}")
+
+
+@rewards_app.command("finalize")
+def rewards_finalize(db: DbOption = None) -> None:
+    """Apply the default reward to every episode whose feedback window has passed."""
+    with _open(db) as log:
+        n = run_guarded(RewardService(log, load_reward_config()).finalize_due)
+    console.print(f"finalised {n} episodes")
+
+
+def feedback(
+    episode_id: str,
+    payload: Annotated[str, typer.Argument(help='JSON object, e.g. \'{"correct": false, "correction": "my name is Ann"}\'.')],
+    db: DbOption = None,
+    kind: FeedbackKind = typer.Option(FeedbackKind.EXPLICIT, help="explicit, implicit or programmatic."),
+    source: str = typer.Option("cli", help="Who sent it."),
+    key: str | None = typer.Option(None, "--idempotency-key", help="Posting the same key twice is a no-op."),
+) -> None:
+    """Record feedback on an episode (joins it by id; late feedback is stored but never learned)."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        fail(f"payload is not JSON: {exc}")
+    if not isinstance(data, dict):
+        fail("payload must be a JSON object")
+    extra = {"idempotency_key": key} if key else {}
+    fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
+    with _open(db) as log:
+        receipt = run_guarded(RewardService(log, load_reward_config()).post_feedback, fb)
+    console.print(f"feedback {receipt.feedback_id}: {receipt.status}")

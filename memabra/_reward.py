@@ -1,0 +1,327 @@
+"""The composite reward of shared/specs/reward_spec.md.
+
+    R = ws*S + wr*H - we*E - wc*C - wl*L - wx*X + wu*U
+
+Each component is derived from signals and kept in a fixed range, so the total is bounded
+(with the default weights R lies in [-1.9, 1.6]) and a learner can be given a fixed cost range.
+
+===========  =============  ===============================================================
+component    range          derived from
+===========  =============  ===============================================================
+S success    [-0.5, 1]      the latest explicit verdict: ``success`` as given; ``misleading``
+                            -0.5; ``correct``: 1 / 0; ``redo`` 0; ``rating`` r in 1..5 gives
+                            (r-1)/4; else programmatic ``accepted``: 1 / 0; else
+                            ``default_success`` (0.5: nobody complained). A timeout or the
+                            same question asked again caps S at 0.
+H hit        [-1, 1]        per kind k in the decision: hits = chosen candidates of kind k
+  (Hm,Hs,Ht)                that were used, useful or relevant; misses = relevant candidates
+                            of kind k left out. H_k = (hits - misses) / (hits + misses); 0
+                            when candidates were chosen but none helped; ``None`` when no
+                            candidate of kind k was offered. H = mean of the H_k present.
+E error      [0, 1]         sum over tool steps: ``minor_error`` (0.2) per failed call,
+                            ``serious_error`` (0.75) per failed call repeating an earlier failed
+                            call with the same arguments or a ``tool_wrong`` verdict,
+                            ``timeout_error`` (0.5) per timed-out call; clipped at 1.
+C correction [0, 1]         sum of correction severities: an explicit ``correction``, a
+                            ``tool_wrong`` or a ``retract_memory`` counts
+                            ``correction_severity`` (1.0); an implicit ``repeat`` of the same
+                            question counts ``repeat_severity`` (0.5); clipped at 1.
+L latency    [0, 1]         0.5 * excess latency over ``latency_free_ms`` in units of
+                            ``latency_scale_ms`` + 0.5 * steps beyond ``free_steps`` in units
+                            of ``step_scale``, clipped at 1; a timeout gives 1.
+X context    [0, 1]         injected tokens against the token budget: an unused candidate's
+                            tokens count in full, a used one's at ``used_token_weight``
+                            (0.25), one whose use is unknown at ``unknown_token_weight``
+                            (0.5); divided by the budget's ``max_tokens``, clipped at 1.
+U reuse      [0, 1]         ``reuse_unit`` (0.5) per chosen candidate the agent reused
+                            instead of asking again (``useful_ids``), clipped at 1.
+===========  =============  ===============================================================
+
+Rewards are recomputable: the components are stored, so new weights give a new total
+(:meth:`memabra.RewardBreakdown.reweighted`) without re-running anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from memabra._errors import FeedbackError
+from memabra._records import (
+    STOP_ID,
+    CandidateKind,
+    Episode,
+    Feedback,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    StepKind,
+)
+
+__all__ = ["FEEDBACK_KEYS", "CompositeReward", "RewardConfig", "validate_payload"]
+
+REWARD_VERSION = "v1"
+
+# Recognised feedback payload keys and the type each must have.
+FEEDBACK_KEYS: Mapping[str, str] = {
+    "success": "number in [-0.5, 1]: S as judged by the caller",
+    "correct": "bool: the answer was right (S=1) or wrong (S=0)",
+    "misleading": "bool: the answer led the user the wrong way (S=-0.5)",
+    "rating": "integer 1..5",
+    "redo": "bool: the user asked for a redo (S=0)",
+    "accepted": "bool: a programmatic acceptance check passed",
+    "correction": "bool or text: the user corrected the agent",
+    "correction_severity": "number in (0, 1]",
+    "tool_wrong": "bool or tool name: the user said a tool was the wrong one",
+    "retract_memory": "memory id: the user asked to retract a wrong memory",
+    "repeat": "bool: the same question came again",
+    "timeout": "bool: the episode timed out",
+    "used_ids": "list of candidate ids the answer used",
+    "useful_ids": "list of candidate ids reused instead of asking the user again",
+    "relevant_ids": "list of candidate ids that should have been injected",
+    "final": "bool: no more feedback will come; finalise the reward now",
+    "comment": "free text",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_payload(payload: Mapping[str, Any]) -> None:
+    """Raise :class:`FeedbackError` naming the first unknown key or ill-typed value."""
+    for key, value in payload.items():
+        if key not in FEEDBACK_KEYS:
+            raise FeedbackError(f"unknown feedback key {key!r}; known keys: {', '.join(sorted(FEEDBACK_KEYS))}")
+        if key == "success":
+            if not _is_number(value) or not -0.5 <= value <= 1.0:
+                raise FeedbackError(f"feedback 'success' must be a finite number in [-0.5, 1], got {value!r}")
+        elif key == "rating":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+                raise FeedbackError(f"feedback 'rating' must be an integer from 1 to 5, got {value!r}")
+        elif key == "correction_severity":
+            if not _is_number(value) or not 0.0 < value <= 1.0:
+                raise FeedbackError(f"feedback 'correction_severity' must be in (0, 1], got {value!r}")
+        elif key in ("correct", "misleading", "redo", "accepted", "repeat", "timeout", "final"):
+            if not isinstance(value, bool):
+                raise FeedbackError(f"feedback {key!r} must be true or false, got {value!r}")
+        elif key in ("correction", "tool_wrong"):
+            if not isinstance(value, (bool, str)):
+                raise FeedbackError(f"feedback {key!r} must be a bool or a text, got {value!r}")
+        elif key in ("retract_memory", "comment"):
+            if not isinstance(value, str):
+                raise FeedbackError(f"feedback {key!r} must be a text, got {value!r}")
+        elif key in ("used_ids", "useful_ids", "relevant_ids"):
+            if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+                raise FeedbackError(f"feedback {key!r} must be a list of candidate ids, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RewardConfig:
+    """How signals become components; every threshold is documented in the module docstring."""
+
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    version: str = REWARD_VERSION
+    feedback_window: timedelta = timedelta(minutes=10)
+    default_success: float = 0.5
+    minor_error: float = 0.2
+    serious_error: float = 0.75
+    timeout_error: float = 0.5
+    correction_severity: float = 1.0
+    repeat_severity: float = 0.5
+    latency_free_ms: float = 5_000.0
+    latency_scale_ms: float = 30_000.0
+    free_steps: int = 4
+    step_scale: int = 8
+    used_token_weight: float = 0.25
+    unknown_token_weight: float = 0.5
+    reuse_unit: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in (
+            "default_success",
+            "minor_error",
+            "serious_error",
+            "timeout_error",
+            "correction_severity",
+            "repeat_severity",
+            "latency_free_ms",
+            "latency_scale_ms",
+            "used_token_weight",
+            "unknown_token_weight",
+            "reuse_unit",
+        ):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise FeedbackError(f"RewardConfig.{name} must be a finite non-negative number, got {value!r}")
+        if self.latency_scale_ms == 0 or self.step_scale <= 0:
+            raise FeedbackError("RewardConfig latency_scale_ms and step_scale must be positive")
+        if not -0.5 <= self.default_success <= 1.0:
+            raise FeedbackError(f"RewardConfig.default_success must be in [-0.5, 1], got {self.default_success!r}")
+        if self.feedback_window < timedelta(0):
+            raise FeedbackError("RewardConfig.feedback_window must not be negative")
+
+
+def _clip01(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+class CompositeReward:
+    """Turns an episode and its feedback into a :class:`RewardBreakdown`."""
+
+    def __init__(self, config: RewardConfig | None = None) -> None:
+        self.config = config or RewardConfig()
+
+    def score(self, episode: Episode, feedback: Iterable[Feedback] = ()) -> RewardBreakdown:
+        fb = sorted((f for f in feedback if not f.late), key=lambda f: f.received_at)
+        for f in fb:
+            validate_payload(f.payload)
+        merged = _merge(fb)
+        components = RewardComponents(
+            s=self._success(merged),
+            hm=self._hit(episode, merged, CandidateKind.MEMORY),
+            hs=self._hit(episode, merged, CandidateKind.SKILL),
+            ht=self._hit(episode, merged, CandidateKind.TOOL),
+            e=self._errors(episode, fb),
+            c=self._corrections(fb),
+            l=self._latency(episode, merged),
+            x=self._context_cost(episode, merged),
+            u=self._reuse(episode, merged),
+        )
+        return RewardBreakdown(components, self.config.weights, self.config.version)
+
+    # --- components
+
+    def _success(self, m: _Merged) -> float:
+        cfg = self.config
+        if m.verdict is not None:
+            s = m.verdict
+        elif m.accepted is not None:
+            s = 1.0 if m.accepted else 0.0
+        else:
+            s = cfg.default_success
+        if m.timeout or m.repeat:
+            s = min(s, 0.0)
+        return s
+
+    def _hit(self, episode: Episode, m: _Merged, kind: CandidateKind) -> float | None:
+        offered = {sc.candidate.id for sel in episode.selections for sc in sel.offered if sc.candidate.kind is kind}
+        if not offered:
+            return None
+        chosen = {c.id for sel in episode.selections for c in sel.chosen if c.kind is kind}
+        helpful = (m.used | m.useful | m.relevant | set(episode.used_ids or ())) & offered
+        hits = len(chosen & helpful)
+        misses = len((m.relevant & offered) - chosen)
+        if hits + misses == 0:
+            return 0.0
+        return (hits - misses) / (hits + misses)
+
+    def _errors(self, episode: Episode, fb: Sequence[Feedback]) -> float:
+        cfg = self.config
+        total = 0.0
+        failed: set[tuple[str, str]] = set()
+        for step in episode.steps:
+            if step.kind is not StepKind.TOOL or step.status == "ok":
+                continue
+            if step.status == "timeout":
+                total += cfg.timeout_error
+                continue
+            key = (step.name, repr(sorted(step.arguments.items())))
+            total += cfg.serious_error if key in failed else cfg.minor_error
+            failed.add(key)
+        total += cfg.serious_error * sum(1 for f in fb if f.payload.get("tool_wrong"))
+        return _clip01(total)
+
+    def _corrections(self, fb: Sequence[Feedback]) -> float:
+        cfg = self.config
+        total = 0.0
+        for f in fb:
+            p = f.payload
+            severity = float(p.get("correction_severity", cfg.correction_severity))
+            if p.get("correction") or p.get("tool_wrong") or p.get("retract_memory"):
+                total += severity
+            if p.get("repeat"):
+                total += cfg.repeat_severity
+        return _clip01(total)
+
+    def _latency(self, episode: Episode, m: _Merged) -> float:
+        cfg = self.config
+        if m.timeout or any(s.status == "timeout" for s in episode.steps):
+            return 1.0
+        latency = episode.metadata.get("latency_ms")
+        if not _is_number(latency):
+            latency = sum(s.latency_ms for s in episode.steps) + sum(sel.latency_ms for sel in episode.selections)
+        steps = len(episode.steps)
+        value = 0.5 * max(0.0, float(latency) - cfg.latency_free_ms) / cfg.latency_scale_ms
+        value += 0.5 * max(0, steps - cfg.free_steps) / cfg.step_scale
+        return _clip01(value)
+
+    def _context_cost(self, episode: Episode, m: _Merged) -> float:
+        cfg = self.config
+        known_used = m.used | m.useful | set(episode.used_ids or ())
+        usage_known = episode.used_ids is not None or bool(m.used) or bool(m.useful)
+        weighted = 0.0
+        budget = 0
+        for sel in episode.selections:
+            budget += sel.context.budget.max_tokens or sum(sc.candidate.tokens for sc in sel.offered)
+            for cand in sel.chosen:
+                if cand.id in known_used:
+                    weighted += cfg.used_token_weight * cand.tokens
+                elif usage_known:
+                    weighted += cand.tokens
+                else:
+                    weighted += cfg.unknown_token_weight * cand.tokens
+        if budget <= 0:
+            return 0.0
+        return _clip01(weighted / budget)
+
+    def _reuse(self, episode: Episode, m: _Merged) -> float:
+        chosen = {c.id for sel in episode.selections for c in sel.chosen}
+        return _clip01(self.config.reuse_unit * len(chosen & m.useful))
+
+
+@dataclass(slots=True)
+class _Merged:
+    verdict: float | None = None
+    accepted: bool | None = None
+    timeout: bool = False
+    repeat: bool = False
+    used: set[str] = field(default_factory=set)
+    useful: set[str] = field(default_factory=set)
+    relevant: set[str] = field(default_factory=set)
+
+
+def _merge(feedback: Sequence[Feedback]) -> _Merged:
+    """Fold feedback in arrival order: the latest verdict wins, id sets accumulate."""
+    m = _Merged()
+    for f in feedback:
+        p = f.payload
+        verdict = _verdict(p)
+        if verdict is not None:
+            m.verdict = verdict
+        if "accepted" in p:
+            m.accepted = bool(p["accepted"])
+        m.timeout = m.timeout or bool(p.get("timeout"))
+        m.repeat = m.repeat or bool(p.get("repeat"))
+        m.used.update(p.get("used_ids", ()))
+        m.useful.update(p.get("useful_ids", ()))
+        m.relevant.update(p.get("relevant_ids", ()))
+    m.used.discard(STOP_ID)
+    return m
+
+
+def _verdict(p: Mapping[str, Any]) -> float | None:
+    if "success" in p:
+        return float(p["success"])
+    if p.get("misleading"):
+        return -0.5
+    if "correct" in p:
+        return 1.0 if p["correct"] else 0.0
+    if p.get("redo"):
+        return 0.0
+    if "rating" in p:
+        return (int(p["rating"]) - 1) / 4.0
+    return None

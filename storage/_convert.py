@@ -1,0 +1,339 @@
+"""Row <-> record conversion. The only place that knows both shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from memabra._records import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    Episode,
+    Feedback,
+    PolicySnapshot,
+    RegistryItem,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    RoutingContext,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+    Step,
+)
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    FeedbackRow,
+    PolicySnapshotRow,
+    RegistryRow,
+    RewardRow,
+    StepRow,
+)
+
+
+def episode_values(episode: Episode, feedback_due_at: datetime) -> dict[str, Any]:
+    kinds = sorted({k.value for sel in episode.selections for k in sel.context.kinds})
+    policy_version = episode.selections[0].policy_version if episode.selections else None
+    reward_total = episode.reward.total if episode.reward is not None else None
+    return {
+        "id": episode.id,
+        "user_id": episode.user_id,
+        "thread_id": episode.thread_id,
+        "turn": episode.turn,
+        "query": episode.query,
+        "answer": episode.answer,
+        "created_at": episode.created_at,
+        "feedback_due_at": feedback_due_at,
+        "finalized_at": episode.finalized_at,
+        "policy_version": policy_version,
+        "kinds": ",".join(kinds),
+        "reward_total": reward_total,
+        "corrected": any(_is_correction(f.payload) for f in episode.feedback),
+        "used_ids": sorted(episode.used_ids) if episode.used_ids is not None else None,
+        "metadata": dict(episode.metadata),
+    }
+
+
+def _is_correction(payload: Any) -> bool:
+    return bool(payload.get("correction")) or bool(payload.get("tool_wrong")) or bool(payload.get("retract_memory"))
+
+
+def is_correction(feedback: Feedback) -> bool:
+    return _is_correction(feedback.payload)
+
+
+def decision_values(episode: Episode, seq: int, sel: Selection) -> dict[str, Any]:
+    ctx = sel.context
+    return {
+        "id": sel.id,
+        "episode_id": episode.id,
+        "user_id": ctx.user_id,
+        "seq": seq,
+        "query": ctx.query,
+        "thread_id": ctx.thread_id,
+        "turn": ctx.turn,
+        "kinds": [k.value for k in ctx.kinds],
+        "slots_budget": {k.value: n for k, n in ctx.budget.slots.items()},
+        "token_budget": ctx.budget.max_tokens,
+        "policy": sel.policy,
+        "policy_version": sel.policy_version,
+        "seed": sel.seed,
+        "propensity": sel.propensity,
+        "latency_ms": sel.latency_ms,
+        "tokens_injected": sel.tokens_injected,
+        "created_at": sel.created_at,
+    }
+
+
+def slot_values(sel: Selection) -> list[dict[str, Any]]:
+    return [
+        {
+            "decision_id": sel.id,
+            "slot": d.slot,
+            "kind": d.kind.value,
+            "candidate_ids": list(d.candidate_ids),
+            "probabilities": list(d.probabilities),
+            "chosen_id": d.chosen_id,
+            "chosen_probability": d.chosen_probability,
+        }
+        for d in sel.slots
+    ]
+
+
+def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
+    chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
+    first_slot_of_kind: dict[CandidateKind, SlotDraw] = {}
+    for d in sel.slots:
+        first_slot_of_kind.setdefault(d.kind, d)
+    rows = []
+    for ordinal, sc in enumerate(sel.offered):
+        cand = sc.candidate
+        draw = chosen_slot.get(cand.id)
+        if draw is not None:
+            probability = draw.chosen_probability
+        else:
+            first = first_slot_of_kind.get(cand.kind)
+            probability = first.probability_of(cand.id) if first is not None else 0.0
+        rows.append(
+            {
+                "decision_id": sel.id,
+                "candidate_id": cand.id,
+                "ordinal": ordinal,
+                "user_id": sel.context.user_id,
+                "kind": cand.kind.value,
+                "text": cand.text,
+                "tokens": cand.tokens,
+                "metadata": dict(cand.metadata),
+                "features": dict(sc.features),
+                "score": sc.score,
+                "rank": sc.rank,
+                "probability": probability,
+                "slot": draw.slot if draw is not None else None,
+                "chosen": draw is not None,
+                "used": (cand.id in used_ids) if (draw is not None and used_ids is not None) else None,
+            }
+        )
+    return rows
+
+
+def step_values(episode_id: str, steps: Sequence[Step]) -> list[dict[str, Any]]:
+    return [
+        {
+            "episode_id": episode_id,
+            "seq": i,
+            "kind": s.kind.value,
+            "name": s.name,
+            "arguments": dict(s.arguments),
+            "result": s.result,
+            "status": s.status,
+            "error": s.error,
+            "latency_ms": s.latency_ms,
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "started_at": s.started_at,
+        }
+        for i, s in enumerate(steps)
+    ]
+
+
+def feedback_values(feedback: Feedback, late: bool) -> dict[str, Any]:
+    return {
+        "id": feedback.id,
+        "episode_id": feedback.episode_id,
+        "decision_id": feedback.decision_id,
+        "kind": feedback.kind.value,
+        "source": feedback.source,
+        "payload": _thaw(feedback.payload),
+        "idempotency_key": feedback.idempotency_key,
+        "received_at": feedback.received_at,
+        "late": late,
+    }
+
+
+def reward_values(episode_id: str, reward: RewardBreakdown, *, final: bool, at: datetime) -> dict[str, Any]:
+    comps = reward.components
+    return {
+        "episode_id": episode_id,
+        **{name: value for name, value in comps.as_dict().items()},
+        "weights": reward.weights.as_dict(),
+        "total": reward.total,
+        "reward_version": reward.version,
+        "final": final,
+        "computed_at": at,
+        "learned_at": None,
+    }
+
+
+def registry_values(item: RegistryItem) -> dict[str, Any]:
+    return {
+        "kind": item.kind.value,
+        "owner": item.owner,
+        "id": item.id,
+        "name": item.name or item.id,
+        "text": item.text,
+        "body": item.body,
+        "tokens": item.tokens,
+        "source": item.source,
+        "metadata": _thaw(item.metadata),
+        "created_at": item.created_at,
+        "updated_at": item.updated_at,
+        "last_chosen_at": item.last_chosen_at,
+        "times_chosen": item.times_chosen,
+        "times_used": item.times_used,
+        "deleted_at": None,
+    }
+
+
+def _thaw(value: Any) -> Any:
+    """Read-only mappings and tuples back into plain JSON containers."""
+    if hasattr(value, "items"):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- rows -> records
+
+
+def selection_from_rows(
+    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
+) -> Selection:
+    budget = Budget(
+        max_tokens=decision.token_budget,
+        slots={CandidateKind(k): int(n) for k, n in decision.slots_budget.items()},
+    )
+    context = RoutingContext(
+        query=decision.query,
+        user_id=decision.user_id,
+        thread_id=decision.thread_id,
+        turn=decision.turn,
+        kinds=tuple(CandidateKind(k) for k in decision.kinds),
+        budget=budget,
+    )
+    offered = tuple(
+        ScoredCandidate(
+            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
+            features={k: float(v) for k, v in (c.features or {}).items()},
+            score=c.score,
+            rank=c.rank,
+        )
+        for c in sorted(candidates, key=lambda c: c.ordinal)
+    )
+    draws = tuple(
+        SlotDraw(
+            slot=s.slot,
+            kind=CandidateKind(s.kind),
+            candidate_ids=tuple(s.candidate_ids),
+            probabilities=tuple(float(p) for p in s.probabilities),
+            chosen_id=s.chosen_id,
+            chosen_probability=s.chosen_probability,
+        )
+        for s in sorted(slots, key=lambda s: s.slot)
+    )
+    return Selection(
+        context=context,
+        offered=offered,
+        slots=draws,
+        policy=decision.policy,
+        policy_version=decision.policy_version,
+        seed=decision.seed,
+        latency_ms=decision.latency_ms,
+        id=decision.id,
+        created_at=decision.created_at,
+    )
+
+
+def step_from_row(row: StepRow) -> Step:
+    return Step(
+        kind=row.kind,  # type: ignore[arg-type]
+        name=row.name,
+        seq=row.seq,
+        arguments=row.arguments or {},
+        result=row.result,
+        status=row.status,
+        error=row.error,
+        latency_ms=row.latency_ms,
+        input_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+        started_at=row.started_at,
+    )
+
+
+def feedback_from_row(row: FeedbackRow) -> Feedback:
+    return Feedback(
+        episode_id=row.episode_id,
+        kind=row.kind,  # type: ignore[arg-type]
+        source=row.source,
+        payload=row.payload or {},
+        decision_id=row.decision_id,
+        idempotency_key=row.idempotency_key,
+        received_at=row.received_at,
+        id=row.id,
+        late=row.late,
+    )
+
+
+def reward_from_row(row: RewardRow) -> RewardBreakdown:
+    return RewardBreakdown(
+        components=RewardComponents(s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u),
+        weights=RewardWeights(**row.weights),
+        version=row.reward_version,
+    )
+
+
+def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:
+    return PolicySnapshot(
+        policy=row.policy,
+        version=row.version,
+        model=bytes(row.model),
+        learner_args=row.learner_args or {},
+        parent=row.parent,
+        created_at=row.created_at,
+        metrics=row.metrics or {},
+        status=row.status,
+    )
+
+
+def registry_from_row(row: RegistryRow) -> RegistryItem:
+    return RegistryItem(
+        kind=CandidateKind(row.kind),
+        id=row.id,
+        owner=row.owner,
+        text=row.text,
+        tokens=row.tokens,
+        name=row.name,
+        body=row.body,
+        source=row.source,
+        metadata=row.metadata_ or {},
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_chosen_at=row.last_chosen_at,
+        times_chosen=row.times_chosen,
+        times_used=row.times_used,
+    )

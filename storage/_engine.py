@@ -1,0 +1,69 @@
+"""Engine construction: SQLite (embedded default) and PostgreSQL through psycopg 3."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from memabra._errors import ConfigError
+
+DEFAULT_URL = "sqlite:///memabra.db"
+URL_ENV = "MEMABRA_DATABASE_URL"
+
+
+def resolve_url(url: str | None = None) -> str:
+    """The database URL: the argument, else ``$MEMABRA_DATABASE_URL``, else ``memabra.db`` here."""
+    chosen = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    try:
+        parsed = make_url(chosen)
+    except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
+        raise ConfigError(f"not a database URL: {chosen!r} ({exc})") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        # psycopg 3 is the supported driver; a bare scheme would pick psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+    resolved = resolve_url(url)
+    parsed = make_url(resolved)
+    if parsed.get_backend_name() == "sqlite":
+        in_memory = parsed.database in (None, "", ":memory:")
+        if in_memory:
+            # One shared connection, or every checkout would see a different empty database.
+            kwargs.setdefault("poolclass", StaticPool)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        engine = create_engine(resolved, **kwargs)
+        _configure_sqlite(engine, wal=not in_memory)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(resolved, **kwargs)
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling defers BEGIN; take control so that
+        # SAVEPOINTs and the one-transaction-per-episode rule hold.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if wal:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"

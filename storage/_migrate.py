@@ -1,0 +1,93 @@
+"""Schema migrations (Alembic, shipped in the wheel) and the schema-version guard."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from memabra._errors import SchemaError
+from memabra.storage._engine import make_engine, resolve_url
+
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    # '%' is Alembic's interpolation character; URL-encoded passwords contain it.
+    config.set_main_option("sqlalchemy.url", resolve_url(url).replace("%", "%%"))
+    return config
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    if head is None:  # pragma: no cover - the wheel always ships migrations
+        raise SchemaError("no migrations shipped with memabra")
+    return head
+
+
+def _run(engine: Engine, action: str, revision: str) -> None:
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        getattr(command, action)(config, revision)
+
+
+def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -> str:
+    """Apply migrations up to ``revision``; returns the revision the database is now at."""
+    engine, owned = _engine_for(url_or_engine)
+    try:
+        _run(engine, "upgrade", revision)
+        return current_revision(engine) or "base"
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def downgrade(url_or_engine: str | Engine | None, revision: str) -> str:
+    engine, owned = _engine_for(url_or_engine)
+    try:
+        _run(engine, "downgrade", revision)
+        return current_revision(engine) or "base"
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def check_schema(engine: Engine) -> None:
+    """Refuse to work on a database that is not at this code's schema version."""
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return
+    where = engine.url.render_as_string(hide_password=True)
+    if current is None:
+        raise SchemaError(f"the database {where} has no memabra schema; run `memabra db upgrade --db {where}`")
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    known = {rev.revision for rev in script.walk_revisions()}
+    if current not in known:
+        raise SchemaError(
+            f"the database {where} is at schema revision {current}, newer than this memabra ({head}); upgrade memabra"
+        )
+    raise SchemaError(
+        f"the database {where} is at schema revision {current}, but this memabra needs {head}; "
+        f"run `memabra db upgrade --db {where}`"
+    )
+
+
+def _engine_for(url_or_engine: str | Engine | None) -> tuple[Engine, bool]:
+    if isinstance(url_or_engine, Engine):
+        return url_or_engine, False
+    return make_engine(url_or_engine), True

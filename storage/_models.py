@@ -1,0 +1,264 @@
+"""SQLAlchemy 2.x ORM models of the episode log. They never leave ``memabra.storage``.
+
+Every primary key is generated client-side (UUID hex, or a natural composite key), so a whole
+batch of episodes is written with a handful of multi-row INSERTs and no RETURNING round trips.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on every backend; SQLite stores no offset, so it is restored on read."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column; pass a timezone-aware value")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class EpisodeRow(Base):
+    __tablename__ = "episodes"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(200))
+    thread_id: Mapped[str | None] = mapped_column(String(200))
+    turn: Mapped[int] = mapped_column(Integer, default=0)
+    query: Mapped[str] = mapped_column(Text)
+    answer: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    feedback_due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finalized_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Denormalised so the admin list filters on indexed columns without joins.
+    policy_version: Mapped[str | None] = mapped_column(String(100))
+    kinds: Mapped[str] = mapped_column(String(40), default="")
+    reward_total: Mapped[float | None] = mapped_column(Float)
+    corrected: Mapped[bool] = mapped_column(Boolean, default=False)
+    used_ids: Mapped[list[str] | None] = mapped_column(JSONType)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+
+    __table_args__ = (
+        Index(None, "created_at", "id"),
+        Index(None, "user_id", "created_at"),
+        Index(None, "policy_version", "created_at"),
+        Index(None, "finalized_at", "feedback_due_at"),
+        Index(None, "reward_total"),
+        Index(None, "corrected", "created_at"),
+    )
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[str] = mapped_column(String(200), index=True)
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+    query: Mapped[str] = mapped_column(Text)
+    thread_id: Mapped[str | None] = mapped_column(String(200))
+    turn: Mapped[int] = mapped_column(Integer, default=0)
+    kinds: Mapped[list[str]] = mapped_column(JSONType)
+    slots_budget: Mapped[dict[str, int]] = mapped_column(JSONType)
+    token_budget: Mapped[int | None] = mapped_column(Integer)
+    policy: Mapped[str] = mapped_column(String(100))
+    policy_version: Mapped[str] = mapped_column(String(100), index=True)
+    seed: Mapped[int] = mapped_column(Integer)
+    propensity: Mapped[float] = mapped_column(Float)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    tokens_injected: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class DecisionSlotRow(Base):
+    """One slot's full distribution; what offline estimators need to recompute propensities."""
+
+    __tablename__ = "decision_slots"
+
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    candidate_ids: Mapped[list[str]] = mapped_column(JSONType)
+    probabilities: Mapped[list[float]] = mapped_column(JSONType)
+    chosen_id: Mapped[str] = mapped_column(String(200))
+    chosen_probability: Mapped[float] = mapped_column(Float)
+
+
+class DecisionCandidateRow(Base):
+    """Every candidate offered per decision, chosen or not: the counterfactual log."""
+
+    __tablename__ = "decision_candidates"
+
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
+    candidate_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    user_id: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(10))
+    text: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    features: Mapped[dict[str, float]] = mapped_column(JSONType)
+    score: Mapped[float] = mapped_column(Float)
+    rank: Mapped[int] = mapped_column(Integer)
+    # Probability at the slot that drew it, or at the first slot of its kind when not chosen.
+    probability: Mapped[float] = mapped_column(Float)
+    slot: Mapped[int | None] = mapped_column(Integer)
+    chosen: Mapped[bool] = mapped_column(Boolean)
+    # Local outcome: was it used (None while unknown). Per-slot credit and "helped" counts read it.
+    used: Mapped[bool | None] = mapped_column(Boolean)
+
+    __table_args__ = (Index(None, "user_id", "candidate_id"),)
+
+
+class StepRow(Base):
+    __tablename__ = "steps"
+
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    name: Mapped[str] = mapped_column(String(200))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    result: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(10))
+    error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class FeedbackRow(Base):
+    __tablename__ = "feedback"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), index=True)
+    decision_id: Mapped[str | None] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(20))
+    source: Mapped[str] = mapped_column(String(200))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    late: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RewardRow(Base):
+    """One reward per episode: the components are kept so a new weighting recomputes the total."""
+
+    __tablename__ = "rewards"
+
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True)
+    s: Mapped[float] = mapped_column(Float)
+    hm: Mapped[float | None] = mapped_column(Float)
+    hs: Mapped[float | None] = mapped_column(Float)
+    ht: Mapped[float | None] = mapped_column(Float)
+    e: Mapped[float] = mapped_column(Float)
+    c: Mapped[float] = mapped_column(Float)
+    l: Mapped[float] = mapped_column(Float)  # noqa: E741 - the spec's name
+    x: Mapped[float] = mapped_column(Float)
+    u: Mapped[float] = mapped_column(Float)
+    weights: Mapped[dict[str, float]] = mapped_column(JSONType)
+    total: Mapped[float] = mapped_column(Float)
+    reward_version: Mapped[str] = mapped_column(String(40))
+    final: Mapped[bool] = mapped_column(Boolean, default=False)
+    computed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    learned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "final", "learned_at"),)
+
+
+class PolicySnapshotRow(Base):
+    __tablename__ = "policy_snapshots"
+
+    version: Mapped[str] = mapped_column(String(100), primary_key=True)
+    policy: Mapped[str] = mapped_column(String(100))
+    parent: Mapped[str | None] = mapped_column(ForeignKey("policy_snapshots.version", ondelete="SET NULL"))
+    model: Mapped[bytes] = mapped_column(LargeBinary)
+    learner_args: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    status: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "policy", "created_at"),)
+
+
+class RegistryRow(Base):
+    """Memories, skills and tools. ``owner`` is the user a row belongs to; '' means shared by all
+    users (skills and tools only: a memory always has an owner)."""
+
+    __tablename__ = "registry"
+
+    kind: Mapped[str] = mapped_column(String(10), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(100))
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_chosen_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    times_chosen: Mapped[int] = mapped_column(Integer, default=0)
+    times_used: Mapped[int] = mapped_column(Integer, default=0)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "owner", "kind"),)
+
+
+__all__ = [
+    "Base",
+    "DecisionCandidateRow",
+    "DecisionRow",
+    "DecisionSlotRow",
+    "EpisodeRow",
+    "FeedbackRow",
+    "PolicySnapshotRow",
+    "RegistryRow",
+    "RewardRow",
+    "StepRow",
+]
