@@ -85,7 +85,8 @@ def episodes_list(
             limit=limit,
         )
     table = Table(title="episodes")
-    for col in ("id", "created", "user", "query", "policy", "reward", "corrected", "final"):
+    table.add_column("id", no_wrap=True, min_width=32)
+    for col in ("created", "user", "query", "policy", "reward", "corrected", "final"):
         table.add_column(col)
     for e in page.items:
         table.add_row(

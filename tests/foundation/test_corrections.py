@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from memabra._corrections import detect_correction
+
+MEMORIES = [("m-name", "My name is Ann Lee and I live in Lyon"), ("m-diet", "I am vegetarian, no meat please")]
+
+
+def kinds(signals) -> list[str]:  # type: ignore[no-untyped-def]
+    return [s.kind for s in signals]
+
+
+def test_restating_a_memory_is_a_correction_naming_the_memory() -> None:
+    signals = detect_correction("book me a dinner", "I already told you, I am vegetarian, no meat", MEMORIES)
+    assert kinds(signals) == ["restated_memory"]
+    assert signals[0].memory_id == "m-diet" and signals[0].severity == 1.0
+
+
+def test_saying_the_answer_was_wrong() -> None:
+    assert kinds(detect_correction("capital of Australia?", "No, that's wrong, it is Canberra")) == ["wrong_answer"]
+
+
+def test_saying_the_tool_was_wrong() -> None:
+    assert "wrong_tool" in kinds(detect_correction("weather in Oslo", "you used the wrong tool, use the forecast tool instead"))
+
+
+def test_asking_the_same_question_again_is_a_repeat() -> None:
+    assert kinds(detect_correction("what is the weather in Oslo tomorrow", "What is the weather in Oslo tomorrow?")) == ["repeat"]
+
+
+def test_an_ordinary_follow_up_is_not_a_correction() -> None:
+    assert detect_correction("what is the weather in Oslo", "great, and what should I wear?", MEMORIES) == []
