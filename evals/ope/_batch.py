@@ -1,0 +1,226 @@
+"""The per-round record every bandit estimator reads, and how to cut it from obp-style arrays.
+
+Each estimator of the single-action family is a function of five numbers per round: the logged
+reward r_i, the logging propensity pi_b(a_i|x_i), the evaluation policy's probability of the
+logged action pi_e(a_i|x_i), and two reward-model terms, q_hat(x_i, a_i) and
+sum_a pi_e(a|x_i) q_hat(x_i, a). A :class:`RoundBatch` holds exactly those, so a batch can be built
+from full ``(n, n_actions, len_list)`` arrays or straight from rows of the decision log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra.evals.ope._validation import (
+    OPEInputError,
+    as_float_array,
+    as_index_array,
+    check_action_dist,
+    check_in_range,
+    check_same_length,
+)
+
+__all__ = ["BanditArrays", "RoundBatch", "iter_round_batches"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundBatch:
+    """A chunk of rounds reduced to what the estimators need; validated on construction.
+
+    Fields (all shape ``(m,)``; a field an estimator does not read may be ``None``):
+
+    - ``reward``: r_i.
+    - ``pscore``: pi_b(a_i|x_i), in (0, 1].
+    - ``evaluation_policy_pscore``: pi_e(a_i|x_i) at the logged position, in [0, 1].
+    - ``estimated_reward_factual``: q_hat(x_i, a_i) at the logged position.
+    - ``estimated_reward_policy``: sum_a pi_e(a|x_i) q_hat(x_i, a) at the logged position.
+    """
+
+    reward: NDArray[np.float64] | None = None
+    pscore: NDArray[np.float64] | None = None
+    evaluation_policy_pscore: NDArray[np.float64] | None = None
+    estimated_reward_factual: NDArray[np.float64] | None = None
+    estimated_reward_policy: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        present = {name: getattr(self, name) for name in _ROUND_FIELDS if getattr(self, name) is not None}
+        if not present:
+            raise OPEInputError("reward", "a RoundBatch needs at least one array; all fields are None")
+        checked = {name: as_float_array(name, value, 1) for name, value in present.items()}
+        reference = next(iter(checked))
+        check_same_length(reference, checked[reference].shape[0], dict(checked))
+        if "pscore" in checked:
+            check_in_range("pscore", checked["pscore"], low=0.0, high=1.0, low_open=True)
+        if "evaluation_policy_pscore" in checked:
+            check_in_range("evaluation_policy_pscore", checked["evaluation_policy_pscore"], low=0.0, high=1.0, low_open=False)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def n_rounds(self) -> int:
+        for name in _ROUND_FIELDS:
+            value: NDArray[np.float64] | None = getattr(self, name)
+            if value is not None:
+                return int(value.shape[0])
+        return 0
+
+    def require(self, name: str, estimator_name: str) -> NDArray[np.float64]:
+        """The field ``name``, or an error saying that ``estimator_name`` needs it."""
+        value: NDArray[np.float64] | None = getattr(self, name)
+        if value is None:
+            raise OPEInputError(name, f"{estimator_name} needs {name}, which was not given")
+        return value
+
+    def importance_weight(self) -> NDArray[np.float64] | None:
+        """w_i = pi_e(a_i|x_i) / pi_b(a_i|x_i), or ``None`` when either propensity is missing."""
+        if self.pscore is None or self.evaluation_policy_pscore is None:
+            return None
+        return self.evaluation_policy_pscore / self.pscore
+
+
+_ROUND_FIELDS = (
+    "reward",
+    "pscore",
+    "evaluation_policy_pscore",
+    "estimated_reward_factual",
+    "estimated_reward_policy",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BanditArrays:
+    """Logged bandit data in the Open Bandit Pipeline's convention, validated on construction.
+
+    - ``action (n,)`` integer in [0, n_actions); ``reward (n,)``; ``pscore (n,)`` in (0, 1].
+    - ``action_dist (n, n_actions, len_list)``: pi_e(a|x_i) at each position, summing to 1 over a.
+    - ``position (n,)`` in [0, len_list), required when len_list > 1.
+    - ``estimated_rewards_by_reg_model (n, n_actions, len_list)``: q_hat(x_i, a, k), optional.
+    - ``context (n, d)`` and ``action_context (n_actions, d_a)``: features for a reward model, optional.
+
+    ``action``, ``reward`` and ``pscore`` may be ``None`` for the direct method, which reads only
+    ``action_dist`` and the reward model.
+    """
+
+    action_dist: NDArray[np.float64]
+    action: NDArray[np.int64] | None = None
+    reward: NDArray[np.float64] | None = None
+    pscore: NDArray[np.float64] | None = None
+    position: NDArray[np.int64] | None = None
+    estimated_rewards_by_reg_model: NDArray[np.float64] | None = None
+    context: NDArray[np.float64] | None = None
+    action_context: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        action_dist = as_float_array("action_dist", self.action_dist, 3)
+        n_rounds, n_actions, len_list = action_dist.shape
+        if n_rounds == 0:
+            raise OPEInputError("action", "the log is empty: action_dist has 0 rounds")
+        set_ = object.__setattr__
+        set_(self, "action_dist", action_dist)
+        if self.action is not None:
+            set_(self, "action", as_index_array("action", self.action, n_actions, "action_dist.shape[1]"))
+        for name, ndim in (("reward", 1), ("pscore", 1), ("context", 2), ("estimated_rewards_by_reg_model", 3)):
+            value = getattr(self, name)
+            if value is not None:
+                set_(self, name, as_float_array(name, value, ndim))
+        if self.position is not None:
+            set_(self, "position", as_index_array("position", self.position, len_list, "action_dist.shape[2]"))
+        elif len_list > 1:
+            raise OPEInputError("position", f"position is required when action_dist has len_list={len_list} > 1")
+        check_same_length(
+            "action_dist",
+            n_rounds,
+            {"action": self.action, "reward": self.reward, "pscore": self.pscore, "position": self.position,
+             "estimated_rewards_by_reg_model": self.estimated_rewards_by_reg_model, "context": self.context},
+        )
+        if self.pscore is not None:
+            check_in_range("pscore", self.pscore, low=0.0, high=1.0, low_open=True)
+        if self.estimated_rewards_by_reg_model is not None and self.estimated_rewards_by_reg_model.shape != action_dist.shape:
+            raise OPEInputError(
+                "estimated_rewards_by_reg_model",
+                f"estimated_rewards_by_reg_model must have action_dist's shape {action_dist.shape}; "
+                f"got {self.estimated_rewards_by_reg_model.shape}",
+            )
+        if self.action_context is not None:
+            action_context = as_float_array("action_context", self.action_context, 2)
+            if action_context.shape[0] != n_actions:
+                raise OPEInputError(
+                    "action_context",
+                    f"action_context must have one row per action ({n_actions}); got {action_context.shape[0]}",
+                )
+            set_(self, "action_context", action_context)
+        logged = {"action": self.action, "reward": self.reward, "pscore": self.pscore}
+        missing = [name for name, value in logged.items() if value is None]
+        if 0 < len(missing) < len(logged):
+            raise OPEInputError(missing[0], f"{missing[0]} is missing; action, reward and pscore come together")
+        check_action_dist(action_dist)
+
+    @property
+    def n_rounds(self) -> int:
+        return int(self.action_dist.shape[0])
+
+    @property
+    def n_actions(self) -> int:
+        return int(self.action_dist.shape[1])
+
+    @property
+    def len_list(self) -> int:
+        return int(self.action_dist.shape[2])
+
+    def with_estimated_rewards(self, estimated_rewards: NDArray[np.float64]) -> BanditArrays:
+        """A copy whose reward-model predictions are ``estimated_rewards``."""
+        return BanditArrays(
+            action_dist=self.action_dist,
+            action=self.action,
+            reward=self.reward,
+            pscore=self.pscore,
+            position=self.position,
+            estimated_rewards_by_reg_model=estimated_rewards,
+            context=self.context,
+            action_context=self.action_context,
+        )
+
+    def round_batch(self, start: int = 0, stop: int | None = None) -> RoundBatch:
+        """The rounds ``[start, stop)`` reduced to a :class:`RoundBatch` (the per-round gather)."""
+        stop = self.n_rounds if stop is None else min(stop, self.n_rounds)
+        action_dist = self.action_dist[start:stop]
+        n, n_actions, len_list = action_dist.shape
+        position = np.zeros(n, dtype=np.int64) if self.position is None else self.position[start:stop]
+        evaluation_pscore = factual = None
+        if self.action is not None:
+            # one flat take is several times faster than action_dist[arange, action, position]
+            flat = (np.arange(n, dtype=np.int64) * n_actions + self.action[start:stop]) * len_list + position
+            evaluation_pscore = action_dist.reshape(-1).take(flat)
+        policy = None
+        q_hat = self.estimated_rewards_by_reg_model
+        if q_hat is not None:
+            q_hat = q_hat[start:stop]
+            if len_list == 1:
+                pi_at_position, q_at_position = action_dist[:, :, 0], q_hat[:, :, 0]
+            else:
+                index = position[:, None, None]
+                pi_at_position = np.take_along_axis(action_dist, index, axis=2)[:, :, 0]
+                q_at_position = np.take_along_axis(q_hat, index, axis=2)[:, :, 0]
+            # obp takes np.average(q, weights=pi), i.e. divides by the row sum; so do we
+            policy = np.einsum("ij,ij->i", q_at_position, pi_at_position) / np.einsum("ij->i", pi_at_position)
+            if self.action is not None:
+                factual = q_hat.reshape(-1).take(flat)
+        return RoundBatch(
+            reward=None if self.reward is None else self.reward[start:stop],
+            pscore=None if self.pscore is None else self.pscore[start:stop],
+            evaluation_policy_pscore=evaluation_pscore,
+            estimated_reward_factual=factual,
+            estimated_reward_policy=policy,
+        )
+
+
+def iter_round_batches(arrays: BanditArrays, batch_size: int) -> Iterator[RoundBatch]:
+    """``arrays`` cut into consecutive :class:`RoundBatch` chunks of at most ``batch_size`` rounds."""
+    if batch_size < 1:
+        raise OPEInputError("batch_size", f"batch_size must be at least 1; got {batch_size}")
+    for start in range(0, arrays.n_rounds, batch_size):
+        yield arrays.round_batch(start, start + batch_size)

@@ -1,0 +1,123 @@
+"""Input checks for the estimators. Every failure names the field and the rounds at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import InvalidRecordError
+
+__all__ = [
+    "OPEInputError",
+    "as_float_array",
+    "as_index_array",
+    "check_action_dist",
+    "check_in_range",
+    "check_same_length",
+]
+
+_SHOWN_ROUNDS = 5
+# action_dist comes from float arithmetic in a policy; obp accepts np.allclose's default, we are a
+# little stricter than its 1e-5 relative slack and report the rows that miss.
+_SUM_TOLERANCE = 1e-6
+
+
+class OPEInputError(InvalidRecordError):
+    """An array handed to an off-policy estimator is malformed; ``field`` names which one."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _rounds(mask: NDArray[np.bool_]) -> str:
+    bad = np.flatnonzero(mask)
+    shown = ", ".join(str(int(i)) for i in bad[:_SHOWN_ROUNDS])
+    more = f", ... ({bad.size} in all)" if bad.size > _SHOWN_ROUNDS else ""
+    return f"[{shown}{more}]"
+
+
+def _first_bad(values: NDArray[Any], mask: NDArray[np.bool_]) -> str:
+    return repr(float(values[mask][0]))
+
+
+def as_float_array(name: str, value: object, ndim: int) -> NDArray[np.float64]:
+    """``value`` as a float64 array of ``ndim`` dimensions with every entry finite."""
+    array = np.asarray(value)
+    if array.ndim != ndim:
+        raise OPEInputError(name, f"{name} must be a {ndim}-D array; got shape {array.shape}")
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise OPEInputError(name, f"{name} must hold numbers; got dtype {array.dtype}")
+    array = np.ascontiguousarray(array, dtype=np.float64)
+    finite = np.isfinite(array)
+    if not finite.all():
+        flat = finite.reshape(finite.shape[0], -1).all(axis=1) if ndim > 1 else finite
+        bad_value = array[~finite].flat[0]
+        raise OPEInputError(name, f"{name} must be finite; got {float(bad_value)!r} at rounds {_rounds(~flat)}")
+    return array
+
+
+def as_index_array(name: str, value: object, upper: int, upper_name: str) -> NDArray[np.int64]:
+    """``value`` as a 1-D int64 array with every entry in ``[0, upper)``."""
+    array = np.asarray(value)
+    if array.ndim != 1:
+        raise OPEInputError(name, f"{name} must be a 1-D array; got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise OPEInputError(name, f"{name} must hold integers; got dtype {array.dtype}")
+    array = array.astype(np.int64, copy=False)
+    outside = (array < 0) | (array >= upper)
+    if outside.any():
+        raise OPEInputError(
+            name,
+            f"{name} must be in [0, {upper}) ({upper_name}); got {int(array[outside][0])} at rounds {_rounds(outside)}",
+        )
+    return array
+
+
+def check_in_range(
+    name: str, values: NDArray[np.float64], *, low: float, high: float, low_open: bool
+) -> None:
+    """Raise unless every value lies in ``(low, high]`` (``low_open``) or ``[low, high]``."""
+    below = values <= low if low_open else values < low
+    outside = below | (values > high)
+    if outside.any():
+        bracket = "(" if low_open else "["
+        raise OPEInputError(
+            name,
+            f"{name} must be in {bracket}{low:g}, {high:g}]; got {_first_bad(values, outside)} "
+            f"at rounds {_rounds(outside)}",
+        )
+
+
+def check_same_length(reference: str, n_rounds: int, arrays: dict[str, NDArray[Any] | None]) -> None:
+    """Raise when any present array's first axis disagrees with ``n_rounds`` (taken from ``reference``)."""
+    for name, array in arrays.items():
+        if array is not None and array.shape[0] != n_rounds:
+            raise OPEInputError(
+                name, f"{name} has {array.shape[0]} rounds but {reference} has {n_rounds}; the lengths must agree"
+            )
+
+
+def check_action_dist(action_dist: NDArray[np.float64]) -> None:
+    """Check that ``action_dist`` is a distribution over actions at every round and position."""
+    if action_dist.shape[1] == 0 or action_dist.shape[2] == 0:
+        raise OPEInputError(
+            "action_dist", f"action_dist needs at least one action and one position; got shape {action_dist.shape}"
+        )
+    # one global min/max pass is several times faster than per-row reductions; rows are only
+    # located once something is known to be wrong
+    if action_dist.min() < 0.0 or action_dist.max() > 1.0:
+        per_row = action_dist.reshape(action_dist.shape[0], -1)
+        check_in_range("action_dist", per_row.min(axis=1), low=0.0, high=1.0, low_open=False)
+        check_in_range("action_dist", per_row.max(axis=1), low=0.0, high=1.0, low_open=False)
+    sums = np.einsum("nak->nk", action_dist)  # the sum over actions, faster than .sum(axis=1)
+    off = np.abs(sums - 1.0) > _SUM_TOLERANCE
+    if off.any():
+        rows = off.any(axis=1)
+        raise OPEInputError(
+            "action_dist",
+            f"action_dist must sum to 1 over actions at every round and position; got {float(sums[off][0])!r} "
+            f"at rounds {_rounds(rows)}",
+        )
