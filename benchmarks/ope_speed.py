@@ -82,14 +82,14 @@ def main() -> None:
         return stream.estimate_policy_value()
 
     for name, estimator in ours.items():
-        in_memory, value = _median_seconds(lambda: estimator.estimate_policy_value(**arrays), options.repeats)
-        chunked, _ = _median_seconds(lambda: streamed(estimator), options.repeats)
+        in_memory, value = _median_seconds(lambda e=estimator: e.estimate_policy_value(**arrays), options.repeats)
+        chunked, _ = _median_seconds(lambda e=estimator: streamed(e), options.repeats)
         row = f"{name:<10}{in_memory:>11.3f}s{chunked:>11.3f}s"
         if theirs is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 obp_time, obp_value = _median_seconds(
-                    lambda: float(theirs[name].estimate_policy_value(**arrays)), options.repeats
+                    lambda e=theirs[name]: float(e.estimate_policy_value(**arrays)), options.repeats
                 )
             row += f"{obp_time:>11.3f}s{obp_time / in_memory:>12.2f}x{abs(obp_value - value):>10.1e}"
         else:

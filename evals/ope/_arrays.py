@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -22,7 +22,7 @@ from memabra.evals.ope._estimators import (
     SelfNormalizedInverseProbabilityWeighting,
     SwitchDoublyRobust,
 )
-from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval
+from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval, parse_interval_method
 from memabra.evals.ope._reward_model import CrossFittedRewardModel
 from memabra.evals.ope._validation import OPEInputError
 
@@ -58,7 +58,7 @@ class EstimatorSettings:
 def make_estimators(names: Sequence[str], settings: EstimatorSettings | None = None) -> tuple[BanditEstimator, ...]:
     """Estimators for obp's short names, in the order given."""
     settings = settings or EstimatorSettings()
-    factories = {
+    factories: dict[str, Callable[[], BanditEstimator]] = {
         "ipw": lambda: InverseProbabilityWeighting(lambda_=settings.clip_lambda),
         "snipw": SelfNormalizedInverseProbabilityWeighting,
         "dm": DirectMethod,
@@ -74,8 +74,7 @@ def make_estimators(names: Sequence[str], settings: EstimatorSettings | None = N
         raise OPEInputError("estimators", f"unknown estimator {unknown[0]!r}; choose from {', '.join(ESTIMATOR_NAMES)}")
     if len(set(names)) != len(names):
         raise OPEInputError("estimators", f"each estimator may be named once; got {', '.join(names)}")
-    built: tuple[BanditEstimator, ...] = tuple(factories[name]() for name in names)
-    return built
+    return tuple(factories[name]() for name in names)
 
 
 def load_bandit_arrays(path: str | PathLike[str]) -> BanditArrays:
@@ -86,7 +85,8 @@ def load_bandit_arrays(path: str | PathLike[str]) -> BanditArrays:
         stored = {key: data[key] for key in data.files}
     unknown = sorted(set(stored) - set(_ARRAY_KEYS) - set(_ESTIMATED_REWARDS_KEYS))
     if unknown:
-        raise OPEInputError(unknown[0], f"unexpected array {unknown[0]!r} in {path}; known: {', '.join(_ARRAY_KEYS + _ESTIMATED_REWARDS_KEYS)}")
+        known = ", ".join(_ARRAY_KEYS + _ESTIMATED_REWARDS_KEYS)
+        raise OPEInputError(unknown[0], f"unexpected array {unknown[0]!r} in {path}; known: {known}")
     for required in ("action", "reward", "pscore", "action_dist"):
         if required not in stored:
             raise OPEInputError(required, f"{path} has no {required!r} array")
@@ -113,20 +113,21 @@ class ArraysReport:
     n_actions: int
     len_list: int
     reward_model: str
+    alpha: float
+    ci_method: IntervalMethod
+    n_bootstrap_samples: int | None
     estimates: Mapping[str, PolicyValueInterval]
     diagnostics: ImportanceWeightDiagnostics | None
-    n_bootstrap_samples: int
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON document ``memabra ope arrays --json`` writes; other tools read these names."""
-        first = next(iter(self.estimates.values()))
         return {
             "n_rounds": self.n_rounds,
             "n_actions": self.n_actions,
             "len_list": self.len_list,
-            "alpha": first.alpha,
-            "ci_method": str(first.method),
-            "n_bootstrap_samples": self.n_bootstrap_samples if first.method is IntervalMethod.BOOTSTRAP else None,
+            "alpha": self.alpha,
+            "ci_method": str(self.ci_method),
+            "n_bootstrap_samples": self.n_bootstrap_samples,
             "reward_model": self.reward_model,
             "estimates": {
                 name: {"value": interval.value, "ci_low": interval.ci_low, "ci_high": interval.ci_high}
@@ -158,6 +159,9 @@ def evaluate_bandit_arrays(
     The reward model runs only when an estimator needs q_hat and the arrays carry no
     ``estimated_rewards_by_reg_model``; given predictions are used as they are.
     """
+    if not estimators:
+        raise OPEInputError("estimators", "name at least one estimator")
+    method = parse_interval_method(method)
     needs_model = any(estimator.needs_reward_model for estimator in estimators)
     source = "not needed"
     if arrays.estimated_rewards_by_reg_model is not None:
@@ -179,9 +183,11 @@ def evaluate_bandit_arrays(
         n_actions=arrays.n_actions,
         len_list=arrays.len_list,
         reward_model=source,
+        alpha=float(alpha),
+        ci_method=method,
+        n_bootstrap_samples=n_bootstrap_samples if method is IntervalMethod.BOOTSTRAP else None,
         estimates=estimates,
         diagnostics=None if weights is None else ImportanceWeightDiagnostics.from_weights(weights),
-        n_bootstrap_samples=n_bootstrap_samples,
     )
 
 

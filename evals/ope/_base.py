@@ -22,6 +22,7 @@ from memabra.evals.ope._interval import (
     bootstrap_interval,
     check_interval_arguments,
     normal_interval,
+    parse_interval_method,
 )
 from memabra.evals.ope._moments import RunningMoments
 from memabra.evals.ope._validation import OPEInputError
@@ -109,10 +110,7 @@ class EstimatorBase(ABC, Generic[BatchT]):
     ) -> PolicyValueInterval:
         """The estimate and its interval on an already-built batch."""
         check_interval_arguments(alpha, n_bootstrap_samples)
-        try:
-            method = IntervalMethod(method)
-        except ValueError:
-            raise OPEInputError("method", f"method must be 'bootstrap' or 'normal'; got {method!r}") from None
+        method = parse_interval_method(method)
         components = self.round_components(batch)
         full_value = float(self._checked_value(components.mean(axis=0)))
         if method is IntervalMethod.NORMAL:

@@ -17,10 +17,9 @@ from numpy.typing import NDArray
 
 from memabra.evals.ope._validation import (
     OPEInputError,
+    as_distribution_array,
     as_float_array,
     as_index_array,
-    check_action_dist,
-    check_in_range,
     check_same_length,
 )
 
@@ -50,13 +49,14 @@ class RoundBatch:
         present = {name: getattr(self, name) for name in _ROUND_FIELDS if getattr(self, name) is not None}
         if not present:
             raise OPEInputError("reward", "a RoundBatch needs at least one array; all fields are None")
-        checked = {name: as_float_array(name, value, 1) for name, value in present.items()}
+        checked = {}
+        for name, value in present.items():
+            if name in _PROBABILITY_FIELDS:
+                checked[name] = as_float_array(name, value, 1, low=0.0, high=1.0, low_open=name == "pscore")
+            else:
+                checked[name] = as_float_array(name, value, 1)
         reference = next(iter(checked))
         check_same_length(reference, checked[reference].shape[0], dict(checked))
-        if "pscore" in checked:
-            check_in_range("pscore", checked["pscore"], low=0.0, high=1.0, low_open=True)
-        if "evaluation_policy_pscore" in checked:
-            check_in_range("evaluation_policy_pscore", checked["evaluation_policy_pscore"], low=0.0, high=1.0, low_open=False)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -82,6 +82,7 @@ class RoundBatch:
         return self.evaluation_policy_pscore / self.pscore
 
 
+_PROBABILITY_FIELDS = ("pscore", "evaluation_policy_pscore")
 _ROUND_FIELDS = (
     "reward",
     "pscore",
@@ -115,7 +116,7 @@ class BanditArrays:
     action_context: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
-        action_dist = as_float_array("action_dist", self.action_dist, 3)
+        action_dist = as_distribution_array("action_dist", self.action_dist)
         n_rounds, n_actions, len_list = action_dist.shape
         if n_rounds == 0:
             raise OPEInputError("action", "the log is empty: action_dist has 0 rounds")
@@ -123,10 +124,12 @@ class BanditArrays:
         set_(self, "action_dist", action_dist)
         if self.action is not None:
             set_(self, "action", as_index_array("action", self.action, n_actions, "action_dist.shape[1]"))
-        for name, ndim in (("reward", 1), ("pscore", 1), ("context", 2), ("estimated_rewards_by_reg_model", 3)):
+        for name, ndim in (("reward", 1), ("context", 2), ("estimated_rewards_by_reg_model", 3)):
             value = getattr(self, name)
             if value is not None:
                 set_(self, name, as_float_array(name, value, ndim))
+        if self.pscore is not None:
+            set_(self, "pscore", as_float_array("pscore", self.pscore, 1, low=0.0, high=1.0, low_open=True))
         if self.position is not None:
             set_(self, "position", as_index_array("position", self.position, len_list, "action_dist.shape[2]"))
         elif len_list > 1:
@@ -137,8 +140,6 @@ class BanditArrays:
             {"action": self.action, "reward": self.reward, "pscore": self.pscore, "position": self.position,
              "estimated_rewards_by_reg_model": self.estimated_rewards_by_reg_model, "context": self.context},
         )
-        if self.pscore is not None:
-            check_in_range("pscore", self.pscore, low=0.0, high=1.0, low_open=True)
         if self.estimated_rewards_by_reg_model is not None and self.estimated_rewards_by_reg_model.shape != action_dist.shape:
             raise OPEInputError(
                 "estimated_rewards_by_reg_model",
@@ -157,7 +158,6 @@ class BanditArrays:
         missing = [name for name, value in logged.items() if value is None]
         if 0 < len(missing) < len(logged):
             raise OPEInputError(missing[0], f"{missing[0]} is missing; action, reward and pscore come together")
-        check_action_dist(action_dist)
 
     @property
     def n_rounds(self) -> int:

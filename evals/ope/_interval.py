@@ -18,8 +18,10 @@ __all__ = [
     "IntervalMethod",
     "PolicyValueInterval",
     "bootstrap_interval",
+    "check_alpha",
     "check_interval_arguments",
     "normal_interval",
+    "parse_interval_method",
 ]
 
 # resampled index matrices are built this many entries at a time, so memory stays bounded
@@ -45,10 +47,21 @@ class PolicyValueInterval:
     method: IntervalMethod
 
 
-def check_interval_arguments(alpha: float, n_bootstrap_samples: int) -> None:
-    if not (isinstance(alpha, float | int) and 0.0 < alpha < 1.0):
+def parse_interval_method(method: IntervalMethod | str) -> IntervalMethod:
+    try:
+        return IntervalMethod(method)
+    except ValueError:
+        raise OPEInputError("method", f"method must be 'bootstrap' or 'normal'; got {method!r}") from None
+
+
+def check_alpha(alpha: float) -> None:
+    if isinstance(alpha, bool) or not (isinstance(alpha, float | int) and 0.0 < alpha < 1.0):
         raise OPEInputError("alpha", f"alpha must be in (0, 1); got {alpha!r}")
-    if not (isinstance(n_bootstrap_samples, int) and n_bootstrap_samples >= 1):
+
+
+def check_interval_arguments(alpha: float, n_bootstrap_samples: int) -> None:
+    check_alpha(alpha)
+    if isinstance(n_bootstrap_samples, bool) or not (isinstance(n_bootstrap_samples, int) and n_bootstrap_samples >= 1):
         raise OPEInputError("n_bootstrap_samples", f"n_bootstrap_samples must be a positive integer; got {n_bootstrap_samples!r}")
 
 

@@ -28,7 +28,6 @@ from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval
 from memabra.evals.ope._validation import (
     OPEInputError,
     as_float_array,
-    check_in_range,
     check_same_length,
 )
 
@@ -89,9 +88,8 @@ class SlateBatch:
             for name, low_open in ((behaviour, True), (evaluation, False)):
                 value = getattr(self, name)
                 if value is not None:
-                    value = as_float_array(name, value, 1)
+                    value = as_float_array(name, value, 1, low=0.0, high=1.0, low_open=low_open)
                     check_same_length("slate_id", slate_id.shape[0], {name: value})
-                    check_in_range(name, value, low=0.0, high=1.0, low_open=low_open)
                     set_(self, name, value)
         check_same_length("slate_id", slate_id.shape[0], {"reward": self.reward, "position": self.position})
         order = np.lexsort((self.position, slate_id))
@@ -117,7 +115,7 @@ class SlateBatch:
     def slate_sums(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
         """Row values summed per slate, in ascending ``slate_id`` order."""
         _, slate_index = np.unique(self.slate_id, return_inverse=True)
-        return np.bincount(slate_index, weights=values)
+        return np.bincount(slate_index, weights=values).astype(np.float64, copy=False)
 
 
 @dataclass(frozen=True)

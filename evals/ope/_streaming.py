@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from memabra.evals.ope._base import ComponentEstimator
 from memabra.evals.ope._diagnostics import ImportanceWeightDiagnostics, WeightTally
-from memabra.evals.ope._interval import PolicyValueInterval, check_interval_arguments, normal_interval
+from memabra.evals.ope._interval import PolicyValueInterval, check_alpha, normal_interval
 from memabra.evals.ope._moments import RunningMoments
 from memabra.evals.ope._validation import OPEInputError
 
@@ -67,7 +67,7 @@ class StreamingEstimate(Generic[BatchT]):
 
     def estimate_interval(self, alpha: float = 0.05) -> PolicyValueInterval:
         """The estimate with a normal-approximation ``1 - alpha`` interval."""
-        check_interval_arguments(alpha, 1)
+        check_alpha(alpha)
         self._require_rounds()
         self._value(self._moments.mean)
         return normal_interval(

@@ -26,7 +26,8 @@ _TRUTH_SEED = 20240229
 
 def _softmax(logits: NDArray[np.float64]) -> NDArray[np.float64]:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    probabilities: NDArray[np.float64] = shifted / shifted.sum(axis=-1, keepdims=True)
+    return probabilities
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,8 @@ class SyntheticBandit:
 
     def evaluation_policy(self, context: NDArray[np.float64]) -> NDArray[np.float64]:
         """pi_e(a|x, k), shape (n, n_actions, len_list)."""
-        return _softmax(self.evaluation_beta * np.moveaxis(self._reward_logits(context), 1, 2)).transpose(0, 2, 1)
+        by_position = _softmax(self.evaluation_beta * np.moveaxis(self._reward_logits(context), 1, 2))
+        return np.ascontiguousarray(by_position.transpose(0, 2, 1))
 
     def behavior_policy(self, context: NDArray[np.float64]) -> NDArray[np.float64]:
         """pi_b(a|x), shape (n, n_actions); the same at every position."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ __all__ = [
     "OPEInputError",
     "as_float_array",
     "as_index_array",
-    "check_action_dist",
+    "as_distribution_array",
     "check_in_range",
     "check_same_length",
 ]
@@ -43,19 +44,39 @@ def _first_bad(values: NDArray[Any], mask: NDArray[np.bool_]) -> str:
     return repr(float(values[mask][0]))
 
 
-def as_float_array(name: str, value: object, ndim: int) -> NDArray[np.float64]:
-    """``value`` as a float64 array of ``ndim`` dimensions with every entry finite."""
+def as_float_array(
+    name: str,
+    value: object,
+    ndim: int,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> NDArray[np.float64]:
+    """``value`` as a contiguous float64 array of ``ndim`` dimensions, every entry finite and,
+    when ``low`` and ``high`` are given, in ``(low, high]`` (``low_open``) or ``[low, high]``."""
     array = np.asarray(value)
     if array.ndim != ndim:
         raise OPEInputError(name, f"{name} must be a {ndim}-D array; got shape {array.shape}")
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise OPEInputError(name, f"{name} must hold numbers; got dtype {array.dtype}")
     array = np.ascontiguousarray(array, dtype=np.float64)
-    finite = np.isfinite(array)
-    if not finite.all():
-        flat = finite.reshape(finite.shape[0], -1).all(axis=1) if ndim > 1 else finite
-        bad_value = array[~finite].flat[0]
-        raise OPEInputError(name, f"{name} must be finite; got {float(bad_value)!r} at rounds {_rounds(~flat)}")
+    if array.size == 0:
+        return array
+    # min and max propagate NaN and expose inf, so two fast reductions settle finiteness and range
+    # at once; the offending rounds are located only when something is wrong
+    smallest, largest = float(array.min()), float(array.max())
+    if not (math.isfinite(smallest) and math.isfinite(largest)):
+        finite = np.isfinite(array)
+        per_round = finite.reshape(finite.shape[0], -1).all(axis=1)
+        bad_value = float(array[~finite].flat[0])
+        raise OPEInputError(name, f"{name} must be finite; got {bad_value!r} at rounds {_rounds(~per_round)}")
+    if low is not None and high is not None:
+        below = smallest <= low if low_open else smallest < low
+        if below or largest > high:
+            rows = array.reshape(array.shape[0], -1)
+            check_in_range(name, rows.min(axis=1), low=low, high=high, low_open=low_open)
+            check_in_range(name, rows.max(axis=1), low=low, high=high, low_open=low_open)
     return array
 
 
@@ -100,24 +121,36 @@ def check_same_length(reference: str, n_rounds: int, arrays: dict[str, NDArray[A
             )
 
 
-def check_action_dist(action_dist: NDArray[np.float64]) -> None:
-    """Check that ``action_dist`` is a distribution over actions at every round and position."""
-    if action_dist.shape[1] == 0 or action_dist.shape[2] == 0:
-        raise OPEInputError(
-            "action_dist", f"action_dist needs at least one action and one position; got shape {action_dist.shape}"
-        )
-    # one global min/max pass is several times faster than per-row reductions; rows are only
-    # located once something is known to be wrong
-    if action_dist.min() < 0.0 or action_dist.max() > 1.0:
-        per_row = action_dist.reshape(action_dist.shape[0], -1)
-        check_in_range("action_dist", per_row.min(axis=1), low=0.0, high=1.0, low_open=False)
-        check_in_range("action_dist", per_row.max(axis=1), low=0.0, high=1.0, low_open=False)
-    sums = np.einsum("nak->nk", action_dist)  # the sum over actions, faster than .sum(axis=1)
-    off = np.abs(sums - 1.0) > _SUM_TOLERANCE
+def as_distribution_array(name: str, value: object) -> NDArray[np.float64]:
+    """``value`` as a contiguous float64 array ``(n_rounds, n_actions, len_list)`` holding, at every
+    round and position, a distribution over actions (entries >= 0 summing to 1).
+
+    Two passes over the array: the minimum (which NaN and -inf also fail) and the sums over
+    actions (which +inf fails); entries >= 0 that sum to 1 cannot exceed 1.
+    """
+    array = np.asarray(value)
+    if array.ndim != 3:
+        raise OPEInputError(name, f"{name} must be a 3-D array; got shape {array.shape}")
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise OPEInputError(name, f"{name} must hold numbers; got dtype {array.dtype}")
+    if array.shape[1] == 0 or array.shape[2] == 0:
+        raise OPEInputError(name, f"{name} needs at least one action and one position; got shape {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float64)
+    if array.size == 0:
+        return array
+    smallest = float(array.min())
+    if not smallest >= 0.0:  # also true for NaN
+        rows = array.reshape(array.shape[0], -1)
+        as_float_array(name, rows, 2)  # names NaN and -inf rounds first
+        check_in_range(name, rows.min(axis=1), low=0.0, high=1.0, low_open=False)
+    sums = np.einsum("nak->nk", array)  # the sum over actions; faster than .sum(axis=1)
+    off = ~(np.abs(sums - 1.0) <= _SUM_TOLERANCE)
     if off.any():
-        rows = off.any(axis=1)
+        if not np.isfinite(sums).all():
+            as_float_array(name, array, 3)
         raise OPEInputError(
-            "action_dist",
-            f"action_dist must sum to 1 over actions at every round and position; got {float(sums[off][0])!r} "
-            f"at rounds {_rounds(rows)}",
+            name,
+            f"{name} must sum to 1 over actions at every round and position; got {float(sums[off][0])!r} "
+            f"at rounds {_rounds(off.any(axis=1))}",
         )
+    return array

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from memabra._cli._common import console, fail, run_guarded
+from memabra._cli._common import console, fail
+from memabra._errors import MemabraError
 from memabra.evals.ope import (
     ESTIMATOR_NAMES,
     ArraysReport,
@@ -44,7 +46,7 @@ def ope_arrays(
     ] = None,
     alpha: Annotated[float, typer.Option(help="Significance level: intervals cover 1 - alpha.")] = 0.05,
     ci: Annotated[IntervalMethod, typer.Option("--ci", help="Interval method.")] = IntervalMethod.BOOTSTRAP,
-    n_bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    n_bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (the library default is obp's 10000).")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed for the bootstrap and the reward model's folds.")] = 0,
     clip: Annotated[float, typer.Option(help="Importance-weight clipping threshold of ipw and dr.")] = math.inf,
     switch_lambda: Annotated[float, typer.Option(help="Switch-DR's threshold: DM where the weight exceeds it.")] = math.inf,
@@ -53,23 +55,27 @@ def ope_arrays(
 ) -> None:
     """Estimate the value of the evaluation policy in FILE with each estimator, with intervals."""
     names = [name.strip() for name in estimators.split(",") if name.strip()]
-    chosen = run_guarded(
-        make_estimators, names, EstimatorSettings(clip_lambda=clip, switch_lambda=switch_lambda, dros_lambda=dros_lambda)
-    )
+    settings = EstimatorSettings(clip_lambda=clip, switch_lambda=switch_lambda, dros_lambda=dros_lambda)
     try:
-        arrays = run_guarded(load_bandit_arrays, file)
-    except (OSError, ValueError) as exc:  # not an .npz, or a pickled one
+        chosen = make_estimators(names, settings)
+        reward_model = CrossFittedRewardModel(n_folds=n_folds, random_state=seed)
+        arrays = load_bandit_arrays(file)
+    except MemabraError as exc:
+        fail(str(exc))
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:  # not an .npz, or a pickled one
         fail(f"cannot read {file} as .npz arrays: {exc}")
-    report: ArraysReport = run_guarded(
-        evaluate_bandit_arrays,
-        arrays,
-        chosen,
-        alpha=alpha,
-        method=ci,
-        n_bootstrap_samples=n_bootstrap,
-        random_state=seed,
-        reward_model=run_guarded(CrossFittedRewardModel, n_folds=n_folds, random_state=seed),
-    )
+    try:
+        report = evaluate_bandit_arrays(
+            arrays,
+            chosen,
+            alpha=alpha,
+            method=ci,
+            n_bootstrap_samples=n_bootstrap,
+            random_state=seed,
+            reward_model=reward_model,
+        )
+    except MemabraError as exc:
+        fail(str(exc))
     _render(report, file)
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_json_dict(), indent=2, allow_nan=False) + "\n")
@@ -77,11 +83,10 @@ def ope_arrays(
 
 
 def _render(report: ArraysReport, file: Path) -> None:
-    first = next(iter(report.estimates.values()))
-    level = f"{100 * (1 - first.alpha):g}%"
+    level = f"{100 * (1 - report.alpha):g}%"
     table = Table(
         title=f"{file.name}: {report.n_rounds} rounds, {report.n_actions} actions, len_list {report.len_list}",
-        caption=f"{level} intervals by {first.method}; reward model: {report.reward_model}",
+        caption=f"{level} intervals by {report.ci_method}; reward model: {report.reward_model}",
     )
     table.add_column("estimator")
     table.add_column("value", justify="right")

@@ -70,6 +70,8 @@ def test_action_context_replaces_the_one_hot() -> None:
 def test_bad_settings_are_rejected() -> None:
     with pytest.raises(ope.OPEInputError, match="n_folds must be an integer >= 2"):
         ope.CrossFittedRewardModel(n_folds=1)
-    arrays = ope.BanditArrays(action_dist=np.full((1, 2, 1), 0.5), action=np.array([0]), reward=np.array([1.0]), pscore=np.array([0.5]))
+    arrays = ope.BanditArrays(
+        action_dist=np.full((1, 2, 1), 0.5), action=np.array([0]), reward=np.array([1.0]), pscore=np.array([0.5])
+    )
     with pytest.raises(ope.OPEInputError, match="needs at least 2 rounds"):
         ope.CrossFittedRewardModel().fit_predict(arrays)

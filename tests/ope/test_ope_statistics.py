@@ -125,7 +125,9 @@ def test_dr_with_a_cross_fitted_model_is_close_to_the_truth() -> None:
 
 
 @pytest.mark.parametrize(
-    "estimator", [ope.SlateStandardIPS(), ope.SlateIndependentIPS(), ope.SlateRewardInteractionIPS()], ids=["sips", "iips", "rips"]
+    "estimator",
+    [ope.SlateStandardIPS(), ope.SlateIndependentIPS(), ope.SlateRewardInteractionIPS()],
+    ids=["sips", "iips", "rips"],
 )
 def test_slate_estimators_are_unbiased_when_slot_rewards_are_independent(estimator: ope.SlateEstimator) -> None:
     simulator = ope.SyntheticSlateBandit()

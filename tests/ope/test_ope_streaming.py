@@ -129,3 +129,15 @@ def test_memory_stays_flat_in_the_number_of_rounds() -> None:
         return top
 
     assert peak(100) < 1.5 * peak(5)
+
+
+def test_slate_intervals_resample_whole_slates() -> None:
+    batch = ope.SyntheticSlateBandit().sample(300, random_state=1)
+    arrays = {name: getattr(batch, name) for name in ope.SlateBatch.__dataclass_fields__}
+    for estimator in (ope.SlateStandardIPS(), ope.SlateIndependentIPS(), ope.SlateRewardInteractionIPS()):
+        per_slate = estimator.estimate_round_rewards(**arrays)
+        assert per_slate.shape == (300,)
+        for method in ("bootstrap", "normal"):
+            interval = estimator.estimate_interval(**arrays, n_bootstrap_samples=300, random_state=0, method=method)
+            assert interval.value == pytest.approx(per_slate.mean())
+            assert interval.ci_low < interval.value < interval.ci_high
