@@ -62,6 +62,7 @@ class EpisodeFilter:
     """Filters of an episode listing; every field is optional and they combine with AND."""
 
     user_id: str | None = None
+    thread_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     policy_version: str | None = None
@@ -258,6 +259,8 @@ class EpisodeLog:
         conds: list[Any] = []
         if f.user_id is not None:
             conds.append(EpisodeRow.user_id == f.user_id)
+        if f.thread_id is not None:
+            conds.append(EpisodeRow.thread_id == f.thread_id)
         if f.since is not None:
             conds.append(EpisodeRow.created_at >= f.since)
         if f.until is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -107,7 +108,7 @@ class DecisionRow(Base):
     token_budget: Mapped[int | None] = mapped_column(Integer)
     policy: Mapped[str] = mapped_column(String(100))
     policy_version: Mapped[str] = mapped_column(String(100), index=True)
-    seed: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(BigInteger)
     propensity: Mapped[float] = mapped_column(Float)
     latency_ms: Mapped[float] = mapped_column(Float)
     tokens_injected: Mapped[int] = mapped_column(Integer)

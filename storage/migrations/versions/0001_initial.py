@@ -92,7 +92,7 @@ def upgrade() -> None:
     sa.Column('token_budget', sa.Integer(), nullable=True),
     sa.Column('policy', sa.String(length=100), nullable=False),
     sa.Column('policy_version', sa.String(length=100), nullable=False),
-    sa.Column('seed', sa.Integer(), nullable=False),
+    sa.Column('seed', sa.BigInteger(), nullable=False),
     sa.Column('propensity', sa.Float(), nullable=False),
     sa.Column('latency_ms', sa.Float(), nullable=False),
     sa.Column('tokens_injected', sa.Integer(), nullable=False),
