@@ -1,0 +1,69 @@
+"""``memabra mempo score``: grade logged routing decisions with the MemPO scorer.
+
+torch and transformers load only when the command runs, so the rest of the CLI starts without them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._cli._log import _parse_time
+from memabra.storage import EpisodeLog
+
+mempo_app = typer.Typer(help="Memory-quality labels from a local language model (the mempo extra).", no_args_is_help=True)
+
+
+@mempo_app.command("score")
+def score(
+    model: Annotated[Path, typer.Option("--model", help="Local directory of a saved causal LM and its tokenizer.", show_default=False)],
+    db: DbOption = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only decisions at or after this ISO time.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass.")] = 16,
+    device: Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu, cuda or cuda:N.")] = "auto",
+    eps: Annotated[float, typer.Option("--eps", min=0.0, help="Tolerance: +1 when P(selected) >= P(all) - eps.")] = 0.0,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Decisions scored and stored together.")] = 256,
+) -> None:
+    """Score decisions whose gold answer is known: P(gold | selected memories) against P(gold | all
+    candidate memories), stored as a memory-quality signal."""
+    try:
+        from memabra.evals.mempo import MemPOScorer
+    except ImportError as exc:
+        fail(str(exc))
+    since_at = _parse_time(since, "--since")
+    with run_guarded(EpisodeLog, db) as log:
+        items = run_guarded(lambda: list(log.mempo_items(since=since_at)))
+        if not items:
+            console.print("no decisions with a known gold answer to score")
+            return
+        scorer = run_guarded(MemPOScorer, model, device=device, batch_size=batch_size)
+        console.print(f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})")
+        rewards = {1: 0, -1: 0}
+        tokens = 0
+        started = time.perf_counter()
+        columns = (
+            TextColumn("[bold]scoring"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("scoring", total=len(items), rate="")
+            for chunk in scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size):
+                run_guarded(log.store_mempo_scores, chunk)
+                tokens += sum(result.tokens for result in chunk)
+                for result in chunk:
+                    rewards[result.reward] += 1
+                elapsed = time.perf_counter() - started
+                progress.update(task, advance=len(chunk), rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else "")
+    elapsed = time.perf_counter() - started
+    console.print(
+        f"scored {len(items)} decisions: {rewards[1]} selections as good as all candidates (+1), {rewards[-1]} worse (-1); "
+        f"{tokens:,} tokens in {elapsed:.1f} s = {tokens / elapsed if elapsed > 0 else 0.0:,.0f} tokens/s"
+    )
