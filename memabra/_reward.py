@@ -83,6 +83,7 @@ FEEDBACK_KEYS: Mapping[str, str] = {
     "useful_ids": "list of candidate ids reused instead of asking the user again",
     "relevant_ids": "list of candidate ids that should have been injected",
     "final": "bool: no more feedback will come; finalise the reward now",
+    "gold_answer": "text: the right answer, when known (MemPO grades the decision against it)",
     "comment": "free text",
 }
 
@@ -111,7 +112,7 @@ def validate_payload(payload: Mapping[str, Any]) -> None:
         elif key in ("correction", "tool_wrong"):
             if not isinstance(value, (bool, str)):
                 raise FeedbackError(f"feedback {key!r} must be a bool or a text, got {value!r}")
-        elif key in ("retract_memory", "comment"):
+        elif key in ("retract_memory", "comment", "gold_answer"):
             if not isinstance(value, str):
                 raise FeedbackError(f"feedback {key!r} must be a text, got {value!r}")
         elif key in ("used_ids", "useful_ids", "relevant_ids"):

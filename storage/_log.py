@@ -28,7 +28,10 @@ from memabra._records import (
     EpisodeSummary,
     Feedback,
     FeedbackReceipt,
+    GoldDecision,
     LearningItem,
+    MemoryQuality,
+    OPEResult,
     Page,
     PolicySnapshot,
     RegistryItem,
@@ -46,6 +49,8 @@ from memabra.storage._models import (
     DecisionSlotRow,
     EpisodeRow,
     FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
     PolicySnapshotRow,
     RegistryRow,
     RewardRow,
@@ -79,7 +84,110 @@ class CandidateStats:
     times_used: int
 
 
-class EpisodeLog:
+class _OfflineMixin:
+    """Offline-evaluation results and MemPO memory-quality labels (schema revision 0002)."""
+
+    _engine: Engine
+
+    def _session(self) -> Any:  # provided by EpisodeLog
+        raise TypeError("mixin")  # pragma: no cover
+
+    def record_ope_results(self, results: Sequence[OPEResult]) -> None:
+        if not results:
+            return
+        with self._session() as s:
+            versions = {r.snapshot_version for r in results if r.snapshot_version is not None}
+            for version in versions:
+                if s.get(PolicySnapshotRow, version) is None:
+                    raise InvalidRecordError(f"OPE result names snapshot {version!r}, which is not in the log")
+            s.execute(
+                insert(OPERunRow.__table__),  # type: ignore[arg-type]
+                [
+                    {
+                        "id": r.id, "run_id": r.run_id, "policy": r.policy, "snapshot_version": r.snapshot_version,
+                        "estimator": r.estimator, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                        "n_rounds": r.n_rounds, "alpha": r.alpha, "details": cv._thaw(r.details), "created_at": r.created_at,
+                    }
+                    for r in results
+                ],
+            )
+
+    def list_ope_runs(self, version: str | None = None, *, policy: str | None = None, limit: int = 1000) -> list[OPEResult]:
+        stmt = select(OPERunRow).order_by(OPERunRow.created_at.desc(), OPERunRow.estimator).limit(limit)
+        if version is not None:
+            stmt = stmt.where(OPERunRow.snapshot_version == version)
+        if policy is not None:
+            stmt = stmt.where(OPERunRow.policy == policy)
+        with self._session() as s:
+            return [
+                OPEResult(
+                    policy=r.policy, estimator=r.estimator, value=r.value, ci_low=r.ci_low, ci_high=r.ci_high,
+                    n_rounds=r.n_rounds, alpha=r.alpha, snapshot_version=r.snapshot_version, details=r.details or {},
+                    run_id=r.run_id, created_at=r.created_at, id=r.id,
+                )
+                for r in s.scalars(stmt)
+            ]
+
+    def mempo_items(self, *, since: datetime | None = None) -> Iterator[GoldDecision]:
+        """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback."""
+        stmt = select(FeedbackRow.episode_id, FeedbackRow.payload).order_by(FeedbackRow.received_at)
+        if since is not None:
+            stmt = stmt.where(FeedbackRow.received_at >= since)
+        with self._session() as s:
+            gold: dict[str, str] = {}
+            for episode_id, payload in s.execute(stmt):
+                answer = (payload or {}).get("gold_answer")
+                if isinstance(answer, str) and answer.strip():
+                    gold[episode_id] = answer
+            episode_ids = list(gold)
+        for start in range(0, len(episode_ids), 500):
+            chunk = episode_ids[start : start + 500]
+            with self._session() as s:
+                decisions = s.scalars(select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)).all()
+                cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
+                for c in s.scalars(
+                    select(DecisionCandidateRow)
+                    .where(DecisionCandidateRow.decision_id.in_([d.id for d in decisions]), DecisionCandidateRow.kind == "memory")
+                    .order_by(DecisionCandidateRow.ordinal)
+                ):
+                    cands[c.decision_id].append(c)
+            for d in decisions:
+                memories = cands[d.id]
+                if memories:
+                    yield GoldDecision(
+                        id=d.id, question=d.query,
+                        selected=tuple(c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)),
+                        candidates=tuple(c.text for c in memories), gold_answer=gold[d.episode_id],
+                    )
+
+    def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
+        """Insert or replace MemPO labels (a re-run with another model overwrites)."""
+        if not scores:
+            return
+        with self._session() as s:
+            s.execute(delete(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_([q.decision_id for q in scores])))
+            s.execute(
+                insert(MemoryScoreRow.__table__),  # type: ignore[arg-type]
+                [
+                    {
+                        "decision_id": q.decision_id, "scorer": q.scorer, "p_selected": q.p_selected, "p_all": q.p_all,
+                        "difference": q.difference, "reward": q.reward, "answer_tokens": q.answer_tokens, "scored_at": q.scored_at,
+                    }
+                    for q in scores
+                ],
+            )
+
+    def memory_scores(self, decision_ids: Sequence[str]) -> dict[str, MemoryQuality]:
+        if not decision_ids:
+            return {}
+        with self._session() as s:
+            return {
+                r.decision_id: MemoryQuality(r.decision_id, r.scorer, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens, r.scored_at)
+                for r in s.scalars(select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(list(decision_ids))))
+            }
+
+
+class EpisodeLog(_OfflineMixin):
     """The SQL episode log.
 
     ``EpisodeLog(url)`` opens the database at ``url`` (see
@@ -685,3 +793,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "CandidateStats", "EpisodeFilter", "EpisodeLog"]
+

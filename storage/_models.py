@@ -258,8 +258,46 @@ __all__ = [
     "DecisionSlotRow",
     "EpisodeRow",
     "FeedbackRow",
+    "MemoryScoreRow",
+    "OPERunRow",
     "PolicySnapshotRow",
     "RegistryRow",
     "RewardRow",
     "StepRow",
 ]
+
+
+class OPERunRow(Base):
+    """One estimator's result for one target policy in one offline-evaluation run."""
+
+    __tablename__ = "ope_runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(32), index=True)
+    policy: Mapped[str] = mapped_column(String(200))
+    snapshot_version: Mapped[str | None] = mapped_column(
+        ForeignKey("policy_snapshots.version", ondelete="SET NULL"), index=True
+    )
+    estimator: Mapped[str] = mapped_column(String(40))
+    value: Mapped[float] = mapped_column(Float)
+    ci_low: Mapped[float] = mapped_column(Float)
+    ci_high: Mapped[float] = mapped_column(Float)
+    n_rounds: Mapped[int] = mapped_column(Integer)
+    alpha: Mapped[float] = mapped_column(Float)
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class MemoryScoreRow(Base):
+    """MemPO's memory-quality label of a routing decision: P(gold | selected) vs P(gold | all)."""
+
+    __tablename__ = "memory_scores"
+
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
+    scorer: Mapped[str] = mapped_column(String(200))
+    p_selected: Mapped[float] = mapped_column(Float)
+    p_all: Mapped[float] = mapped_column(Float)
+    difference: Mapped[float] = mapped_column(Float)
+    reward: Mapped[int] = mapped_column(Integer)
+    answer_tokens: Mapped[int] = mapped_column(Integer)
+    scored_at: Mapped[datetime] = mapped_column(UTCDateTime())

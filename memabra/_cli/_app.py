@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
+from memabra._cli._mempo import mempo_app
+from memabra._cli._ope import ope_app
 
 app = typer.Typer(
     name="memabra",
@@ -15,6 +17,8 @@ app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
+app.add_typer(ope_app, name="ope")
+app.add_typer(mempo_app, name="mempo")
 app.command("feedback")(feedback)
 
 

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from memabra._cli._common import DbOption, console, fail, run_guarded
 from memabra._cli._log import _parse_time
+from memabra._records import MemoryQuality
 from memabra.storage import EpisodeLog
 
 mempo_app = typer.Typer(help="Memory-quality labels from a local language model (the mempo extra).", no_args_is_help=True)
@@ -32,16 +33,20 @@ def score(
     """Score decisions whose gold answer is known: P(gold | selected memories) against P(gold | all
     candidate memories), stored as a memory-quality signal."""
     try:
-        from memabra.evals.mempo import MemPOScorer
+        from memabra.evals.mempo import MemPOScorer, RoutingDecisionItem
     except ImportError as exc:
         fail(str(exc))
     since_at = _parse_time(since, "--since")
     with run_guarded(EpisodeLog, db) as log:
-        items = run_guarded(lambda: list(log.mempo_items(since=since_at)))
+        items = [
+            RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)
+            for g in run_guarded(lambda: list(log.mempo_items(since=since_at)))
+        ]
         if not items:
             console.print("no decisions with a known gold answer to score")
             return
         scorer = run_guarded(MemPOScorer, model, device=device, batch_size=batch_size)
+        scorer_name = f"mempo:{Path(model).name}"
         console.print(f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})")
         rewards = {1: 0, -1: 0}
         tokens = 0
@@ -56,7 +61,11 @@ def score(
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("scoring", total=len(items), rate="")
             for chunk in scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size):
-                run_guarded(log.store_mempo_scores, chunk)
+                labels = [
+                    MemoryQuality(r.id, scorer_name, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens)
+                    for r in chunk
+                ]
+                run_guarded(log.store_memory_scores, labels)
                 tokens += sum(result.tokens for result in chunk)
                 for result in chunk:
                     rewards[result.reward] += 1
