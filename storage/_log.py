@@ -13,7 +13,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -573,23 +573,41 @@ class EpisodeLog(_OfflineMixin):
             ]
 
     def recompute_rewards(
-        self, weights: RewardWeights, *, since: datetime | None = None, version: str | None = None
+        self,
+        weights: RewardWeights,
+        *,
+        since: datetime | None = None,
+        version: str | None = None,
+        use_memory_scores: bool = False,
     ) -> int:
         """Re-total every stored reward under ``weights`` from its stored components; returns how
-        many were updated. Nothing is re-run: the components are the record."""
+        many were updated. Nothing is re-run: the components are the record.
+
+        ``use_memory_scores`` replaces Hm with the MemPO label (+1 / -1) of the episode's decision
+        wherever one is stored (``memabra mempo score``)."""
         count = 0
         with self._session() as s:
             stmt = select(RewardRow).join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id)
             if since is not None:
                 stmt = stmt.where(EpisodeRow.created_at >= since)
+            labels: dict[str, float] = {}
+            if use_memory_scores:
+                label_stmt = select(DecisionRow.episode_id, MemoryScoreRow.reward).join(
+                    MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id
+                )
+                labels = {episode_id: float(reward) for episode_id, reward in s.execute(label_stmt)}
             updates_reward, updates_episode = [], []
             for row in s.scalars(stmt):
-                breakdown = cv.reward_from_row(row).reweighted(weights)
+                stored = cv.reward_from_row(row)
+                if row.episode_id in labels:
+                    stored = RewardBreakdown(replace(stored.components, hm=labels[row.episode_id]), stored.weights, stored.version)
+                breakdown = stored.reweighted(weights)
                 total = breakdown.total
                 updates_reward.append(
                     {
                         "b_id": row.episode_id,
                         "b_total": total,
+                        "b_hm": breakdown.components.hm,
                         "b_weights": weights.as_dict(),
                         "b_version": version or row.reward_version,
                     }
@@ -601,7 +619,12 @@ class EpisodeLog(_OfflineMixin):
                 s.execute(
                     update(rt)
                     .where(rt.c.episode_id == bindparam("b_id"))
-                    .values(total=bindparam("b_total"), weights=bindparam("b_weights"), reward_version=bindparam("b_version")),
+                    .values(
+                        total=bindparam("b_total"),
+                        hm=bindparam("b_hm"),
+                        weights=bindparam("b_weights"),
+                        reward_version=bindparam("b_version"),
+                    ),
                     updates_reward,
                 )
                 et = EpisodeRow.__table__

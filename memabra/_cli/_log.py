@@ -168,11 +168,14 @@ def rewards_recompute(
     db: DbOption = None,
     since: str | None = typer.Option(None, help="Only episodes at or after this ISO time."),
     version: str | None = typer.Option(None, help="Reward version label to store with the new totals."),
+    use_mempo: bool = typer.Option(False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."),
 ) -> None:
     """Re-total stored rewards from their components under new weights."""
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
-        n = run_guarded(log.recompute_rewards, new, since=_parse_time(since, "--since"), version=version)
+        n = run_guarded(
+            log.recompute_rewards, new, since=_parse_time(since, "--since"), version=version, use_memory_scores=use_mempo
+        )
     console.print(f"recomputed {n} rewards with weights {new.as_dict()}")
 
 

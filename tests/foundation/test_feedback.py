@@ -129,3 +129,23 @@ def test_recompute_rewards_in_the_log(log: EpisodeLog) -> None:
     assert after.total == pytest.approx(before.total - 0.6)
     assert after.version == "v1-heavy-c"
     assert log.list_episodes().items[0].reward_total == pytest.approx(after.total)
+
+
+def test_mempo_labels_feed_the_memory_hit_term(log: EpisodeLog) -> None:
+    from memabra._records import MemoryQuality
+
+    svc = _service(log)
+    good, bad = episode(), episode()
+    for e in (good, bad):
+        svc.record(e)
+    log.store_memory_scores(
+        [
+            MemoryQuality(good.selections[0].id, "mempo:test", 0.9, 0.8, 0.1, 1, 3),
+            MemoryQuality(bad.selections[0].id, "mempo:test", 0.1, 0.8, -0.7, -1, 3),
+        ]
+    )
+    assert log.recompute_rewards(RewardWeights(), use_memory_scores=True) == 2
+    g, b = log.get_reward(good.id), log.get_reward(bad.id)
+    assert g is not None and b is not None
+    assert (g.components.hm, b.components.hm) == (1.0, -1.0)
+    assert g.total - b.total == pytest.approx(0.35 * 2)
