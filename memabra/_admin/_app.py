@@ -1,0 +1,535 @@
+"""The admin web app: review routing decisions, record feedback, promote or roll back snapshots.
+
+Pages are server-rendered with Jinja2 (autoescape on: every memory, message and tool output is
+text, never markup) and served with a Content-Security-Policy that allows scripts from the app's
+own ``/static`` only, so even a missed escape could not run an injected script. Charts use the
+vendored Chart.js file in ``static/``; nothing is fetched from elsewhere.
+
+Writes go through the library: feedback through :class:`memabra._feedback.RewardService`,
+snapshot status through :class:`memabra.storage.EpisodeLog`. Each write is a POST that needs a
+signed-in session and its CSRF token (or an ``Authorization: Bearer`` admin token, which a
+browser never sends on its own), and is refused with 403 when the app is read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memabra._admin import _views as views
+from memabra._admin._auth import SESSION_COOKIE, Credentials, SessionCodec, SessionState, WebSession
+from memabra._admin._forms import FILTER_FIELDS, FormError, parse_episode_filter, parse_feedback_form, parse_limit, parse_window
+from memabra._admin._policy import CurrentPolicy
+from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
+from memabra._feedback import RewardService
+from memabra._records import Feedback, FeedbackKind, utcnow
+from memabra._reward import RewardConfig
+from memabra.storage import EpisodeLog
+from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("memabra")
+
+_HERE = Path(__file__).parent
+DEFAULT_SESSION_TTL = timedelta(hours=8)
+# Slows down guessing a password through the sign-in form without hurting a person who mistypes.
+_FAILED_LOGIN_DELAY_S = 0.25
+
+_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+_NOTICES = {
+    "feedback-stored": "Feedback recorded; the episode's reward was recomputed.",
+    "feedback-late": "Feedback recorded as late: the reward was already final and learned from, so it is kept for review only.",
+    "feedback-duplicate": "This feedback was already recorded; nothing changed.",
+    "promoted": "Snapshot promoted: it is now the active policy.",
+    "rolled-back": "Rolled back: the parent snapshot is active again.",
+    "signed-out": "Signed out.",
+}
+
+
+class _SecurityHeaders:
+    """Adds the CSP and related headers to every response (pages, static files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + list(_SECURITY_HEADERS)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Auth:
+    state: SessionState
+    session: WebSession | None
+    bearer: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.bearer or (self.session is not None and self.session.authenticated)
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+
+
+class _Admin:
+    """Endpoints and their shared state; :func:`create_app` wires them into a Starlette app."""
+
+    def __init__(
+        self,
+        log: EpisodeLog,
+        *,
+        credentials: Credentials,
+        codec: SessionCodec,
+        read_only: bool,
+        current_policy: CurrentPolicy | None,
+        reward_config: RewardConfig | None,
+        secure_cookies: bool,
+    ) -> None:
+        self.log = log
+        self.queries = AdminQueries(log)
+        self.credentials = credentials
+        self.codec = codec
+        self.read_only = read_only
+        self.current_policy = current_policy
+        self.reward_config = reward_config
+        self.secure_cookies = secure_cookies
+        self.templates = Environment(
+            loader=FileSystemLoader(_HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(
+            time=views.format_time,
+            num=views.format_number,
+            truncate_text=views.truncate,
+        )
+        self.templates.globals.update(filters_query=views.filters_query)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _authenticate(self, request: Request) -> _Auth:
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            if self.credentials.accepts_bearer(header[7:].strip()):
+                return _Auth(SessionState.VALID, None, bearer=True)
+            raise _HttpError(401, "Not signed in", "The bearer token is wrong.")
+        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        return _Auth(state, session, bearer=False)
+
+    def _render(self, name: str, status: int = 200, *, auth: _Auth | None = None, **context: Any) -> HTMLResponse:
+        template = self.templates.get_template(name)
+        session = auth.session if auth is not None else None
+        html = template.render(
+            read_only=self.read_only,
+            csrf_token=session.csrf if session is not None else "",
+            signed_in=auth is not None and auth.ok,
+            cookie_session=session is not None,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        response.headers["cache-control"] = "no-store"
+        return response
+
+    def _set_session(self, response: Response, cookie: str) -> None:
+        # A browser-session cookie: expiry is enforced by the signed payload, and a cookie that
+        # outlives it lets the sign-in page say "expired" rather than just "sign in".
+        response.set_cookie(
+            SESSION_COOKIE,
+            cookie,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+        )
+
+    def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:
+        return self._render("error.html", exc.status, auth=auth, title=exc.title, message=exc.message)
+
+    def _login_redirect(self, request: Request, auth: _Auth) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        query = f"next={quote(target, safe='')}"
+        if auth.state is SessionState.EXPIRED:
+            query += "&expired=1"
+        return RedirectResponse(f"/login?{query}", status_code=303)
+
+    async def _guard_write(self, request: Request) -> tuple[_Auth, dict[str, str]]:
+        """Sign-in, read-only, same origin and CSRF checks shared by every write."""
+        auth = self._authenticate(request)
+        if not auth.ok:
+            expired = auth.state is SessionState.EXPIRED
+            raise _HttpError(
+                401,
+                "Not signed in",
+                "Your session expired; sign in again." if expired else "Sign in to make changes.",
+            )
+        if self.read_only:
+            raise _HttpError(403, "Read-only", "This admin view is read-only: it refuses every write.")
+        origin = request.headers.get("origin")
+        if origin and urlparse(origin).netloc != request.headers.get("host", ""):
+            raise _HttpError(403, "Forbidden", "The request came from another origin.")
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        if not auth.bearer and (auth.session is None or not auth.session.csrf_matches(form.get("csrf_token"))):
+            raise _HttpError(403, "Forbidden", "The form's CSRF token is missing or wrong; reload the page and try again.")
+        return auth, form
+
+    async def _page(
+        self,
+        request: Request,
+        build: Callable[[_Auth], Awaitable[Response]],
+    ) -> Response:
+        try:
+            auth = self._authenticate(request)
+        except _HttpError as exc:
+            return self._error(exc)
+        if not auth.ok:
+            return self._login_redirect(request, auth)
+        try:
+            return await build(auth)
+        except _HttpError as exc:
+            return self._error(exc, auth)
+        except UnknownEpisodeError as exc:
+            return self._error(_HttpError(404, "Not found", str(exc)), auth)
+        except (InvalidRecordError, FeedbackError) as exc:
+            return self._error(_HttpError(400, "Bad request", str(exc)), auth)
+
+    async def _write(
+        self,
+        request: Request,
+        apply: Callable[[_Auth, dict[str, str]], Awaitable[Response]],
+    ) -> Response:
+        auth: _Auth | None = None
+        try:
+            auth, form = await self._guard_write(request)
+            return await apply(auth, form)
+        except _HttpError as exc:
+            return self._error(exc, auth)
+        except UnknownEpisodeError as exc:
+            return self._error(_HttpError(404, "Not found", str(exc)), auth)
+        except SnapshotError as exc:
+            return self._error(_HttpError(409, "Conflict", str(exc)), auth)
+        except (InvalidRecordError, FeedbackError) as exc:
+            return self._error(_HttpError(400, "Bad request", str(exc)), auth)
+
+    # ------------------------------------------------------------------ sign-in
+
+    async def login_form(self, request: Request) -> Response:
+        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        if session is not None and session.authenticated:
+            return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
+        return self._login_page(
+            request.query_params.get("next", ""),
+            message="Your session expired; sign in again." if request.query_params.get("expired") else "",
+            notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
+            session=session if state is SessionState.VALID else None,
+        )
+
+    def _login_page(self, next_url: str, *, message: str = "", notice: str = "", status: int = 200, session: WebSession | None = None) -> Response:
+        cookie = None
+        if session is None:
+            cookie, session = self.codec.issue(authenticated=False)
+        response = self._render(
+            "login.html",
+            status,
+            auth=_Auth(SessionState.VALID, session, bearer=False),
+            next_url=_safe_next(next_url),
+            message=message,
+            notice=notice,
+        )
+        if cookie is not None:
+            self._set_session(response, cookie)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        next_url = form.get("next", "")
+        _, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        if session is None or not session.csrf_matches(form.get("csrf_token")):
+            return self._login_page(next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403)
+        if not self.credentials.accepts(form.get("secret", "")):
+            logger.warning("admin sign-in failed from %s", request.client.host if request.client else "?")
+            await asyncio.sleep(_FAILED_LOGIN_DELAY_S)
+            return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
+        cookie, _ = self.codec.issue(authenticated=True)
+        response = RedirectResponse(_safe_next(next_url), status_code=303)
+        self._set_session(response, cookie)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        _, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        form = await request.form()
+        token = form.get("csrf_token")
+        if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
+            return self._error(_HttpError(403, "Forbidden", "The form's CSRF token is missing or wrong."))
+        response = RedirectResponse("/login?notice=signed-out", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    # ------------------------------------------------------------------ pages
+
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse("/episodes", status_code=303)
+
+    async def episodes(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            params = dict(request.query_params)
+            try:
+                flt, raw = parse_episode_filter(params)
+                limit = parse_limit(params.get("limit"))
+                cursor = params.get("cursor") or None
+                page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit)
+            except InvalidRecordError as exc:
+                # Show the form again as it was sent, with the message naming the bad field.
+                raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}
+                snapshots = await run_in_threadpool(self.queries.snapshots)
+                return self._render(
+                    "episodes.html", 400, auth=auth, page=None, filters=raw, error=str(exc),
+                    limit=50, cursor=None, snapshots=snapshots, section="episodes",
+                )
+            snapshots = await run_in_threadpool(self.queries.snapshots)
+            return self._render(
+                "episodes.html", auth=auth, page=page, filters=raw, error="",
+                limit=limit, cursor=cursor, snapshots=snapshots, section="episodes",
+            )
+
+        return await self._page(request, build)
+
+    async def episode(self, request: Request) -> Response:
+        episode_id = request.path_params["episode_id"]
+
+        async def build(auth: _Auth) -> Response:
+            context = await run_in_threadpool(self._episode_context, episode_id)
+            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            return self._render("episode.html", auth=auth, notice=notice, section="episodes", **context)
+
+        return await self._page(request, build)
+
+    def _episode_context(self, episode_id: str) -> dict[str, Any]:
+        episode = self.log.get_episode(episode_id)
+        summary = self.queries.episode_summary(episode_id)
+        conversation = (
+            self.queries.conversation(episode.user_id, episode.thread_id) if episode.thread_id is not None else []
+        )
+        return {
+            "episode": episode,
+            "summary": summary,
+            "conversation": conversation,
+            "decisions": views.decision_views(episode, self.current_policy),
+            "reward_lines": views.reward_lines(episode.reward) if episode.reward is not None else [],
+            "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
+            "steps": [(s, views.step_arguments(s)) for s in episode.steps],
+            "idempotency_key": secrets.token_urlsafe(16),
+        }
+
+    async def policies(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            window, since = parse_window(request.query_params.get("window"), utcnow())
+            context = await run_in_threadpool(self._policies_context, since)
+            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            return self._render("policies.html", auth=auth, window=window, notice=notice, section="policies", **context)
+
+        return await self._page(request, build)
+
+    def _policies_context(self, since: Any) -> dict[str, Any]:
+        q = self.queries
+        first, last = q.time_span(since=since)
+        points = q.reward_over_time(since=since, bucket=views.choose_bucket(first, last))
+        stats = q.policy_version_stats(since=since)
+        shares = q.kind_shares(since=since)
+        ope = q.ope_results()
+        reward_sum: dict[str, float] = defaultdict(float)
+        rewarded: dict[str, int] = defaultdict(int)
+        episodes: dict[str, int] = defaultdict(int)
+        for p in points:
+            episodes[p.policy_version] += p.episodes
+            if p.mean_reward is not None:
+                reward_sum[p.policy_version] += p.mean_reward * p.rewarded
+                rewarded[p.policy_version] += p.rewarded
+        mean_reward = {v: reward_sum[v] / n for v, n in rewarded.items() if n}
+        shares_by_version: dict[str, dict[str, float]] = defaultdict(dict)
+        for share in shares:
+            shares_by_version[share.policy_version][share.kind] = share.share
+        snapshots = q.snapshots()
+        snapshot_versions = {s.version for s in snapshots}
+        return {
+            "snapshots": snapshots,
+            "stats": stats,
+            "stats_by_version": {s.policy_version: s for s in stats},
+            "episodes_by_version": dict(episodes),
+            "mean_reward": mean_reward,
+            "shares": shares_by_version,
+            "ope": ope,
+            "has_snapshot": snapshot_versions,
+            "chart_data": views.chart_payload(points, stats, shares, ope),
+            "sample": DEFAULT_SAMPLE,
+        }
+
+    # ------------------------------------------------------------------ writes
+
+    async def post_feedback(self, request: Request) -> Response:
+        episode_id = request.path_params["episode_id"]
+
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            parsed = parse_feedback_form(form)
+            feedback = Feedback(
+                episode_id=episode_id,
+                kind=FeedbackKind.EXPLICIT,
+                source="admin",
+                payload=parsed.payload,
+                decision_id=parsed.decision_id,
+                idempotency_key=f"admin:{parsed.idempotency_key}",
+            )
+            service = RewardService(self.log, self.reward_config)
+            receipt = await run_in_threadpool(service.post_feedback, feedback)
+            return RedirectResponse(f"/episodes/{quote(episode_id)}?notice=feedback-{receipt.status}#feedback", status_code=303)
+
+        return await self._write(request, apply)
+
+    async def promote(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            version = _required(form, "version")
+            await run_in_threadpool(self.log.set_snapshot_status, version, "active")
+            return RedirectResponse("/policies?notice=promoted", status_code=303)
+
+        return await self._write(request, apply)
+
+    async def rollback(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            version = _required(form, "version")
+            await run_in_threadpool(self._rollback, version)
+            return RedirectResponse("/policies?notice=rolled-back", status_code=303)
+
+        return await self._write(request, apply)
+
+    def _rollback(self, version: str) -> None:
+        """Make the active snapshot's parent active again and retire the snapshot."""
+        snapshot = self.log.get_snapshot(version)
+        if snapshot.status != "active":
+            raise SnapshotError(f"snapshot {version} is not active ({snapshot.status}); only the active one rolls back")
+        if snapshot.parent is None:
+            raise SnapshotError(f"snapshot {version} has no parent to roll back to")
+        # Promoting the parent retires every other active snapshot of its policy in one transaction.
+        self.log.set_snapshot_status(snapshot.parent, "active")
+        if self.log.get_snapshot(version).status == "active":
+            self.log.set_snapshot_status(version, "retired")
+
+
+def _required(form: Mapping[str, str], name: str) -> str:
+    value = form.get(name, "").strip()
+    if not value:
+        raise FormError(f"{name} is required")
+    return value
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site: an open redirect would let a link sign someone into a trap."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/episodes"
+    return target
+
+
+def create_app(
+    log_or_url: EpisodeLog | str | None,
+    *,
+    token: str | None = None,
+    password: str | None = None,
+    read_only: bool = False,
+    session_ttl: timedelta = DEFAULT_SESSION_TTL,
+    current_policy: CurrentPolicy | None = None,
+    reward_config: RewardConfig | None = None,
+    secret_key: bytes | None = None,
+    secure_cookies: bool = False,
+) -> Starlette:
+    """The admin ASGI app over an episode log (an :class:`EpisodeLog`, or a database URL that the
+    app opens and closes with its lifespan).
+
+    ``token`` / ``password``: what a reviewer signs in with (at least one is required).
+    ``read_only``: refuse every write with 403. ``session_ttl``: how long a sign-in lasts.
+    ``current_policy``: what the current policy would choose for a logged decision (see
+    :class:`memabra._admin.ActiveSnapshotPolicy`); ``None`` shows no "now" column.
+    ``reward_config``: how feedback is scored (default: the library's). ``secret_key`` signs
+    session cookies (random per process by default, so a restart signs everyone out).
+    ``secure_cookies``: mark the cookie ``Secure`` (serve over HTTPS then).
+    """
+    credentials = Credentials(token=token, password=password)
+    owns_log = not isinstance(log_or_url, EpisodeLog)
+    log = log_or_url if isinstance(log_or_url, EpisodeLog) else EpisodeLog(log_or_url)
+    admin = _Admin(
+        log,
+        credentials=credentials,
+        codec=SessionCodec(secret_key or secrets.token_bytes(32), session_ttl),
+        read_only=read_only,
+        current_policy=current_policy,
+        reward_config=reward_config,
+        secure_cookies=secure_cookies,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owns_log:
+                log.close()
+
+    routes = [
+        Route("/", admin.home),
+        Route("/login", admin.login_form, methods=["GET"]),
+        Route("/login", admin.login, methods=["POST"]),
+        Route("/logout", admin.logout, methods=["POST"]),
+        Route("/episodes", admin.episodes, methods=["GET"]),
+        Route("/episodes/{episode_id}", admin.episode, methods=["GET"]),
+        Route("/episodes/{episode_id}/feedback", admin.post_feedback, methods=["POST"]),
+        Route("/policies", admin.policies, methods=["GET"]),
+        Route("/policies/promote", admin.promote, methods=["POST"]),
+        Route("/policies/rollback", admin.rollback, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(_SecurityHeaders)
+    app.state.admin = admin
+    return app

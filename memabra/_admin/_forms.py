@@ -1,0 +1,148 @@
+"""Parsing of query strings and form fields; each bad value raises naming the field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from memabra._errors import InvalidRecordError
+from memabra._records import CandidateKind, JSONValue
+from memabra.storage import EpisodeFilter
+
+__all__ = [
+    "FILTER_FIELDS",
+    "FeedbackForm",
+    "FormError",
+    "parse_episode_filter",
+    "parse_feedback_form",
+    "parse_limit",
+    "parse_window",
+]
+
+FILTER_FIELDS = ("since", "until", "user", "thread", "policy_version", "kind", "reward_min", "reward_max", "corrected")
+WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
+MAX_TEXT = 10_000
+
+
+class FormError(InvalidRecordError):
+    """A query-string or form value the admin view cannot use; the message names the field."""
+
+
+def _time(field: str, raw: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise FormError(f"{field} must be a date or time like 2025-01-31 or 2025-01-31T13:45, got {raw!r}") from None
+    # Times without an offset are UTC, as everywhere else in the log.
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+
+
+def _number(field: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise FormError(f"{field} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise FormError(f"{field} must be a finite number, got {raw!r}")
+    return value
+
+
+def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict[str, str]]:
+    """The filter a query string asks for, and its non-empty raw values (to refill the form)."""
+    raw = {name: params.get(name, "").strip() for name in FILTER_FIELDS}
+    kind: CandidateKind | None = None
+    if raw["kind"]:
+        try:
+            kind = CandidateKind(raw["kind"])
+        except ValueError:
+            raise FormError(f"kind must be memory, skill or tool, got {raw['kind']!r}") from None
+    corrected: bool | None = None
+    if raw["corrected"]:
+        if raw["corrected"] not in ("yes", "no"):
+            raise FormError(f"corrected must be yes or no, got {raw['corrected']!r}")
+        corrected = raw["corrected"] == "yes"
+    since = _time("since", raw["since"]) if raw["since"] else None
+    until = _time("until", raw["until"]) if raw["until"] else None
+    if since is not None and until is not None and until <= since:
+        raise FormError("until must be later than since")
+    # Refill the datetime-local inputs in the one format they display (UTC, like the page).
+    for name, value in (("since", since), ("until", until)):
+        if value is not None:
+            raw[name] = value.strftime("%Y-%m-%dT%H:%M:%S")
+    reward_min = _number("reward_min", raw["reward_min"]) if raw["reward_min"] else None
+    reward_max = _number("reward_max", raw["reward_max"]) if raw["reward_max"] else None
+    if reward_min is not None and reward_max is not None and reward_max < reward_min:
+        raise FormError("reward_max must not be below reward_min")
+    flt = EpisodeFilter(
+        user_id=raw["user"] or None,
+        thread_id=raw["thread"] or None,
+        since=since,
+        until=until,
+        policy_version=raw["policy_version"] or None,
+        kind=kind,
+        reward_min=reward_min,
+        reward_max=reward_max,
+        corrected=corrected,
+    )
+    return flt, {k: v for k, v in raw.items() if v}
+
+
+def parse_limit(raw: str | None, default: int = 50) -> int:
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise FormError(f"limit must be an integer, got {raw!r}") from None
+    if not 1 <= value <= 500:
+        raise FormError(f"limit must be between 1 and 500, got {value}")
+    return value
+
+
+def parse_window(raw: str | None, now: datetime) -> tuple[str, datetime | None]:
+    """The policies page's time window: its key and the time it starts (``None``: all time)."""
+    key = raw or "30"
+    if key not in WINDOWS:
+        raise FormError(f"window must be one of {', '.join(WINDOWS)}, got {key!r}")
+    days = WINDOWS[key]
+    return key, (now - timedelta(days=days) if days is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackForm:
+    """An admin's feedback: the payload for the reward service and its idempotency key."""
+
+    payload: dict[str, JSONValue]
+    idempotency_key: str
+    decision_id: str | None
+
+
+def parse_feedback_form(form: Mapping[str, str]) -> FeedbackForm:
+    """``action=correction`` (optional ``correction`` text) or ``action=rating`` (``rating`` 1..5),
+    each with an optional ``comment``; the form's ``idempotency_key`` makes a resubmission a no-op."""
+    action = form.get("action", "")
+    comment = form.get("comment", "").strip()
+    key = form.get("idempotency_key", "").strip()
+    if not key or len(key) > 200:
+        raise FormError("idempotency_key is missing or longer than 200 characters; reload the page")
+    payload: dict[str, JSONValue] = {}
+    if action == "correction":
+        text = form.get("correction", "").strip()
+        if len(text) > MAX_TEXT:
+            raise FormError(f"correction is longer than {MAX_TEXT} characters")
+        payload["correction"] = text or True
+    elif action == "rating":
+        raw = form.get("rating", "")
+        if raw not in ("1", "2", "3", "4", "5"):
+            raise FormError(f"rating must be an integer from 1 to 5, got {raw!r}")
+        payload["rating"] = int(raw)
+    else:
+        raise FormError(f"action must be correction or rating, got {action!r}")
+    if comment:
+        if len(comment) > MAX_TEXT:
+            raise FormError(f"comment is longer than {MAX_TEXT} characters")
+        payload["comment"] = comment
+    decision_id = form.get("decision_id", "").strip() or None
+    return FeedbackForm(payload, key, decision_id)

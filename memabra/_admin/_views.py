@@ -1,0 +1,298 @@
+"""View models: what the templates show, computed from records, so templates stay logic-free.
+
+The counterfactual of a decision has two parts. *Missed* candidates are high-scoring ones left
+out: those ranked above the worst-ranked chosen candidate of their kind, or, for a kind of which
+nothing was chosen, the kind's best candidate. *Now* is what the current policy (an injected
+:data:`CurrentPolicy`) picks for the same context and candidates, compared with what was logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import urlencode
+
+from memabra._admin._policy import CurrentPolicy
+from memabra._errors import MemabraError
+from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, OPEResult, RewardBreakdown, Selection, Step
+from memabra.storage._admin_queries import KindShare, PolicyVersionStats, RewardPoint
+
+__all__ = [
+    "CandidateView",
+    "DecisionView",
+    "RewardLine",
+    "SlotRow",
+    "chart_payload",
+    "choose_bucket",
+    "decision_views",
+    "feedback_summary",
+    "filters_query",
+    "format_number",
+    "format_time",
+    "ope_target",
+    "reward_lines",
+    "step_arguments",
+    "truncate",
+]
+
+logger = logging.getLogger("memabra")
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateView:
+    """One offered candidate as the decision table shows it.
+
+    ``probability`` is the probability of the slot that drew it, or for a candidate left out, of
+    the first slot of its kind that offered it (``None`` if no slot did, e.g. over budget).
+    """
+
+    id: str
+    kind: str
+    text: str
+    tokens: int
+    features: tuple[tuple[str, float], ...]
+    score: float
+    rank: int
+    probability: float | None
+    chosen: bool
+    slot: int | None
+    missed: bool
+    chosen_now: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRow:
+    """One slot draw of a decision, with whether it explored."""
+
+    slot: int
+    kind: str
+    chosen_id: str
+    chosen_probability: float
+    options: int
+    max_probability: float
+    explored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionView:
+    selection: Selection
+    candidates: tuple[CandidateView, ...]
+    slots: tuple[SlotRow, ...]
+    missed: tuple[CandidateView, ...]
+    chosen_ids: tuple[str, ...]
+    now_ids: tuple[str, ...] | None
+    now_error: str | None
+
+    @property
+    def now_added(self) -> tuple[str, ...]:
+        return tuple(i for i in self.now_ids or () if i not in self.chosen_ids)
+
+    @property
+    def now_dropped(self) -> tuple[str, ...]:
+        if self.now_ids is None:
+            return ()
+        return tuple(i for i in self.chosen_ids if i not in self.now_ids)
+
+    @property
+    def budget_slots(self) -> str:
+        slots = self.selection.context.budget.slots
+        return ", ".join(f"{kind.value} {n}" for kind, n in slots.items())
+
+
+def decision_views(episode: Episode, current_policy: CurrentPolicy | None) -> list[DecisionView]:
+    return [_decision_view(sel, current_policy) for sel in episode.selections]
+
+
+def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> DecisionView:
+    chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
+    first_offer: dict[str, float] = {}
+    for draw in sel.slots:
+        for cid, p in zip(draw.candidate_ids, draw.probabilities):
+            first_offer.setdefault(cid, p)
+    now_ids, now_error = _policy_now(sel, current_policy)
+    # A candidate is "missed" when it ranks above this: the worst chosen rank of its kind, or 1
+    # (only the best counts) for a kind of which nothing was chosen.
+    worst_chosen: dict[CandidateKind, int] = {}
+    for sc in sel.offered:
+        if sc.candidate.id in chosen_slot:
+            worst_chosen[sc.candidate.kind] = max(worst_chosen.get(sc.candidate.kind, 0), sc.rank)
+    has_slots = {kind: kind in sel.context.kinds and sel.context.budget.slots_for(kind) > 0 for kind in CandidateKind}
+    views = []
+    for sc in sel.offered:
+        cand = sc.candidate
+        draw = chosen_slot.get(cand.id)
+        views.append(
+            CandidateView(
+                id=cand.id,
+                kind=cand.kind.value,
+                text=cand.text,
+                tokens=cand.tokens,
+                features=tuple(sorted((k, float(v)) for k, v in sc.features.items())),
+                score=sc.score,
+                rank=sc.rank,
+                probability=draw.chosen_probability if draw is not None else first_offer.get(cand.id),
+                chosen=draw is not None,
+                slot=draw.slot if draw is not None else None,
+                missed=draw is None and has_slots[cand.kind] and sc.rank < worst_chosen.get(cand.kind, 1),
+                chosen_now=None if now_ids is None else cand.id in now_ids,
+            )
+        )
+    # Chosen first in slot order, then the rest by kind and rank: the table reads like the slate.
+    views.sort(key=lambda v: (not v.chosen, v.slot if v.slot is not None else 0, v.kind, v.rank))
+    slots = tuple(
+        SlotRow(
+            slot=d.slot,
+            kind=d.kind.value,
+            chosen_id=d.chosen_id,
+            chosen_probability=d.chosen_probability,
+            options=len(d.candidate_ids),
+            max_probability=max(d.probabilities),
+            explored=d.chosen_probability < max(d.probabilities) - 1e-9,
+        )
+        for d in sel.slots
+    )
+    missed = tuple(sorted((v for v in views if v.missed), key=lambda v: -v.score))
+    return DecisionView(sel, tuple(views), slots, missed, sel.chosen_ids, now_ids, now_error)
+
+
+def _policy_now(sel: Selection, current_policy: CurrentPolicy | None) -> tuple[tuple[str, ...] | None, str | None]:
+    if current_policy is None:
+        return None, "no current policy is configured for this admin view"
+    try:
+        return tuple(current_policy(sel)), None
+    except MemabraError as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken policy must not take the review page down with it
+        logger.exception("current policy failed on decision %s", sel.id)
+        return None, f"the current policy failed: {type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True, slots=True)
+class RewardLine:
+    """One term of R = ws*S + wr*H - we*E - wc*C - wl*L - wx*X + wu*U."""
+
+    symbol: str
+    name: str
+    value: float | None
+    weight_name: str | None
+    weight: float | None
+    sign: str
+    contribution: float | None
+    sub: bool = False
+
+
+_TERMS: tuple[tuple[str, str, str, str], ...] = (
+    ("s", "S", "success", "ws"),
+    ("h", "H", "hit (mean of the kinds present)", "wr"),
+    ("hm", "Hm", "memory hit", ""),
+    ("hs", "Hs", "skill hit", ""),
+    ("ht", "Ht", "tool hit", ""),
+    ("e", "E", "tool errors", "we"),
+    ("c", "C", "correction", "wc"),
+    ("l", "L", "latency and steps", "wl"),
+    ("x", "X", "context tokens", "wx"),
+    ("u", "U", "reuse", "wu"),
+)
+_NEGATIVE = {"e", "c", "l", "x"}
+
+
+def reward_lines(reward: RewardBreakdown) -> list[RewardLine]:
+    comps, weights = reward.components, reward.weights
+    lines = []
+    for attr, symbol, name, weight_name in _TERMS:
+        value = comps.h if attr == "h" else getattr(comps, attr)
+        if not weight_name:
+            lines.append(RewardLine(symbol, name, value, None, None, "", None, sub=True))
+            continue
+        weight = float(getattr(weights, weight_name))
+        sign = "-" if attr in _NEGATIVE else "+"
+        # "+ 0.0" turns a negative zero into a plain one: "-0.000" would read as a penalty.
+        contribution = (-1.0 if sign == "-" else 1.0) * weight * float(value) + 0.0
+        lines.append(RewardLine(symbol, name, float(value), weight_name, weight, sign, contribution))
+    return lines
+
+
+def feedback_summary(feedback: Feedback) -> str:
+    """The payload as compact JSON (the template escapes it)."""
+    return json.dumps(dict(feedback.payload), sort_keys=True, default=str)
+
+
+def step_arguments(step: Step) -> str:
+    return json.dumps(dict(step.arguments), sort_keys=True, default=str, indent=1) if step.arguments else ""
+
+
+def choose_bucket(first: datetime | None, last: datetime | None) -> str:
+    """Hourly points for a short log, daily ones otherwise."""
+    if first is None or last is None:
+        return "day"
+    return "hour" if last - first < timedelta(days=3) else "day"
+
+
+def chart_payload(
+    points: Sequence[RewardPoint],
+    stats: Sequence[PolicyVersionStats],
+    shares: Sequence[KindShare],
+    ope: Sequence[OPEResult],
+) -> dict[str, Any]:
+    """The data the policies page's charts draw, as plain JSON (read by static/admin.js)."""
+    buckets = sorted({p.bucket for p in points})
+    versions = sorted({p.policy_version for p in points})
+    by_key = {(p.policy_version, p.bucket): p.mean_reward for p in points}
+    reward = {
+        "labels": buckets,
+        "series": [{"label": v, "data": [by_key.get((v, b)) for b in buckets]} for v in versions],
+    }
+    kinds = [k.value for k in CandidateKind]
+    share_versions = sorted({s.policy_version for s in shares})
+    share_by_key = {(s.policy_version, s.kind): s.share for s in shares}
+    kind_chart = {
+        "labels": share_versions,
+        "series": [{"label": k, "data": [share_by_key.get((v, k), 0.0) for v in share_versions]} for k in kinds],
+    }
+    ordered_stats = sorted(stats, key=lambda st: st.policy_version)
+    exploration = {
+        "labels": [st.policy_version for st in ordered_stats],
+        "exploration": [st.exploration_rate for st in ordered_stats],
+        "min_propensity": [st.min_propensity for st in ordered_stats],
+    }
+    # Oldest first, so each target policy's bars read left to right in the order they were run.
+    ordered_ope = sorted(ope, key=lambda r: (r.created_at, ope_target(r), r.estimator))
+    ope_chart = {
+        "labels": [f"{ope_target(r)} · {r.estimator}" for r in ordered_ope],
+        "value": [r.value for r in ordered_ope],
+        "interval": [[r.ci_low, r.ci_high] for r in ordered_ope],
+    }
+    return {"reward": reward, "kinds": kind_chart, "exploration": exploration, "ope": ope_chart}
+
+
+def ope_target(result: OPEResult) -> str:
+    """What an evaluation run evaluated: its snapshot, else the policy specification."""
+    return result.snapshot_version or result.policy
+
+
+def format_time(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def truncate(text: str | None, limit: int = 120) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def filters_query(values: Mapping[str, str], **overrides: str | None) -> str:
+    """A query string of the non-empty filter values (for the next-page link)."""
+    merged = {**values, **overrides}
+    return urlencode({k: v for k, v in merged.items() if v})

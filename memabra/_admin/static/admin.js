@@ -1,0 +1,118 @@
+/* memabra admin: confirmation of writes and the policies page's charts (Chart.js, served locally).
+   Chart data comes from a JSON block the server renders; nothing here builds HTML from data. */
+(function () {
+  "use strict";
+
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) {
+        event.preventDefault();
+      }
+    });
+  });
+
+  // A long thread scrolls inside its box; start it at the turn under review.
+  var current = document.querySelector(".conversation .turn.current");
+  if (current) {
+    current.parentNode.scrollTop = current.offsetTop - current.parentNode.offsetTop - 8;
+  }
+
+  var dataNode = document.getElementById("chart-data");
+  if (!dataNode || typeof window.Chart === "undefined") {
+    return;
+  }
+  var data = JSON.parse(dataNode.textContent);
+  var Chart = window.Chart;
+  var palette = ["#2563eb", "#db2777", "#16a34a", "#ea580c", "#7c3aed", "#0891b2", "#ca8a04", "#475569"];
+  var kindColours = { memory: "#2563eb", skill: "#16a34a", tool: "#ea580c" };
+
+  Chart.defaults.animation = false;
+  Chart.defaults.responsive = true;
+  Chart.defaults.maintainAspectRatio = false;
+  Chart.defaults.font.family = "Inter, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
+  Chart.defaults.font.size = 12;
+  Chart.defaults.color = "#475569";
+  Chart.defaults.plugins.legend.labels.boxWidth = 12;
+
+  function colour(i) {
+    return palette[i % palette.length];
+  }
+
+  function draw(id, config) {
+    var canvas = document.getElementById(id);
+    if (!canvas) {
+      return;
+    }
+    canvas.chart = new Chart(canvas, config);
+  }
+
+  function percent(value) {
+    return (value * 100).toFixed(0) + " %";
+  }
+
+  draw("chart-reward", {
+    type: "line",
+    data: {
+      labels: data.reward.labels,
+      datasets: data.reward.series.map(function (s, i) {
+        return {
+          label: s.label, data: s.data, borderColor: colour(i), backgroundColor: colour(i),
+          spanGaps: true, tension: 0, pointRadius: 3, borderWidth: 2
+        };
+      })
+    },
+    options: {
+      interaction: { mode: "index", intersect: false },
+      scales: { y: { title: { display: true, text: "mean reward" } } }
+    }
+  });
+
+  draw("chart-kinds", {
+    type: "bar",
+    data: {
+      labels: data.kinds.labels,
+      datasets: data.kinds.series.map(function (s) {
+        return { label: s.label, data: s.data, backgroundColor: kindColours[s.label] || "#94a3b8" };
+      })
+    },
+    options: {
+      indexAxis: "y",
+      scales: {
+        x: { stacked: true, min: 0, max: 1, ticks: { callback: percent } },
+        y: { stacked: true }
+      },
+      plugins: { tooltip: { callbacks: { label: function (c) { return c.dataset.label + ": " + percent(c.parsed.x); } } } }
+    }
+  });
+
+  draw("chart-exploration", {
+    type: "bar",
+    data: {
+      labels: data.exploration.labels,
+      datasets: [
+        { label: "exploration rate", data: data.exploration.exploration, backgroundColor: "#7c3aed", yAxisID: "y" },
+        { label: "min propensity", data: data.exploration.min_propensity, backgroundColor: "#0891b2", yAxisID: "y1" }
+      ]
+    },
+    options: {
+      scales: {
+        y: { min: 0, max: 1, position: "left", title: { display: true, text: "exploration rate" }, ticks: { callback: percent } },
+        y1: { type: "logarithmic", position: "right", title: { display: true, text: "min propensity (log)" }, grid: { drawOnChartArea: false } }
+      }
+    }
+  });
+
+  draw("chart-ope", {
+    type: "bar",
+    data: {
+      labels: data.ope.labels,
+      datasets: [
+        { type: "bar", label: "confidence interval", data: data.ope.interval, backgroundColor: "rgba(37, 99, 235, 0.25)",
+          borderColor: "#2563eb", borderWidth: 1, barPercentage: 0.5 },
+        { type: "line", label: "estimate", data: data.ope.value, showLine: false, pointRadius: 5,
+          pointStyle: "rectRot", backgroundColor: "#db2777", borderColor: "#db2777" }
+      ]
+    },
+    options: { scales: { y: { title: { display: true, text: "estimated policy value" } } } }
+  });
+})();

@@ -1,0 +1,87 @@
+"""``memabra admin``: serve the admin web view with uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from memabra._cli._common import DbOption, configure_logging, console, fail, run_guarded
+from memabra._errors import ConfigError
+
+if TYPE_CHECKING:
+    from memabra._admin import CurrentPolicy
+    from memabra.storage import EpisodeLog
+
+
+def admin(
+    db: DbOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs a token or password.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="MEMABRA_ADMIN_TOKEN", help="Admin token (prefer the environment variable).", show_default=False),
+    ] = None,
+    password: Annotated[
+        str | None,
+        typer.Option(envvar="MEMABRA_ADMIN_PASSWORD", help="Admin password (prefer the environment variable).", show_default=False),
+    ] = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back).")] = False,
+    session_minutes: Annotated[int, typer.Option(min=1, help="Minutes a sign-in lasts.")] = 480,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="Policy whose active snapshot answers 'what would it choose now' (default: newest active)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log requests and library events.")] = False,
+) -> None:
+    """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots."""
+    configure_logging(verbose)
+    try:
+        import uvicorn
+
+        from memabra._admin import create_app, require_credentials_for
+        from memabra.storage import EpisodeLog
+    except ImportError as exc:
+        fail(f"the admin view needs the admin extra (pip install 'memabra[admin]'): {exc}")
+    try:
+        require_credentials_for(host, token=token, password=password)
+    except ConfigError as exc:
+        fail(str(exc))
+    generated = not token and not password
+    if generated:
+        # Loopback without configured credentials still gets a credential: one for this run only.
+        token = secrets.token_urlsafe(24)
+    log = run_guarded(EpisodeLog, db)
+    try:
+        app = run_guarded(
+            create_app,
+            log,
+            token=token,
+            password=password,
+            read_only=read_only,
+            session_ttl=timedelta(minutes=session_minutes),
+            current_policy=_current_policy(log, policy),
+        )
+        where = f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
+        mode = " (read-only)" if read_only else ""
+        console.print(f"memabra admin on [bold]{escape(where)}[/] for {escape(log.url)}{mode}")
+        if generated:
+            console.print(f"sign in with this one-time token: [bold]{token}[/]")
+        uvicorn.run(app, host=host, port=port, log_level="info" if verbose else "warning")
+    finally:
+        log.close()
+
+
+def _current_policy(log: EpisodeLog, policy: str | None) -> CurrentPolicy | None:
+    """The active-snapshot policy, or ``None`` when the router package is not importable."""
+    from memabra._admin import ActiveSnapshotPolicy
+
+    try:
+        importlib.import_module("memabra.router")
+    except ImportError:
+        return None
+    return ActiveSnapshotPolicy(log, policy)

@@ -1,0 +1,374 @@
+"""Read-only aggregates for the admin view, written against the episode log's ORM.
+
+Everything here is a ``SELECT``: the admin view writes only through :class:`EpisodeLog` and the
+reward service. Aggregates take an optional time window (``since``); those that read slot draws
+also read only the latest ``sample`` decisions in it, so their cost does not grow with the log.
+
+Exploration is measured per slot draw: a draw *explored* when it picked an option less probable
+than the most probable option of its slot (ties with the maximum count as greedy). The slot's
+whole distribution is stored as a JSON array, so its maximum is read with the backend's JSON
+table function (``json_each`` on SQLite, ``jsonb_array_elements_text`` on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
+from sqlalchemy.orm import Session
+
+from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
+from memabra.storage._engine import is_postgres
+from memabra.storage._log import EpisodeLog
+from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
+
+__all__ = [
+    "DEFAULT_SAMPLE",
+    "AdminQueries",
+    "ConversationTurn",
+    "KindShare",
+    "PolicyVersionStats",
+    "RewardPoint",
+    "SnapshotInfo",
+]
+
+# A draw whose chosen probability is below the slot's maximum by more than this explored.
+_TIE_TOLERANCE = 1e-9
+# Draw-level aggregates read the slots of at most this many recent decisions: reading a slot's
+# JSON distribution costs microseconds, so a bounded sample keeps the policies page quick on a
+# log of millions of decisions.
+DEFAULT_SAMPLE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationTurn:
+    """One turn of a conversation thread: what the user asked and what the agent answered."""
+
+    episode_id: str
+    turn: int
+    query: str
+    answer: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A policy snapshot without its model bytes (only their size)."""
+
+    version: str
+    policy: str
+    parent: str | None
+    status: str
+    created_at: datetime
+    model_size: int
+    metrics: Mapping[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class RewardPoint:
+    """Mean reward of the episodes a policy version routed in one time bucket.
+
+    ``bucket`` is the bucket's start as text (``YYYY-MM-DD`` for days, ``YYYY-MM-DD HH`` for
+    hours, UTC); ``rewarded`` counts the episodes that have a reward so far.
+    """
+
+    policy_version: str
+    bucket: str
+    episodes: int
+    rewarded: int
+    mean_reward: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVersionStats:
+    """How a policy version drew its slots: decisions, draws, exploration and propensities.
+
+    ``decisions`` and the propensities cover every decision in the window; the draw counts cover
+    the ``sampled_decisions`` among them that were in the sample (the latest ones)."""
+
+    policy_version: str
+    decisions: int
+    sampled_decisions: int
+    draws: int
+    explored_draws: int
+    stop_draws: int
+    min_propensity: float | None
+    mean_propensity: float | None
+    min_chosen_probability: float | None
+    first_at: datetime | None
+    last_at: datetime | None
+
+    @property
+    def exploration_rate(self) -> float | None:
+        return self.explored_draws / self.draws if self.draws else None
+
+
+@dataclass(frozen=True, slots=True)
+class KindShare:
+    """Share of a policy version's chosen candidates (stop draws left out) of one kind."""
+
+    policy_version: str
+    kind: str
+    chosen: int
+    share: float
+
+
+class AdminQueries:
+    """Aggregates over an :class:`EpisodeLog` for the admin pages. Never writes."""
+
+    def __init__(self, log: EpisodeLog) -> None:
+        self.log = log
+
+    def _session(self) -> Session:
+        return Session(self.log.engine)
+
+    # ------------------------------------------------------------------ episodes
+
+    def episode_summary(self, episode_id: str) -> EpisodeSummary | None:
+        """The listing row of one episode (its denormalised flags), or ``None`` if unknown."""
+        with self._session() as s:
+            r = s.get(EpisodeRow, episode_id)
+            if r is None:
+                return None
+            return EpisodeSummary(
+                id=r.id,
+                user_id=r.user_id,
+                query=r.query,
+                created_at=r.created_at,
+                policy_version=r.policy_version,
+                kinds=tuple(k for k in r.kinds.split(",") if k),
+                reward_total=r.reward_total,
+                corrected=r.corrected,
+                finalized=r.finalized_at is not None,
+            )
+
+    def conversation(self, user_id: str, thread_id: str, *, limit: int = 50) -> list[ConversationTurn]:
+        """The turns of one user's thread in order (at most ``limit``, the latest ones).
+
+        Read through the (user_id, created_at) index: a thread never spans users."""
+        e = EpisodeRow
+        stmt = (
+            select(e.id, e.turn, e.query, e.answer, e.created_at)
+            .where(e.user_id == user_id, e.thread_id == thread_id)
+            .order_by(e.created_at.desc(), e.id.desc())
+            .limit(limit)
+        )
+        with self._session() as s:
+            rows = s.execute(stmt).all()
+        turns = [ConversationTurn(r[0], int(r[1]), r[2], r[3], r[4]) for r in rows]
+        turns.sort(key=lambda t: (t.turn, t.created_at))
+        return turns
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshots(self, policy: str | None = None) -> list[SnapshotInfo]:
+        """Every snapshot, newest first, without loading model bytes."""
+        t = PolicySnapshotRow
+        stmt = select(
+            t.version, t.policy, t.parent, t.status, t.created_at, func.length(t.model), t.metrics
+        ).order_by(t.created_at.desc(), t.version.desc())
+        if policy is not None:
+            stmt = stmt.where(t.policy == policy)
+        with self._session() as s:
+            rows = s.execute(stmt).all()
+        return [
+            SnapshotInfo(
+                version=r[0],
+                policy=r[1],
+                parent=r[2],
+                status=r[3],
+                created_at=r[4],
+                model_size=int(r[5] or 0),
+                metrics=dict(r[6] or {}),
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ rewards
+
+    def reward_over_time(self, *, since: datetime | None = None, bucket: str = "day") -> list[RewardPoint]:
+        """Mean episode reward per policy version and time bucket (``day`` or ``hour``, UTC),
+        oldest bucket first. Episodes without a policy version (no routing decision) are left out."""
+        if bucket not in ("day", "hour"):
+            raise ValueError(f"bucket must be 'day' or 'hour', got {bucket!r}")
+        e = EpisodeRow
+        key = self._bucket_expression(e.created_at, bucket).label("bucket")
+        stmt = (
+            select(
+                e.policy_version,
+                key,
+                func.count(),
+                func.count(e.reward_total),
+                func.avg(e.reward_total),
+            )
+            .where(e.policy_version.is_not(None))
+            .group_by(e.policy_version, key)
+            .order_by(key, e.policy_version)
+        )
+        if since is not None:
+            stmt = stmt.where(e.created_at >= since)
+        with self._session() as s:
+            rows = s.execute(stmt).all()
+        return [
+            RewardPoint(
+                policy_version=str(version),
+                bucket=str(bucket_key),
+                episodes=int(n),
+                rewarded=int(rewarded),
+                mean_reward=float(mean) if mean is not None else None,
+            )
+            for version, bucket_key, n, rewarded, mean in rows
+        ]
+
+    def time_span(self, *, since: datetime | None = None) -> tuple[datetime | None, datetime | None]:
+        """The first and last episode time (in the window), for choosing a chart's bucket."""
+        e = EpisodeRow
+        stmt = select(func.min(e.created_at), func.max(e.created_at))
+        if since is not None:
+            stmt = stmt.where(e.created_at >= since)
+        with self._session() as s:
+            first, last = s.execute(stmt).one()
+        return _aware(first), _aware(last)
+
+    def _bucket_expression(self, column: Any, bucket: str) -> ColumnElement[str]:
+        if is_postgres(self.log.engine):
+            pattern = "YYYY-MM-DD" if bucket == "day" else "YYYY-MM-DD HH24"
+            return func.to_char(func.timezone("UTC", column), pattern)
+        # SQLite keeps UTC datetimes as ISO text ("YYYY-MM-DD HH:MM:SS.ffffff").
+        return func.substr(column, 1, 10 if bucket == "day" else 13)
+
+    # ------------------------------------------------------------------ exploration and kinds
+
+    def policy_version_stats(
+        self, *, since: datetime | None = None, sample: int | None = DEFAULT_SAMPLE
+    ) -> list[PolicyVersionStats]:
+        """Per policy version: decisions and their joint propensities (all in the window), and
+        from the slot draws of the latest ``sample`` decisions in the window (``None``: all) the
+        share that explored, the stop draws and the smallest chosen slot probability."""
+        d, ds = DecisionRow, DecisionSlotRow
+        decision_stmt = select(
+            d.policy_version,
+            func.count(),
+            func.min(d.propensity),
+            func.avg(d.propensity),
+            func.min(d.created_at),
+            func.max(d.created_at),
+        ).group_by(d.policy_version)
+        if since is not None:
+            decision_stmt = decision_stmt.where(d.created_at >= since)
+        recent = self._recent_decisions(since, sample)
+        explored = case((ds.chosen_probability < self._slot_max_probability() - _TIE_TOLERANCE, 1), else_=0)
+        stopped = case((ds.chosen_id == STOP_ID, 1), else_=0)
+        draw_stmt = (
+            select(
+                recent.c.policy_version,
+                func.count(),
+                func.sum(explored),
+                func.sum(stopped),
+                func.min(ds.chosen_probability),
+            )
+            .select_from(recent)
+            .join(ds, ds.decision_id == recent.c.id)
+            .group_by(recent.c.policy_version)
+        )
+        sampled_stmt = select(recent.c.policy_version, func.count()).group_by(recent.c.policy_version)
+        with self._session() as s:
+            decisions = {r[0]: r for r in s.execute(decision_stmt).all()}
+            draws = {r[0]: r for r in s.execute(draw_stmt).all()}
+            sampled = {r[0]: int(r[1]) for r in s.execute(sampled_stmt).all()}
+        out = []
+        for version, (_, n, min_p, mean_p, first, last) in decisions.items():
+            _, n_draws, n_explored, n_stop, min_chosen = draws.get(version, (version, 0, 0, 0, None))
+            out.append(
+                PolicyVersionStats(
+                    policy_version=str(version),
+                    decisions=int(n),
+                    sampled_decisions=sampled.get(version, 0),
+                    draws=int(n_draws or 0),
+                    explored_draws=int(n_explored or 0),
+                    stop_draws=int(n_stop or 0),
+                    min_propensity=_float(min_p),
+                    mean_propensity=_float(mean_p),
+                    min_chosen_probability=_float(min_chosen),
+                    first_at=_aware(first),
+                    last_at=_aware(last),
+                )
+            )
+        out.sort(key=lambda st: st.last_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+        return out
+
+    def _recent_decisions(self, since: datetime | None, sample: int | None) -> Subquery:
+        """Ids and policy versions of the latest ``sample`` decisions at or after ``since``."""
+        if sample is not None and sample < 1:
+            raise ValueError(f"sample must be a positive number of decisions or None, got {sample!r}")
+        d = DecisionRow
+        stmt = select(d.id, d.policy_version)
+        if since is not None:
+            stmt = stmt.where(d.created_at >= since)
+        if sample is not None:
+            stmt = stmt.order_by(d.created_at.desc()).limit(sample)
+        return stmt.subquery("recent")
+
+    def _slot_max_probability(self) -> ColumnElement[float]:
+        table = DecisionSlotRow.__tablename__
+        if is_postgres(self.log.engine):
+            sql = f"(SELECT max(p::float8) FROM jsonb_array_elements_text({table}.probabilities) AS p)"
+        else:
+            sql = f"(SELECT max(value) FROM json_each({table}.probabilities))"
+        return literal_column(sql, Float())
+
+    def kind_shares(self, *, since: datetime | None = None, sample: int | None = DEFAULT_SAMPLE) -> list[KindShare]:
+        """Per policy version, the share of each kind among the candidates chosen in the latest
+        ``sample`` decisions at or after ``since`` (``None``: all of them)."""
+        ds = DecisionSlotRow
+        recent = self._recent_decisions(since, sample)
+        stmt = (
+            select(recent.c.policy_version, ds.kind, func.count())
+            .select_from(recent)
+            .join(ds, ds.decision_id == recent.c.id)
+            .where(ds.chosen_id != STOP_ID)
+            .group_by(recent.c.policy_version, ds.kind)
+        )
+        with self._session() as s:
+            rows = s.execute(stmt).all()
+        totals: dict[str, int] = defaultdict(int)
+        for version, _, n in rows:
+            totals[version] += int(n)
+        return sorted(
+            (KindShare(str(version), str(kind), int(n), int(n) / totals[version]) for version, kind, n in rows),
+            key=lambda k: (k.policy_version, k.kind),
+        )
+
+    # ------------------------------------------------------------------ offline evaluation
+
+    def ope_results(self, version: str | None = None, *, limit: int = 200) -> list[OPEResult]:
+        """Stored offline-evaluation estimates (of every target policy, or of one snapshot), newest first."""
+        return self.log.list_ope_runs(version, limit=limit)
+
+    def active_version(self, policy: str | None = None) -> str | None:
+        """The version of the newest active snapshot (of ``policy``, or of any policy)."""
+        t = PolicySnapshotRow
+        stmt = select(t.version).where(t.status == "active").order_by(t.created_at.desc(), t.version.desc()).limit(1)
+        if policy is not None:
+            stmt = stmt.where(t.policy == policy)
+        with self._session() as s:
+            return s.scalar(stmt)
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _aware(value: Any) -> datetime | None:
+    """Aggregates may bypass the column type, so SQLite can hand back text or naive datetimes."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)

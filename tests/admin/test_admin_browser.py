@@ -1,0 +1,238 @@
+"""The admin view in real headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+The app runs under uvicorn in a background thread on a free loopback port. Screenshots go to
+``$MEMABRA_TEST_ARTIFACTS`` (default: the test's tmp_path). Without chromium these tests skip,
+except in CI (``$CI`` set), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memabra import Selection
+from memabra.storage import EpisodeLog
+
+from .conftest import (
+    TOKEN,
+    XSS_ANSWER,
+    XSS_MEMORY,
+    XSS_QUERY,
+    XSS_TOOL_RESULT,
+    Seeded,
+    migrated_database,
+    record_ope,
+    seed_log,
+)
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium")
+if CHROMIUM is None and not os.environ.get("CI"):
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium); CI installs it", allow_module_level=True)
+
+# In CI a missing package fails the run like a missing browser does; elsewhere it skips.
+_load = importlib.import_module if os.environ.get("CI") else pytest.importorskip
+uvicorn = _load("uvicorn")
+sync_api = _load("playwright.sync_api")
+
+
+def greedy_by_score(selection: Selection) -> tuple[str, ...]:
+    """A stand-in current policy: the best-scored candidate of each kind offered."""
+    best: dict[str, Any] = {}
+    for sc in selection.offered:
+        if sc.candidate.kind not in best or sc.score > best[sc.candidate.kind].score:
+            best[sc.candidate.kind] = sc
+    return tuple(sc.candidate.id for sc in best.values())
+
+
+class _Server:
+    def __init__(self, app: Any) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+
+    def __enter__(self) -> _Server:
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the admin server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+        self._socket.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EpisodeLog, Seeded]]:
+    from memabra._admin import create_app
+
+    with migrated_database("sqlite", tmp_path_factory.mktemp("browser")) as url, EpisodeLog(url) as log:
+        seeded = seed_log(log)
+        record_ope(log)
+        app = create_app(log, token=TOKEN, current_policy=greedy_by_score)
+        with _Server(app) as server:
+            yield server.url, log, seeded
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.fail("CI is set but Debian's chromium is not installed; .ci/run installs it")
+    with sync_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    directory = Path(os.environ.get("MEMABRA_TEST_ARTIFACTS") or tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+class _Watch:
+    """Records what must never happen on these pages: dialogs (an injected alert) and errors."""
+
+    def __init__(self, page: Any, *, dialogs: bool = True) -> None:
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        if dialogs:
+            page.on("dialog", self._dialog)
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+
+@pytest.fixture
+def page(browser: Any, served: tuple[str, EpisodeLog, Seeded]) -> Iterator[Any]:
+    context = browser.new_context(base_url=served[0], viewport={"width": 1440, "height": 1000})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    yield tab
+    context.close()
+
+
+def sign_in(page: Any) -> None:
+    page.goto("/episodes")
+    assert "/login" in page.url
+    page.fill("#secret", TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/episodes")
+
+
+def test_sign_in_filter_open_a_decision_and_record_a_correction(
+    page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
+    _, log, seeded = served
+    page.goto("/episodes")
+    page.fill("#secret", "wrong-token-for-sure")
+    page.click("button[type=submit]")
+    assert page.locator(".alert-error").inner_text() == "Wrong token or password."
+    page.screenshot(path=str(artifacts / "admin-sign-in.png"))
+    watch = _Watch(page)  # from here on, nothing may fail to load and no dialog may open
+    page.fill("#secret", TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/episodes")
+    assert page.locator("#episode-table tbody tr").count() == len(seeded.episodes)
+
+    page.fill("input[name=user]", "bob")
+    page.select_option("select[name=kind]", "tool")
+    page.click("#filters button[type=submit]")
+    page.wait_for_url("**/episodes?*user=bob*")
+    rows = page.locator("#episode-table tbody tr")
+    expected = [e for i, e in enumerate(seeded.episodes[:-1]) if i % 3 == 1 and i % 2 == 0]
+    assert rows.count() == len(expected)
+    assert set(rows.locator("td:nth-child(2)").all_inner_texts()) == {"bob"}
+    page.screenshot(path=str(artifacts / "admin-episodes-filtered.png"), full_page=True)
+
+    target = seeded.episodes[16]  # bob, recent, not final, not corrected
+    page.click(f"a[href='/episodes/{target}'] >> nth=0")
+    page.wait_for_url(f"**/episodes/{target}")
+    decision = page.locator("details.decision").first
+    assert not decision.locator("table.candidates").is_visible()
+    decision.locator("summary.decision-summary").click()
+    candidates = decision.locator("table.candidates > tbody > tr")
+    assert candidates.first.is_visible()
+    assert candidates.count() == 6
+    assert decision.locator("tr.chosen").count() == 2
+    assert "would add" in decision.locator(".counterfactual").inner_text()
+    decision.screenshot(path=str(artifacts / "admin-decision.png"))
+
+    page.fill("#correction", "I live in Paris now")
+    page.click("#correction-form button[type=submit]")
+    page.wait_for_url(f"**/episodes/{target}?notice=feedback-stored*")
+    assert page.locator("#corrected-badge").is_visible()
+    assert "I live in Paris now" in page.locator("#feedback").inner_text()
+    assert log.get_reward(target).components.c == 1.0  # type: ignore[union-attr]
+    page.screenshot(path=str(artifacts / "admin-episode-corrected.png"), full_page=True)
+
+    page.goto("/episodes?corrected=yes")
+    listed = page.locator("#episode-table tbody td:first-child a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    assert f"/episodes/{target}" in listed
+    assert watch.dialogs == [] and watch.errors == []
+
+
+def test_markup_in_user_text_is_shown_and_never_runs(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+    _, _, seeded = served
+    watch = _Watch(page)
+    sign_in(page)
+    page.goto(f"/episodes/{seeded.xss}")
+    page.locator("summary.decision-summary").first.click()
+    for text in (XSS_MEMORY, XSS_QUERY, XSS_ANSWER, XSS_TOOL_RESULT):
+        assert page.get_by_text(text, exact=False).first.is_visible(), text
+    assert page.locator("main script").count() == 0
+    assert page.locator("main b, main img, main svg, main i").count() == 0
+    page.screenshot(path=str(artifacts / "admin-episode-escaped.png"), full_page=True)
+    assert watch.dialogs == []
+    assert watch.errors == []
+
+
+def test_policy_charts_render_with_data(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+    watch = _Watch(page, dialogs=False)
+    sign_in(page)
+    page.goto("/policies?window=all")
+    for canvas_id in ("chart-reward", "chart-kinds", "chart-exploration", "chart-ope"):
+        canvas = page.locator(f"#{canvas_id}")
+        canvas.wait_for()
+        stats = canvas.evaluate(
+            """c => {
+                const ctx = c.getContext('2d');
+                const px = ctx.getImageData(0, 0, c.width, c.height).data;
+                let painted = 0;
+                for (let i = 3; i < px.length; i += 4) { if (px[i] > 0) painted++; }
+                const points = c.chart ? c.chart.data.datasets.reduce((n, d) => n + d.data.filter(v => v !== null).length, 0) : 0;
+                return {painted, points, width: c.width, height: c.height};
+            }"""
+        )
+        assert stats["width"] > 100 and stats["height"] > 100, canvas_id
+        assert stats["points"] > 0, canvas_id
+        assert stats["painted"] > 0.01 * stats["width"] * stats["height"], (canvas_id, stats)
+    assert "[0.4400, 0.6000]" in page.locator("#ope").inner_text()
+    page.screenshot(path=str(artifacts / "admin-policies.png"), full_page=True)
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("tr[data-version='test-v3'] button", has_text="Promote").click()
+    page.wait_for_url("**/policies?notice=promoted")
+    assert "active" in page.locator("tr[data-version='test-v3']").inner_text()
+    assert watch.errors == []
