@@ -385,9 +385,10 @@ class EpisodeLog(_OfflineMixin):
             conds.append(EpisodeRow.corrected.is_(f.corrected))
         if cursor is not None:
             at, last_id = _decode_cursor(cursor)
-            conds.append(
-                or_(EpisodeRow.created_at < at, and_(EpisodeRow.created_at == at, EpisodeRow.id < last_id))
-            )
+            # Two conditions rather than one OR: the first is a plain index range, so a deep page
+            # seeks straight to the cursor instead of scanning every newer row.
+            conds.append(EpisodeRow.created_at <= at)
+            conds.append(or_(EpisodeRow.created_at < at, EpisodeRow.id < last_id))
         if conds:
             stmt = stmt.where(*conds)
         stmt = stmt.order_by(EpisodeRow.created_at.desc(), EpisodeRow.id.desc()).limit(limit + 1)

@@ -90,6 +90,7 @@ class EpisodeRow(Base):
         Index(None, "finalized_at", "feedback_due_at"),
         Index(None, "reward_total"),
         Index(None, "corrected", "created_at"),
+        Index(None, "user_id", "thread_id", "turn"),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from memabra._cli._admin import admin
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._ope import ope_app
@@ -20,6 +21,7 @@ app.add_typer(rewards_app, name="rewards")
 app.add_typer(ope_app, name="ope")
 app.add_typer(mempo_app, name="mempo")
 app.command("feedback")(feedback)
+app.command("admin")(admin)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Offline-evaluation results per policy and estimator; MemPO memory-quality labels per decision.
+"""Offline-evaluation results per policy and estimator; MemPO memory-quality labels per decision;
+an index for reading one conversation.
 
 Revision ID: 0002
 Revises: 0001
@@ -39,6 +40,7 @@ def upgrade() -> None:
     op.create_index(op.f('ix_ope_runs_run_id'), 'ope_runs', ['run_id'])
     op.create_index(op.f('ix_ope_runs_snapshot_version'), 'ope_runs', ['snapshot_version'])
 
+    op.create_index(op.f('ix_episodes_user_id_thread_id_turn'), 'episodes', ['user_id', 'thread_id', 'turn'])
     op.create_table('memory_scores',
     sa.Column('decision_id', sa.String(length=32), nullable=False),
     sa.Column('scorer', sa.String(length=200), nullable=False),
@@ -55,6 +57,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table('memory_scores')
+    op.drop_index(op.f('ix_episodes_user_id_thread_id_turn'), table_name='episodes')
     op.drop_index(op.f('ix_ope_runs_snapshot_version'), table_name='ope_runs')
     op.drop_index(op.f('ix_ope_runs_run_id'), table_name='ope_runs')
     op.drop_index(op.f('ix_ope_runs_created_at'), table_name='ope_runs')
