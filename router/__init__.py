@@ -1,1 +1,47 @@
-"""memabra.router."""
+"""Routers: decide which memories, skills and tools enter an agent's context, with propensities.
+
+Every router implements :class:`Router` (``choose`` / ``learn`` / ``snapshot`` / ``restore`` /
+``slot_probabilities``) and passes :func:`check_router`.
+"""
+
+from __future__ import annotations
+
+from memabra.router._base import Router, SlotView
+from memabra.router._baselines import EmbeddingRouter, FixedListRouter, HybridRouter, LexicalRouter, RandomRouter
+from memabra.router._features import NUMERIC_FEATURES, CandidateStats, FeatureTable, context_features, featurize, recall
+from memabra.router._similarity import (
+    BM25,
+    CachingEncoder,
+    Encoder,
+    SentenceTransformerEncoder,
+    Similarity,
+    default_encoder,
+    embeddings_available,
+)
+from memabra.router._linear import LinearRouter
+from memabra.router._vw import VWRouter
+
+__all__ = [
+    "BM25",
+    "NUMERIC_FEATURES",
+    "CachingEncoder",
+    "CandidateStats",
+    "EmbeddingRouter",
+    "Encoder",
+    "FeatureTable",
+    "FixedListRouter",
+    "HybridRouter",
+    "LexicalRouter",
+    "LinearRouter",
+    "RandomRouter",
+    "Router",
+    "SentenceTransformerEncoder",
+    "Similarity",
+    "SlotView",
+    "VWRouter",
+    "context_features",
+    "default_encoder",
+    "embeddings_available",
+    "featurize",
+    "recall",
+]

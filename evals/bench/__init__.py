@@ -1,0 +1,25 @@
+"""The routing benchmark: replay bench files (JSON Lines rounds) against routers."""
+
+from __future__ import annotations
+
+from memabra.evals.bench._data import BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
+from memabra.evals.bench._harness import RoundResult, RouterFactory, run_bench, run_router, summarize
+from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
+from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
+
+__all__ = [
+    "ROUTER_NAMES",
+    "BenchFormatError",
+    "BenchRound",
+    "RoundResult",
+    "RouterFactory",
+    "bench_budget_tokens",
+    "bench_reward",
+    "load_rounds",
+    "parse_round",
+    "router_factories",
+    "run_bench",
+    "run_router",
+    "split_unseen",
+    "summarize",
+]

@@ -1,0 +1,197 @@
+"""Replaying a bench file against routers: each round every router chooses, is rewarded with the
+composite reward of :mod:`memabra.evals.bench._reward` and learns; ``passes`` passes over the rounds
+in a seeded shuffled order (the same order for every router).
+
+Candidate usage statistics (``times_chosen``, ``times_helped``) are kept per router, as the episode
+log would, and handed to it through ``Candidate.metadata``.
+
+``hit_rate_unseen``: a fresh router learns for ``passes`` passes on a seeded half of the rounds (rounds
+sharing a query stay together) and is then scored, without learning, on the other half.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from memabra._records import Budget, Candidate, RoutingContext
+from memabra.evals.bench._data import BenchRound, split_unseen
+from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
+from memabra.router import Router
+
+__all__ = ["RouterFactory", "RoundResult", "run_bench", "run_router"]
+
+RouterFactory = Callable[[int], Router]
+"""Builds a fresh router from a seed."""
+
+ProgressCallback = Callable[[str, int, int], None]
+"""Called as ``(router name, rounds done, rounds total)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    pass_index: int
+    round_id: str
+    hit: bool
+    reward: float
+    tokens: int
+    n_chosen: int
+    decision_ms: float
+
+
+@dataclass
+class _Usage:
+    chosen: dict[str, int] = field(default_factory=dict)
+    helped: dict[str, int] = field(default_factory=dict)
+
+    def annotate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        return [
+            replace(
+                c,
+                metadata={
+                    **c.metadata,
+                    "times_chosen": self.chosen.get(c.id, 0),
+                    "times_helped": self.helped.get(c.id, 0),
+                    "source": "bench",
+                },
+            )
+            for c in candidates
+        ]
+
+    def record(self, chosen: Sequence[str], relevant: frozenset[str]) -> None:
+        for cid in chosen:
+            self.chosen[cid] = self.chosen.get(cid, 0) + 1
+            if cid in relevant:
+                self.helped[cid] = self.helped.get(cid, 0) + 1
+
+
+def _play(router: Router, round_: BenchRound, usage: _Usage, learn: bool, pass_index: int) -> RoundResult:
+    kind = round_.kind
+    budget = Budget(max_tokens=bench_budget_tokens(round_), slots={kind: round_.slots})
+    context = RoutingContext(query=round_.query, user_id=round_.group or "bench", kinds=(kind,), budget=budget)
+    selection = router.choose(context, usage.annotate(round_.candidates))
+    chosen = selection.chosen_ids
+    reward = bench_reward(round_, chosen)
+    if learn:
+        outcomes = {cid: 1.0 if cid in round_.relevant else 0.0 for cid in chosen}
+        router.learn(selection, reward, outcomes)
+        usage.record(chosen, round_.relevant)
+    return RoundResult(
+        pass_index=pass_index,
+        round_id=round_.id,
+        hit=any(cid in round_.relevant for cid in chosen),
+        reward=reward.total,
+        tokens=selection.tokens_injected,
+        n_chosen=len(chosen),
+        decision_ms=selection.latency_ms,
+    )
+
+
+def run_router(
+    factory: RouterFactory,
+    rounds: Sequence[BenchRound],
+    passes: int,
+    seed: int,
+    *,
+    name: str = "router",
+    progress: ProgressCallback | None = None,
+) -> tuple[list[RoundResult], float]:
+    """Replay ``rounds`` for ``passes`` passes against a fresh router; returns every round's result
+    and the unseen-half hit rate."""
+    if passes < 1:
+        raise ValueError(f"passes must be at least 1, got {passes}")
+    rng = np.random.default_rng([seed, 0])
+    orders = [rng.permutation(len(rounds)) for _ in range(passes)]
+    learn_half, score_half = split_unseen(rounds, seed)
+    total = passes * len(rounds) + passes * len(learn_half) + len(score_half)
+    done = 0
+
+    router = factory(seed)
+    usage = _Usage()
+    results: list[RoundResult] = []
+    for p, order in enumerate(orders):
+        for i in order:
+            results.append(_play(router, rounds[int(i)], usage, learn=True, pass_index=p))
+            done += 1
+            if progress is not None:
+                progress(name, done, total)
+
+    unseen_router = factory(seed)
+    unseen_usage = _Usage()
+    half_rng = np.random.default_rng([seed, 2])
+    for p in range(passes):
+        for i in half_rng.permutation(learn_half):
+            _play(unseen_router, rounds[int(i)], unseen_usage, learn=True, pass_index=p)
+            done += 1
+            if progress is not None:
+                progress(name, done, total)
+    unseen_hits = []
+    for i in score_half:
+        unseen_hits.append(_play(unseen_router, rounds[int(i)], unseen_usage, learn=False, pass_index=passes).hit)
+        done += 1
+        if progress is not None:
+            progress(name, done, total)
+    return results, float(np.mean(unseen_hits)) if unseen_hits else math.nan
+
+
+def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: float, curve_points: int = 5) -> dict[str, Any]:
+    """The per-router JSON block of the bench report."""
+    hits = np.array([r.hit for r in results], dtype=float)
+    rewards = np.array([r.reward for r in results])
+    tokens = np.array([r.tokens for r in results], dtype=float)
+    latency = np.array([r.decision_ms for r in results])
+    first = np.array([r.hit for r in results if r.pass_index == 0], dtype=float)
+    last = np.array([r.hit for r in results if r.pass_index == passes - 1], dtype=float)
+    curve: list[dict[str, float | int]] = []
+    for p in range(passes):
+        block = [r for r in results if r.pass_index == p]
+        edges = np.linspace(0, len(block), min(curve_points, len(block)) + 1).astype(int)
+        for start, stop in zip(edges[:-1], edges[1:]):
+            window = block[start:stop]
+            curve.append(
+                {
+                    "pass": p + 1,
+                    "round": p * len(block) + int(stop),
+                    "hit_rate": float(np.mean([r.hit for r in window])),
+                    "reward_mean": float(np.mean([r.reward for r in window])),
+                    "tokens_mean": float(np.mean([r.tokens for r in window])),
+                }
+            )
+    return {
+        "hit_rate": float(hits.mean()),
+        "hit_rate_first_pass": float(first.mean()),
+        "hit_rate_last_pass": float(last.mean()),
+        "hit_rate_unseen": hit_rate_unseen,
+        "reward_mean": float(rewards.mean()),
+        "tokens_mean": float(tokens.mean()),
+        "decision_ms_p50": float(np.percentile(latency, 50)),
+        "decision_ms_p99": float(np.percentile(latency, 99)),
+        "learning_curve": curve,
+    }
+
+
+def run_bench(
+    rounds: Sequence[BenchRound],
+    routers: Mapping[str, RouterFactory],
+    passes: int,
+    seed: int,
+    *,
+    progress: ProgressCallback | None = None,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """Replay ``rounds`` against every router; the report's JSON document."""
+    report: dict[str, Any] = {
+        "file": source,
+        "rounds": len(rounds),
+        "passes": passes,
+        "seed": seed,
+        "routers": {},
+    }
+    for name, factory in routers.items():
+        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress)
+        report["routers"][name] = summarize(results, passes, unseen)
+    return report

@@ -1,0 +1,486 @@
+"""The Router interface and the slot-filling loop every implementation shares.
+
+A router fills slots one kind at a time (in ``context.kinds`` order), one slot at a time: each slot
+offers the not-yet-chosen candidates of the kind that still fit the remaining token budget, plus
+the stop option (:data:`memabra.STOP_ID`, always last). The implementation returns a distribution
+over those options (:meth:`Router._slot_distribution`); the loop validates it, applies the
+probability floor, draws from it with a seeded generator and records the whole distribution in a
+:class:`~memabra.SlotDraw`. After each pick the remaining options are scored again, so a later slot
+is not a leftover of the first slot's ranking.
+
+Implementations override :meth:`Router._slot_distribution` (deterministic given the model, so
+teacher-forced replays reproduce it), and learners also :meth:`Router._update`,
+:meth:`Router._model_bytes` and :meth:`Router._load_model`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    PolicySnapshot,
+    RewardBreakdown,
+    RoutingContext,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+)
+from memabra.router._credit import SlotCredit, slot_credits
+from memabra.router._features import FeatureTable, featurize, recall
+from memabra.router._sampling import apply_floor, check_distribution, draw_index
+from memabra.router._similarity import Similarity
+from memabra.router._snapshot_codec import decode_envelope, encode_envelope
+
+__all__ = ["Router", "SlotView"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """Everything a slot decision may depend on.
+
+    ``eligible`` indexes ``table`` (the offered candidates); the options of the slot are those
+    candidates in that order followed by the stop option. ``chosen`` lists the candidates picked in
+    earlier slots (any kind), in slot order; ``position`` counts earlier picks of this slot's kind.
+    """
+
+    context: RoutingContext
+    table: FeatureTable
+    kind: CandidateKind
+    slot: int
+    position: int
+    eligible: tuple[int, ...]
+    chosen: tuple[int, ...]
+    remaining_tokens: int | None
+
+    @property
+    def n_options(self) -> int:
+        return len(self.eligible) + 1
+
+    def option_ids(self) -> tuple[str, ...]:
+        return tuple(self.table.candidates[i].id for i in self.eligible) + (STOP_ID,)
+
+
+def _validate_candidates(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+        raise RouterError(f"candidates must be a sequence of Candidate, got {type(candidates).__name__}")
+    if len(candidates) == 0:
+        raise RouterError("candidates is empty: a router needs at least one candidate to choose from")
+    seen: set[str] = set()
+    dupes: set[str] = set()
+    for item in candidates:
+        if not isinstance(item, Candidate):
+            raise RouterError(f"candidates must hold Candidate records, got {type(item).__name__}")
+        if item.id in seen:
+            dupes.add(item.id)
+        seen.add(item.id)
+    if dupes:
+        raise RouterError(f"duplicate candidate ids: {sorted(dupes)}")
+    return tuple(candidates)
+
+
+def _validate_budget(budget: object) -> Budget:
+    if not isinstance(budget, Budget):
+        raise RouterError(f"budget must be a memabra.Budget, got {type(budget).__name__}")
+    for kind, count in budget.slots.items():
+        if count < 0:  # Budget validates this too; kept for subclasses that bypass it
+            raise RouterError(f"budget.slots[{kind.value!r}] is negative ({count})")
+    return budget
+
+
+class Router(ABC):
+    """Chooses which candidates enter an agent's context, slot by slot, with logged propensities.
+
+    Parameters shared by every router (subclasses add their own):
+
+    seed
+        Seeds the draws: the ``n``-th decision of a router built (or restored) with this seed uses
+        the seed ``SeedSequence([seed, n])``, recorded in ``Selection.seed``.
+    min_probability
+        Floor of every option's probability in every slot (0 disables it).
+    recall_limit
+        Only the best ``recall_limit`` candidates of each kind by the hybrid prior are offered
+        (``None``: all).
+    similarity
+        Lexical / semantic scorer for featurisation; ``None`` means :meth:`Similarity.default`.
+    unused_penalty
+        Share of one retrieval hit charged to a candidate injected but unused (see
+        :mod:`memabra.router._credit`).
+    max_pending
+        How many issued selections are remembered for :meth:`learn`; older ones are forgotten.
+
+    ``__init__`` only stores parameters; the model is built on first use. A router is not
+    picklable -- persist it with :meth:`snapshot` and :meth:`restore`.
+    """
+
+    name: ClassVar[str] = "router"
+    learns: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        min_probability: float = 0.0,
+        recall_limit: int | None = 50,
+        similarity: Similarity | None = None,
+        unused_penalty: float = 0.15,
+        max_pending: int = 100_000,
+    ) -> None:
+        self.seed = seed
+        self.min_probability = min_probability
+        self.recall_limit = recall_limit
+        self.similarity = similarity
+        self.unused_penalty = unused_penalty
+        self.max_pending = max_pending
+        self._lock = threading.RLock()
+        self._ready = False
+
+    # ----------------------------------------------------------------- parameters and state
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments as JSON values (``similarity`` is recorded as a flag only)."""
+        params: dict[str, Any] = {}
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None:
+                continue
+            for pname, param in inspect.signature(init).parameters.items():
+                if pname in ("self", "similarity") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                    continue
+                value = getattr(self, pname)
+                params.setdefault(pname, list(value) if isinstance(value, tuple) else value)
+        return params
+
+    def _check_params(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise RouterError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.min_probability, (int, float)) or not 0.0 <= self.min_probability < 1.0:
+            raise RouterError(f"min_probability must lie in [0, 1), got {self.min_probability!r}")
+        if self.recall_limit is not None and (
+            isinstance(self.recall_limit, bool) or not isinstance(self.recall_limit, int) or self.recall_limit < 1
+        ):
+            raise RouterError(f"recall_limit must be a positive integer or None, got {self.recall_limit!r}")
+        if not isinstance(self.unused_penalty, (int, float)) or not 0.0 <= self.unused_penalty <= 1.0:
+            raise RouterError(f"unused_penalty must lie in [0, 1], got {self.unused_penalty!r}")
+        if isinstance(self.max_pending, bool) or not isinstance(self.max_pending, int) or self.max_pending < 1:
+            raise RouterError(f"max_pending must be a positive integer, got {self.max_pending!r}")
+
+    def _ensure_state(self) -> None:
+        if self._ready:
+            return
+        self._check_params()
+        self._similarity = self.similarity if self.similarity is not None else Similarity.default()
+        self._decisions = 0
+        self._updates = 0
+        digest = hashlib.sha256(json.dumps(self.get_params(), sort_keys=True).encode()).hexdigest()[:10]
+        self._root_version = f"{self.name}-{digest}"
+        self._parent: str | None = None
+        self._pending: OrderedDict[str, None] = OrderedDict()
+        self._init_model()
+        self._ready = True
+
+    def _init_model(self) -> None:
+        """Build the learner's fresh model (baselines have none)."""
+
+    @property
+    def policy_version(self) -> str:
+        """The model's version: the snapshot it started from, plus the updates since (``+n``)."""
+        with self._lock:
+            self._ensure_state()
+            return self._root_version if self._updates == 0 else f"{self._root_version}+{self._updates}"
+
+    def __getstate__(self) -> object:
+        raise TypeError(f"{type(self).__name__} is not picklable; persist it with snapshot() and restore()")
+
+    # ----------------------------------------------------------------------------- choosing
+    def featurize(self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None) -> FeatureTable:
+        """Feature rows as this router computes them (its similarity, the pool's own clock)."""
+        with self._lock:
+            self._ensure_state()
+            similarity = self._similarity
+        return featurize(context, candidates, similarity=similarity, budget=budget)
+
+    def choose(
+        self,
+        context: RoutingContext,
+        candidates: Sequence[Candidate],
+        budget: Budget | None = None,
+        *,
+        features: FeatureTable | None = None,
+        seed: int | None = None,
+    ) -> Selection:
+        """Fill the budget's slots from ``candidates`` and return the logged :class:`Selection`.
+
+        ``budget`` defaults to ``context.budget``; ``features`` may carry rows precomputed with
+        :meth:`featurize` (aligned with ``candidates``); ``seed`` overrides the router's own.
+        """
+        started = time.perf_counter()
+        if not isinstance(context, RoutingContext):
+            raise RouterError(f"context must be a RoutingContext, got {type(context).__name__}")
+        budget = _validate_budget(context.budget if budget is None else budget)
+        pool = _validate_candidates(candidates)
+        if features is not None:
+            if not isinstance(features, FeatureTable):
+                raise RouterError(f"features must be a FeatureTable, got {type(features).__name__}")
+            if tuple(c.id for c in features.candidates) != tuple(c.id for c in pool):
+                raise RouterError("features do not line up with candidates (ids differ in content or order)")
+        elif not pool:
+            raise RouterError("candidates is empty")
+        if context.budget != budget:
+            context = replace(context, budget=budget)
+        with self._lock:
+            self._ensure_state()
+            table = features if features is not None else featurize(context, pool, similarity=self._similarity, budget=budget)
+            wanted = [i for i, c in enumerate(table.candidates) if c.kind in context.kinds]
+            table = table.subset(wanted)
+            table = table.subset(recall(table, self.recall_limit))
+            if seed is None:
+                seed = int(np.random.SeedSequence([self.seed, self._decisions]).generate_state(1)[0])
+            self._decisions += 1
+            rng = np.random.default_rng(seed)
+            draws = self._fill_slots(context, table, budget, rng)
+            offered = self._offered(context, table)
+            selection = Selection(
+                context=context,
+                offered=offered,
+                slots=tuple(draws),
+                policy=self.name,
+                policy_version=self.policy_version,
+                seed=seed,
+                latency_ms=(time.perf_counter() - started) * 1000.0,
+            )
+            self._pending[selection.id] = None
+            while len(self._pending) > self.max_pending:
+                self._pending.popitem(last=False)
+        return selection
+
+    def _fill_slots(
+        self, context: RoutingContext, table: FeatureTable, budget: Budget, rng: np.random.Generator
+    ) -> list[SlotDraw]:
+        draws: list[SlotDraw] = []
+        chosen: list[int] = []
+        remaining = budget.max_tokens
+        for kind in context.kinds:
+            members = [i for i, c in enumerate(table.candidates) if c.kind is kind]
+            for position in range(budget.slots_for(kind)):
+                taken = set(chosen)
+                eligible = tuple(
+                    i for i in members if i not in taken and (remaining is None or table.candidates[i].tokens <= remaining)
+                )
+                if not eligible:
+                    break
+                view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
+                probabilities = self._distribution(view)
+                pick = draw_index(probabilities, rng)
+                ids = view.option_ids()
+                values = tuple(float(p) for p in probabilities)
+                draws.append(SlotDraw(len(draws), kind, ids, values, ids[pick], values[pick]))
+                if pick == len(eligible):
+                    break
+                chosen.append(eligible[pick])
+                if remaining is not None:
+                    remaining -= table.candidates[eligible[pick]].tokens
+        return draws
+
+    def _distribution(self, view: SlotView) -> NDArray[np.float64]:
+        raw = self._slot_distribution(view)
+        probabilities = check_distribution(raw, f"{type(self).__name__} slot {view.slot}")
+        if probabilities.size != view.n_options:
+            raise RouterError(
+                f"{type(self).__name__} returned {probabilities.size} probabilities for {view.n_options} options"
+            )
+        return apply_floor(probabilities, float(self.min_probability))
+
+    def _offered(self, context: RoutingContext, table: FeatureTable) -> tuple[ScoredCandidate, ...]:
+        scores = np.asarray(self._scores(context, table), dtype=np.float64)
+        ranks = np.zeros(len(table.candidates), dtype=int)
+        for kind in CandidateKind:
+            idx = np.array([i for i, c in enumerate(table.candidates) if c.kind is kind], dtype=int)
+            if idx.size:
+                order = idx[np.argsort(-scores[idx], kind="stable")]
+                ranks[order] = np.arange(idx.size)
+        return tuple(
+            ScoredCandidate(c, table.rows[i], float(scores[i]), int(ranks[i])) for i, c in enumerate(table.candidates)
+        )
+
+    def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
+        """Per-candidate scores recorded in ``Selection.offered`` (higher is better); the hybrid
+        prior unless the router has a score of its own."""
+        return table.column("hyb_z")
+
+    @abstractmethod
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        """Probabilities over ``view``'s options (eligible candidates, then stop); deterministic."""
+
+    # ------------------------------------------------------------------ teacher-forced replay
+    def _replay(self, selection: Selection) -> Iterator[tuple[SlotView, SlotDraw, tuple[int, ...]]]:
+        """Rebuild each slot's view of a logged selection with the logged choices forced.
+
+        Yields the view, the logged draw and, for each of the draw's ``candidate_ids``, its index
+        among the view's options (the stop option is ``len(view.eligible)``).
+        """
+        if not isinstance(selection, Selection):
+            raise RouterError(f"expected a Selection, got {type(selection).__name__}")
+        candidates = tuple(sc.candidate for sc in selection.offered)
+        table = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
+        index = {c.id: i for i, c in enumerate(candidates)}
+        chosen: list[int] = []
+        remaining = selection.context.budget.max_tokens
+        for draw in selection.slots:
+            eligible: list[int] = []
+            for cid in draw.candidate_ids:
+                if cid == STOP_ID:
+                    continue
+                if cid not in index:
+                    raise RouterError(f"selection {selection.id} slot {draw.slot} offers {cid!r}, which is not in offered")
+                eligible.append(index[cid])
+            position = sum(1 for i in chosen if candidates[i].kind is draw.kind)
+            view = SlotView(selection.context, table, draw.kind, draw.slot, position, tuple(eligible), tuple(chosen), remaining)
+            option_of = tuple(len(eligible) if cid == STOP_ID else eligible.index(index[cid]) for cid in draw.candidate_ids)
+            yield view, draw, option_of
+            if draw.chosen_id != STOP_ID:
+                chosen.append(index[draw.chosen_id])
+                if remaining is not None:
+                    remaining -= candidates[index[draw.chosen_id]].tokens
+
+    def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
+        """This router's probabilities for each logged slot, aligned with
+        ``selection.slots[i].candidate_ids``, with the logged choices forced (teacher forcing).
+
+        ``pi_e(logged choice | logged prefix)`` of slot ``i`` is
+        ``result[i][selection.slots[i].candidate_ids.index(chosen_id)]``. When a logged slot did not
+        offer the stop option, this router's distribution is renormalised over the offered ones.
+        """
+        out: list[tuple[float, ...]] = []
+        with self._lock:
+            self._ensure_state()
+            for view, draw, option_of in self._replay(selection):
+                probabilities = self._distribution(view)
+                picked = probabilities[list(option_of)]
+                total = float(picked.sum())
+                if total <= 0.0:
+                    picked = np.full(len(option_of), 1.0 / len(option_of))
+                else:
+                    picked = picked / total
+                out.append(tuple(float(p) for p in picked))
+        return tuple(out)
+
+    # ----------------------------------------------------------------------------- learning
+    def learn(
+        self,
+        selection: Selection,
+        reward: RewardBreakdown | float,
+        outcomes: Mapping[str, float] | None = None,
+    ) -> None:
+        """Learn from the reward of a selection this router made (see :mod:`memabra.router._credit`
+        for how the reward and the per-candidate ``outcomes`` become per-slot credit).
+
+        Raises :class:`~memabra.RouterError` for a selection this router did not make, or one it
+        has already learned from.
+        """
+        if not isinstance(selection, Selection):
+            raise RouterError(f"learn needs a Selection, got {type(selection).__name__}")
+        with self._lock:
+            self._ensure_state()
+            if selection.id not in self._pending:
+                raise RouterError(
+                    f"selection {selection.id} was not made by this router (or was already learned from, "
+                    f"or is older than the last {self.max_pending} decisions)"
+                )
+            credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
+            del self._pending[selection.id]
+            self._learn_credits(selection, credits)
+
+    def learn_logged(
+        self,
+        selection: Selection,
+        reward: RewardBreakdown | float,
+        outcomes: Mapping[str, float] | None = None,
+    ) -> None:
+        """Learn off-policy from a selection another policy logged, using its logged propensities."""
+        if not isinstance(selection, Selection):
+            raise RouterError(f"learn_logged needs a Selection, got {type(selection).__name__}")
+        with self._lock:
+            self._ensure_state()
+            credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
+            self._learn_credits(selection, credits)
+
+    def _learn_credits(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
+        if not self.learns:
+            return
+        self._update(selection, credits)
+        self._updates += 1
+
+    def _update(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
+        """Apply one selection's per-slot credits to the model (learners override)."""
+
+    # ----------------------------------------------------------------------------- snapshots
+    def _model_bytes(self) -> bytes:
+        return b""
+
+    def _load_model(self, payload: bytes) -> None:
+        if payload:
+            raise SnapshotError(f"a {self.name} snapshot carries no model, got {len(payload)} bytes")
+
+    def _extra_state(self) -> dict[str, Any]:
+        """JSON state besides the model bytes that a snapshot must carry (learners override)."""
+        return {}
+
+    def _restore_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`_extra_state`; raise :class:`SnapshotError` on bad values."""
+
+    def snapshot(self) -> PolicySnapshot:
+        """The router's current state as a :class:`~memabra.PolicySnapshot` (model bytes wrapped in a
+        checksummed envelope, constructor arguments, version and parent)."""
+        with self._lock:
+            self._ensure_state()
+            version = self.policy_version
+            header = {"decisions": self._decisions, "version": version, "state": self._extra_state()}
+            model = encode_envelope(self.name, header, self._model_bytes())
+            parent = self._root_version if self._updates else self._parent
+            return PolicySnapshot(
+                policy=self.name, version=version, model=model, learner_args=self.get_params(), parent=parent
+            )
+
+    @classmethod
+    def restore(cls, snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Router:
+        """A router of this class in the state ``snapshot`` holds; it predicts exactly as the
+        snapshotted one did. Raises :class:`~memabra.SnapshotError` for a snapshot of another
+        policy or with corrupted bytes."""
+        if not isinstance(snapshot, PolicySnapshot):
+            raise SnapshotError(f"restore needs a PolicySnapshot, got {type(snapshot).__name__}")
+        if snapshot.policy != cls.name:
+            raise SnapshotError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, not {cls.name!r}")
+        header, payload = decode_envelope(snapshot.model, cls.name)
+        try:
+            router = cls(**dict(snapshot.learner_args), similarity=similarity)
+            router._ensure_state()
+        except (TypeError, RouterError) as exc:
+            raise SnapshotError(f"snapshot {snapshot.version} has unusable learner_args: {exc}") from exc
+        decisions = header.get("decisions")
+        if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 0:
+            raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (decisions={decisions!r})")
+        state = header.get("state", {})
+        if not isinstance(state, dict):
+            raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (state={state!r})")
+        router._load_model(payload)
+        router._restore_extra_state(state)
+        router._decisions = decisions
+        router._root_version = snapshot.version
+        router._parent = snapshot.parent
+        return router

@@ -1,0 +1,215 @@
+"""A scikit-learn / numpy learner: LinUCB-style linear residual model over hashed features.
+
+For users who cannot run Vowpal Wabbit, and as a second opinion. It shares the prior, margins,
+credit and update loop of :mod:`memabra.router._residual`; the residual is linear in hashed features
+(scikit-learn's :class:`~sklearn.feature_extraction.FeatureHasher`, murmurhash3, so indices are stable
+across processes):
+
+* candidate: its id, its first ``text_tokens`` words, kind and source, the usage-history numbers
+  (``helped_rate``, ``chosen_log``, ...), and the crosses query-token × id and user × id;
+* stop option: a stop indicator crossed with the slot's kind and position;
+* every option: the query tokens and the user (shared).
+
+Weights follow a normalised AdaGrad step on the squared error: per-feature step sizes
+``1 / sqrt(sum of squared gradients)``, scaled so the prediction moves the fraction
+``1 - (1 - learning_rate) ** w`` of the way to the target, with the importance weight
+``w = min(1 / p, max_importance)`` (clipped inverse propensity). The normalisation keeps an example
+with many active features from overshooting. Exploration adds ``ucb`` to the shared ones: the cost minus
+``alpha * sqrt(sum_j x_j^2 / A_j)`` with the diagonal precision ``A_j = ridge + sum x_j^2`` -- LinUCB
+with a diagonal covariance, which keeps the cost of a decision linear in the number of features.
+"""
+
+from __future__ import annotations
+
+import io
+import numpy as np
+from numpy.typing import NDArray
+from scipy import sparse
+from sklearn.feature_extraction import FeatureHasher
+
+from memabra._errors import RouterError, SnapshotError
+from memabra.router._base import SlotView
+from memabra.router._features import NUMERIC_FEATURES
+from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter
+from memabra.router._similarity import Similarity
+from memabra.router._text import analyze
+
+__all__ = ["LinearRouter"]
+
+_HISTORY = ("tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh")
+_HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in _HISTORY)
+
+
+class LinearRouter(ResidualRouter):
+    """Linear residual learner on hashed features (see the module docstring).
+
+    learning_rate
+        Share of the error one example removes (in ``(0, 1]``).
+    alpha, ridge
+        ``ucb`` exploration: bonus scale and diagonal prior precision.
+    n_features
+        Hashing space (a power of two).
+    max_importance
+        Clip of the inverse-propensity weight of an example.
+    """
+
+    name = "linear"
+    explorations = OFFSET_EXPLORATIONS + ("ucb",)
+
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.5,
+        alpha: float = 0.1,
+        ridge: float = 1.0,
+        n_features: int = 2**18,
+        text_tokens: int = 24,
+        max_importance: float = 20.0,
+        exploration: str = "greedy",
+        epsilon: float = 0.01,
+        gamma_scale: float = 1000.0,
+        gamma_exponent: float = 0.5,
+        softmax_lambda: float = 10.0,
+        prior: bool = True,
+        prior_offset: float = 0.5,
+        prior_scale: float = 0.1,
+        prior_margin: float = 0.2,
+        stop_margin: float = 0.0,
+        anchor_stop: bool = True,
+        seed: int = 0,
+        min_probability: float = 1e-5,
+        recall_limit: int | None = 50,
+        similarity: Similarity | None = None,
+        unused_penalty: float = 0.3,
+        max_pending: int = 100_000,
+    ) -> None:
+        super().__init__(
+            exploration=exploration,
+            epsilon=epsilon,
+            gamma_scale=gamma_scale,
+            gamma_exponent=gamma_exponent,
+            softmax_lambda=softmax_lambda,
+            prior=prior,
+            prior_offset=prior_offset,
+            prior_scale=prior_scale,
+            prior_margin=prior_margin,
+            stop_margin=stop_margin,
+            anchor_stop=anchor_stop,
+            seed=seed,
+            min_probability=min_probability,
+            recall_limit=recall_limit,
+            similarity=similarity,
+            unused_penalty=unused_penalty,
+            max_pending=max_pending,
+        )
+        self.learning_rate = learning_rate
+        self.alpha = alpha
+        self.ridge = ridge
+        self.n_features = n_features
+        self.text_tokens = text_tokens
+        self.max_importance = max_importance
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        for name in ("ridge", "max_importance"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0.0:
+                raise RouterError(f"{name} must be positive, got {value!r}")
+        if not isinstance(self.learning_rate, (int, float)) or not 0.0 < self.learning_rate <= 1.0:
+            raise RouterError(f"learning_rate must lie in (0, 1], got {self.learning_rate!r}")
+        if not isinstance(self.alpha, (int, float)) or self.alpha < 0.0:
+            raise RouterError(f"alpha must be non-negative, got {self.alpha!r}")
+        n = self.n_features
+        if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n & (n - 1):
+            raise RouterError(f"n_features must be a power of two of at least 16, got {n!r}")
+
+    def _init_model(self) -> None:
+        super()._init_model()
+        self._hasher = FeatureHasher(n_features=self.n_features, input_type="pair", alternate_sign=False)
+        self._weights = np.zeros(self.n_features)
+        self._squared_gradients = np.zeros(self.n_features)
+        self._precision = np.full(self.n_features, float(self.ridge))
+        self._row_cache: tuple[object, list[list[tuple[str, float]]]] | None = None
+
+    # ------------------------------------------------------------------------- features
+    def _candidate_pairs(self, view: SlotView) -> list[list[tuple[str, float]]]:
+        cache = self._row_cache
+        if cache is not None and cache[0] is view.table:
+            return cache[1]
+        query = analyze(view.context.query)
+        user = view.context.user_id
+        rows: list[list[tuple[str, float]]] = []
+        for i, candidate in enumerate(view.table.candidates):
+            cid = candidate.id
+            pairs = [("bias", 1.0), (f"a={cid}", 1.0), (f"t={candidate.kind.value}", 1.0)]
+            pairs.append((f"src={candidate.metadata.get('source', 'unknown')}", 1.0))
+            pairs += [(f"w={t}", 1.0) for t in analyze(candidate.text)[: self.text_tokens]]
+            pairs += [(f"qa={t}^{cid}", 1.0) for t in query]
+            pairs.append((f"ua={user}^{cid}", 1.0))
+            row = view.table.matrix[i]
+            pairs += [(f"h={NUMERIC_FEATURES[j]}", float(row[j])) for j in _HISTORY_COLUMNS if row[j] != 0.0]
+            rows.append(pairs)
+        self._row_cache = (view.table, rows)
+        return rows
+
+    def _design(self, view: SlotView) -> sparse.csr_matrix:
+        shared = [(f"q={t}", 1.0) for t in analyze(view.context.query)] + [(f"u={view.context.user_id}", 1.0)]
+        rows = self._candidate_pairs(view)
+        position = min(view.position, 4)
+        stop = [("stop", 1.0), (f"stop^{view.kind.value}^{position}", 1.0)]
+        return self._hasher.transform([rows[i] + shared for i in view.eligible] + [stop + shared]).tocsr()
+
+    # ------------------------------------------------------------------------- the model
+    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        design = self._design(view)
+        residual = np.asarray(design @ self._weights, dtype=np.float64)
+        if self.exploration == "ucb" and self.alpha > 0.0:
+            variance = np.asarray(design.multiply(design) @ (1.0 / self._precision), dtype=np.float64)
+            residual = residual - self.alpha * np.sqrt(variance)
+        return residual
+
+    def _fit(self, view: SlotView, option: int, target: float, probability: float) -> None:
+        row = self._design(view)[option]
+        index, value = row.indices, row.data
+        if index.size == 0:
+            return
+        importance = min(1.0 / max(probability, 1e-12), float(self.max_importance))
+        error = float(self._weights[index] @ value) - target
+        self._squared_gradients[index] += (error * value) ** 2
+        direction = value / np.sqrt(self._squared_gradients[index] + 1e-12)
+        reach = float(direction @ value)
+        if reach <= 0.0:
+            return
+        # importance-aware step: the prediction moves this fraction of the way to the target
+        fraction = 1.0 - (1.0 - float(self.learning_rate)) ** importance
+        self._weights[index] -= fraction * error * direction / reach
+        self._precision[index] += importance * value**2
+
+    # ------------------------------------------------------------------------- snapshots
+    def _model_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        touched = np.flatnonzero(self._squared_gradients)
+        np.savez_compressed(
+            buffer,
+            index=touched,
+            weights=self._weights[touched],
+            squared_gradients=self._squared_gradients[touched],
+            precision=self._precision[touched],
+        )
+        return buffer.getvalue()
+
+    def _load_model(self, payload: bytes) -> None:
+        try:
+            with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+                index = data["index"]
+                arrays = {k: data[k] for k in ("weights", "squared_gradients", "precision")}
+        except (ValueError, KeyError, OSError) as exc:
+            raise SnapshotError(f"linear snapshot payload is unreadable: {exc}") from None
+        if index.size and (index.min() < 0 or index.max() >= self.n_features):
+            raise SnapshotError("linear snapshot indexes weights outside n_features")
+        if any(a.shape != index.shape or not np.all(np.isfinite(a)) for a in arrays.values()):
+            raise SnapshotError("linear snapshot arrays are inconsistent or not finite")
+        self._weights[index] = arrays["weights"]
+        self._squared_gradients[index] = arrays["squared_gradients"]
+        self._precision[index] = arrays["precision"]
+        self._row_cache = None

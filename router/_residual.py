@@ -1,0 +1,209 @@
+"""Learners that refine the hybrid similarity prior instead of starting from nothing.
+
+The cost of an option (VW's convention: lower is better, cost = -credit) is the prior plus a learned
+residual::
+
+    c(a) = c0(a) + r(a),   c0(candidate) = -(prior_offset + prior_scale * hyb_z),   c0(stop) = 0
+
+A fresh learner has ``r = 0``, so it ranks exactly as the hybrid baseline and, with
+``prior_offset > prior_scale * |hyb_z|`` for any realistic score, never stops early: no cold-start
+regret by construction. Learning fits ``r`` to ``-credit - c0`` of the option that was drawn, weighted
+by the inverse of its logged probability; the stop option's credit, known without trying it when
+outcomes exist (:mod:`memabra.router._credit`), is also learned at every slot (``anchor_stop``).
+
+Two margins keep noisy early evidence from overriding the prior (a conservative, baseline-anchored
+improvement in the spirit of safe policy improvement): to reorder candidates, learned evidence must
+beat the prior's own pick (the best open hybrid score) by ``prior_margin``; to stop, every open
+candidate must look worse than stopping by ``stop_margin``.
+
+Exploration over the resulting costs (``K`` options, best ``a*``):
+
+* ``epsilon``: ``(1 - epsilon)`` on ``a*``, ``epsilon / K`` on every option;
+* ``squarecb``: ``p(a) = 1 / (K + gamma_t (c(a) - c(a*)))`` for ``a != a*``, the rest on ``a*``, with
+  ``gamma_t = gamma_scale * (t + 1) ** gamma_exponent`` after ``t`` learned selections;
+* ``softmax``: ``p(a) ∝ exp(-softmax_lambda * c(a))``;
+* ``greedy``: all mass on ``a*``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
+from memabra.router._base import Router, SlotView
+from memabra.router._credit import SlotCredit
+from memabra.router._similarity import Similarity
+
+__all__ = ["OFFSET_EXPLORATIONS", "ResidualRouter", "cost_range"]
+
+OFFSET_EXPLORATIONS = ("epsilon", "squarecb", "softmax", "greedy")
+
+
+def cost_range(weights: RewardWeights) -> tuple[float, float]:
+    """Bounds of ``-R`` for the composite reward with ``weights`` (from the components' ranges)."""
+    lo = {k: v[0] for k, v in COMPONENT_RANGES.items()}
+    hi = {k: v[1] for k, v in COMPONENT_RANGES.items()}
+    best = weights.ws * hi["s"] + weights.wr * hi["hm"] + weights.wu * hi["u"]
+    worst = (
+        weights.ws * lo["s"]
+        + weights.wr * lo["hm"]
+        - weights.we * hi["e"]
+        - weights.wc * hi["c"]
+        - weights.wl * hi["l"]
+        - weights.wx * hi["x"]
+    )
+    return -best, -worst
+
+
+class ResidualRouter(Router):
+    """Base of the learners: prior offset, margins, exploration and the update loop (see the module
+    docstring). Subclasses provide :meth:`_residuals` and :meth:`_fit`."""
+
+    learns = True
+    explorations: tuple[str, ...] = OFFSET_EXPLORATIONS
+
+    def __init__(
+        self,
+        *,
+        exploration: str = "greedy",
+        epsilon: float = 0.01,
+        gamma_scale: float = 1000.0,
+        gamma_exponent: float = 0.5,
+        softmax_lambda: float = 10.0,
+        prior: bool = True,
+        prior_offset: float = 0.5,
+        prior_scale: float = 0.1,
+        prior_margin: float = 0.2,
+        stop_margin: float = 0.0,
+        anchor_stop: bool = True,
+        seed: int = 0,
+        min_probability: float = 1e-5,
+        recall_limit: int | None = 50,
+        similarity: Similarity | None = None,
+        unused_penalty: float = 0.3,
+        max_pending: int = 100_000,
+    ) -> None:
+        super().__init__(
+            seed=seed,
+            min_probability=min_probability,
+            recall_limit=recall_limit,
+            similarity=similarity,
+            unused_penalty=unused_penalty,
+            max_pending=max_pending,
+        )
+        self.exploration = exploration
+        self.epsilon = epsilon
+        self.gamma_scale = gamma_scale
+        self.gamma_exponent = gamma_exponent
+        self.softmax_lambda = softmax_lambda
+        self.prior = prior
+        self.prior_offset = prior_offset
+        self.prior_scale = prior_scale
+        self.prior_margin = prior_margin
+        self.stop_margin = stop_margin
+        self.anchor_stop = anchor_stop
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.exploration not in self.explorations:
+            raise RouterError(f"exploration must be one of {', '.join(self.explorations)}; got {self.exploration!r}")
+        if not isinstance(self.epsilon, (int, float)) or not 0.0 <= self.epsilon <= 1.0:
+            raise RouterError(f"epsilon must lie in [0, 1], got {self.epsilon!r}")
+        for name in ("gamma_scale", "softmax_lambda"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0.0:
+                raise RouterError(f"{name} must be positive, got {value!r}")
+        for name in ("prior_offset", "prior_scale", "prior_margin", "stop_margin", "gamma_exponent"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0.0:
+                raise RouterError(f"{name} must be a finite non-negative number, got {value!r}")
+
+    def _init_model(self) -> None:
+        self._learned = 0
+
+    # ------------------------------------------------------------------------- the model
+    @abstractmethod
+    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        """Learned residual cost of each option of ``view`` (candidates, then stop)."""
+
+    @abstractmethod
+    def _fit(self, view: SlotView, option: int, target: float, probability: float) -> None:
+        """Move the residual of ``option`` towards ``target``; the option was drawn with
+        ``probability`` (learners weight the example by its inverse)."""
+
+    # ------------------------------------------------------------------------- deciding
+    def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
+        """``c0`` of the open candidates followed by the stop option's 0."""
+        if not self.prior:
+            return np.zeros(view.n_options)
+        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+        return np.append(-(self.prior_offset + self.prior_scale * hybrid), 0.0)
+
+    def _costs(self, view: SlotView) -> NDArray[np.float64]:
+        residual = np.asarray(self._residuals(view), dtype=np.float64)
+        if residual.shape != (view.n_options,) or not np.all(np.isfinite(residual)):
+            raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
+        return self._prior_cost(view) + residual
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        costs = self._costs(view)
+        if self.prior:
+            costs = self._with_margins(costs, view.table.column("hyb_z")[list(view.eligible)])
+        return self._explore(costs)
+
+    def _with_margins(self, costs: NDArray[np.float64], hybrid: NDArray[np.float64]) -> NDArray[np.float64]:
+        adjusted = costs.copy()
+        stop = bool(costs[:-1].min() > costs[-1] + self.stop_margin)
+        adjusted[int(np.argmax(hybrid))] -= self.prior_margin
+        best_candidate = adjusted[:-1].min()
+        # the stop decision is already made above; pin stop below or above every candidate
+        adjusted[-1] = best_candidate - 1.0 if stop else max(costs[-1], best_candidate + 1.0)
+        return adjusted
+
+    def _explore(self, costs: NDArray[np.float64]) -> NDArray[np.float64]:
+        k = costs.size
+        best = int(np.argmin(costs))  # first of equals, as the baselines break ties
+        if self.exploration == "greedy" or k == 1:
+            out = np.zeros(k)
+            out[best] = 1.0
+            return out
+        if self.exploration == "epsilon":
+            out = np.full(k, self.epsilon / k)
+            out[best] += 1.0 - self.epsilon
+            return out
+        if self.exploration == "softmax":
+            weights = np.exp(-self.softmax_lambda * (costs - costs[best]))
+            return weights / weights.sum()
+        gamma = self.gamma_scale * (self._learned + 1) ** self.gamma_exponent
+        out = 1.0 / (k + gamma * (costs - costs[best]))
+        out[best] = 0.0
+        out[best] = 1.0 - out.sum()
+        return out
+
+    # ------------------------------------------------------------------------- learning
+    def _update(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
+        low, high = cost_range(RewardWeights())
+        for (view, draw, option_of), credit in zip(self._replay(selection), credits, strict=True):
+            stop = len(view.eligible)
+            chosen = stop if draw.chosen_id == STOP_ID else option_of[draw.candidate_ids.index(draw.chosen_id)]
+            prior = self._prior_cost(view)
+            cost = float(np.clip(-credit.credit, low, high))
+            self._fit(view, chosen, cost - float(prior[chosen]), draw.chosen_probability)
+            if self.anchor_stop and credit.stop_credit is not None and chosen != stop:
+                stop_cost = float(np.clip(-credit.stop_credit, low, high))
+                self._fit(view, stop, stop_cost - float(prior[stop]), 1.0)
+        self._learned += 1
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"learned": self._learned}
+
+    def _restore_extra_state(self, state: dict[str, Any]) -> None:
+        learned = state.get("learned")
+        if isinstance(learned, bool) or not isinstance(learned, int) or learned < 0:
+            raise SnapshotError(f"{self.name} snapshot state has a bad 'learned' count: {learned!r}")
+        self._learned = learned

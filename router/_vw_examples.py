@@ -1,0 +1,130 @@
+"""Vowpal Wabbit text-format examples for one slot decision (pure functions).
+
+Namespaces (VW keys interactions on a namespace's first letter):
+
+=====  ======================================================================================
+``q``  shared: the query's tokens
+``u``  shared: the user id
+``k``  shared: the slot's kind and its position within the kind (``pos_0`` .. ``pos_4+``)
+``a``  action: the candidate id (so the policy can learn per-candidate value)
+``w``  action: the first tokens of the candidate text
+``h``  action: usage history and cost features (``helped_rate``, ``chosen_log``, ``tokens_log``, ...)
+``p``  action: similarity features (``lex_z``, ``hyb_rr``, ...) plus ``rem_rr``, ``rem_top`` and
+       ``rem_gap`` -- the hybrid prior's rank among the options still open
+``t``  action: kind and source one-hots
+``s``  the stop option's only namespace
+=====  ======================================================================================
+
+Interactions ``qa`` and ``qw`` let the query select candidates beyond similarity, ``ua`` and
+``uw`` learn per-user preferences, ``ks`` and ``kp`` let the value of stopping and of the prior
+depend on the kind and position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from memabra._records import Candidate, RoutingContext
+from memabra.router._features import NUMERIC_FEATURES, FeatureTable, similarity_columns
+from memabra.router._text import analyze, vw_token
+
+__all__ = ["STOP_LINE", "candidate_lines", "label_line", "numeric_features", "shared_line", "slot_example"]
+
+STOP_LINE = "|s stop"
+_MAX_POSITION = 4
+
+
+def shared_line(context: RoutingContext, kind: str, position: int) -> str:
+    tokens = " ".join(vw_token(t) for t in analyze(context.query))
+    pos = min(position, _MAX_POSITION)
+    return f"shared |q {tokens} |u {vw_token(context.user_id)} |k kind_{kind} pos_{pos} kp_{kind}_{pos}"
+
+
+@lru_cache(maxsize=65536)
+def _words(text: str, text_tokens: int) -> str:
+    return " ".join(vw_token(t) for t in analyze(text)[:text_tokens])
+
+
+_HISTORY = frozenset({"tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh"})
+
+
+def numeric_features(row: np.ndarray) -> str:
+    """The ``h`` (usage history and cost) and ``p`` (similarity) namespaces of one feature row, ``p``
+    last so slot features can be appended to it; zeros are left out, as VW would."""
+    history = " ".join(f"{n}:{v:.6g}" for n, v in zip(NUMERIC_FEATURES, row) if v != 0.0 and n in _HISTORY)
+    similarity = " ".join(f"{n}:{v:.6g}" for n, v in zip(NUMERIC_FEATURES, row) if v != 0.0 and n not in _HISTORY)
+    return f"|h {history} |p {similarity}"
+
+
+def _candidate_line(candidate: Candidate, row: np.ndarray, text_tokens: int) -> str:
+    words = _words(candidate.text, text_tokens)
+    numeric = numeric_features(row)
+    source = vw_token(str(candidate.metadata.get("source", "unknown")))
+    return f"|a {vw_token(candidate.id)} |w {words} |t kind_{candidate.kind.value} src_{source} {numeric}"
+
+
+def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
+    """The slot-independent part of every candidate's action line, in table order."""
+    return tuple(_candidate_line(c, table.matrix[i], text_tokens) for i, c in enumerate(table.candidates))
+
+
+def slot_example(
+    shared: str, lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int]
+) -> list[str]:
+    """The multi-line example of a slot: shared line, one line per eligible candidate with the
+    prior's rank among the open options appended, then the stop option."""
+    open_scores = hybrid[list(eligible)]
+    order = np.argsort(-open_scores, kind="stable")
+    ranks = np.empty(len(eligible), dtype=np.float64)
+    ranks[order] = np.arange(len(eligible), dtype=np.float64)
+    best = open_scores[order[0]]
+    second = open_scores[order[1]] if len(eligible) > 1 else best
+    example = [shared]
+    for j, i in enumerate(eligible):
+        gap = open_scores[j] - (second if ranks[j] == 0 else best)
+        top = " rem_top:1" if ranks[j] == 0 else ""
+        example.append(f"{lines[i]} rem_rr:{1.0 / (1.0 + ranks[j]):.6g} rem_gap:{gap:.6g}{top}")
+    example.append(STOP_LINE)
+    return example
+
+
+def label_line(line: str, cost: float, probability: float) -> str:
+    """``line`` with the contextual-bandit label ``0:cost:probability`` prepended."""
+    return f"0:{cost:.6g}:{probability:.6g} {line}"
+
+
+def synthetic_slot(rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+    """A made-up slot decision with realistic numeric features and no text or ids, for teaching a
+    fresh workspace the hybrid prior. Returns the example (shared line, open candidates, stop) and
+    the open candidates' ``hyb_z``."""
+    n = int(rng.integers(2, 40))
+    lexical = rng.gamma(1.0, 2.0, n) * (rng.random(n) < 0.7)
+    semantic = rng.normal(0.2, 0.15, n)
+    columns = similarity_columns(lexical, semantic, has_semantic=bool(rng.random() < 0.9))
+    chosen = rng.poisson(2.0, n) * (rng.random(n) < 0.5)
+    helped = rng.binomial(chosen, 0.3)
+    tokens = rng.integers(5, 400, n)
+    budget = float(rng.integers(200, 4000))
+    age = rng.exponential(30.0, n)
+    aged = rng.random(n) < 0.5
+    columns |= {
+        "tokens_log": np.log1p(tokens),
+        "tokens_share": tokens / budget,
+        "age_log_days": np.where(aged, np.log1p(age), 0.0),
+        "age_known": aged.astype(np.float64),
+        "chosen_log": np.log1p(chosen),
+        "helped_log": np.log1p(helped),
+        "helped_rate": (helped + 1.0) / (chosen + 2.0),
+        "fresh": (chosen == 0).astype(np.float64),
+    }
+    matrix = np.column_stack([columns[name] for name in NUMERIC_FEATURES])
+    kind = ("memory", "skill", "tool")[int(rng.integers(0, 3))]
+    position = int(rng.integers(0, 4))
+    taken = set(np.argsort(-columns["hyb_z"], kind="stable")[: min(position, n - 1)].tolist())
+    eligible = [i for i in range(n) if i not in taken]
+    lines = [f"|t kind_{kind} {numeric_features(row)}" for row in matrix]
+    shared = f"shared |k kind_{kind} pos_{position} kp_{kind}_{position}"
+    return slot_example(shared, lines, columns["hyb_z"], eligible), columns["hyb_z"][eligible]
