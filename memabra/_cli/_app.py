@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from memabra._cli._admin import admin
+from memabra._cli._demo import demo
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._mempo import mempo_app
+from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
 
 app = typer.Typer(
@@ -18,9 +20,12 @@ app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
+ope_app.command("log")(ope_log)
 app.add_typer(ope_app, name="ope")
+app.command("train")(train)
 app.add_typer(mempo_app, name="mempo")
 app.command("feedback")(feedback)
+app.command("demo")(demo)
 app.command("admin")(admin)
 
 

@@ -1,0 +1,81 @@
+"""Target policies named on the command line: a saved snapshot, a router configuration or a baseline.
+
+Accepted specs:
+
+* ``snapshot:VERSION`` (or just ``VERSION`` when a snapshot of that version is in the log);
+* ``active`` / ``active:POLICY``: the snapshot currently promoted;
+* a router name — ``vw``, ``linear``, ``hybrid``, ``bm25``, ``embedding``, ``random`` — optionally with
+  constructor arguments as JSON: ``vw:{"epsilon": 0.05}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from memabra._errors import ConfigError, UnknownEpisodeError
+from memabra._records import PolicySnapshot
+from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
+from memabra.storage import EpisodeLog
+
+__all__ = ["ROUTERS", "ResolvedPolicy", "resolve_policy", "router_from_snapshot"]
+
+ROUTERS: dict[str, type[Router]] = {
+    cls.name: cls for cls in (VWRouter, LinearRouter, HybridRouter, LexicalRouter, EmbeddingRouter, RandomRouter)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPolicy:
+    spec: str
+    router: Router
+    snapshot_version: str | None
+
+
+def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
+    cls = ROUTERS.get(snapshot.policy)
+    if cls is None:
+        raise ConfigError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore")
+    return cls.restore(snapshot)
+
+
+def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
+    if not spec or not isinstance(spec, str):
+        raise ConfigError("--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)")
+    head, _, rest = spec.partition(":")
+    if head == "snapshot":
+        snap = _snapshot(log, rest)
+        return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+    if head == "active":
+        snap = log.latest_snapshot(rest or None, status="active")
+        if snap is None:
+            raise ConfigError(f"no active snapshot{' of ' + rest if rest else ''} in the log; promote one first")
+        return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+    if head in ROUTERS:
+        kwargs: dict[str, Any] = {}
+        if rest:
+            try:
+                kwargs = json.loads(rest)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"router arguments in {spec!r} are not JSON: {exc}") from None
+            if not isinstance(kwargs, dict):
+                raise ConfigError(f"router arguments in {spec!r} must be a JSON object")
+        try:
+            return ResolvedPolicy(spec, ROUTERS[head](**kwargs), None)
+        except TypeError as exc:
+            raise ConfigError(f"bad arguments for router {head!r}: {exc}") from None
+    try:
+        snap = log.get_snapshot(spec)
+    except UnknownEpisodeError:
+        raise ConfigError(
+            f"unknown policy {spec!r}: use snapshot:VERSION, active, or one of {', '.join(sorted(ROUTERS))}"
+        ) from None
+    return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+
+
+def _snapshot(log: EpisodeLog, version: str) -> PolicySnapshot:
+    try:
+        return log.get_snapshot(version)
+    except UnknownEpisodeError:
+        raise ConfigError(f"no snapshot with version {version!r} in the log") from None

@@ -1,0 +1,119 @@
+"""Off-policy training from the episode log, gated by offline evaluation.
+
+The log is split in time: decisions before the split train a fresh learner from their logged
+propensities (:meth:`Router.learn_logged`); decisions after it evaluate the result against the
+logging policy. The new policy is saved as a snapshot only when the lower end of its
+``1 - alpha`` interval beats the logging policy's mean reward on the same held-out slice (or
+when forced); the verdict, the estimate and the split are stored with the snapshot's metrics
+and the estimates in the log's OPE results.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from memabra._errors import ConfigError, InvalidRecordError
+from memabra._records import OPEResult, RewardWeights
+from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_value
+from memabra.evals.offline._policies import ROUTERS
+from memabra.storage import EpisodeLog
+
+__all__ = ["TrainReport", "train_from_log"]
+
+logger = logging.getLogger("memabra")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainReport:
+    learner: str
+    n_train: int
+    n_holdout: int
+    split_at: datetime
+    estimate: OPEResult
+    logging_value: float
+    logging_stderr: float
+    promotable: bool
+    saved_version: str | None
+    evaluation: LogEvaluation
+
+
+def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
+    times = [sel.created_at for sel, reward in log.iter_selections(since=since) if reward is not None]
+    if len(times) < 10:
+        raise InvalidRecordError(f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10")
+    k = min(len(times) - 1, max(1, int(round(len(times) * (1.0 - holdout)))))
+    return times[k], k, len(times) - k
+
+
+def train_from_log(
+    log: EpisodeLog,
+    *,
+    learner: str = "vw",
+    learner_args: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    holdout: float = 0.2,
+    estimator: str = "snipw",
+    alpha: float = 0.05,
+    weights: RewardWeights | None = None,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> TrainReport:
+    if learner not in ROUTERS:
+        raise ConfigError(f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}")
+    if not 0.0 < holdout < 1.0:
+        raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
+    split_at, n_train, n_holdout = _split_time(log, since, holdout)
+    router = ROUTERS[learner](**dict(learner_args or {}))
+    for i, (selection, reward) in enumerate(log.iter_selections(since=since, until=split_at)):
+        if reward is None:
+            continue
+        router.learn_logged(selection, reward.reweighted(weights) if weights is not None else reward)
+        if progress is not None:
+            progress(i + 1)
+    evaluation = evaluate_on_log(
+        log, router, policy=f"{learner} (trained from log)", estimators=(estimator,), since=split_at, weights=weights, alpha=alpha
+    )
+    estimate = evaluation.results[0]
+    value, stderr, _ = logged_value(log, since=split_at, weights=weights)
+    promotable = math.isfinite(estimate.ci_low) and estimate.ci_low > value
+    saved: str | None = None
+    if promotable or force:
+        snapshot = router.snapshot()
+        active = log.latest_snapshot(status="active")
+        metrics = {
+            "verdict": "beats logging policy" if promotable else "forced: does not beat logging policy",
+            "estimator": estimator,
+            "estimate": estimate.value,
+            "ci_low": estimate.ci_low,
+            "ci_high": estimate.ci_high,
+            "logging_value": value,
+            "n_train": n_train,
+            "n_holdout": n_holdout,
+            "split_at": split_at.isoformat(),
+        }
+        snapshot = replace(snapshot, parent=active.version if active else None, metrics=metrics, status="candidate")
+        existing = {s.version for s in log.list_snapshots()}
+        if snapshot.version in existing:
+            snapshot = replace(snapshot, version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}")
+        log.save_snapshot(snapshot)
+        saved = snapshot.version
+        estimate = replace(estimate, snapshot_version=saved)
+        logger.info("saved snapshot %s (%s)", saved, metrics["verdict"])
+    log.record_ope_results([estimate])
+    return TrainReport(
+        learner=learner,
+        n_train=n_train,
+        n_holdout=n_holdout,
+        split_at=split_at,
+        estimate=estimate,
+        logging_value=value,
+        logging_stderr=stderr,
+        promotable=promotable,
+        saved_version=saved,
+        evaluation=evaluation,
+    )

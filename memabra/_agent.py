@@ -1,0 +1,369 @@
+"""``create_memabra_agent``: a LangGraph agent that routes its own context.
+
+The graph::
+
+    START -> route -> agent <-> tools
+                        |
+                        v
+                      finish -> END
+
+``route`` asks the router which memories, skills and tools enter the context; ``agent`` calls the
+chat model with the chosen memories and skill instructions in its system prompt and only the
+chosen tools bound; ``tools`` runs the model's tool calls, recording arguments, result, error and
+latency; ``finish`` logs the episode with its immediate reward terms and learns from every reward
+that has become final. The per-run user comes through LangGraph's ``Runtime`` context
+(``context={"user_id": ...}``); the thread id from ``config["configurable"]["thread_id"]``, as
+checkpointers expect.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.types import Checkpointer
+
+from memabra._catalog import Skill, as_tools, tool_items
+from memabra._errors import ConfigError, InvalidRecordError
+from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory, StoreMemory
+from memabra._records import Budget, FeedbackKind, FeedbackReceipt
+from memabra._reward import RewardConfig
+from memabra._session import RoutingSession
+from memabra.router import Router
+from memabra.storage import EpisodeLog
+
+__all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "create_memabra_agent"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemabraContext:
+    """Per-run context: whose turn this is."""
+
+    user_id: str
+
+
+class MemabraState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    memabra_turn: str
+    memabra_episode_id: str
+    memabra_tool_rounds: int
+
+
+def message_text(message: AnyMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+
+
+def _user_id(runtime: Runtime[Any] | None) -> str:
+    ctx = runtime.context if runtime is not None else None
+    user = getattr(ctx, "user_id", None) if ctx is not None and not isinstance(ctx, dict) else (ctx or {}).get("user_id")
+    if not user:
+        raise InvalidRecordError("memabra needs the user: invoke with context={'user_id': ...}")
+    return str(user)
+
+
+def _thread_id(config: RunnableConfig | None) -> str | None:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    return str(thread) if thread is not None else None
+
+
+def _usage(message: AIMessage) -> tuple[int | None, int | None]:
+    usage = message.usage_metadata or {}
+    return usage.get("input_tokens"), usage.get("output_tokens")
+
+
+class _Graph:
+    """The nodes, bound to one session, model and tool set."""
+
+    def __init__(self, session: RoutingSession, model: BaseChatModel, tools: Sequence[BaseTool], system_prompt: str, max_tool_rounds: int) -> None:
+        self.session = session
+        self.model = model
+        self.tools = {t.name: t for t in tools}
+        self.system_prompt = system_prompt
+        self.max_tool_rounds = max_tool_rounds
+        self.model_name = getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+
+    # --- route
+    def route(self, state: MemabraState, config: RunnableConfig, runtime: Runtime[MemabraContext]) -> dict[str, Any]:
+        messages = state.get("messages", [])
+        humans = [m for m in messages if isinstance(m, HumanMessage)]
+        if not humans:
+            raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
+        turn = self.session.begin(
+            user_id=_user_id(runtime), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
+        )
+        return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
+
+    # --- agent
+    def _prepare(self, state: MemabraState) -> tuple[Any, list[AnyMessage]]:
+        turn = self.session.get_turn(state["memabra_turn"])
+        system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
+        chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
+        bound = self.model.bind_tools(chosen) if chosen else self.model
+        conversation = [m for m in state.get("messages", []) if not isinstance(m, SystemMessage)]
+        return bound, ([SystemMessage(system)] if system else []) + conversation
+
+    def _record_model(self, state: MemabraState, reply: AIMessage, started: float) -> None:
+        inp, out = _usage(reply)
+        self.session.record_model_call(
+            state["memabra_turn"], str(self.model_name), (time.perf_counter() - started) * 1000.0, input_tokens=inp, output_tokens=out
+        )
+
+    def agent(self, state: MemabraState) -> dict[str, Any]:
+        bound, messages = self._prepare(state)
+        started = time.perf_counter()
+        reply = bound.invoke(messages)
+        self._record_model(state, reply, started)
+        return {"messages": [reply]}
+
+    async def aagent(self, state: MemabraState) -> dict[str, Any]:
+        bound, messages = self._prepare(state)
+        started = time.perf_counter()
+        reply = await bound.ainvoke(messages)
+        self._record_model(state, reply, started)
+        return {"messages": [reply]}
+
+    # --- tools
+    def _calls(self, state: MemabraState) -> list[dict[str, Any]]:
+        last = state["messages"][-1]
+        return list(getattr(last, "tool_calls", []) or [])
+
+    def _unavailable(self, state: MemabraState, call: dict[str, Any]) -> ToolMessage | None:
+        turn = self.session.get_turn(state["memabra_turn"])
+        name = call["name"]
+        if name in turn.tool_names and name in self.tools:
+            return None
+        error = f"tool {name!r} is not available in this turn"
+        self.session.record_tool_call(turn.id, name, call.get("args") or {}, result=None, status="error", error=error)
+        return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
+
+    def _done(self, state: MemabraState, call: dict[str, Any], output: Any, started: float) -> ToolMessage:
+        text = output if isinstance(output, str) else json.dumps(output, default=str)
+        ms = (time.perf_counter() - started) * 1000.0
+        self.session.record_tool_call(state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms)
+        return ToolMessage(content=text, tool_call_id=call["id"], name=call["name"])
+
+    def _failed(self, state: MemabraState, call: dict[str, Any], exc: Exception, started: float) -> ToolMessage:
+        # A failing tool is an outcome to log and show the model, not a crash.
+        error = f"{type(exc).__name__}: {exc}"
+        ms = (time.perf_counter() - started) * 1000.0
+        self.session.record_tool_call(
+            state["memabra_turn"], call["name"], call.get("args") or {}, result=None, status="error", error=error, latency_ms=ms
+        )
+        return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=call["name"], status="error")
+
+    def run_tools(self, state: MemabraState) -> dict[str, Any]:
+        results = []
+        for call in self._calls(state):
+            refused = self._unavailable(state, call)
+            if refused is not None:
+                results.append(refused)
+                continue
+            started = time.perf_counter()
+            try:
+                output = self.tools[call["name"]].invoke(call.get("args") or {})
+            except Exception as exc:
+                results.append(self._failed(state, call, exc, started))
+            else:
+                results.append(self._done(state, call, output, started))
+        return {"messages": results, "memabra_tool_rounds": state.get("memabra_tool_rounds", 0) + 1}
+
+    async def arun_tools(self, state: MemabraState) -> dict[str, Any]:
+        results = []
+        for call in self._calls(state):
+            refused = self._unavailable(state, call)
+            if refused is not None:
+                results.append(refused)
+                continue
+            started = time.perf_counter()
+            try:
+                output = await self.tools[call["name"]].ainvoke(call.get("args") or {})
+            except Exception as exc:
+                results.append(self._failed(state, call, exc, started))
+            else:
+                results.append(self._done(state, call, output, started))
+        return {"messages": results, "memabra_tool_rounds": state.get("memabra_tool_rounds", 0) + 1}
+
+    def after_agent(self, state: MemabraState) -> str:
+        if self._calls(state) and state.get("memabra_tool_rounds", 0) < self.max_tool_rounds:
+            return "tools"
+        return "finish"
+
+    # --- finish
+    def finish(self, state: MemabraState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        answer = message_text(last) if isinstance(last, AIMessage) else ""
+        episode_id = self.session.finish(state["memabra_turn"], answer)
+        return {"memabra_episode_id": episode_id}
+
+
+class MemabraAgent:
+    """A compiled LangGraph agent plus memabra's feedback API.
+
+    ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
+    graph (``graph``); the result's ``memabra_episode_id`` names the logged episode.
+    """
+
+    def __init__(self, graph: Any, session: RoutingSession) -> None:
+        self.graph = graph
+        self.session = session
+
+    @property
+    def router(self) -> Router:
+        return self.session.router
+
+    @property
+    def log(self) -> EpisodeLog:
+        return self.session.log
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.graph.invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self.graph.ainvoke(input, config, **kwargs)
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        return self.graph.stream(input, config, **kwargs)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        return self.graph.astream(input, config, **kwargs)
+
+    def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
+        return self.graph.get_state(config, **kwargs)
+
+    def feedback(
+        self,
+        episode_id: str,
+        *,
+        kind: FeedbackKind | str = FeedbackKind.EXPLICIT,
+        source: str = "api",
+        idempotency_key: str | None = None,
+        **payload: Any,
+    ) -> FeedbackReceipt:
+        """Explicit feedback on an episode, e.g. ``agent.feedback(eid, correct=False, correction="I'm vegan")``.
+        Keys are those of :data:`memabra.FEEDBACK_KEYS`."""
+        return self.session.feedback(episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload)
+
+
+def _resolve_model(model: BaseChatModel | str) -> BaseChatModel:
+    if isinstance(model, BaseChatModel):
+        return model
+    if isinstance(model, str):
+        from langchain.chat_models import init_chat_model
+
+        return init_chat_model(model)
+    raise ConfigError(f"model must be a LangChain chat model or a 'provider:name' string, got {type(model).__name__}")
+
+
+def build_session(
+    *,
+    tools: Sequence[BaseTool | Any] = (),
+    skills: Sequence[Skill] = (),
+    memory: MemoryBackend | BaseStore | None = None,
+    store: BaseStore | None = None,
+    router: Router | None = None,
+    db: str | EpisodeLog | None = None,
+    budget: Budget | None = None,
+    reward: RewardConfig | None = None,
+    extractor: FactExtractor | None = None,
+    learn: bool = True,
+    snapshot_every: int = 100,
+) -> RoutingSession:
+    """The routing loop behind the agent, the middleware and the nodes (see their docs)."""
+    log = db if isinstance(db, EpisodeLog) else EpisodeLog(db)
+    if memory is None:
+        backend: MemoryBackend = StoreMemory(store, log=log) if store is not None else SQLMemory(log)
+    elif isinstance(memory, BaseStore):
+        backend = StoreMemory(memory, log=log)
+    elif isinstance(memory, MemoryBackend):
+        backend = memory
+    else:
+        raise ConfigError(f"memory must be a MemoryBackend or a LangGraph BaseStore, got {type(memory).__name__}")
+    if router is None:
+        from memabra.router import VWRouter
+
+        router = VWRouter()
+    return RoutingSession(
+        router=router,
+        log=log,
+        memory=backend,
+        skills=skills,
+        tool_items_=tool_items(as_tools(tools)),
+        budget=budget,
+        reward_config=reward,
+        extractor=extractor,
+        learn=learn,
+        snapshot_every=snapshot_every,
+    )
+
+
+def create_memabra_agent(
+    model: BaseChatModel | str,
+    *,
+    tools: Sequence[BaseTool | Any] = (),
+    skills: Sequence[Skill] = (),
+    memory: MemoryBackend | BaseStore | None = None,
+    router: Router | None = None,
+    db: str | EpisodeLog | None = None,
+    budget: Budget | None = None,
+    reward: RewardConfig | None = None,
+    system_prompt: str = "",
+    extract_with_model: bool = False,
+    extractor: FactExtractor | None = None,
+    learn: bool = True,
+    checkpointer: Checkpointer = None,
+    store: BaseStore | None = None,
+    max_tool_rounds: int = 4,
+    snapshot_every: int = 100,
+) -> MemabraAgent:
+    """Build a LangGraph agent whose context is chosen by a learning router.
+
+    ``model``: a LangChain chat model or a ``"provider:name"`` string for ``init_chat_model``.
+    ``tools`` and ``skills`` are the candidates shared by every user; memories come from
+    ``memory`` — memabra's SQL registry by default, or a LangGraph ``BaseStore`` (the ``store``
+    passed at compile time is used when ``memory`` is omitted and ``store`` is given).
+    ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
+    or ``sqlite:///memabra.db`` (migrated with ``memabra db upgrade``). ``extract_with_model``
+    has the chat model extract memories from user messages instead of the rules.
+    """
+    chat = _resolve_model(model)
+    tool_list = as_tools(tools)
+    session = build_session(
+        tools=tool_list,
+        skills=skills,
+        memory=memory,
+        store=store,
+        router=router,
+        db=db,
+        budget=budget,
+        reward=reward,
+        extractor=extractor or (LLMFactExtractor(chat) if extract_with_model else None),
+        learn=learn,
+        snapshot_every=snapshot_every,
+    )
+    nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds)
+    builder = StateGraph(MemabraState, context_schema=MemabraContext)
+    builder.add_node("route", nodes.route)
+    builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))
+    builder.add_node("tools", RunnableLambda(nodes.run_tools, afunc=nodes.arun_tools, name="tools"))
+    builder.add_node("finish", nodes.finish)
+    builder.add_edge(START, "route")
+    builder.add_edge("route", "agent")
+    builder.add_conditional_edges("agent", nodes.after_agent, {"tools": "tools", "finish": "finish"})
+    builder.add_edge("tools", "agent")
+    builder.add_edge("finish", END)
+    graph = builder.compile(checkpointer=checkpointer, store=store, name="memabra_agent")
+    return MemabraAgent(graph, session)

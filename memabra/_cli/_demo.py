@@ -1,0 +1,98 @@
+"""``memabra demo``: the main job, offline — a learned router against similarity top-k."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
+from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
+
+
+def demo(
+    db: DbOption = None,
+    episodes: Annotated[int, typer.Option(min=20, help="Simulated task episodes per router.")] = 500,
+    seed: Annotated[int, typer.Option(help="Seeds the users, their tasks and the routers.")] = 0,
+    users: Annotated[int, typer.Option(min=1, max=12, help="Simulated users.")] = 10,
+    model: Annotated[
+        str | None,
+        typer.Option(help="A real chat model as provider:name (init_chat_model); default: the offline stand-in."),
+    ] = None,
+    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also run similarity top-k on the same users.")] = True,
+) -> None:
+    """Simulated users with preferences, tasks that need tools and skills, corrections and a drift:
+    the learned router against similarity top-k, logged to the episode log."""
+    logging.getLogger("memabra").setLevel(logging.WARNING)
+    url = resolve_url(db)
+    run_guarded(upgrade, url)
+    chat = None
+    if model is not None:
+        from memabra._agent import _resolve_model
+
+        chat = run_guarded(_resolve_model, model)
+        console.print(f"chat model: [bold]{model}[/]")
+    else:
+        console.print("chat model: [bold]offline extractive stand-in[/] (deterministic; answers only from injected context; --model provider:name for a real one)")
+
+    from memabra.router import HybridRouter, VWRouter
+
+    runs: list[tuple[str, object, str]] = [("learned (VW)", VWRouter(seed=seed), url)]
+    scratch = tempfile.TemporaryDirectory(prefix="memabra-demo-")
+    if baseline:
+        runs.append(("similarity top-k", HybridRouter(seed=seed), f"sqlite:///{Path(scratch.name) / 'baseline.db'}"))
+    summaries: list[DemoSummary] = []
+    started = time.perf_counter()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            for name, router, run_url in runs:
+                task = bar.add_task(f"{name:>18}", total=episodes)
+                run_guarded(upgrade, run_url)
+                with run_guarded(EpisodeLog, run_url) as log:
+                    rows = run_guarded(
+                        run_demo, router=router, log=log, episodes=episodes, seed=seed, users=users, model=chat,
+                        progress=lambda _row, task=task: bar.advance(task),
+                    )
+                summaries.append(summarize(name, rows, window=min(100, episodes // 2)))
+    finally:
+        scratch.cleanup()
+    elapsed = time.perf_counter() - started
+    _render(summaries, min(100, episodes // 2))
+    console.print(f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_engine(url).url.render_as_string(hide_password=True)}")
+    console.print("\nnext:")
+    console.print(f"  memabra episodes list --db {url}")
+    console.print(f"  memabra admin --db {url}")
+    console.print(f"  memabra ope log --db {url} --policy hybrid --json ope.json")
+
+
+def _render(summaries: list[DemoSummary], window: int) -> None:
+    table = Table(title="memabra demo")
+    table.add_column("router")
+    table.add_column("episodes")
+    table.add_column("reward", justify="right")
+    table.add_column("hit rate", justify="right")
+    table.add_column("corrections /100", justify="right")
+    table.add_column("tokens injected", justify="right")
+
+    def row(name: str, label: str, w: WindowStats) -> None:
+        table.add_row(name, label, f"{w.reward:+.3f}", f"{w.hit_rate:.1%}", f"{w.corrections_per_100:.0f}", f"{w.tokens:.0f}")
+
+    for s in summaries:
+        row(s.router, f"first {window}", s.first)
+        row("", f"last {window}", s.last)
+        row("", "all", s.overall)
+    console.print(table)
+    if len(summaries) == 2:
+        learned, base = summaries
+        gain = learned.overall.reward - base.overall.reward
+        console.print(
+            f"learned vs similarity top-k over all episodes: reward {gain:+.3f}, hit rate "
+            f"{learned.overall.hit_rate - base.overall.hit_rate:+.1%}, tokens {learned.overall.tokens - base.overall.tokens:+.0f}"
+        )

@@ -1,0 +1,194 @@
+"""memabra for agents people already have.
+
+:class:`MemabraMiddleware` plugs into ``langchain.agents.create_agent``: before the agent runs it
+routes the user's message; each model call gets the chosen memories and skill instructions
+appended to its system prompt and only the chosen tools; tool calls are timed and logged; after
+the agent finishes the episode is logged and learned from — the same loop as
+:func:`memabra.create_memabra_agent`.
+
+:class:`MemabraNodes` gives the same loop as two nodes (``route`` and ``finish``) for any
+``StateGraph`` whose state has ``messages``; your own model node reads the chosen context with
+:meth:`MemabraNodes.system_prompt` and :meth:`MemabraNodes.tools`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ToolCallRequest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from memabra._agent import _thread_id, _user_id, message_text
+from memabra._errors import InvalidRecordError
+from memabra._session import RoutingSession
+
+__all__ = ["MemabraMiddleware", "MemabraNodeState", "MemabraNodes", "create_memabra_middleware"]
+
+
+class _MiddlewareState(AgentState[Any]):
+    memabra_turn: NotRequired[str]
+    memabra_episode_id: NotRequired[str]
+
+
+def _route(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Runtime[Any]) -> str:
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    if not humans:
+        raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
+    try:
+        config = get_config()
+    except RuntimeError:
+        config = None
+    turn = session.begin(user_id=_user_id(runtime), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1)
+    return turn.id
+
+
+def _answer(messages: Sequence[AnyMessage]) -> str:
+    last = messages[-1] if messages else None
+    return message_text(last) if isinstance(last, AIMessage) else ""
+
+
+class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
+    """Routes, logs and learns for a ``create_agent`` agent.
+
+    Pass the same ``tools`` to ``create_agent``; memabra decides which of them each model call
+    sees. Build the session with :func:`memabra.build_session` (or let ``create_memabra_middleware``
+    do it).
+    """
+
+    state_schema = _MiddlewareState
+
+    def __init__(self, session: RoutingSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def before_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return {"memabra_turn": _route(self.session, state["messages"], runtime)}
+
+    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        turn = self.session.get_turn(request.state["memabra_turn"])
+        base = request.system_prompt or ""
+        system = "\n\n".join(p for p in (base, turn.system_prompt) if p)
+        tools = [t for t in request.tools if getattr(t, "name", None) in turn.tool_names]
+        return request.override(system_prompt=system or None, tools=tools)
+
+    def _record_model(self, request: ModelRequest[Any], response: Any, started: float) -> None:
+        messages = getattr(response, "result", None) or ([response] if isinstance(response, AIMessage) else [])
+        reply = next((m for m in messages if isinstance(m, AIMessage)), None)
+        usage = (reply.usage_metadata or {}) if reply is not None else {}
+        name = getattr(request.model, "model_name", None) or type(request.model).__name__
+        self.session.record_model_call(
+            request.state["memabra_turn"],
+            str(name),
+            (time.perf_counter() - started) * 1000.0,
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+        )
+
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> Any:
+        started = time.perf_counter()
+        response = handler(self._request(request))
+        self._record_model(request, response, started)
+        return response
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> Any:
+        started = time.perf_counter()
+        response = await handler(self._request(request))
+        self._record_model(request, response, started)
+        return response
+
+    def _record_tool(self, request: ToolCallRequest, result: Any, started: float, error: Exception | None) -> None:
+        call = request.tool_call
+        ms = (time.perf_counter() - started) * 1000.0
+        turn_id = request.state["memabra_turn"]
+        if error is not None:
+            self.session.record_tool_call(turn_id, call["name"], call.get("args") or {}, result=None, status="error", error=f"{type(error).__name__}: {error}", latency_ms=ms)
+            return
+        failed = isinstance(result, ToolMessage) and result.status == "error"
+        text = message_text(result) if isinstance(result, ToolMessage) else str(result)
+        self.session.record_tool_call(
+            turn_id, call["name"], call.get("args") or {}, result=None if failed else text,
+            status="error" if failed else "ok", error=text if failed else None, latency_ms=ms,
+        )
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            result = handler(request)
+        except Exception as exc:
+            self._record_tool(request, None, started, exc)
+            raise
+        self._record_tool(request, result, started, None)
+        return result
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
+        started = time.perf_counter()
+        try:
+            result = await handler(request)
+        except Exception as exc:
+            self._record_tool(request, None, started, exc)
+            raise
+        self._record_tool(request, result, started, None)
+        return result
+
+    def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        episode_id = self.session.finish(state["memabra_turn"], _answer(state["messages"]))
+        return {"memabra_episode_id": episode_id}
+
+
+class MemabraNodeState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    memabra_turn: str
+    memabra_episode_id: str
+
+
+class MemabraNodes:
+    """``route`` and ``finish`` nodes for a graph of your own::
+
+        nodes = MemabraNodes(session)
+        builder.add_node("route", nodes.route)
+        builder.add_node("model", my_model_node)   # uses nodes.system_prompt(state), nodes.tools(state, all_tools)
+        builder.add_node("finish", nodes.finish)
+        builder.add_edge(START, "route"); builder.add_edge("route", "model"); builder.add_edge("model", "finish")
+
+    Tool calls your graph makes can be logged with ``nodes.session.record_tool_call``.
+    """
+
+    def __init__(self, session: RoutingSession) -> None:
+        self.session = session
+
+    def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
+        return {"memabra_turn": _route(self.session, state.get("messages", []), runtime)}
+
+    def system_prompt(self, state: MemabraNodeState) -> str:
+        return self.session.get_turn(state["memabra_turn"]).system_prompt
+
+    def tools(self, state: MemabraNodeState, available: Sequence[BaseTool]) -> list[BaseTool]:
+        chosen = self.session.get_turn(state["memabra_turn"]).tool_names
+        return [t for t in available if t.name in chosen]
+
+    def record_model_call(self, state: MemabraNodeState, reply: AIMessage, latency_ms: float, name: str = "model") -> None:
+        usage = reply.usage_metadata or {}
+        self.session.record_model_call(
+            state["memabra_turn"], name, latency_ms, input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens")
+        )
+
+    def finish(self, state: MemabraNodeState) -> dict[str, Any]:
+        return {"memabra_episode_id": self.session.finish(state["memabra_turn"], _answer(state.get("messages", [])))}
+
+
+def create_memabra_middleware(**session_kwargs: Any) -> MemabraMiddleware:
+    """A :class:`MemabraMiddleware` over a new session; takes :func:`memabra.build_session`'s arguments
+    (pass the same ``tools`` you give ``create_agent``)."""
+    from memabra._agent import build_session
+
+    return MemabraMiddleware(build_session(**session_kwargs))

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+from langchain_core.tools import ToolException, tool
+
+from memabra.router import Similarity
+
+
+@pytest.fixture
+def lexical() -> Similarity:
+    """BM25 only: the runtime tests are about the loop, not about embeddings."""
+    return Similarity(encoder=None)
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    if not city.strip():
+        raise ValueError("city is required")
+    return f"sunny and 21C in {city}"
+
+
+@tool
+def convert_units(value: float, unit: str) -> str:
+    """Convert a quantity between metric and imperial units."""
+    return f"{value} {unit}"
+
+
+@tool
+def get_forecast(city: str) -> str:
+    """Weather forecast for a city; reports failures to the model instead of raising."""
+    if not city.strip():
+        raise ToolException("city is required")
+    return f"rain tomorrow in {city}"
+
+
+get_forecast.handle_tool_error = True
+
+
+@pytest.fixture
+def tools() -> list:  # type: ignore[type-arg]
+    return [get_weather, convert_units, get_forecast]

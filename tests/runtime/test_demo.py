@@ -1,0 +1,64 @@
+"""The demo's loop on a few episodes: the world, the stand-in model, corrections and the table."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from memabra import CandidateKind
+from memabra._cli import app
+from memabra._demo import run_demo, summarize
+from memabra._demo_world import TASKS, World, judge
+from memabra._standin import ExtractiveChatModel
+from memabra.router import HybridRouter, Similarity
+from memabra.storage import EpisodeLog
+
+
+def test_the_world_is_seeded_and_drifts() -> None:
+    a, b = World(seed=3, episodes=40), World(seed=3, episodes=40)
+    assert [u.facts for u in a.users] == [u.facts for u in b.users]
+    assert [a.next_task(i)[1].name for i in range(20)] == [b.next_task(i)[1].name for i in range(20)]
+    user = a.users[0]
+    old = user.facts["city"].value
+    said = a.drift(user)
+    assert user.facts["city"].value != old and user.stale["city"].value == old
+    assert any(user.facts["city"].value in line for line in said)
+
+
+def test_judge_rewards_what_the_task_needs_and_punishes_stale_facts() -> None:
+    world = World(seed=0, episodes=10)
+    user = world.users[0]
+    weather = next(t for t in TASKS if t.name == "weather")
+    city = user.facts["city"].value
+    assert judge(user, weather, f"Forecast for {city}: 18C") == (1.0, [])
+    score, missed = judge(user, weather, "I don't know")
+    assert score == 0.0 and missed[0].category == "city"
+    world.drift(user)
+    assert judge(user, weather, f"Forecast for {user.facts['city'].value} or {city}")[0] == -0.5
+
+
+def test_the_stand_in_uses_related_memories_and_ignores_the_rest() -> None:
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    model = ExtractiveChatModel(associations=[frozenset({"dinner", "diet", "vegetarian"})])
+    system = SystemMessage("What you know about the user:\n- I follow a vegetarian diet\n- I lost my umbrella on the bus")
+    reply = model.invoke([system, HumanMessage("What should I cook for dinner?")])
+    assert "vegetarian" in reply.content and "umbrella" not in reply.content
+
+
+def test_a_short_demo_run_logs_every_episode(log: EpisodeLog) -> None:
+    rows = run_demo(router=HybridRouter(similarity=Similarity(encoder=None)), log=log, episodes=24, users=3)
+    assert len(rows) == 24
+    summary = summarize("hybrid", rows, window=10)
+    assert summary.first.episodes == 10 and 0.0 <= summary.overall.hit_rate <= 1.0
+    first = log.get_episode(rows[0].episode_id)
+    assert first.reward is not None and first.finalized_at is not None
+    assert {sc.candidate.kind for sc in first.selections[0].offered} == {CandidateKind.MEMORY, CandidateKind.SKILL, CandidateKind.TOOL}
+    assert log.list_snapshots()  # the demo leaves a snapshot for the admin view
+
+
+def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["demo", "--db", url, "--episodes", "20", "--users", "2"])
+    assert result.exit_code == 0, result.output
+    for needle in ("stand-in", "learned (VW)", "similarity top-k", "corrections /100", "memabra admin --db", "memabra ope log --db"):
+        assert needle in result.output

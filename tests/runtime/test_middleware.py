@@ -1,0 +1,66 @@
+"""The same loop behind langchain's create_agent, through MemabraMiddleware, and as plain nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+
+from fakes import ScriptedChatModel
+from memabra import Budget, CandidateKind
+from memabra._agent import build_session
+from memabra._middleware import MemabraMiddleware, MemabraNodes, MemabraNodeState
+from memabra.router import HybridRouter
+from memabra.storage import EpisodeLog
+
+
+def test_create_agent_with_middleware_is_routed_and_logged_the_same_way(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    session = build_session(tools=tools, db=log, router=HybridRouter(similarity=lexical), budget=Budget(max_tokens=400))
+    session.memory.remember("ann", "I live in Lyon")
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[{"name": "get_forecast", "args": {"city": ""}, "id": "c1"}]), AIMessage("Could not fetch it for Lyon.")]
+    )
+    agent = create_agent(model, tools=tools, system_prompt="Be brief.", middleware=[MemabraMiddleware(session)])
+    out = agent.invoke({"messages": [HumanMessage("What is the weather forecast where I live?")]}, context={"user_id": "ann"})
+    ep = session.log.get_episode(out["memabra_episode_id"])
+    sel = ep.selections[0]
+    assert {c.kind for c in (sc.candidate for sc in sel.offered)} == {CandidateKind.MEMORY, CandidateKind.TOOL}
+    assert [(s.kind.value, s.status) for s in ep.steps] == [("model", "ok"), ("tool", "error"), ("model", "ok")]
+    assert ep.reward is not None and ep.reward.components.e > 0
+    system, bound = model.calls[0][0][0].content, model.calls[0][1]
+    assert system.startswith("Be brief.") and "I live in Lyon" in system
+    assert set(bound) == {c.metadata["name"] for c in sel.chosen if c.kind is CandidateKind.TOOL}
+
+    later = asyncio.run(agent.ainvoke({"messages": [HumanMessage("And tomorrow?")]}, context={"user_id": "ann"}))
+    assert session.log.get_episode(later["memabra_episode_id"]).steps
+
+
+def test_nodes_add_routing_to_any_state_graph(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    session = build_session(tools=tools, db=log, router=HybridRouter(similarity=lexical))
+    session.memory.remember("ann", "My name is Ann")
+    nodes = MemabraNodes(session)
+    seen: dict[str, object] = {}
+
+    def model_node(state: MemabraNodeState) -> dict:  # type: ignore[type-arg]
+        seen["system"] = nodes.system_prompt(state)
+        seen["tools"] = [t.name for t in nodes.tools(state, tools)]
+        started = time.perf_counter()
+        reply = AIMessage("Hello Ann", usage_metadata={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5})
+        nodes.record_model_call(state, reply, (time.perf_counter() - started) * 1000)
+        return {"messages": [reply]}
+
+    builder = StateGraph(MemabraNodeState)
+    builder.add_node("route", nodes.route)
+    builder.add_node("model", model_node)
+    builder.add_node("finish", nodes.finish)
+    builder.add_edge(START, "route")
+    builder.add_edge("route", "model")
+    builder.add_edge("model", "finish")
+    builder.add_edge("finish", END)
+    out = builder.compile().invoke({"messages": [HumanMessage("what is my name")]}, context={"user_id": "ann"})
+    ep = session.log.get_episode(out["memabra_episode_id"])
+    assert "My name is Ann" in str(seen["system"])
+    assert ep.steps[0].input_tokens == 3
