@@ -4,8 +4,8 @@ Seeded and self-contained. Each user has facts (diet, allergy, city, coffee, wor
 dog) mixed with small talk the router should leave out. Tasks need specific facts, and some a
 tool or a skill; their wording rarely shares words with the fact they need ("what should I cook
 tonight?" needs "I follow a vegetarian diet"), which is exactly where similarity top-k fails.
-Partway through, users drift: they move city and change how they take their coffee, and the mix
-of tasks shifts.
+Partway through, users drift: they move city and change how they take their coffee; the old
+facts stay in memory, now stale.
 """
 
 from __future__ import annotations
@@ -74,9 +74,10 @@ TASKS: tuple[Task, ...] = (
     Task("pet", ("What should I pick up at the pet shop?", "Buy some treats for my dog"), ("dog",)),
 )
 
-# Before the drift users mostly eat, check the weather and order coffee; after it, they travel and work.
-_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 1, "away": 1, "run": 1, "pet": 1}
-_MIX_AFTER = {"dinner": 1, "weather": 3, "drink": 3, "greet": 1, "snack": 3, "away": 3, "run": 2, "pet": 1}
+# How often each task comes up. After the drift the weather and coffee tasks come up more, so
+# the facts that changed matter more.
+_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
+_MIX_AFTER = {"dinner": 3, "weather": 4, "drink": 4, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
 
 # What a real model knows: which words relate. The stand-in model uses these; the router does not.
 ASSOCIATIONS: dict[str, tuple[str, ...]] = {
