@@ -20,6 +20,9 @@ from memabra.router._similarity import (
 )
 from memabra.router._linear import LinearRouter
 from memabra.router._vw import VWRouter
+from memabra.router._watcher import SnapshotWatcher, load_router
+from memabra.router._conformance import check_router
+from memabra.router._credit import SlotCredit, slot_credits
 
 __all__ = [
     "BM25",
@@ -37,11 +40,16 @@ __all__ = [
     "Router",
     "SentenceTransformerEncoder",
     "Similarity",
+    "SlotCredit",
     "SlotView",
+    "SnapshotWatcher",
     "VWRouter",
+    "check_router",
     "context_features",
     "default_encoder",
     "embeddings_available",
     "featurize",
+    "load_router",
     "recall",
+    "slot_credits",
 ]

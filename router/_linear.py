@@ -5,8 +5,9 @@ credit and update loop of :mod:`memabra.router._residual`; the residual is linea
 (scikit-learn's :class:`~sklearn.feature_extraction.FeatureHasher`, murmurhash3, so indices are stable
 across processes):
 
-* candidate: its id, its first ``text_tokens`` words, kind and source, the usage-history numbers
-  (``helped_rate``, ``chosen_log``, ...), and the crosses query-token × id and user × id;
+* candidate: its id, kind and source, the usage-history numbers
+  (``helped_rate``, ``chosen_log``, ...), and the crosses query-token × id, user × id and
+  user × word (the first ``text_tokens`` words of its text);
 * stop option: a stop indicator crossed with the slot's kind and position;
 * every option: the query tokens and the user (shared).
 
@@ -143,7 +144,8 @@ class LinearRouter(ResidualRouter):
             cid = candidate.id
             pairs = [("bias", 1.0), (f"a={cid}", 1.0), (f"t={candidate.kind.value}", 1.0)]
             pairs.append((f"src={candidate.metadata.get('source', 'unknown')}", 1.0))
-            pairs += [(f"w={t}", 1.0) for t in analyze(candidate.text)[: self.text_tokens]]
+            words = analyze(candidate.text)[: self.text_tokens]
+            pairs += [(f"uw={user}^{t}", 1.0) for t in words]
             pairs += [(f"qa={t}^{cid}", 1.0) for t in query]
             pairs.append((f"ua={user}^{cid}", 1.0))
             row = view.table.matrix[i]

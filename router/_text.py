@@ -9,13 +9,24 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
+from sklearn.feature_extraction.text import CountVectorizer
 
-__all__ = ["analyze", "vw_token"]
+__all__ = ["STOP_WORDS", "analyze", "vw_token"]
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[._/\\\-#:|]+")
-_ANALYZER = CountVectorizer(lowercase=True, stop_words=sorted(ENGLISH_STOP_WORDS)).build_analyzer()
+# Function words only: scikit-learn's English list also drops words that carry routing meaning
+# ("find", "get", "name", "first", "call", "bill", "show", ...).
+STOP_WORDS: frozenset[str] = frozenset(
+    """a an the and or but nor so yet if then else of in on at by for with from to into onto upon
+    about above below over under between among through during before after since until while as
+    is am are was were be been being do does did doing have has had having will would shall should
+    can could may might must i me my mine myself we us our ours you your yours he him his she her
+    hers it its they them their theirs this that these those there here what which who whom whose
+    when where why how not no yes all any each both either neither some such than too very just
+    also only own same other s t don now please""".split()
+)
+_ANALYZER = CountVectorizer(lowercase=True, stop_words=sorted(STOP_WORDS)).build_analyzer()
 _VW_UNSAFE = re.compile(r"[\s|:]+")
 
 

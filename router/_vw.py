@@ -56,16 +56,17 @@ class VWRouter(ResidualRouter):
 
     cb_type
         VW's estimator for the chosen action's cost (``mtr``, ``dr``, ``ips``).
-    learning_rate, bit_precision
-        VW's ``-l`` and ``-b``.
+    learning_rate, power_t, bit_precision
+        VW's ``-l``, ``--power_t`` and ``-b``. ``power_t=0`` keeps per-feature step sizes from
+        decaying, so preferences that drift are unlearned (measured on the simulator's drift).
     interactions
         Namespace pairs crossed (see :mod:`memabra.router._vw_examples`).
     ignore
-        Namespaces VW drops. By default ``p`` (generic similarity is the prior's job) and ``w``
-        (candidate words: a failed tool's words would drag down the right tool that shares them).
+        Namespaces VW drops entirely (none by default).
     ignore_linear
-        Namespaces used only inside interactions. By default the shared ones (``q``, ``u``, ``k``):
-        on their own they shift every option, the stop option included, alike.
+        Namespaces used only inside interactions. By default the shared ones (``q``, ``u``, ``k``),
+        which on their own shift every option, the stop option included, alike; and the candidate
+        words ``w``, which on their own let a failed tool drag down the right one sharing its words.
     text_tokens
         How many tokens of a candidate's text enter namespace ``w``.
     bag_size, cover_size, prior_examples
@@ -80,10 +81,11 @@ class VWRouter(ResidualRouter):
         *,
         cb_type: str = "mtr",
         learning_rate: float = 0.5,
+        power_t: float = 0.0,
         bit_precision: int = 20,
-        interactions: tuple[str, ...] = ("qa", "ua"),
-        ignore: str = "w",
-        ignore_linear: str = "quk",
+        interactions: tuple[str, ...] = ("qa", "ua", "uw"),
+        ignore: str = "",
+        ignore_linear: str = "qukw",
         text_tokens: int = 24,
         bag_size: int = 5,
         cover_size: int = 3,
@@ -128,6 +130,7 @@ class VWRouter(ResidualRouter):
         )
         self.cb_type = cb_type
         self.learning_rate = learning_rate
+        self.power_t = power_t
         self.bit_precision = bit_precision
         self.interactions = tuple(interactions)
         self.ignore = ignore
@@ -149,6 +152,8 @@ class VWRouter(ResidualRouter):
             raise RouterError(f"cb_type must be mtr, dr or ips; got {self.cb_type!r}")
         if not isinstance(self.learning_rate, (int, float)) or not self.learning_rate > 0.0:
             raise RouterError(f"learning_rate must be positive, got {self.learning_rate!r}")
+        if not isinstance(self.power_t, (int, float)) or not 0.0 <= self.power_t <= 1.0:
+            raise RouterError(f"power_t must lie in [0, 1], got {self.power_t!r}")
         for pair in self.interactions:
             if not isinstance(pair, str) or len(pair) < 2 or not pair.isalpha():
                 raise RouterError(f"interactions must be namespace letter pairs such as 'qa', got {pair!r}")
@@ -175,6 +180,8 @@ class VWRouter(ResidualRouter):
             str(self.bit_precision),
             "-l",
             str(self.learning_rate),
+            "--power_t",
+            str(self.power_t),
         ]
         if self._native:
             low, high = cost_range(RewardWeights())

@@ -15,9 +15,9 @@ Namespaces (VW keys interactions on a namespace's first letter):
 ``s``  the stop option's only namespace
 =====  ======================================================================================
 
-Interactions ``qa`` and ``qw`` let the query select candidates beyond similarity, ``ua`` and
-``uw`` learn per-user preferences, ``ks`` and ``kp`` let the value of stopping and of the prior
-depend on the kind and position.
+The default interactions are ``qa`` (query token × candidate: which candidate serves which
+request, beyond similarity), ``ua`` (user × candidate) and ``uw`` (user × candidate words: a user's
+preference for, say, brief notes carries over to notes it has not seen).
 """
 
 from __future__ import annotations

@@ -1,0 +1,186 @@
+"""The checks every router must pass, in the spirit of scikit-learn's ``check_estimator``.
+
+``check_router(factory)`` builds routers with ``factory(seed)`` and raises ``AssertionError`` naming
+the first broken contract: valid logged distributions and propensities, budgets and kinds respected,
+the probability floor, seeded determinism, teacher-forced replays that reproduce the logged
+distributions, learning only from its own selections, snapshot round-trips, and a clear
+:class:`~memabra.RouterError` / :class:`~memabra.SnapshotError` for every bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from memabra._errors import InvalidRecordError, RouterError, SnapshotError
+from memabra._records import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    PolicySnapshot,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    RoutingContext,
+    Selection,
+)
+from memabra.router._base import Router
+from memabra.router._features import FeatureTable
+
+__all__ = ["check_router", "conformance_candidates"]
+
+RouterFactory = Callable[[int], Router]
+
+
+def conformance_candidates() -> tuple[Candidate, ...]:
+    """A small mixed pool: four memories, two skills, three tools, one oversized memory."""
+    return (
+        Candidate("m-seattle", CandidateKind.MEMORY, "The user lives in Seattle and works as a designer.", 12,
+                  {"times_chosen": 3, "times_helped": 2, "created_at": "2025-01-01T00:00:00+00:00", "source": "chat"}),
+        Candidate("m-latte", CandidateKind.MEMORY, "The user likes oat milk lattes in the morning.", 10,
+                  {"times_chosen": 1, "times_helped": 0, "created_at": "2025-02-01T00:00:00+00:00"}),
+        Candidate("m-name", CandidateKind.MEMORY, "The user's first name is Michael.", 8),
+        Candidate("m-espresso", CandidateKind.MEMORY, "The espresso machine order arrived with a bent portafilter.", 14),
+        Candidate("m-huge", CandidateKind.MEMORY, "A very long transcript " * 40, 900),
+        Candidate("s-refund", CandidateKind.SKILL, "How to process a refund for a damaged order.", 30),
+        Candidate("s-weather", CandidateKind.SKILL, "How to answer questions about the weather forecast.", 25),
+        Candidate("t-weather", CandidateKind.TOOL, "weather.get: current weather and forecast for a city", 20),
+        Candidate("t-order", CandidateKind.TOOL, "orders.lookup: find an order and its shipping status", 22),
+        Candidate("t-calc", CandidateKind.TOOL, "calculator.eval: evaluate an arithmetic expression", 15),
+    )
+
+
+def _context(query: str = "what is the weather in seattle for my espresso order", budget: Budget | None = None) -> RoutingContext:
+    return RoutingContext(
+        query=query,
+        user_id="conformance-user",
+        budget=budget or Budget(max_tokens=200, slots={CandidateKind.MEMORY: 3, CandidateKind.SKILL: 1, CandidateKind.TOOL: 2}),
+    )
+
+
+def _reward(total_hit: bool) -> RewardBreakdown:
+    return RewardBreakdown(RewardComponents(s=1.0 if total_hit else 0.0, hm=0.5 if total_hit else -1.0, x=0.2), RewardWeights())
+
+
+def _expect(error: type[Exception], what: str, call: Callable[[], object]) -> None:
+    try:
+        call()
+    except error:
+        return
+    except Exception as exc:  # noqa: BLE001 - the point is to report the wrong type
+        raise AssertionError(f"{what}: raised {type(exc).__name__}: {exc}, expected {error.__name__}") from exc
+    raise AssertionError(f"{what}: no {error.__name__} raised")
+
+
+def _signature(selection: Selection) -> tuple[object, ...]:
+    return tuple((d.candidate_ids, d.probabilities, d.chosen_id) for d in selection.slots) + (selection.seed,)
+
+
+def check_selection(router: Router, selection: Selection, candidates: tuple[Candidate, ...]) -> None:
+    """Contracts of one selection made by ``router`` from ``candidates``."""
+    context = selection.context
+    budget = context.budget
+    assert selection.policy == router.name, f"Selection.policy {selection.policy!r} != router name {router.name!r}"
+    assert selection.policy_version == router.policy_version, "Selection.policy_version is not the router's"
+    offered = {sc.candidate.id for sc in selection.offered}
+    assert offered <= {c.id for c in candidates}, "offered candidates that were not given"
+    assert all(sc.candidate.kind in context.kinds for sc in selection.offered), "offered a kind not requested"
+    counts: dict[CandidateKind, int] = {}
+    for chosen in selection.chosen:
+        counts[chosen.kind] = counts.get(chosen.kind, 0) + 1
+    for kind, count in counts.items():
+        assert count <= budget.slots_for(kind), f"chose {count} {kind.value}s, budget allows {budget.slots_for(kind)}"
+    if budget.max_tokens is not None:
+        assert selection.tokens_injected <= budget.max_tokens, "selection exceeds the token budget"
+    product = 1.0
+    for draw in selection.slots:
+        assert draw.candidate_ids[-1] == STOP_ID, f"slot {draw.slot}: the stop option must be offered last"
+        assert math.isclose(sum(draw.probabilities), 1.0, abs_tol=1e-6), f"slot {draw.slot}: probabilities do not sum to 1"
+        floor = float(router.min_probability)
+        if floor > 0.0:
+            assert min(draw.probabilities) >= floor - 1e-12, f"slot {draw.slot}: a probability is below the floor {floor}"
+        product *= draw.chosen_probability
+    assert math.isclose(selection.propensity, product, rel_tol=1e-12), "propensity is not the product of the slots"
+
+
+def check_router(factory: RouterFactory) -> None:
+    """Run every conformance check against routers built by ``factory(seed)``."""
+    candidates = conformance_candidates()
+    context = _context()
+
+    # choosing: valid selections, seeded determinism, replays
+    router = factory(7)
+    first = router.choose(context, candidates)
+    check_selection(router, first, candidates)
+    assert first.slots, "a router with room in the budget made no slot draw"
+    twin = factory(7)
+    assert _signature(twin.choose(context, candidates)) == _signature(first), "same seed, same input: different selection"
+    assert _signature(router.choose(context, candidates, seed=first.seed)) == _signature(first), "explicit seed not reproducible"
+    replayed = router.slot_probabilities(first)
+    assert len(replayed) == len(first.slots), "slot_probabilities has the wrong number of slots"
+    for draw, probabilities in zip(first.slots, replayed):
+        assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "teacher-forced replay differs from the log"
+
+    # precomputed features give the same selection
+    table = router.featurize(context, candidates)
+    assert _signature(router.choose(context, candidates, features=table, seed=first.seed)) == _signature(first), (
+        "precomputed features changed the selection"
+    )
+
+    # budgets
+    tight = router.choose(_context(budget=Budget(max_tokens=5)), candidates)
+    assert tight.slots == () and tight.chosen_ids == (), "a budget smaller than every candidate must give an empty selection"
+    nothing = router.choose(_context(budget=Budget(max_tokens=None, slots={})), candidates)
+    assert nothing.slots == (), "zero slots must give an empty selection"
+    tools_only = router.choose(replace(context, kinds=(CandidateKind.TOOL,)), candidates)
+    assert all(c.kind is CandidateKind.TOOL for c in tools_only.chosen), "chose a kind that was not requested"
+
+    # learning from its own selections only
+    own = router.choose(context, candidates)
+    router.learn(own, _reward(True), {cid: 1.0 for cid in own.chosen_ids[:1]})
+    _expect(RouterError, "learning the same selection twice", lambda: router.learn(own, 1.0))
+    stranger = factory(7).choose(context, candidates)
+    _expect(RouterError, "a reward for a selection the router never made", lambda: router.learn(stranger, 1.0))
+    again = router.choose(context, candidates)
+    _expect(RouterError, "a NaN reward", lambda: router.learn(again, float("nan")))
+    _expect(RouterError, "an outcome for a candidate that was not chosen", lambda: router.learn(again, 1.0, {"nope": 1.0}))
+    if again.chosen_ids:
+        _expect(RouterError, "a NaN outcome", lambda: router.learn(again, 1.0, {again.chosen_ids[0]: float("nan")}))
+    router.learn(again, 0.5)  # still learnable after the rejected attempts
+    router.learn_logged(stranger, _reward(False))  # off-policy learning takes anyone's selection
+
+    # bad input
+    _expect(RouterError, "an empty candidate list", lambda: router.choose(context, []))
+    _expect(RouterError, "duplicate candidate ids", lambda: router.choose(context, [candidates[0], candidates[0]]))
+    _expect(RouterError, "a non-Candidate in candidates", lambda: router.choose(context, ["m-seattle"]))  # type: ignore[list-item]
+    _expect(RouterError, "a context that is not a RoutingContext", lambda: router.choose("query", candidates))  # type: ignore[arg-type]
+    nan_meta = replace(candidates[0], metadata={"times_chosen": float("nan")})
+    _expect(RouterError, "a NaN usage count", lambda: router.choose(context, [nan_meta, *candidates[1:]]))
+    bad_matrix = table.matrix.copy()
+    bad_matrix[0, 0] = float("nan")
+    _expect(RouterError, "NaN features", lambda: FeatureTable(table.candidates, bad_matrix, table.rows))
+    _expect(RouterError, "features misaligned with candidates", lambda: router.choose(context, candidates[::-1], features=table))
+    _expect(InvalidRecordError, "negative slots", lambda: Budget(slots={CandidateKind.MEMORY: -1}))
+
+    # snapshots
+    snapshot = router.snapshot()
+    assert isinstance(snapshot, PolicySnapshot) and snapshot.policy == router.name, "snapshot() must return a PolicySnapshot"
+    assert snapshot.version == router.policy_version, "snapshot version differs from policy_version"
+    restored = type(router).restore(snapshot, similarity=router.similarity)
+    probe = router.choose(context, candidates, seed=123)
+    assert restored.slot_probabilities(probe) == router.slot_probabilities(probe), "restored router predicts differently"
+    assert restored.policy_version == router.policy_version, "restored router reports another version"
+    assert _signature(restored.choose(context, candidates)) == _signature(type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)), (
+        "two restores of one snapshot choose differently"
+    )
+    corrupt = bytearray(snapshot.model)
+    corrupt[-1] ^= 0xFF
+    _expect(SnapshotError, "corrupted snapshot bytes", lambda: type(router).restore(replace(snapshot, model=bytes(corrupt))))
+    _expect(SnapshotError, "truncated snapshot bytes", lambda: type(router).restore(replace(snapshot, model=snapshot.model[:20])))
+    _expect(SnapshotError, "a snapshot of another policy", lambda: type(router).restore(replace(snapshot, policy="someone-else")))
+    _expect(TypeError, "pickling a router", lambda: pickle.dumps(router))

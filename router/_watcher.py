@@ -1,0 +1,186 @@
+"""Picking up newer policy snapshots in a running process, without a restart.
+
+:class:`SnapshotWatcher` is a router that delegates to the router restored from the newest snapshot a
+``source`` callable returns (the runtime wires it to the SQL log's active snapshot). It asks the
+source at most every ``interval_s`` seconds, on the next decision, or when :meth:`refresh` is called;
+a snapshot with a new version replaces the serving router atomically under a lock.
+
+Rewards for selections the previous router made are not lost: they are learned by the current one
+off-policy (:meth:`Router.learn_logged`), with the logged propensities.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import Budget, Candidate, PolicySnapshot, RewardBreakdown, RoutingContext, Selection
+from memabra.router._base import Router, SlotView
+from memabra.router._features import FeatureTable
+from memabra.router._similarity import Similarity
+
+__all__ = ["SnapshotWatcher", "load_router"]
+
+_log = logging.getLogger("memabra")
+
+
+def _registry() -> dict[str, type[Router]]:
+    from memabra.router._baselines import EmbeddingRouter, FixedListRouter, HybridRouter, LexicalRouter, RandomRouter
+    from memabra.router._linear import LinearRouter
+    from memabra.router._vw import VWRouter
+
+    classes: tuple[type[Router], ...] = (
+        VWRouter,
+        LinearRouter,
+        HybridRouter,
+        LexicalRouter,
+        EmbeddingRouter,
+        RandomRouter,
+        FixedListRouter,
+    )
+    return {cls.name: cls for cls in classes}
+
+
+def load_router(snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Router:
+    """The router a snapshot describes, whatever its class (dispatch on ``snapshot.policy``)."""
+    if not isinstance(snapshot, PolicySnapshot):
+        raise SnapshotError(f"load_router needs a PolicySnapshot, got {type(snapshot).__name__}")
+    registry = _registry()
+    cls = registry.get(snapshot.policy)
+    if cls is None:
+        raise SnapshotError(f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}")
+    return cls.restore(snapshot, similarity=similarity)
+
+
+class SnapshotWatcher(Router):
+    """A router that serves the newest snapshot ``source()`` returns (``None``: keep the current).
+
+    initial
+        The router to serve until the source offers a snapshot.
+    source
+        Returns the latest :class:`~memabra.PolicySnapshot` (or ``None``); called at most every
+        ``interval_s`` seconds. Errors from it are logged and the current router kept.
+    similarity
+        Passed to restored routers (``None``: each restores with the default similarity).
+    """
+
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        """The serving router's policy name (what its selections record)."""
+        return self._current.name
+
+    def __init__(
+        self,
+        initial: Router,
+        source: Callable[[], PolicySnapshot | None],
+        *,
+        interval_s: float = 30.0,
+        similarity: Similarity | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_pending: int = 100_000,
+    ) -> None:
+        super().__init__(similarity=similarity, max_pending=max_pending)
+        if not isinstance(initial, Router):
+            raise RouterError(f"initial must be a Router, got {type(initial).__name__}")
+        if not callable(source):
+            raise RouterError("source must be a callable returning the latest PolicySnapshot")
+        self.initial = initial
+        self.source = source
+        self.interval_s = interval_s
+        self.clock = clock
+        self._current = initial
+        self._checked_at: float | None = None
+        self._made_by: OrderedDict[str, Router] = OrderedDict()
+        self._swap_lock = threading.Lock()
+
+    @classmethod
+    def restore(cls, snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> SnapshotWatcher:
+        """A watcher serving ``snapshot``'s router, with a source that never offers a newer one."""
+        return cls(load_router(snapshot, similarity=similarity), lambda: None, similarity=similarity)
+
+    @property
+    def current(self) -> Router:
+        """The router serving now."""
+        return self._current
+
+    @property
+    def policy_version(self) -> str:
+        return self._current.policy_version
+
+    def refresh(self, *, force: bool = True) -> bool:
+        """Ask the source for a newer snapshot now; ``True`` if the serving router changed."""
+        with self._swap_lock:
+            now = self.clock()
+            if not force and self._checked_at is not None and now - self._checked_at < self.interval_s:
+                return False
+            self._checked_at = now
+            try:
+                snapshot = self.source()
+            except Exception:  # noqa: BLE001 - a failing source must not take serving down
+                _log.exception("snapshot source failed; keeping policy %s", self._current.policy_version)
+                return False
+            if snapshot is None or snapshot.version == self._current.policy_version:
+                return False
+            try:
+                fresh = load_router(snapshot, similarity=self.similarity)
+            except SnapshotError:
+                _log.exception("snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version)
+                return False
+            _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
+            self._current = fresh
+            return True
+
+    # ------------------------------------------------------------------------- delegation
+    def featurize(self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None) -> FeatureTable:
+        return self._current.featurize(context, candidates, budget)
+
+    def choose(
+        self,
+        context: RoutingContext,
+        candidates: Sequence[Candidate],
+        budget: Budget | None = None,
+        *,
+        features: FeatureTable | None = None,
+        seed: int | None = None,
+    ) -> Selection:
+        self.refresh(force=False)
+        router = self._current
+        selection = router.choose(context, candidates, budget, features=features, seed=seed)
+        with self._lock:
+            self._made_by[selection.id] = router
+            while len(self._made_by) > self.max_pending:
+                self._made_by.popitem(last=False)
+        return selection
+
+    def learn(self, selection: Selection, reward: RewardBreakdown | float, outcomes: Mapping[str, float] | None = None) -> None:
+        with self._lock:
+            maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
+        if maker is None:
+            raise RouterError(
+                f"selection {getattr(selection, 'id', selection)!r} was not made by this watcher (or was already learned from)"
+            )
+        if maker is self._current:
+            maker.learn(selection, reward, outcomes)
+        else:
+            self._current.learn_logged(selection, reward, outcomes)
+        with self._lock:
+            self._made_by.pop(selection.id, None)
+
+    def learn_logged(self, selection: Selection, reward: RewardBreakdown | float, outcomes: Mapping[str, float] | None = None) -> None:
+        self._current.learn_logged(selection, reward, outcomes)
+
+    def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
+        return self._current.slot_probabilities(selection)
+
+    def snapshot(self) -> PolicySnapshot:
+        return self._current.snapshot()
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        return self._current._distribution(view)
