@@ -8,8 +8,10 @@ across processes):
 * candidate: its id, kind and source, the usage-history numbers
   (``helped_rate``, ``chosen_log``, ...), and the crosses query-token × id, user × id and
   user × word (the first ``text_tokens`` words of its text);
-* stop option: a stop indicator crossed with the slot's kind and position;
-* every option: the query tokens and the user (shared).
+* stop option: a stop indicator crossed with the slot's kind and position.
+
+Context enters only through the crosses: a shared feature on its own would shift every option,
+the stop option included, alike.
 
 Weights follow a normalised AdaGrad step on the squared error: per-feature step sizes
 ``1 / sqrt(sum of squared gradients)``, scaled so the prediction moves the fraction
@@ -142,7 +144,7 @@ class LinearRouter(ResidualRouter):
         rows: list[list[tuple[str, float]]] = []
         for i, candidate in enumerate(view.table.candidates):
             cid = candidate.id
-            pairs = [("bias", 1.0), (f"a={cid}", 1.0), (f"t={candidate.kind.value}", 1.0)]
+            pairs = [(f"a={cid}", 1.0), (f"t={candidate.kind.value}", 1.0)]
             pairs.append((f"src={candidate.metadata.get('source', 'unknown')}", 1.0))
             words = analyze(candidate.text)[: self.text_tokens]
             pairs += [(f"uw={user}^{t}", 1.0) for t in words]
@@ -155,11 +157,10 @@ class LinearRouter(ResidualRouter):
         return rows
 
     def _design(self, view: SlotView) -> sparse.csr_matrix:
-        shared = [(f"q={t}", 1.0) for t in analyze(view.context.query)] + [(f"u={view.context.user_id}", 1.0)]
         rows = self._candidate_pairs(view)
         position = min(view.position, 4)
         stop = [("stop", 1.0), (f"stop^{view.kind.value}^{position}", 1.0)]
-        return self._hasher.transform([rows[i] + shared for i in view.eligible] + [stop + shared]).tocsr()
+        return self._hasher.transform([rows[i] for i in view.eligible] + [stop]).tocsr()
 
     # ------------------------------------------------------------------------- the model
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
@@ -190,7 +191,9 @@ class LinearRouter(ResidualRouter):
     # ------------------------------------------------------------------------- snapshots
     def _model_bytes(self) -> bytes:
         buffer = io.BytesIO()
-        touched = np.flatnonzero(self._squared_gradients)
+        touched = np.flatnonzero(
+            (self._squared_gradients != 0.0) | (self._weights != 0.0) | (self._precision != float(self.ridge))
+        )
         np.savez_compressed(
             buffer,
             index=touched,

@@ -13,8 +13,9 @@ outcomes exist (:mod:`memabra.router._credit`), is also learned at every slot (`
 
 Two margins keep noisy early evidence from overriding the prior (a conservative, baseline-anchored
 improvement in the spirit of safe policy improvement): to reorder candidates, learned evidence must
-beat the prior's own pick (the best open hybrid score) by ``prior_margin``; to stop, every open
-candidate must look worse than stopping by ``stop_margin``.
+beat the prior's own pick (the best open hybrid score) by ``prior_margin`` -- a head start the pick
+keeps only while its own learned cost still beats stopping; to stop, every open candidate must look
+worse than stopping by ``stop_margin``.
 
 Exploration over the resulting costs (``K`` options, best ``a*``):
 
@@ -118,7 +119,9 @@ class ResidualRouter(Router):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0.0:
                 raise RouterError(f"{name} must be positive, got {value!r}")
-        for name in ("prior_offset", "prior_scale", "prior_margin", "stop_margin", "gamma_exponent"):
+        if not isinstance(self.stop_margin, (int, float)) or not np.isfinite(self.stop_margin):
+            raise RouterError(f"stop_margin must be a finite number, got {self.stop_margin!r}")
+        for name in ("prior_offset", "prior_scale", "prior_margin", "gamma_exponent"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0.0:
                 raise RouterError(f"{name} must be a finite non-negative number, got {value!r}")
@@ -159,7 +162,9 @@ class ResidualRouter(Router):
     def _with_margins(self, costs: NDArray[np.float64], hybrid: NDArray[np.float64]) -> NDArray[np.float64]:
         adjusted = costs.copy()
         stop = bool(costs[:-1].min() > costs[-1] + self.stop_margin)
-        adjusted[int(np.argmax(hybrid))] -= self.prior_margin
+        prior_pick = int(np.argmax(hybrid))
+        if costs[prior_pick] <= costs[-1]:  # a head start only while it still beats stopping
+            adjusted[prior_pick] -= self.prior_margin
         best_candidate = adjusted[:-1].min()
         # the stop decision is already made above; pin stop below or above every candidate
         adjusted[-1] = best_candidate - 1.0 if stop else max(costs[-1], best_candidate + 1.0)

@@ -43,27 +43,39 @@ def shared_line(context: RoutingContext, kind: str, position: int) -> str:
     return f"shared |q {tokens} |u {vw_token(context.user_id)} |k kind_{kind} pos_{pos} kp_{kind}_{pos}"
 
 
-@lru_cache(maxsize=65536)
-def _words(text: str, text_tokens: int) -> str:
-    return " ".join(vw_token(t) for t in analyze(text)[:text_tokens])
-
-
 _HISTORY = frozenset({"tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh"})
+_HISTORY_COLUMNS = tuple(j for j, n in enumerate(NUMERIC_FEATURES) if n in _HISTORY)
+_SIMILARITY_COLUMNS = tuple(j for j, n in enumerate(NUMERIC_FEATURES) if n not in _HISTORY)
+
+
+def _namespace(row: np.ndarray, columns: tuple[int, ...]) -> str:
+    return " ".join(f"{NUMERIC_FEATURES[j]}:{row[j]:.5g}" for j in columns if row[j] != 0.0)
 
 
 def numeric_features(row: np.ndarray) -> str:
     """The ``h`` (usage history and cost) and ``p`` (similarity) namespaces of one feature row, ``p``
     last so slot features can be appended to it; zeros are left out, as VW would."""
-    history = " ".join(f"{n}:{v:.6g}" for n, v in zip(NUMERIC_FEATURES, row) if v != 0.0 and n in _HISTORY)
-    similarity = " ".join(f"{n}:{v:.6g}" for n, v in zip(NUMERIC_FEATURES, row) if v != 0.0 and n not in _HISTORY)
-    return f"|h {history} |p {similarity}"
+    return f"|h {_namespace(row, _HISTORY_COLUMNS)} |p {_namespace(row, _SIMILARITY_COLUMNS)}"
+
+
+@lru_cache(maxsize=65536)
+def _static_part(candidate_id: str, text: str, kind: str, source: str, history: tuple[float, ...], text_tokens: int) -> str:
+    words = " ".join(vw_token(t) for t in analyze(text)[:text_tokens])
+    usage = " ".join(f"{NUMERIC_FEATURES[j]}:{v:.5g}" for j, v in zip(_HISTORY_COLUMNS, history) if v != 0.0)
+    return f"|a {vw_token(candidate_id)} |w {words} |t kind_{kind} src_{vw_token(source)} |h {usage}"
 
 
 def _candidate_line(candidate: Candidate, row: np.ndarray, text_tokens: int) -> str:
-    words = _words(candidate.text, text_tokens)
-    numeric = numeric_features(row)
-    source = vw_token(str(candidate.metadata.get("source", "unknown")))
-    return f"|a {vw_token(candidate.id)} |w {words} |t kind_{candidate.kind.value} src_{source} {numeric}"
+    # the id, words and usage history of a candidate recur across decisions: format them once
+    static = _static_part(
+        candidate.id,
+        candidate.text,
+        candidate.kind.value,
+        str(candidate.metadata.get("source", "unknown")),
+        tuple(row[list(_HISTORY_COLUMNS)].tolist()),
+        text_tokens,
+    )
+    return f"{static} |p {_namespace(row, _SIMILARITY_COLUMNS)}"
 
 
 def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
@@ -86,14 +98,14 @@ def slot_example(
     for j, i in enumerate(eligible):
         gap = open_scores[j] - (second if ranks[j] == 0 else best)
         top = " rem_top:1" if ranks[j] == 0 else ""
-        example.append(f"{lines[i]} rem_rr:{1.0 / (1.0 + ranks[j]):.6g} rem_gap:{gap:.6g}{top}")
+        example.append(f"{lines[i]} rem_rr:{1.0 / (1.0 + ranks[j]):.5g} rem_gap:{gap:.5g}{top}")
     example.append(STOP_LINE)
     return example
 
 
 def label_line(line: str, cost: float, probability: float) -> str:
     """``line`` with the contextual-bandit label ``0:cost:probability`` prepended."""
-    return f"0:{cost:.6g}:{probability:.6g} {line}"
+    return f"0:{cost:.9g}:{probability:.9g} {line}"
 
 
 def synthetic_slot(rng: np.random.Generator) -> tuple[list[str], np.ndarray]:

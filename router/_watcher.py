@@ -96,6 +96,7 @@ class SnapshotWatcher(Router):
         self.interval_s = interval_s
         self.clock = clock
         self._current = initial
+        self._loaded_version = initial.policy_version
         self._checked_at: float | None = None
         self._made_by: OrderedDict[str, Router] = OrderedDict()
         self._swap_lock = threading.Lock()
@@ -126,7 +127,7 @@ class SnapshotWatcher(Router):
             except Exception:  # noqa: BLE001 - a failing source must not take serving down
                 _log.exception("snapshot source failed; keeping policy %s", self._current.policy_version)
                 return False
-            if snapshot is None or snapshot.version == self._current.policy_version:
+            if snapshot is None or snapshot.version == self._loaded_version:
                 return False
             try:
                 fresh = load_router(snapshot, similarity=self.similarity)
@@ -135,6 +136,7 @@ class SnapshotWatcher(Router):
                 return False
             _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
             self._current = fresh
+            self._loaded_version = snapshot.version
             return True
 
     # ------------------------------------------------------------------------- delegation

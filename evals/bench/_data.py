@@ -56,11 +56,14 @@ def parse_round(obj: object, where: str) -> BenchRound:
         spot = f"{where} candidates[{j}]"
         if not isinstance(raw, dict):
             raise BenchFormatError(f"{spot}: must be an object")
+        kind_name = str(_field(raw, "kind", str, spot))
+        if kind_name not in {k.value for k in CandidateKind}:
+            raise BenchFormatError(f"{spot}: field 'kind' must be memory, skill or tool, got {kind_name!r}")
         try:
             candidates.append(
                 Candidate(
                     id=str(_field(raw, "id", str, spot)),
-                    kind=CandidateKind(str(_field(raw, "kind", str, spot))),
+                    kind=CandidateKind(kind_name),
                     text=str(_field(raw, "text", str, spot)),
                     tokens=int(_field(raw, "tokens", int, spot)),  # type: ignore[call-overload]
                 )

@@ -1,0 +1,90 @@
+"""Decision latency of the routers (not a test): 50 candidates, the default budget.
+
+Two figures per router, over ``--decisions`` decisions after a warm-up (each decision also learns, as
+in serving):
+
+* ``precomputed``: ``choose`` with a FeatureTable computed beforehand (``features=``) -- the slot
+  loop, the learner's predictions and the Selection record;
+* ``end to end``: ``choose`` from raw candidates -- BM25 over the pool, the query's embedding (the
+  pool's embeddings are cached, as a serving process would have them) and the same slot loop.
+
+Run it on two cores as the README does::
+
+    taskset -c 0,1 python benchmarks/router_latency.py --repeats 5
+
+and it prints p50 / p99 in milliseconds (medians over the repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from memabra import Budget, Candidate, CandidateKind, RoutingContext
+from memabra.router import HybridRouter, LinearRouter, Router, Similarity, VWRouter
+
+WORDS = (
+    "invoice billing refund shipping delivery espresso grinder weather forecast flight booking hotel "
+    "workout running recipe dinner calendar meeting email contract lawyer doctor insurance budget "
+    "password account printer laptop battery garden plant music playlist movie ticket train"
+).split()
+
+
+def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
+    kinds = [CandidateKind.MEMORY] * 30 + [CandidateKind.SKILL] * 10 + [CandidateKind.TOOL] * 10
+    pool = []
+    for i in range(n):
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(8, 30))))
+        pool.append(Candidate(f"c{i}", kinds[i % len(kinds)], text, int(rng.integers(20, 200)),
+                              {"times_chosen": int(rng.integers(0, 20)), "times_helped": 0, "source": "bench"}))
+    return pool
+
+
+def measure(factory: Callable[[], Router], similarity: Similarity, decisions: int, precomputed: bool, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    router = factory()
+    pool = make_pool(rng)
+    budget = Budget(max_tokens=2000)
+    queries = [" ".join(rng.choice(WORDS, size=6)) for _ in range(decisions + 50)]
+    samples = []
+    for i, query in enumerate(queries):
+        context = RoutingContext(query=query, user_id=f"user-{i % 7}", budget=budget)
+        table = router.featurize(context, pool) if precomputed else None
+        started = time.perf_counter()
+        selection = router.choose(context, pool, features=table)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        router.learn(selection, float(rng.random()), {cid: float(rng.random() < 0.3) for cid in selection.chosen_ids})
+        if i >= 50:  # warm-up: caches, workspace, embeddings of the pool
+            samples.append(elapsed)
+    return float(np.percentile(samples, 50)), float(np.percentile(samples, 99))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lexical-only", action="store_true", help="skip the embedding model")
+    args = parser.parse_args()
+    similarity = Similarity() if args.lexical_only else Similarity.default()
+    routers: dict[str, Callable[[], Router]] = {
+        "vw": lambda: VWRouter(similarity=similarity),
+        "linear": lambda: LinearRouter(similarity=similarity),
+        "hybrid": lambda: HybridRouter(similarity=similarity),
+    }
+    print(f"50 candidates (30 memories, 10 skills, 10 tools), slots 5/2/3, {args.decisions} decisions x {args.repeats} repeats;"
+          f" semantic features: {'on' if similarity.has_semantic else 'off'}")
+    print(f"{'router':8s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    for name, factory in routers.items():
+        for mode, precomputed in (("precomputed", True), ("end to end", False)):
+            runs = [measure(factory, similarity, args.decisions, precomputed, seed) for seed in range(args.repeats)]
+            p50 = statistics.median(r[0] for r in runs)
+            p99 = statistics.median(r[1] for r in runs)
+            print(f"{name:8s} {mode:12s} {p50:8.2f} {p99:8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""``memabra bench``: replay a routing-benchmark file against routers (table, JSON, PNG)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memabra._cli._common import console, fail, run_guarded
+
+
+def bench(
+    file: Annotated[Path, typer.Argument(help="A bench file (JSON Lines rounds; see shared/data/bench/README.md).", show_default=False)],
+    routers: Annotated[str, typer.Option(help="Comma-separated routers: vw, sklearn, hybrid, bm25, embedding, random, fixed.")] = "vw,sklearn,hybrid,bm25,embedding,random",
+    passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
+    seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here (JSON).", show_default=False)] = None,
+    plot: Annotated[Path | None, typer.Option(help="Save a PNG learning-curve plot here (needs matplotlib).", show_default=False)] = None,
+) -> None:
+    """Each round every router chooses, is rewarded with the composite reward and learns."""
+    from memabra.evals.bench import load_rounds, router_factories, run_bench
+
+    logging.getLogger("memabra").setLevel(logging.WARNING)
+    names = [n.strip() for n in routers.split(",") if n.strip()]
+    if not names:
+        fail("--routers names no router")
+    rounds = run_guarded(load_rounds, file)
+    factories = run_guarded(router_factories, names)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        tasks: dict[str, Any] = {}
+
+        def advance(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"{name:>10}", total=total)
+            bar.update(tasks[name], completed=done)
+
+        report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name)
+    _render(report)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        console.print(f"report: {json_out}")
+    if plot is not None:
+        _plot(report, plot)
+        console.print(f"plot: {plot}")
+
+
+def _render(report: dict[str, Any]) -> None:
+    table = Table(title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}")
+    for column in ("router", "hit rate", "first pass", "last pass", "unseen", "reward", "tokens", "ms p50", "ms p99"):
+        table.add_column(column, justify="left" if column == "router" else "right")
+    for name, row in report["routers"].items():
+        table.add_row(
+            name,
+            f"{row['hit_rate']:.3f}",
+            f"{row['hit_rate_first_pass']:.3f}",
+            f"{row['hit_rate_last_pass']:.3f}",
+            f"{row['hit_rate_unseen']:.3f}",
+            f"{row['reward_mean']:.3f}",
+            f"{row['tokens_mean']:.1f}",
+            f"{row['decision_ms_p50']:.2f}",
+            f"{row['decision_ms_p99']:.2f}",
+        )
+    console.print(table)
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("--plot needs matplotlib: pip install 'memabra[plots]'")
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, row in report["routers"].items():
+        rounds = [p["round"] for p in row["learning_curve"]]
+        axes[0].plot(rounds, [p["hit_rate"] for p in row["learning_curve"]], marker=".", label=name)
+        axes[1].plot(rounds, [p["tokens_mean"] for p in row["learning_curve"]], marker=".", label=name)
+    axes[0].set(xlabel="decisions", ylabel="hit rate (window)", title="hit rate")
+    axes[1].set(xlabel="decisions", ylabel="tokens injected (window)", title="context cost")
+    axes[0].legend(fontsize="small")
+    figure.suptitle(f"{report['file']}: {report['passes']} passes, seed {report['seed']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,226 @@
+"""Learner behaviour beyond the conformance contract: no cold-start regret, learning from
+failures, learning to stop, snapshots of learned state, hot swaps, and thread safety."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from memabra import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    PolicySnapshot,
+    RouterError,
+    RoutingContext,
+    SlotDraw,
+    SnapshotError,
+)
+from memabra.router import HybridRouter, LinearRouter, Router, Similarity, SnapshotWatcher, VWRouter, load_router
+from memabra.router._snapshot_codec import decode_envelope, encode_envelope
+
+from .conftest import HashingEncoder
+
+SIM = Similarity(encoder=HashingEncoder())
+LEARNERS: dict[str, Callable[[int], Router]] = {
+    "vw": lambda seed: VWRouter(seed=seed, similarity=SIM),
+    "linear": lambda seed: LinearRouter(seed=seed, similarity=SIM),
+}
+
+TOOLS = (
+    Candidate("doctor.search", CandidateKind.TOOL, "doctor.search: search for doctors and specialists in a city", 20),
+    Candidate("lawyer.search", CandidateKind.TOOL, "lawyer.search: find lawyers by practice area", 20),
+    Candidate("weather.get", CandidateKind.TOOL, "weather.get: forecast for a city", 12),
+)
+TOOL_CONTEXT = RoutingContext(
+    "search for divorce law specialists in Los Angeles", "u1", kinds=(CandidateKind.TOOL,),
+    budget=Budget(max_tokens=100, slots={CandidateKind.TOOL: 1}),
+)
+MEMORIES = tuple(
+    Candidate(f"m{i}", CandidateKind.MEMORY, text, 30)
+    for i, text in enumerate(
+        [
+            "the user lives in Seattle",
+            "the user likes oat milk lattes",
+            "the espresso machine arrived bent",
+            "the user is a graphic designer in Seattle",
+            "the grinder ships from the Portland warehouse",
+        ]
+    )
+)
+MEMORY_CONTEXT = RoutingContext(
+    "where in Seattle does the user live", "u1", kinds=(CandidateKind.MEMORY,),
+    budget=Budget(max_tokens=1000, slots={CandidateKind.MEMORY: 3}),
+)
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_a_fresh_learner_chooses_exactly_as_the_hybrid_baseline(name: str) -> None:
+    learner, hybrid = LEARNERS[name](0), HybridRouter(similarity=SIM)
+    for context, pool in [(TOOL_CONTEXT, TOOLS), (MEMORY_CONTEXT, MEMORIES)]:
+        ours, theirs = learner.choose(context, pool), hybrid.choose(context, pool)
+        assert ours.chosen_ids == theirs.chosen_ids
+        assert STOP_ID not in [d.chosen_id for d in ours.slots[: len(theirs.chosen_ids)]]
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learning_from_a_failure_fixes_the_choice(name: str) -> None:
+    router = LEARNERS[name](0)
+    first = router.choose(TOOL_CONTEXT, TOOLS)
+    assert first.chosen_ids == ("doctor.search",)  # similarity gets this one wrong
+    picks = []
+    for _ in range(6):
+        selection = router.choose(TOOL_CONTEXT, TOOLS)
+        picks.append(selection.chosen_ids)
+        helped = {cid: float(cid == "lawyer.search") for cid in selection.chosen_ids}
+        router.learn(selection, 1.3 if any(helped.values()) else -0.35, helped)
+    assert picks[-1] == ("lawyer.search",)
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_it_learns_to_inject_fewer_when_extra_memories_go_unused(name: str) -> None:
+    router = LEARNERS[name](0)
+    sizes = []
+    for _ in range(12):
+        selection = router.choose(MEMORY_CONTEXT, MEMORIES)
+        sizes.append(len(selection.chosen_ids))
+        outcomes = {cid: float(cid == "m0") for cid in selection.chosen_ids}
+        router.learn(selection, 1.0 if outcomes.get("m0") else -0.35, outcomes)
+    assert sizes[0] == 3
+    assert sizes[-1] < 3
+    final = router.choose(MEMORY_CONTEXT, MEMORIES)
+    assert "m0" in final.chosen_ids
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_snapshots_keep_learned_state_and_lineage(name: str) -> None:
+    router = LEARNERS[name](3)
+    for _ in range(3):
+        selection = router.choose(TOOL_CONTEXT, TOOLS)
+        router.learn(selection, -0.3, {cid: 0.0 for cid in selection.chosen_ids})
+    snapshot = router.snapshot()
+    assert snapshot.version.endswith("+3") and snapshot.parent == snapshot.version.split("+")[0]
+    restored = type(router).restore(snapshot, similarity=SIM)
+    probe = router.choose(TOOL_CONTEXT, TOOLS, seed=9)
+    assert restored.slot_probabilities(probe) == router.slot_probabilities(probe)
+    assert load_router(snapshot, similarity=SIM).slot_probabilities(probe) == router.slot_probabilities(probe)
+    follow_up = restored.choose(TOOL_CONTEXT, TOOLS)
+    restored.learn(follow_up, 1.0)
+    child = restored.snapshot()
+    assert child.parent == snapshot.version and child.version == f"{snapshot.version}+1"
+
+
+def test_vw_rejects_a_well_wrapped_but_broken_model() -> None:
+    snapshot = VWRouter(similarity=SIM).snapshot()
+    header, _ = decode_envelope(snapshot.model, "vw")
+    broken = encode_envelope("vw", {k: v for k, v in header.items() if k != "policy"}, b"not a vw model at all")
+    with pytest.raises(SnapshotError, match="Vowpal Wabbit"):
+        VWRouter.restore(replace(snapshot, model=broken))
+    with pytest.raises(SnapshotError, match="unknown policy"):
+        load_router(replace(snapshot, policy="mystery"))
+    with pytest.raises(SnapshotError, match="learner_args"):
+        VWRouter.restore(replace(snapshot, learner_args={"exploration": "telepathy"}))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"exploration": "telepathy"}, "exploration"),
+        ({"epsilon": 2.0}, "epsilon"),
+        ({"interactions": ("q",)}, "interactions"),
+        ({"min_probability": 1.0}, "min_probability"),
+        ({"seed": -1}, "seed"),
+        ({"extra_args": "--no_such_option"}, "Vowpal Wabbit rejected"),
+    ],
+)
+def test_bad_parameters_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(RouterError, match=field):
+        VWRouter(similarity=SIM, **kwargs).choose(TOOL_CONTEXT, TOOLS)  # type: ignore[arg-type]
+
+
+def test_teacher_forcing_another_policys_log() -> None:
+    logged = HybridRouter(similarity=SIM, min_probability=0.05).choose(MEMORY_CONTEXT, MEMORIES)
+    target = VWRouter(similarity=SIM, exploration="epsilon", epsilon=0.2)
+    probabilities = target.slot_probabilities(logged)
+    for draw, ours in zip(logged.slots, probabilities):
+        assert len(ours) == len(draw.candidate_ids) and sum(ours) == pytest.approx(1.0)
+    # a logged slot without the stop option: the target renormalises over what was offered
+    slot = logged.slots[0]
+    ids, values = slot.candidate_ids[:-1], _renormalised(slot.probabilities[:-1])
+    trimmed = SlotDraw(slot.slot, slot.kind, ids, values, slot.chosen_id, values[ids.index(slot.chosen_id)])
+    only_first = replace(logged, slots=(trimmed,))
+    (first,) = target.slot_probabilities(only_first)
+    assert len(first) == len(trimmed.candidate_ids) and sum(first) == pytest.approx(1.0)
+    target.learn_logged(logged, 1.0, {logged.chosen_ids[0]: 1.0})
+
+
+def _renormalised(values: tuple[float, ...]) -> tuple[float, ...]:
+    total = sum(values)
+    return tuple(v / total for v in values)
+
+
+def test_watcher_serves_newer_snapshots_and_keeps_old_rewards() -> None:
+    now = [0.0]
+    published: list[PolicySnapshot | None] = [None]
+    trainer = VWRouter(similarity=SIM, seed=1)
+    watcher = SnapshotWatcher(VWRouter(similarity=SIM), lambda: published[0], interval_s=10.0, similarity=SIM, clock=lambda: now[0])
+    before = watcher.choose(TOOL_CONTEXT, TOOLS)
+    original = watcher.current
+    for _ in range(2):
+        selection = trainer.choose(TOOL_CONTEXT, TOOLS)
+        trainer.learn(selection, -0.3, {cid: 0.0 for cid in selection.chosen_ids})
+    published[0] = trainer.snapshot()
+    watcher.choose(TOOL_CONTEXT, TOOLS)  # within the interval: not asked yet
+    assert watcher.current is original
+    now[0] = 11.0
+    after = watcher.choose(TOOL_CONTEXT, TOOLS)
+    assert watcher.current is not original and after.policy_version == published[0].version
+    watcher.learn(before, 1.0, {before.chosen_ids[0]: 1.0})  # made by the old router: learned off-policy
+    watcher.learn(after, 1.0)
+    with pytest.raises(RouterError):
+        watcher.learn(after, 1.0)
+    assert watcher.refresh() is False  # same version again: nothing to do
+
+
+def test_watcher_survives_a_failing_source(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> PolicySnapshot:
+        raise ConnectionError("database is down")
+
+    watcher = SnapshotWatcher(VWRouter(similarity=SIM), broken, similarity=SIM)
+    assert watcher.refresh() is False
+    assert watcher.choose(TOOL_CONTEXT, TOOLS).chosen_ids
+    assert "snapshot source failed" in caplog.text
+
+
+def test_concurrent_decisions_share_one_workspace_safely() -> None:
+    router = VWRouter(similarity=SIM)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(15):
+                selection = router.choose(MEMORY_CONTEXT, MEMORIES)
+                router.learn(selection, 0.5, {cid: 0.0 for cid in selection.chosen_ids})
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert router.policy_version.endswith("+60")
+
+
+def test_native_vw_heads_start_from_the_prior() -> None:
+    hybrid = HybridRouter(similarity=SIM).choose(MEMORY_CONTEXT, MEMORIES)
+    for exploration in ("vw-epsilon", "vw-squarecb"):
+        router = VWRouter(similarity=SIM, exploration=exploration, epsilon=0.0)
+        draw = router.choose(MEMORY_CONTEXT, MEMORIES).slots[0]
+        best = draw.candidate_ids[max(range(len(draw.probabilities)), key=draw.probabilities.__getitem__)]
+        assert best == hybrid.chosen_ids[0]
