@@ -103,8 +103,10 @@ class RoutingSession:
         learn: bool = True,
         snapshot_every: int = 100,
         kinds: Sequence[CandidateKind] | None = None,
+        local_credit: bool = True,
     ) -> None:
         self.router = router
+        self.local_credit = local_credit
         self.log = log
         self.memory = memory if memory is not None else SQLMemory(log)
         self.skills = {f"skill:{s.name}": s for s in skills}
@@ -246,11 +248,12 @@ class RoutingSession:
         learned = 0
         for item in self.rewards.claim_learning():
             for selection in item.selections:
+                outcomes = item.outcomes if self.local_credit else None
                 try:
-                    self.router.learn(selection, item.reward, item.outcomes)
+                    self.router.learn(selection, item.reward, outcomes)
                 except RouterError:
                     # Made before a restart, or by another process: learn from its logged propensities.
-                    self.router.learn_logged(selection, item.reward, item.outcomes)
+                    self.router.learn_logged(selection, item.reward, outcomes)
                 learned += 1
         if learned:
             self._updates_since_snapshot += learned
