@@ -281,6 +281,7 @@ def build_session(
     extractor: FactExtractor | None = None,
     learn: bool = True,
     snapshot_every: int = 100,
+    local_credit: bool = False,
 ) -> RoutingSession:
     """The routing loop behind the agent, the middleware and the nodes (see their docs)."""
     log = db if isinstance(db, EpisodeLog) else EpisodeLog(db)
@@ -307,6 +308,7 @@ def build_session(
         extractor=extractor,
         learn=learn,
         snapshot_every=snapshot_every,
+        local_credit=local_credit,
     )
 
 
@@ -328,6 +330,7 @@ def create_memabra_agent(
     store: BaseStore | None = None,
     max_tool_rounds: int = 4,
     snapshot_every: int = 100,
+    local_credit: bool = False,
 ) -> MemabraAgent:
     """Build a LangGraph agent whose context is chosen by a learning router.
 
@@ -353,6 +356,7 @@ def create_memabra_agent(
         extractor=extractor or (LLMFactExtractor(chat) if extract_with_model else None),
         learn=learn,
         snapshot_every=snapshot_every,
+        local_credit=local_credit,
     )
     nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds)
     builder = StateGraph(MemabraState, context_schema=MemabraContext)
