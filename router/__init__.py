@@ -1,14 +1,22 @@
-"""Routers: decide which memories, skills and tools enter an agent's context, with propensities.
+"""Routers: decide which memories, skills and tools enter an agent's context, slot by slot, with
+logged propensities, and learn from the composite reward.
 
-Every router implements :class:`Router` (``choose`` / ``learn`` / ``snapshot`` / ``restore`` /
-``slot_probabilities``) and passes :func:`check_router`.
+Every router implements :class:`Router` -- ``choose`` / ``learn`` / ``learn_logged`` /
+``slot_probabilities`` / ``snapshot`` / ``restore`` / ``policy_version`` -- and passes
+:func:`check_router`. :class:`VWRouter` is the default learner, :class:`LinearRouter` the
+scikit-learn / numpy one; the baselines rank by similarity (lexical, semantic, hybrid), at random or
+by a fixed list. :class:`SnapshotWatcher` serves the newest policy snapshot without a restart.
 """
 
 from __future__ import annotations
 
 from memabra.router._base import Router, SlotView
 from memabra.router._baselines import EmbeddingRouter, FixedListRouter, HybridRouter, LexicalRouter, RandomRouter
+from memabra.router._conformance import check_router
+from memabra.router._credit import SlotCredit, slot_credits
 from memabra.router._features import NUMERIC_FEATURES, CandidateStats, FeatureTable, context_features, featurize, recall
+from memabra.router._linear import LinearRouter
+from memabra.router._residual import ResidualRouter
 from memabra.router._similarity import (
     BM25,
     CachingEncoder,
@@ -18,11 +26,8 @@ from memabra.router._similarity import (
     default_encoder,
     embeddings_available,
 )
-from memabra.router._linear import LinearRouter
 from memabra.router._vw import VWRouter
 from memabra.router._watcher import SnapshotWatcher, load_router
-from memabra.router._conformance import check_router
-from memabra.router._credit import SlotCredit, slot_credits
 
 __all__ = [
     "BM25",
@@ -37,6 +42,7 @@ __all__ = [
     "LexicalRouter",
     "LinearRouter",
     "RandomRouter",
+    "ResidualRouter",
     "Router",
     "SentenceTransformerEncoder",
     "Similarity",

@@ -139,7 +139,7 @@ class Router(ABC):
         min_probability: float = 0.0,
         recall_limit: int | None = 50,
         similarity: Similarity | None = None,
-        unused_penalty: float = 0.15,
+        unused_penalty: float = 0.3,
         max_pending: int = 100_000,
     ) -> None:
         self.seed = seed

@@ -98,7 +98,7 @@ class FixedListRouter(Router):
         min_probability: float = 0.0,
         recall_limit: int | None = None,
         similarity: Similarity | None = None,
-        unused_penalty: float = 0.15,
+        unused_penalty: float = 0.3,
         max_pending: int = 100_000,
     ) -> None:
         super().__init__(

@@ -24,6 +24,16 @@ Exploration over the resulting costs (``K`` options, best ``a*``):
   ``gamma_t = gamma_scale * (t + 1) ** gamma_exponent`` after ``t`` learned selections;
 * ``softmax``: ``p(a) ∝ exp(-softmax_lambda * c(a))``;
 * ``greedy``: all mass on ``a*``.
+
+Defaults, measured on the development files (``memabra bench``, 5 passes) and the simulator:
+``greedy`` with a ``1e-5`` probability floor. Learning needs little exploration here because a wrong
+pick's cost rises after its failure until the next candidate overtakes it, and the optimistic prior
+(``prior_offset`` above what most candidates earn) makes untried candidates look better than tried,
+useless ones. Every explored draw costs a hit on these files: ``epsilon=0.01`` lost 2-3 first-pass
+hits per tool file, SquareCB (``gamma_scale=1000``) 2 on the 30-tool registry. ``prior_margin=0.2``
+kept every first pass equal to the hybrid baseline's (0.05 lost a hit on the memory file); ``unused_penalty
+=0.3`` (a router parameter, :mod:`memabra.router._credit`) is what makes injecting an unused memory
+cost more than stopping.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ in a seeded shuffled order (the same order for every router).
 Candidate usage statistics (``times_chosen``, ``times_helped``) are kept per router, as the episode
 log would, and handed to it through ``Candidate.metadata``.
 
+Decision times are ``Selection.latency_ms`` (featurisation included) measured after the similarity
+caches were warmed with every round's texts, so the first router timed does not pay for them.
+
 ``hit_rate_unseen``: a fresh router learns for ``passes`` passes on a seeded half of the rounds (rounds
 sharing a query stay together) and is then scored, without learning, on the other half.
 """
@@ -174,6 +177,15 @@ def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: floa
     }
 
 
+def _warm_caches(router: Router, rounds: Sequence[BenchRound]) -> None:
+    """Featurise every round once so the shared similarity caches hold each pool's and query's
+    embedding before any router is timed: every router then meets the same warm caches, as in a
+    serving process (``benchmarks/router_latency.py`` times the query embedding itself)."""
+    for round_ in rounds:
+        context = RoutingContext(query=round_.query, user_id=round_.group or "bench", kinds=(round_.kind,))
+        router.featurize(context, round_.candidates)
+
+
 def run_bench(
     rounds: Sequence[BenchRound],
     routers: Mapping[str, RouterFactory],
@@ -191,6 +203,8 @@ def run_bench(
         "seed": seed,
         "routers": {},
     }
+    if routers:
+        _warm_caches(next(iter(routers.values()))(seed), rounds)
     for name, factory in routers.items():
         results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress)
         report["routers"][name] = summarize(results, passes, unseen)
