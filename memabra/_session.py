@@ -273,7 +273,8 @@ class RoutingSession:
         saved = {s.version for s in self.log.list_snapshots(snap.policy)}
         if snap.version not in saved:
             parent = snap.parent if snap.parent in saved else self._last_saved
-            self.log.save_snapshot(replace(snap, parent=parent))
+            # The serving router's state is the policy in production: it is the active one.
+            self.log.save_snapshot(replace(snap, parent=parent, status="active"))
         self._last_saved = snap.version
         self._updates_since_snapshot = 0
         return snap.version
