@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_colum
 from sqlalchemy.orm import Session
 
 from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
+from memabra.storage._convert import summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
@@ -134,17 +135,7 @@ class AdminQueries:
             r = s.get(EpisodeRow, episode_id)
             if r is None:
                 return None
-            return EpisodeSummary(
-                id=r.id,
-                user_id=r.user_id,
-                query=r.query,
-                created_at=r.created_at,
-                policy_version=r.policy_version,
-                kinds=tuple(k for k in r.kinds.split(",") if k),
-                reward_total=r.reward_total,
-                corrected=r.corrected,
-                finalized=r.finalized_at is not None,
-            )
+            return summary_from_row(r)
 
     def conversation(self, user_id: str, thread_id: str, *, limit: int = 50) -> list[ConversationTurn]:
         """The turns of one user's thread in order (at most ``limit``, the latest ones).

@@ -12,6 +12,7 @@ from memabra._records import (
     Candidate,
     CandidateKind,
     Episode,
+    EpisodeSummary,
     Feedback,
     PolicySnapshot,
     RegistryItem,
@@ -26,6 +27,7 @@ from memabra._records import (
 )
 from memabra.storage._models import (
     DecisionCandidateRow,
+    EpisodeRow,
     DecisionRow,
     DecisionSlotRow,
     FeedbackRow,
@@ -336,4 +338,18 @@ def registry_from_row(row: RegistryRow) -> RegistryItem:
         last_chosen_at=row.last_chosen_at,
         times_chosen=row.times_chosen,
         times_used=row.times_used,
+    )
+
+
+def summary_from_row(r: EpisodeRow) -> EpisodeSummary:
+    return EpisodeSummary(
+        id=r.id,
+        user_id=r.user_id,
+        query=r.query,
+        created_at=r.created_at,
+        policy_version=r.policy_version,
+        kinds=tuple(k for k in r.kinds.split(",") if k),
+        reward_total=r.reward_total,
+        corrected=r.corrected,
+        finalized=r.finalized_at is not None,
     )

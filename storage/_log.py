@@ -25,7 +25,6 @@ from memabra._errors import FeedbackError, InvalidRecordError, UnknownEpisodeErr
 from memabra._records import (
     CandidateKind,
     Episode,
-    EpisodeSummary,
     Feedback,
     FeedbackReceipt,
     GoldDecision,
@@ -396,20 +395,7 @@ class EpisodeLog(_OfflineMixin):
             rows = s.scalars(stmt).all()
         more = len(rows) > limit
         rows = rows[:limit]
-        items = tuple(
-            EpisodeSummary(
-                id=r.id,
-                user_id=r.user_id,
-                query=r.query,
-                created_at=r.created_at,
-                policy_version=r.policy_version,
-                kinds=tuple(k for k in r.kinds.split(",") if k),
-                reward_total=r.reward_total,
-                corrected=r.corrected,
-                finalized=r.finalized_at is not None,
-            )
-            for r in rows
-        )
+        items = tuple(cv.summary_from_row(r) for r in rows)
         next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None
         return Page(items=items, next_cursor=next_cursor)
 
