@@ -88,3 +88,38 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def simulate_command(
+    rounds: Annotated[int, typer.Option(min=100, help="Rounds per router.")] = 2000,
+    seed: Annotated[int, typer.Option(min=0, help="Seeds the simulated users and the routers.")] = 0,
+    routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "vw,sklearn,hybrid,random",
+    lexical: Annotated[bool, typer.Option("--lexical/--embeddings", help="BM25-only prior, or BM25 + MiniLM.")] = True,
+    window: Annotated[int, typer.Option(min=10, help="Final window the table reports.")] = 500,
+) -> None:
+    """Simulated users whose preferences similarity misses, a drift halfway, costly decoys: each
+    router's expected reward against the oracle's over the final window."""
+    from memabra.evals.bench import router_factories
+    from memabra.evals.simulator import World, simulate
+    from memabra.router import Similarity
+
+    logging.getLogger("memabra").setLevel(logging.WARNING)
+    names = [n.strip() for n in routers.split(",") if n.strip()]
+    factories = run_guarded(router_factories, names, Similarity() if lexical else None)
+    world = World(seed=seed)
+    played = world.rounds(rounds)
+    table = Table(title=f"simulator: {rounds} rounds, seed {seed}, last {window} rounds, {'BM25' if lexical else 'BM25 + MiniLM'} prior")
+    for column in ("router", "reward", "oracle", "share of oracle", "tokens"):
+        table.add_column(column, justify="left" if column == "router" else "right")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        results = {}
+        for name, factory in factories.items():
+            task = bar.add_task(f"{name:>10}", total=rounds)
+            results[name] = run_guarded(
+                simulate, factory, world, rounds, rounds=played, seed=seed,
+                progress=lambda done, _total, task=task: bar.update(task, completed=done),
+            )
+    for name, result in results.items():
+        learned, oracle = result.window(rounds - window, rounds)
+        table.add_row(name, f"{learned:.3f}", f"{oracle:.3f}", f"{learned / oracle:.1%}", f"{result.tokens[-window:].mean():.0f}")
+    console.print(table)

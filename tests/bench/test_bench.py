@@ -167,3 +167,13 @@ def test_first_pass_on_the_memory_file_matches_hybrid_and_later_passes_do_not_lo
     vw, hybrid = report["routers"]["vw"], report["routers"]["hybrid"]
     assert vw["hit_rate_first_pass"] >= hybrid["hit_rate_first_pass"]
     assert vw["hit_rate_last_pass"] >= hybrid["hit_rate_last_pass"]
+
+
+def test_simulator_command_prints_the_oracle_share() -> None:
+    from memabra._cli._bench import simulate_command
+
+    app = typer.Typer()
+    app.command()(simulate_command)
+    result = CliRunner().invoke(app, ["--rounds", "120", "--window", "50", "--routers", "hybrid,random"])
+    assert result.exit_code == 0, result.output
+    assert "oracle" in result.output and "hybrid" in result.output
