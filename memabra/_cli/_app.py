@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from memabra._cli._admin import admin
-from memabra._cli._bench import bench
+from memabra._cli._bench import bench, simulate_command
 from memabra._cli._demo import demo
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._mempo import mempo_app
@@ -29,6 +29,7 @@ app.command("feedback")(feedback)
 app.command("demo")(demo)
 app.command("admin")(admin)
 app.command("bench")(bench)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:
