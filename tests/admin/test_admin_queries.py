@@ -153,5 +153,5 @@ def test_active_snapshot_policy_replays_a_logged_decision(sqlite_log: EpisodeLog
 def test_active_snapshot_policy_of_an_unknown_router(log: EpisodeLog, seeded: Seeded) -> None:
     _router_module()
     sel = log.get_episode(seeded.episodes[0]).selections[0]
-    with pytest.raises(SnapshotError, match="no memabra router implements"):
+    with pytest.raises(SnapshotError, match="policy 'test'"):
         ActiveSnapshotPolicy(log)(sel)
