@@ -208,9 +208,16 @@ class ScoredCandidate:
     rank: int
 
     def __post_init__(self) -> None:
-        _require_finite(f"score of candidate {self.candidate.id!r}", self.score)
-        for name, value in self.features.items():
-            _require_finite(f"feature {name!r} of candidate {self.candidate.id!r}", value)
+        # One C-level pass on the hot path (every decision builds dozens of these); the
+        # per-field walk below runs only to name what is wrong.
+        try:
+            valid = math.isfinite(self.score) and all(map(math.isfinite, self.features.values()))
+        except TypeError:
+            valid = False
+        if not valid:
+            _require_finite(f"score of candidate {self.candidate.id!r}", self.score)
+            for name, value in self.features.items():
+                _require_finite(f"feature {name!r} of candidate {self.candidate.id!r}", value)
         object.__setattr__(self, "features", _frozen_mapping(self.features))
 
 
