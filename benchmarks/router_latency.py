@@ -44,23 +44,30 @@ def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
     return pool
 
 
-def measure(factory: Callable[[], Router], similarity: Similarity, decisions: int, precomputed: bool, seed: int) -> tuple[float, float]:
+def measure(
+    factory: Callable[[], Router], similarity: Similarity, decisions: int, precomputed: bool, seed: int, learn: bool = True
+) -> tuple[float, float, float]:
     rng = np.random.default_rng(seed)
     router = factory()
     pool = make_pool(rng)
     budget = Budget(max_tokens=2000)
     queries = [" ".join(rng.choice(WORDS, size=6)) for _ in range(decisions + 50)]
+    contexts = [RoutingContext(query=q, user_id=f"user-{i % 7}", budget=budget) for i, q in enumerate(queries)]
+    # computed before the timed loop: the embedding model's worker threads would otherwise still be
+    # busy with the last query while the next decision is timed
+    tables = [router.featurize(c, pool) if precomputed else None for c in contexts]
     samples = []
-    for i, query in enumerate(queries):
-        context = RoutingContext(query=query, user_id=f"user-{i % 7}", budget=budget)
-        table = router.featurize(context, pool) if precomputed else None
+    slots = []
+    for i, (context, table) in enumerate(zip(contexts, tables)):
         started = time.perf_counter()
         selection = router.choose(context, pool, features=table)
         elapsed = (time.perf_counter() - started) * 1000.0
-        router.learn(selection, float(rng.random()), {cid: float(rng.random() < 0.3) for cid in selection.chosen_ids})
+        if learn:
+            router.learn(selection, float(rng.random()), {cid: float(rng.random() < 0.3) for cid in selection.chosen_ids})
         if i >= 50:  # warm-up: caches, workspace, embeddings of the pool
             samples.append(elapsed)
-    return float(np.percentile(samples, 50)), float(np.percentile(samples, 99))
+            slots.append(len(selection.slots))
+    return float(np.percentile(samples, 50)), float(np.percentile(samples, 99)), float(np.mean(slots))
 
 
 def main() -> None:
@@ -68,6 +75,7 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lexical-only", action="store_true", help="skip the embedding model")
+    parser.add_argument("--no-learn", action="store_true", help="never learn: every decision fills every slot, as a fresh router does")
     args = parser.parse_args()
     similarity = Similarity() if args.lexical_only else Similarity.default()
     routers: dict[str, Callable[[], Router]] = {
@@ -77,13 +85,14 @@ def main() -> None:
     }
     print(f"50 candidates (30 memories, 10 skills, 10 tools), slots 5/2/3, {args.decisions} decisions x {args.repeats} repeats;"
           f" semantic features: {'on' if similarity.has_semantic else 'off'}")
-    print(f"{'router':8s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    print(f"{'router':8s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'slots drawn':>12s}")
     for name, factory in routers.items():
         for mode, precomputed in (("precomputed", True), ("end to end", False)):
-            runs = [measure(factory, similarity, args.decisions, precomputed, seed) for seed in range(args.repeats)]
+            runs = [measure(factory, similarity, args.decisions, precomputed, seed, learn=not args.no_learn) for seed in range(args.repeats)]
             p50 = statistics.median(r[0] for r in runs)
             p99 = statistics.median(r[1] for r in runs)
-            print(f"{name:8s} {mode:12s} {p50:8.2f} {p99:8.2f}", flush=True)
+            drawn = statistics.median(r[2] for r in runs)
+            print(f"{name:8s} {mode:12s} {p50:8.2f} {p99:8.2f} {drawn:12.1f}", flush=True)
 
 
 if __name__ == "__main__":

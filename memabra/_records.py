@@ -76,6 +76,9 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
+_PLAIN_NUMBERS = frozenset({float, int})
+
+
 def _require_finite(name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidRecordError(f"{name} must be a finite number, got {value!r}")
@@ -244,12 +247,16 @@ class SlotDraw:
             )
         if not self.candidate_ids:
             raise InvalidRecordError(f"SlotDraw {self.slot}: empty distribution")
-        total = 0.0
-        for cid, p in zip(self.candidate_ids, self.probabilities):
-            _require_finite(f"SlotDraw {self.slot} probability of {cid!r}", p)
-            if p < 0.0 or p > 1.0:
-                raise InvalidRecordError(f"SlotDraw {self.slot}: probability of {cid!r} is {p}, outside [0, 1]")
-            total += p
+        probabilities = self.probabilities
+        total = sum(probabilities) if set(map(type, probabilities)) <= _PLAIN_NUMBERS else math.nan
+        if not (math.isfinite(total) and min(probabilities) >= 0.0 and max(probabilities) <= 1.0):
+            # the slow path names the offending entry; routers hit the fast one above every slot
+            total = 0.0
+            for cid, p in zip(self.candidate_ids, probabilities):
+                _require_finite(f"SlotDraw {self.slot} probability of {cid!r}", p)
+                if p < 0.0 or p > 1.0:
+                    raise InvalidRecordError(f"SlotDraw {self.slot}: probability of {cid!r} is {p}, outside [0, 1]")
+                total += p
         if abs(total - 1.0) > 1e-6:
             raise InvalidRecordError(f"SlotDraw {self.slot}: probabilities sum to {total!r}, not 1 (within 1e-6)")
         if self.chosen_id not in self.candidate_ids:

@@ -288,7 +288,7 @@ class Router(ABC):
                 probabilities = self._distribution(view)
                 pick = draw_index(probabilities, rng)
                 ids = view.option_ids()
-                values = tuple(float(p) for p in probabilities)
+                values = tuple(probabilities.tolist())
                 draws.append(SlotDraw(len(draws), kind, ids, values, ids[pick], values[pick]))
                 if pick == len(eligible):
                     break

@@ -24,6 +24,9 @@ def check_distribution(probabilities: NDArray[np.float64], who: str) -> NDArray[
     p = np.asarray(probabilities, dtype=np.float64)
     if p.ndim != 1 or p.size == 0:
         raise RouterError(f"{who} returned a distribution of shape {p.shape}")
+    total = float(p.sum())
+    if abs(total - 1.0) <= 1e-6 and float(p.min()) >= 0.0:  # finite too: a NaN or inf sum fails the test
+        return p / total
     if not np.all(np.isfinite(p)):
         raise RouterError(f"{who} returned a non-finite probability: {p.tolist()}")
     if np.any(p < -1e-9):

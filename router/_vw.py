@@ -67,6 +67,10 @@ class VWRouter(ResidualRouter):
     learning_rate, power_t, bit_precision
         VW's ``-l``, ``--power_t`` and ``-b``. ``power_t=0`` keeps per-feature step sizes from
         decaying, so preferences that drift are unlearned (measured on the simulator's drift).
+        ``-l 2``: at 0.5 a memory that served a request was not yet *known good*
+        (:mod:`memabra.router._residual`) after five passes over the memory bench file, so the
+        router kept injecting five; at 1.0 the last pass still used 33-63% of the hybrid top-5's
+        tokens (seeds 0-2) against 23-26% at 2.0; at 4.0 first passes began to lose hits.
     interactions
         Namespace pairs crossed (see :mod:`memabra.router._vw_examples`).
     ignore
@@ -88,10 +92,10 @@ class VWRouter(ResidualRouter):
         self,
         *,
         cb_type: str = "mtr",
-        learning_rate: float = 0.5,
+        learning_rate: float = 2.0,
         power_t: float = 0.25,
         bit_precision: int = 20,
-        interactions: tuple[str, ...] = ("qa", "ua", "uw"),
+        interactions: tuple[str, ...] = ("qa", "ua", "uw", "kt"),
         ignore: str = "",
         ignore_linear: str = "qukw",
         text_tokens: int = 24,
@@ -107,9 +111,10 @@ class VWRouter(ResidualRouter):
         prior: bool = True,
         prior_offset: float = 0.5,
         prior_scale: float = 0.1,
-        prior_margin: float = 0.2,
+        prior_margin: float = 0.3,
         stop_margin: float = 0.0,
         anchor_stop: bool = True,
+        evidence_margin: float = 0.4,
         seed: int = 0,
         min_probability: float = 1e-5,
         recall_limit: int | None = 50,
@@ -129,6 +134,7 @@ class VWRouter(ResidualRouter):
             prior_margin=prior_margin,
             stop_margin=stop_margin,
             anchor_stop=anchor_stop,
+            evidence_margin=evidence_margin,
             seed=seed,
             min_probability=min_probability,
             recall_limit=recall_limit,

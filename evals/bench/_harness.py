@@ -149,6 +149,8 @@ def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: floa
     latency = np.array([r.decision_ms for r in results])
     first = np.array([r.hit for r in results if r.pass_index == 0], dtype=float)
     last = np.array([r.hit for r in results if r.pass_index == passes - 1], dtype=float)
+    first_tokens = np.array([r.tokens for r in results if r.pass_index == 0], dtype=float)
+    last_tokens = np.array([r.tokens for r in results if r.pass_index == passes - 1], dtype=float)
     curve: list[dict[str, float | int]] = []
     for p in range(passes):
         block = [r for r in results if r.pass_index == p]
@@ -171,6 +173,8 @@ def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: floa
         "hit_rate_unseen": hit_rate_unseen,
         "reward_mean": float(rewards.mean()),
         "tokens_mean": float(tokens.mean()),
+        "tokens_mean_first_pass": float(first_tokens.mean()),
+        "tokens_mean_last_pass": float(last_tokens.mean()),
         "decision_ms_p50": float(np.percentile(latency, 50)),
         "decision_ms_p99": float(np.percentile(latency, 99)),
         "learning_curve": curve,

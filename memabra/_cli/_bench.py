@@ -51,7 +51,7 @@ def bench(
 
 def _render(report: dict[str, Any]) -> None:
     table = Table(title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}")
-    for column in ("router", "hit rate", "first pass", "last pass", "unseen", "reward", "tokens", "ms p50", "ms p99"):
+    for column in ("router", "hit rate", "first pass", "last pass", "unseen", "reward", "tokens", "last-pass tokens", "ms p50", "ms p99"):
         table.add_column(column, justify="left" if column == "router" else "right")
     for name, row in report["routers"].items():
         table.add_row(
@@ -62,6 +62,7 @@ def _render(report: dict[str, Any]) -> None:
             f"{row['hit_rate_unseen']:.3f}",
             f"{row['reward_mean']:.3f}",
             f"{row['tokens_mean']:.1f}",
+            f"{row['tokens_mean_last_pass']:.1f}",
             f"{row['decision_ms_p50']:.2f}",
             f"{row['decision_ms_p99']:.2f}",
         )

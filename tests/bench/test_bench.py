@@ -31,6 +31,8 @@ ROUTER_KEYS = {
     "hit_rate_unseen",
     "reward_mean",
     "tokens_mean",
+    "tokens_mean_first_pass",
+    "tokens_mean_last_pass",
     "decision_ms_p50",
     "decision_ms_p99",
     "learning_curve",
