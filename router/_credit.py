@@ -64,10 +64,12 @@ def _check_outcomes(selection: Selection, outcomes: Mapping[str, float]) -> dict
 @dataclass(frozen=True, slots=True)
 class SlotCredit:
     """The credit of a drawn slot, and what stopping at that slot would have earned when that is
-    known without having tried it (0 under marginal attribution), else ``None``."""
+    known without having tried it (0 under marginal attribution), else ``None``. ``local`` says
+    the credit comes from the slot's own outcome rather than the whole slate's reward."""
 
     credit: float
     stop_credit: float | None
+    local: bool = False
 
 
 def slot_credits(
@@ -89,12 +91,12 @@ def slot_credits(
     for draw in selection.slots:
         stop_credit = 0.0 if draw.kind in kinds_with_outcome else None
         if draw.chosen_id == STOP_ID:
-            credits.append(SlotCredit(total if stop_credit is None else stop_credit, stop_credit))
+            credits.append(SlotCredit(total if stop_credit is None else stop_credit, stop_credit, stop_credit is not None))
             continue
         outcome = local.get(draw.chosen_id)
         if outcome is None:
             credits.append(SlotCredit(total, stop_credit))
             continue
         kappa = weights.wr * unused_penalty + weights.wx * by_id[draw.chosen_id].tokens / budget_tokens
-        credits.append(SlotCredit(outcome * total - (1.0 - outcome) * kappa, stop_credit))
+        credits.append(SlotCredit(outcome * total - (1.0 - outcome) * kappa, stop_credit, True))
     return tuple(credits)
