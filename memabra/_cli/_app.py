@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
+from memabra._cli._common import err_console
 from memabra._cli._demo import demo
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._mempo import mempo_app
@@ -33,4 +35,10 @@ app.command("simulate")(simulate_command)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SQLAlchemyError as exc:
+        # a database the command cannot reach or open: one line naming it, not a traceback
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        err_console.print(f"[bold red]error:[/] database error: {reason}", highlight=False)
+        raise SystemExit(1) from None

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from factories import episode
-from memabra._cli import app
+from memabra._cli import app, main
 from memabra._feedback import RewardService
 from memabra.storage import EpisodeLog, head_revision
 
@@ -44,3 +47,17 @@ def test_cli_errors_are_one_line_and_name_the_problem(db_url: str) -> None:
     assert bad.exit_code == 1 and "finite" in bad.output
     badjson = runner.invoke(app, ["feedback", "x", "{not json", "--db", db_url])
     assert badjson.exit_code == 1 and "not JSON" in badjson.output
+
+
+
+def test_an_unreachable_database_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
+    monkeypatch.setattr(sys, "argv", ["memabra", "episodes", "list", "--db", missing])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "database error" in err and "unable to open database file" in err
+    assert "Traceback" not in err
