@@ -59,12 +59,9 @@ _similarity_of = itemgetter(*_SIMILARITY_COLUMNS)
 _SIMILARITY_FORMAT = " ".join(f"{NUMERIC_FEATURES[j]}:%.5g" for j in _SIMILARITY_COLUMNS)
 
 
-_NAMES = NUMERIC_FEATURES
-
-
 def _namespace(row: Sequence[float], columns: tuple[int, ...]) -> str:
     # plain floats: formatting numpy scalars one by one was a third of a decision's time
-    return " ".join(f"{_NAMES[j]}:{row[j]:.5g}" for j in columns if row[j] != 0.0)
+    return " ".join(f"{NUMERIC_FEATURES[j]}:{row[j]:.5g}" for j in columns if row[j] != 0.0)
 
 
 def numeric_features(row: np.ndarray) -> str:
