@@ -38,7 +38,7 @@ def main() -> None:
     try:
         app()
     except SQLAlchemyError as exc:
-        # a database the command cannot reach or open: one line naming it, not a traceback
+        # a database the command cannot reach or open: one line saying why, not a traceback
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         err_console.print(f"[bold red]error:[/] database error: {reason}", highlight=False)
         raise SystemExit(1) from None
