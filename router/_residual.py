@@ -179,23 +179,27 @@ class ResidualRouter(Router):
         ``probability`` (learners weight the example by its inverse)."""
 
     # ------------------------------------------------------------------------- deciding
-    def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
-        """``c0`` of the open candidates followed by the stop option's 0."""
-        if not self.prior:
-            return np.zeros(view.n_options)
-        hybrid = view.table.column("hyb_z")[list(view.eligible)]
-        return np.append(-(self.prior_offset + self.prior_scale * hybrid), 0.0)
+    def _prior_cost(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """``c0`` of the open candidates followed by the stop option's 0 (``hybrid``: their
+        ``hyb_z``, when the caller has it)."""
+        costs = np.zeros(view.n_options)
+        if self.prior:
+            if hybrid is None:
+                hybrid = view.table.column("hyb_z")[list(view.eligible)]
+            costs[:-1] = -(self.prior_offset + self.prior_scale * hybrid)
+        return costs
 
-    def _costs(self, view: SlotView) -> NDArray[np.float64]:
+    def _costs(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
         residual = np.array(self._residuals(view), dtype=np.float64)
         if residual.shape != (view.n_options,) or not np.isfinite(residual).all():
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
-        return self._prior_cost(view) + residual
+        return self._prior_cost(view, hybrid) + residual
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
-        costs = self._costs(view)
         if not self.prior:
-            return self._explore(costs)
+            return self._explore(self._costs(view))
+        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+        costs = self._costs(view, hybrid)
         known_good = self._earlier_pick_known_good(view)
         self._remember_costs(view, costs)
         if known_good:
@@ -203,7 +207,7 @@ class ResidualRouter(Router):
             costs[:-1] += self.prior_offset
         # stopping after a pick is earned by believing that pick serves the request
         may_stop = known_good or view.position == 0
-        return self._explore(self._with_margins(costs, view.table.column("hyb_z")[list(view.eligible)], may_stop))
+        return self._explore(self._with_margins(costs, hybrid, may_stop))
 
     def _remember_costs(self, view: SlotView, costs: NDArray[np.float64]) -> None:
         # a selection's slots are decided (and replayed) in order over one table: later slots ask

@@ -98,6 +98,9 @@ def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
     return tuple(_candidate_line(c, rows[i], text_tokens) for i, c in enumerate(table.candidates))
 
 
+_RANK_TEXT = tuple(" rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + r)) for r in range(256))
+
+
 def slot_example(
     shared: str, lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int]
 ) -> list[str]:
@@ -105,18 +108,18 @@ def slot_example(
     prior's rank among the open options appended, then the stop option."""
     open_scores = hybrid[list(eligible)]
     order = np.argsort(-open_scores, kind="stable")
-    ranks = np.empty(len(eligible), dtype=np.float64)
-    ranks[order] = np.arange(len(eligible), dtype=np.float64)
-    best = open_scores[order[0]]
-    second = open_scores[order[1]] if len(eligible) > 1 else best
-    gaps = (open_scores - np.where(ranks == 0, second, best)).tolist()
-    reciprocal = (1.0 / (1.0 + ranks)).tolist()
+    ranks = np.empty(len(eligible), dtype=np.intp)
+    ranks[order] = np.arange(len(eligible))
     leader = int(order[0])
+    best = open_scores[leader]
+    gaps = (open_scores - best).tolist()
+    if len(eligible) > 1:
+        gaps[leader] = float(best - open_scores[order[1]])
     example = [shared]
-    # plain floats and one %-format a line: this runs for every open candidate at every slot
-    for j, i in enumerate(eligible):
-        top = " rem_top:1" if j == leader else ""
-        example.append("%s rem_rr:%.5g rem_gap:%.5g%s" % (lines[i], reciprocal[j], gaps[j], top))
+    # this runs for every open candidate at every slot: cached rank text, plain floats
+    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
+        rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
+        example.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}")
     example.append(STOP_LINE)
     return example
 
