@@ -68,6 +68,7 @@ def test_without_outcomes_every_slot_shares_the_reward() -> None:
     credits = slot_credits(_selection(), 0.7, None, unused_penalty=0.3)
     assert [c.credit for c in credits] == [0.7, 0.7, 0.7]
     assert all(c.stop_credit is None for c in credits)
+    assert not any(c.local for c in credits)
 
 
 def test_with_outcomes_attribution_is_marginal() -> None:
@@ -83,6 +84,9 @@ def test_with_outcomes_attribution_is_marginal() -> None:
     partial = slot_credits(_selection(), 1.0, {"m1": 0.5}, unused_penalty=0.0)
     assert partial[0].credit == pytest.approx(0.5 - 0.5 * RewardWeights().wx * 0.1)
     assert partial[1].credit == 1.0  # m2 has no local signal
+    # direct evidence (learned with local_weight) only where the slot's own outcome is known
+    assert [c.local for c in credits] == [True, True, False]
+    assert [c.local for c in partial] == [True, False, False]
 
 
 @pytest.mark.parametrize(

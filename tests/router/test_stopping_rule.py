@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from memabra import STOP_ID, Budget, Candidate, CandidateKind, RoutingContext
+from memabra import STOP_ID, Budget, Candidate, CandidateKind, RouterError, RoutingContext
 from memabra.router import ResidualRouter, Similarity
 from memabra.router._base import SlotView
 
@@ -106,3 +106,9 @@ def test_replayed_probabilities_match_the_decision() -> None:
     selection = router.choose(CONTEXT, MEMORIES)
     replayed = router.slot_probabilities(selection)
     assert [tuple(d.probabilities) for d in selection.slots] == [tuple(p) for p in replayed]
+
+
+@pytest.mark.parametrize(("params", "name"), [({"local_weight": 0.5}, "local_weight"), ({"evidence_margin": -0.1}, "evidence_margin")])
+def test_bad_stopping_parameters_name_themselves(params: dict[str, float], name: str) -> None:
+    with pytest.raises(RouterError, match=name):
+        ScriptedResidualRouter(**params).choose(CONTEXT, MEMORIES)
