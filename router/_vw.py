@@ -45,9 +45,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import STOP_ID, RewardWeights, Selection
+from memabra._records import RewardWeights
 from memabra.router._base import SlotView
-from memabra.router._credit import SlotCredit
 from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter, cost_range
 from memabra.router._similarity import Similarity
 from memabra.router._vw_examples import candidate_lines, label_line, shared_line, slot_example, synthetic_slot
@@ -287,19 +286,11 @@ class VWRouter(ResidualRouter):
         example[option + 1] = label_line(example[option + 1], target, probability)
         self._vw.learn(example)
 
-    def _update(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
-        if not self._native:
-            super()._update(selection, credits)
-            return
-        # the native head learns raw costs (its prior is in the weights, not an offset)
-        low, high = cost_range(RewardWeights())
-        for (view, draw, option_of), credit in zip(self._replay(selection), credits, strict=True):
-            stop = len(view.eligible)
-            chosen = stop if draw.chosen_id == STOP_ID else option_of[draw.candidate_ids.index(draw.chosen_id)]
-            self._fit(view, chosen, float(np.clip(-credit.credit, low, high)), draw.chosen_probability)
-            if self.anchor_stop and credit.stop_credit is not None and chosen != stop:
-                self._fit(view, stop, float(np.clip(-credit.stop_credit, low, high)), 1.0)
-        self._learned += 1
+    def _prior_cost(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        # the native head learns raw costs: its prior is in the weights, not an offset
+        if self._native:
+            return np.zeros(view.n_options)
+        return super()._prior_cost(view, hybrid)
 
     # -------------------------------------------------------------------------- snapshots
     def _model_bytes(self) -> bytes:
