@@ -223,6 +223,16 @@ class ScoredCandidate:
                 _require_finite(f"feature {name!r} of candidate {self.candidate.id!r}", value)
         object.__setattr__(self, "features", _frozen_mapping(self.features))
 
+    @classmethod
+    def trusted(cls, candidate: Candidate, features: MappingProxyType[str, float], score: float, rank: int) -> ScoredCandidate:
+        """Internal: a record from fields the caller has already validated (a router's feature
+        rows, checked when the table was built), skipping the per-feature checks of every
+        decision's dozens of records."""
+        record = object.__new__(cls)
+        for name, value in (("candidate", candidate), ("features", features), ("score", score), ("rank", rank)):
+            object.__setattr__(record, name, value)
+        return record
+
 
 @dataclass(frozen=True, slots=True)
 class SlotDraw:

@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -275,26 +276,26 @@ class Router(ABC):
         draws: list[SlotDraw] = []
         chosen: list[int] = []
         remaining = budget.max_tokens
+        ids = [c.id for c in table.candidates]
+        tokens = [c.tokens for c in table.candidates]
         for kind in context.kinds:
-            members = [i for i, c in enumerate(table.candidates) if c.kind is kind]
+            open_rows = [i for i, c in enumerate(table.candidates) if c.kind is kind]
             for position in range(budget.slots_for(kind)):
-                taken = set(chosen)
-                eligible = tuple(
-                    i for i in members if i not in taken and (remaining is None or table.candidates[i].tokens <= remaining)
-                )
+                eligible = tuple(open_rows) if remaining is None else tuple(i for i in open_rows if tokens[i] <= remaining)
                 if not eligible:
                     break
                 view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
                 probabilities = self._distribution(view)
                 pick = draw_index(probabilities, rng)
-                ids = view.option_ids()
+                option_ids = (*[ids[i] for i in eligible], STOP_ID)
                 values = tuple(probabilities.tolist())
-                draws.append(SlotDraw(len(draws), kind, ids, values, ids[pick], values[pick]))
+                draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
                 if pick == len(eligible):
                     break
                 chosen.append(eligible[pick])
+                open_rows.remove(eligible[pick])
                 if remaining is not None:
-                    remaining -= table.candidates[eligible[pick]].tokens
+                    remaining -= tokens[eligible[pick]]
         return draws
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
@@ -308,14 +309,20 @@ class Router(ABC):
 
     def _offered(self, context: RoutingContext, table: FeatureTable) -> tuple[ScoredCandidate, ...]:
         scores = np.asarray(self._scores(context, table), dtype=np.float64)
+        if scores.shape != (len(table.candidates),) or not np.all(np.isfinite(scores)):
+            raise RouterError(f"{type(self).__name__} produced unusable candidate scores: {scores}")
         ranks = np.zeros(len(table.candidates), dtype=int)
         for kind in CandidateKind:
             idx = np.array([i for i, c in enumerate(table.candidates) if c.kind is kind], dtype=int)
             if idx.size:
                 order = idx[np.argsort(-scores[idx], kind="stable")]
                 ranks[order] = np.arange(idx.size)
+        # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
         return tuple(
-            ScoredCandidate(c, table.rows[i], float(scores[i]), int(ranks[i])) for i, c in enumerate(table.candidates)
+            ScoredCandidate.trusted(c, row, score, rank)
+            if type(row) is MappingProxyType
+            else ScoredCandidate(c, row, score, rank)
+            for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist())
         )
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:

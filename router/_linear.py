@@ -140,10 +140,13 @@ class LinearRouter(ResidualRouter):
         self._weights = np.zeros(self.n_features)
         self._squared_gradients = np.zeros(self.n_features)
         self._precision = np.full(self.n_features, float(self.ridge))
-        self._row_cache: tuple[object, list[list[tuple[str, float]]]] | None = None
+        self._row_cache: tuple[object, sparse.csr_matrix] | None = None
+        self._score_cache: NDArray[np.float64] | None = None
+        self._stop_rows: dict[tuple[str, int], sparse.csr_matrix] = {}
 
     # ------------------------------------------------------------------------- features
-    def _candidate_pairs(self, view: SlotView) -> list[list[tuple[str, float]]]:
+    def _candidate_design(self, view: SlotView) -> sparse.csr_matrix:
+        """Hashed features of every candidate of the view's table (rows), hashed once a table."""
         cache = self._row_cache
         if cache is not None and cache[0] is view.table:
             return cache[1]
@@ -161,26 +164,41 @@ class LinearRouter(ResidualRouter):
             row = view.table.matrix[i]
             pairs += [(f"h={NUMERIC_FEATURES[j]}", float(row[j])) for j in _HISTORY_COLUMNS if row[j] != 0.0]
             rows.append(pairs)
-        self._row_cache = (view.table, rows)
-        return rows
+        design = self._hasher.transform(rows).tocsr()
+        self._row_cache = (view.table, design)
+        self._score_cache = None
+        return design
 
-    def _design(self, view: SlotView) -> sparse.csr_matrix:
-        rows = self._candidate_pairs(view)
-        position = min(view.position, 4)
-        stop = [("stop", 1.0), (f"stop^{view.kind.value}^{position}", 1.0)]
-        return self._hasher.transform([rows[i] for i in view.eligible] + [stop]).tocsr()
+    def _stop_design(self, view: SlotView) -> sparse.csr_matrix:
+        key = (view.kind.value, min(view.position, 4))
+        row = self._stop_rows.get(key)
+        if row is None:
+            row = self._stop_rows[key] = self._hasher.transform([[("stop", 1.0), ("stop^%s^%d" % key, 1.0)]]).tocsr()
+        return row
 
     # ------------------------------------------------------------------------- the model
-    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
-        design = self._design(view)
-        residual = np.asarray(design @ self._weights, dtype=np.float64)
+    def _linear_scores(self, design: sparse.csr_matrix) -> NDArray[np.float64]:
+        scores = np.asarray(design @ self._weights, dtype=np.float64)
         if self.exploration == "ucb" and self.alpha > 0.0:
             variance = np.asarray(design.multiply(design) @ (1.0 / self._precision), dtype=np.float64)
-            residual = residual - self.alpha * np.sqrt(variance)
-        return residual
+            scores = scores - self.alpha * np.sqrt(variance)
+        return scores
+
+    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        # the weights do not change within a decision: every candidate is scored once a table
+        design = self._candidate_design(view)
+        cache = self._score_cache
+        if cache is None:
+            cache = self._score_cache = self._linear_scores(design)
+        stop = self._linear_scores(self._stop_design(view))
+        return np.append(cache[list(view.eligible)], stop)
 
     def _fit(self, view: SlotView, option: int, target: float, probability: float) -> None:
-        row = self._design(view)[option]
+        self._score_cache = None
+        if option < len(view.eligible):
+            row = self._candidate_design(view)[view.eligible[option]]
+        else:
+            row = self._stop_design(view)
         index, value = row.indices, row.data
         if index.size == 0:
             return
@@ -226,3 +244,4 @@ class LinearRouter(ResidualRouter):
         self._squared_gradients[index] = arrays["squared_gradients"]
         self._precision[index] = arrays["precision"]
         self._row_cache = None
+        self._score_cache = None

@@ -49,7 +49,17 @@ from memabra._records import RewardWeights
 from memabra.router._base import SlotView
 from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter, cost_range
 from memabra.router._similarity import Similarity
-from memabra.router._vw_examples import candidate_lines, label_line, shared_line, slot_example, synthetic_slot
+from memabra.router._vw_decision_scores import DecisionScores, slot_invariant
+from memabra.router._vw_examples import (
+    TableLines,
+    candidate_lines,
+    context_line,
+    identity_lines,
+    label_line,
+    shared_line,
+    slot_example,
+    synthetic_slot,
+)
 
 __all__ = ["EXPLORATIONS", "VW_EXPLORATIONS", "VWRouter"]
 
@@ -231,7 +241,11 @@ class VWRouter(ResidualRouter):
 
     def _init_model(self) -> None:
         super()._init_model()
-        self._line_cache: tuple[object, tuple[str, ...]] | None = None
+        self._line_cache: tuple[object, TableLines] | None = None
+        self._decision_cache: tuple[object, object, DecisionScores] | None = None
+        self._per_decision = not self._native and slot_invariant(
+            self.interactions, self.ignore, self.ignore_linear, self.extra_args
+        )
         self._vw = self._new_workspace()
         if self.prior and self._native:
             self._teach_prior()
@@ -246,32 +260,47 @@ class VWRouter(ResidualRouter):
             self._vw.learn(example)
 
     # ---------------------------------------------------------------------------- examples
-    def _example(self, view: SlotView) -> list[str]:
+    def _table_lines(self, view: SlotView) -> TableLines:
         cache = self._line_cache
         if cache is None or cache[0] is not view.table:
             words = 0 if "w" in self.ignore else self.text_tokens
             cache = (view.table, candidate_lines(view.table, words))
             self._line_cache = cache
-        shared = shared_line(view.context, view.kind.value, view.position)
-        return slot_example(shared, cache[1], view.table.column("hyb_z"), view.eligible)
+        return cache[1]
 
-    def _predict(self, view: SlotView) -> NDArray[np.float64]:
+    def _example(self, view: SlotView) -> list[str]:
+        shared = shared_line(view.context, view.kind.value, view.position)
+        return slot_example(shared, self._table_lines(view).lines, view.table.column("hyb_z"), view.eligible)
+
+    def _predict_lines(self, lines: list[str]) -> NDArray[np.float64]:
         # pylibvw's multi-line predict directly: pyvw's Example wrappers cost ~5 µs a line, most of a
         # decision's time; the action scores (or probabilities) come back in action order either way
         import pylibvw
 
-        parsed = self._vw._parse("\n".join(self._example(view)))
+        parsed = self._vw._parse("\n".join(lines))
         try:
             pylibvw.vw.predict_multi(self._vw, parsed)
             values = np.asarray(parsed[0].get_action_scores(), dtype=np.float64)
         finally:
             pylibvw.vw._finish_example_multi_ex(self._vw, parsed)
-        if values.shape != (view.n_options,) or not np.all(np.isfinite(values)):
-            raise RouterError(f"Vowpal Wabbit returned unusable output for slot {view.slot}: {values}")
+        if values.shape != (len(lines) - 1,) or not np.all(np.isfinite(values)):
+            raise RouterError(f"Vowpal Wabbit returned unusable output for {len(lines) - 1} actions: {values}")
         return values
 
+    def _predict(self, view: SlotView) -> NDArray[np.float64]:
+        return self._predict_lines(self._example(view))
+
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
-        return self._predict(view)
+        if not self._per_decision:
+            return self._predict(view)
+        cache = self._decision_cache
+        if cache is None or cache[0] is not view.table or cache[1] is not view.context:
+            words = 0 if "w" in self.ignore else self.text_tokens
+            lines = identity_lines(view.table, words)
+            scores = DecisionScores.predict(self._predict_lines, context_line(view.context), lines, view.table.matrix)
+            cache = (view.table, view.context, scores)
+            self._decision_cache = cache
+        return cache[2].residuals(view.eligible, view.position)
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
         if not self._native:
@@ -285,6 +314,7 @@ class VWRouter(ResidualRouter):
         example = self._example(view)
         example[option + 1] = label_line(example[option + 1], target, probability)
         self._vw.learn(example)
+        self._decision_cache = None
 
     def _prior_cost(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
         # the native head learns raw costs: its prior is in the weights, not an offset
@@ -309,3 +339,4 @@ class VWRouter(ResidualRouter):
                 fh.write(payload)
             self._vw = self._new_workspace(path)
         self._line_cache = None
+        self._decision_cache = None

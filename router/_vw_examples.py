@@ -27,17 +27,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
-from memabra._records import Candidate, RoutingContext
+from memabra._records import RoutingContext
 from memabra.router._features import NUMERIC_FEATURES, FeatureTable, similarity_columns
 from memabra.router._text import analyze, vw_token
 
-__all__ = ["STOP_LINE", "candidate_lines", "label_line", "numeric_features", "shared_line", "slot_example"]
+__all__ = [
+    "MAX_POSITION",
+    "NUMERIC_PROBES",
+    "STOP_LINE",
+    "TableLines",
+    "candidate_lines",
+    "context_line",
+    "identity_lines",
+    "label_line",
+    "numeric_features",
+    "open_lines",
+    "position_namespace",
+    "position_probes",
+    "shared_line",
+    "slot_example",
+    "type_namespace",
+]
 
 STOP_LINE = "|s stop"
-_MAX_POSITION = 4
+MAX_POSITION = 4
 
 
 @lru_cache(maxsize=4096)
@@ -45,13 +62,46 @@ def _query_namespace(query: str) -> str:
     return " ".join(vw_token(t) for t in analyze(query))
 
 
+def context_line(context: RoutingContext) -> str:
+    """The shared line without the slot's kind and position: the request alone."""
+    return f"shared |q {_query_namespace(context.query)} |u {vw_token(context.user_id)}"
+
+
 def shared_line(context: RoutingContext, kind: str, position: int) -> str:
-    tokens = _query_namespace(context.query)
-    pos = min(position, _MAX_POSITION)
-    return f"shared |q {tokens} |u {vw_token(context.user_id)} |k kind_{kind} pos_{pos} kp_{kind}_{pos}"
+    return f"{context_line(context)} {position_namespace(kind, position)}"
+
+
+def position_namespace(kind: str, position: int) -> str:
+    """The ``k`` namespace of a slot: its kind and the kind's position (capped at MAX_POSITION)."""
+    pos = min(position, MAX_POSITION)
+    return f"|k kind_{kind} pos_{pos} kp_{kind}_{pos}"
+
+
+@lru_cache(maxsize=1024)
+def type_namespace(kind: str, source: str) -> str:
+    """The ``t`` namespace of a candidate of ``kind`` from ``source``."""
+    return f"|t kind_{kind} src_{vw_token(source)}"
+
+
+def position_probes(kind: str, type_line: str) -> list[str]:
+    """Action lines carrying one candidate type and the ``k`` namespace of each position
+    ``0 .. MAX_POSITION`` of ``kind``: two of them differ in score by exactly what the ``kt``
+    interaction adds when a candidate of that type moves between those positions."""
+    return [f"{type_line} {position_namespace(kind, p)}" for p in range(MAX_POSITION + 1)]
 
 
 _HISTORY = frozenset({"tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh"})
+
+# A base line, then one line per numeric feature (``h`` and ``p``: NUMERIC_FEATURES in order, then
+# rem_rr, rem_gap, rem_top) raised by one: the score differences are the features' linear weights
+# (these namespaces enter no interaction by default).
+NUMERIC_PROBES = (
+    "|p rem_rr:1",
+    *(f"|p rem_rr:1 |h {name}:1" if name in _HISTORY else f"|p rem_rr:1 {name}:1" for name in NUMERIC_FEATURES),
+    "|p rem_rr:2",
+    "|p rem_rr:1 rem_gap:1",
+    "|p rem_rr:1 rem_top:1",
+)
 _HISTORY_COLUMNS = tuple(j for j, n in enumerate(NUMERIC_FEATURES) if n in _HISTORY)
 _SIMILARITY_COLUMNS = tuple(j for j, n in enumerate(NUMERIC_FEATURES) if n not in _HISTORY)
 _history_of = itemgetter(*_HISTORY_COLUMNS)
@@ -72,33 +122,81 @@ def numeric_features(row: np.ndarray) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _static_part(candidate_id: str, text: str, kind: str, source: str, history: tuple[float, ...], text_tokens: int) -> str:
+def _identity_part(candidate_id: str, text: str, type_line: str, text_tokens: int) -> str:
     words = " ".join(vw_token(t) for t in analyze(text)[:text_tokens])
+    return f"|a {vw_token(candidate_id)} |w {words} {type_line}"
+
+
+@lru_cache(maxsize=65536)
+def _static_part(candidate_id: str, text: str, type_line: str, history: tuple[float, ...], text_tokens: int) -> str:
     usage = " ".join(f"{NUMERIC_FEATURES[j]}:{v:.5g}" for j, v in zip(_HISTORY_COLUMNS, history) if v != 0.0)
-    return f"|a {vw_token(candidate_id)} |w {words} |t kind_{kind} src_{vw_token(source)} |h {usage}"
+    return f"{_identity_part(candidate_id, text, type_line, text_tokens)} |h {usage}"
 
 
-def _candidate_line(candidate: Candidate, row: list[float], text_tokens: int) -> str:
-    # the id, words and usage history of a candidate recur across decisions: format them once
-    static = _static_part(
-        candidate.id,
-        candidate.text,
-        candidate.kind.value,
-        str(candidate.metadata.get("source", "unknown")),
-        _history_of(row),
-        text_tokens,
-    )
-    # one C-level format for the row; a 0-valued feature is one VW drops when parsing
-    return f"{static} |p {_SIMILARITY_FORMAT % _similarity_of(row)}"
+class TableLines(NamedTuple):
+    """Per table row: an action line, its ``t`` namespace and the row's kind."""
+
+    lines: tuple[str, ...]
+    types: tuple[str, ...]
+    kinds: tuple[str, ...]
 
 
-def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
+def identity_lines(table: FeatureTable, text_tokens: int) -> TableLines:
+    """Every candidate's action line without numeric features (namespaces ``a``, ``w``, ``t``):
+    what does not change between decisions."""
+    lines, types, kinds = [], [], []
+    for candidate in table.candidates:
+        kind = candidate.kind.value
+        type_line = type_namespace(kind, str(candidate.metadata.get("source", "unknown")))
+        lines.append(_identity_part(candidate.id, candidate.text, type_line, text_tokens))
+        types.append(type_line)
+        kinds.append(kind)
+    return TableLines(tuple(lines), tuple(types), tuple(kinds))
+
+
+def candidate_lines(table: FeatureTable, text_tokens: int) -> TableLines:
     """The slot-independent part of every candidate's action line, in table order."""
-    rows = table.matrix.tolist()
-    return tuple(_candidate_line(c, rows[i], text_tokens) for i, c in enumerate(table.candidates))
+    lines, types, kinds = [], [], []
+    for candidate, row in zip(table.candidates, table.matrix.tolist()):
+        kind = candidate.kind.value
+        type_line = type_namespace(kind, str(candidate.metadata.get("source", "unknown")))
+        # the id, words and usage history of a candidate recur across decisions: format them once
+        static = _static_part(candidate.id, candidate.text, type_line, _history_of(row), text_tokens)
+        # one C-level format for the row; a 0-valued feature is one VW drops when parsing
+        lines.append(f"{static} |p {_SIMILARITY_FORMAT % _similarity_of(row)}")
+        types.append(type_line)
+        kinds.append(kind)
+    return TableLines(tuple(lines), tuple(types), tuple(kinds))
 
 
 _RANK_TEXT = tuple(" rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + r)) for r in range(256))
+
+
+def _open_ranks(open_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rank (0 = best) of each open option by the prior, its gap to the best open one (the best's:
+    its lead over the second) and the best's index."""
+    order = np.argsort(-open_scores, kind="stable")
+    ranks = np.empty(open_scores.size, dtype=np.intp)
+    ranks[order] = np.arange(open_scores.size)
+    leader = int(order[0])
+    best = open_scores[leader]
+    gaps = open_scores - best
+    if open_scores.size > 1:
+        gaps[leader] = best - open_scores[order[1]]
+    return ranks, gaps, leader
+
+
+def open_lines(lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int], suffix: str = "") -> list[str]:
+    """The action lines of the ``eligible`` candidates with the prior's rank among them appended
+    (then ``suffix``)."""
+    ranks, gap_array, leader = _open_ranks(hybrid[list(eligible)])
+    gaps = gap_array.tolist()
+    out = []
+    # this runs for every open candidate at every decision: cached rank text, plain floats
+    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
+        rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
+        out.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}{suffix}")
+    return out
 
 
 def slot_example(
@@ -106,22 +204,7 @@ def slot_example(
 ) -> list[str]:
     """The multi-line example of a slot: shared line, one line per eligible candidate with the
     prior's rank among the open options appended, then the stop option."""
-    open_scores = hybrid[list(eligible)]
-    order = np.argsort(-open_scores, kind="stable")
-    ranks = np.empty(len(eligible), dtype=np.intp)
-    ranks[order] = np.arange(len(eligible))
-    leader = int(order[0])
-    best = open_scores[leader]
-    gaps = (open_scores - best).tolist()
-    if len(eligible) > 1:
-        gaps[leader] = float(best - open_scores[order[1]])
-    example = [shared]
-    # this runs for every open candidate at every slot: cached rank text, plain floats
-    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
-        rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
-        example.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}")
-    example.append(STOP_LINE)
-    return example
+    return [shared, *open_lines(lines, hybrid, eligible), STOP_LINE]
 
 
 def label_line(line: str, cost: float, probability: float) -> str:
