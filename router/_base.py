@@ -44,7 +44,7 @@ from memabra._records import (
     SlotDraw,
 )
 from memabra.router._credit import SlotCredit, slot_credits
-from memabra.router._features import FeatureTable, featurize, recall
+from memabra.router._features import CandidateStats, FeatureTable, featurize, recall
 from memabra.router._sampling import apply_floor, check_distribution, draw_index
 from memabra.router._similarity import Similarity
 from memabra.router._snapshot_codec import decode_envelope, encode_envelope
@@ -214,7 +214,15 @@ class Router(ABC):
         with self._lock:
             self._ensure_state()
             similarity = self._similarity
-        return featurize(context, candidates, similarity=similarity, budget=budget)
+            request = self._request_stats(context)
+        return featurize(context, candidates, similarity=similarity, budget=budget, request=request)
+
+    def _request_stats(self, context: RoutingContext) -> Mapping[str, CandidateStats] | None:
+        """What the router remembers of this request's earlier outcomes (learners override)."""
+        return None
+
+    def _remember_outcomes(self, selection: Selection, outcomes: Mapping[str, float] | None) -> None:
+        """Keep a learned selection's local outcomes for its request (learners override)."""
 
     def choose(
         self,
@@ -246,7 +254,10 @@ class Router(ABC):
             context = replace(context, budget=budget)
         with self._lock:
             self._ensure_state()
-            table = features if features is not None else featurize(context, pool, similarity=self._similarity, budget=budget)
+            if features is None:
+                request = self._request_stats(context)
+                features = featurize(context, pool, similarity=self._similarity, budget=budget, request=request)
+            table = features
             wanted = [i for i, c in enumerate(table.candidates) if c.kind in context.kinds]
             table = table.subset(wanted)
             table = table.subset(recall(table, self.recall_limit))
@@ -412,6 +423,7 @@ class Router(ABC):
             credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
             del self._pending[selection.id]
             self._learn_credits(selection, credits)
+            self._remember_outcomes(selection, outcomes)
 
     def learn_logged(
         self,
@@ -426,6 +438,7 @@ class Router(ABC):
             self._ensure_state()
             credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
             self._learn_credits(selection, credits)
+            self._remember_outcomes(selection, outcomes)
 
     def _learn_credits(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
         if not self.learns:

@@ -15,6 +15,8 @@ Action features (one row per candidate, numbers keyed by name):
 ``chosen_log``            ``ln(1 + times_chosen)``; ``helped_log`` likewise for ``times_helped``
 ``helped_rate``           ``(times_helped + 1) / (times_chosen + 2)`` (a Beta(1, 1) posterior mean)
 ``fresh``                 1 when the candidate was never chosen
+``failed_here``           ``ln(1 + times)`` the candidate was chosen for this same request and did not help
+``helped_here``           ``ln(1 + times)`` it helped this same request
 ``kind=<k>``, ``source=<s>``  one-hot categoricals (source from metadata, ``unknown`` if absent)
 ========================  ==================================================================
 
@@ -23,6 +25,9 @@ Context features (:func:`context_features`): ``q=<token>`` counts of the query's
 
 Usage statistics come from ``Candidate.metadata`` (``times_chosen``, ``times_helped``, ``created_at``,
 ``source``), which the runtime fills from the episode log; an explicit ``stats`` mapping overrides them.
+The same counts for this request alone (``request``: a router's memory of the outcomes of the same
+user asking the same thing, :meth:`memabra.router.Router.featurize`) give ``failed_here`` and
+``helped_here``; both are 0 for a request never seen, and in feature rows logged before they existed.
 """
 
 from __future__ import annotations
@@ -69,7 +74,12 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "helped_log",
     "helped_rate",
     "fresh",
+    "failed_here",
+    "helped_here",
 )
+
+# added after logs were first written: a stored row without them had no request history
+_DEFAULT_ZERO = frozenset({"failed_here", "helped_here"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +136,17 @@ class FeatureTable:
         for i, (candidate, row) in enumerate(zip(candidates, rows, strict=True)):
             for j, name in enumerate(NUMERIC_FEATURES):
                 if name not in row:
+                    if name in _DEFAULT_ZERO:
+                        continue
                     raise RouterError(f"stored features of candidate {candidate.id!r} lack {name!r}")
                 matrix[i, j] = _finite(row[name], f"feature {name!r} of candidate {candidate.id!r}")
-        return cls(tuple(candidates), matrix, tuple(MappingProxyType(dict(r)) for r in rows))
+        frozen = []
+        for i, row in enumerate(rows):
+            full = dict(row)
+            for name in _DEFAULT_ZERO.difference(full):
+                full[name] = 0.0
+            frozen.append(MappingProxyType(full))
+        return cls(tuple(candidates), matrix, tuple(frozen))
 
 
 def _finite(value: object, what: str) -> float:
@@ -198,12 +216,14 @@ def featurize(
     *,
     budget: Budget | None = None,
     now: datetime | None = None,
+    request: Mapping[str, CandidateStats] | None = None,
 ) -> FeatureTable:
     """Feature rows for ``candidates`` under ``context`` (see the module docstring for the names).
 
     Pure: the same arguments give the same table. ``similarity`` defaults to BM25 only; ``now``
     (for ages) defaults to the newest ``created_at`` in the pool so the result does not depend on
-    the clock; ``budget`` defaults to ``context.budget``.
+    the clock; ``budget`` defaults to ``context.budget``; ``request`` holds, by candidate id, how
+    often a candidate was chosen for this same request and how often it helped there.
     """
     candidates = tuple(candidates)
     similarity = similarity if similarity is not None else Similarity()
@@ -240,6 +260,12 @@ def featurize(
         matrix[i, col["helped_log"]] = math.log1p(helped)
         matrix[i, col["helped_rate"]] = (helped + 1.0) / (chosen + 2.0)
         matrix[i, col["fresh"]] = 1.0 if chosen == 0 else 0.0
+        if request is not None and candidate.id in request:
+            here = request[candidate.id]
+            if here.times_helped > here.times_chosen:
+                raise RouterError(f"candidate {candidate.id!r} helped this request more often than it was chosen for it")
+            matrix[i, col["failed_here"]] = math.log1p(here.times_chosen - here.times_helped)
+            matrix[i, col["helped_here"]] = math.log1p(here.times_helped)
         ages.append(_created(meta, candidate.id))
 
     known = [a for a in ages if a is not None]

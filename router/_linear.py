@@ -39,7 +39,18 @@ from memabra.router._text import analyze
 
 __all__ = ["LinearRouter"]
 
-_HISTORY = ("tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh")
+_HISTORY = (
+    "tokens_log",
+    "tokens_share",
+    "age_log_days",
+    "age_known",
+    "chosen_log",
+    "helped_log",
+    "helped_rate",
+    "fresh",
+    "failed_here",
+    "helped_here",
+)
 _HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in _HISTORY)
 
 
@@ -91,6 +102,7 @@ class LinearRouter(ResidualRouter):
         similarity: Similarity | None = None,
         unused_penalty: float = 0.3,
         max_pending: int = 100_000,
+        request_memory: int = 10_000,
     ) -> None:
         super().__init__(
             exploration=exploration,
@@ -112,6 +124,7 @@ class LinearRouter(ResidualRouter):
             similarity=similarity,
             unused_penalty=unused_penalty,
             max_pending=max_pending,
+            request_memory=request_memory,
         )
         self.learning_rate = learning_rate
         self.alpha = alpha

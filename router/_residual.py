@@ -18,18 +18,39 @@ keeps only while its own learned cost still beats stopping; to stop, no open can
 better than stopping by ``stop_margin`` or more.
 
 How many to fill is decided by evidence that the request is already served. After the first pick of
-a kind, the router may stop only once an earlier pick of that kind is *known good*: its cost, when
-it was chosen, was below ``-(prior_offset + evidence_margin)``, i.e. the learner rated it better than
-the prior rates any untried candidate by ``evidence_margin``. Until then later slots are filled as
-the prior would fill them (a fresh router injects exactly the hybrid top-k). Once a pick is known
-good the prior's optimism is withdrawn for the rest of the kind (``prior_offset`` is added back to
-every open candidate), so a further candidate is injected only when its own learned value beats
-stopping. This is what lets the router inject one memory for a request it has learned, without
-stopping early on requests it knows nothing about: on the memory bench file, stopping on the
-learner's generalised confidence alone (no ``evidence_margin`` rule) lost first-pass hits, and a
-margin of 0.6 left the learner unable to reach it within five passes; with 0.4 and the VW
-router's defaults the third pass injected 31-37% of the hybrid top-5's tokens at the same hit rate
-(seeds 0-2).
+a kind, the router may stop only once an earlier pick of that kind is *known good*: it helped this
+same request before (``helped_here``, below), or its cost, when it was chosen, was below
+``-(prior_offset + evidence_margin)`` with a negative residual, i.e. the learner's own evidence (not
+the prior's score alone) rated it better than the prior rates any untried candidate by
+``evidence_margin``. Until then later slots are filled as the prior would fill them (a fresh router
+injects exactly the hybrid top-k, however far its leader stands out). Once a pick is known good the
+prior's optimism is withdrawn for the rest of the kind (``prior_offset`` is added back to every open
+candidate), so a further candidate is injected only when its own learned value beats stopping. This
+is what lets the router inject one memory for a request it has learned, without stopping early on
+requests it knows nothing about: on the memory bench file, stopping on the learner's generalised
+confidence alone (no ``evidence_margin`` rule) lost first-pass hits, and a margin of 0.6 left the
+learner unable to reach it within five passes.
+
+Recurring requests. The router remembers, per request (user and query,
+:mod:`memabra.router._request_memory`), which candidates it injected with a local outcome and which
+of them helped; the counts are features (``failed_here``, ``helped_here``) and three rules use them:
+
+* a candidate that failed this request and never helped it gets no optimism (``c0`` without
+  ``prior_offset``): the prior is optimistic about untried candidates, and for this request it has
+  been tried;
+* the prior's pick, which gets the ``prior_margin`` head start, is the best open candidate that
+  helped this request, else the best that did not fail it, else the best;
+* a pick that helped this request is known good, and learning skips it: picked because the memory
+  knew it, it teaches the learner nothing about other requests, and learning it again and again made
+  the generic features (the leader's rank, a memory's usage counts) take the credit, so that requests
+  never seen were served one memory too early.
+
+Measured on the memory bench file (3 passes, seeds 0-2): without the memory the one question hybrid's
+top 5 misses (its memory at rank 8) stayed missed, because later slots follow the hybrid order until
+a pick is known good; with it the second pass tries ranks 6-10 for that question, the last pass hits
+all 30 questions, and injects 20-23% of the hybrid top-5's tokens (31-37% without it). Requests never
+seen are served as before (the unseen half equals hybrid's on every file and seed, at 3 and 6
+passes; before the third rule it lost 1-3 of 15 memory questions).
 
 Exploration over the resulting costs (``K`` options, best ``a*``):
 
@@ -61,15 +82,18 @@ users' drift is relearned sooner); ``unused_penalty=0.3`` (a router parameter,
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
+from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
+from memabra.router._features import CandidateStats
+from memabra.router._request_memory import RequestMemory
 from memabra.router._similarity import Similarity
 
 __all__ = ["OFFSET_EXPLORATIONS", "ResidualRouter", "cost_range"]
@@ -122,6 +146,7 @@ class ResidualRouter(Router):
         similarity: Similarity | None = None,
         unused_penalty: float = 0.3,
         max_pending: int = 100_000,
+        request_memory: int = 10_000,
     ) -> None:
         super().__init__(
             seed=seed,
@@ -144,6 +169,7 @@ class ResidualRouter(Router):
         self.anchor_stop = anchor_stop
         self.evidence_margin = evidence_margin
         self.local_weight = local_weight
+        self.request_memory = request_memory
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -151,6 +177,8 @@ class ResidualRouter(Router):
             raise RouterError(f"exploration must be one of {', '.join(self.explorations)}; got {self.exploration!r}")
         if not isinstance(self.epsilon, (int, float)) or not 0.0 <= self.epsilon <= 1.0:
             raise RouterError(f"epsilon must lie in [0, 1], got {self.epsilon!r}")
+        if isinstance(self.request_memory, bool) or not isinstance(self.request_memory, int) or self.request_memory < 0:
+            raise RouterError(f"request_memory must be a non-negative integer, got {self.request_memory!r}")
         if isinstance(self.local_weight, bool) or not isinstance(self.local_weight, (int, float)) or not self.local_weight >= 1.0:
             raise RouterError(f"local_weight must be a number of at least 1, got {self.local_weight!r}")
         for name in ("gamma_scale", "softmax_lambda"):
@@ -167,6 +195,14 @@ class ResidualRouter(Router):
     def _init_model(self) -> None:
         self._learned = 0
         self._decided: tuple[object, dict[int, float]] | None = None
+        self._remembered_cache: tuple[object, NDArray[np.bool_] | None, NDArray[np.bool_] | None] | None = None
+        self._requests = RequestMemory(self.request_memory)
+
+    def _request_stats(self, context: RoutingContext) -> Mapping[str, CandidateStats] | None:
+        return self._requests.stats(context)
+
+    def _remember_outcomes(self, selection: Selection, outcomes: Mapping[str, float] | None) -> None:
+        self._requests.record(selection, outcomes)
 
     # ------------------------------------------------------------------------- the model
     @abstractmethod
@@ -179,60 +215,99 @@ class ResidualRouter(Router):
         ``probability`` (learners weight the example by its inverse)."""
 
     # ------------------------------------------------------------------------- deciding
+    def _remembered(self, view: SlotView) -> tuple[NDArray[np.bool_] | None, NDArray[np.bool_] | None]:
+        """Which open candidates failed this request and never helped it, and which helped it
+        (``None`` where no candidate of the table did)."""
+        cache = self._remembered_cache
+        if cache is None or cache[0] is not view.table:
+            table = view.table
+            helped = table.column("helped_here") > 0.0
+            failed = (table.column("failed_here") > 0.0) & ~helped
+            cache = self._remembered_cache = (table, failed if failed.any() else None, helped if helped.any() else None)
+        rows = list(view.eligible)
+        failed_open = None if cache[1] is None else cache[1][rows]
+        helped_open = None if cache[2] is None or not cache[2][rows].any() else cache[2][rows]
+        return failed_open, helped_open
+
     def _prior_cost(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
         """``c0`` of the open candidates followed by the stop option's 0 (``hybrid``: their
-        ``hyb_z``, when the caller has it)."""
+        ``hyb_z``, when the caller has it). Candidates that failed this request get no optimism."""
         costs = np.zeros(view.n_options)
         if self.prior:
             if hybrid is None:
                 hybrid = view.table.column("hyb_z")[list(view.eligible)]
             costs[:-1] = -(self.prior_offset + self.prior_scale * hybrid)
+            failed, _ = self._remembered(view)
+            if failed is not None:
+                costs[:-1][failed] += self.prior_offset
         return costs
 
-    def _costs(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
-        residual = np.array(self._residuals(view), dtype=np.float64)
+    def _checked_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        residual = np.asarray(self._residuals(view), dtype=np.float64)
         if residual.shape != (view.n_options,) or not np.isfinite(residual).all():
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
-        return self._prior_cost(view, hybrid) + residual
+        return residual
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
         if not self.prior:
-            return self._explore(self._costs(view))
+            return self._explore(self._checked_residuals(view))
         hybrid = view.table.column("hyb_z")[list(view.eligible)]
-        costs = self._costs(view, hybrid)
+        residual = self._checked_residuals(view)
+        costs = self._prior_cost(view, hybrid) + residual
         known_good = self._earlier_pick_known_good(view)
-        self._remember_costs(view, costs)
+        # only the learner's own evidence makes a pick known good, never the prior's score alone
+        self._remember_costs(view, np.where(residual[:-1] < 0.0, costs[:-1], np.inf))
+        failed, helped = self._remembered(view)
         if known_good:
             # the request is served: further candidates need evidence of their own
             costs[:-1] += self.prior_offset
+            if failed is not None:
+                costs[:-1][failed] -= self.prior_offset  # they never had the optimism
         # stopping after a pick is earned by believing that pick serves the request
         may_stop = known_good or view.position == 0
-        return self._explore(self._with_margins(costs, hybrid, may_stop))
+        return self._explore(self._with_margins(costs, hybrid, may_stop, failed, helped))
 
-    def _remember_costs(self, view: SlotView, costs: NDArray[np.float64]) -> None:
+    def _remember_costs(self, view: SlotView, candidate_costs: NDArray[np.float64]) -> None:
         # a selection's slots are decided (and replayed) in order over one table: later slots ask
         # what the learner thought of the earlier picks when it made them
         memo = self._decided
         if memo is None or memo[0] is not view.table or view.slot == 0:
             memo = (view.table, {})
             self._decided = memo
-        memo[1].update(zip(view.eligible, costs[:-1].tolist()))
+        memo[1].update(zip(view.eligible, candidate_costs.tolist()))
 
     def _earlier_pick_known_good(self, view: SlotView) -> bool:
+        if view.position == 0:
+            return False
+        candidates = view.table.candidates
+        same_kind = [i for i in view.chosen if candidates[i].kind is view.kind]
+        if (view.table.column("helped_here")[same_kind] > 0.0).any():
+            return True  # it served this very request before
         memo = self._decided
-        if view.position == 0 or memo is None or memo[0] is not view.table:
+        if memo is None or memo[0] is not view.table:
             return False
         threshold = -(self.prior_offset + self.evidence_margin)
-        candidates = view.table.candidates
-        return any(candidates[i].kind is view.kind and memo[1].get(i, 0.0) < threshold for i in view.chosen)
+        return any(memo[1].get(i, 0.0) < threshold for i in same_kind)
 
     def _with_margins(
-        self, costs: NDArray[np.float64], hybrid: NDArray[np.float64], may_stop: bool = True
+        self,
+        costs: NDArray[np.float64],
+        hybrid: NDArray[np.float64],
+        may_stop: bool = True,
+        failed: NDArray[np.bool_] | None = None,
+        helped: NDArray[np.bool_] | None = None,
     ) -> NDArray[np.float64]:
-        """``costs`` adjusted in place by the two margins (see the module docstring)."""
+        """``costs`` adjusted in place by the two margins (see the module docstring). The prior's
+        pick is the best open candidate that helped this request (``helped``), else the best that
+        did not fail it (``failed``), else the best."""
         stop_cost = float(costs[-1])
         stop = may_stop and float(costs[:-1].min()) >= stop_cost + self.stop_margin
-        prior_pick = int(hybrid.argmax())
+        if helped is not None:
+            prior_pick = int(np.where(helped, hybrid, -np.inf).argmax())
+        elif failed is not None and not failed.all():
+            prior_pick = int(np.where(failed, -np.inf, hybrid).argmax())
+        else:
+            prior_pick = int(hybrid.argmax())
         if costs[prior_pick] <= stop_cost or not may_stop:  # a head start while it beats stopping
             costs[prior_pick] -= self.prior_margin
         best_candidate = float(costs[:-1].min())
@@ -266,6 +341,10 @@ class ResidualRouter(Router):
         for (view, draw, option_of), credit in zip(self._replay(selection), credits, strict=True):
             stop = len(view.eligible)
             chosen = stop if draw.chosen_id == STOP_ID else option_of[draw.candidate_ids.index(draw.chosen_id)]
+            if chosen != stop and view.table.column("helped_here")[view.eligible[chosen]] > 0.0:
+                # picked because it served this very request before: the request memory knows
+                # this already, and learning it again would credit the generic features with it
+                continue
             prior = self._prior_cost(view)
             cost = float(np.clip(-credit.credit, low, high))
             # direct evidence about the drawn option weighs more than its share of a slate's reward
@@ -277,10 +356,11 @@ class ResidualRouter(Router):
         self._learned += 1
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"learned": self._learned}
+        return {"learned": self._learned, "requests": self._requests.state()}
 
     def _restore_extra_state(self, state: dict[str, Any]) -> None:
         learned = state.get("learned")
         if isinstance(learned, bool) or not isinstance(learned, int) or learned < 0:
             raise SnapshotError(f"{self.name} snapshot state has a bad 'learned' count: {learned!r}")
         self._learned = learned
+        self._requests.restore(state.get("requests", []))  # absent from older snapshots

@@ -25,7 +25,9 @@ random (0.089 / 0.420 / 0.035). Without any prior (``prior=False``) the memory f
 Why one ``--cb_*_adf`` example per slot rather than ``--ccb_explore_adf``: the stop option, candidates
 dropping out when they no longer fit the remaining tokens, and a fresh score after every pick all
 need a slot's option set to depend on earlier picks, which a CCB example fixes up front; replays for
-offline evaluation are then plain predictions. Measured on the memory file (the one multi-slot file;
+offline evaluation are then plain predictions. (With the default interactions the per-slot examples
+are not predicted one by one: one prediction a decision gives the same scores, see
+:mod:`memabra.router._vw_decision_scores`.) Measured on the memory file (the one multi-slot file;
 same warm start, ``-q qa``, 5 slots always filled, seeds 0-2), CCB's first pass averaged 0.922
 against the baseline's 0.967 (last pass 0.97-1.0), and it cannot learn to inject fewer.
 
@@ -130,6 +132,7 @@ class VWRouter(ResidualRouter):
         similarity: Similarity | None = None,
         unused_penalty: float = 0.3,
         max_pending: int = 100_000,
+        request_memory: int = 10_000,
     ) -> None:
         super().__init__(
             exploration=exploration,
@@ -151,6 +154,7 @@ class VWRouter(ResidualRouter):
             similarity=similarity,
             unused_penalty=unused_penalty,
             max_pending=max_pending,
+            request_memory=request_memory,
         )
         self.cb_type = cb_type
         self.learning_rate = learning_rate

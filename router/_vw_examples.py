@@ -90,7 +90,20 @@ def position_probes(kind: str, type_line: str) -> list[str]:
     return [f"{type_line} {position_namespace(kind, p)}" for p in range(MAX_POSITION + 1)]
 
 
-_HISTORY = frozenset({"tokens_log", "tokens_share", "age_log_days", "age_known", "chosen_log", "helped_log", "helped_rate", "fresh"})
+_HISTORY = frozenset(
+    {
+        "tokens_log",
+        "tokens_share",
+        "age_log_days",
+        "age_known",
+        "chosen_log",
+        "helped_log",
+        "helped_rate",
+        "fresh",
+        "failed_here",
+        "helped_here",
+    }
+)
 
 # A base line, then one line per numeric feature (``h`` and ``p``: NUMERIC_FEATURES in order, then
 # rem_rr, rem_gap, rem_top) raised by one: the score differences are the features' linear weights
@@ -235,6 +248,8 @@ def synthetic_slot(rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
         "helped_log": np.log1p(helped),
         "helped_rate": (helped + 1.0) / (chosen + 2.0),
         "fresh": (chosen == 0).astype(np.float64),
+        "failed_here": np.zeros(n),
+        "helped_here": np.zeros(n),
     }
     matrix = np.column_stack([columns[name] for name in NUMERIC_FEATURES])
     kind = ("memory", "skill", "tool")[int(rng.integers(0, 3))]
