@@ -92,7 +92,7 @@ from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
-from memabra.router._features import CandidateStats
+from memabra.router._features import CandidateStats, FeatureTable
 from memabra.router._request_memory import RequestMemory
 from memabra.router._similarity import Similarity
 
@@ -194,8 +194,8 @@ class ResidualRouter(Router):
 
     def _init_model(self) -> None:
         self._learned = 0
-        self._decided: tuple[object, dict[int, float]] | None = None
-        self._remembered_cache: tuple[object, NDArray[np.bool_] | None, NDArray[np.bool_] | None] | None = None
+        self._decided: tuple[object, list[tuple[tuple[int, ...], NDArray[np.float64], NDArray[np.float64]]]] | None = None
+        self._marks_cache: tuple[object, NDArray[np.bool_] | None, NDArray[np.bool_] | None] | None = None
         self._requests = RequestMemory(self.request_memory)
 
     def _request_stats(self, context: RoutingContext) -> Mapping[str, CandidateStats] | None:
@@ -215,18 +215,24 @@ class ResidualRouter(Router):
         ``probability`` (learners weight the example by its inverse)."""
 
     # ------------------------------------------------------------------------- deciding
-    def _remembered(self, view: SlotView) -> tuple[NDArray[np.bool_] | None, NDArray[np.bool_] | None]:
-        """Which open candidates failed this request and never helped it, and which helped it
-        (``None`` where no candidate of the table did)."""
-        cache = self._remembered_cache
-        if cache is None or cache[0] is not view.table:
-            table = view.table
+    def _request_marks(self, table: FeatureTable) -> tuple[NDArray[np.bool_] | None, NDArray[np.bool_] | None]:
+        """Which rows of ``table`` failed this request and never helped it, and which helped it
+        (``None`` where none did, the usual case)."""
+        cache = self._marks_cache
+        if cache is None or cache[0] is not table:
             helped = table.column("helped_here") > 0.0
             failed = (table.column("failed_here") > 0.0) & ~helped
-            cache = self._remembered_cache = (table, failed if failed.any() else None, helped if helped.any() else None)
+            cache = self._marks_cache = (table, failed if failed.any() else None, helped if helped.any() else None)
+        return cache[1], cache[2]
+
+    def _remembered(self, view: SlotView) -> tuple[NDArray[np.bool_] | None, NDArray[np.bool_] | None]:
+        """:meth:`_request_marks` of the open candidates (``None`` where none is marked)."""
+        failed, helped = self._request_marks(view.table)
+        if failed is None and helped is None:
+            return None, None
         rows = list(view.eligible)
-        failed_open = None if cache[1] is None else cache[1][rows]
-        helped_open = None if cache[2] is None or not cache[2][rows].any() else cache[2][rows]
+        failed_open = None if failed is None else failed[rows]
+        helped_open = None if helped is None or not helped[rows].any() else helped[rows]
         return failed_open, helped_open
 
     def _prior_cost(self, view: SlotView, hybrid: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
@@ -253,10 +259,10 @@ class ResidualRouter(Router):
             return self._explore(self._checked_residuals(view))
         hybrid = view.table.column("hyb_z")[list(view.eligible)]
         residual = self._checked_residuals(view)
-        costs = self._prior_cost(view, hybrid) + residual
+        prior = self._prior_cost(view, hybrid)
         known_good = self._earlier_pick_known_good(view)
-        # only the learner's own evidence makes a pick known good, never the prior's score alone
-        self._remember_costs(view, np.where(residual[:-1] < 0.0, costs[:-1], np.inf))
+        self._remember_slot(view, prior, residual)
+        costs = prior + residual
         failed, helped = self._remembered(view)
         if known_good:
             # the request is served: further candidates need evidence of their own
@@ -267,27 +273,39 @@ class ResidualRouter(Router):
         may_stop = known_good or view.position == 0
         return self._explore(self._with_margins(costs, hybrid, may_stop, failed, helped))
 
-    def _remember_costs(self, view: SlotView, candidate_costs: NDArray[np.float64]) -> None:
+    def _remember_slot(self, view: SlotView, prior: NDArray[np.float64], residual: NDArray[np.float64]) -> None:
         # a selection's slots are decided (and replayed) in order over one table: later slots ask
-        # what the learner thought of the earlier picks when it made them
+        # what the learner thought of the earlier picks when it made them (neither array is
+        # modified after this)
         memo = self._decided
         if memo is None or memo[0] is not view.table or view.slot == 0:
-            memo = (view.table, {})
+            memo = (view.table, [])
             self._decided = memo
-        memo[1].update(zip(view.eligible, candidate_costs.tolist()))
+        memo[1].append((view.eligible, prior, residual))
 
     def _earlier_pick_known_good(self, view: SlotView) -> bool:
         if view.position == 0:
             return False
         candidates = view.table.candidates
         same_kind = [i for i in view.chosen if candidates[i].kind is view.kind]
-        if (view.table.column("helped_here")[same_kind] > 0.0).any():
+        _, helped = self._request_marks(view.table)
+        if helped is not None and helped[same_kind].any():
             return True  # it served this very request before
         memo = self._decided
         if memo is None or memo[0] is not view.table:
             return False
         threshold = -(self.prior_offset + self.evidence_margin)
-        return any(memo[1].get(i, 0.0) < threshold for i in same_kind)
+        picks = set(same_kind)
+        for eligible, prior, residual in reversed(memo[1]):  # a pick's last slot is where it was picked
+            for j, row in enumerate(eligible):
+                if row in picks:
+                    picks.discard(row)
+                    # only the learner's own evidence makes a pick known good, never the prior's score alone
+                    if residual[j] < 0.0 and prior[j] + residual[j] < threshold:
+                        return True
+            if not picks:
+                break
+        return False
 
     def _with_margins(
         self,
