@@ -124,6 +124,8 @@ class FeatureTable:
 
     def subset(self, indices: Sequence[int]) -> FeatureTable:
         idx = list(indices)
+        if idx == list(range(len(self.candidates))):
+            return self  # immutable: nothing to copy
         return FeatureTable(
             tuple(self.candidates[i] for i in idx), self.matrix[idx], tuple(self.rows[i] for i in idx)
         )
