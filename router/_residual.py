@@ -48,9 +48,10 @@ of them helped; the counts are features (``failed_here``, ``helped_here``) and t
 Measured on the memory bench file (3 passes, seeds 0-2): without the memory the one question hybrid's
 top 5 misses (its memory at rank 8) stayed missed, because later slots follow the hybrid order until
 a pick is known good; with it the second pass tries ranks 6-10 for that question, the last pass hits
-all 30 questions, and injects 20-23% of the hybrid top-5's tokens (31-37% without it). Requests never
-seen are served as before (the unseen half equals hybrid's on every file and seed, at 3 and 6
-passes; before the third rule it lost 1-3 of 15 memory questions).
+all 30 questions, and injects 20% (VW) or 20-23% (numpy) of the hybrid top-5's tokens (VW: 31-37%
+without it). Requests never seen are served as hybrid serves them (the VW router's unseen half
+equals hybrid's on every bench file for seeds 0-2, and on the memory file over 6 passes too; before
+the third rule it lost 1-3 of 15 memory questions at 3 passes).
 
 Exploration over the resulting costs (``K`` options, best ``a*``):
 
