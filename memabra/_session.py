@@ -88,9 +88,10 @@ class RoutingSession:
     ``budget`` caps what one turn may inject; ``learn=False`` logs without updating the router;
     ``snapshot_every`` saves a policy snapshot after that many updates (0: never).
 
-    ``local_credit`` hands the router each chosen candidate's local outcome (used or not) for
-    per-slot credit (:mod:`memabra.router._credit`); off by default, so every slot of a slate
-    shares the episode's reward. Measured on ``memabra demo`` (500 episodes, seed 0): slate-level
+    The router always receives each chosen candidate's local outcome (used or not), which a
+    learner remembers for the request (:mod:`memabra.router._request_memory`). ``local_credit``
+    also makes the outcomes set per-slot credit (:mod:`memabra.router._credit`); off by default,
+    so every slot of a slate shares the episode's reward. Measured on ``memabra demo`` (500 episodes, seed 0): slate-level
     credit earned +0.670 mean reward against +0.644 with local credit, which injected 57% fewer
     tokens but missed more of what tasks needed — a used candidate inherits a negative episode
     reward when another injected candidate misled the answer, so stopping looks better than it is.
@@ -255,12 +256,15 @@ class RoutingSession:
         learned = 0
         for item in self.rewards.claim_learning():
             for selection in item.selections:
-                outcomes = item.outcomes if self.local_credit else None
+                # observed either way: the router remembers them for the request even when the
+                # slate shares one reward
+                chosen = set(selection.chosen_ids)
+                outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
                 try:
-                    self.router.learn(selection, item.reward, outcomes)
+                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit)
                 except RouterError:
                     # Made before a restart, or by another process: learn from its logged propensities.
-                    self.router.learn_logged(selection, item.reward, outcomes)
+                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit)
                 learned += 1
         if learned:
             self._updates_since_snapshot += learned

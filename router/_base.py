@@ -43,7 +43,7 @@ from memabra._records import (
     Selection,
     SlotDraw,
 )
-from memabra.router._credit import SlotCredit, slot_credits
+from memabra.router._credit import SlotCredit, check_outcomes, slot_credits
 from memabra.router._features import CandidateStats, FeatureTable, featurize, recall
 from memabra.router._sampling import apply_floor, check_distribution, draw_index
 from memabra.router._similarity import Similarity
@@ -404,12 +404,19 @@ class Router(ABC):
         selection: Selection,
         reward: RewardBreakdown | float,
         outcomes: Mapping[str, float] | None = None,
+        *,
+        local_credit: bool = True,
     ) -> None:
-        """Learn from the reward of a selection this router made (see :mod:`memabra.router._credit`
-        for how the reward and the per-candidate ``outcomes`` become per-slot credit).
+        """Learn from the reward of a selection this router made.
+
+        ``outcomes`` are the chosen candidates' local outcomes (1.0 used or helped, 0.0 injected
+        but unused). A learner remembers them for the selection's request
+        (:mod:`memabra.router._request_memory`) and, unless ``local_credit`` is false, attributes
+        credit slot by slot from them (:mod:`memabra.router._credit`); with ``local_credit=False``
+        every slot shares the reward.
 
         Raises :class:`~memabra.RouterError` for a selection this router did not make, or one it
-        has already learned from.
+        has already learned from, and for outcomes of candidates it did not choose.
         """
         if not isinstance(selection, Selection):
             raise RouterError(f"learn needs a Selection, got {type(selection).__name__}")
@@ -420,25 +427,30 @@ class Router(ABC):
                     f"selection {selection.id} was not made by this router (or was already learned from, "
                     f"or is older than the last {self.max_pending} decisions)"
                 )
-            credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
+            checked = None if outcomes is None else check_outcomes(selection, outcomes)
+            credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
             del self._pending[selection.id]
             self._learn_credits(selection, credits)
-            self._remember_outcomes(selection, outcomes)
+            self._remember_outcomes(selection, checked)
 
     def learn_logged(
         self,
         selection: Selection,
         reward: RewardBreakdown | float,
         outcomes: Mapping[str, float] | None = None,
+        *,
+        local_credit: bool = True,
     ) -> None:
-        """Learn off-policy from a selection another policy logged, using its logged propensities."""
+        """Learn off-policy from a selection another policy logged, using its logged propensities
+        (``outcomes`` and ``local_credit`` as in :meth:`learn`)."""
         if not isinstance(selection, Selection):
             raise RouterError(f"learn_logged needs a Selection, got {type(selection).__name__}")
         with self._lock:
             self._ensure_state()
-            credits = slot_credits(selection, reward, outcomes, float(self.unused_penalty))
+            checked = None if outcomes is None else check_outcomes(selection, outcomes)
+            credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
             self._learn_credits(selection, credits)
-            self._remember_outcomes(selection, outcomes)
+            self._remember_outcomes(selection, checked)
 
     def _learn_credits(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
         if not self.learns:

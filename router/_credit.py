@@ -35,7 +35,7 @@ from memabra._errors import RouterError
 from memabra._records import STOP_ID, RewardBreakdown, RewardWeights, Selection
 from memabra.router._sampling import finite_reward
 
-__all__ = ["SlotCredit", "reward_total", "slot_credits"]
+__all__ = ["SlotCredit", "check_outcomes", "reward_total", "slot_credits"]
 
 
 def reward_total(reward: RewardBreakdown | float) -> tuple[float, RewardWeights]:
@@ -45,7 +45,8 @@ def reward_total(reward: RewardBreakdown | float) -> tuple[float, RewardWeights]
     return finite_reward(reward, "reward"), RewardWeights()
 
 
-def _check_outcomes(selection: Selection, outcomes: Mapping[str, float]) -> dict[str, float]:
+def check_outcomes(selection: Selection, outcomes: Mapping[str, float]) -> dict[str, float]:
+    """``outcomes`` as floats, after checking each names a chosen candidate and lies in [0, 1]."""
     chosen = set(selection.chosen_ids)
     checked: dict[str, float] = {}
     for candidate_id, value in outcomes.items():
@@ -82,7 +83,7 @@ def slot_credits(
     total, weights = reward_total(reward)
     if outcomes is None:
         return tuple(SlotCredit(total, None) for _ in selection.slots)
-    local = _check_outcomes(selection, outcomes)
+    local = check_outcomes(selection, outcomes)
     budget_tokens = selection.context.budget.max_tokens or sum(sc.candidate.tokens for sc in selection.offered)
     budget_tokens = max(budget_tokens, 1)
     by_id = {sc.candidate.id: sc.candidate for sc in selection.offered}

@@ -161,7 +161,14 @@ class SnapshotWatcher(Router):
                 self._made_by.popitem(last=False)
         return selection
 
-    def learn(self, selection: Selection, reward: RewardBreakdown | float, outcomes: Mapping[str, float] | None = None) -> None:
+    def learn(
+        self,
+        selection: Selection,
+        reward: RewardBreakdown | float,
+        outcomes: Mapping[str, float] | None = None,
+        *,
+        local_credit: bool = True,
+    ) -> None:
         with self._lock:
             maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
         if maker is None:
@@ -169,14 +176,21 @@ class SnapshotWatcher(Router):
                 f"selection {getattr(selection, 'id', selection)!r} was not made by this watcher (or was already learned from)"
             )
         if maker is self._current:
-            maker.learn(selection, reward, outcomes)
+            maker.learn(selection, reward, outcomes, local_credit=local_credit)
         else:
-            self._current.learn_logged(selection, reward, outcomes)
+            self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit)
         with self._lock:
             self._made_by.pop(selection.id, None)
 
-    def learn_logged(self, selection: Selection, reward: RewardBreakdown | float, outcomes: Mapping[str, float] | None = None) -> None:
-        self._current.learn_logged(selection, reward, outcomes)
+    def learn_logged(
+        self,
+        selection: Selection,
+        reward: RewardBreakdown | float,
+        outcomes: Mapping[str, float] | None = None,
+        *,
+        local_credit: bool = True,
+    ) -> None:
+        self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit)
 
     def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
         return self._current.slot_probabilities(selection)

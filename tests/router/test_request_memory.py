@@ -177,3 +177,21 @@ def test_request_memory_unit() -> None:
     assert memory.stats(ASK) == {}
     memory.restore([["a", {"m0": [2, 1]}], ["b", {"m1": [1, 0]}]])
     assert len(memory) == 1 and memory.state() == [["b", {"m1": [1, 0]}]]
+
+
+def test_outcomes_are_remembered_without_local_credit(monkeypatch: pytest.MonkeyPatch) -> None:
+    router = VWRouter(similarity=SIM)
+    seen: list[bool] = []
+    original = VWRouter._update
+
+    def spy(self: VWRouter, selection: object, credits: tuple) -> None:  # type: ignore[type-arg]
+        seen.extend(c.local for c in credits)
+        original(self, selection, credits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(VWRouter, "_update", spy)
+    selection = router.choose(ASK, MEMORIES)
+    router.learn(selection, -0.3, {cid: 0.0 for cid in selection.chosen_ids}, local_credit=False)
+    assert seen and not any(seen)  # the slate shared the reward
+    assert router.featurize(ASK, MEMORIES).column("failed_here").sum() > 0.0  # and the outcomes were kept
+    with pytest.raises(RouterError, match="did not choose"):
+        router.learn(router.choose(ASK, MEMORIES), 0.0, {"not-chosen": 1.0}, local_credit=False)
