@@ -47,6 +47,7 @@ from memabra.router._similarity import Similarity
 from memabra.router._text import analyze
 
 __all__ = [
+    "HISTORY_FEATURES",
     "NUMERIC_FEATURES",
     "CandidateStats",
     "FeatureTable",
@@ -55,7 +56,7 @@ __all__ = [
     "recall",
 ]
 
-NUMERIC_FEATURES: tuple[str, ...] = (
+SIMILARITY_FEATURES: tuple[str, ...] = (
     "lex",
     "lex_z",
     "lex_rr",
@@ -66,6 +67,9 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "hyb_rr",
     "hyb_top",
     "hyb_gap",
+)
+# usage history and cost: what the learners keep apart from the similarity features
+HISTORY_FEATURES: tuple[str, ...] = (
     "tokens_log",
     "tokens_share",
     "age_log_days",
@@ -77,6 +81,7 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "failed_here",
     "helped_here",
 )
+NUMERIC_FEATURES: tuple[str, ...] = SIMILARITY_FEATURES + HISTORY_FEATURES
 
 # added after logs were first written: a stored row without them had no request history
 _DEFAULT_ZERO = frozenset({"failed_here", "helped_here"})

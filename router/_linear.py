@@ -32,26 +32,14 @@ from sklearn.feature_extraction import FeatureHasher
 
 from memabra._errors import RouterError, SnapshotError
 from memabra.router._base import SlotView
-from memabra.router._features import NUMERIC_FEATURES
+from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES
 from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter
 from memabra.router._similarity import Similarity
 from memabra.router._text import analyze
 
 __all__ = ["LinearRouter"]
 
-_HISTORY = (
-    "tokens_log",
-    "tokens_share",
-    "age_log_days",
-    "age_known",
-    "chosen_log",
-    "helped_log",
-    "helped_rate",
-    "fresh",
-    "failed_here",
-    "helped_here",
-)
-_HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in _HISTORY)
+_HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in HISTORY_FEATURES)
 
 
 class LinearRouter(ResidualRouter):

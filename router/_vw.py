@@ -53,7 +53,6 @@ from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter, cost_r
 from memabra.router._similarity import Similarity
 from memabra.router._vw_decision_scores import DecisionScores, slot_invariant
 from memabra.router._vw_examples import (
-    TableLines,
     candidate_lines,
     context_line,
     identity_lines,
@@ -245,7 +244,7 @@ class VWRouter(ResidualRouter):
 
     def _init_model(self) -> None:
         super()._init_model()
-        self._line_cache: tuple[object, TableLines] | None = None
+        self._line_cache: tuple[object, tuple[str, ...]] | None = None
         self._decision_cache: tuple[object, object, DecisionScores] | None = None
         self._per_decision = not self._native and slot_invariant(
             self.interactions, self.ignore, self.ignore_linear, self.extra_args
@@ -264,17 +263,17 @@ class VWRouter(ResidualRouter):
             self._vw.learn(example)
 
     # ---------------------------------------------------------------------------- examples
-    def _table_lines(self, view: SlotView) -> TableLines:
-        cache = self._line_cache
-        if cache is None or cache[0] is not view.table:
-            words = 0 if "w" in self.ignore else self.text_tokens
-            cache = (view.table, candidate_lines(view.table, words))
-            self._line_cache = cache
-        return cache[1]
+    @property
+    def _text_words(self) -> int:
+        return 0 if "w" in self.ignore else self.text_tokens
 
     def _example(self, view: SlotView) -> list[str]:
+        cache = self._line_cache
+        if cache is None or cache[0] is not view.table:
+            cache = (view.table, candidate_lines(view.table, self._text_words))
+            self._line_cache = cache
         shared = shared_line(view.context, view.kind.value, view.position)
-        return slot_example(shared, self._table_lines(view).lines, view.table.column("hyb_z"), view.eligible)
+        return slot_example(shared, cache[1], view.table.column("hyb_z"), view.eligible)
 
     def _predict_lines(self, lines: list[str]) -> NDArray[np.float64]:
         # pylibvw's multi-line predict directly: pyvw's Example wrappers cost ~5 µs a line, most of a
@@ -299,8 +298,7 @@ class VWRouter(ResidualRouter):
             return self._predict(view)
         cache = self._decision_cache
         if cache is None or cache[0] is not view.table or cache[1] is not view.context:
-            words = 0 if "w" in self.ignore else self.text_tokens
-            lines = identity_lines(view.table, words)
+            lines = identity_lines(view.table, self._text_words)
             scores = DecisionScores.predict(self._predict_lines, context_line(view.context), lines, view.table.matrix)
             cache = (view.table, view.context, scores)
             self._decision_cache = cache

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from memabra._records import RoutingContext
-from memabra.router._features import NUMERIC_FEATURES, FeatureTable, similarity_columns
+from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable, similarity_columns
 from memabra.router._text import analyze, vw_token
 
 __all__ = [
@@ -90,20 +90,7 @@ def position_probes(kind: str, type_line: str) -> list[str]:
     return [f"{type_line} {position_namespace(kind, p)}" for p in range(MAX_POSITION + 1)]
 
 
-_HISTORY = frozenset(
-    {
-        "tokens_log",
-        "tokens_share",
-        "age_log_days",
-        "age_known",
-        "chosen_log",
-        "helped_log",
-        "helped_rate",
-        "fresh",
-        "failed_here",
-        "helped_here",
-    }
-)
+_HISTORY = frozenset(HISTORY_FEATURES)
 
 # A base line, then one line per numeric feature (``h`` and ``p``: NUMERIC_FEATURES in order, then
 # rem_rr, rem_gap, rem_top) raised by one: the score differences are the features' linear weights
@@ -167,19 +154,16 @@ def identity_lines(table: FeatureTable, text_tokens: int) -> TableLines:
     return TableLines(tuple(lines), tuple(types), tuple(kinds))
 
 
-def candidate_lines(table: FeatureTable, text_tokens: int) -> TableLines:
+def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
     """The slot-independent part of every candidate's action line, in table order."""
-    lines, types, kinds = [], [], []
+    lines = []
     for candidate, row in zip(table.candidates, table.matrix.tolist()):
-        kind = candidate.kind.value
-        type_line = type_namespace(kind, str(candidate.metadata.get("source", "unknown")))
+        type_line = type_namespace(candidate.kind.value, str(candidate.metadata.get("source", "unknown")))
         # the id, words and usage history of a candidate recur across decisions: format them once
         static = _static_part(candidate.id, candidate.text, type_line, _history_of(row), text_tokens)
         # one C-level format for the row; a 0-valued feature is one VW drops when parsing
         lines.append(f"{static} |p {_SIMILARITY_FORMAT % _similarity_of(row)}")
-        types.append(type_line)
-        kinds.append(kind)
-    return TableLines(tuple(lines), tuple(types), tuple(kinds))
+    return tuple(lines)
 
 
 _RANK_TEXT = tuple(" rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + r)) for r in range(256))
