@@ -25,6 +25,7 @@ with a diagonal covariance, which keeps the cost of a decision linear in the num
 from __future__ import annotations
 
 import io
+from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 from scipy import sparse
@@ -40,6 +41,17 @@ from memabra.router._text import analyze
 __all__ = ["LinearRouter"]
 
 _HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in HISTORY_FEATURES)
+_HISTORY_NAMES = tuple(f"h={n}" for n in HISTORY_FEATURES)
+
+
+@lru_cache(maxsize=65536)
+def _user_pairs(cid: str, kind: str, source: str, text: str, user: str, text_tokens: int) -> tuple[tuple[str, float], ...]:
+    """A candidate's hashed-feature pairs that do not depend on the query: id, kind, source, user
+    × word and user × id (the same for every decision of the user)."""
+    pairs = [(f"a={cid}", 1.0), (f"t={kind}", 1.0), (f"src={source}", 1.0)]
+    pairs += [(f"uw={user}^{t}", 1.0) for t in analyze(text)[:text_tokens]]
+    pairs.append((f"ua={user}^{cid}", 1.0))
+    return tuple(pairs)
 
 
 class LinearRouter(ResidualRouter):
@@ -144,6 +156,7 @@ class LinearRouter(ResidualRouter):
         self._row_cache: tuple[object, sparse.csr_matrix] | None = None
         self._score_cache: NDArray[np.float64] | None = None
         self._stop_rows: dict[tuple[str, int], sparse.csr_matrix] = {}
+        self._stop_scores: dict[tuple[str, int], float] = {}
 
     # ------------------------------------------------------------------------- features
     def _candidate_design(self, view: SlotView) -> sparse.csr_matrix:
@@ -154,16 +167,12 @@ class LinearRouter(ResidualRouter):
         query = analyze(view.context.query)
         user = view.context.user_id
         rows: list[list[tuple[str, float]]] = []
-        for i, candidate in enumerate(view.table.candidates):
+        for candidate, row in zip(view.table.candidates, view.table.matrix.tolist()):
             cid = candidate.id
-            pairs = [(f"a={cid}", 1.0), (f"t={candidate.kind.value}", 1.0)]
-            pairs.append((f"src={candidate.metadata.get('source', 'unknown')}", 1.0))
-            words = analyze(candidate.text)[: self.text_tokens]
-            pairs += [(f"uw={user}^{t}", 1.0) for t in words]
+            source = str(candidate.metadata.get("source", "unknown"))
+            pairs = list(_user_pairs(cid, candidate.kind.value, source, candidate.text, user, self.text_tokens))
             pairs += [(f"qa={t}^{cid}", 1.0) for t in query]
-            pairs.append((f"ua={user}^{cid}", 1.0))
-            row = view.table.matrix[i]
-            pairs += [(f"h={NUMERIC_FEATURES[j]}", float(row[j])) for j in _HISTORY_COLUMNS if row[j] != 0.0]
+            pairs += [(_HISTORY_NAMES[k], row[j]) for k, j in enumerate(_HISTORY_COLUMNS) if row[j] != 0.0]
             rows.append(pairs)
         design = self._hasher.transform(rows).tocsr()
         self._row_cache = (view.table, design)
@@ -186,16 +195,24 @@ class LinearRouter(ResidualRouter):
         return scores
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
-        # the weights do not change within a decision: every candidate is scored once a table
+        # the weights do not change within a decision: every candidate is scored once a table,
+        # and the stop option once a kind and position until the next update
         design = self._candidate_design(view)
         cache = self._score_cache
         if cache is None:
             cache = self._score_cache = self._linear_scores(design)
-        stop = self._linear_scores(self._stop_design(view))
-        return np.append(cache[list(view.eligible)], stop)
+        key = (view.kind.value, min(view.position, 4))
+        stop = self._stop_scores.get(key)
+        if stop is None:
+            stop = self._stop_scores[key] = float(self._linear_scores(self._stop_design(view))[0])
+        out = np.empty(view.n_options)
+        out[:-1] = cache[list(view.eligible)]
+        out[-1] = stop
+        return out
 
     def _fit(self, view: SlotView, option: int, target: float, probability: float) -> None:
         self._score_cache = None
+        self._stop_scores.clear()
         if option < len(view.eligible):
             row = self._candidate_design(view)[view.eligible[option]]
         else:
@@ -246,3 +263,4 @@ class LinearRouter(ResidualRouter):
         self._precision[index] = arrays["precision"]
         self._row_cache = None
         self._score_cache = None
+        self._stop_scores.clear()
