@@ -45,7 +45,6 @@ __all__ = [
     "identity_lines",
     "label_line",
     "numeric_features",
-    "open_lines",
     "position_namespace",
     "position_probes",
     "shared_line",
@@ -169,39 +168,27 @@ def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
 _RANK_TEXT = tuple(" rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + r)) for r in range(256))
 
 
-def _open_ranks(open_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Rank (0 = best) of each open option by the prior, its gap to the best open one (the best's:
-    its lead over the second) and the best's index."""
-    order = np.argsort(-open_scores, kind="stable")
-    ranks = np.empty(open_scores.size, dtype=np.intp)
-    ranks[order] = np.arange(open_scores.size)
-    leader = int(order[0])
-    best = open_scores[leader]
-    gaps = open_scores - best
-    if open_scores.size > 1:
-        gaps[leader] = best - open_scores[order[1]]
-    return ranks, gaps, leader
-
-
-def open_lines(lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int], suffix: str = "") -> list[str]:
-    """The action lines of the ``eligible`` candidates with the prior's rank among them appended
-    (then ``suffix``)."""
-    ranks, gap_array, leader = _open_ranks(hybrid[list(eligible)])
-    gaps = gap_array.tolist()
-    out = []
-    # this runs for every open candidate at every decision: cached rank text, plain floats
-    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
-        rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
-        out.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}{suffix}")
-    return out
-
-
 def slot_example(
     shared: str, lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int]
 ) -> list[str]:
     """The multi-line example of a slot: shared line, one line per eligible candidate with the
     prior's rank among the open options appended, then the stop option."""
-    return [shared, *open_lines(lines, hybrid, eligible), STOP_LINE]
+    open_scores = hybrid[list(eligible)]
+    order = np.argsort(-open_scores, kind="stable")
+    ranks = np.empty(len(eligible), dtype=np.intp)
+    ranks[order] = np.arange(len(eligible))
+    leader = int(order[0])
+    best = open_scores[leader]
+    gaps = (open_scores - best).tolist()
+    if len(eligible) > 1:
+        gaps[leader] = float(best - open_scores[order[1]])
+    example = [shared]
+    # this runs for every open candidate at every slot: cached rank text, plain floats
+    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
+        rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
+        example.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}")
+    example.append(STOP_LINE)
+    return example
 
 
 def label_line(line: str, cost: float, probability: float) -> str:
