@@ -3,6 +3,7 @@
 Takes and returns the records of :mod:`memabra`; ORM rows never leave this package.
 """
 
+from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
@@ -14,6 +15,7 @@ __all__ = [
     "CandidateStats",
     "EpisodeFilter",
     "EpisodeLog",
+    "RevokedSessions",
     "check_schema",
     "current_revision",
     "downgrade",

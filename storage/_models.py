@@ -302,3 +302,13 @@ class MemoryScoreRow(Base):
     reward: Mapped[int] = mapped_column(Integer)
     answer_tokens: Mapped[int] = mapped_column(Integer)
     scored_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RevokedSessionRow(Base):
+    """An admin sign-in ended by logout before its cookie expires; kept until then, then pruned."""
+
+    __tablename__ = "admin_revoked_sessions"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    revoked_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)

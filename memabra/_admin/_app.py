@@ -35,14 +35,22 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memabra._admin import _views as views
-from memabra._admin._auth import SESSION_COOKIE, Credentials, SessionCodec, SessionState, WebSession
+from memabra._admin._auth import (
+    SESSION_COOKIE,
+    AttemptThrottle,
+    Credentials,
+    SessionCodec,
+    SessionRevocations,
+    SessionState,
+    WebSession,
+)
 from memabra._admin._forms import FILTER_FIELDS, FormError, parse_episode_filter, parse_feedback_form, parse_limit, parse_window
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, RevokedSessions
 from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
 
 __all__ = ["create_app"]
@@ -51,8 +59,6 @@ logger = logging.getLogger("memabra")
 
 _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
-# Slows down guessing a password through the sign-in form without hurting a person who mistypes.
-_FAILED_LOGIN_DELAY_S = 0.25
 
 _SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (
@@ -107,11 +113,26 @@ class _Auth:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, title: str, message: str) -> None:
+    def __init__(self, status: int, title: str, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.title = title
         self.message = message
+        self.headers = dict(headers or {})
+
+
+def _locked_out(seconds: float) -> _HttpError:
+    wait = max(1, round(seconds))
+    return _HttpError(
+        429,
+        "Too many attempts",
+        f"Too many wrong tokens or passwords from this address; try again in {wait} s.",
+        {"retry-after": str(wait)},
+    )
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown client"
 
 
 class _Admin:
@@ -127,8 +148,12 @@ class _Admin:
         current_policy: CurrentPolicy | None,
         reward_config: RewardConfig | None,
         secure_cookies: bool,
+        revocations: SessionRevocations,
+        throttle: AttemptThrottle,
     ) -> None:
         self.log = log
+        self.revocations = revocations
+        self.throttle = throttle
         self.queries = AdminQueries(log)
         self.credentials = credentials
         self.codec = codec
@@ -152,16 +177,38 @@ class _Admin:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _authenticate(self, request: Request) -> _Auth:
+    async def _authenticate(self, request: Request) -> _Auth:
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
+            client = _client(request)
+            locked = self.throttle.locked_for(client)
+            if locked > 0:
+                raise _locked_out(locked)
             if self.credentials.accepts_bearer(header[7:].strip()):
+                self.throttle.succeeded(client)
                 return _Auth(SessionState.VALID, None, bearer=True)
+            await asyncio.sleep(self.throttle.failed(client, "bearer token"))
             raise _HttpError(401, "Not signed in", "The bearer token is wrong.")
-        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        state, session = await self._read_session(request)
         return _Auth(state, session, bearer=False)
 
-    def _render(self, name: str, status: int = 200, *, auth: _Auth | None = None, **context: Any) -> HTMLResponse:
+    async def _read_session(self, request: Request) -> tuple[SessionState, WebSession | None]:
+        """The request's session cookie, refused (as missing) once its session was logged out."""
+        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        if session is not None and await run_in_threadpool(self.revocations.is_revoked, session.id):
+            return SessionState.MISSING, None
+        return state, session
+
+    def _render(
+        self,
+        name: str,
+        status: int = 200,
+        *,
+        auth: _Auth | None = None,
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        headers = headers or {}
         template = self.templates.get_template(name)
         session = auth.session if auth is not None else None
         html = template.render(
@@ -173,6 +220,8 @@ class _Admin:
         )
         response = HTMLResponse(html, status_code=status)
         response.headers["cache-control"] = "no-store"
+        for name, value in headers.items():
+            response.headers[name] = value
         return response
 
     def _set_session(self, response: Response, cookie: str) -> None:
@@ -188,7 +237,7 @@ class _Admin:
         )
 
     def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:
-        return self._render("error.html", exc.status, auth=auth, title=exc.title, message=exc.message)
+        return self._render("error.html", exc.status, auth=auth, headers=exc.headers, title=exc.title, message=exc.message)
 
     def _login_redirect(self, request: Request, auth: _Auth) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -199,7 +248,7 @@ class _Admin:
 
     async def _guard_write(self, request: Request) -> tuple[_Auth, dict[str, str]]:
         """Sign-in, read-only, same origin and CSRF checks shared by every write."""
-        auth = self._authenticate(request)
+        auth = await self._authenticate(request)
         if not auth.ok:
             expired = auth.state is SessionState.EXPIRED
             raise _HttpError(
@@ -223,7 +272,7 @@ class _Admin:
         build: Callable[[_Auth], Awaitable[Response]],
     ) -> Response:
         try:
-            auth = self._authenticate(request)
+            auth = await self._authenticate(request)
         except _HttpError as exc:
             return self._error(exc)
         if not auth.ok:
@@ -258,7 +307,7 @@ class _Admin:
     # ------------------------------------------------------------------ sign-in
 
     async def login_form(self, request: Request) -> Response:
-        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        state, session = await self._read_session(request)
         if session is not None and session.authenticated:
             return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
         return self._login_page(
@@ -268,7 +317,16 @@ class _Admin:
             session=session if state is SessionState.VALID else None,
         )
 
-    def _login_page(self, next_url: str, *, message: str = "", notice: str = "", status: int = 200, session: WebSession | None = None) -> Response:
+    def _login_page(
+        self,
+        next_url: str,
+        *,
+        message: str = "",
+        notice: str = "",
+        status: int = 200,
+        session: WebSession | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
         cookie = None
         if session is None:
             cookie, session = self.codec.issue(authenticated=False)
@@ -276,6 +334,7 @@ class _Admin:
             "login.html",
             status,
             auth=_Auth(SessionState.VALID, session, bearer=False),
+            headers=headers,
             next_url=_safe_next(next_url),
             message=message,
             notice=notice,
@@ -287,24 +346,32 @@ class _Admin:
     async def login(self, request: Request) -> Response:
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         next_url = form.get("next", "")
-        _, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        _, session = await self._read_session(request)
         if session is None or not session.csrf_matches(form.get("csrf_token")):
             return self._login_page(next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403)
+        client = _client(request)
+        locked = self.throttle.locked_for(client)
+        if locked > 0:
+            # Refused without looking at the secret: a locked-out client learns nothing by guessing.
+            exc = _locked_out(locked)
+            return self._login_page(next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers)
         if not self.credentials.accepts(form.get("secret", "")):
-            logger.warning("admin sign-in failed from %s", request.client.host if request.client else "?")
-            await asyncio.sleep(_FAILED_LOGIN_DELAY_S)
+            await asyncio.sleep(self.throttle.failed(client, "sign-in"))
             return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
+        self.throttle.succeeded(client)
         cookie, _ = self.codec.issue(authenticated=True)
         response = RedirectResponse(_safe_next(next_url), status_code=303)
         self._set_session(response, cookie)
         return response
 
     async def logout(self, request: Request) -> Response:
-        _, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        _, session = await self._read_session(request)
         form = await request.form()
         token = form.get("csrf_token")
         if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
             return self._error(_HttpError(403, "Forbidden", "The form's CSRF token is missing or wrong."))
+        # Revoked server-side, so a copy of the cookie (another tab, a stolen one) stops working too.
+        await run_in_threadpool(self.revocations.revoke, session.id, session.expires)
         response = RedirectResponse("/login?notice=signed-out", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
@@ -483,6 +550,8 @@ def create_app(
     reward_config: RewardConfig | None = None,
     secret_key: bytes | None = None,
     secure_cookies: bool = False,
+    revocations: SessionRevocations | None = None,
+    throttle: AttemptThrottle | None = None,
 ) -> Starlette:
     """The admin ASGI app over an episode log (an :class:`EpisodeLog`, or a database URL that the
     app opens and closes with its lifespan).
@@ -494,6 +563,9 @@ def create_app(
     ``reward_config``: how feedback is scored (default: the library's). ``secret_key`` signs
     session cookies (random per process by default, so a restart signs everyone out).
     ``secure_cookies``: mark the cookie ``Secure`` (serve over HTTPS then).
+    ``revocations``: where logged-out sessions are kept (default: the log's database, shared by
+    every worker). ``throttle``: the per-client limit on failed sign-ins and bearer tokens
+    (default: :class:`~memabra._admin._auth.AttemptThrottle` with its documented limits).
     """
     credentials = Credentials(token=token, password=password)
     owns_log = not isinstance(log_or_url, EpisodeLog)
@@ -506,6 +578,8 @@ def create_app(
         current_policy=current_policy,
         reward_config=reward_config,
         secure_cookies=secure_cookies,
+        revocations=revocations if revocations is not None else RevokedSessions(log),
+        throttle=throttle if throttle is not None else AttemptThrottle(),
     )
 
     @asynccontextmanager

@@ -7,29 +7,48 @@ carries its own CSRF token; each form echoes it and each write compares it in co
 page on another origin cannot forge a write (and the cookie is ``SameSite=Strict`` besides).
 Signing in issues a fresh session with a fresh token, so a token seen before sign-in is useless
 afterwards.
+
+Each cookie also carries a random session id. Logging out revokes that id server-side
+(:class:`SessionRevocations`; the app's default keeps them in the episode log's database, so every
+worker serving the admin refuses the old cookie, not just the one that handled the logout).
+
+Guessing is throttled per client (:class:`AttemptThrottle`): every failed sign-in or bearer
+token waits a little longer than the one before, and :data:`MAX_FAILURES` failures within
+:data:`FAILURE_WINDOW` lock the client out for :data:`LOCKOUT`; each failure and each lockout is
+logged as a warning. The counts live in the serving process (a lockout is per worker).
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from enum import Enum
+from typing import Protocol
 
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from memabra._errors import ConfigError
 
 __all__ = [
+    "FAILURE_WINDOW",
+    "LOCKOUT",
+    "MAX_FAILURES",
     "PASSWORD_ENV",
     "SESSION_COOKIE",
     "TOKEN_ENV",
+    "AttemptThrottle",
     "Credentials",
+    "InMemoryRevocations",
     "SessionCodec",
+    "SessionRevocations",
     "SessionState",
     "WebSession",
     "is_loopback",
@@ -39,6 +58,22 @@ __all__ = [
 SESSION_COOKIE = "memabra_admin"
 TOKEN_ENV = "MEMABRA_ADMIN_TOKEN"
 PASSWORD_ENV = "MEMABRA_ADMIN_PASSWORD"
+
+logger = logging.getLogger("memabra")
+
+# A person mistypes a password a few times; ten wrong secrets within five minutes is a script.
+MAX_FAILURES = 10
+FAILURE_WINDOW = timedelta(minutes=5)
+# Long enough to make guessing hopeless (at most 10 tries per quarter hour), short enough that a
+# locked-out reviewer only waits for a coffee.
+LOCKOUT = timedelta(minutes=15)
+# The first failure waits this long and each further one twice as long as the one before...
+_FIRST_FAILURE_DELAY_S = 0.25
+# ... up to this: the delay slows a script down without holding a worker for long.
+_MAX_FAILURE_DELAY_S = 4.0
+# Clients remembered at once; beyond this the least recently failing one is forgotten, so a flood
+# of addresses cannot grow the table without bound.
+_MAX_TRACKED_CLIENTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +96,109 @@ class Credentials:
     def accepts(self, secret: str) -> bool:
         """Whether ``secret`` is the token or the password (compared in constant time)."""
         given = secret.encode()
-        matches = [hmac.compare_digest(given, known.encode()) for known in (self.token, self.password) if known is not None]
+        known_secrets = (self.token, self.password)
+        matches = [hmac.compare_digest(given, known.encode()) for known in known_secrets if known is not None]
         return any(matches)
 
     def accepts_bearer(self, token: str) -> bool:
         """Whether ``token`` is the admin token (an ``Authorization: Bearer`` header)."""
         return self.token is not None and hmac.compare_digest(token.encode(), self.token.encode())
+
+
+@dataclass
+class _Failures:
+    times: list[float]
+    locked_until: float = 0.0
+
+
+class AttemptThrottle:
+    """Counts failed sign-ins and bearer tokens per client and locks out a client that keeps failing.
+
+    ``locked_for(client)``: seconds until ``client`` may try again (0 when it may).
+    ``failed(client, what)``: records a failure and returns how long to delay the answer.
+    ``succeeded(client)``: forgets the client's failures.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_failures: int = MAX_FAILURES,
+        window: timedelta = FAILURE_WINDOW,
+        lockout: timedelta = LOCKOUT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_failures < 1:
+            raise ConfigError(f"max_failures must be at least 1, got {max_failures}")
+        if window.total_seconds() <= 0 or lockout.total_seconds() <= 0:
+            raise ConfigError("the failure window and the lockout must be positive")
+        self.max_failures = max_failures
+        self.window = window
+        self.lockout = lockout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[str, _Failures] = OrderedDict()
+
+    def locked_for(self, client: str) -> float:
+        with self._lock:
+            entry = self._clients.get(client)
+            if entry is None:
+                return 0.0
+            return max(0.0, entry.locked_until - self._clock())
+
+    def failed(self, client: str, what: str) -> float:
+        now = self._clock()
+        horizon = now - self.window.total_seconds()
+        with self._lock:
+            entry = self._clients.pop(client, None) or _Failures([])
+            entry.times = [t for t in entry.times if t > horizon] + [now]
+            self._clients[client] = entry
+            while len(self._clients) > _MAX_TRACKED_CLIENTS:
+                self._clients.popitem(last=False)
+            count = len(entry.times)
+            if count >= self.max_failures:
+                entry.locked_until = now + self.lockout.total_seconds()
+                entry.times = []
+        window_min = self.window.total_seconds() / 60
+        if count >= self.max_failures:
+            logger.warning(
+                "admin: %s locked out for %.0f s after %d failed sign-in or bearer attempts within %.0f min (last: %s)",
+                client, self.lockout.total_seconds(), count, window_min, what,
+            )
+        else:
+            logger.warning("admin: failed %s from %s (%d of %d allowed within %.0f min)", what, client, count, self.max_failures, window_min)
+        return min(_FIRST_FAILURE_DELAY_S * 2 ** (count - 1), _MAX_FAILURE_DELAY_S)
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            entry = self._clients.get(client)
+            if entry is not None and entry.locked_until <= self._clock():
+                del self._clients[client]
+
+
+class SessionRevocations(Protocol):
+    """Where logged-out session ids are kept until their cookies expire (shared by every worker)."""
+
+    def revoke(self, session_id: str, expires_at: datetime) -> None: ...
+
+    def is_revoked(self, session_id: str) -> bool: ...
+
+
+class InMemoryRevocations:
+    """:class:`SessionRevocations` for one process (tests, or an admin that runs as one worker)."""
+
+    def __init__(self) -> None:
+        self._revoked: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    def revoke(self, session_id: str, expires_at: datetime) -> None:
+        now = datetime.now(timezone.utc)
+        with self._lock:
+            self._revoked = {k: v for k, v in self._revoked.items() if v > now}
+            self._revoked[session_id] = expires_at
+
+    def is_revoked(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self._revoked
 
 
 class SessionState(Enum):
@@ -83,6 +215,11 @@ class WebSession:
     authenticated: bool
     csrf: str
     expires_at: float
+    id: str = ""
+
+    @property
+    def expires(self) -> datetime:
+        return datetime.fromtimestamp(self.expires_at, timezone.utc)
 
     def csrf_matches(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(str(token).encode(), self.csrf.encode())
@@ -103,8 +240,11 @@ class SessionCodec:
             authenticated=authenticated,
             csrf=secrets.token_urlsafe(32),
             expires_at=self._clock() + self.ttl.total_seconds(),
+            id=secrets.token_urlsafe(16),
         )
-        cookie = self._serializer.dumps({"a": session.authenticated, "c": session.csrf, "e": session.expires_at})
+        cookie = self._serializer.dumps(
+            {"a": session.authenticated, "c": session.csrf, "e": session.expires_at, "i": session.id}
+        )
         return cookie, session
 
     def read(self, cookie: str | None) -> tuple[SessionState, WebSession | None]:
@@ -112,7 +252,9 @@ class SessionCodec:
             return SessionState.MISSING, None
         try:
             data = self._serializer.loads(cookie)
-            session = WebSession(authenticated=bool(data["a"]), csrf=str(data["c"]), expires_at=float(data["e"]))
+            session = WebSession(
+                authenticated=bool(data["a"]), csrf=str(data["c"]), expires_at=float(data["e"]), id=str(data["i"])
+            )
         except (BadSignature, KeyError, TypeError, ValueError):
             return SessionState.INVALID, None
         if session.expires_at <= self._clock():
