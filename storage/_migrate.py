@@ -33,6 +33,12 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> frozenset[str]:
+    """Every schema revision this memabra ships (a database at any other one is newer)."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return frozenset(rev.revision for rev in script.walk_revisions())
+
+
 def _run(engine: Engine, action: str, revision: str) -> None:
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:

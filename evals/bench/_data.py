@@ -99,14 +99,21 @@ def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:
     path = Path(path)
     rounds: list[BenchRound] = []
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")  # decoded line by line, so a bad byte is reported on its own line
     except OSError as exc:
         raise BenchFormatError(f"cannot read bench file {path}: {exc.strerror}") from None
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path.name} line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BenchFormatError(
+                    f"{where}: not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1}); "
+                    "bench files are UTF-8 JSON Lines"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path.name} line {number}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -44,6 +44,7 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
     if not spec or not isinstance(spec, str):
         raise ConfigError("--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)")
     head, _, rest = spec.partition(":")
+    head = {"sklearn": "linear"}.get(head, head)  # the bench's old name for LinearRouter, still accepted
     if head == "snapshot":
         snap = _snapshot(log, rest)
         return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Protocol
 
@@ -191,7 +191,7 @@ class InMemoryRevocations:
         self._lock = threading.Lock()
 
     def revoke(self, session_id: str, expires_at: datetime) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with self._lock:
             self._revoked = {k: v for k, v in self._revoked.items() if v > now}
             self._revoked[session_id] = expires_at
@@ -219,7 +219,7 @@ class WebSession:
 
     @property
     def expires(self) -> datetime:
-        return datetime.fromtimestamp(self.expires_at, timezone.utc)
+        return datetime.fromtimestamp(self.expires_at, UTC)
 
     def csrf_matches(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(str(token).encode(), self.csrf.encode())

@@ -11,16 +11,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memabra._cli._common import console, fail, run_guarded
+from memabra._cli._common import check_output_path, console, fail, run_guarded
 
 
 def bench(
     file: Annotated[Path, typer.Argument(help="A bench file (JSON Lines rounds; see shared/data/bench/README.md).", show_default=False)],
-    routers: Annotated[str, typer.Option(help="Comma-separated routers: vw, sklearn, hybrid, bm25, embedding, random, fixed.")] = "vw,sklearn,hybrid,bm25,embedding,random",
+    routers: Annotated[str, typer.Option(help="Comma-separated routers: vw, linear (alias sklearn), hybrid, bm25, embedding, random, fixed.")] = "vw,linear,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here (JSON).", show_default=False)] = None,
-    plot: Annotated[Path | None, typer.Option(help="Save a PNG learning-curve plot here (needs matplotlib).", show_default=False)] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here (JSON).", show_default=False, callback=check_output_path)] = None,
+    plot: Annotated[Path | None, typer.Option(help="Save a PNG learning-curve plot here (needs matplotlib).", show_default=False, callback=check_output_path)] = None,
 ) -> None:
     """Each round every router chooses, is rewarded with the composite reward and learns."""
     from memabra.evals.bench import load_rounds, router_factories, run_bench
@@ -94,7 +94,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 def simulate_command(
     rounds: Annotated[int, typer.Option(min=100, help="Rounds per router.")] = 2000,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the simulated users and the routers.")] = 0,
-    routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "vw,sklearn,hybrid,random",
+    routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "vw,linear,hybrid,random",
     lexical: Annotated[bool, typer.Option("--lexical/--embeddings", help="BM25-only prior, or BM25 + MiniLM.")] = True,
     window: Annotated[int, typer.Option(min=10, help="Final window the table reports.")] = 500,
 ) -> None:

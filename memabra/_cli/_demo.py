@@ -12,13 +12,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._cli._common import CreateDbOption, console, fail, run_guarded
 from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
 from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
 
 
 def demo(
-    db: DbOption = None,
+    db: CreateDbOption = None,
     episodes: Annotated[int, typer.Option(min=20, help="Simulated task episodes per router.")] = 500,
     seed: Annotated[int, typer.Option(help="Seeds the users, their tasks and the routers.")] = 0,
     users: Annotated[int, typer.Option(min=1, max=12, help="Simulated users.")] = 10,

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from alembic.util import CommandError
+from rich.markup import escape
 from rich.table import Table
 
-from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._cli._common import CreateDbOption, DbOption, console, fail, plain, run_guarded
 from memabra._config import load_reward_config, parse_weights
 from memabra._feedback import RewardService
-from memabra._records import Feedback, FeedbackKind
-from memabra.storage import EpisodeFilter, EpisodeLog, current_revision, downgrade, head_revision, make_engine, resolve_url, upgrade
+from memabra._records import STOP_ID, Feedback, FeedbackKind, RewardBreakdown, Selection
+from memabra.storage import (
+    EpisodeFilter,
+    EpisodeLog,
+    current_revision,
+    downgrade,
+    head_revision,
+    known_revisions,
+    make_engine,
+    resolve_url,
+    upgrade,
+)
 
 db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True)
 episodes_app = typer.Typer(help="Browse logged episodes.", no_args_is_help=True)
@@ -21,18 +34,43 @@ rewards_app = typer.Typer(help="Re-weight and finalise stored rewards.", no_args
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: DbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
+def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or migrate the schema to this memabra's version."""
-    url = resolve_url(db)
-    now = run_guarded(upgrade, url, revision)
-    console.print(f"database {make_engine(url).url.render_as_string(hide_password=True)} is at schema revision [bold]{now}[/]")
+    url = run_guarded(resolve_url, db)
+    now = _migrate(upgrade, url, revision)
+    where = make_engine(url).url.render_as_string(hide_password=True)
+    console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
 
 
 @db_app.command("downgrade")
 def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None) -> None:
     """Migrate the schema down (``base`` drops every memabra table)."""
-    now = run_guarded(downgrade, resolve_url(db), revision)
-    console.print(f"schema revision is now [bold]{now}[/]")
+    now = _migrate(downgrade, run_guarded(resolve_url, db), revision)
+    console.print(f"schema revision is now [bold]{escape(now)}[/]")
+
+
+def _migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
+    """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
+    revision that does not exist) in one line instead of Alembic's traceback."""
+    try:
+        return run_guarded(action, url, revision)
+    except CommandError as exc:
+        engine = make_engine(url)
+        try:
+            current = current_revision(engine)
+        except Exception:  # the database's own state is only context for the message
+            current = None
+        finally:
+            engine.dispose()
+        known = known_revisions()
+        if current is not None and current not in known:
+            fail(
+                f"the database is at schema revision {current}, newer than this memabra "
+                f"(which knows up to {head_revision()}); upgrade memabra instead"
+            )
+        if revision not in known and revision not in ("head", "base", "heads") and not revision.startswith(("+", "-")):
+            fail(f"unknown schema revision {revision!r}; known: {', '.join(sorted(known))}, head or base")
+        fail(f"cannot migrate to {revision!r}: {exc}")
 
 
 @db_app.command("current")
@@ -56,7 +94,7 @@ def _parse_time(value: str | None, option: str) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 @episodes_app.command("list")
@@ -92,9 +130,9 @@ def episodes_list(
         table.add_row(
             e.id,
             e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            e.user_id,
-            (e.query[:48] + "…") if len(e.query) > 49 else e.query,
-            e.policy_version or "-",
+            plain(e.user_id),
+            plain(_clip(e.query, 49)),
+            plain(e.policy_version or "-"),
             "-" if e.reward_total is None else f"{e.reward_total:+.3f}",
             "yes" if e.corrected else "",
             "yes" if e.finalized else "open",
@@ -109,57 +147,85 @@ def episodes_show(episode_id: str, db: DbOption = None) -> None:
     """One episode: its decisions with every candidate, steps, feedback and reward."""
     with _open(db) as log:
         ep = run_guarded(log.get_episode, episode_id)
-    console.print(f"[bold]episode {ep.id}[/]  user {ep.user_id}  thread {ep.thread_id or '-'}  turn {ep.turn}")
-    console.print(f"query:  {ep.query}", highlight=False)
-    console.print(f"answer: {ep.answer or '-'}", highlight=False)
+    console.print(
+        f"[bold]episode {ep.id}[/]  user {escape(ep.user_id)}  thread {escape(ep.thread_id or '-')}  turn {ep.turn}",
+        highlight=False,
+    )
+    console.print(plain(f"query:  {ep.query}"), highlight=False)
+    console.print(plain(f"answer: {ep.answer or '-'}"), highlight=False)
     for sel in ep.selections:
-        table = Table(title=f"decision {sel.id} · {sel.policy} {sel.policy_version} · seed {sel.seed} · propensity {sel.propensity:.4g}")
-        for col in ("candidate", "kind", "tokens", "score", "rank", "p", "slot", "chosen"):
-            table.add_column(col)
-        chosen_slot = {d.chosen_id: d for d in sel.slots}
-        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
-            draw = chosen_slot.get(sc.candidate.id)
-            first = next((d for d in sel.slots if d.kind is sc.candidate.kind), None)
-            p = draw.chosen_probability if draw else (first.probability_of(sc.candidate.id) if first else 0.0)
-            table.add_row(
-                sc.candidate.id,
-                sc.candidate.kind.value,
-                str(sc.candidate.tokens),
-                f"{sc.score:.3f}",
-                str(sc.rank),
-                f"{p:.3f}",
-                str(draw.slot) if draw else "",
-                "✔" if draw else "",
-            )
-        console.print(table)
+        console.print(_decision_table(sel))
+        stops = [d for d in sel.slots if d.chosen_id == STOP_ID]
+        if stops:
+            console.print(plain("stopped: " + ", ".join(f"{d.kind.value} at slot {d.slot} (p {d.chosen_probability:.3f})" for d in stops)))
     if ep.steps:
         steps = Table(title="steps")
         for col in ("#", "kind", "name", "status", "ms", "error"):
             steps.add_column(col)
         for i, st in enumerate(ep.steps):
-            steps.add_row(str(i), st.kind.value, st.name, st.status, f"{st.latency_ms:.0f}", st.error or "")
+            steps.add_row(str(i), st.kind.value, plain(st.name), plain(st.status), f"{st.latency_ms:.0f}", plain(st.error or ""))
         console.print(steps)
     for f in ep.feedback:
-        console.print(f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}", highlight=False)
+        console.print(
+            plain(f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}"),
+            highlight=False,
+        )
     if ep.reward is not None:
-        c = ep.reward.components
-        w = ep.reward.weights
-        table = Table(title=f"reward {ep.reward.total:+.4f} ({ep.reward.version}, {'final' if ep.finalized_at else 'provisional'})")
-        for col in ("term", "value", "weight", "contribution"):
-            table.add_column(col)
-        rows = [
-            ("S", c.s, w.ws, w.ws * c.s),
-            ("H", c.h, w.wr, w.wr * c.h),
-            ("E", c.e, w.we, -w.we * c.e),
-            ("C", c.c, w.wc, -w.wc * c.c),
-            ("L", c.l, w.wl, -w.wl * c.l),
-            ("X", c.x, w.wx, -w.wx * c.x),
-            ("U", c.u, w.wu, w.wu * c.u),
-        ]
-        for name, value, weight, contrib in rows:
-            table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
-        console.print(table)
-        console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")
+        _print_reward(ep.reward, final=ep.finalized_at is not None)
+
+
+# A candidate's text in the decision table: enough to recognise it, short enough to keep one row.
+_TEXT_WIDTH = 80
+
+
+def _clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _decision_table(sel: Selection) -> Table:
+    title = f"decision {sel.id} · {sel.policy} {sel.policy_version} · seed {sel.seed} · propensity {sel.propensity:.4g}"
+    table = Table(title=plain(title))
+    for col in ("candidate", "kind", "text", "tokens", "score", "rank", "p", "slot", "chosen"):
+        table.add_column(col, no_wrap=col != "text")
+    chosen_slot = {d.chosen_id: d for d in sel.slots}
+    for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+        draw = chosen_slot.get(sc.candidate.id)
+        first = next((d for d in sel.slots if d.kind is sc.candidate.kind), None)
+        p = draw.chosen_probability if draw else (first.probability_of(sc.candidate.id) if first else 0.0)
+        table.add_row(
+            plain(sc.candidate.id),
+            sc.candidate.kind.value,
+            plain(_clip(sc.candidate.text, _TEXT_WIDTH)),
+            str(sc.candidate.tokens),
+            f"{sc.score:.3f}",
+            str(sc.rank),
+            f"{p:.3f}",
+            str(draw.slot) if draw else "",
+            "✔" if draw else "",
+        )
+    return table
+
+
+def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
+    c = reward.components
+    w = reward.weights
+    table = Table(title=f"reward {reward.total:+.4f} ({escape(reward.version)}, {'final' if final else 'provisional'})")
+    for col in ("term", "value", "weight", "contribution"):
+        table.add_column(col)
+    rows = [
+        ("S", c.s, w.ws, w.ws * c.s),
+        ("H", c.h, w.wr, w.wr * c.h),
+        ("E", c.e, w.we, -w.we * c.e),
+        ("C", c.c, w.wc, -w.wc * c.c),
+        ("L", c.l, w.wl, -w.wl * c.l),
+        ("X", c.x, w.wx, -w.wx * c.x),
+        ("U", c.u, w.wu, w.wu * c.u),
+    ]
+    for name, value, weight, contrib in rows:
+        table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
+    console.print(table)
+    console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")
 
 
 @rewards_app.command("recompute")

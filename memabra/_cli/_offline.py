@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._cli._common import DbOption, check_output_path, console, fail, run_guarded
 from memabra._cli._log import _parse_time
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
@@ -29,8 +29,8 @@ def ope_log(
     weights: Annotated[str | None, typer.Option(help="Re-score stored reward components under these weights first, e.g. wc=0.8.")] = None,
     estimators: Annotated[str, typer.Option(help="Comma-separated: ipw, snipw, dm, dr, sndr, switch-dr, dr-os.")] = "ipw,snipw,dm,dr,sndr",
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5, help="1 - confidence of the intervals.")] = 0.05,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Save a PNG chart of the estimates here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)] = None,
+    plot: Annotated[Path | None, typer.Option(help="Save a PNG chart of the estimates here.", callback=check_output_path)] = None,
     store: Annotated[bool, typer.Option("--store/--no-store", help="Keep the results in the log's OPE runs.")] = True,
 ) -> None:
     """Would these policies have done better on what we logged? Estimates with intervals."""

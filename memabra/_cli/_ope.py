@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from memabra._cli._common import console, fail
+from memabra._cli._common import check_output_path, console, fail
 from memabra._errors import MemabraError
 from memabra.evals.ope import (
     ESTIMATOR_NAMES,
@@ -42,7 +42,7 @@ def ope_arrays(
         str, typer.Option("--estimators", help=f"Comma-separated, from: {','.join(ESTIMATOR_NAMES)}.")
     ] = ",".join(ESTIMATOR_NAMES),
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write value, ci_low and ci_high per estimator to this file.")
+        Path | None, typer.Option("--json", help="Write value, ci_low and ci_high per estimator to this file.", callback=check_output_path)
     ] = None,
     alpha: Annotated[float, typer.Option(help="Significance level: intervals cover 1 - alpha.")] = 0.05,
     ci: Annotated[IntervalMethod, typer.Option("--ci", help="Interval method.")] = IntervalMethod.BOOTSTRAP,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from starlette.testclient import TestClient
 
-from memabra._admin import create_app
-from memabra._admin import _auth
+from memabra._admin import _auth, create_app
 from memabra._admin._auth import MAX_FAILURES, SESSION_COOKIE, AttemptThrottle
 from memabra.storage import EpisodeLog, RevokedSessions
 
@@ -83,10 +82,10 @@ def test_logout_revokes_the_cookie_on_every_worker(log: EpisodeLog, seeded: Seed
 
 
 def test_revoked_sessions_are_kept_until_they_expire(log: EpisodeLog) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     store = RevokedSessions(log)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     store.revoke("gone-soon", now + timedelta(seconds=1), now=now)
     store.revoke("gone-soon", now + timedelta(seconds=1), now=now)  # twice is the same as once
     assert store.is_revoked("gone-soon") and not store.is_revoked("never-revoked")
