@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,6 +33,7 @@ __all__ = [
     "filters_query",
     "format_number",
     "format_time",
+    "left_out_reason",
     "ope_target",
     "reward_lines",
     "step_arguments",
@@ -46,8 +47,12 @@ logger = logging.getLogger("memabra")
 class CandidateView:
     """One offered candidate as the decision table shows it.
 
-    ``probability`` is the probability of the slot that drew it, or for a candidate left out, of
-    the first slot of its kind that offered it (``None`` if no slot did, e.g. over budget).
+    ``score`` is the router's logged ranking score; ``prior`` its hybrid similarity prior (the
+    logged ``hyb_z`` feature, ``None`` when not logged) and ``learner`` what the router added to
+    it (``score - prior``: 0 for routers that log the prior as their score and act through the slot
+    probabilities instead). ``probability`` is the probability of the slot that drew it, or for a
+    candidate left out, of the first slot of its kind that offered it (``None`` if no slot did,
+    e.g. over budget). ``reason`` says why a candidate was left out (empty when chosen).
     """
 
     id: str
@@ -62,6 +67,9 @@ class CandidateView:
     slot: int | None
     missed: bool
     chosen_now: bool | None
+    prior: float | None = None
+    learner: float | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,7 @@ class SlotRow:
     options: int
     max_probability: float
     explored: bool
+    chosen_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +107,11 @@ class DecisionView:
         return tuple(i for i in self.chosen_ids if i not in self.now_ids)
 
     @property
+    def texts(self) -> dict[str, str]:
+        """Candidate id to text, so the template shows what was chosen rather than an id."""
+        return {c.id: c.text for c in self.candidates}
+
+    @property
     def budget_slots(self) -> str:
         slots = self.selection.context.budget.slots
         return ", ".join(f"{kind.value} {n}" for kind, n in slots.items())
@@ -111,7 +125,7 @@ def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> Deci
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
     first_offer: dict[str, float] = {}
     for draw in sel.slots:
-        for cid, p in zip(draw.candidate_ids, draw.probabilities):
+        for cid, p in zip(draw.candidate_ids, draw.probabilities, strict=True):
             first_offer.setdefault(cid, p)
     now_ids, now_error = _policy_now(sel, current_policy)
     # A candidate is "missed" when it ranks above this: the worst chosen rank of its kind, or 1
@@ -125,6 +139,7 @@ def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> Deci
     for sc in sel.offered:
         cand = sc.candidate
         draw = chosen_slot.get(cand.id)
+        prior = sc.features.get("hyb_z")
         views.append(
             CandidateView(
                 id=cand.id,
@@ -139,10 +154,14 @@ def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> Deci
                 slot=draw.slot if draw is not None else None,
                 missed=draw is None and has_slots[cand.kind] and sc.rank < worst_chosen.get(cand.kind, 1),
                 chosen_now=None if now_ids is None else cand.id in now_ids,
+                prior=None if prior is None else float(prior),
+                learner=None if prior is None else sc.score - float(prior),
+                reason="" if draw is not None else left_out_reason(sel, cand.id, cand.kind, cand.tokens, has_slots[cand.kind]),
             )
         )
     # Chosen first in slot order, then the rest by kind and rank: the table reads like the slate.
     views.sort(key=lambda v: (not v.chosen, v.slot if v.slot is not None else 0, v.kind, v.rank))
+    texts = {v.id: v.text for v in views}
     slots = tuple(
         SlotRow(
             slot=d.slot,
@@ -151,12 +170,48 @@ def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> Deci
             chosen_probability=d.chosen_probability,
             options=len(d.candidate_ids),
             max_probability=max(d.probabilities),
-            explored=d.chosen_probability < max(d.probabilities) - 1e-9,
+            explored=d.chosen_probability < max(d.probabilities) - _EXPLORED_TOLERANCE,
+            chosen_text="stop" if d.chosen_id == STOP_ID else texts.get(d.chosen_id, d.chosen_id),
         )
         for d in sel.slots
     )
     missed = tuple(sorted((v for v in views if v.missed), key=lambda v: -v.score))
     return DecisionView(sel, tuple(views), slots, missed, sel.chosen_ids, now_ids, now_error)
+
+
+# A draw explored when it picked an option this much less probable than its slot's most probable.
+_EXPLORED_TOLERANCE = 1e-9
+
+
+def left_out_reason(sel: Selection, candidate_id: str, kind: CandidateKind, tokens: int, kind_has_slots: bool) -> str:
+    """Why a candidate the router offered was not chosen, read from the logged slot draws.
+
+    In order: its kind was not routed; no slot of its kind offered it (over the token budget); a
+    slot explored (drew something less probable than it); the router stopped while it was still
+    open; every slot of its kind was filled by options the router found more probable.
+    """
+    texts = {sc.candidate.id: sc.candidate.text for sc in sel.offered}
+    if not kind_has_slots:
+        return f"no {kind.value} slots in this decision's budget"
+    draws = [d for d in sel.slots if d.kind is kind]
+    offered_in = [d for d in draws if candidate_id in d.candidate_ids]
+    if not offered_in:
+        if not draws:
+            return f"no {kind.value} slot was drawn"
+        return f"over the token budget: {tokens} tokens did not fit what was left"
+    for d in offered_in:
+        own = d.probabilities[d.candidate_ids.index(candidate_id)]
+        if d.chosen_probability < own - _EXPLORED_TOLERANCE:
+            drew = "stop" if d.chosen_id == STOP_ID else f"“{truncate(texts.get(d.chosen_id, d.chosen_id), 60)}”"
+            return f"exploration: slot {d.slot} drew {drew} (p {d.chosen_probability:.3f}) over it (p {own:.3f})"
+    last = offered_in[-1]
+    if last.chosen_id == STOP_ID:
+        own = last.probabilities[last.candidate_ids.index(candidate_id)]
+        return f"stop: the router stopped at slot {last.slot} (p(stop) {last.chosen_probability:.3f}, its p {own:.3f})"
+    budget = sel.context.budget.slots_for(kind)
+    if len(draws) >= budget:
+        return f"slots full: all {budget} {kind.value} slots went to options the router found more probable"
+    return "the router found the drawn options more probable"
 
 
 def _policy_now(sel: Selection, current_policy: CurrentPolicy | None) -> tuple[tuple[str, ...] | None, str | None]:
@@ -277,7 +332,7 @@ def ope_target(result: OPEResult) -> str:
 def format_time(value: datetime | None) -> str:
     if value is None:
         return ""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_number(value: float | None, digits: int = 3) -> str:

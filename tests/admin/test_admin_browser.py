@@ -1,7 +1,7 @@
 """The admin view in real headless Chromium (Debian's ``chromium``, driven by Playwright).
 
 The app runs under uvicorn in a background thread on a free loopback port. Screenshots go to
-``$MEMABRA_TEST_ARTIFACTS`` (default: the test's tmp_path). Without chromium these tests skip,
+``$MEMABRA_TEST_ARTIFACTS`` (default: ``artifacts/`` at the repository root, git-ignored). Without chromium these tests skip,
 except in CI (``$CI`` set), where a missing browser is a failure.
 """
 
@@ -19,7 +19,18 @@ from typing import Any
 
 import pytest
 
-from memabra import Selection
+from memabra import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    Episode,
+    RoutingContext,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+)
+from memabra._feedback import RewardService
 from memabra.storage import EpisodeLog
 
 from .conftest import (
@@ -102,8 +113,9 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def artifacts(tmp_path: Path) -> Path:
-    directory = Path(os.environ.get("MEMABRA_TEST_ARTIFACTS") or tmp_path)
+def artifacts() -> Path:
+    # artifacts/ at the repository root is git-ignored; CI keeps it as the run's screenshots.
+    directory = Path(os.environ.get("MEMABRA_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / "artifacts")
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -169,10 +181,8 @@ def test_sign_in_filter_open_a_decision_and_record_a_correction(
     target = seeded.episodes[16]  # bob, recent, not final, not corrected
     page.click(f"a[href='/episodes/{target}'] >> nth=0")
     page.wait_for_url(f"**/episodes/{target}")
-    decision = page.locator("details.decision").first
-    assert not decision.locator("table.candidates").is_visible()
-    decision.locator("summary.decision-summary").click()
-    candidates = decision.locator("table.candidates > tbody > tr")
+    decision = page.locator("article.decision").first
+    candidates = decision.locator("table.candidates > tbody > tr")  # open without a click
     assert candidates.first.is_visible()
     assert candidates.count() == 6
     assert decision.locator("tr.chosen").count() == 2
@@ -198,7 +208,6 @@ def test_markup_in_user_text_is_shown_and_never_runs(page: Any, served: tuple[st
     watch = _Watch(page)
     sign_in(page)
     page.goto(f"/episodes/{seeded.xss}")
-    page.locator("summary.decision-summary").first.click()
     for text in (XSS_MEMORY, XSS_QUERY, XSS_ANSWER, XSS_TOOL_RESULT):
         assert page.get_by_text(text, exact=False).first.is_visible(), text
     assert page.locator("main script").count() == 0
@@ -236,3 +245,66 @@ def test_policy_charts_render_with_data(page: Any, served: tuple[str, EpisodeLog
     page.wait_for_url("**/policies?notice=promoted")
     assert "active" in page.locator("tr[data-version='test-v3']").inner_text()
     assert watch.errors == []
+
+
+def _explained_episode() -> Episode:
+    """One decision that shows every reason a high-scoring candidate is left out: a memory over the
+    token budget, one lost to an explored draw, one to the stop option, and a tool whose only slot
+    went to an option the learner rates higher (a router that logs its own score: prior + learner)."""
+    memories = [
+        ("m-history", "Ann's complete travel history since 2009, every city and date", 500, 2.1, 0.0),
+        ("m-lyon", "Ann lives in Lyon", 12, 1.8, 0.0),
+        ("m-tea", "Ann likes green tea", 10, 1.4, 0.0),
+        ("m-chess", "Ann plays chess on Sundays", 9, 0.9, 0.0),
+    ]
+    tools = [
+        ("t-search", "search the web for current information", 30, 1.9, -0.6),
+        ("t-weather", "the weather forecast for a city", 20, 1.0, 0.5),
+    ]
+    offered = []
+    for kind, rows in ((CandidateKind.MEMORY, memories), (CandidateKind.TOOL, tools)):
+        for rank, (cid, text, tokens, prior, learned) in enumerate(sorted(rows, key=lambda r: -(r[3] + r[4]))):
+            cand = Candidate(cid, kind, text, tokens)
+            offered.append(ScoredCandidate(cand, {"hyb_z": prior, "lex": prior / 2}, prior + learned, rank))
+    draws = (
+        SlotDraw(0, CandidateKind.MEMORY, ("m-lyon", "m-tea", "m-chess", STOP_ID), (0.7, 0.15, 0.1, 0.05), "m-tea", 0.15),
+        SlotDraw(1, CandidateKind.MEMORY, ("m-lyon", "m-chess", STOP_ID), (0.2, 0.1, 0.7), STOP_ID, 0.7),
+        SlotDraw(2, CandidateKind.TOOL, ("t-search", "t-weather", STOP_ID), (0.3, 0.6, 0.1), "t-weather", 0.6),
+    )
+    budget = Budget(max_tokens=120, slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 1})
+    query = "what should I pack for the weekend?"
+    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY, CandidateKind.TOOL), budget=budget)
+    selection = Selection(context, tuple(offered), draws, policy="vw", policy_version="vw-7+12", seed=3)
+    return Episode(user_id="ann", query=query, selections=(selection,), answer="A light jacket: Lyon will be mild.")
+
+
+def test_the_decision_view_reads_without_a_click(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+    _, log, _ = served
+    episode = _explained_episode()
+    RewardService(log).record(episode)
+    watch = _Watch(page)
+    sign_in(page)
+    page.goto(f"/episodes/{episode.id}")
+    decision = page.locator("article.decision").first
+    table = decision.locator("table.decision-view")
+    assert table.is_visible()  # not collapsed
+    headers = table.locator("thead th").all_inner_texts()
+    for name in ("Candidate", "Score", "Prior", "Learner", "Probability", "Chosen", "Why not chosen"):
+        assert name.upper() in [h.upper() for h in headers], headers
+
+    def row(cid: str) -> str:
+        return str(table.locator(f"tr[data-candidate='{cid}']").inner_text())
+
+    assert "Ann likes green tea" in row("m-tea") and "chosen · slot 0" in row("m-tea")
+    assert "the weather forecast for a city" in row("t-weather") and "+0.500" in row("t-weather")
+    assert "over the token budget" in row("m-history")
+    assert "exploration: slot 0 drew “Ann likes green tea”" in row("m-lyon")
+    assert "stop: the router stopped at slot 1" in row("m-chess")
+    assert "slots full" in row("t-search") and "-0.600" in row("t-search") and "1.900" in row("t-search")
+    counterfactual = decision.locator(".counterfactual").inner_text()
+    assert "Ann lives in Lyon" in counterfactual and "exploration" in counterfactual  # texts, with the reason
+    slots = decision.locator("table.slots").inner_text()
+    assert "Ann likes green tea" in slots and "stop" in slots
+    decision.screenshot(path=str(artifacts / "admin-decision-view.png"))
+    assert (artifacts / "admin-decision-view.png").stat().st_size > 10_000
+    assert watch.dialogs == [] and watch.errors == []
