@@ -18,9 +18,18 @@ from memabra._records import (
     Candidate,
     CandidateKind,
     Episode,
+    EpisodeSummary,
     Feedback,
     FeedbackKind,
+    FeedbackReceipt,
+    GoldDecision,
+    JSONValue,
+    LearningItem,
+    MemoryQuality,
+    OPEResult,
+    Page,
     PolicySnapshot,
+    RegistryItem,
     RewardBreakdown,
     RewardComponents,
     RewardWeights,
@@ -40,6 +49,7 @@ _LAZY = {
     "build_session": "memabra._agent",
     "MemabraAgent": "memabra._agent",
     "MemabraContext": "memabra._agent",
+    "MemabraState": "memabra._agent",
     "MemabraMiddleware": "memabra._middleware",
     "MemabraNodes": "memabra._middleware",
     "create_memabra_middleware": "memabra._middleware",
@@ -50,6 +60,8 @@ _LAZY = {
     "SQLMemory": "memabra._memory",
     "StoreMemory": "memabra._memory",
     "LLMFactExtractor": "memabra._memory",
+    "FactExtractor": "memabra._memory",
+    "RuleFactExtractor": "memabra._memory",
     "extract_facts": "memabra._memory",
     "ExtractiveChatModel": "memabra._standin",
     "CompositeReward": "memabra._reward",
@@ -59,16 +71,20 @@ _LAZY = {
     "load_reward_config": "memabra._config",
     "parse_weights": "memabra._config",
     "detect_correction": "memabra._corrections",
+    "CorrectionSignal": "memabra._corrections",
+    # The admin web app for embedding in another ASGI server (needs the admin extra).
+    "create_admin_app": "memabra._admin:create_app",
 }
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
+    target = _LAZY.get(name)
+    if target is None:
         raise AttributeError(f"module 'memabra' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    module, _, attribute = target.partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 
@@ -80,20 +96,32 @@ __all__ = [
     "CandidateKind",
     "CompositeReward",
     "ConfigError",
+    "CorrectionSignal",
     "Episode",
+    "EpisodeSummary",
     "ExtractiveChatModel",
+    "FactExtractor",
     "Feedback",
     "FeedbackError",
     "FeedbackKind",
+    "FeedbackReceipt",
+    "GoldDecision",
     "InvalidRecordError",
+    "JSONValue",
     "LLMFactExtractor",
+    "LearningItem",
     "MemabraAgent",
     "MemabraContext",
     "MemabraError",
     "MemabraMiddleware",
     "MemabraNodes",
+    "MemabraState",
     "MemoryBackend",
+    "MemoryQuality",
+    "OPEResult",
+    "Page",
     "PolicySnapshot",
+    "RegistryItem",
     "RewardBreakdown",
     "RewardComponents",
     "RewardConfig",
@@ -102,6 +130,7 @@ __all__ = [
     "RouterError",
     "RoutingContext",
     "RoutingSession",
+    "RuleFactExtractor",
     "SQLMemory",
     "SchemaError",
     "ScoredCandidate",
@@ -115,6 +144,7 @@ __all__ = [
     "UnknownEpisodeError",
     "__version__",
     "build_session",
+    "create_admin_app",
     "create_memabra_agent",
     "create_memabra_middleware",
     "detect_correction",
