@@ -88,6 +88,7 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "FEEDBACK_KEYS",
     "STOP_ID",

@@ -114,7 +114,7 @@ def _quiet_transformers() -> None:
         from transformers.utils import logging as transformers_logging
     except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
         return
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 class SentenceTransformerEncoder:

@@ -7,7 +7,17 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["memabra", "memabra.router", "memabra.storage", "memabra.evals.ope", "memabra.evals.offline", "memabra.evals.mempo"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "memabra",
+        "memabra.router",
+        "memabra.storage",
+        "memabra.evals.ope",
+        "memabra.evals.offline",
+        "memabra.evals.mempo",
+    ],
+)
 def test_every_exported_name_resolves(module: str) -> None:
     mod = importlib.import_module(module)
     assert mod.__all__, module

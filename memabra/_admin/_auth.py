@@ -162,11 +162,22 @@ class AttemptThrottle:
         if count >= self.max_failures:
             logger.warning(
                 "admin: %s locked out for %.0f s after %d failed sign-in or bearer attempts within %.0f min (last: %s)",
-                client, self.lockout.total_seconds(), count, window_min, what,
+                client,
+                self.lockout.total_seconds(),
+                count,
+                window_min,
+                what,
             )
         else:
-            logger.warning("admin: failed %s from %s (%d of %d allowed within %.0f min)", what, client, count, self.max_failures, window_min)
-        return min(_FIRST_FAILURE_DELAY_S * 2 ** (count - 1), _MAX_FAILURE_DELAY_S)
+            logger.warning(
+                "admin: failed %s from %s (%d of %d allowed within %.0f min)",
+                what,
+                client,
+                count,
+                self.max_failures,
+                window_min,
+            )
+        return min(_FIRST_FAILURE_DELAY_S * 2.0 ** (count - 1), _MAX_FAILURE_DELAY_S)
 
     def succeeded(self, client: str) -> None:
         with self._lock:

@@ -124,8 +124,8 @@ def decision_views(episode: Episode, current_policy: CurrentPolicy | None) -> li
 def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> DecisionView:
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
     first_offer: dict[str, float] = {}
-    for draw in sel.slots:
-        for cid, p in zip(draw.candidate_ids, draw.probabilities, strict=True):
+    for offer in sel.slots:
+        for cid, p in zip(offer.candidate_ids, offer.probabilities, strict=True):
             first_offer.setdefault(cid, p)
     now_ids, now_error = _policy_now(sel, current_policy)
     # A candidate is "missed" when it ranks above this: the worst chosen rank of its kind, or 1
@@ -156,7 +156,9 @@ def _decision_view(sel: Selection, current_policy: CurrentPolicy | None) -> Deci
                 chosen_now=None if now_ids is None else cand.id in now_ids,
                 prior=None if prior is None else float(prior),
                 learner=None if prior is None else sc.score - float(prior),
-                reason="" if draw is not None else left_out_reason(sel, cand.id, cand.kind, cand.tokens, has_slots[cand.kind]),
+                reason=""
+                if draw is not None
+                else left_out_reason(sel, cand.id, cand.kind, cand.tokens, has_slots[cand.kind]),
             )
         )
     # Chosen first in slot order, then the rest by kind and rank: the table reads like the slate.

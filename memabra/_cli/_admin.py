@@ -20,17 +20,27 @@ if TYPE_CHECKING:
 
 def admin(
     db: DbOption = None,
-    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs a token or password.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; anything but loopback needs a token or password.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
     token: Annotated[
         str | None,
-        typer.Option(envvar="MEMABRA_ADMIN_TOKEN", help="Admin token (prefer the environment variable).", show_default=False),
+        typer.Option(
+            envvar="MEMABRA_ADMIN_TOKEN", help="Admin token (prefer the environment variable).", show_default=False
+        ),
     ] = None,
     password: Annotated[
         str | None,
-        typer.Option(envvar="MEMABRA_ADMIN_PASSWORD", help="Admin password (prefer the environment variable).", show_default=False),
+        typer.Option(
+            envvar="MEMABRA_ADMIN_PASSWORD",
+            help="Admin password (prefer the environment variable).",
+            show_default=False,
+        ),
     ] = None,
-    read_only: Annotated[bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back).")] = False,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back).")
+    ] = False,
     session_minutes: Annotated[int, typer.Option(min=1, help="Minutes a sign-in lasts.")] = 480,
     policy: Annotated[
         str | None,

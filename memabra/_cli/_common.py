@@ -79,7 +79,9 @@ def run_guarded(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -43,7 +43,9 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None) -> None:
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None
+) -> None:
     """Migrate the schema down (``base`` drops every memabra table)."""
     now = _migrate(downgrade, run_guarded(resolve_url, db), revision)
     console.print(f"schema revision is now [bold]{escape(now)}[/]")
@@ -157,17 +159,26 @@ def episodes_show(episode_id: str, db: DbOption = None) -> None:
         console.print(_decision_table(sel))
         stops = [d for d in sel.slots if d.chosen_id == STOP_ID]
         if stops:
-            console.print(plain("stopped: " + ", ".join(f"{d.kind.value} at slot {d.slot} (p {d.chosen_probability:.3f})" for d in stops)))
+            console.print(
+                plain(
+                    "stopped: "
+                    + ", ".join(f"{d.kind.value} at slot {d.slot} (p {d.chosen_probability:.3f})" for d in stops)
+                )
+            )
     if ep.steps:
         steps = Table(title="steps")
         for col in ("#", "kind", "name", "status", "ms", "error"):
             steps.add_column(col)
         for i, st in enumerate(ep.steps):
-            steps.add_row(str(i), st.kind.value, plain(st.name), plain(st.status), f"{st.latency_ms:.0f}", plain(st.error or ""))
+            steps.add_row(
+                str(i), st.kind.value, plain(st.name), plain(st.status), f"{st.latency_ms:.0f}", plain(st.error or "")
+            )
         console.print(steps)
     for f in ep.feedback:
         console.print(
-            plain(f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}"),
+            plain(
+                f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}"
+            ),
             highlight=False,
         )
     if ep.reward is not None:
@@ -230,17 +241,25 @@ def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
 
 @rewards_app.command("recompute")
 def rewards_recompute(
-    weights: str = typer.Option(..., help="e.g. ws=1,wr=0.35,we=0.3,wc=0.4,wl=0.15,wx=0.2,wu=0.25 (unnamed keep the spec's)."),
+    weights: str = typer.Option(
+        ..., help="e.g. ws=1,wr=0.35,we=0.3,wc=0.4,wl=0.15,wx=0.2,wu=0.25 (unnamed keep the spec's)."
+    ),
     db: DbOption = None,
     since: str | None = typer.Option(None, help="Only episodes at or after this ISO time."),
     version: str | None = typer.Option(None, help="Reward version label to store with the new totals."),
-    use_mempo: bool = typer.Option(False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."),
+    use_mempo: bool = typer.Option(
+        False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."
+    ),
 ) -> None:
     """Re-total stored rewards from their components under new weights."""
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
         n = run_guarded(
-            log.recompute_rewards, new, since=_parse_time(since, "--since"), version=version, use_memory_scores=use_mempo
+            log.recompute_rewards,
+            new,
+            since=_parse_time(since, "--since"),
+            version=version,
+            use_memory_scores=use_mempo,
         )
     console.print(f"recomputed {n} rewards with weights {new.as_dict()}")
 
@@ -255,7 +274,9 @@ def rewards_finalize(db: DbOption = None) -> None:
 
 def feedback(
     episode_id: str,
-    payload: Annotated[str, typer.Argument(help='JSON object, e.g. \'{"correct": false, "correction": "my name is Ann"}\'.')],
+    payload: Annotated[
+        str, typer.Argument(help='JSON object, e.g. \'{"correct": false, "correction": "my name is Ann"}\'.')
+    ],
     db: DbOption = None,
     kind: FeedbackKind = typer.Option(FeedbackKind.EXPLICIT, help="explicit, implicit or programmatic."),
     source: str = typer.Option("cli", help="Who sent it."),

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -50,7 +50,7 @@ XSS_MEMORY = "<script>alert(1)</script>"
 XSS_QUERY = "what did I say? <img src=x onerror=alert(2)>"
 XSS_ANSWER = "<b>not bold</b>"
 XSS_TOOL_RESULT = "<script>alert(3)</script>"
-NOW = datetime.now(timezone.utc).replace(microsecond=0)
+NOW = datetime.now(UTC).replace(microsecond=0)
 USERS = ("alice", "bob", "carol")
 
 

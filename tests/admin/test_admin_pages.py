@@ -209,7 +209,7 @@ def test_policies_page(client: TestClient, seeded: Seeded) -> None:
     data = json.loads(re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', page, re.S).group(1))
     assert [s["label"] for s in data["reward"]["series"]] == ["test-v1", "test-v2"]
     assert data["reward"]["labels"] == sorted(data["reward"]["labels"]) and len(data["reward"]["labels"]) >= 9
-    exploration = dict(zip(data["exploration"]["labels"], data["exploration"]["exploration"]))
+    exploration = dict(zip(data["exploration"]["labels"], data["exploration"]["exploration"], strict=True))
     for version in ("test-v1", "test-v2"):
         assert exploration[version] == pytest.approx(seeded.explored_draws[version] / seeded.draws[version])
     kinds = {s["label"]: s["data"] for s in data["kinds"]["series"]}

@@ -71,7 +71,12 @@ def test_logout_revokes_the_cookie_on_every_worker(log: EpisodeLog, seeded: Seed
         assert write.status_code == 401
         assert len(log.get_episode(seeded.xss).feedback) == before
         second.cookies.set(SESSION_COOKIE, cookie)
-        assert second.post("/policies/promote", data={"version": "test-v3", "csrf_token": stale_form["csrf_token"]}).status_code == 401
+        assert (
+            second.post(
+                "/policies/promote", data={"version": "test-v3", "csrf_token": stale_form["csrf_token"]}
+            ).status_code
+            == 401
+        )
         assert log.get_snapshot("test-v3").status == "candidate"
 
         # Signing in again works, with a new session.
@@ -94,7 +99,9 @@ def test_revoked_sessions_are_kept_until_they_expire(log: EpisodeLog) -> None:
     assert store.is_revoked("later")
 
 
-def test_wrong_sign_ins_are_delayed_more_and_more(log: EpisodeLog, seeded: Seeded, caplog: pytest.LogCaptureFixture) -> None:
+def test_wrong_sign_ins_are_delayed_more_and_more(
+    log: EpisodeLog, seeded: Seeded, caplog: pytest.LogCaptureFixture
+) -> None:
     with next(_workers(log, 1)) as client:
         timings = []
         with caplog.at_level(logging.WARNING, logger="memabra"):

@@ -33,9 +33,13 @@ def test_db_upgrade_then_episode_commands(db_url: str) -> None:
     assert shown.exit_code == 0, shown.output
     for needle in ("m0", "propensity", "reward", "H by kind"):
         assert needle in shown.output
-    fb = runner.invoke(app, ["feedback", ep.id, json.dumps({"correction": True}), "--db", db_url, "--idempotency-key", "k1"])
+    fb = runner.invoke(
+        app, ["feedback", ep.id, json.dumps({"correction": True}), "--db", db_url, "--idempotency-key", "k1"]
+    )
     assert fb.exit_code == 0 and "stored" in fb.output
-    again = runner.invoke(app, ["feedback", ep.id, json.dumps({"correction": True}), "--db", db_url, "--idempotency-key", "k1"])
+    again = runner.invoke(
+        app, ["feedback", ep.id, json.dumps({"correction": True}), "--db", db_url, "--idempotency-key", "k1"]
+    )
     assert "duplicate" in again.output
     rec = runner.invoke(app, ["rewards", "recompute", "--weights", "wc=1.0", "--db", db_url])
     assert rec.exit_code == 0 and "recomputed 1" in rec.output
@@ -54,8 +58,9 @@ def test_cli_errors_are_one_line_and_name_the_problem(db_url: str) -> None:
     assert badjson.exit_code == 1 and "not JSON" in badjson.output
 
 
-
-def test_an_unreachable_database_is_one_line_not_a_traceback(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_database_is_one_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     closed_port = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2"
     monkeypatch.setattr(sys, "argv", ["memabra", "episodes", "list", "--db", closed_port])
     with pytest.raises(SystemExit) as exited:
@@ -74,7 +79,13 @@ def _no_traceback(result: Result) -> None:
 def test_a_missing_sqlite_file_is_refused_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "typo.db"
     url = f"sqlite:///{missing}"
-    for args in (["episodes", "list"], ["episodes", "show", "x"], ["db", "current"], ["rewards", "finalize"], ["admin"]):
+    for args in (
+        ["episodes", "list"],
+        ["episodes", "show", "x"],
+        ["db", "current"],
+        ["rewards", "finalize"],
+        ["admin"],
+    ):
         result = runner.invoke(app, [*args, "--db", url])
         assert result.exit_code == 2, (args, result.output)
         assert f"no database at {missing}" in " ".join(result.output.split()), result.output
@@ -219,7 +230,13 @@ def test_output_paths_are_checked_before_the_work_starts(args: list[str], tmp_pa
     runner.invoke(app, ["db", "upgrade", "--db", url])
     npz = tmp_path / "a.npz"
     npz.write_bytes(b"")
-    values = {"bench": "/no/such/bench.jsonl", "missing": str(tmp_path / "no-such-dir"), "tmp": str(tmp_path), "db": url, "npz": str(npz)}
+    values = {
+        "bench": "/no/such/bench.jsonl",
+        "missing": str(tmp_path / "no-such-dir"),
+        "tmp": str(tmp_path),
+        "db": url,
+        "npz": str(npz),
+    }
     started = time.perf_counter()
     result = runner.invoke(app, [a.format(**values) for a in args])
     assert result.exit_code == 2, result.output
