@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._admin import admin
@@ -40,5 +41,5 @@ def main() -> None:
     except SQLAlchemyError as exc:
         # a database the command cannot reach or open: one line saying why, not a traceback
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        err_console.print(f"[bold red]error:[/] database error: {reason}", highlight=False)
+        err_console.print(f"[bold red]error:[/] database error: {escape(reason)}", highlight=False)
         raise SystemExit(1) from None
