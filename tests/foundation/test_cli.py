@@ -273,3 +273,16 @@ def test_loading_the_encoder_prints_no_progress_bar(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert "(1, 384)" in done.stdout
     assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr
+
+
+def test_a_file_that_is_not_a_database_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    junk = tmp_path / "notes.db"
+    junk.write_text("[bold]not a database[/] at all\n" * 100)
+    monkeypatch.setattr(sys, "argv", ["memabra", "episodes", "list", "--db", f"sqlite:///{junk}"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "database error" in err and "not a database" in err and "Traceback" not in err
