@@ -24,6 +24,8 @@ __all__ = ["ROUTERS", "ResolvedPolicy", "resolve_policy", "router_from_snapshot"
 ROUTERS: dict[str, type[Router]] = {
     cls.name: cls for cls in (VWRouter, LinearRouter, HybridRouter, LexicalRouter, EmbeddingRouter, RandomRouter)
 }
+# The bench's old name for LinearRouter, still accepted wherever a router is named.
+ROUTER_ALIASES: dict[str, str] = {"sklearn": "linear"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,7 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
     if not spec or not isinstance(spec, str):
         raise ConfigError("--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)")
     head, _, rest = spec.partition(":")
-    head = {"sklearn": "linear"}.get(head, head)  # the bench's old name for LinearRouter, still accepted
+    head = ROUTER_ALIASES.get(head, head)
     if head == "snapshot":
         snap = _snapshot(log, rest)
         return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)

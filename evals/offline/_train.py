@@ -20,7 +20,7 @@ from typing import Any
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import OPEResult, RewardWeights
 from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_value
-from memabra.evals.offline._policies import ROUTERS
+from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.storage import EpisodeLog
 
 __all__ = ["TrainReport", "train_from_log"]
@@ -63,6 +63,7 @@ def train_from_log(
     force: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> TrainReport:
+    learner = ROUTER_ALIASES.get(learner, learner)
     if learner not in ROUTERS:
         raise ConfigError(f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}")
     if not 0.0 < holdout < 1.0:
