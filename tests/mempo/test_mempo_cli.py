@@ -67,6 +67,6 @@ def test_a_missing_model_is_a_one_line_error(tmp_path: Path, migrated_url: str) 
     assert "config.json is missing" in result.output
 
 
-def test_a_bad_since_names_the_option(tmp_path: Path) -> None:
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--since", "yesterday"])
+def test_a_bad_since_names_the_option(tmp_path: Path, migrated_url: str) -> None:
+    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--since", "yesterday", "--db", migrated_url])
     assert result.exit_code == 1 and "--since" in result.output
