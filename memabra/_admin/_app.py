@@ -220,8 +220,8 @@ class _Admin:
         )
         response = HTMLResponse(html, status_code=status)
         response.headers["cache-control"] = "no-store"
-        for name, value in headers.items():
-            response.headers[name] = value
+        for header, value in headers.items():
+            response.headers[header] = value
         return response
 
     def _set_session(self, response: Response, cookie: str) -> None:
