@@ -204,8 +204,10 @@ def left_out_reason(sel: Selection, candidate_id: str, kind: CandidateKind, toke
     for d in offered_in:
         own = d.probabilities[d.candidate_ids.index(candidate_id)]
         if d.chosen_probability < own - _EXPLORED_TOLERANCE:
-            drew = "stop" if d.chosen_id == STOP_ID else f"“{truncate(texts.get(d.chosen_id, d.chosen_id), 60)}”"
-            return f"exploration: slot {d.slot} drew {drew} (p {d.chosen_probability:.3f}) over it (p {own:.3f})"
+            odds = f"(p {d.chosen_probability:.3f}) over it (p {own:.3f})"
+            if d.chosen_id == STOP_ID:
+                return f"stop, by exploration: slot {d.slot} drew the stop option {odds}"
+            return f"exploration: slot {d.slot} drew “{truncate(texts.get(d.chosen_id, d.chosen_id), 60)}” {odds}"
     last = offered_in[-1]
     if last.chosen_id == STOP_ID:
         own = last.probabilities[last.candidate_ids.index(candidate_id)]

@@ -20,15 +20,7 @@ from typing import Any
 import pytest
 
 from memabra import (
-    STOP_ID,
-    Budget,
-    Candidate,
-    CandidateKind,
-    Episode,
-    RoutingContext,
-    ScoredCandidate,
     Selection,
-    SlotDraw,
 )
 from memabra._feedback import RewardService
 from memabra.storage import EpisodeLog
@@ -40,6 +32,7 @@ from .conftest import (
     XSS_QUERY,
     XSS_TOOL_RESULT,
     Seeded,
+    explained_episode,
     migrated_database,
     record_ope,
     seed_log,
@@ -247,40 +240,9 @@ def test_policy_charts_render_with_data(page: Any, served: tuple[str, EpisodeLog
     assert watch.errors == []
 
 
-def _explained_episode() -> Episode:
-    """One decision that shows every reason a high-scoring candidate is left out: a memory over the
-    token budget, one lost to an explored draw, one to the stop option, and a tool whose only slot
-    went to an option the learner rates higher (a router that logs its own score: prior + learner)."""
-    memories = [
-        ("m-history", "Ann's complete travel history since 2009, every city and date", 500, 2.1, 0.0),
-        ("m-lyon", "Ann lives in Lyon", 12, 1.8, 0.0),
-        ("m-tea", "Ann likes green tea", 10, 1.4, 0.0),
-        ("m-chess", "Ann plays chess on Sundays", 9, 0.9, 0.0),
-    ]
-    tools = [
-        ("t-search", "search the web for current information", 30, 1.9, -0.6),
-        ("t-weather", "the weather forecast for a city", 20, 1.0, 0.5),
-    ]
-    offered = []
-    for kind, rows in ((CandidateKind.MEMORY, memories), (CandidateKind.TOOL, tools)):
-        for rank, (cid, text, tokens, prior, learned) in enumerate(sorted(rows, key=lambda r: -(r[3] + r[4]))):
-            cand = Candidate(cid, kind, text, tokens)
-            offered.append(ScoredCandidate(cand, {"hyb_z": prior, "lex": prior / 2}, prior + learned, rank))
-    draws = (
-        SlotDraw(0, CandidateKind.MEMORY, ("m-lyon", "m-tea", "m-chess", STOP_ID), (0.7, 0.15, 0.1, 0.05), "m-tea", 0.15),
-        SlotDraw(1, CandidateKind.MEMORY, ("m-lyon", "m-chess", STOP_ID), (0.2, 0.1, 0.7), STOP_ID, 0.7),
-        SlotDraw(2, CandidateKind.TOOL, ("t-search", "t-weather", STOP_ID), (0.3, 0.6, 0.1), "t-weather", 0.6),
-    )
-    budget = Budget(max_tokens=120, slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 1})
-    query = "what should I pack for the weekend?"
-    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY, CandidateKind.TOOL), budget=budget)
-    selection = Selection(context, tuple(offered), draws, policy="vw", policy_version="vw-7+12", seed=3)
-    return Episode(user_id="ann", query=query, selections=(selection,), answer="A light jacket: Lyon will be mild.")
-
-
 def test_the_decision_view_reads_without_a_click(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
     _, log, _ = served
-    episode = _explained_episode()
+    episode = explained_episode()
     RewardService(log).record(episode)
     watch = _Watch(page)
     sign_in(page)
