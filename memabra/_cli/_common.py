@@ -23,6 +23,7 @@ from memabra._errors import MemabraError
 __all__ = [
     "CreateDbOption",
     "DbOption",
+    "JsonOutOption",
     "check_output_path",
     "configure_logging",
     "console",
@@ -147,3 +148,9 @@ CreateDbOption = Annotated[
         show_default=False,
     ),
 ]
+
+JsonOutOption = Annotated[
+    Path | None,
+    typer.Option("--json", help="Also write the result here (JSON).", show_default=False, callback=check_output_path),
+]
+"""``--json FILE`` for any command: its folder is checked before the command does any work."""
