@@ -180,3 +180,16 @@ def test_throttle_is_per_client() -> None:
     assert throttle.locked_for("10.0.0.2") == 0.0
     with pytest.raises(Exception, match="max_failures"):
         AttemptThrottle(max_failures=0)
+
+
+def test_the_in_memory_revocations_serve_one_process(log: EpisodeLog, seeded: Seeded) -> None:
+    from memabra._admin._auth import InMemoryRevocations
+
+    revocations = InMemoryRevocations()
+    with TestClient(create_app(log, token=TOKEN, revocations=revocations), follow_redirects=False) as client:
+        assert sign_in(client).status_code == 303
+        cookie = client.cookies[SESSION_COOKIE]
+        client.post("/logout", data={"csrf_token": csrf_of(client.get("/episodes").text)})
+        client.cookies.set(SESSION_COOKIE, cookie)
+        assert client.get("/episodes").status_code == 303
+    assert len(revocations._revoked) == 1  # one session kept as revoked
