@@ -1,4 +1,5 @@
-"""Row <-> record conversion. The only place that knows both shapes."""
+"""Row <-> record conversion: the only place that knows both shapes. It maps fields and decides
+nothing (what a correction is comes from the feedback record)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from memabra._records import (
     Episode,
     EpisodeSummary,
     Feedback,
+    MemoryQuality,
+    OPEResult,
     PolicySnapshot,
     RegistryItem,
     RewardBreakdown,
@@ -31,6 +34,8 @@ from memabra.storage._models import (
     DecisionRow,
     DecisionSlotRow,
     FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
     PolicySnapshotRow,
     RegistryRow,
     RewardRow,
@@ -55,18 +60,10 @@ def episode_values(episode: Episode, feedback_due_at: datetime) -> dict[str, Any
         "policy_version": policy_version,
         "kinds": ",".join(kinds),
         "reward_total": reward_total,
-        "corrected": any(_is_correction(f.payload) for f in episode.feedback),
+        "corrected": any(f.signals.corrects for f in episode.feedback),
         "used_ids": sorted(episode.used_ids) if episode.used_ids is not None else None,
         "metadata": dict(episode.metadata),
     }
-
-
-def _is_correction(payload: Any) -> bool:
-    return bool(payload.get("correction")) or bool(payload.get("tool_wrong")) or bool(payload.get("retract_memory"))
-
-
-def is_correction(feedback: Feedback) -> bool:
-    return _is_correction(feedback.payload)
 
 
 def decision_values(episode: Episode, seq: int, sel: Selection) -> dict[str, Any]:
@@ -170,7 +167,7 @@ def feedback_values(feedback: Feedback, late: bool) -> dict[str, Any]:
         "decision_id": feedback.decision_id,
         "kind": feedback.kind.value,
         "source": feedback.source,
-        "payload": _thaw(feedback.payload),
+        "payload": thaw(feedback.payload),
         "idempotency_key": feedback.idempotency_key,
         "received_at": feedback.received_at,
         "late": late,
@@ -201,7 +198,7 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
         "body": item.body,
         "tokens": item.tokens,
         "source": item.source,
-        "metadata": _thaw(item.metadata),
+        "metadata": thaw(item.metadata),
         "created_at": item.created_at,
         "updated_at": item.updated_at,
         "last_chosen_at": item.last_chosen_at,
@@ -211,12 +208,55 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
     }
 
 
-def _thaw(value: Any) -> Any:
+def snapshot_values(snapshot: PolicySnapshot) -> dict[str, Any]:
+    return {
+        "version": snapshot.version,
+        "policy": snapshot.policy,
+        "parent": snapshot.parent,
+        "model": snapshot.model,
+        "learner_args": thaw(snapshot.learner_args),
+        "metrics": thaw(snapshot.metrics),
+        "status": snapshot.status,
+        "created_at": snapshot.created_at,
+    }
+
+
+def ope_values(r: OPEResult) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "run_id": r.run_id,
+        "policy": r.policy,
+        "snapshot_version": r.snapshot_version,
+        "estimator": r.estimator,
+        "value": r.value,
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "n_rounds": r.n_rounds,
+        "alpha": r.alpha,
+        "details": thaw(r.details),
+        "created_at": r.created_at,
+    }
+
+
+def memory_score_values(q: MemoryQuality) -> dict[str, Any]:
+    return {
+        "decision_id": q.decision_id,
+        "scorer": q.scorer,
+        "p_selected": q.p_selected,
+        "p_all": q.p_all,
+        "difference": q.difference,
+        "reward": q.reward,
+        "answer_tokens": q.answer_tokens,
+        "scored_at": q.scored_at,
+    }
+
+
+def thaw(value: Any) -> Any:
     """Read-only mappings and tuples back into plain JSON containers."""
     if hasattr(value, "items"):
-        return {k: _thaw(v) for k, v in value.items()}
+        return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
@@ -339,6 +379,27 @@ def registry_from_row(row: RegistryRow) -> RegistryItem:
         times_chosen=row.times_chosen,
         times_used=row.times_used,
     )
+
+
+def ope_from_row(r: OPERunRow) -> OPEResult:
+    return OPEResult(
+        policy=r.policy,
+        estimator=r.estimator,
+        value=r.value,
+        ci_low=r.ci_low,
+        ci_high=r.ci_high,
+        n_rounds=r.n_rounds,
+        alpha=r.alpha,
+        snapshot_version=r.snapshot_version,
+        details=r.details or {},
+        run_id=r.run_id,
+        created_at=r.created_at,
+        id=r.id,
+    )
+
+
+def memory_score_from_row(r: MemoryScoreRow) -> MemoryQuality:
+    return MemoryQuality(r.decision_id, r.scorer, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens, r.scored_at)
 
 
 def summary_from_row(r: EpisodeRow) -> EpisodeSummary:

@@ -14,6 +14,11 @@ from memabra._errors import ConfigError
 DEFAULT_URL = "sqlite:///memabra.db"
 URL_ENV = "MEMABRA_DATABASE_URL"
 
+# How long a SQLite writer waits for the file's write lock before the write is retried (and,
+# after the retries, refused with StorageContentionError). Each episode holds the lock for a
+# millisecond or two, so 30 s is hundreds of queued writers: past that, use PostgreSQL.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
 
 def resolve_url(url: str | None = None) -> str:
     """The database URL: the argument, else ``$MEMABRA_DATABASE_URL``, else ``memabra.db`` here."""
@@ -38,7 +43,7 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         if in_memory:
             # One shared connection, or every checkout would see a different empty database.
             kwargs.setdefault("poolclass", StaticPool)
-        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S})
         engine = create_engine(resolved, **kwargs)
         _configure_sqlite(engine, wal=not in_memory)
         return engine
@@ -57,12 +62,15 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        # Writes take the lock up front (waiting up to the busy timeout) rather than failing on
+        # the read-to-write upgrade; reads stay deferred and, in WAL mode, never wait.
+        immediate = connection.get_execution_options().get("memabra_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -43,7 +43,7 @@ from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog
-from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
+from memabra.storage import DEFAULT_SAMPLE, AdminQueries
 
 __all__ = ["create_app"]
 

@@ -1,0 +1,172 @@
+"""The row boundary: what both databases accept, checked the same way, and bulk inserts.
+
+PostgreSQL refuses what SQLite silently stores: a NUL byte in a text or JSON value, a lone UTF-16
+surrogate, a string longer than its ``VARCHAR(n)``, an integer that does not fit its column. Every
+row passes :func:`prepare` before it is written, on both backends, so a test on SQLite sees what
+PostgreSQL would refuse:
+
+- text (columns and strings anywhere inside JSON): NUL bytes are removed and lone surrogates
+  replaced by U+FFFD, because both are noise from a tool or a paste and refusing them would lose
+  the user's turn;
+- ``VARCHAR(n)`` columns (ids, names) longer than ``n`` after that, and integers outside a 32-bit
+  ``INTEGER`` (or 64-bit ``BIGINT``) column, are refused with
+  :class:`~memabra._errors.InvalidRecordError` naming the table and column: they cannot be
+  shortened without changing what they identify.
+
+:func:`bulk_insert` writes many rows through ``COPY`` on PostgreSQL and one ``executemany`` on
+SQLite, with JSON serialised once here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Connection, Dialect, Integer, LargeBinary, String, Table
+
+from memabra._errors import InvalidRecordError
+
+__all__ = ["bulk_insert", "clean_json", "clean_text", "prepare"]
+
+_INT_BOUNDS = {"int32": 2**31, "int64": 2**63}
+
+
+def clean_text(value: str) -> str:
+    """``value`` without NUL bytes and with every lone surrogate replaced by U+FFFD."""
+    if "\x00" in value:
+        value = value.replace("\x00", "")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # surrogatepass keeps valid pairs (joined again on decode); lone halves become U+FFFD.
+            value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON value with :func:`clean_text` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, Mapping):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def dump_json(value: Any, where: str) -> str:
+    """Serialise a JSON column value once, cleaning it only when the fast scan finds something."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecordError(f"{where} is not JSON-serialisable: {exc}") from None
+    # ensure_ascii (the default) writes NUL as \u0000 and any surrogate as \udXXX: one C-level
+    # substring scan rules out both for almost every value.
+    if "\\u0000" in text or "\\ud" in text:
+        text = json.dumps(clean_json(value), allow_nan=False)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    kind: str  # "str" (VARCHAR(n)), "text", "int32", "int64", "json", "bool", "other"
+    limit: int | None
+
+
+@lru_cache(maxsize=None)
+def _columns(table: Table) -> tuple[_Column, ...]:
+    out = []
+    for col in table.columns:
+        t = col.type
+        impl = getattr(t, "impl", t)
+        if isinstance(t, JSON) or isinstance(impl, JSON) or "JSON" in type(t).__name__.upper():
+            kind, limit = "json", None
+        elif isinstance(t, Boolean):
+            kind, limit = "bool", None
+        elif isinstance(t, BigInteger):
+            kind, limit = "int64", None
+        elif isinstance(t, Integer):
+            kind, limit = "int32", None
+        elif isinstance(t, LargeBinary):
+            kind, limit = "other", None
+        elif isinstance(t, String):
+            kind, limit = ("str", t.length) if t.length else ("text", None)
+        else:
+            kind, limit = "other", None
+        out.append(_Column(col.name, kind, limit))
+    return tuple(out)
+
+
+def _clean(table: Table, col: _Column, value: Any, *, serialise_json: bool) -> Any:
+    if value is None:
+        return None
+    kind = col.kind
+    if kind == "text" or kind == "str":
+        if not isinstance(value, str):
+            return value
+        value = clean_text(value)
+        if col.limit is not None and len(value) > col.limit:
+            raise InvalidRecordError(
+                f"{table.name}.{col.name} holds at most {col.limit} characters, got {len(value)} ({value[:40]!r}...)"
+            )
+        return value
+    if kind == "int32" or kind == "int64":
+        bound = _INT_BOUNDS[kind]
+        if isinstance(value, int) and not isinstance(value, bool) and not -bound <= value < bound:
+            bits = 32 if kind == "int32" else 64
+            raise InvalidRecordError(f"{table.name}.{col.name} is a {bits}-bit integer column; {value} does not fit")
+        return value
+    if kind == "json":
+        text = dump_json(value, f"{table.name}.{col.name}")
+        return text if serialise_json else json.loads(text)
+    return value
+
+
+def prepare(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as dicts ready for a Core ``insert`` / ``update``: text cleaned, ids and integers checked."""
+    columns = [c for c in _columns(table)]
+    out = []
+    for row in rows:
+        clean = dict(row)
+        for col in columns:
+            if col.name in clean:
+                clean[col.name] = _clean(table, col, clean[col.name], serialise_json=False)
+        out.append(clean)
+    return out
+
+
+def bulk_insert(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert ``rows`` (dicts with every column of ``table``) in one COPY or one executemany."""
+    if not rows:
+        return
+    columns = _columns(table)
+    tuples = [tuple(_clean(table, col, row.get(col.name), serialise_json=True) for col in columns) for row in rows]
+    raw = connection.connection.dbapi_connection
+    assert raw is not None  # a connection inside an open transaction is always checked out
+    names = ", ".join(f'"{c.name}"' for c in columns)
+    if connection.dialect.name == "postgresql":
+        with raw.cursor() as cursor, cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
+            for values in tuples:
+                copy.write_row(values)
+        return
+    processors = _sqlite_processors(table, connection.dialect)
+    if processors:
+        tuples = [tuple(p(v) if p is not None else v for p, v in zip(processors, t)) for t in tuples]
+    cursor = raw.cursor()
+    try:
+        cursor.executemany(f'INSERT INTO "{table.name}" ({names}) VALUES ({", ".join("?" * len(columns))})', tuples)
+    finally:
+        cursor.close()
+
+
+def _sqlite_processors(table: Table, dialect: Dialect) -> list[Any] | None:
+    """SQLAlchemy's own bind processors for the non-JSON columns that have one (datetimes)."""
+    procs: list[Any] = []
+    for col, spec in zip(table.columns, _columns(table)):
+        procs.append(None if spec.kind == "json" else col.type.dialect_impl(dialect).bind_processor(dialect))
+    return procs if any(p is not None for p in procs) else None
