@@ -59,6 +59,15 @@ _LAZY = {
     "load_reward_config": "memabra._config",
     "parse_weights": "memabra._config",
     "detect_correction": "memabra._corrections",
+    # storage room: the typed feedback record and the storage errors
+    "FeedbackSignals": "memabra._signals",
+    "ExplicitSignals": "memabra._signals",
+    "ImplicitSignals": "memabra._signals",
+    "ProgrammaticSignals": "memabra._signals",
+    "UsageCounts": "memabra._records",
+    "InvalidFeedbackError": "memabra._errors",
+    "StorageContentionError": "memabra._errors",
+    "UnknownSnapshotError": "memabra._errors",
 }
 
 
@@ -114,6 +123,15 @@ __all__ = [
     "StoreMemory",
     "UnknownEpisodeError",
     "__version__",
+    # storage room
+    "ExplicitSignals",
+    "FeedbackSignals",
+    "ImplicitSignals",
+    "InvalidFeedbackError",
+    "ProgrammaticSignals",
+    "StorageContentionError",
+    "UnknownSnapshotError",
+    "UsageCounts",
     "build_session",
     "create_memabra_agent",
     "create_memabra_middleware",

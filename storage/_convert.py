@@ -106,9 +106,11 @@ def slot_values(sel: Selection) -> list[dict[str, Any]]:
 
 def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
-    first_slot_of_kind: dict[CandidateKind, SlotDraw] = {}
+    # Probability at the first slot of each kind, as one lookup table per kind.
+    first_of_kind: dict[CandidateKind, dict[str, float]] = {}
     for d in sel.slots:
-        first_slot_of_kind.setdefault(d.kind, d)
+        if d.kind not in first_of_kind:
+            first_of_kind[d.kind] = dict(zip(d.candidate_ids, d.probabilities))
     rows = []
     for ordinal, sc in enumerate(sel.offered):
         cand = sc.candidate
@@ -116,8 +118,7 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
         if draw is not None:
             probability = draw.chosen_probability
         else:
-            first = first_slot_of_kind.get(cand.kind)
-            probability = first.probability_of(cand.id) if first is not None else 0.0
+            probability = first_of_kind.get(cand.kind, {}).get(cand.id, 0.0)
         rows.append(
             {
                 "decision_id": sel.id,

@@ -20,7 +20,8 @@ SQLite, with JSON serialised once here.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -58,16 +59,22 @@ def clean_json(value: Any) -> Any:
     return value
 
 
+# One encoder for every value: json.dumps with a non-default argument builds a new one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
 def dump_json(value: Any, where: str) -> str:
     """Serialise a JSON column value once, cleaning it only when the fast scan finds something."""
+    if not value and isinstance(value, (dict, list, tuple)):
+        return "{}" if isinstance(value, dict) else "[]"
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRecordError(f"{where} is not JSON-serialisable: {exc}") from None
     # ensure_ascii (the default) writes NUL as \u0000 and any surrogate as \udXXX: one C-level
     # substring scan rules out both for almost every value.
     if "\\u0000" in text or "\\ud" in text:
-        text = json.dumps(clean_json(value), allow_nan=False)
+        text = _ENCODER.encode(clean_json(value))
     return text
 
 
@@ -140,33 +147,74 @@ def prepare(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to turn a row dict into a tuple for one table and dialect, touching only the columns
+    that need a check, a serialisation or a driver conversion."""
+
+    names: tuple[str, ...]
+    getter: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    steps: tuple[tuple[int, _Column, Any], ...]  # (index, column, SQLAlchemy bind processor or None)
+
+
+@lru_cache(maxsize=None)
+def _plan(table: Table, dialect_name: str, dialect: Dialect) -> _Plan:
+    columns = _columns(table)
+    names = tuple(c.name for c in columns)
+    steps = []
+    for i, (col, spec) in enumerate(zip(table.columns, columns)):
+        # psycopg's COPY adapts datetimes itself; sqlite3 needs SQLAlchemy's text format.
+        proc = None
+        if dialect_name == "sqlite" and spec.kind not in ("json", "bool"):
+            proc = col.type.dialect_impl(dialect).bind_processor(dialect)
+        if spec.kind in ("str", "text", "int32", "int64", "json") or proc is not None:
+            steps.append((i, spec, proc))
+    return _Plan(names, operator.itemgetter(*names), tuple(steps))
+
+
+def _as_tuple(table: Table, plan: _Plan, row: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        values = list(plan.getter(row))
+    except KeyError:  # a row that leaves nullable columns out
+        values = [row.get(n) for n in plan.names]
+    for i, spec, proc in plan.steps:
+        value = values[i]
+        if value is None:
+            continue
+        kind = spec.kind
+        # Inline fast paths (this loop runs for every value of every bulk row); anything they do
+        # not clear goes through _clean, which cleans or names the problem.
+        if kind == "str" or kind == "text":
+            if type(value) is str and value.isascii() and "\x00" not in value and (spec.limit is None or len(value) <= spec.limit):
+                pass
+            else:
+                value = _clean(table, spec, value, serialise_json=True)
+        elif kind == "int32":
+            if not (type(value) is int and -2147483648 <= value <= 2147483647):
+                value = _clean(table, spec, value, serialise_json=True)
+        else:
+            value = _clean(table, spec, value, serialise_json=True)
+        values[i] = proc(value) if proc is not None else value
+    return tuple(values)
+
+
 def bulk_insert(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert ``rows`` (dicts with every column of ``table``) in one COPY or one executemany."""
+    """Insert ``rows`` (dicts keyed by column name) in one COPY or one executemany."""
     if not rows:
         return
-    columns = _columns(table)
-    tuples = [tuple(_clean(table, col, row.get(col.name), serialise_json=True) for col in columns) for row in rows]
+    dialect = connection.dialect
+    plan = _plan(table, dialect.name, dialect)
+    tuples = [_as_tuple(table, plan, row) for row in rows]
     raw = connection.connection.dbapi_connection
     assert raw is not None  # a connection inside an open transaction is always checked out
-    names = ", ".join(f'"{c.name}"' for c in columns)
-    if connection.dialect.name == "postgresql":
+    names = ", ".join(f'"{n}"' for n in plan.names)
+    if dialect.name == "postgresql":
         with raw.cursor() as cursor, cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
             for values in tuples:
                 copy.write_row(values)
         return
-    processors = _sqlite_processors(table, connection.dialect)
-    if processors:
-        tuples = [tuple(p(v) if p is not None else v for p, v in zip(processors, t)) for t in tuples]
     cursor = raw.cursor()
     try:
-        cursor.executemany(f'INSERT INTO "{table.name}" ({names}) VALUES ({", ".join("?" * len(columns))})', tuples)
+        cursor.executemany(f'INSERT INTO "{table.name}" ({names}) VALUES ({", ".join("?" * len(plan.names))})', tuples)
     finally:
         cursor.close()
-
-
-def _sqlite_processors(table: Table, dialect: Dialect) -> list[Any] | None:
-    """SQLAlchemy's own bind processors for the non-JSON columns that have one (datetimes)."""
-    procs: list[Any] = []
-    for col, spec in zip(table.columns, _columns(table)):
-        procs.append(None if spec.kind == "json" else col.type.dialect_impl(dialect).bind_processor(dialect))
-    return procs if any(p is not None for p in procs) else None
