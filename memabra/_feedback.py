@@ -11,6 +11,7 @@ review, and never learned from. The same idempotency key posted twice is a no-op
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from memabra._errors import MemabraError
@@ -35,26 +36,14 @@ class RewardService:
 
     def record(self, episode: Episode, *, final: bool = False) -> RewardBreakdown:
         """Log an episode with its provisional (or, with ``final``, final) reward in one transaction."""
-        breakdown = self.reward.score(episode, episode.feedback)
-        closed_at = utcnow() if final else None
-        to_log = Episode(
-            user_id=episode.user_id,
-            query=episode.query,
-            selections=episode.selections,
-            steps=episode.steps,
-            answer=episode.answer,
-            thread_id=episode.thread_id,
-            turn=episode.turn,
-            id=episode.id,
-            created_at=episode.created_at,
-            reward=breakdown,
-            finalized_at=closed_at,
-            feedback=episode.feedback,
-            used_ids=episode.used_ids,
-            metadata=episode.metadata,
-        )
-        self.log.log_episode(to_log)
-        return breakdown
+        scored = self.scored(episode, final=final)
+        self.log.log_episode(scored)
+        assert scored.reward is not None
+        return scored.reward
+
+    def scored(self, episode: Episode, *, final: bool = False) -> Episode:
+        """The episode with its provisional (or final) reward, ready for ``log.log_episodes``."""
+        return replace(episode, reward=self.reward.score(episode, episode.feedback), finalized_at=utcnow() if final else None)
 
     def post_feedback(self, feedback: Feedback) -> FeedbackReceipt:
         """Store feedback and fold it into the episode's reward, in one transaction, while the
