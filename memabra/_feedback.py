@@ -43,7 +43,9 @@ class RewardService:
 
     def scored(self, episode: Episode, *, final: bool = False) -> Episode:
         """The episode with its provisional (or final) reward, ready for ``log.log_episodes``."""
-        return replace(episode, reward=self.reward.score(episode, episode.feedback), finalized_at=utcnow() if final else None)
+        return replace(
+            episode, reward=self.reward.score(episode, episode.feedback), finalized_at=utcnow() if final else None
+        )
 
     def post_feedback(self, feedback: Feedback) -> FeedbackReceipt:
         """Store feedback and fold it into the episode's reward, in one transaction, while the
@@ -74,7 +76,12 @@ class RewardService:
         return self.log.claim_learning(limit=limit)
 
     def recompute_rewards(
-        self, weights: RewardWeights, *, since: datetime | None = None, version: str | None = None, use_memory_scores: bool = False
+        self,
+        weights: RewardWeights,
+        *,
+        since: datetime | None = None,
+        version: str | None = None,
+        use_memory_scores: bool = False,
     ) -> int:
         """See :func:`recompute_rewards`."""
         return recompute_rewards(self.log, weights, since=since, version=version, use_memory_scores=use_memory_scores)

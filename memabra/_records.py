@@ -6,16 +6,14 @@ behind its producer's back. Validation happens in ``__post_init__`` and raises
 :class:`~memabra._errors.InvalidRecordError` naming the offending field.
 """
 
+from memabra._records_offline import GoldDecision, MemoryQuality, OPEResult
 from memabra._records_outcomes import (
     COMPONENT_RANGES,
     Episode,
     EpisodeSummary,
     Feedback,
     FeedbackReceipt,
-    GoldDecision,
     LearningItem,
-    MemoryQuality,
-    OPEResult,
     Page,
     PolicySnapshot,
     RegistryItem,

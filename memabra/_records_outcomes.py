@@ -22,11 +22,11 @@ from memabra._records_routing import (
     _check_json_finite,
     _frozen_mapping,
     _require_aware,
-    _require_finite,
     new_id,
     utcnow,
 )
 from memabra._signals import FeedbackSignals
+
 
 @dataclass(frozen=True, slots=True)
 class RewardWeights:
@@ -46,7 +46,9 @@ class RewardWeights:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidRecordError(f"reward weight {name} must be a finite number, got {value!r}")
             if value < 0:
-                raise InvalidRecordError(f"reward weight {name} must be non-negative (the sign is in the formula), got {value!r}")
+                raise InvalidRecordError(
+                    f"reward weight {name} must be non-negative (the sign is in the formula), got {value!r}"
+                )
 
     def as_dict(self) -> dict[str, float]:
         return {n: float(getattr(self, n)) for n in ("ws", "wr", "we", "wc", "wl", "wx", "wu")}
@@ -91,7 +93,9 @@ class RewardComponents:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidRecordError(f"reward component {name.upper()} must be a finite number, got {value!r}")
             if not low <= value <= high:
-                raise InvalidRecordError(f"reward component {name.upper()} = {value!r} is outside its range [{low}, {high}]")
+                raise InvalidRecordError(
+                    f"reward component {name.upper()} = {value!r} is outside its range [{low}, {high}]"
+                )
 
     @property
     def h(self) -> float:
@@ -171,7 +175,9 @@ class Feedback:
         object.__setattr__(self, "payload", MappingProxyType(signals.as_payload()))
 
     @classmethod
-    def of(cls, episode_id: str, kind: FeedbackKind | str, source: str, signals: FeedbackSignals, **fields: Any) -> Feedback:
+    def of(
+        cls, episode_id: str, kind: FeedbackKind | str, source: str, signals: FeedbackSignals, **fields: Any
+    ) -> Feedback:
         """Feedback from an already typed record (``fields``: decision_id, idempotency_key, ...)."""
         return cls(episode_id, FeedbackKind(kind), source, signals.as_payload(), **fields)
 
@@ -233,7 +239,6 @@ class PolicySnapshot:
             raise InvalidRecordError(f"PolicySnapshot.status must be candidate, active or retired, got {self.status!r}")
         object.__setattr__(self, "learner_args", _frozen_mapping(self.learner_args))
         object.__setattr__(self, "metrics", _frozen_mapping(self.metrics))
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,59 +357,3 @@ class LearningItem:
     selections: tuple[Selection, ...]
     reward: RewardBreakdown
     outcomes: Mapping[str, float]
-
-
-@dataclass(frozen=True, slots=True)
-class OPEResult:
-    """One estimator's estimate of one target policy's value on the log."""
-
-    policy: str
-    estimator: str
-    value: float
-    ci_low: float
-    ci_high: float
-    n_rounds: int
-    alpha: float = 0.05
-    snapshot_version: str | None = None
-    details: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
-    run_id: str = field(default_factory=new_id)
-    created_at: datetime = field(default_factory=utcnow)
-    id: str = field(default_factory=new_id)
-
-    def __post_init__(self) -> None:
-        for name in ("value", "ci_low", "ci_high", "alpha"):
-            _require_finite(f"OPEResult.{name}", getattr(self, name))
-        _check_json_finite("OPEResult.details", self.details)
-        object.__setattr__(self, "details", _frozen_mapping(self.details))
-
-
-@dataclass(frozen=True, slots=True)
-class GoldDecision:
-    """A logged decision whose gold answer is known: what MemPO grades."""
-
-    id: str
-    question: str
-    selected: tuple[str, ...]
-    candidates: tuple[str, ...]
-    gold_answer: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryQuality:
-    """MemPO's label of a decision: P(gold | selected memories) against P(gold | every candidate);
-    ``reward`` +1 when the selection does as well, else -1."""
-
-    decision_id: str
-    scorer: str
-    p_selected: float
-    p_all: float
-    difference: float
-    reward: int
-    answer_tokens: int
-    scored_at: datetime = field(default_factory=utcnow)
-
-    def __post_init__(self) -> None:
-        for name in ("p_selected", "p_all", "difference"):
-            _require_finite(f"MemoryQuality.{name}", getattr(self, name))
-        if self.reward not in (1, -1):
-            raise InvalidRecordError(f"MemoryQuality.reward must be +1 or -1, got {self.reward!r}")

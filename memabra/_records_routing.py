@@ -7,7 +7,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeAlias
@@ -29,7 +29,7 @@ def new_id() -> str:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -53,7 +53,6 @@ def _require_aware(name: str, value: datetime | None) -> None:
         raise InvalidRecordError(f"{name} must be timezone-aware (UTC), got a naive datetime")
 
 
-
 def _check_json_finite(name: str, value: Any) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidRecordError(f"{name} holds a non-finite number ({value!r})")
@@ -65,12 +64,10 @@ def _check_json_finite(name: str, value: Any) -> None:
             _check_json_finite(f"{name}[{i}]", v)
 
 
-
 def ensure_sequence(name: str, value: Sequence[Any]) -> tuple[Any, ...]:
     if isinstance(value, (str, bytes)):
         raise InvalidRecordError(f"{name} must be a sequence, not a string")
     return tuple(value)
-
 
 
 class CandidateKind(StrEnum):
@@ -141,7 +138,9 @@ class Budget:
         if self.max_tokens is not None and (
             isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0
         ):
-            raise InvalidRecordError(f"Budget.max_tokens must be a non-negative integer or None, got {self.max_tokens!r}")
+            raise InvalidRecordError(
+                f"Budget.max_tokens must be a non-negative integer or None, got {self.max_tokens!r}"
+            )
         slots: dict[CandidateKind, int] = {}
         for kind, count in dict(self.slots).items():
             try:
@@ -208,7 +207,9 @@ class ScoredCandidate:
         object.__setattr__(self, "features", _frozen_mapping(self.features))
 
     @classmethod
-    def trusted(cls, candidate: Candidate, features: MappingProxyType[str, float], score: float, rank: int) -> ScoredCandidate:
+    def trusted(
+        cls, candidate: Candidate, features: MappingProxyType[str, float], score: float, rank: int
+    ) -> ScoredCandidate:
         """Internal: a record from fields the caller has already validated (a router's feature
         rows, checked when the table was built), skipping the per-feature checks of every
         decision's dozens of records."""
@@ -246,7 +247,7 @@ class SlotDraw:
         if not (math.isfinite(total) and min(probabilities) >= 0.0 and max(probabilities) <= 1.0):
             # the slow path names the offending entry; routers hit the fast one above every slot
             total = 0.0
-            for cid, p in zip(self.candidate_ids, probabilities):
+            for cid, p in zip(self.candidate_ids, probabilities, strict=True):
                 _require_finite(f"SlotDraw {self.slot} probability of {cid!r}", p)
                 if p < 0.0 or p > 1.0:
                     raise InvalidRecordError(f"SlotDraw {self.slot}: probability of {cid!r} is {p}, outside [0, 1]")

@@ -216,11 +216,14 @@ class CompositeReward:
         cfg = self.config
         if m.timeout or any(s.status == "timeout" for s in episode.steps):
             return 1.0
-        latency = episode.metadata.get("latency_ms")
-        if not _is_number(latency):
-            latency = sum(s.latency_ms for s in episode.steps) + sum(sel.latency_ms for sel in episode.selections)
+        given: Any = episode.metadata.get("latency_ms")
+        latency = (
+            float(given)
+            if _is_number(given)
+            else (sum(s.latency_ms for s in episode.steps) + sum(sel.latency_ms for sel in episode.selections))
+        )
         steps = len(episode.steps)
-        value = 0.5 * max(0.0, float(latency) - cfg.latency_free_ms) / cfg.latency_scale_ms
+        value = 0.5 * max(0.0, latency - cfg.latency_free_ms) / cfg.latency_scale_ms
         value += 0.5 * max(0, steps - cfg.free_steps) / cfg.step_scale
         return _clip01(value)
 

@@ -49,7 +49,9 @@ def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = F
     if ok and (low < value <= high if open_low else low <= value <= high):
         return float(value)
     bracket = "(" if open_low else "["
-    raise InvalidFeedbackError(f"feedback {key!r} must be a finite number in {bracket}{low:g}, {high:g}], got {value!r}")
+    raise InvalidFeedbackError(
+        f"feedback {key!r} must be a finite number in {bracket}{low:g}, {high:g}], got {value!r}"
+    )
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -81,7 +83,9 @@ def _ids(key: str, value: Any) -> tuple[str, ...]:
         raise InvalidFeedbackError(f"feedback {key!r} must be a list of candidate ids, got {value!r}")
     for v in value:
         if not v or len(v) > _MAX_ID_LENGTH:
-            raise InvalidFeedbackError(f"feedback {key!r}: candidate ids must have 1 to {_MAX_ID_LENGTH} characters, got {v!r:.80}")
+            raise InvalidFeedbackError(
+                f"feedback {key!r}: candidate ids must have 1 to {_MAX_ID_LENGTH} characters, got {v!r:.80}"
+            )
     return tuple(value)
 
 

@@ -3,7 +3,6 @@
 Takes and returns the records of :mod:`memabra`; ORM rows never leave this package.
 """
 
-from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._admin_queries import (
     DEFAULT_SAMPLE,
     AdminQueries,
@@ -13,10 +12,11 @@ from memabra.storage._admin_queries import (
     RewardPoint,
     SnapshotInfo,
 )
+from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
+from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
-from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
 
 __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",

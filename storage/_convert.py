@@ -3,43 +3,34 @@ nothing (what a correction is comes from the feedback record)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from memabra.storage._from_rows import (  # re-exported: callers use one namespace, cv.*
+    feedback_from_row,
+    memory_score_from_row,
+    ope_from_row,
+    registry_from_row,
+    reward_from_row,
+    selection_from_rows,
+    snapshot_from_row,
+    step_from_row,
+    summary_from_row,
+)
+
 from memabra._records import (
     STOP_ID,
-    Budget,
-    Candidate,
     CandidateKind,
     Episode,
-    EpisodeSummary,
     Feedback,
     MemoryQuality,
     OPEResult,
     PolicySnapshot,
     RegistryItem,
     RewardBreakdown,
-    RewardComponents,
-    RewardWeights,
-    RoutingContext,
-    ScoredCandidate,
     Selection,
-    SlotDraw,
     Step,
-)
-from memabra.storage._models import (
-    DecisionCandidateRow,
-    EpisodeRow,
-    DecisionRow,
-    DecisionSlotRow,
-    FeedbackRow,
-    MemoryScoreRow,
-    OPERunRow,
-    PolicySnapshotRow,
-    RegistryRow,
-    RewardRow,
-    StepRow,
 )
 
 
@@ -110,7 +101,7 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
     first_of_kind: dict[CandidateKind, dict[str, float]] = {}
     for d in sel.slots:
         if d.kind not in first_of_kind:
-            first_of_kind[d.kind] = dict(zip(d.candidate_ids, d.probabilities))
+            first_of_kind[d.kind] = dict(zip(d.candidate_ids, d.probabilities, strict=True))
     rows = []
     for ordinal, sc in enumerate(sel.offered):
         cand = sc.candidate
@@ -261,157 +252,26 @@ def thaw(value: Any) -> Any:
     return value
 
 
-# ---------------------------------------------------------------- rows -> records
-
-
-def selection_from_rows(
-    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
-) -> Selection:
-    budget = Budget(
-        max_tokens=decision.token_budget,
-        slots={CandidateKind(k): int(n) for k, n in decision.slots_budget.items()},
-    )
-    context = RoutingContext(
-        query=decision.query,
-        user_id=decision.user_id,
-        thread_id=decision.thread_id,
-        turn=decision.turn,
-        kinds=tuple(CandidateKind(k) for k in decision.kinds),
-        budget=budget,
-    )
-    offered = tuple(
-        ScoredCandidate(
-            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
-            features={k: float(v) for k, v in (c.features or {}).items()},
-            score=c.score,
-            rank=c.rank,
-        )
-        for c in sorted(candidates, key=lambda c: c.ordinal)
-    )
-    draws = tuple(
-        SlotDraw(
-            slot=s.slot,
-            kind=CandidateKind(s.kind),
-            candidate_ids=tuple(s.candidate_ids),
-            probabilities=tuple(float(p) for p in s.probabilities),
-            chosen_id=s.chosen_id,
-            chosen_probability=s.chosen_probability,
-        )
-        for s in sorted(slots, key=lambda s: s.slot)
-    )
-    return Selection(
-        context=context,
-        offered=offered,
-        slots=draws,
-        policy=decision.policy,
-        policy_version=decision.policy_version,
-        seed=decision.seed,
-        latency_ms=decision.latency_ms,
-        id=decision.id,
-        created_at=decision.created_at,
-    )
-
-
-def step_from_row(row: StepRow) -> Step:
-    return Step(
-        kind=row.kind,  # type: ignore[arg-type]
-        name=row.name,
-        seq=row.seq,
-        arguments=row.arguments or {},
-        result=row.result,
-        status=row.status,
-        error=row.error,
-        latency_ms=row.latency_ms,
-        input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens,
-        started_at=row.started_at,
-    )
-
-
-def feedback_from_row(row: FeedbackRow) -> Feedback:
-    return Feedback(
-        episode_id=row.episode_id,
-        kind=row.kind,  # type: ignore[arg-type]
-        source=row.source,
-        payload=row.payload or {},
-        decision_id=row.decision_id,
-        idempotency_key=row.idempotency_key,
-        received_at=row.received_at,
-        id=row.id,
-        late=row.late,
-    )
-
-
-def reward_from_row(row: RewardRow) -> RewardBreakdown:
-    return RewardBreakdown(
-        components=RewardComponents(s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u),
-        weights=RewardWeights(**row.weights),
-        version=row.reward_version,
-    )
-
-
-def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:
-    return PolicySnapshot(
-        policy=row.policy,
-        version=row.version,
-        model=bytes(row.model),
-        learner_args=row.learner_args or {},
-        parent=row.parent,
-        created_at=row.created_at,
-        metrics=row.metrics or {},
-        status=row.status,
-    )
-
-
-def registry_from_row(row: RegistryRow) -> RegistryItem:
-    return RegistryItem(
-        kind=CandidateKind(row.kind),
-        id=row.id,
-        owner=row.owner,
-        text=row.text,
-        tokens=row.tokens,
-        name=row.name,
-        body=row.body,
-        source=row.source,
-        metadata=row.metadata_ or {},
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_chosen_at=row.last_chosen_at,
-        times_chosen=row.times_chosen,
-        times_used=row.times_used,
-    )
-
-
-def ope_from_row(r: OPERunRow) -> OPEResult:
-    return OPEResult(
-        policy=r.policy,
-        estimator=r.estimator,
-        value=r.value,
-        ci_low=r.ci_low,
-        ci_high=r.ci_high,
-        n_rounds=r.n_rounds,
-        alpha=r.alpha,
-        snapshot_version=r.snapshot_version,
-        details=r.details or {},
-        run_id=r.run_id,
-        created_at=r.created_at,
-        id=r.id,
-    )
-
-
-def memory_score_from_row(r: MemoryScoreRow) -> MemoryQuality:
-    return MemoryQuality(r.decision_id, r.scorer, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens, r.scored_at)
-
-
-def summary_from_row(r: EpisodeRow) -> EpisodeSummary:
-    return EpisodeSummary(
-        id=r.id,
-        user_id=r.user_id,
-        query=r.query,
-        created_at=r.created_at,
-        policy_version=r.policy_version,
-        kinds=tuple(k for k in r.kinds.split(",") if k),
-        reward_total=r.reward_total,
-        corrected=r.corrected,
-        finalized=r.finalized_at is not None,
-    )
+__all__ = [
+    "candidate_values",
+    "decision_values",
+    "episode_values",
+    "feedback_from_row",
+    "feedback_values",
+    "memory_score_from_row",
+    "memory_score_values",
+    "ope_from_row",
+    "ope_values",
+    "registry_from_row",
+    "registry_values",
+    "reward_from_row",
+    "reward_values",
+    "selection_from_rows",
+    "slot_values",
+    "snapshot_from_row",
+    "snapshot_values",
+    "step_from_row",
+    "step_values",
+    "summary_from_row",
+    "thaw",
+]

@@ -31,7 +31,9 @@ def resolve_url(url: str | None = None) -> str:
         # psycopg 3 is the supported driver; a bare scheme would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
+        raise ConfigError(
+            f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://"
+        )
     return parsed.render_as_string(hide_password=False)
 
 

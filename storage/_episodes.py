@@ -17,11 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, or_, select, update
-from sqlalchemy.orm import Session
-
-from memabra._errors import InvalidRecordError, UnknownEpisodeError
-from memabra._records import CandidateKind, Episode, Page, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._models import (
     DecisionCandidateRow,
@@ -32,9 +27,15 @@ from memabra.storage._models import (
     RegistryRow,
     RewardRow,
     StepRow,
+    table_of,
 )
 from memabra.storage._rows import bulk_insert, clean_text
 from memabra.storage._tx import Transactions
+from sqlalchemy import Connection, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra._records import CandidateKind, Episode, Page, Selection
 
 __all__ = [
     "EpisodeFilter",
@@ -71,8 +72,13 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
     ids = [e.id for e in episodes]
     if len(set(ids)) != len(ids):
         raise InvalidRecordError("log_episodes got the same episode id twice")
-    episode_rows, decision_rows, slot_rows, candidate_rows = [], [], [], []
-    step_rows, feedback_rows, reward_rows = [], [], []
+    episode_rows: list[dict[str, Any]] = []
+    decision_rows: list[dict[str, Any]] = []
+    slot_rows: list[dict[str, Any]] = []
+    candidate_rows: list[dict[str, Any]] = []
+    step_rows: list[dict[str, Any]] = []
+    feedback_rows: list[dict[str, Any]] = []
+    reward_rows: list[dict[str, Any]] = []
     chosen_counts: Counter[tuple[str, str, str]] = Counter()
     last_chosen: dict[tuple[str, str, str], datetime] = {}
     for episode in episodes:
@@ -82,7 +88,11 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
             slot_rows.extend(cv.slot_values(sel))
             candidate_rows.extend(cv.candidate_values(sel, episode.used_ids))
             for cand in sel.chosen:
-                key = (cand.kind.value, clean_text(str(cand.metadata.get("owner", sel.context.user_id))), clean_text(cand.id))
+                key = (
+                    cand.kind.value,
+                    clean_text(str(cand.metadata.get("owner", sel.context.user_id))),
+                    clean_text(cand.id),
+                )
                 chosen_counts[key] += 1
                 last_chosen[key] = max(last_chosen.get(key, sel.created_at), sel.created_at)
         step_rows.extend(cv.step_values(episode.id, episode.steps))
@@ -106,9 +116,9 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
             (FeedbackRow, feedback_rows),
             (RewardRow, reward_rows),
         ):
-            bulk_insert(conn, model.__table__, rows)  # type: ignore[arg-type]
+            bulk_insert(conn, table_of(model), rows)
         if counter_params:
-            registry = RegistryRow.__table__
+            registry = table_of(RegistryRow)
             conn.execute(
                 update(registry)
                 .where(
@@ -130,7 +140,9 @@ def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:
         raise UnknownEpisodeError(f"no episode with id {episode_id!r}")
     selections = load_selections(s, [episode_id]).get(episode_id, ())
     steps = s.scalars(select(StepRow).where(StepRow.episode_id == episode_id).order_by(StepRow.seq)).all()
-    feedback = s.scalars(select(FeedbackRow).where(FeedbackRow.episode_id == episode_id).order_by(FeedbackRow.received_at)).all()
+    feedback = s.scalars(
+        select(FeedbackRow).where(FeedbackRow.episode_id == episode_id).order_by(FeedbackRow.received_at)
+    ).all()
     reward = s.get(RewardRow, episode_id)
     return Episode(
         user_id=row.user_id,
@@ -156,7 +168,9 @@ def get_episode(tx: Transactions, episode_id: str) -> Episode:
 
 
 def load_selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Selection]]:
-    decisions = s.scalars(select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)).all()
+    decisions = s.scalars(
+        select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
+    ).all()
     return assemble_selections(s, decisions)
 
 

@@ -22,6 +22,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
+from memabra.storage._engine import make_engine
+from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._migrate import check_schema
+from memabra.storage._rewards import Scorer
+from memabra.storage._tx import Transactions
 from sqlalchemy import Engine
 
 from memabra._records import (
@@ -42,12 +48,6 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
-from memabra.storage._engine import make_engine
-from memabra.storage._episodes import EpisodeFilter
-from memabra.storage._migrate import check_schema
-from memabra.storage._rewards import Scorer
-from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
 
@@ -122,7 +122,9 @@ class EpisodeLog:
     def get_selection(self, decision_id: str) -> Selection:
         return _episodes.get_selection(self._tx, decision_id)
 
-    def list_episodes(self, filters: EpisodeFilter | None = None, *, cursor: str | None = None, limit: int = 50) -> Page:
+    def list_episodes(
+        self, filters: EpisodeFilter | None = None, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
         """Newest first, keyset-paginated on (created_at, id): constant cost per page at any depth."""
         return _episodes.list_episodes(self._tx, filters, cursor, limit)
 
@@ -171,12 +173,19 @@ class EpisodeLog:
         """MemPO's +1 / -1 label of each episode that has one, by episode id."""
         return _rewards.memory_labels(self._tx)
 
-    def write_rewards(self, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, *, version: str | None = None) -> int:
+    def write_rewards(
+        self, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, *, version: str | None = None
+    ) -> int:
         """Replace stored rewards' totals, Hm, weights and version; returns how many."""
         return _rewards.write_rewards(self._tx, updates, weights, version)
 
     def recompute_rewards(
-        self, weights: RewardWeights, *, since: datetime | None = None, version: str | None = None, use_memory_scores: bool = False
+        self,
+        weights: RewardWeights,
+        *,
+        since: datetime | None = None,
+        version: str | None = None,
+        use_memory_scores: bool = False,
     ) -> int:
         """Kept for callers of the old API: :meth:`memabra.RewardService.recompute_rewards`."""
         from memabra._feedback import recompute_rewards  # the rules live with the reward
@@ -194,7 +203,9 @@ class EpisodeLog:
     def record_ope_results(self, results: Sequence[OPEResult]) -> None:
         _offline.record_ope_results(self._tx, results)
 
-    def list_ope_runs(self, version: str | None = None, *, policy: str | None = None, limit: int = 1000) -> list[OPEResult]:
+    def list_ope_runs(
+        self, version: str | None = None, *, policy: str | None = None, limit: int = 1000
+    ) -> list[OPEResult]:
         return _offline.list_ope_runs(self._tx, version, policy, limit)
 
     def mempo_items(self, *, since: datetime | None = None) -> Iterator[GoldDecision]:

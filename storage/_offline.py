@@ -7,20 +7,36 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
+from memabra.storage import _convert as cv
+from memabra.storage._episodes import assemble_selections
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
+    PolicySnapshotRow,
+    RewardRow,
+    table_of,
+)
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._records import GoldDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
-from memabra.storage import _convert as cv
-from memabra.storage._episodes import assemble_selections
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, FeedbackRow, MemoryScoreRow, OPERunRow, PolicySnapshotRow, RewardRow
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 
 logger = logging.getLogger("memabra")
 
-__all__ = ["iter_selections", "list_ope_runs", "memory_scores", "mempo_items", "record_ope_results", "store_memory_scores"]
+__all__ = [
+    "iter_selections",
+    "list_ope_runs",
+    "memory_scores",
+    "mempo_items",
+    "record_ope_results",
+    "store_memory_scores",
+]
 
 # Episodes whose decisions are read per query when assembling MemPO items.
 _CHUNK = 500
@@ -41,7 +57,10 @@ def iter_selections(
         for chunk in result.partitions():
             assembled = assemble_selections(s, chunk)
             episode_ids = list({d.episode_id for d in chunk})
-            rewards = {r.episode_id: cv.reward_from_row(r) for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))}
+            rewards = {
+                r.episode_id: cv.reward_from_row(r)
+                for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))
+            }
             by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
             for d in chunk:
                 yield by_id[d.id], rewards.get(d.episode_id)
@@ -51,14 +70,14 @@ def iter_selections(
 def record_ope_results(tx: Transactions, results: Sequence[OPEResult]) -> None:
     if not results:
         return
-    rows = prepare(OPERunRow.__table__, [cv.ope_values(r) for r in results])  # type: ignore[arg-type]
+    rows = prepare(table_of(OPERunRow), [cv.ope_values(r) for r in results])
     versions = {r["snapshot_version"] for r in rows if r["snapshot_version"] is not None}
 
     def work(s: Session) -> None:
         for version in sorted(versions):
             if s.get(PolicySnapshotRow, version) is None:
                 raise InvalidRecordError(f"OPE result names snapshot {version!r}, which is not in the log")
-        s.execute(insert(OPERunRow.__table__), rows)  # type: ignore[arg-type]
+        s.execute(insert(table_of(OPERunRow)), rows)
 
     tx.write(work, what="record_ope_results")
 
@@ -92,11 +111,16 @@ def mempo_items(tx: Transactions, since: datetime | None) -> Iterator[GoldDecisi
     for start in range(0, len(episode_ids), _CHUNK):
         chunk = episode_ids[start : start + _CHUNK]
         with tx.read() as s:
-            decisions = s.scalars(select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)).all()
+            decisions = s.scalars(
+                select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)
+            ).all()
             cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
             for c in s.scalars(
                 select(DecisionCandidateRow)
-                .where(DecisionCandidateRow.decision_id.in_([d.id for d in decisions]), DecisionCandidateRow.kind == "memory")
+                .where(
+                    DecisionCandidateRow.decision_id.in_([d.id for d in decisions]),
+                    DecisionCandidateRow.kind == "memory",
+                )
                 .order_by(DecisionCandidateRow.ordinal)
             ):
                 cands[c.decision_id].append(c)
@@ -106,7 +130,9 @@ def mempo_items(tx: Transactions, since: datetime | None) -> Iterator[GoldDecisi
                 yield GoldDecision(
                     id=d.id,
                     question=d.query,
-                    selected=tuple(c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)),
+                    selected=tuple(
+                        c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)
+                    ),
                     candidates=tuple(c.text for c in memories),
                     gold_answer=gold[d.episode_id],
                 )
@@ -116,12 +142,12 @@ def store_memory_scores(tx: Transactions, scores: Sequence[MemoryQuality]) -> No
     """Insert or replace MemPO labels (a re-run with another model overwrites)."""
     if not scores:
         return
-    rows = prepare(MemoryScoreRow.__table__, [cv.memory_score_values(q) for q in scores])  # type: ignore[arg-type]
+    rows = prepare(table_of(MemoryScoreRow), [cv.memory_score_values(q) for q in scores])
     ids = sorted({r["decision_id"] for r in rows})
 
     def work(s: Session) -> None:
         s.execute(delete(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
-        s.execute(insert(MemoryScoreRow.__table__), rows)  # type: ignore[arg-type]
+        s.execute(insert(table_of(MemoryScoreRow)), rows)
 
     tx.write(work, what="store_memory_scores")
 
@@ -131,4 +157,7 @@ def memory_scores(tx: Transactions, decision_ids: Sequence[str]) -> dict[str, Me
         return {}
     ids = [clean_text(d) for d in decision_ids]
     with tx.read() as s:
-        return {r.decision_id: cv.memory_score_from_row(r) for r in s.scalars(select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))}
+        return {
+            r.decision_id: cv.memory_score_from_row(r)
+            for r in s.scalars(select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
+        }

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memabra.storage import _convert as cv
+from memabra.storage._models import DecisionCandidateRow, RegistryRow, table_of
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 from sqlalchemy import Integer, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, RegistryItem, UsageCounts, utcnow
-from memabra.storage import _convert as cv
-from memabra.storage._models import DecisionCandidateRow, RegistryRow
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 
 __all__ = ["candidate_usage", "delete_item", "items", "put_items"]
 
@@ -24,7 +24,7 @@ def put_items(tx: Transactions, items_: Sequence[RegistryItem]) -> None:
     """Insert or replace memories, skills and tools (usage counters of a replaced row are kept)."""
     if not items_:
         return
-    rows = prepare(RegistryRow.__table__, [cv.registry_values(i) for i in items_])  # type: ignore[arg-type]
+    rows = prepare(table_of(RegistryRow), [cv.registry_values(i) for i in items_])
     # Fixed key order, as for every registry write: concurrent writers lock rows in one sequence.
     rows.sort(key=lambda r: (r["kind"], r["owner"], r["id"]))
 

@@ -9,21 +9,30 @@ killed in between leaves neither, and a retry with the same idempotency key is a
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from memabra.storage import _convert as cv
+from memabra.storage._episodes import load_episode, load_selections
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    EpisodeRow,
+    FeedbackRow,
+    MemoryScoreRow,
+    RegistryRow,
+    RewardRow,
+    table_of,
+)
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from memabra._errors import FeedbackError, UnknownEpisodeError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
-from memabra.storage import _convert as cv
-from memabra.storage._episodes import load_episode, load_selections
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, EpisodeRow, FeedbackRow, MemoryScoreRow, RegistryRow, RewardRow
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 
 __all__ = [
     "Scorer",
@@ -44,11 +53,13 @@ Scorer = Callable[[Episode], RewardBreakdown]
 """The reward's rules: an episode (with all its stored feedback) to its reward breakdown."""
 
 
-def add_feedback(tx: Transactions, feedback: Feedback, score: Scorer | None = None, *, final: bool = False) -> FeedbackReceipt:
+def add_feedback(
+    tx: Transactions, feedback: Feedback, score: Scorer | None = None, *, final: bool = False
+) -> FeedbackReceipt:
     """Store feedback and, when ``score`` is given and the window is open, the reward it yields,
     in one transaction. ``duplicate``: the idempotency key was seen (nothing written); ``late``:
     the reward was already final (stored for review, never applied); else ``stored``."""
-    row_values = prepare(FeedbackRow.__table__, [cv.feedback_values(feedback, late=False)])[0]  # type: ignore[arg-type]
+    row_values = prepare(table_of(FeedbackRow), [cv.feedback_values(feedback, late=False)])[0]
 
     def work(s: Session) -> FeedbackReceipt:
         episode = s.get(EpisodeRow, row_values["episode_id"], with_for_update=True)
@@ -58,18 +69,21 @@ def add_feedback(tx: Transactions, feedback: Feedback, score: Scorer | None = No
             decision = s.get(DecisionRow, row_values["decision_id"])
             if decision is None or decision.episode_id != episode.id:
                 raise FeedbackError(
-                    f"feedback names decision {feedback.decision_id!r}, which is not part of episode {feedback.episode_id!r}"
+                    f"feedback names decision {feedback.decision_id!r}, "
+                    f"which is not part of episode {feedback.episode_id!r}"
                 )
         key = row_values["idempotency_key"]
         existing = s.scalar(select(FeedbackRow).where(FeedbackRow.idempotency_key == key))
         if existing is not None:
             if existing.episode_id != episode.id:
-                raise FeedbackError(f"idempotency key {feedback.idempotency_key!r} was already used for episode {existing.episode_id!r}")
+                raise FeedbackError(
+                    f"idempotency key {feedback.idempotency_key!r} was already used for episode {existing.episode_id!r}"
+                )
             return FeedbackReceipt(existing.id, "duplicate")
         late = episode.finalized_at is not None
         try:
             with s.begin_nested():
-                s.execute(insert(FeedbackRow.__table__), [{**row_values, "late": late}])  # type: ignore[arg-type]
+                s.execute(insert(table_of(FeedbackRow)), [{**row_values, "late": late}])
         except IntegrityError:
             return FeedbackReceipt(feedback.id, "duplicate")  # a concurrent post with the same key won
         if feedback.signals.corrects:
@@ -118,10 +132,10 @@ def _store_reward(s: Session, episode: EpisodeRow, reward: RewardBreakdown, *, f
     existing = s.get(RewardRow, episode.id)
     if existing is not None and existing.final:
         return False
-    values = prepare(RewardRow.__table__, [cv.reward_values(episode.id, reward, final=final, at=at)])[0]  # type: ignore[arg-type]
+    values = prepare(table_of(RewardRow), [cv.reward_values(episode.id, reward, final=final, at=at)])[0]
     if existing is not None:
         s.execute(delete(RewardRow).where(RewardRow.episode_id == episode.id))
-    s.execute(insert(RewardRow.__table__), [values])  # type: ignore[arg-type]
+    s.execute(insert(table_of(RewardRow)), [values])
     episode.reward_total = values["total"]
     if final:
         episode.finalized_at = at
@@ -146,23 +160,34 @@ def _set_used(s: Session, episode: EpisodeRow, used_ids: list[str]) -> None:
     merged = previous | {clean_text(u) for u in used_ids}
     episode.used_ids = sorted(merged)
     decision_ids = select(DecisionRow.id).where(DecisionRow.episode_id == episode.id)
-    table = DecisionCandidateRow.__table__
+    table = table_of(DecisionCandidateRow)
     chosen = table.c.decision_id.in_(decision_ids) & table.c.chosen.is_(True)
     s.execute(update(table).where(chosen).values(used=table.c.candidate_id.in_(sorted(merged)) if merged else False))
     newly = merged - previous
     if not newly:
         return
-    rows = s.execute(select(table.c.kind, table.c.candidate_id, table.c.metadata).where(chosen, table.c.candidate_id.in_(sorted(newly)))).all()
+    rows = s.execute(
+        select(table.c.kind, table.c.candidate_id, table.c.metadata).where(
+            chosen, table.c.candidate_id.in_(sorted(newly))
+        )
+    ).all()
     # Sorted like every registry counter update, so concurrent writers lock rows in one order.
     params = sorted(
-        ({"b_kind": r.kind, "b_owner": str((r.metadata or {}).get("owner", episode.user_id)), "b_id": r.candidate_id} for r in rows),
+        (
+            {"b_kind": r.kind, "b_owner": str((r.metadata or {}).get("owner", episode.user_id)), "b_id": r.candidate_id}
+            for r in rows
+        ),
         key=lambda p: (p["b_kind"], p["b_owner"], p["b_id"]),
     )
     if params:
-        registry = RegistryRow.__table__
+        registry = table_of(RegistryRow)
         s.execute(
             update(registry)
-            .where(registry.c.kind == bindparam("b_kind"), registry.c.owner == bindparam("b_owner"), registry.c.id == bindparam("b_id"))
+            .where(
+                registry.c.kind == bindparam("b_kind"),
+                registry.c.owner == bindparam("b_owner"),
+                registry.c.id == bindparam("b_id"),
+            )
             .values(times_used=registry.c.times_used + 1),
             params,
         )
@@ -199,7 +224,12 @@ def claim_learning(tx: Transactions, limit: int, now: datetime) -> list[Learning
     PostgreSQL, so several workers never claim the same reward)."""
 
     def work(s: Session) -> list[LearningItem]:
-        stmt = select(RewardRow).where(RewardRow.final.is_(True), RewardRow.learned_at.is_(None)).order_by(RewardRow.computed_at).limit(limit)
+        stmt = (
+            select(RewardRow)
+            .where(RewardRow.final.is_(True), RewardRow.learned_at.is_(None))
+            .order_by(RewardRow.computed_at)
+            .limit(limit)
+        )
         if tx.is_postgres:
             stmt = stmt.with_for_update(skip_locked=True)
         rewards = s.scalars(stmt).all()
@@ -216,7 +246,12 @@ def claim_learning(tx: Transactions, limit: int, now: datetime) -> list[Learning
         for episode_id, candidate_id, used in rows:
             outcomes[episode_id][candidate_id] = 1.0 if used else 0.0
         s.execute(update(RewardRow).where(RewardRow.episode_id.in_(ids)).values(learned_at=now))
-        return [LearningItem(r.episode_id, tuple(selections.get(r.episode_id, ())), cv.reward_from_row(r), outcomes[r.episode_id]) for r in rewards]
+        return [
+            LearningItem(
+                r.episode_id, tuple(selections.get(r.episode_id, ())), cv.reward_from_row(r), outcomes[r.episode_id]
+            )
+            for r in rewards
+        ]
 
     return tx.write(work, what="claim_learning")
 
@@ -232,12 +267,16 @@ def stored_rewards(tx: Transactions, since: datetime | None) -> list[tuple[str, 
 
 def memory_labels(tx: Transactions) -> dict[str, float]:
     """MemPO's label (+1 / -1) of each episode whose decision has one, by episode id."""
-    stmt = select(DecisionRow.episode_id, MemoryScoreRow.reward).join(MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id)
+    stmt = select(DecisionRow.episode_id, MemoryScoreRow.reward).join(
+        MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id
+    )
     with tx.read() as s:
         return {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}
 
 
-def write_rewards(tx: Transactions, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, version: str | None) -> int:
+def write_rewards(
+    tx: Transactions, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, version: str | None
+) -> int:
     """Replace the totals (and Hm, weights, version) of stored rewards; returns how many."""
     if not updates:
         return 0
@@ -245,19 +284,32 @@ def write_rewards(tx: Transactions, updates: Mapping[str, RewardBreakdown], weig
     episode_params: list[dict[str, Any]] = []
     for episode_id, breakdown in sorted(updates.items()):
         reward_params.append(
-            {"b_id": episode_id, "b_total": breakdown.total, "b_hm": breakdown.components.hm, "b_weights": weights.as_dict(), "b_version": version or breakdown.version}
+            {
+                "b_id": episode_id,
+                "b_total": breakdown.total,
+                "b_hm": breakdown.components.hm,
+                "b_weights": weights.as_dict(),
+                "b_version": version or breakdown.version,
+            }
         )
         episode_params.append({"b_id": episode_id, "b_total": breakdown.total})
 
     def work(s: Session) -> int:
-        rt, et = RewardRow.__table__, EpisodeRow.__table__
+        rt, et = table_of(RewardRow), table_of(EpisodeRow)
         s.execute(
             update(rt)
             .where(rt.c.episode_id == bindparam("b_id"))
-            .values(total=bindparam("b_total"), hm=bindparam("b_hm"), weights=bindparam("b_weights"), reward_version=bindparam("b_version")),
+            .values(
+                total=bindparam("b_total"),
+                hm=bindparam("b_hm"),
+                weights=bindparam("b_weights"),
+                reward_version=bindparam("b_version"),
+            ),
             reward_params,
         )
-        s.execute(update(et).where(et.c.id == bindparam("b_id")).values(reward_total=bindparam("b_total")), episode_params)
+        s.execute(
+            update(et).where(et.c.id == bindparam("b_id")).values(reward_total=bindparam("b_total")), episode_params
+        )
         return len(reward_params)
 
     return tx.write(work, what="write_rewards")

@@ -23,7 +23,7 @@ import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Connection, Dialect, Integer, LargeBinary, String, Table
@@ -85,7 +85,7 @@ class _Column:
     limit: int | None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _columns(table: Table) -> tuple[_Column, ...]:
     out = []
     for col in table.columns:
@@ -154,22 +154,30 @@ class _Plan:
 
     names: tuple[str, ...]
     getter: Callable[[Mapping[str, Any]], tuple[Any, ...]]
-    steps: tuple[tuple[int, _Column, Any], ...]  # (index, column, SQLAlchemy bind processor or None)
+    texts: tuple[tuple[int, _Column, int], ...]  # (index, column, max length; 2**62 for TEXT)
+    ints: tuple[tuple[int, _Column, int], ...]  # (index, column, bound)
+    jsons: tuple[tuple[int, _Column], ...]
+    procs: tuple[tuple[int, Any], ...]  # SQLAlchemy bind processors (datetimes on SQLite)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _plan(table: Table, dialect_name: str, dialect: Dialect) -> _Plan:
     columns = _columns(table)
     names = tuple(c.name for c in columns)
-    steps = []
-    for i, (col, spec) in enumerate(zip(table.columns, columns)):
+    texts, ints, jsons, procs = [], [], [], []
+    for i, (col, spec) in enumerate(zip(table.columns, columns, strict=True)):
+        if spec.kind in ("str", "text"):
+            texts.append((i, spec, spec.limit if spec.limit is not None else 2**62))
+        elif spec.kind in _INT_BOUNDS:
+            ints.append((i, spec, _INT_BOUNDS[spec.kind]))
+        elif spec.kind == "json":
+            jsons.append((i, spec))
         # psycopg's COPY adapts datetimes itself; sqlite3 needs SQLAlchemy's text format.
-        proc = None
-        if dialect_name == "sqlite" and spec.kind not in ("json", "bool"):
+        if dialect_name == "sqlite" and spec.kind not in ("json", "bool", "str", "text", "int32", "int64"):
             proc = col.type.dialect_impl(dialect).bind_processor(dialect)
-        if spec.kind in ("str", "text", "int32", "int64", "json") or proc is not None:
-            steps.append((i, spec, proc))
-    return _Plan(names, operator.itemgetter(*names), tuple(steps))
+            if proc is not None:
+                procs.append((i, proc))
+    return _Plan(names, operator.itemgetter(*names), tuple(texts), tuple(ints), tuple(jsons), tuple(procs))
 
 
 def _as_tuple(table: Table, plan: _Plan, row: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -177,24 +185,23 @@ def _as_tuple(table: Table, plan: _Plan, row: Mapping[str, Any]) -> tuple[Any, .
         values = list(plan.getter(row))
     except KeyError:  # a row that leaves nullable columns out
         values = [row.get(n) for n in plan.names]
-    for i, spec, proc in plan.steps:
-        value = values[i]
-        if value is None:
-            continue
-        kind = spec.kind
-        # Inline fast paths (this loop runs for every value of every bulk row); anything they do
-        # not clear goes through _clean, which cleans or names the problem.
-        if kind == "str" or kind == "text":
-            if type(value) is str and value.isascii() and "\x00" not in value and (spec.limit is None or len(value) <= spec.limit):
-                pass
-            else:
-                value = _clean(table, spec, value, serialise_json=True)
-        elif kind == "int32":
-            if not (type(value) is int and -2147483648 <= value <= 2147483647):
-                value = _clean(table, spec, value, serialise_json=True)
-        else:
-            value = _clean(table, spec, value, serialise_json=True)
-        values[i] = proc(value) if proc is not None else value
+    # Inline fast paths (this runs for every value of every bulk row); what they do not clear
+    # goes through _clean, which cleans the value or names the problem.
+    for i, spec, limit in plan.texts:
+        v = values[i]
+        if v is not None and not (type(v) is str and v.isascii() and "\x00" not in v and len(v) <= limit):
+            values[i] = _clean(table, spec, v, serialise_json=True)
+    for i, spec, bound in plan.ints:
+        v = values[i]
+        if v is not None and not (type(v) is int and -bound <= v < bound):
+            values[i] = _clean(table, spec, v, serialise_json=True)
+    for i, spec in plan.jsons:
+        v = values[i]
+        if v is not None:
+            values[i] = dump_json(v, spec.name)
+    for i, proc in plan.procs:
+        if values[i] is not None:
+            values[i] = proc(values[i])
     return tuple(values)
 
 
@@ -209,7 +216,8 @@ def bulk_insert(connection: Connection, table: Table, rows: Sequence[Mapping[str
     assert raw is not None  # a connection inside an open transaction is always checked out
     names = ", ".join(f'"{n}"' for n in plan.names)
     if dialect.name == "postgresql":
-        with raw.cursor() as cursor, cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
+        pg_cursor: Any = raw.cursor()  # psycopg's cursor: COPY is not in the DB-API
+        with pg_cursor, pg_cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
             for values in tuples:
                 copy.write_row(values)
         return

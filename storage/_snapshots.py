@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memabra.storage import _convert as cv
+from memabra.storage._models import PolicySnapshotRow, table_of
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError, UnknownSnapshotError
 from memabra._records import PolicySnapshot
-from memabra.storage import _convert as cv
-from memabra.storage._models import PolicySnapshotRow
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 
 __all__ = [
     "SNAPSHOT_STATUSES",
@@ -34,7 +34,7 @@ SNAPSHOT_STATUSES = ("candidate", "active", "retired")
 
 
 def save_snapshot(tx: Transactions, snapshot: PolicySnapshot) -> None:
-    values = prepare(PolicySnapshotRow.__table__, [cv.snapshot_values(snapshot)])[0]  # type: ignore[arg-type]
+    values = prepare(table_of(PolicySnapshotRow), [cv.snapshot_values(snapshot)])[0]
 
     def work(s: Session) -> None:
         if snapshot.parent is not None and s.get(PolicySnapshotRow, values["parent"]) is None:
@@ -94,7 +94,9 @@ def rollback(tx: Transactions, policy: str) -> PolicySnapshot:
 
     def work(s: Session) -> PolicySnapshot:
         active = s.scalars(
-            select(PolicySnapshotRow).where(PolicySnapshotRow.policy == clean_text(policy), PolicySnapshotRow.status == "active").with_for_update()
+            select(PolicySnapshotRow)
+            .where(PolicySnapshotRow.policy == clean_text(policy), PolicySnapshotRow.status == "active")
+            .with_for_update()
         ).first()
         if active is None:
             raise SnapshotError(f"policy {policy!r} has no active snapshot to roll back")
@@ -114,7 +116,7 @@ def update_snapshot_metrics(tx: Transactions, version: str, metrics: Mapping[str
     def work(s: Session) -> None:
         row = _row(s, version, lock=True)
         merged = {**(row.metrics or {}), **cv.thaw(metrics)}
-        row.metrics = prepare(PolicySnapshotRow.__table__, [{"metrics": merged}])[0]["metrics"]  # type: ignore[arg-type]
+        row.metrics = prepare(table_of(PolicySnapshotRow), [{"metrics": merged}])[0]["metrics"]
 
     tx.write(work, what="update_snapshot_metrics")
 
@@ -129,6 +131,10 @@ def _row(s: Session, version: str, *, lock: bool = False) -> PolicySnapshotRow:
 def _retire_others(s: Session, policy: str, version: str) -> None:
     s.execute(
         update(PolicySnapshotRow)
-        .where(PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active", PolicySnapshotRow.version != version)
+        .where(
+            PolicySnapshotRow.policy == policy,
+            PolicySnapshotRow.status == "active",
+            PolicySnapshotRow.version != version,
+        )
         .values(status="retired")
     )

@@ -99,7 +99,14 @@ class Transactions:
                     raise
                 last = exc
                 delay = random.uniform(0, BASE_BACKOFF_S * 2**n)
-                logger.info("%s met a transient conflict (attempt %d of %d), retrying in %.3fs: %s", what, n + 1, MAX_ATTEMPTS, delay, _short(exc))
+                logger.info(
+                    "%s met a transient conflict (attempt %d of %d), retrying in %.3fs: %s",
+                    what,
+                    n + 1,
+                    MAX_ATTEMPTS,
+                    delay,
+                    _short(exc),
+                )
                 time.sleep(delay)
         raise StorageContentionError(
             f"{what} kept conflicting with other writers after {MAX_ATTEMPTS} attempts ({_short(last)}); "

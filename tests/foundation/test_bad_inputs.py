@@ -8,10 +8,12 @@ import json
 from datetime import timedelta
 
 import pytest
+from factories import candidates, episode, uniform_selection
+from memabra.storage import EpisodeLog
+from memabra.storage._models import EpisodeRow, FeedbackRow
 from sqlalchemy import func, insert, select
 from typer.testing import CliRunner
 
-from factories import candidates, episode, uniform_selection
 from memabra import (
     Candidate,
     CandidateKind,
@@ -31,8 +33,6 @@ from memabra._cli import app
 from memabra._feedback import RewardService
 from memabra._records import PolicySnapshot, RegistryItem, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog
-from memabra.storage._models import EpisodeRow, FeedbackRow
 
 
 def _count(log: EpisodeLog, model: type) -> int:
@@ -91,8 +91,19 @@ def test_a_poisoned_row_does_not_stop_finalisation_of_the_others(log: EpisodeLog
     with log.engine.begin() as conn:
         conn.execute(
             insert(FeedbackRow.__table__),  # type: ignore[arg-type]
-            [{"id": "poison", "episode_id": eps[1].id, "decision_id": None, "kind": "explicit", "source": "old", "payload": BAD,
-              "idempotency_key": "poison", "received_at": utcnow(), "late": False}],
+            [
+                {
+                    "id": "poison",
+                    "episode_id": eps[1].id,
+                    "decision_id": None,
+                    "kind": "explicit",
+                    "source": "old",
+                    "payload": BAD,
+                    "idempotency_key": "poison",
+                    "received_at": utcnow(),
+                    "late": False,
+                }
+            ],
         )
     closed = svc.finalize_due(utcnow() + timedelta(minutes=2))
     assert closed == 2
@@ -123,7 +134,10 @@ def test_feedback_and_its_reward_commit_together(log: EpisodeLog) -> None:
 
 def test_nul_bytes_and_lone_surrogates_are_cleaned_on_both_backends(log: EpisodeLog) -> None:
     dirty = "Ann\x00 lives in \ud800Paris"
-    cands = [Candidate("m0", CandidateKind.MEMORY, "memory\x00 text", 5, {"note": "a\x00b", "k\x00": "\udfff"}), *candidates(n=3)[1:]]
+    cands = [
+        Candidate("m0", CandidateKind.MEMORY, "memory\x00 text", 5, {"note": "a\x00b", "k\x00": "\udfff"}),
+        *candidates(n=3)[1:],
+    ]
     sel = uniform_selection("u1", cands, ["m0"], query=dirty)
     step = Step(StepKind.TOOL, "search", arguments={"q": "x\x00y", "nested": ["\ud83d"]}, result="r\x00", error=None)
     ep = Episode(user_id="u1", query=dirty, selections=(sel,), steps=(step,), answer="ok\x00", metadata={"m": "\x00"})
@@ -145,7 +159,9 @@ def test_dirty_feedback_text_is_cleaned(log: EpisodeLog) -> None:
     svc = RewardService(log)
     ep = episode()
     svc.record(ep)
-    svc.post_feedback(Feedback(ep.id, "explicit", "user", {"comment": "bad\x00 \udc00", "correction": "I live in\x00 Rome"}))
+    svc.post_feedback(
+        Feedback(ep.id, "explicit", "user", {"comment": "bad\x00 \udc00", "correction": "I live in\x00 Rome"})
+    )
     stored = log.feedback_for(ep.id)[0]
     assert stored.signals.explicit.comment == "bad \ufffd" and stored.signals.explicit.correction == "I live in Rome"
 

@@ -18,21 +18,30 @@ import traceback
 from typing import Any
 
 import pytest
+from factories import candidates, episode, uniform_selection
+from memabra.storage import EpisodeLog
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    EpisodeRow,
+    FeedbackRow,
+    RewardRow,
+    StepRow,
+)
 from sqlalchemy import func, select
 
-from factories import candidates, episode, uniform_selection
 from memabra import CandidateKind, Episode, Feedback
 from memabra._feedback import RewardService
 from memabra._records import RegistryItem
-from memabra.storage import EpisodeLog
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, EpisodeRow, FeedbackRow, RewardRow, StepRow
 
 pytestmark = pytest.mark.slow
 
 KILLS = 20
 N_CANDIDATES = 5  # factories.episode: one decision of 5 candidates, 3 slot draws, 1 step
+# Never 3: its S (0.5) equals the default, which would hide a lost update.
 RATINGS = (1, 2, 4, 5)
-FEEDBACK_EPISODES = 3000  # more than 20 workers post before they are killed  # never 3: its S (0.5) equals the default, which would hide a lost update
+FEEDBACK_EPISODES = 3000  # more than 20 workers post before they are killed
 
 _fork = multiprocessing.get_context("fork")
 
@@ -93,8 +102,11 @@ def test_sigkill_while_logging_leaves_no_partial_episode(migrated_url: str) -> N
             assert _scalar(log, select(func.count()).select_from(model)) == expected, model.__tablename__
         # no episode has fewer decisions than it was logged with (the totals could hide a swap)
         per_episode = select(func.count()).select_from(
-            select(EpisodeRow.id).outerjoin(DecisionRow, DecisionRow.episode_id == EpisodeRow.id)
-            .group_by(EpisodeRow.id).having(func.count(DecisionRow.id) != 1).subquery()
+            select(EpisodeRow.id)
+            .outerjoin(DecisionRow, DecisionRow.episode_id == EpisodeRow.id)
+            .group_by(EpisodeRow.id)
+            .having(func.count(DecisionRow.id) != 1)
+            .subquery()
         )
         assert _scalar(log, per_episode) == 0
 
@@ -143,13 +155,17 @@ def _writer(url: str, seed: int, turns: int, shared_user: bool, errors: Any) -> 
                 ep = Episode(user_id=user, query=sel.context.query, selections=(sel,), answer="a")
                 if i % 5 == 4:
                     batch = [ep] + [
-                        Episode(user_id=user, query="q", selections=(uniform_selection(user, rng.sample(pool, 8), chosen),))
+                        Episode(
+                            user_id=user, query="q", selections=(uniform_selection(user, rng.sample(pool, 8), chosen),)
+                        )
                         for _ in range(4)
                     ]
                     log.log_episodes(batch)
                 else:
                     svc.record(ep)
-                svc.post_feedback(Feedback(ep.id, "explicit", "user", {"rating": rng.choice(RATINGS), "used_ids": chosen[:1]}))
+                svc.post_feedback(
+                    Feedback(ep.id, "explicit", "user", {"rating": rng.choice(RATINGS), "used_ids": chosen[:1]})
+                )
                 if i % 10 == 0:
                     svc.finalize_due()
     except BaseException:
