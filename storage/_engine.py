@@ -37,7 +37,8 @@ def resolve_url(url: str | None = None) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S, **kwargs: Any) -> Engine:
+    """An engine for ``url``; on SQLite, writers wait up to ``busy_timeout_s`` for the write lock."""
     resolved = resolve_url(url)
     parsed = make_url(resolved)
     if parsed.get_backend_name() == "sqlite":
@@ -45,15 +46,15 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         if in_memory:
             # One shared connection, or every checkout would see a different empty database.
             kwargs.setdefault("poolclass", StaticPool)
-        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S})
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": busy_timeout_s})
         engine = create_engine(resolved, **kwargs)
-        _configure_sqlite(engine, wal=not in_memory)
+        _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(resolved, **kwargs)
 
 
-def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # pysqlite's own transaction handling defers BEGIN; take control so that
@@ -64,7 +65,7 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
