@@ -205,3 +205,34 @@ def test_lookups_with_text_the_database_refuses_find_nothing(log: EpisodeLog) ->
         log.get_snapshot("v\x00")
     assert log.items("u\x00") == []
     assert log.recompute_rewards(RewardWeights()) == 0
+
+
+# ---------------------------------------------------------------- through the agent
+
+
+def test_the_agent_logs_a_dirty_turn_and_refuses_bad_feedback(log: EpisodeLog) -> None:
+    from fakes import ScriptedChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from memabra.router import HybridRouter, Similarity
+
+    from memabra._agent import create_memabra_agent
+
+    agent = create_memabra_agent(
+        ScriptedChatModel(replies=[AIMessage("Noted\x00, Ann.")]),
+        tools=[],
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+    )
+    agent.session.memory.remember("ann", "My name is Ann\x00 and I live in \ud800Lyon")
+    out = agent.invoke(
+        {"messages": [HumanMessage("Hi,\x00 I am Ann \udc00")]},
+        {"configurable": {"thread_id": "t"}},
+        context={"user_id": "ann"},
+    )
+    ep = log.get_episode(out["memabra_episode_id"])
+    assert ep.query == "Hi, I am Ann \ufffd"
+    with pytest.raises(InvalidFeedbackError, match="bogus"):
+        agent.feedback(ep.id, rating=99, bogus=1)
+    with pytest.raises(InvalidFeedbackError, match="'rating' must be an integer from 1 to 5"):
+        agent.feedback(ep.id, rating=99)
+    assert log.feedback_for(ep.id) == ()

@@ -7,16 +7,18 @@ import sqlite3
 import threading
 
 import pytest
+from factories import episode
+from memabra.storage import EpisodeLog, Transactions, make_engine
+from memabra.storage import _tx as tx_module
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from factories import episode
 from memabra import PolicySnapshot, SnapshotError, StorageContentionError, UnknownEpisodeError, UnknownSnapshotError
-from memabra.storage import EpisodeLog, Transactions, make_engine
-from memabra.storage import _tx as tx_module
 
 
-def test_a_held_sqlite_lock_ends_in_a_named_error_then_clears(migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_held_sqlite_lock_ends_in_a_named_error_then_clears(
+    migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not migrated_url.startswith("sqlite"):
         pytest.skip("SQLite's file lock")
     monkeypatch.setattr(tx_module, "MAX_ATTEMPTS", 2)
