@@ -95,7 +95,12 @@ def slot_values(sel: Selection) -> list[dict[str, Any]]:
     ]
 
 
+# Enum member -> stored text, as a dict lookup: ``.value`` is a descriptor call per candidate row.
+_KIND_TEXT: dict[CandidateKind, str] = {k: k.value for k in CandidateKind}
+
+
 def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
+    user_id = sel.context.user_id
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
     # Probability at the first slot of each kind, as one lookup table per kind.
     first_of_kind: dict[CandidateKind, dict[str, float]] = {}
@@ -115,11 +120,11 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
                 "decision_id": sel.id,
                 "candidate_id": cand.id,
                 "ordinal": ordinal,
-                "user_id": sel.context.user_id,
-                "kind": cand.kind.value,
+                "user_id": user_id,
+                "kind": _KIND_TEXT[cand.kind],
                 "text": cand.text,
                 "tokens": cand.tokens,
-                "metadata": dict(cand.metadata),
+                "metadata": dict(cand.metadata) if cand.metadata else {},
                 "features": dict(sc.features),
                 "score": sc.score,
                 "rank": sc.rank,

@@ -59,8 +59,25 @@ def clean_json(value: Any) -> Any:
     return value
 
 
-# One encoder for every value: json.dumps with a non-default argument builds a new one per call.
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# One encoder for every value, built once: json.dumps with a non-default argument (allow_nan)
+# builds a new encoder per call, which costs more than encoding a candidate's features. The C
+# encoder is CPython's accelerator (the one json.dumps uses); without it, the Python encoder.
 _ENCODER = json.JSONEncoder(allow_nan=False)
+_C_ENCODE = (
+    json.encoder.c_make_encoder(None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False)
+    if json.encoder.c_make_encoder is not None
+    else None
+)
+
+
+def _encode(value: Any) -> str:
+    if _C_ENCODE is not None:
+        return "".join(_C_ENCODE(value, 0))
+    return _ENCODER.encode(value)
 
 
 def dump_json(value: Any, where: str) -> str:
@@ -68,13 +85,13 @@ def dump_json(value: Any, where: str) -> str:
     if not value and isinstance(value, (dict, list, tuple)):
         return "{}" if isinstance(value, dict) else "[]"
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRecordError(f"{where} is not JSON-serialisable: {exc}") from None
     # ensure_ascii (the default) writes NUL as \u0000 and any surrogate as \udXXX: one C-level
     # substring scan rules out both for almost every value.
     if "\\u0000" in text or "\\ud" in text:
-        text = _ENCODER.encode(clean_json(value))
+        text = _encode(clean_json(value))
     return text
 
 
