@@ -30,7 +30,7 @@ from memabra.storage._models import (
     table_of,
 )
 from memabra.storage._rows import bulk_insert, clean_text
-from memabra.storage._tx import Transactions
+from memabra.storage._tx import Transactions, is_duplicate_key
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -130,7 +130,15 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                 counter_params,
             )
 
-    tx.write_connection(write, what="log_episodes")
+    try:
+        tx.write_connection(write, what="log_episodes")
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            first_line = str(exc).splitlines()[0]
+            raise InvalidRecordError(
+                f"log_episodes: an id in this batch is already in the log, nothing was written ({first_line})"
+            ) from exc
+        raise
 
 
 def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:

@@ -68,7 +68,9 @@ def _not_json(value: Any) -> Any:
 # encoder is CPython's accelerator (the one json.dumps uses); without it, the Python encoder.
 _ENCODER = json.JSONEncoder(allow_nan=False)
 _C_ENCODE = (
-    json.encoder.c_make_encoder(None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False)
+    json.encoder.c_make_encoder(
+        None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
+    )
     if json.encoder.c_make_encoder is not None
     else None
 )

@@ -22,12 +22,11 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from memabra._errors import StorageContentionError
 
-__all__ = ["WRITE_OPTION", "Transactions"]
+__all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
 
 logger = logging.getLogger("memabra")
 
@@ -46,7 +45,7 @@ _PG_RETRYABLE = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a driver error is a conflict that a retry of the whole transaction resolves."""
-    orig = getattr(exc, "orig", exc)
+    orig = getattr(exc, "orig", None) or exc
     state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if state in _PG_RETRYABLE:
         return True
@@ -94,7 +93,7 @@ class Transactions:
         for n in range(MAX_ATTEMPTS):
             try:
                 return attempt()
-            except DBAPIError as exc:
+            except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
                 if not is_transient(exc):
                     raise
                 last = exc
@@ -114,6 +113,14 @@ class Transactions:
         ) from last
 
 
+def is_duplicate_key(exc: BaseException) -> bool:
+    """Whether a driver error is a primary-key or unique violation."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) == "23505":
+        return True
+    return type(orig).__name__ == "IntegrityError" and "UNIQUE constraint failed" in str(orig)
+
+
 def _short(exc: Any) -> str:
-    orig = getattr(exc, "orig", exc)
+    orig = getattr(exc, "orig", None) or exc
     return str(orig).splitlines()[0] if str(orig) else type(orig).__name__

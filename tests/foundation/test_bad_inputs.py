@@ -236,3 +236,11 @@ def test_the_agent_logs_a_dirty_turn_and_refuses_bad_feedback(log: EpisodeLog) -
     with pytest.raises(InvalidFeedbackError, match="'rating' must be an integer from 1 to 5"):
         agent.feedback(ep.id, rating=99)
     assert log.feedback_for(ep.id) == ()
+
+
+def test_logging_an_episode_twice_is_refused_by_name(log: EpisodeLog) -> None:
+    ep = episode()
+    log.log_episode(ep)
+    with pytest.raises(InvalidRecordError, match="already in the log, nothing was written"):
+        log.log_episodes([episode(), ep])
+    assert _count(log, EpisodeRow) == 1
