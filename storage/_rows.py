@@ -67,11 +67,10 @@ def _not_json(value: Any) -> Any:
 # builds a new encoder per call, which costs more than encoding a candidate's features. The C
 # encoder is CPython's accelerator (the one json.dumps uses); without it, the Python encoder.
 _ENCODER = json.JSONEncoder(allow_nan=False)
-_C_ENCODE = (
-    json.encoder.c_make_encoder(
-        None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
-    )
-    if json.encoder.c_make_encoder is not None
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # untyped in typeshed
+_C_ENCODE: Any = (
+    _MAKE_C_ENCODER(None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False)
+    if _MAKE_C_ENCODER is not None
     else None
 )
 
