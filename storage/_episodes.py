@@ -29,7 +29,7 @@ from memabra.storage._models import (
     StepRow,
     table_of,
 )
-from memabra.storage._rows import bulk_insert, clean_text
+from memabra.storage._rows import clean_text, insert_batches
 from memabra.storage._tx import Transactions, is_duplicate_key
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -107,16 +107,18 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
     ]
 
     def write(conn: Connection) -> None:
-        for model, rows in (
-            (EpisodeRow, episode_rows),
-            (DecisionRow, decision_rows),
-            (DecisionSlotRow, slot_rows),
-            (DecisionCandidateRow, candidate_rows),
-            (StepRow, step_rows),
-            (FeedbackRow, feedback_rows),
-            (RewardRow, reward_rows),
-        ):
-            bulk_insert(conn, table_of(model), rows)
+        insert_batches(
+            conn,
+            [
+                (table_of(EpisodeRow), episode_rows),
+                (table_of(DecisionRow), decision_rows),
+                (table_of(DecisionSlotRow), slot_rows),
+                (table_of(DecisionCandidateRow), candidate_rows),
+                (table_of(StepRow), step_rows),
+                (table_of(FeedbackRow), feedback_rows),
+                (table_of(RewardRow), reward_rows),
+            ],
+        )
         if counter_params:
             registry = table_of(RegistryRow)
             conn.execute(

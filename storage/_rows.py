@@ -13,8 +13,9 @@ PostgreSQL would refuse:
   :class:`~memabra._errors.InvalidRecordError` naming the table and column: they cannot be
   shortened without changing what they identify.
 
-:func:`bulk_insert` writes many rows through ``COPY`` on PostgreSQL and one ``executemany`` on
-SQLite, with JSON serialised once here.
+:func:`insert_batches` writes a batch through ``COPY`` on PostgreSQL (pipelined INSERTs, one round
+trip for all tables, when the batch is small) and one ``executemany`` per table on SQLite, with
+JSON serialised once here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from sqlalchemy import JSON, BigInteger, Boolean, Connection, Dialect, Integer, 
 
 from memabra._errors import InvalidRecordError
 
-__all__ = ["bulk_insert", "clean_json", "clean_text", "prepare"]
+__all__ = ["COPY_MIN_ROWS", "bulk_insert", "clean_json", "clean_text", "insert_batches", "prepare"]
 
 _INT_BOUNDS = {"int32": 2**31, "int64": 2**63}
 
@@ -223,24 +224,53 @@ def _as_tuple(table: Table, plan: _Plan, row: Mapping[str, Any]) -> tuple[Any, .
     return tuple(values)
 
 
+# Below this many rows in a batch, PostgreSQL gets pipelined INSERTs (all tables in one round
+# trip) instead of one COPY per table, each of which costs a round trip of its own.
+COPY_MIN_ROWS = 200
+
+
 def bulk_insert(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert ``rows`` (dicts keyed by column name) in one COPY or one executemany."""
-    if not rows:
-        return
+    insert_batches(connection, [(table, rows)])
+
+
+def insert_batches(connection: Connection, batches: Sequence[tuple[Table, Sequence[Mapping[str, Any]]]]) -> None:
+    """Insert rows into several tables, in order, inside the connection's transaction: one
+    ``COPY`` per table on PostgreSQL for a large batch, pipelined INSERTs for a small one, one
+    ``executemany`` per table on SQLite."""
     dialect = connection.dialect
-    plan = _plan(table, dialect.name, dialect)
-    tuples = [_as_tuple(table, plan, row) for row in rows]
+    prepared = []
+    for table, rows in batches:
+        if rows:
+            plan = _plan(table, dialect.name, dialect)
+            prepared.append((table, plan, [_as_tuple(table, plan, row) for row in rows]))
+    if not prepared:
+        return
     raw = connection.connection.dbapi_connection
     assert raw is not None  # a connection inside an open transaction is always checked out
-    names = ", ".join(f'"{n}"' for n in plan.names)
-    if dialect.name == "postgresql":
-        pg_cursor: Any = raw.cursor()  # psycopg's cursor: COPY is not in the DB-API
-        with pg_cursor, pg_cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
-            for values in tuples:
-                copy.write_row(values)
+    if dialect.name != "postgresql":
+        cursor = raw.cursor()
+        try:
+            for table, plan, tuples in prepared:
+                marks = ", ".join("?" * len(plan.names))
+                cursor.executemany(f'INSERT INTO "{table.name}" ({_names(plan)}) VALUES ({marks})', tuples)
+        finally:
+            cursor.close()
         return
-    cursor = raw.cursor()
-    try:
-        cursor.executemany(f'INSERT INTO "{table.name}" ({names}) VALUES ({", ".join("?" * len(plan.names))})', tuples)
-    finally:
-        cursor.close()
+    pg: Any = raw  # psycopg's connection: COPY and pipelines are not in the DB-API
+    if sum(len(t) for _, _, t in prepared) >= COPY_MIN_ROWS:
+        with pg.cursor() as cursor:
+            for table, plan, tuples in prepared:
+                with cursor.copy(f'COPY "{table.name}" ({_names(plan)}) FROM STDIN') as copy:
+                    for values in tuples:
+                        copy.write_row(values)
+        return
+    with pg.pipeline(), pg.cursor() as cursor:
+        for table, plan, tuples in prepared:
+            jsons = {i for i, _ in plan.jsons}
+            marks = ", ".join("%s::jsonb" if i in jsons else "%s" for i in range(len(plan.names)))
+            cursor.executemany(f'INSERT INTO "{table.name}" ({_names(plan)}) VALUES ({marks})', tuples)
+
+
+def _names(plan: _Plan) -> str:
+    return ", ".join(f'"{n}"' for n in plan.names)
