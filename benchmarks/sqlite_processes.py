@@ -25,7 +25,13 @@ def _worker(url: str, seed: int, turns: int, out: Any) -> None:
     from memabra._standin import ExtractiveChatModel
 
     counts: Counter[str] = Counter()
-    agent = create_memabra_agent(ExtractiveChatModel(), db=url)
+    try:
+        agent = create_memabra_agent(ExtractiveChatModel(), db=url)
+    except Exception as exc:  # building the agent writes too (tools and skills into the registry)
+        counts["setup failed"] += 1
+        counts["locked"] += "database is locked" in str(exc)
+        out.put(dict(counts))
+        return
     user = {"user_id": f"user{seed % 2}"}  # processes share users: same registry rows
     for turn in range(turns):
         episode_id = None
@@ -76,6 +82,7 @@ def main() -> None:
     print(f"{args.processes} processes x {args.turns} turns on one SQLite file, {elapsed:.0f} s")
     print(f"invoke   ok {total['invoke ok']}/{calls}, failed {total['invoke failed']}")
     print(f"feedback ok {total['feedback ok']}/{calls}, failed {total['feedback failed']}")
+    print(f"agent setup failed in {total['setup failed']} of {args.processes} processes")
     print(f"'database is locked' reaching a caller: {total['locked']}")
 
 
