@@ -23,6 +23,7 @@ from memabra._records_outcomes import (
     UsageCounts,
 )
 from memabra._records_routing import (
+    MAX_ID_LENGTH,
     STOP_ID,
     Budget,
     Candidate,
@@ -43,6 +44,7 @@ from memabra._signals import ExplicitSignals, FeedbackSignals, ImplicitSignals, 
 
 __all__ = [
     "COMPONENT_RANGES",
+    "MAX_ID_LENGTH",
     "STOP_ID",
     "Budget",
     "Candidate",

@@ -22,6 +22,7 @@ from memabra._records_routing import (
     _check_json_finite,
     _frozen_mapping,
     _require_aware,
+    _require_id_length,
     new_id,
     utcnow,
 )
@@ -168,6 +169,7 @@ class Feedback:
             ) from None
         if not isinstance(self.idempotency_key, str) or not self.idempotency_key:
             raise InvalidRecordError("Feedback.idempotency_key must be a non-empty string")
+        _require_id_length("Feedback.idempotency_key", self.idempotency_key)
         _require_aware("Feedback.received_at", self.received_at)
         _check_json_finite("Feedback.payload", self.payload)
         signals = FeedbackSignals.parse(self.payload)
@@ -205,6 +207,8 @@ class Episode:
     def __post_init__(self) -> None:
         if not isinstance(self.user_id, str) or not self.user_id:
             raise InvalidRecordError("Episode.user_id must be a non-empty string")
+        _require_id_length("Episode.user_id", self.user_id)
+        _require_id_length("Episode.thread_id", self.thread_id)
         for sel in self.selections:
             if sel.context.user_id != self.user_id:
                 raise InvalidRecordError(

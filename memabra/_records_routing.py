@@ -17,6 +17,10 @@ from memabra._errors import InvalidRecordError
 JSONValue: TypeAlias = Any
 """Anything :func:`json.dumps` accepts; kept loose because metadata is user-supplied."""
 
+MAX_ID_LENGTH = 200
+"""Longest user, thread, candidate id or idempotency key: the episode log's id columns are
+``VARCHAR(200)``, so a longer one is refused here, before the turn runs, rather than at logging."""
+
 STOP_ID = "__stop__"
 """The pseudo-candidate a slot draws when the router decides to inject nothing more of a kind."""
 
@@ -46,6 +50,13 @@ _PLAIN_NUMBERS = frozenset({float, int})
 def _require_finite(name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidRecordError(f"{name} must be a finite number, got {value!r}")
+
+
+def _require_id_length(name: str, value: str | None) -> None:
+    if value is not None and len(value) > MAX_ID_LENGTH:
+        raise InvalidRecordError(
+            f"{name} holds at most {MAX_ID_LENGTH} characters, got {len(value)} ({value[:40]!r}...)"
+        )
 
 
 def _require_aware(name: str, value: datetime | None) -> None:
@@ -106,6 +117,7 @@ class Candidate:
             raise InvalidRecordError(f"Candidate.id must be a non-empty string, got {self.id!r}")
         if self.id == STOP_ID:
             raise InvalidRecordError(f"Candidate.id {STOP_ID!r} is reserved for the stop option")
+        _require_id_length("Candidate.id", self.id)
         try:
             object.__setattr__(self, "kind", CandidateKind(self.kind))
         except ValueError:
@@ -172,6 +184,8 @@ class RoutingContext:
             raise InvalidRecordError("RoutingContext.query must be a string")
         if not isinstance(self.user_id, str) or not self.user_id:
             raise InvalidRecordError(f"RoutingContext.user_id must be a non-empty string, got {self.user_id!r}")
+        _require_id_length("RoutingContext.user_id", self.user_id)
+        _require_id_length("RoutingContext.thread_id", self.thread_id)
         if isinstance(self.turn, bool) or not isinstance(self.turn, int) or self.turn < 0:
             raise InvalidRecordError(f"RoutingContext.turn must be a non-negative integer, got {self.turn!r}")
         try:

@@ -5,6 +5,7 @@ PostgreSQL when ``MEMABRA_TEST_DATABASE_URL`` is set."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -170,15 +171,18 @@ def test_ids_longer_than_their_column_are_refused_and_nothing_is_written(log: Ep
     long_user = "u" * 201
     with pytest.raises(InvalidRecordError, match=r"user_id holds at most 200 characters, got 201"):
         log.log_episode(episode(user_id=long_user))
-    long_candidate = Candidate("c" * 201, CandidateKind.MEMORY, "t", 1)
-    sel = uniform_selection("u1", [long_candidate, *candidates(n=2)], ["m0"])
-    with pytest.raises(InvalidRecordError, match=r"candidate_id holds at most 200"):
-        log.log_episode(Episode(user_id="u1", query="q", selections=(sel,)))
-    with pytest.raises(InvalidRecordError, match=r"idempotency_key holds at most 200"):
-        ep = episode()
-        log.log_episode(ep)
-        log.add_feedback(Feedback(ep.id, "explicit", "user", {"rating": 4}, idempotency_key="k" * 201))
-    assert _count(log, EpisodeRow) == 1  # only the valid one
+    # refused where the record is built, before a turn runs (the log would refuse it too)
+    with pytest.raises(InvalidRecordError, match=r"Candidate.id holds at most 200"):
+        Candidate("c" * 201, CandidateKind.MEMORY, "t", 1)
+    with pytest.raises(InvalidRecordError, match=r"Feedback.idempotency_key holds at most 200"):
+        Feedback("e1", "explicit", "user", {"rating": 4}, idempotency_key="k" * 201)
+    # ids the records do not bound are refused by the log, naming table and column
+    with pytest.raises(InvalidRecordError, match=r"episodes.policy_version holds at most 100"):
+        sel = uniform_selection("u1", candidates(n=2), ["m0"])
+        log.log_episode(Episode(user_id="u1", query="q", selections=(replace(sel, policy_version="v" * 101),)))
+    with pytest.raises(InvalidRecordError, match=r"steps.name holds at most 200"):
+        log.log_episode(episode(steps=(Step(StepKind.TOOL, "t" * 201),)))
+    assert _count(log, EpisodeRow) == 0
     with pytest.raises(InvalidRecordError, match=r"registry.id holds at most 200"):
         log.put_items([RegistryItem(CandidateKind.SKILL, "s" * 201, "", "a skill", 3)])
     with pytest.raises(InvalidRecordError, match=r"policy_snapshots.version holds at most 100"):
