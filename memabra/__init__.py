@@ -74,6 +74,15 @@ _LAZY = {
     "CorrectionSignal": "memabra._corrections",
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
+    # The typed feedback record and the storage errors.
+    "FeedbackSignals": "memabra._signals",
+    "ExplicitSignals": "memabra._signals",
+    "ImplicitSignals": "memabra._signals",
+    "ProgrammaticSignals": "memabra._signals",
+    "UsageCounts": "memabra._records",
+    "InvalidFeedbackError": "memabra._errors",
+    "StorageContentionError": "memabra._errors",
+    "UnknownSnapshotError": "memabra._errors",
 }
 
 
@@ -144,6 +153,14 @@ __all__ = [
     "StoreMemory",
     "UnknownEpisodeError",
     "__version__",
+    "ExplicitSignals",
+    "FeedbackSignals",
+    "ImplicitSignals",
+    "InvalidFeedbackError",
+    "ProgrammaticSignals",
+    "StorageContentionError",
+    "UnknownSnapshotError",
+    "UsageCounts",
     "build_session",
     "create_admin_app",
     "create_memabra_agent",

@@ -5,12 +5,15 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "FeedbackError",
+    "InvalidFeedbackError",
     "InvalidRecordError",
     "MemabraError",
     "RouterError",
     "SchemaError",
     "SnapshotError",
+    "StorageContentionError",
     "UnknownEpisodeError",
+    "UnknownSnapshotError",
 ]
 
 
@@ -48,3 +51,19 @@ class RouterError(MemabraError, ValueError):
 
 class SnapshotError(MemabraError, ValueError):
     """A policy snapshot that cannot be restored (corrupted bytes, wrong learner)."""
+
+
+class InvalidFeedbackError(FeedbackError, InvalidRecordError):
+    """A feedback payload with an unknown key or a value of the wrong type or range."""
+
+
+class UnknownSnapshotError(UnknownEpisodeError):
+    """A version names no policy snapshot in the log (an ``UnknownEpisodeError`` for old callers)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown policy snapshot"
+
+
+class StorageContentionError(MemabraError, RuntimeError):
+    """A write kept meeting a lock, a deadlock or a serialisation failure after every retry:
+    the database is more contended than it can serve (on SQLite, the point to move to PostgreSQL)."""

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -60,64 +60,31 @@ from memabra._records import (
     RewardWeights,
     StepKind,
 )
+from memabra._signals import FEEDBACK_KEYS, FeedbackSignals
 
-__all__ = ["FEEDBACK_KEYS", "CompositeReward", "RewardConfig", "validate_payload"]
+__all__ = ["FEEDBACK_KEYS", "CompositeReward", "RewardConfig", "rescored", "validate_payload"]
 
 REWARD_VERSION = "v1"
-
-# Recognised feedback payload keys and the type each must have.
-FEEDBACK_KEYS: Mapping[str, str] = {
-    "success": "number in [-0.5, 1]: S as judged by the caller",
-    "correct": "bool: the answer was right (S=1) or wrong (S=0)",
-    "misleading": "bool: the answer led the user the wrong way (S=-0.5)",
-    "rating": "integer 1..5",
-    "redo": "bool: the user asked for a redo (S=0)",
-    "accepted": "bool: a programmatic acceptance check passed",
-    "correction": "bool or text: the user corrected the agent",
-    "correction_severity": "number in (0, 1]",
-    "tool_wrong": "bool or tool name: the user said a tool was the wrong one",
-    "retract_memory": "memory id: the user asked to retract a wrong memory",
-    "repeat": "bool: the same question came again",
-    "timeout": "bool: the episode timed out",
-    "used_ids": "list of candidate ids the answer used",
-    "useful_ids": "list of candidate ids reused instead of asking the user again",
-    "relevant_ids": "list of candidate ids that should have been injected",
-    "final": "bool: no more feedback will come; finalise the reward now",
-    "gold_answer": "text: the right answer, when known (MemPO grades the decision against it)",
-    "comment": "free text",
-}
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def validate_payload(payload: Mapping[str, Any]) -> None:
-    """Raise :class:`FeedbackError` naming the first unknown key or ill-typed value."""
-    for key, value in payload.items():
-        if key not in FEEDBACK_KEYS:
-            raise FeedbackError(f"unknown feedback key {key!r}; known keys: {', '.join(sorted(FEEDBACK_KEYS))}")
-        if key == "success":
-            if not _is_number(value) or not -0.5 <= value <= 1.0:
-                raise FeedbackError(f"feedback 'success' must be a finite number in [-0.5, 1], got {value!r}")
-        elif key == "rating":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
-                raise FeedbackError(f"feedback 'rating' must be an integer from 1 to 5, got {value!r}")
-        elif key == "correction_severity":
-            if not _is_number(value) or not 0.0 < value <= 1.0:
-                raise FeedbackError(f"feedback 'correction_severity' must be in (0, 1], got {value!r}")
-        elif key in ("correct", "misleading", "redo", "accepted", "repeat", "timeout", "final"):
-            if not isinstance(value, bool):
-                raise FeedbackError(f"feedback {key!r} must be true or false, got {value!r}")
-        elif key in ("correction", "tool_wrong"):
-            if not isinstance(value, (bool, str)):
-                raise FeedbackError(f"feedback {key!r} must be a bool or a text, got {value!r}")
-        elif key in ("retract_memory", "comment", "gold_answer"):
-            if not isinstance(value, str):
-                raise FeedbackError(f"feedback {key!r} must be a text, got {value!r}")
-        elif key in ("used_ids", "useful_ids", "relevant_ids"):
-            if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-                raise FeedbackError(f"feedback {key!r} must be a list of candidate ids, got {value!r}")
+def validate_payload(payload: Mapping[str, Any]) -> FeedbackSignals:
+    """Parse a payload into its typed record; raises :class:`InvalidFeedbackError` naming the
+    first unknown key or ill-typed value (``Feedback`` does this on construction)."""
+    return FeedbackSignals.parse(payload)
+
+
+def rescored(stored: RewardBreakdown, weights: RewardWeights, *, memory_label: float | None = None) -> RewardBreakdown:
+    """A stored reward under new weights, nothing re-run: the components are the record.
+
+    ``memory_label`` (MemPO's +1 / -1 grade of the decision's memories) replaces Hm when given,
+    because it judges the selected memories against the gold answer directly."""
+    if memory_label is not None:
+        stored = RewardBreakdown(replace(stored.components, hm=float(memory_label)), stored.weights, stored.version)
+    return stored.reweighted(weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +145,6 @@ class CompositeReward:
 
     def score(self, episode: Episode, feedback: Iterable[Feedback] = ()) -> RewardBreakdown:
         fb = sorted((f for f in feedback if not f.late), key=lambda f: f.received_at)
-        for f in fb:
-            validate_payload(f.payload)
         merged = _merge(fb)
         components = RewardComponents(
             s=self._success(merged),
@@ -233,18 +198,17 @@ class CompositeReward:
             key = (step.name, repr(sorted(step.arguments.items())))
             total += cfg.serious_error if key in failed else cfg.minor_error
             failed.add(key)
-        total += cfg.serious_error * sum(1 for f in fb if f.payload.get("tool_wrong"))
+        total += cfg.serious_error * sum(1 for f in fb if f.signals.explicit.tool_wrong)
         return _clip01(total)
 
     def _corrections(self, fb: Sequence[Feedback]) -> float:
         cfg = self.config
         total = 0.0
         for f in fb:
-            p = f.payload
-            severity = float(p.get("correction_severity", cfg.correction_severity))
-            if p.get("correction") or p.get("tool_wrong") or p.get("retract_memory"):
-                total += severity
-            if p.get("repeat"):
+            severity = f.signals.explicit.correction_severity
+            if f.signals.corrects:
+                total += cfg.correction_severity if severity is None else severity
+            if f.signals.implicit.repeat:
                 total += cfg.repeat_severity
         return _clip01(total)
 
@@ -252,11 +216,14 @@ class CompositeReward:
         cfg = self.config
         if m.timeout or any(s.status == "timeout" for s in episode.steps):
             return 1.0
-        latency = episode.metadata.get("latency_ms")
-        if not _is_number(latency):
-            latency = sum(s.latency_ms for s in episode.steps) + sum(sel.latency_ms for sel in episode.selections)
+        given: Any = episode.metadata.get("latency_ms")
+        latency = (
+            float(given)
+            if _is_number(given)
+            else (sum(s.latency_ms for s in episode.steps) + sum(sel.latency_ms for sel in episode.selections))
+        )
         steps = len(episode.steps)
-        value = 0.5 * max(0.0, float(latency) - cfg.latency_free_ms) / cfg.latency_scale_ms
+        value = 0.5 * max(0.0, latency - cfg.latency_free_ms) / cfg.latency_scale_ms
         value += 0.5 * max(0, steps - cfg.free_steps) / cfg.step_scale
         return _clip01(value)
 
@@ -299,30 +266,32 @@ def _merge(feedback: Sequence[Feedback]) -> _Merged:
     """Fold feedback in arrival order: the latest verdict wins, id sets accumulate."""
     m = _Merged()
     for f in feedback:
-        p = f.payload
-        verdict = _verdict(p)
+        signals = f.signals
+        verdict = _verdict(signals)
         if verdict is not None:
             m.verdict = verdict
-        if "accepted" in p:
-            m.accepted = bool(p["accepted"])
-        m.timeout = m.timeout or bool(p.get("timeout"))
-        m.repeat = m.repeat or bool(p.get("repeat"))
-        m.used.update(p.get("used_ids", ()))
-        m.useful.update(p.get("useful_ids", ()))
-        m.relevant.update(p.get("relevant_ids", ()))
+        if signals.programmatic.accepted is not None:
+            m.accepted = signals.programmatic.accepted
+        m.timeout = m.timeout or bool(signals.implicit.timeout)
+        m.repeat = m.repeat or bool(signals.implicit.repeat)
+        m.used.update(signals.implicit.used_ids or ())
+        m.useful.update(signals.implicit.useful_ids or ())
+        m.relevant.update(signals.implicit.relevant_ids or ())
     m.used.discard(STOP_ID)
     return m
 
 
-def _verdict(p: Mapping[str, Any]) -> float | None:
-    if "success" in p:
-        return float(p["success"])
-    if p.get("misleading"):
+def _verdict(signals: FeedbackSignals) -> float | None:
+    """S from an explicit verdict, in order of precedence (see the module docstring)."""
+    e = signals.explicit
+    if e.success is not None:
+        return e.success
+    if e.misleading:
         return -0.5
-    if "correct" in p:
-        return 1.0 if p["correct"] else 0.0
-    if p.get("redo"):
+    if e.correct is not None:
+        return 1.0 if e.correct else 0.0
+    if e.redo:
         return 0.0
-    if "rating" in p:
-        return (int(p["rating"]) - 1) / 4.0
+    if e.rating is not None:
+        return (e.rating - 1) / 4.0
     return None

@@ -3,19 +3,39 @@
 Takes and returns the records of :mod:`memabra`; ORM rows never leave this package.
 """
 
+from memabra.storage._admin_queries import (
+    DEFAULT_SAMPLE,
+    AdminQueries,
+    ConversationTurn,
+    KindShare,
+    PolicyVersionStats,
+    RewardPoint,
+    SnapshotInfo,
+)
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
-from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
+from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
+from memabra.storage._rows import clean_text
+from memabra.storage._tx import Transactions
 
 __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",
+    "DEFAULT_SAMPLE",
     "DEFAULT_URL",
     "URL_ENV",
-    "CandidateStats",
+    "AdminQueries",
+    "ConversationTurn",
     "EpisodeFilter",
     "EpisodeLog",
+    "KindShare",
+    "PolicyVersionStats",
+    "RewardPoint",
+    "Scorer",
+    "SnapshotInfo",
+    "Transactions",
     "RevokedSessions",
+    "clean_text",
     "check_schema",
     "current_revision",
     "downgrade",

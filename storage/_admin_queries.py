@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
-from sqlalchemy.orm import Session
-
-from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
 from memabra.storage._convert import summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
+from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
+from sqlalchemy.orm import Session
+
+from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
 
 __all__ = [
     "DEFAULT_SAMPLE",
@@ -159,9 +159,9 @@ class AdminQueries:
     def snapshots(self, policy: str | None = None) -> list[SnapshotInfo]:
         """Every snapshot, newest first, without loading model bytes."""
         t = PolicySnapshotRow
-        stmt = select(
-            t.version, t.policy, t.parent, t.status, t.created_at, func.length(t.model), t.metrics
-        ).order_by(t.created_at.desc(), t.version.desc())
+        stmt = select(t.version, t.policy, t.parent, t.status, t.created_at, func.length(t.model), t.metrics).order_by(
+            t.created_at.desc(), t.version.desc()
+        )
         if policy is not None:
             stmt = stmt.where(t.policy == policy)
         with self._session() as s:
@@ -289,7 +289,7 @@ class AdminQueries:
                     last_at=_aware(last),
                 )
             )
-        out.sort(key=lambda st: st.last_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+        out.sort(key=lambda st: st.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
         return out
 
     def _recent_decisions(self, since: datetime | None, sample: int | None) -> Subquery:
@@ -358,8 +358,7 @@ def _aware(value: Any) -> datetime | None:
     """Aggregates may bypass the column type, so SQLite can hand back text or naive datetimes."""
     if value is None:
         return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    when: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)

@@ -1,40 +1,36 @@
-"""Row <-> record conversion. The only place that knows both shapes."""
+"""Row <-> record conversion: the only place that knows both shapes. It maps fields and decides
+nothing (what a correction is comes from the feedback record)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from memabra.storage._from_rows import (  # re-exported: callers use one namespace, cv.*
+    feedback_from_row,
+    memory_score_from_row,
+    ope_from_row,
+    registry_from_row,
+    reward_from_row,
+    selection_from_rows,
+    snapshot_from_row,
+    step_from_row,
+    summary_from_row,
+)
+
 from memabra._records import (
     STOP_ID,
-    Budget,
-    Candidate,
     CandidateKind,
     Episode,
-    EpisodeSummary,
     Feedback,
+    MemoryQuality,
+    OPEResult,
     PolicySnapshot,
     RegistryItem,
     RewardBreakdown,
-    RewardComponents,
-    RewardWeights,
-    RoutingContext,
-    ScoredCandidate,
     Selection,
-    SlotDraw,
     Step,
-)
-from memabra.storage._models import (
-    DecisionCandidateRow,
-    EpisodeRow,
-    DecisionRow,
-    DecisionSlotRow,
-    FeedbackRow,
-    PolicySnapshotRow,
-    RegistryRow,
-    RewardRow,
-    StepRow,
 )
 
 
@@ -55,18 +51,10 @@ def episode_values(episode: Episode, feedback_due_at: datetime) -> dict[str, Any
         "policy_version": policy_version,
         "kinds": ",".join(kinds),
         "reward_total": reward_total,
-        "corrected": any(_is_correction(f.payload) for f in episode.feedback),
+        "corrected": any(f.signals.corrects for f in episode.feedback),
         "used_ids": sorted(episode.used_ids) if episode.used_ids is not None else None,
         "metadata": dict(episode.metadata),
     }
-
-
-def _is_correction(payload: Any) -> bool:
-    return bool(payload.get("correction")) or bool(payload.get("tool_wrong")) or bool(payload.get("retract_memory"))
-
-
-def is_correction(feedback: Feedback) -> bool:
-    return _is_correction(feedback.payload)
 
 
 def decision_values(episode: Episode, seq: int, sel: Selection) -> dict[str, Any]:
@@ -107,11 +95,18 @@ def slot_values(sel: Selection) -> list[dict[str, Any]]:
     ]
 
 
+# Enum member -> stored text, as a dict lookup: ``.value`` is a descriptor call per candidate row.
+_KIND_TEXT: dict[CandidateKind, str] = {k: k.value for k in CandidateKind}
+
+
 def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
+    user_id = sel.context.user_id
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
-    first_slot_of_kind: dict[CandidateKind, SlotDraw] = {}
+    # Probability at the first slot of each kind, as one lookup table per kind.
+    first_of_kind: dict[CandidateKind, dict[str, float]] = {}
     for d in sel.slots:
-        first_slot_of_kind.setdefault(d.kind, d)
+        if d.kind not in first_of_kind:
+            first_of_kind[d.kind] = dict(zip(d.candidate_ids, d.probabilities, strict=True))
     rows = []
     for ordinal, sc in enumerate(sel.offered):
         cand = sc.candidate
@@ -119,18 +114,17 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
         if draw is not None:
             probability = draw.chosen_probability
         else:
-            first = first_slot_of_kind.get(cand.kind)
-            probability = first.probability_of(cand.id) if first is not None else 0.0
+            probability = first_of_kind.get(cand.kind, {}).get(cand.id, 0.0)
         rows.append(
             {
                 "decision_id": sel.id,
                 "candidate_id": cand.id,
                 "ordinal": ordinal,
-                "user_id": sel.context.user_id,
-                "kind": cand.kind.value,
+                "user_id": user_id,
+                "kind": _KIND_TEXT[cand.kind],
                 "text": cand.text,
                 "tokens": cand.tokens,
-                "metadata": dict(cand.metadata),
+                "metadata": dict(cand.metadata) if cand.metadata else {},
                 "features": dict(sc.features),
                 "score": sc.score,
                 "rank": sc.rank,
@@ -170,7 +164,7 @@ def feedback_values(feedback: Feedback, late: bool) -> dict[str, Any]:
         "decision_id": feedback.decision_id,
         "kind": feedback.kind.value,
         "source": feedback.source,
-        "payload": _thaw(feedback.payload),
+        "payload": thaw(feedback.payload),
         "idempotency_key": feedback.idempotency_key,
         "received_at": feedback.received_at,
         "late": late,
@@ -201,7 +195,7 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
         "body": item.body,
         "tokens": item.tokens,
         "source": item.source,
-        "metadata": _thaw(item.metadata),
+        "metadata": thaw(item.metadata),
         "created_at": item.created_at,
         "updated_at": item.updated_at,
         "last_chosen_at": item.last_chosen_at,
@@ -211,145 +205,78 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
     }
 
 
-def _thaw(value: Any) -> Any:
+def snapshot_values(snapshot: PolicySnapshot) -> dict[str, Any]:
+    return {
+        "version": snapshot.version,
+        "policy": snapshot.policy,
+        "parent": snapshot.parent,
+        "model": snapshot.model,
+        "learner_args": thaw(snapshot.learner_args),
+        "metrics": thaw(snapshot.metrics),
+        "status": snapshot.status,
+        "created_at": snapshot.created_at,
+    }
+
+
+def ope_values(r: OPEResult) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "run_id": r.run_id,
+        "policy": r.policy,
+        "snapshot_version": r.snapshot_version,
+        "estimator": r.estimator,
+        "value": r.value,
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "n_rounds": r.n_rounds,
+        "alpha": r.alpha,
+        "details": thaw(r.details),
+        "created_at": r.created_at,
+    }
+
+
+def memory_score_values(q: MemoryQuality) -> dict[str, Any]:
+    return {
+        "decision_id": q.decision_id,
+        "scorer": q.scorer,
+        "p_selected": q.p_selected,
+        "p_all": q.p_all,
+        "difference": q.difference,
+        "reward": q.reward,
+        "answer_tokens": q.answer_tokens,
+        "scored_at": q.scored_at,
+    }
+
+
+def thaw(value: Any) -> Any:
     """Read-only mappings and tuples back into plain JSON containers."""
     if hasattr(value, "items"):
-        return {k: _thaw(v) for k, v in value.items()}
+        return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
-# ---------------------------------------------------------------- rows -> records
-
-
-def selection_from_rows(
-    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
-) -> Selection:
-    budget = Budget(
-        max_tokens=decision.token_budget,
-        slots={CandidateKind(k): int(n) for k, n in decision.slots_budget.items()},
-    )
-    context = RoutingContext(
-        query=decision.query,
-        user_id=decision.user_id,
-        thread_id=decision.thread_id,
-        turn=decision.turn,
-        kinds=tuple(CandidateKind(k) for k in decision.kinds),
-        budget=budget,
-    )
-    offered = tuple(
-        ScoredCandidate(
-            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
-            features={k: float(v) for k, v in (c.features or {}).items()},
-            score=c.score,
-            rank=c.rank,
-        )
-        for c in sorted(candidates, key=lambda c: c.ordinal)
-    )
-    draws = tuple(
-        SlotDraw(
-            slot=s.slot,
-            kind=CandidateKind(s.kind),
-            candidate_ids=tuple(s.candidate_ids),
-            probabilities=tuple(float(p) for p in s.probabilities),
-            chosen_id=s.chosen_id,
-            chosen_probability=s.chosen_probability,
-        )
-        for s in sorted(slots, key=lambda s: s.slot)
-    )
-    return Selection(
-        context=context,
-        offered=offered,
-        slots=draws,
-        policy=decision.policy,
-        policy_version=decision.policy_version,
-        seed=decision.seed,
-        latency_ms=decision.latency_ms,
-        id=decision.id,
-        created_at=decision.created_at,
-    )
-
-
-def step_from_row(row: StepRow) -> Step:
-    return Step(
-        kind=row.kind,  # type: ignore[arg-type]
-        name=row.name,
-        seq=row.seq,
-        arguments=row.arguments or {},
-        result=row.result,
-        status=row.status,
-        error=row.error,
-        latency_ms=row.latency_ms,
-        input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens,
-        started_at=row.started_at,
-    )
-
-
-def feedback_from_row(row: FeedbackRow) -> Feedback:
-    return Feedback(
-        episode_id=row.episode_id,
-        kind=row.kind,  # type: ignore[arg-type]
-        source=row.source,
-        payload=row.payload or {},
-        decision_id=row.decision_id,
-        idempotency_key=row.idempotency_key,
-        received_at=row.received_at,
-        id=row.id,
-        late=row.late,
-    )
-
-
-def reward_from_row(row: RewardRow) -> RewardBreakdown:
-    return RewardBreakdown(
-        components=RewardComponents(s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u),
-        weights=RewardWeights(**row.weights),
-        version=row.reward_version,
-    )
-
-
-def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:
-    return PolicySnapshot(
-        policy=row.policy,
-        version=row.version,
-        model=bytes(row.model),
-        learner_args=row.learner_args or {},
-        parent=row.parent,
-        created_at=row.created_at,
-        metrics=row.metrics or {},
-        status=row.status,
-    )
-
-
-def registry_from_row(row: RegistryRow) -> RegistryItem:
-    return RegistryItem(
-        kind=CandidateKind(row.kind),
-        id=row.id,
-        owner=row.owner,
-        text=row.text,
-        tokens=row.tokens,
-        name=row.name,
-        body=row.body,
-        source=row.source,
-        metadata=row.metadata_ or {},
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_chosen_at=row.last_chosen_at,
-        times_chosen=row.times_chosen,
-        times_used=row.times_used,
-    )
-
-
-def summary_from_row(r: EpisodeRow) -> EpisodeSummary:
-    return EpisodeSummary(
-        id=r.id,
-        user_id=r.user_id,
-        query=r.query,
-        created_at=r.created_at,
-        policy_version=r.policy_version,
-        kinds=tuple(k for k in r.kinds.split(",") if k),
-        reward_total=r.reward_total,
-        corrected=r.corrected,
-        finalized=r.finalized_at is not None,
-    )
+__all__ = [
+    "candidate_values",
+    "decision_values",
+    "episode_values",
+    "feedback_from_row",
+    "feedback_values",
+    "memory_score_from_row",
+    "memory_score_values",
+    "ope_from_row",
+    "ope_values",
+    "registry_from_row",
+    "registry_values",
+    "reward_from_row",
+    "reward_values",
+    "selection_from_rows",
+    "slot_values",
+    "snapshot_from_row",
+    "snapshot_values",
+    "step_from_row",
+    "step_values",
+    "summary_from_row",
+    "thaw",
+]

@@ -14,6 +14,11 @@ from memabra._errors import ConfigError
 DEFAULT_URL = "sqlite:///memabra.db"
 URL_ENV = "MEMABRA_DATABASE_URL"
 
+# How long a SQLite writer waits for the file's write lock before the write is retried (and,
+# after the retries, refused with StorageContentionError). Each episode holds the lock for a
+# millisecond or two, so 30 s is hundreds of queued writers: past that, use PostgreSQL.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
 
 def resolve_url(url: str | None = None) -> str:
     """The database URL: the argument, else ``$MEMABRA_DATABASE_URL``, else ``memabra.db`` here."""
@@ -26,11 +31,14 @@ def resolve_url(url: str | None = None) -> str:
         # psycopg 3 is the supported driver; a bare scheme would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
+        raise ConfigError(
+            f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://"
+        )
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S, **kwargs: Any) -> Engine:
+    """An engine for ``url``; on SQLite, writers wait up to ``busy_timeout_s`` for the write lock."""
     resolved = resolve_url(url)
     parsed = make_url(resolved)
     if parsed.get_backend_name() == "sqlite":
@@ -38,15 +46,15 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         if in_memory:
             # One shared connection, or every checkout would see a different empty database.
             kwargs.setdefault("poolclass", StaticPool)
-        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": busy_timeout_s})
         engine = create_engine(resolved, **kwargs)
-        _configure_sqlite(engine, wal=not in_memory)
+        _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(resolved, **kwargs)
 
 
-def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # pysqlite's own transaction handling defers BEGIN; take control so that
@@ -57,12 +65,15 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        # Writes take the lock up front (waiting up to the busy timeout) rather than failing on
+        # the read-to-write upgrade; reads stay deferred and, in WAL mode, never wait.
+        immediate = connection.get_execution_options().get("memabra_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -6,8 +6,8 @@ batch of episodes is written with a handful of multi-row INSERTs and no RETURNIN
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -49,18 +50,23 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTC column; pass a timezone-aware value")
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's Core table, typed as one (SQLAlchemy types ``__table__`` as a FromClause)."""
+    return cast(Table, model.__table__)
 
 
 class EpisodeRow(Base):
@@ -254,6 +260,7 @@ class RegistryRow(Base):
 
 __all__ = [
     "Base",
+    "table_of",
     "DecisionCandidateRow",
     "DecisionRow",
     "DecisionSlotRow",

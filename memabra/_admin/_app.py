@@ -50,8 +50,7 @@ from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, Un
 from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog, RevokedSessions
-from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
+from memabra.storage import DEFAULT_SAMPLE, AdminQueries, EpisodeLog, RevokedSessions
 
 __all__ = ["create_app"]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 from memabra._errors import SnapshotError
 from memabra._records import PolicySnapshot, Selection
 from memabra.storage import EpisodeLog
-from memabra.storage._admin_queries import AdminQueries
+from memabra.storage import AdminQueries
 
 __all__ = ["ActiveSnapshotPolicy", "CurrentPolicy"]
 

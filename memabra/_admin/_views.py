@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import MemabraError
 from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, OPEResult, RewardBreakdown, Selection, Step
-from memabra.storage._admin_queries import KindShare, PolicyVersionStats, RewardPoint
+from memabra.storage import KindShare, PolicyVersionStats, RewardPoint
 
 __all__ = [
     "CandidateView",

@@ -8,7 +8,7 @@ import re
 from starlette.testclient import TestClient
 
 from memabra.storage import EpisodeLog
-from memabra.storage._admin_queries import AdminQueries
+from memabra.storage import AdminQueries
 
 from .conftest import Seeded, record_ope
 

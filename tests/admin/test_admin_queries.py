@@ -11,7 +11,7 @@ from memabra import STOP_ID, PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
 from memabra._errors import SnapshotError
 from memabra.storage import EpisodeLog
-from memabra.storage._admin_queries import AdminQueries
+from memabra.storage import AdminQueries
 
 from .conftest import NOW, Seeded
 

@@ -1,0 +1,74 @@
+"""Offline records: OPE estimates and MemPO's graded decisions. Re-exported by :mod:`memabra._records`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memabra._errors import InvalidRecordError
+from memabra._records_routing import (
+    _EMPTY,
+    JSONValue,
+    _check_json_finite,
+    _frozen_mapping,
+    _require_finite,
+    new_id,
+    utcnow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OPEResult:
+    """One estimator's estimate of one target policy's value on the log."""
+
+    policy: str
+    estimator: str
+    value: float
+    ci_low: float
+    ci_high: float
+    n_rounds: int
+    alpha: float = 0.05
+    snapshot_version: str | None = None
+    details: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    run_id: str = field(default_factory=new_id)
+    created_at: datetime = field(default_factory=utcnow)
+    id: str = field(default_factory=new_id)
+
+    def __post_init__(self) -> None:
+        for name in ("value", "ci_low", "ci_high", "alpha"):
+            _require_finite(f"OPEResult.{name}", getattr(self, name))
+        _check_json_finite("OPEResult.details", self.details)
+        object.__setattr__(self, "details", _frozen_mapping(self.details))
+
+
+@dataclass(frozen=True, slots=True)
+class GoldDecision:
+    """A logged decision whose gold answer is known: what MemPO grades."""
+
+    id: str
+    question: str
+    selected: tuple[str, ...]
+    candidates: tuple[str, ...]
+    gold_answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryQuality:
+    """MemPO's label of a decision: P(gold | selected memories) against P(gold | every candidate);
+    ``reward`` +1 when the selection does as well, else -1."""
+
+    decision_id: str
+    scorer: str
+    p_selected: float
+    p_all: float
+    difference: float
+    reward: int
+    answer_tokens: int
+    scored_at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        for name in ("p_selected", "p_all", "difference"):
+            _require_finite(f"MemoryQuality.{name}", getattr(self, name))
+        if self.reward not in (1, -1):
+            raise InvalidRecordError(f"MemoryQuality.reward must be +1 or -1, got {self.reward!r}")

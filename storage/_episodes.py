@@ -1,0 +1,271 @@
+"""Episodes: bulk logging, reading one back, and the keyset-paginated listing.
+
+An episode, its decisions, every offered candidate, the slot distributions, its steps, feedback
+and reward land in one transaction or not at all. Bulk writes use one ``COPY`` (PostgreSQL) or one
+``executemany`` (SQLite) per table, so 1,000 decisions of 20 candidates cost a handful of round
+trips. Registry usage counters are bumped in one statement per batch, in a fixed (kind, owner, id)
+order, so concurrent batches lock the same rows in the same order and cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from memabra.storage import _convert as cv
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    EpisodeRow,
+    FeedbackRow,
+    RegistryRow,
+    RewardRow,
+    StepRow,
+    table_of,
+)
+from memabra.storage._rows import clean_text, insert_batches
+from memabra.storage._tx import Transactions, is_duplicate_key
+from sqlalchemy import Connection, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra._records import CandidateKind, Episode, Page, Selection
+
+__all__ = [
+    "EpisodeFilter",
+    "assemble_selections",
+    "count_episodes",
+    "get_episode",
+    "get_selection",
+    "list_episodes",
+    "load_episode",
+    "load_selections",
+    "log_episodes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeFilter:
+    """Filters of an episode listing; every field is optional and they combine with AND."""
+
+    user_id: str | None = None
+    thread_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    policy_version: str | None = None
+    kind: CandidateKind | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    corrected: bool | None = None
+
+
+def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window: timedelta) -> None:
+    """Write many episodes in one transaction."""
+    if not episodes:
+        return
+    ids = [e.id for e in episodes]
+    if len(set(ids)) != len(ids):
+        raise InvalidRecordError("log_episodes got the same episode id twice")
+    episode_rows: list[dict[str, Any]] = []
+    decision_rows: list[dict[str, Any]] = []
+    slot_rows: list[dict[str, Any]] = []
+    candidate_rows: list[dict[str, Any]] = []
+    step_rows: list[dict[str, Any]] = []
+    feedback_rows: list[dict[str, Any]] = []
+    reward_rows: list[dict[str, Any]] = []
+    chosen_counts: Counter[tuple[str, str, str]] = Counter()
+    last_chosen: dict[tuple[str, str, str], datetime] = {}
+    for episode in episodes:
+        episode_rows.append(cv.episode_values(episode, episode.created_at + feedback_window))
+        for seq, sel in enumerate(episode.selections):
+            decision_rows.append(cv.decision_values(episode, seq, sel))
+            slot_rows.extend(cv.slot_values(sel))
+            candidate_rows.extend(cv.candidate_values(sel, episode.used_ids))
+            for cand in sel.chosen:
+                key = (
+                    cand.kind.value,
+                    clean_text(str(cand.metadata.get("owner", sel.context.user_id))),
+                    clean_text(cand.id),
+                )
+                chosen_counts[key] += 1
+                last_chosen[key] = max(last_chosen.get(key, sel.created_at), sel.created_at)
+        step_rows.extend(cv.step_values(episode.id, episode.steps))
+        feedback_rows.extend(cv.feedback_values(f, late=False) for f in episode.feedback)
+        if episode.reward is not None:
+            final = episode.finalized_at is not None
+            reward_rows.append(cv.reward_values(episode.id, episode.reward, final=final, at=episode.created_at))
+    # Fixed order: two batches touching the same registry rows lock them in the same sequence.
+    counter_params = [
+        {"b_kind": k, "b_owner": o, "b_id": i, "b_n": n, "b_at": last_chosen[(k, o, i)]}
+        for (k, o, i), n in sorted(chosen_counts.items())
+    ]
+
+    def write(conn: Connection) -> None:
+        insert_batches(
+            conn,
+            [
+                (table_of(EpisodeRow), episode_rows),
+                (table_of(DecisionRow), decision_rows),
+                (table_of(DecisionSlotRow), slot_rows),
+                (table_of(DecisionCandidateRow), candidate_rows),
+                (table_of(StepRow), step_rows),
+                (table_of(FeedbackRow), feedback_rows),
+                (table_of(RewardRow), reward_rows),
+            ],
+        )
+        if counter_params:
+            registry = table_of(RegistryRow)
+            conn.execute(
+                update(registry)
+                .where(
+                    registry.c.kind == bindparam("b_kind"),
+                    registry.c.owner == bindparam("b_owner"),
+                    registry.c.id == bindparam("b_id"),
+                )
+                .values(times_chosen=registry.c.times_chosen + bindparam("b_n"), last_chosen_at=bindparam("b_at")),
+                counter_params,
+            )
+
+    try:
+        tx.write_connection(write, what="log_episodes")
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            first_line = str(exc).splitlines()[0]
+            raise InvalidRecordError(
+                f"log_episodes: an id in this batch is already in the log, nothing was written ({first_line})"
+            ) from exc
+        raise
+
+
+def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:
+    """The episode record, read inside an open session (``lock``: FOR UPDATE on PostgreSQL)."""
+    row = s.get(EpisodeRow, episode_id, with_for_update=lock or None)
+    if row is None:
+        raise UnknownEpisodeError(f"no episode with id {episode_id!r}")
+    selections = load_selections(s, [episode_id]).get(episode_id, ())
+    steps = s.scalars(select(StepRow).where(StepRow.episode_id == episode_id).order_by(StepRow.seq)).all()
+    feedback = s.scalars(
+        select(FeedbackRow).where(FeedbackRow.episode_id == episode_id).order_by(FeedbackRow.received_at)
+    ).all()
+    reward = s.get(RewardRow, episode_id)
+    return Episode(
+        user_id=row.user_id,
+        query=row.query,
+        selections=tuple(selections),
+        steps=tuple(cv.step_from_row(r) for r in steps),
+        answer=row.answer,
+        thread_id=row.thread_id,
+        turn=row.turn,
+        id=row.id,
+        created_at=row.created_at,
+        reward=cv.reward_from_row(reward) if reward is not None else None,
+        finalized_at=row.finalized_at,
+        feedback=tuple(cv.feedback_from_row(f) for f in feedback),
+        used_ids=frozenset(row.used_ids) if row.used_ids is not None else None,
+        metadata=row.metadata_ or {},
+    )
+
+
+def get_episode(tx: Transactions, episode_id: str) -> Episode:
+    with tx.read() as s:
+        return load_episode(s, clean_text(episode_id))
+
+
+def load_selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Selection]]:
+    decisions = s.scalars(
+        select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
+    ).all()
+    return assemble_selections(s, decisions)
+
+
+def assemble_selections(s: Session, decisions: Sequence[DecisionRow]) -> dict[str, list[Selection]]:
+    """Selections of the given decision rows, grouped by episode id, in the rows' order."""
+    if not decisions:
+        return {}
+    ids = [d.id for d in decisions]
+    slots: dict[str, list[DecisionSlotRow]] = defaultdict(list)
+    for row in s.scalars(select(DecisionSlotRow).where(DecisionSlotRow.decision_id.in_(ids))):
+        slots[row.decision_id].append(row)
+    cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
+    for crow in s.scalars(select(DecisionCandidateRow).where(DecisionCandidateRow.decision_id.in_(ids))):
+        cands[crow.decision_id].append(crow)
+    out: dict[str, list[Selection]] = defaultdict(list)
+    for d in decisions:
+        out[d.episode_id].append(cv.selection_from_rows(d, slots[d.id], cands[d.id]))
+    return out
+
+
+def get_selection(tx: Transactions, decision_id: str) -> Selection:
+    with tx.read() as s:
+        row = s.get(DecisionRow, clean_text(decision_id))
+        if row is None:
+            raise UnknownEpisodeError(f"no routing decision with id {decision_id!r}")
+        return assemble_selections(s, [row])[row.episode_id][0]
+
+
+def list_episodes(tx: Transactions, filters: EpisodeFilter | None, cursor: str | None, limit: int) -> Page:
+    """Newest first, keyset-paginated on (created_at, id): constant cost per page at any depth."""
+    if limit < 1 or limit > 1000:
+        raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
+    f = filters or EpisodeFilter()
+    conds: list[Any] = []
+    if f.user_id is not None:
+        conds.append(EpisodeRow.user_id == clean_text(f.user_id))
+    if f.thread_id is not None:
+        conds.append(EpisodeRow.thread_id == clean_text(f.thread_id))
+    if f.since is not None:
+        conds.append(EpisodeRow.created_at >= f.since)
+    if f.until is not None:
+        conds.append(EpisodeRow.created_at < f.until)
+    if f.policy_version is not None:
+        conds.append(EpisodeRow.policy_version == clean_text(f.policy_version))
+    if f.kind is not None:
+        conds.append(EpisodeRow.kinds.contains(CandidateKind(f.kind).value))
+    if f.reward_min is not None:
+        conds.append(EpisodeRow.reward_total >= f.reward_min)
+    if f.reward_max is not None:
+        conds.append(EpisodeRow.reward_total <= f.reward_max)
+    if f.corrected is not None:
+        conds.append(EpisodeRow.corrected.is_(f.corrected))
+    if cursor is not None:
+        at, last_id = _decode_cursor(cursor)
+        # Two conditions rather than one OR: the first is a plain index range, so a deep page
+        # seeks straight to the cursor instead of scanning every newer row.
+        conds.append(EpisodeRow.created_at <= at)
+        conds.append(or_(EpisodeRow.created_at < at, EpisodeRow.id < last_id))
+    stmt = select(EpisodeRow)
+    if conds:
+        stmt = stmt.where(*conds)
+    stmt = stmt.order_by(EpisodeRow.created_at.desc(), EpisodeRow.id.desc()).limit(limit + 1)
+    with tx.read() as s:
+        rows = s.scalars(stmt).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = tuple(cv.summary_from_row(r) for r in rows)
+    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None
+    return Page(items=items, next_cursor=next_cursor)
+
+
+def count_episodes(tx: Transactions) -> int:
+    with tx.read() as s:
+        return int(s.scalar(select(func.count()).select_from(EpisodeRow)) or 0)
+
+
+def _encode_cursor(at: datetime, episode_id: str) -> str:
+    raw = json.dumps([at.isoformat(), episode_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, episode_id = json.loads(base64.urlsafe_b64decode(padded))
+        return datetime.fromisoformat(at), clean_text(str(episode_id))
+    except Exception:
+        raise InvalidRecordError(f"not a valid page cursor: {cursor!r}") from None

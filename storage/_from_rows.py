@@ -1,0 +1,196 @@
+"""Row -> record conversion (the other direction is :mod:`memabra.storage._convert`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    EpisodeRow,
+    FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
+    PolicySnapshotRow,
+    RegistryRow,
+    RewardRow,
+    StepRow,
+)
+
+from memabra._records import (
+    Budget,
+    Candidate,
+    CandidateKind,
+    EpisodeSummary,
+    Feedback,
+    MemoryQuality,
+    OPEResult,
+    PolicySnapshot,
+    RegistryItem,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    RoutingContext,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+    Step,
+)
+
+
+def selection_from_rows(
+    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
+) -> Selection:
+    budget = Budget(
+        max_tokens=decision.token_budget,
+        slots={CandidateKind(k): int(n) for k, n in decision.slots_budget.items()},
+    )
+    context = RoutingContext(
+        query=decision.query,
+        user_id=decision.user_id,
+        thread_id=decision.thread_id,
+        turn=decision.turn,
+        kinds=tuple(CandidateKind(k) for k in decision.kinds),
+        budget=budget,
+    )
+    offered = tuple(
+        ScoredCandidate(
+            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
+            features={k: float(v) for k, v in (c.features or {}).items()},
+            score=c.score,
+            rank=c.rank,
+        )
+        for c in sorted(candidates, key=lambda c: c.ordinal)
+    )
+    draws = tuple(
+        SlotDraw(
+            slot=s.slot,
+            kind=CandidateKind(s.kind),
+            candidate_ids=tuple(s.candidate_ids),
+            probabilities=tuple(float(p) for p in s.probabilities),
+            chosen_id=s.chosen_id,
+            chosen_probability=s.chosen_probability,
+        )
+        for s in sorted(slots, key=lambda s: s.slot)
+    )
+    return Selection(
+        context=context,
+        offered=offered,
+        slots=draws,
+        policy=decision.policy,
+        policy_version=decision.policy_version,
+        seed=decision.seed,
+        latency_ms=decision.latency_ms,
+        id=decision.id,
+        created_at=decision.created_at,
+    )
+
+
+def step_from_row(row: StepRow) -> Step:
+    return Step(
+        kind=row.kind,  # type: ignore[arg-type]
+        name=row.name,
+        seq=row.seq,
+        arguments=row.arguments or {},
+        result=row.result,
+        status=row.status,
+        error=row.error,
+        latency_ms=row.latency_ms,
+        input_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+        started_at=row.started_at,
+    )
+
+
+def feedback_from_row(row: FeedbackRow) -> Feedback:
+    return Feedback(
+        episode_id=row.episode_id,
+        kind=row.kind,  # type: ignore[arg-type]
+        source=row.source,
+        payload=row.payload or {},
+        decision_id=row.decision_id,
+        idempotency_key=row.idempotency_key,
+        received_at=row.received_at,
+        id=row.id,
+        late=row.late,
+    )
+
+
+def reward_from_row(row: RewardRow) -> RewardBreakdown:
+    return RewardBreakdown(
+        components=RewardComponents(
+            s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u
+        ),
+        weights=RewardWeights(**row.weights),
+        version=row.reward_version,
+    )
+
+
+def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:
+    return PolicySnapshot(
+        policy=row.policy,
+        version=row.version,
+        model=bytes(row.model),
+        learner_args=row.learner_args or {},
+        parent=row.parent,
+        created_at=row.created_at,
+        metrics=row.metrics or {},
+        status=row.status,
+    )
+
+
+def registry_from_row(row: RegistryRow) -> RegistryItem:
+    return RegistryItem(
+        kind=CandidateKind(row.kind),
+        id=row.id,
+        owner=row.owner,
+        text=row.text,
+        tokens=row.tokens,
+        name=row.name,
+        body=row.body,
+        source=row.source,
+        metadata=row.metadata_ or {},
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_chosen_at=row.last_chosen_at,
+        times_chosen=row.times_chosen,
+        times_used=row.times_used,
+    )
+
+
+def ope_from_row(r: OPERunRow) -> OPEResult:
+    return OPEResult(
+        policy=r.policy,
+        estimator=r.estimator,
+        value=r.value,
+        ci_low=r.ci_low,
+        ci_high=r.ci_high,
+        n_rounds=r.n_rounds,
+        alpha=r.alpha,
+        snapshot_version=r.snapshot_version,
+        details=r.details or {},
+        run_id=r.run_id,
+        created_at=r.created_at,
+        id=r.id,
+    )
+
+
+def memory_score_from_row(r: MemoryScoreRow) -> MemoryQuality:
+    return MemoryQuality(
+        r.decision_id, r.scorer, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens, r.scored_at
+    )
+
+
+def summary_from_row(r: EpisodeRow) -> EpisodeSummary:
+    return EpisodeSummary(
+        id=r.id,
+        user_id=r.user_id,
+        query=r.query,
+        created_at=r.created_at,
+        policy_version=r.policy_version,
+        kinds=tuple(k for k in r.kinds.split(",") if k),
+        reward_total=r.reward_total,
+        corrected=r.corrected,
+        finalized=r.finalized_at is not None,
+    )

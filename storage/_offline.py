@@ -1,0 +1,163 @@
+"""Offline reads and results: every decision for replay, OPE results, and MemPO's labels."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+
+from memabra.storage import _convert as cv
+from memabra.storage._episodes import assemble_selections
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
+    PolicySnapshotRow,
+    RewardRow,
+    table_of,
+)
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError
+from memabra._records import GoldDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
+
+logger = logging.getLogger("memabra")
+
+__all__ = [
+    "iter_selections",
+    "list_ope_runs",
+    "memory_scores",
+    "mempo_items",
+    "record_ope_results",
+    "store_memory_scores",
+]
+
+# Episodes whose decisions are read per query when assembling MemPO items.
+_CHUNK = 500
+
+
+def iter_selections(
+    tx: Transactions, since: datetime | None, until: datetime | None, chunk_size: int
+) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
+    """Every logged decision in time order with its episode's reward, read in chunks through a
+    server-side cursor so memory stays flat however long the log is."""
+    stmt = select(DecisionRow).order_by(DecisionRow.created_at, DecisionRow.id)
+    if since is not None:
+        stmt = stmt.where(DecisionRow.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(DecisionRow.created_at < until)
+    with Session(tx.engine) as stream, Session(tx.engine) as s:
+        result = stream.scalars(stmt.execution_options(stream_results=True, yield_per=chunk_size))
+        for chunk in result.partitions():
+            assembled = assemble_selections(s, chunk)
+            episode_ids = list({d.episode_id for d in chunk})
+            rewards = {
+                r.episode_id: cv.reward_from_row(r)
+                for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))
+            }
+            by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
+            for d in chunk:
+                yield by_id[d.id], rewards.get(d.episode_id)
+            s.expunge_all()
+
+
+def record_ope_results(tx: Transactions, results: Sequence[OPEResult]) -> None:
+    if not results:
+        return
+    rows = prepare(table_of(OPERunRow), [cv.ope_values(r) for r in results])
+    versions = {r["snapshot_version"] for r in rows if r["snapshot_version"] is not None}
+
+    def work(s: Session) -> None:
+        for version in sorted(versions):
+            if s.get(PolicySnapshotRow, version) is None:
+                raise InvalidRecordError(f"OPE result names snapshot {version!r}, which is not in the log")
+        s.execute(insert(table_of(OPERunRow)), rows)
+
+    tx.write(work, what="record_ope_results")
+
+
+def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, limit: int) -> list[OPEResult]:
+    stmt = select(OPERunRow).order_by(OPERunRow.created_at.desc(), OPERunRow.estimator).limit(limit)
+    if version is not None:
+        stmt = stmt.where(OPERunRow.snapshot_version == clean_text(version))
+    if policy is not None:
+        stmt = stmt.where(OPERunRow.policy == clean_text(policy))
+    with tx.read() as s:
+        return [cv.ope_from_row(r) for r in s.scalars(stmt)]
+
+
+def mempo_items(tx: Transactions, since: datetime | None) -> Iterator[GoldDecision]:
+    """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback."""
+    stmt = select(FeedbackRow).order_by(FeedbackRow.received_at)
+    if since is not None:
+        stmt = stmt.where(FeedbackRow.received_at >= since)
+    gold: dict[str, str] = {}
+    with tx.read() as s:
+        for row in s.scalars(stmt):
+            try:
+                answer = cv.feedback_from_row(row).signals.explicit.gold_answer
+            except InvalidRecordError as exc:  # a row stored before payloads were validated
+                logger.warning("feedback %s of episode %s is unreadable, skipped: %s", row.id, row.episode_id, exc)
+                continue
+            if answer is not None and answer.strip():
+                gold[row.episode_id] = answer
+    episode_ids = list(gold)
+    for start in range(0, len(episode_ids), _CHUNK):
+        chunk = episode_ids[start : start + _CHUNK]
+        with tx.read() as s:
+            decisions = s.scalars(
+                select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)
+            ).all()
+            cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
+            for c in s.scalars(
+                select(DecisionCandidateRow)
+                .where(
+                    DecisionCandidateRow.decision_id.in_([d.id for d in decisions]),
+                    DecisionCandidateRow.kind == "memory",
+                )
+                .order_by(DecisionCandidateRow.ordinal)
+            ):
+                cands[c.decision_id].append(c)
+        for d in decisions:
+            memories = cands[d.id]
+            if memories:
+                yield GoldDecision(
+                    id=d.id,
+                    question=d.query,
+                    selected=tuple(
+                        c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)
+                    ),
+                    candidates=tuple(c.text for c in memories),
+                    gold_answer=gold[d.episode_id],
+                )
+
+
+def store_memory_scores(tx: Transactions, scores: Sequence[MemoryQuality]) -> None:
+    """Insert or replace MemPO labels (a re-run with another model overwrites)."""
+    if not scores:
+        return
+    rows = prepare(table_of(MemoryScoreRow), [cv.memory_score_values(q) for q in scores])
+    ids = sorted({r["decision_id"] for r in rows})
+
+    def work(s: Session) -> None:
+        s.execute(delete(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
+        s.execute(insert(table_of(MemoryScoreRow)), rows)
+
+    tx.write(work, what="store_memory_scores")
+
+
+def memory_scores(tx: Transactions, decision_ids: Sequence[str]) -> dict[str, MemoryQuality]:
+    if not decision_ids:
+        return {}
+    ids = [clean_text(d) for d in decision_ids]
+    with tx.read() as s:
+        return {
+            r.decision_id: cv.memory_score_from_row(r)
+            for r in s.scalars(select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
+        }

@@ -1,0 +1,126 @@
+"""Transactions of the episode log: reads, and writes that survive contention.
+
+A write runs a function inside one transaction and is retried, from the start, when the database
+answers with a transient conflict: a PostgreSQL deadlock (``40P01``) or serialisation failure
+(``40001``), or SQLite's ``database is locked`` after its busy timeout. The retries are bounded;
+when they run out the caller gets :class:`~memabra._errors.StorageContentionError`, never a raw
+driver error. A write function must therefore only touch the database and its own locals.
+
+On SQLite a write transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock up front,
+waiting up to the busy timeout for it, instead of failing on the read-to-write lock upgrade that a
+deferred ``BEGIN`` meets when another process wrote in between. Reads stay deferred, so in WAL mode
+they never wait on writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from memabra._errors import StorageContentionError
+
+__all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
+
+logger = logging.getLogger("memabra")
+
+T = TypeVar("T")
+
+WRITE_OPTION = "memabra_write"
+"""Execution option marking a write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+
+# Attempts before a conflicting write gives up: a deadlock victim or a locked SQLite file
+# normally succeeds on the second try; eight covers bursts without hiding a stuck database.
+MAX_ATTEMPTS = 8
+# First back-off; doubled per attempt with full jitter, so colliding writers spread out.
+BASE_BACKOFF_S = 0.02
+_PG_RETRYABLE = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a driver error is a conflict that a retry of the whole transaction resolves."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state in _PG_RETRYABLE:
+        return True
+    text = str(orig).lower()
+    return type(orig).__name__ == "OperationalError" and ("database is locked" in text or "database is busy" in text)
+
+
+class Transactions:
+    """Read sessions and retried write transactions over one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading (its transaction is rolled back or committed with nothing to do)."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def write(self, work: Callable[[Session], T], *, what: str = "write") -> T:
+        """Run ``work`` in one write transaction, retried on transient conflicts."""
+
+        def attempt() -> T:
+            with Session(self._writer, expire_on_commit=False) as session, session.begin():
+                return work(session)
+
+        return self._retrying(attempt, what)
+
+    def write_connection(self, work: Callable[[Connection], T], *, what: str = "write") -> T:
+        """Like :meth:`write`, on a Core connection (bulk inserts, COPY)."""
+
+        def attempt() -> T:
+            with self._writer.begin() as connection:
+                return work(connection)
+
+        return self._retrying(attempt, what)
+
+    def _retrying(self, attempt: Callable[[], T], what: str) -> T:
+        last: BaseException | None = None
+        for n in range(MAX_ATTEMPTS):
+            try:
+                return attempt()
+            except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
+                if not is_transient(exc):
+                    raise
+                last = exc
+                delay = random.uniform(0, BASE_BACKOFF_S * 2**n)
+                logger.info(
+                    "%s met a transient conflict (attempt %d of %d), retrying in %.3fs: %s",
+                    what,
+                    n + 1,
+                    MAX_ATTEMPTS,
+                    delay,
+                    _short(exc),
+                )
+                time.sleep(delay)
+        raise StorageContentionError(
+            f"{what} kept conflicting with other writers after {MAX_ATTEMPTS} attempts ({_short(last)}); "
+            "on SQLite this is the point to move to PostgreSQL"
+        ) from last
+
+
+def is_duplicate_key(exc: BaseException) -> bool:
+    """Whether a driver error is a primary-key or unique violation."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) == "23505":
+        return True
+    return type(orig).__name__ == "IntegrityError" and "UNIQUE constraint failed" in str(orig)
+
+
+def _short(exc: Any) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).splitlines()[0] if str(orig) else type(orig).__name__
