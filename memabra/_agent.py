@@ -36,12 +36,13 @@ from langgraph.types import Checkpointer
 
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory, StoreMemory
+from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory
+from memabra._store_memory import StoreMemory
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
 from memabra.router import Router
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, open_log
 
 __all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "create_memabra_agent"]
 
@@ -67,11 +68,15 @@ def message_text(message: AnyMessage) -> str:
     return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
 
 
-def _user_id(runtime: Runtime[Any] | None) -> str:
+def _user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = None) -> str:
     ctx = runtime.context if runtime is not None else None
     user = getattr(ctx, "user_id", None) if ctx is not None and not isinstance(ctx, dict) else (ctx or {}).get("user_id")
+    if not user:  # the common LangGraph idiom: {"configurable": {"user_id": ...}}
+        user = ((config or {}).get("configurable") or {}).get("user_id")
     if not user:
-        raise InvalidRecordError("memabra needs the user: invoke with context={'user_id': ...}")
+        raise InvalidRecordError(
+            "memabra needs the user: invoke with context={'user_id': ...} or config={'configurable': {'user_id': ...}}"
+        )
     return str(user)
 
 
@@ -103,7 +108,7 @@ class _Graph:
         if not humans:
             raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
         turn = self.session.begin(
-            user_id=_user_id(runtime), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
+            user_id=_user_id(runtime, config), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
         )
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
 
@@ -284,7 +289,7 @@ def build_session(
     local_credit: bool = False,
 ) -> RoutingSession:
     """The routing loop behind the agent, the middleware and the nodes (see their docs)."""
-    log = db if isinstance(db, EpisodeLog) else EpisodeLog(db)
+    log = db if isinstance(db, EpisodeLog) else open_log(db)
     if memory is None:
         backend: MemoryBackend = StoreMemory(store, log=log) if store is not None else SQLMemory(log)
     elif isinstance(memory, BaseStore):
@@ -339,7 +344,8 @@ def create_memabra_agent(
     ``memory`` — memabra's SQL registry by default, or a LangGraph ``BaseStore`` (the ``store``
     passed at compile time is used when ``memory`` is omitted and ``store`` is given).
     ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
-    or ``sqlite:///memabra.db`` (migrated with ``memabra db upgrade``). ``extract_with_model``
+    or ``sqlite:///memabra.db`` (a new SQLite database gets its schema on first use; other databases
+    are migrated with ``memabra db upgrade``). ``extract_with_model``
     has the chat model extract memories from user messages instead of the rules.
     """
     chat = _resolve_model(model)

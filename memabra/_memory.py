@@ -1,200 +1,344 @@
-"""Where memories live and how they are written.
+"""Where memories live, how they are written, and how people manage them.
 
-A backend has two abstract methods, ``items`` and ``put``; every convenience (deduplicated
-``remember``, ``candidates``) is built on them. Two backends ship: :class:`SQLMemory`, memabra's
-own registry table, and :class:`StoreMemory`, a LangGraph ``BaseStore`` you already run.
+:class:`MemoryBackend` holds the write path and the management API on a handful of storage
+primitives; two backends ship: :class:`SQLMemory`, memabra's own registry table, and
+:class:`StoreMemory` (:mod:`memabra._store_memory`), a LangGraph ``BaseStore`` you already run.
 
-The write path turns what the user states about themselves into memories: rule-based extraction
-by default (:func:`extract_facts`), a chat model when one is given (:class:`LLMFactExtractor`).
-A new fact that restates a stored one (same content words) replaces it instead of piling up.
+Writing (``remember``): a correction's complaint is cut off (the fact is kept, not "I already told
+you"); a restatement of a stored memory refreshes it; a new fact on a single-valued subject ("I
+moved to Hobart") retires the memory it replaces ("I live in Lyon") — by rules, or by the chat
+model when the agent was built with ``extract_with_model=True``. Retired memories stay in
+``list`` and ``history``, never in recall. Managing: ``list``, ``search`` (the router's own
+recall), ``update`` (with history: what, when, from which episode), ``forget`` one or all.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
-from langgraph.store.base import BaseStore
-
+from memabra._errors import InvalidRecordError
+from memabra._facts import (
+    FactExtractor,
+    LLMFactExtractor,
+    RuleFactExtractor,
+    extract_facts,
+    fact_subject,
+    strip_complaint,
+)
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow
 from memabra._text import approx_tokens, content_words, overlap
-from memabra.storage import EpisodeLog
+from memabra.router import CachingEncoder
+from memabra.storage import EpisodeLog, MemoryRegistry
 
 __all__ = [
     "FactExtractor",
     "LLMFactExtractor",
+    "MemoryAction",
     "MemoryBackend",
+    "MemoryChange",
+    "MemoryRecord",
+    "MemoryStatus",
+    "RecalledMemory",
     "RuleFactExtractor",
     "SQLMemory",
-    "StoreMemory",
+    "Supersession",
     "extract_facts",
 ]
 
 logger = logging.getLogger("memabra")
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_FACT = re.compile(
-    r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b"
-    r"|\bi(?:'m| am)\s+(?!not sure|wondering|asking|looking|trying|going to ask|curious)\w"
-    r"|\bi\s+(?:really\s+|usually\s+|always\s+|never\s+|don't\s+|do not\s+)?"
-    r"(live|work|prefer|like|love|hate|dislike|own|have|moved|eat|drink|speak|use|need|want)\b"
-    r"|\bcall me\b|\bremember (that )?|\bplease (always|never)\b",
-    re.IGNORECASE,
-)
-_QUESTION_START = re.compile(r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I)
+# A restatement, not a new fact: content words overlap this much both ways, at most one differs.
+_DEDUP_OVERLAP = 0.85
 
 
-class FactExtractor(Protocol):
-    def __call__(self, text: str) -> list[str]: ...
+class Supersession(Protocol):
+    """Decides which stored memories (``(id, text)`` pairs) a new fact replaces."""
+
+    def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]: ...
 
 
-def extract_facts(text: str) -> list[str]:
-    """First-person statements of lasting facts in ``text`` ("I am vegetarian", "my dog is Rex").
+@dataclass(frozen=True, slots=True)
+class RecalledMemory:
+    """A search result: the memory and its hybrid-prior score (higher is closer)."""
 
-    Questions are skipped; a sentence is kept whole so the memory reads as the user said it.
-    """
-    facts = []
-    for raw in _SENTENCE.split(text):
-        sentence = raw.strip().strip('"')
-        if len(sentence) < 6 or sentence.endswith("?") or _QUESTION_START.match(sentence):
-            continue
-        if _FACT.search(sentence):
-            facts.append(sentence.rstrip(".!; "))
-    return facts
+    memory: MemoryRecord
+    score: float
 
 
-class RuleFactExtractor:
-    """The default extractor: :func:`extract_facts`."""
-
-    def __call__(self, text: str) -> list[str]:
-        return extract_facts(text)
-
-
-class LLMFactExtractor:
-    """Asks a chat model for the durable facts a message states about the user; falls back to
-    the rules when the reply is not a JSON list of strings."""
-
-    PROMPT = (
-        "Extract durable facts the user states about themselves (identity, preferences, constraints, "
-        "circumstances) from the message. Reply with a JSON list of short first-person sentences, "
-        "or [] if there are none."
-    )
-
-    def __init__(self, model: BaseChatModel) -> None:
-        self.model = model
-
-    def __call__(self, text: str) -> list[str]:
-        reply = self.model.invoke([SystemMessage(self.PROMPT), HumanMessage(text)])
-        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        try:
-            facts = json.loads(content)
-        except json.JSONDecodeError:
-            logger.info("fact extraction reply was not JSON; using the rules")
-            return extract_facts(text)
-        if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-            return extract_facts(text)
-        return [f.strip() for f in facts if f.strip()]
+def _is_restatement(a: str, b: str) -> bool:
+    wa, wb = content_words(a), content_words(b)
+    return bool(wa and wb) and overlap(wa, wb) >= _DEDUP_OVERLAP and len(wa ^ wb) <= 1
 
 
 class MemoryBackend(ABC):
-    """Two abstract methods; everything else is built on them."""
+    """Storage primitives (abstract) plus the write path and management built on them.
 
-    dedup_threshold: float = 0.85
+    ``supersession`` decides which memories a new fact retires (rules by default; the agent
+    passes its :class:`LLMFactExtractor` when built with ``extract_with_model=True``);
+    ``encoder`` is what recall embeds with (``None``: lexical recall only).
+    """
+
+    supersession: Supersession = RuleFactExtractor()
+    encoder: CachingEncoder | None = None
+
+    def __init__(self, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None) -> None:
+        self.supersession = supersession if supersession is not None else RuleFactExtractor()
+        self.encoder = encoder
+
+    # ------------------------------------------------------------------ primitives
 
     @abstractmethod
     def items(self, user_id: str) -> list[RegistryItem]:
-        """Every live memory of ``user_id`` (never another user's)."""
+        """Every recallable (active) memory of ``user_id``, never another user's."""
 
     @abstractmethod
-    def put(self, item: RegistryItem) -> None:
-        """Insert or replace one memory."""
+    def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        """The user's memories as people see them, oldest first."""
 
-    def candidates(self, user_id: str) -> list[Candidate]:
-        return [item.as_candidate() for item in self.items(user_id)]
+    @abstractmethod
+    def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+        """Every change to one memory, oldest first."""
 
-    def remember(self, user_id: str, text: str, *, source: str = "user", at: datetime | None = None) -> RegistryItem:
-        """Store ``text`` as a memory of ``user_id``; a near-duplicate of a stored memory
-        (content-word overlap >= ``dedup_threshold`` both ways) is refreshed instead."""
-        words = content_words(text)
+    @abstractmethod
+    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
+        """Insert or replace ``item``, record ``change``, retire ``retire`` — all or nothing."""
+
+    @abstractmethod
+    def _refresh(self, change: MemoryChange) -> None:
+        """Record a restatement: the memory takes ``change.new_text`` and a new update time."""
+
+    @abstractmethod
+    def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
+        """Delete memories and their history (all of the user's for ``None``); the episode log
+        keeps their ids, not their text."""
+
+    def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        for item, change in pairs:
+            self._store(item, change)
+
+    # ------------------------------------------------------------------ reading
+
+    def list(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        return self.records(user_id, include_retired=include_retired)
+
+    def get(self, user_id: str, memory_id: str) -> MemoryRecord:
+        for record in self.records(user_id):
+            if record.id == memory_id:
+                return record
+        raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+
+    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
+        """The memories the router is offered for ``query``: all of them up to ``RECALL_ALL``,
+        else the ``limit`` best by the hybrid prior."""
+        items = self.items(user_id)
+        if len(items) <= max(RECALL_ALL, limit):
+            return items
+        return [item for item, _ in rank(items, query, self.encoder)[:limit]]
+
+    def search(self, user_id: str, query: str, *, limit: int = 10) -> list[RecalledMemory]:
+        """The user's active memories best first for ``query``, by the router's recall."""
+        if not query.strip():
+            raise InvalidRecordError("search needs a non-empty query")
+        pool = self.recall(user_id, query, limit=max(limit, RECALL_LIMIT))
+        records = {r.id: r for r in self.records(user_id, include_retired=False)}
+        ranked = rank(pool, query, self.encoder)
+        return [RecalledMemory(records[i.id], s) for i, s in ranked if i.id in records][:limit]
+
+    def candidates(self, user_id: str, query: str | None = None) -> list[Candidate]:
+        items = self.items(user_id) if query is None else self.recall(user_id, query)
+        return [item.as_candidate() for item in items]
+
+    # ------------------------------------------------------------------ writing
+
+    def remember(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        source: str = "user",
+        at: datetime | None = None,
+        episode_id: str | None = None,
+    ) -> RegistryItem:
+        """Store the fact in ``text`` for ``user_id``; a restatement refreshes the stored memory
+        and a fact on a subject with one current value retires the one it replaces."""
+        fact = _clean(text)
         now = at or utcnow()
-        for item in self.items(user_id):
-            other = content_words(item.text)
-            if words and other and overlap(words, other) >= self.dedup_threshold and len(words ^ other) <= 1:
-                refreshed = RegistryItem(
-                    kind=item.kind, id=item.id, owner=item.owner, text=text, tokens=approx_tokens(text),
-                    name=item.name, source=source, metadata=item.metadata, created_at=item.created_at,
-                    updated_at=now, last_chosen_at=item.last_chosen_at,
-                    times_chosen=item.times_chosen, times_used=item.times_used,
+        active = self.items(user_id)
+        for item in active:
+            if _is_restatement(fact, item.text):
+                self._refresh(
+                    MemoryChange(item.id, user_id, MemoryAction.REFRESHED, now, item.text, fact, episode_id, "restated")
                 )
-                self.put(refreshed)
-                return refreshed
-        item = RegistryItem(
-            kind=CandidateKind.MEMORY, id=f"mem:{new_id()[:16]}", owner=user_id, text=text,
-            tokens=approx_tokens(text), name=text[:60], source=source, created_at=now,
-        )
-        self.put(item)
+                return _reworded(item, fact, now)
+        item = _new_item(user_id, fact, source, now)
+        retire_ids = self.supersession.superseded(fact, [(i.id, i.text) for i in active]) if active else []
+        texts = {i.id: i.text for i in active}
+        retire = [
+            MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}")
+            for mid in retire_ids
+            if mid in texts
+        ]
+        self._store(item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire)
+        if retire:
+            logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
         return item
+
+    def remember_many(
+        self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
+    ) -> list[RegistryItem]:
+        """``remember`` for many facts at once (an import): restatements of stored or earlier
+        facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
+        now = at or utcnow()
+        facts = [_clean(t) for t in texts]
+        active = self.items(user_id)
+        seen_words = [content_words(i.text) for i in active]
+        plain: list[tuple[RegistryItem, MemoryChange]] = []
+        out: list[RegistryItem] = []
+        subjects = {fact_subject(i.text) for i in active} - {None}
+        for fact in facts:
+            words = content_words(fact)
+            if any(_restates(words, other) for other in seen_words):
+                continue
+            seen_words.append(words)
+            subject = fact_subject(fact)
+            if subject is not None and subject in subjects:
+                self._store_many(plain)
+                plain = []
+                out.append(self.remember(user_id, fact, source=source, at=now))
+                continue
+            if subject is not None:
+                subjects.add(subject)
+            item = _new_item(user_id, fact, source, now)
+            plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
+            out.append(item)
+        self._store_many(plain)
+        return out
+
+    def write_from_message(self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None) -> list[RegistryItem]:
+        """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
+        return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
+
+    def update(self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None) -> MemoryRecord:
+        """Replace a memory's text; the old text goes into its history."""
+        fact = _clean(text)
+        old = self._item(user_id, memory_id, include_retired=True)
+        now = utcnow()
+        item = RegistryItem(
+            kind=CandidateKind.MEMORY, id=old.id, owner=user_id, text=fact, tokens=approx_tokens(fact), name=fact[:60],
+            source=old.source, metadata=old.metadata, created_at=old.created_at, updated_at=now,
+            last_chosen_at=old.last_chosen_at, times_chosen=old.times_chosen, times_used=old.times_used,
+        )
+        self._store(item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, "update"))
+        return self.get(user_id, memory_id)
+
+    def forget(self, user_id: str, memory_id: str) -> None:
+        """Delete one memory and its history; it leaves every future candidate set."""
+        self._forget(user_id, [memory_id])
+
+    def forget_all(self, user_id: str) -> int:
+        """Delete every memory of ``user_id`` with its history; returns how many."""
+        return self._forget(user_id, None)
+
+    def put(self, item: RegistryItem) -> None:
+        """Insert or replace one memory as given (no extraction, no supersession)."""
+        self._store(item, MemoryChange(item.id, item.owner, MemoryAction.CREATED, item.updated_at or utcnow(), None, item.text, None, "put"))
+
+    def _item(self, user_id: str, memory_id: str, *, include_retired: bool) -> RegistryItem:
+        record = self.get(user_id, memory_id)
+        if record.status is MemoryStatus.RETIRED and not include_retired:
+            raise InvalidRecordError(f"memory {memory_id!r} is retired")
+        return RegistryItem(
+            kind=CandidateKind.MEMORY, id=record.id, owner=user_id, text=record.text, tokens=approx_tokens(record.text),
+            name=record.text[:60], source=record.source, created_at=record.created_at, updated_at=record.updated_at,
+            last_chosen_at=record.last_used_at, times_chosen=record.times_chosen, times_used=record.times_used,
+        )
+
+
+def _reworded(item: RegistryItem, text: str, at: datetime) -> RegistryItem:
+    return RegistryItem(
+        kind=item.kind, id=item.id, owner=item.owner, text=text, tokens=approx_tokens(text), name=text[:60],
+        body=item.body, source=item.source, metadata=item.metadata, created_at=item.created_at, updated_at=at,
+        last_chosen_at=item.last_chosen_at, times_chosen=item.times_chosen, times_used=item.times_used,
+    )
+
+
+def _restates(words: frozenset[str], other: frozenset[str]) -> bool:
+    return bool(words and other) and overlap(words, other) >= _DEDUP_OVERLAP and len(words ^ other) <= 1
+
+
+def _clean(text: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
+    fact = strip_complaint(text.strip()).rstrip(" ").strip()
+    if not fact:
+        raise InvalidRecordError("a memory needs non-empty text")
+    return fact
+
+
+def _new_item(user_id: str, fact: str, source: str, now: datetime) -> RegistryItem:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    return RegistryItem(
+        kind=CandidateKind.MEMORY, id=f"mem:{new_id()[:16]}", owner=user_id, text=fact,
+        tokens=approx_tokens(fact), name=fact[:60], source=source, created_at=now,
+    )
 
 
 class SQLMemory(MemoryBackend):
     """Memories in memabra's registry table, next to the episode log."""
 
-    def __init__(self, log: EpisodeLog) -> None:
+    def __init__(
+        self, log: EpisodeLog, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None
+    ) -> None:
+        super().__init__(supersession=supersession, encoder=encoder)
         self.log = log
+        self._registry = MemoryRegistry(log.engine)
+        self._index = RecallIndex(encoder)
 
     def items(self, user_id: str) -> list[RegistryItem]:
-        return self.log.items(user_id, CandidateKind.MEMORY)
+        return self._registry.active_items(user_id)
 
-    def put(self, item: RegistryItem) -> None:
-        self.log.put_items([item])
+    def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        return self._registry.records(user_id, include_retired=include_retired)
 
+    def get(self, user_id: str, memory_id: str) -> MemoryRecord:
+        return self._registry.record(user_id, memory_id)
 
-class StoreMemory(MemoryBackend):
-    """Memories in a LangGraph ``BaseStore`` under the namespace ``(*prefix, user_id)``.
+    def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+        self._registry.record(user_id, memory_id)
+        return self._registry.history(user_id, memory_id)
 
-    Usage counters live in the episode log, not the store: pass ``log`` to have them filled in
-    for featurisation.
-    """
+    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
+        version = self._registry.active_version(user_id)
+        if version[0] <= max(RECALL_ALL, limit):
+            return self.items(user_id)
+        self._index.encoder = self.encoder
+        return self._index.top(user_id, version, lambda: self.items(user_id), query, limit)
 
-    def __init__(self, store: BaseStore, *, prefix: Sequence[str] = ("memabra", "memories"), log: EpisodeLog | None = None) -> None:
-        self.store = store
-        self.prefix = tuple(prefix)
-        self.log = log
+    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
+        self._registry.write(item, change, retire=retire)
 
-    def items(self, user_id: str) -> list[RegistryItem]:
-        found = self.store.search((*self.prefix, user_id), limit=10_000)
-        items = [_item_from_store(user_id, it.key, it.value, it.created_at, it.updated_at) for it in found]
-        if self.log is not None and items:
-            stats = self.log.candidate_stats(user_id, [i.id for i in items])
-            items = [
-                _with_counts(i, stats[i.id].times_chosen, stats[i.id].times_used) if i.id in stats else i for i in items
-            ]
-        return items
+    def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        self._registry.write_many(pairs)
 
-    def put(self, item: RegistryItem) -> None:
-        value: dict[str, Any] = {"text": item.text, "tokens": item.tokens, "source": item.source, "name": item.name}
-        self.store.put((*self.prefix, item.owner), item.id, value)
+    def _refresh(self, change: MemoryChange) -> None:
+        self._registry.refresh(change, approx_tokens(change.new_text or ""))
 
-
-def _item_from_store(user_id: str, key: str, value: dict[str, Any], created: datetime, updated: datetime) -> RegistryItem:
-    text = str(value.get("text", ""))
-    return RegistryItem(
-        kind=CandidateKind.MEMORY, id=key, owner=user_id, text=text,
-        tokens=int(value.get("tokens") or approx_tokens(text)), name=str(value.get("name") or text[:60]),
-        source=str(value.get("source", "store")), created_at=created, updated_at=updated,
-    )
+    def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
+        return self._registry.forget(user_id, memory_ids)
 
 
-def _with_counts(item: RegistryItem, chosen: int, used: int) -> RegistryItem:
-    return RegistryItem(
-        kind=item.kind, id=item.id, owner=item.owner, text=item.text, tokens=item.tokens, name=item.name,
-        body=item.body, source=item.source, metadata=item.metadata, created_at=item.created_at,
-        updated_at=item.updated_at, times_chosen=chosen, times_used=used,
-    )
+def __getattr__(name: str) -> object:
+    # StoreMemory lives in its own module; kept importable from here for existing code.
+    if name == "StoreMemory":
+        from memabra._store_memory import StoreMemory
+
+        return StoreMemory
+    raise AttributeError(name)

@@ -5,6 +5,8 @@ Takes and returns the records of :mod:`memabra`; ORM rows never leave this packa
 
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
+from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_log
+from memabra.storage._open import open_log
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
 
 __all__ = [
@@ -12,13 +14,17 @@ __all__ = [
     "DEFAULT_URL",
     "URL_ENV",
     "CandidateStats",
+    "EmbeddingTable",
     "EpisodeFilter",
     "EpisodeLog",
+    "MemoryRegistry",
     "check_schema",
     "current_revision",
     "downgrade",
+    "forget_in_log",
     "head_revision",
     "make_engine",
+    "open_log",
     "resolve_url",
     "upgrade",
 ]

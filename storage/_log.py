@@ -768,6 +768,7 @@ class EpisodeLog(_OfflineMixin):
             raise InvalidRecordError("items() needs a user_id: the registry is scoped by user")
         stmt = select(RegistryRow).where(
             RegistryRow.deleted_at.is_(None),
+            RegistryRow.retired_at.is_(None),  # superseded memories stay in history, out of recall
             or_(RegistryRow.owner == user_id, and_(RegistryRow.owner == "", RegistryRow.kind != CandidateKind.MEMORY.value)),
         )
         if kind is not None:
