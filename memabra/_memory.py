@@ -276,7 +276,7 @@ def _restates(words: frozenset[str], other: frozenset[str]) -> bool:
 def _clean(text: str) -> str:
     if not isinstance(text, str):
         raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    fact = strip_complaint(text.strip()).rstrip(" ").strip()
+    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
     if not fact:
         raise InvalidRecordError("a memory needs non-empty text")
     return fact
