@@ -123,6 +123,10 @@ class MemoryBackend(ABC):
         for item, change in pairs:
             self._store(item, change)
 
+    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+        """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
+        return [(i.id, i.text) for i in self.items(user_id)]
+
     # ------------------------------------------------------------------ reading
 
     def list(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
@@ -170,19 +174,17 @@ class MemoryBackend(ABC):
         and a fact on a subject with one current value retires the one it replaces."""
         fact = _clean(text)
         now = at or utcnow()
-        active = self.items(user_id)
-        for item in active:
-            if _is_restatement(fact, item.text):
-                self._refresh(
-                    MemoryChange(item.id, user_id, MemoryAction.REFRESHED, now, item.text, fact, episode_id, "restated")
-                )
-                return _reworded(item, fact, now)
+        active = self._active_pairs(user_id)
+        texts = dict(active)
+        for mid, stored in active:
+            if _is_restatement(fact, stored):
+                self._refresh(MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated"))
+                return self._item(user_id, mid, include_retired=False)
         item = _new_item(user_id, fact, source, now)
-        retire_ids = self.supersession.superseded(fact, [(i.id, i.text) for i in active]) if active else []
-        texts = {i.id: i.text for i in active}
+        retire_ids = self.supersession.superseded(fact, active) if active else []
         retire = [
             MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}")
-            for mid in retire_ids
+            for mid in dict.fromkeys(retire_ids)
             if mid in texts
         ]
         self._store(item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire)
@@ -197,16 +199,14 @@ class MemoryBackend(ABC):
         facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
         now = at or utcnow()
         facts = [_clean(t) for t in texts]
-        active = self.items(user_id)
-        seen_words = [content_words(i.text) for i in active]
+        active = self._active_pairs(user_id)
+        seen = _RestatementIndex(text for _, text in active)
         plain: list[tuple[RegistryItem, MemoryChange]] = []
         out: list[RegistryItem] = []
-        subjects = {fact_subject(i.text) for i in active} - {None}
+        subjects = {fact_subject(text) for _, text in active} - {None}
         for fact in facts:
-            words = content_words(fact)
-            if any(_restates(words, other) for other in seen_words):
+            if not seen.add(fact):
                 continue
-            seen_words.append(words)
             subject = fact_subject(fact)
             if subject is not None and subject in subjects:
                 self._store_many(plain)
@@ -261,16 +261,28 @@ class MemoryBackend(ABC):
         )
 
 
-def _reworded(item: RegistryItem, text: str, at: datetime) -> RegistryItem:
-    return RegistryItem(
-        kind=item.kind, id=item.id, owner=item.owner, text=text, tokens=approx_tokens(text), name=text[:60],
-        body=item.body, source=item.source, metadata=item.metadata, created_at=item.created_at, updated_at=at,
-        last_chosen_at=item.last_chosen_at, times_chosen=item.times_chosen, times_used=item.times_used,
-    )
+class _RestatementIndex:
+    """Finds restatements among many texts in O(words) per text: two texts restate each other
+    when their content-word sets differ by at most one word (see :func:`_is_restatement`), so a
+    set is looked up as it is, with one word less, and among the stored sets with one word less."""
 
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._exact: set[frozenset[str]] = set()
+        self._minus_one: set[frozenset[str]] = set()
+        for text in texts:
+            self._insert(content_words(text))
 
-def _restates(words: frozenset[str], other: frozenset[str]) -> bool:
-    return bool(words and other) and overlap(words, other) >= _DEDUP_OVERLAP and len(words ^ other) <= 1
+    def _insert(self, words: frozenset[str]) -> None:
+        self._exact.add(words)
+        self._minus_one.update(words - {w} for w in words)
+
+    def add(self, text: str) -> bool:
+        """Store ``text``'s words unless they restate a stored text; True when it was new."""
+        words = content_words(text)
+        if words and (words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)):
+            return False
+        self._insert(words)
+        return True
 
 
 def _clean(text: str) -> str:
@@ -304,6 +316,9 @@ class SQLMemory(MemoryBackend):
 
     def items(self, user_id: str) -> list[RegistryItem]:
         return self._registry.active_items(user_id)
+
+    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+        return self._registry.active_texts(user_id)
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
         return self._registry.records(user_id, include_retired=include_retired)

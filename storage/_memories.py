@@ -62,6 +62,18 @@ class MemoryRegistry:
         with self._session() as s:
             return [cv.registry_from_row(r) for r in s.scalars(stmt)]
 
+    def active_texts(self, user_id: str) -> list[tuple[str, str]]:
+        """``(id, text)`` of the user's recallable memories, without building records."""
+        _need_user(user_id)
+        stmt = select(RegistryRow.id, RegistryRow.text).where(
+            RegistryRow.kind == _MEMORY,
+            RegistryRow.owner == user_id,
+            RegistryRow.deleted_at.is_(None),
+            RegistryRow.retired_at.is_(None),
+        )
+        with self._engine.connect() as conn:
+            return [(str(i), str(t)) for i, t in conn.execute(stmt.order_by(RegistryRow.created_at, RegistryRow.id))]
+
     def active_version(self, user_id: str) -> tuple[int, str]:
         """Changes whenever the user's recallable memories do (one indexed aggregate query)."""
         stmt = select(func.count(), func.max(RegistryRow.updated_at), func.max(RegistryRow.created_at)).where(
