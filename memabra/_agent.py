@@ -38,6 +38,7 @@ from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory
 from memabra._store_memory import StoreMemory
+from memabra._tool_search import FIND_TOOLS, ToolSearch
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
@@ -85,6 +86,11 @@ def _thread_id(config: RunnableConfig | None) -> str | None:
     return str(thread) if thread is not None else None
 
 
+def _bind(turn: Any, names: Sequence[str]) -> None:
+    """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
+    turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
+
+
 def _usage(message: AIMessage) -> tuple[int | None, int | None]:
     usage = message.usage_metadata or {}
     return usage.get("input_tokens"), usage.get("output_tokens")
@@ -93,8 +99,19 @@ def _usage(message: AIMessage) -> tuple[int | None, int | None]:
 class _Graph:
     """The nodes, bound to one session, model and tool set."""
 
-    def __init__(self, session: RoutingSession, model: BaseChatModel, tools: Sequence[BaseTool], system_prompt: str, max_tool_rounds: int) -> None:
+    def __init__(
+        self,
+        session: RoutingSession,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        system_prompt: str,
+        max_tool_rounds: int,
+        tool_search: bool = False,
+    ) -> None:
         self.session = session
+        self.tool_search = (
+            ToolSearch(tool_items(tools), session.encoder, session.missing_tools) if tool_search and tools else None
+        )
         self.model = model
         self.tools = {t.name: t for t in tools}
         self.system_prompt = system_prompt
@@ -117,6 +134,8 @@ class _Graph:
         turn = self.session.get_turn(state["memabra_turn"])
         system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
         chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
+        if self.tool_search is not None:
+            chosen.append(self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names)))
         bound = self.model.bind_tools(chosen) if chosen else self.model
         conversation = [m for m in state.get("messages", []) if not isinstance(m, SystemMessage)]
         return bound, ([SystemMessage(system)] if system else []) + conversation
@@ -149,16 +168,25 @@ class _Graph:
     def _unavailable(self, state: MemabraState, call: dict[str, Any]) -> ToolMessage | None:
         turn = self.session.get_turn(state["memabra_turn"])
         name = call["name"]
-        if name in turn.tool_names and name in self.tools:
+        if (name in turn.tool_names and name in self.tools) or (name == FIND_TOOLS and self.tool_search is not None):
             return None
         error = f"tool {name!r} is not available in this turn"
         self.session.record_tool_call(turn.id, name, call.get("args") or {}, result=None, status="error", error=error)
         return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
 
+    def _tool(self, state: MemabraState, name: str) -> BaseTool:
+        if name == FIND_TOOLS and self.tool_search is not None:
+            turn = self.session.get_turn(state["memabra_turn"])
+            return self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names))
+        return self.tools[name]
+
     def _done(self, state: MemabraState, call: dict[str, Any], output: Any, started: float) -> ToolMessage:
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         ms = (time.perf_counter() - started) * 1000.0
         self.session.record_tool_call(state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms)
+        if self.tool_search is not None:
+            turn = self.session.get_turn(state["memabra_turn"])
+            self.tool_search.used(turn.id, turn.episode_id, call["name"], turn.feedback)
         return ToolMessage(content=text, tool_call_id=call["id"], name=call["name"])
 
     def _failed(self, state: MemabraState, call: dict[str, Any], exc: Exception, started: float) -> ToolMessage:
@@ -179,7 +207,7 @@ class _Graph:
                 continue
             started = time.perf_counter()
             try:
-                output = self.tools[call["name"]].invoke(call.get("args") or {})
+                output = self._tool(state, call["name"]).invoke(call.get("args") or {})
             except Exception as exc:
                 results.append(self._failed(state, call, exc, started))
             else:
@@ -195,7 +223,7 @@ class _Graph:
                 continue
             started = time.perf_counter()
             try:
-                output = await self.tools[call["name"]].ainvoke(call.get("args") or {})
+                output = await self._tool(state, call["name"]).ainvoke(call.get("args") or {})
             except Exception as exc:
                 results.append(self._failed(state, call, exc, started))
             else:
@@ -211,6 +239,8 @@ class _Graph:
     def finish(self, state: MemabraState) -> dict[str, Any]:
         last = state["messages"][-1]
         answer = message_text(last) if isinstance(last, AIMessage) else ""
+        if self.tool_search is not None:
+            self.tool_search.end(state["memabra_turn"])
         episode_id = self.session.finish(state["memabra_turn"], answer)
         return {"memabra_episode_id": episode_id}
 
@@ -336,6 +366,7 @@ def create_memabra_agent(
     max_tool_rounds: int = 4,
     snapshot_every: int = 100,
     local_credit: bool = False,
+    tool_search: bool = False,
 ) -> MemabraAgent:
     """Build a LangGraph agent whose context is chosen by a learning router.
 
@@ -346,7 +377,9 @@ def create_memabra_agent(
     ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
     or ``sqlite:///memabra.db`` (a new SQLite database gets its schema on first use; other databases
     are migrated with ``memabra db upgrade``). ``extract_with_model``
-    has the chat model extract memories from user messages instead of the rules.
+    has the chat model extract memories from user messages instead of the rules, and decide which
+    stored memories a new fact supersedes. ``tool_search`` binds a ``find_tools`` tool next to the
+    routed ones, so the model can fetch a tool the router left out (recorded as needed and missed).
     """
     chat = _resolve_model(model)
     tool_list = as_tools(tools)
@@ -364,7 +397,7 @@ def create_memabra_agent(
         snapshot_every=snapshot_every,
         local_credit=local_credit,
     )
-    nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds)
+    nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds, tool_search)
     builder = StateGraph(MemabraState, context_schema=MemabraContext)
     builder.add_node("route", nodes.route)
     builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))

@@ -72,12 +72,15 @@ TASKS: tuple[Task, ...] = (
     Task("run", ("How long is a 10k run in the measurement system I use?", "Convert my 10k race distance for me"), ("units",), tool="convert_units"),
     Task("greet", ("Greet me properly this morning", "Say good morning to me"), ("name",)),
     Task("pet", ("What should I pick up at the pet shop?", "Buy some treats for my dog"), ("dog",)),
+    # Shares no word with the tool it needs: the router tends to leave set_timer out, and only a
+    # model that can search the registry (find_tools) gets it; the miss then teaches the router.
+    Task("pasta", ("Tell me when the pasta is done", "Let me know when my tea has brewed"), (), tool="set_timer"),
 )
 
 # How often each task comes up. After the drift the weather and coffee tasks come up more, so
 # the facts that changed matter more.
-_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
-_MIX_AFTER = {"dinner": 3, "weather": 4, "drink": 4, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
+_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2, "pasta": 2}
+_MIX_AFTER = {"dinner": 3, "weather": 4, "drink": 4, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2, "pasta": 2}
 
 # What a real model knows: which words relate. The stand-in model uses these; the router does not.
 ASSOCIATIONS: dict[str, tuple[str, ...]] = {
@@ -89,6 +92,7 @@ ASSOCIATIONS: dict[str, tuple[str, ...]] = {
     "units": ("10k", "run", "race", "distance", "measurement", "units", "metric", "imperial", "convert"),
     "name": ("greet", "good", "morning", "properly", "name"),
     "dog": ("pet", "shop", "treats", "dog", "called"),
+    "timer": ("pasta", "done", "tea", "brewed", "timer", "countdown", "minutes"),
 }
 
 SKILLS: tuple[Skill, ...] = (
@@ -145,7 +149,7 @@ def make_tools() -> list[BaseTool]:
     ]
 
 
-TOOL_MARKERS = {"get_weather": "Forecast for", "order_drink": "Ordered a", "convert_units": "10 km is"}
+TOOL_MARKERS = {"get_weather": "Forecast for", "order_drink": "Ordered a", "convert_units": "10 km is", "set_timer": "set_timer done"}
 SKILL_MARKERS = {s.name: s.body.split("Marker:", 1)[1].strip() for s in SKILLS}
 
 

@@ -29,6 +29,7 @@ from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidRecordError, RouterError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor, SQLMemory
+from memabra._tool_search import learn_kwargs
 from memabra._records import (
     Budget,
     Candidate,
@@ -120,9 +121,11 @@ class RoutingSession:
         self.log = log
         self.memory = memory if memory is not None else SQLMemory(log)
         # Vectors computed once and kept in the log; the model loads while the agent is built.
-        self._encoder = prepare_encoder(router, log)
+        self.encoder = prepare_encoder(router, log)
         if getattr(self.memory, "encoder", None) is None:
-            self.memory.encoder = self._encoder
+            self.memory.encoder = self.encoder
+        # episode id -> tools the turn needed and the router left out (filled by find_tools)
+        self.missing_tools: dict[str, tuple[str, ...]] = {}
         self.skills = {f"skill:{s.name}": s for s in skills}
         self.budget = budget or Budget()
         self.rewards = RewardService(log, reward_config)
@@ -163,7 +166,7 @@ class RoutingSession:
         system_prompt, tool_names = "", ()
         if candidates:
             context = RoutingContext(query=query, user_id=user_id, thread_id=thread_id, turn=turn_no, kinds=self.kinds, budget=self.budget)
-            warm(self._encoder, candidates)
+            warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
             system_prompt, tool_names = self._assemble(selection)
         t = Turn(new_id(), user_id, thread_id, turn_no, query, selection, system_prompt, tool_names, time.perf_counter())
@@ -269,11 +272,12 @@ class RoutingSession:
                 # slate shares one reward
                 chosen = set(selection.chosen_ids)
                 outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
+                missed = learn_kwargs(self.router, [c for c in self.missing_tools.pop(item.episode_id, ()) if c not in chosen])
                 try:
-                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit)
+                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit, **missed)
                 except RouterError:
                     # Made before a restart, or by another process: learn from its logged propensities.
-                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit)
+                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit, **missed)
                 learned += 1
         if learned:
             self._updates_since_snapshot += learned
