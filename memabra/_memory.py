@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from functools import lru_cache
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,9 +73,15 @@ class RecalledMemory:
     score: float
 
 
+@lru_cache(maxsize=65_536)
+def _words(text: str) -> frozenset[str]:
+    # remember() compares a new fact with every stored one: each stored text is analysed once.
+    return content_words(text)
+
+
 def _is_restatement(a: str, b: str) -> bool:
-    wa, wb = content_words(a), content_words(b)
-    return bool(wa and wb) and overlap(wa, wb) >= _DEDUP_OVERLAP and len(wa ^ wb) <= 1
+    wa, wb = _words(a), _words(b)
+    return bool(wa and wb) and len(wa ^ wb) <= 1 and overlap(wa, wb) >= _DEDUP_OVERLAP
 
 
 class MemoryBackend(ABC):
@@ -270,7 +277,7 @@ class _RestatementIndex:
         self._exact: set[frozenset[str]] = set()
         self._minus_one: set[frozenset[str]] = set()
         for text in texts:
-            self._insert(content_words(text))
+            self._insert(_words(text))
 
     def _insert(self, words: frozenset[str]) -> None:
         self._exact.add(words)
@@ -278,7 +285,7 @@ class _RestatementIndex:
 
     def add(self, text: str) -> bool:
         """Store ``text``'s words unless they restate a stored text; True when it was new."""
-        words = content_words(text)
+        words = _words(text)
         if words and (words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)):
             return False
         self._insert(words)
@@ -331,14 +338,21 @@ class SQLMemory(MemoryBackend):
         return self._registry.history(user_id, memory_id)
 
     def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
-        version = self._registry.active_version(user_id)
-        if version[0] <= max(RECALL_ALL, limit):
-            return self.items(user_id)
         self._index.encoder = self.encoder
-        return self._index.top(user_id, version, lambda: self.items(user_id), query, limit)
+        items: list[RegistryItem] = []
+
+        def load() -> list[RegistryItem]:
+            items.extend(self.items(user_id))
+            return items
+
+        pool = self._index.top(user_id, self._registry.generation(user_id), load, query, limit, small=max(RECALL_ALL, limit))
+        return pool
 
     def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
-        self._registry.write(item, change, retire=retire)
+        if change.action is MemoryAction.CREATED and not retire:
+            self._registry.write_many([(item, change)])  # a fresh id: a plain insert, no lookup
+        else:
+            self._registry.write(item, change, retire=retire)
 
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         self._registry.write_many(pairs)

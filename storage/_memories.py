@@ -12,14 +12,14 @@ from contextlib import contextmanager
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Engine, and_, delete, func, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra.storage import _convert as cv
-from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow
+from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._models import DecisionCandidateRow, RegistryRow
 
 __all__ = ["EmbeddingTable", "MemoryRegistry", "text_key"]
@@ -27,6 +27,39 @@ __all__ = ["EmbeddingTable", "MemoryRegistry", "text_key"]
 _MEMORY = CandidateKind.MEMORY.value
 # IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
 _CHUNK = 900
+
+
+# Built once: remember() runs this per write, and building the statement cost more than running it.
+_ACTIVE_TEXTS = (
+    select(RegistryRow.id, RegistryRow.text)
+    .where(
+        RegistryRow.kind == _MEMORY,
+        RegistryRow.owner == bindparam("owner"),
+        RegistryRow.deleted_at.is_(None),
+        RegistryRow.retired_at.is_(None),
+    )
+    .order_by(RegistryRow.created_at, RegistryRow.id)
+)
+
+
+_GENERATION = select(MemoryPoolRow.generation).where(MemoryPoolRow.owner == bindparam("owner"))
+
+
+def _bump(conn: Connection, owner: str) -> None:
+    pools = MemoryPoolRow.__table__
+    done = conn.execute(
+        update(pools).where(pools.c.owner == owner).values(generation=pools.c.generation + 1)  # type: ignore[attr-defined]
+    )
+    if done.rowcount == 0:
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as upsert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as upsert
+        conn.execute(
+            upsert(pools).values(owner=owner, generation=1).on_conflict_do_update(
+                index_elements=["owner"], set_={"generation": pools.c.generation + 1}  # type: ignore[attr-defined]
+            )
+        )
 
 
 def text_key(text: str) -> str:
@@ -65,26 +98,14 @@ class MemoryRegistry:
     def active_texts(self, user_id: str) -> list[tuple[str, str]]:
         """``(id, text)`` of the user's recallable memories, without building records."""
         _need_user(user_id)
-        stmt = select(RegistryRow.id, RegistryRow.text).where(
-            RegistryRow.kind == _MEMORY,
-            RegistryRow.owner == user_id,
-            RegistryRow.deleted_at.is_(None),
-            RegistryRow.retired_at.is_(None),
-        )
         with self._engine.connect() as conn:
-            return [(str(i), str(t)) for i, t in conn.execute(stmt.order_by(RegistryRow.created_at, RegistryRow.id))]
+            return [(str(i), str(t)) for i, t in conn.execute(_ACTIVE_TEXTS, {"owner": user_id}).all()]
 
-    def active_version(self, user_id: str) -> tuple[int, str]:
-        """Changes whenever the user's recallable memories do (one indexed aggregate query)."""
-        stmt = select(func.count(), func.max(RegistryRow.updated_at), func.max(RegistryRow.created_at)).where(
-            RegistryRow.kind == _MEMORY,
-            RegistryRow.owner == user_id,
-            RegistryRow.deleted_at.is_(None),
-            RegistryRow.retired_at.is_(None),
-        )
+    def generation(self, user_id: str) -> int:
+        """Moves with every write to the user's memories through this class (one key lookup)."""
         with self._engine.connect() as conn:
-            n, updated, created = conn.execute(stmt).one()
-        return int(n), f"{updated}|{created}"
+            found = conn.execute(_GENERATION, {"owner": user_id}).scalar()
+        return int(found or 0)
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
         _need_user(user_id)
@@ -128,6 +149,7 @@ class MemoryRegistry:
                 existing.retired_at = None
                 existing.superseded_by = None
             s.add(_history_row(change))
+            _bump(s.connection(), item.owner)
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
@@ -138,13 +160,16 @@ class MemoryRegistry:
         """Insert new memories (ids not yet stored) and their history in one transaction."""
         if not items:
             return
-        rows = []
         for item, _ in items:
-            values = cv.registry_values(item)
-            rows.append({("metadata_" if k == "metadata" else k): v for k, v in values.items()})
-        with self._session() as s:
-            s.add_all(RegistryRow(**r) for r in rows)
-            s.add_all(_history_row(change) for _, change in items)
+            if item.kind is not CandidateKind.MEMORY:
+                raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
+        rows = [{**cv.registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
+        history = [_history_values(change) for _, change in items]
+        with self._engine.begin() as conn:
+            conn.execute(RegistryRow.__table__.insert(), rows)  # type: ignore[attr-defined]
+            conn.execute(MemoryHistoryRow.__table__.insert(), history)  # type: ignore[attr-defined]
+            for owner in {item.owner for item, _ in items}:
+                _bump(conn, owner)
 
     def refresh(self, change: MemoryChange, tokens: int) -> None:
         """A restatement: the memory takes the newest wording (``change.new_text``) and moves its
@@ -155,6 +180,7 @@ class MemoryRegistry:
             if change.new_text:
                 row.text, row.tokens, row.name = change.new_text, tokens, change.new_text[:60]
             s.add(_history_row(change))
+            _bump(s.connection(), change.user_id)
 
     def forget(self, user_id: str, memory_ids: Sequence[str] | None = None) -> int:
         """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
@@ -174,6 +200,7 @@ class MemoryRegistry:
                 s.execute(delete(RegistryRow).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)))
                 s.execute(delete(MemoryHistoryRow).where(MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)))
             scrub_log(s, user_id, ids)
+            _bump(s.connection(), user_id)
             return len(ids)
 
 
@@ -268,6 +295,13 @@ def _record(r: RegistryRow) -> MemoryRecord:
         times_chosen=r.times_chosen or 0,
         times_used=r.times_used or 0,
     )
+
+
+def _history_values(c: MemoryChange) -> dict[str, object]:
+    return {
+        "id": new_id(), "owner": c.user_id, "memory_id": c.memory_id, "action": c.action.value, "old_text": c.old_text,
+        "new_text": c.new_text, "episode_id": c.episode_id, "reason": c.reason[:200], "at": c.at,
+    }
 
 
 def _history_row(c: MemoryChange) -> MemoryHistoryRow:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from memabra.storage._models import Base, UTCDateTime
 
-__all__ = ["EmbeddingRow", "MemoryHistoryRow"]
+__all__ = ["EmbeddingRow", "MemoryHistoryRow", "MemoryPoolRow"]
 
 
 class MemoryHistoryRow(Base):
@@ -46,3 +46,13 @@ class EmbeddingRow(Base):
     dim: Mapped[int] = mapped_column(Integer)
     vector: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class MemoryPoolRow(Base):
+    """A user's memory pool generation, bumped by every write to it, so a process can tell in one
+    primary-key read whether the recall index it holds for the user is still current."""
+
+    __tablename__ = "memory_pools"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer)

@@ -33,6 +33,11 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_memory_history'))
     )
     op.create_index(op.f('ix_memory_history_owner_memory_id_at'), 'memory_history', ['owner', 'memory_id', 'at'])
+    op.create_table('memory_pools',
+    sa.Column('owner', sa.String(length=200), nullable=False),
+    sa.Column('generation', sa.Integer(), nullable=False),
+    sa.PrimaryKeyConstraint('owner', name=op.f('pk_memory_pools'))
+    )
     op.create_table('embeddings',
     sa.Column('model', sa.String(length=200), nullable=False),
     sa.Column('text_sha256', sa.String(length=64), nullable=False),
@@ -45,6 +50,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table('embeddings')
+    op.drop_table('memory_pools')
     op.drop_index(op.f('ix_memory_history_owner_memory_id_at'), table_name='memory_history')
     op.drop_table('memory_history')
     with op.batch_alter_table('registry') as batch:
