@@ -31,7 +31,9 @@ _ALREADY_TOLD = re.compile(
     re.IGNORECASE,
 )
 # A reminder that may be a mere restatement.
-_AS_I_SAID = re.compile(r"\bas i (said|mentioned)\b|\blike i said\b|\bremember,? (that )?i\b|\bagain,? my\b", re.IGNORECASE)
+_AS_I_SAID = re.compile(
+    r"\bas i (said|mentioned)\b|\blike i said\b|\bremember,? (that )?i\b|\bagain,? my\b", re.IGNORECASE
+)
 _WRONG_TOOL = re.compile(
     r"\bwrong (tool|function|api)\b|\b(don'?t|do not|shouldn'?t|should not) (use|call) (that|the|this)\b"
     r"|\buse (the )?\w+ (tool|function) instead\b",

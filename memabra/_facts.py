@@ -42,7 +42,9 @@ _FACT = re.compile(
     r"|\bcall me\b|\bremember (that )?|\bplease (always|never)\b",
     re.IGNORECASE,
 )
-_QUESTION_START = re.compile(r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I)
+_QUESTION_START = re.compile(
+    r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I
+)
 
 # The complaint around a restated fact: "I already told you: ...", "..., as I said."
 _COMPLAINT_HEAD = re.compile(
@@ -61,13 +63,23 @@ _COMPLAINT_TAIL = re.compile(
 
 # Subjects with a single current value. Order matters: the first match names the subject.
 _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("residence", re.compile(
-        r"\bi\s+(?:now\s+|currently\s+)?(?:live|am living|reside)\s+in\b|\bi(?:'ve| have)?\s+(?:just\s+)?(?:moved|relocated)\s+to\b"
-        r"|\bi(?:'m| am)\s+(?:now\s+)?(?:based|living)\s+in\b|\bmy (?:home|city|address) is\b", re.I)),
+    (
+        "residence",
+        re.compile(
+            r"\bi\s+(?:now\s+|currently\s+)?(?:live|am living|reside)\s+in\b|\bi(?:'ve| have)?\s+(?:just\s+)?(?:moved|relocated)\s+to\b"
+            r"|\bi(?:'m| am)\s+(?:now\s+)?(?:based|living)\s+in\b|\bmy (?:home|city|address) is\b",
+            re.I,
+        ),
+    ),
     ("name", re.compile(r"\bmy name is\b|\bcall me\b|\bi(?:'m| am) called\b", re.I)),
     ("work", re.compile(r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b|\bmy job is\b|\bi(?:'m| am) employed\b", re.I)),
-    ("diet", re.compile(
-        r"\bdiet\b|\bi(?:'m| am)\s+(?:a\s+)?(?:vegetarian|vegan|pescatarian|keto|halal|kosher|omnivore)\b|\bi eat meat\b", re.I)),
+    (
+        "diet",
+        re.compile(
+            r"\bdiet\b|\bi(?:'m| am)\s+(?:a\s+)?(?:vegetarian|vegan|pescatarian|keto|halal|kosher|omnivore)\b|\bi eat meat\b",
+            re.I,
+        ),
+    ),
     ("coffee", re.compile(r"\b(?:take|have|drink|like) my coffee\b|\bmy (?:usual )?coffee(?: order)? is\b", re.I)),
     ("units", re.compile(r"\b(?:metric|imperial)\s+units\b", re.I)),
 )

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from functools import lru_cache
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Protocol
 
 from memabra._errors import InvalidRecordError
@@ -185,16 +185,22 @@ class MemoryBackend(ABC):
         texts = dict(active)
         for mid, stored in active:
             if _is_restatement(fact, stored):
-                self._refresh(MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated"))
+                self._refresh(
+                    MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated")
+                )
                 return self._item(user_id, mid, include_retired=False)
         item = _new_item(user_id, fact, source, now)
         retire_ids = self.supersession.superseded(fact, active) if active else []
         retire = [
-            MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}")
+            MemoryChange(
+                mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}"
+            )
             for mid in dict.fromkeys(retire_ids)
             if mid in texts
         ]
-        self._store(item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire)
+        self._store(
+            item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
+        )
         if retire:
             logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
         return item
@@ -228,7 +234,9 @@ class MemoryBackend(ABC):
         self._store_many(plain)
         return out
 
-    def write_from_message(self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None) -> list[RegistryItem]:
+    def write_from_message(
+        self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
+    ) -> list[RegistryItem]:
         """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
         return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
 
@@ -238,11 +246,23 @@ class MemoryBackend(ABC):
         old = self._item(user_id, memory_id, include_retired=True)
         now = utcnow()
         item = RegistryItem(
-            kind=CandidateKind.MEMORY, id=old.id, owner=user_id, text=fact, tokens=approx_tokens(fact), name=fact[:60],
-            source=old.source, metadata=old.metadata, created_at=old.created_at, updated_at=now,
-            last_chosen_at=old.last_chosen_at, times_chosen=old.times_chosen, times_used=old.times_used,
+            kind=CandidateKind.MEMORY,
+            id=old.id,
+            owner=user_id,
+            text=fact,
+            tokens=approx_tokens(fact),
+            name=fact[:60],
+            source=old.source,
+            metadata=old.metadata,
+            created_at=old.created_at,
+            updated_at=now,
+            last_chosen_at=old.last_chosen_at,
+            times_chosen=old.times_chosen,
+            times_used=old.times_used,
         )
-        self._store(item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, "update"))
+        self._store(
+            item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, "update")
+        )
         return self.get(user_id, memory_id)
 
     def forget(self, user_id: str, memory_id: str) -> None:
@@ -255,16 +275,30 @@ class MemoryBackend(ABC):
 
     def put(self, item: RegistryItem) -> None:
         """Insert or replace one memory as given (no extraction, no supersession)."""
-        self._store(item, MemoryChange(item.id, item.owner, MemoryAction.CREATED, item.updated_at or utcnow(), None, item.text, None, "put"))
+        self._store(
+            item,
+            MemoryChange(
+                item.id, item.owner, MemoryAction.CREATED, item.updated_at or utcnow(), None, item.text, None, "put"
+            ),
+        )
 
     def _item(self, user_id: str, memory_id: str, *, include_retired: bool) -> RegistryItem:
         record = self.get(user_id, memory_id)
         if record.status is MemoryStatus.RETIRED and not include_retired:
             raise InvalidRecordError(f"memory {memory_id!r} is retired")
         return RegistryItem(
-            kind=CandidateKind.MEMORY, id=record.id, owner=user_id, text=record.text, tokens=approx_tokens(record.text),
-            name=record.text[:60], source=record.source, created_at=record.created_at, updated_at=record.updated_at,
-            last_chosen_at=record.last_used_at, times_chosen=record.times_chosen, times_used=record.times_used,
+            kind=CandidateKind.MEMORY,
+            id=record.id,
+            owner=user_id,
+            text=record.text,
+            tokens=approx_tokens(record.text),
+            name=record.text[:60],
+            source=record.source,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            last_chosen_at=record.last_used_at,
+            times_chosen=record.times_chosen,
+            times_used=record.times_used,
         )
 
 
@@ -286,7 +320,9 @@ class _RestatementIndex:
     def add(self, text: str) -> bool:
         """Store ``text``'s words unless they restate a stored text; True when it was new."""
         words = _words(text)
-        if words and (words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)):
+        if words and (
+            words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)
+        ):
             return False
         self._insert(words)
         return True
@@ -305,8 +341,14 @@ def _new_item(user_id: str, fact: str, source: str, now: datetime) -> RegistryIt
     if not isinstance(user_id, str) or not user_id:
         raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
     return RegistryItem(
-        kind=CandidateKind.MEMORY, id=f"mem:{new_id()[:16]}", owner=user_id, text=fact,
-        tokens=approx_tokens(fact), name=fact[:60], source=source, created_at=now,
+        kind=CandidateKind.MEMORY,
+        id=f"mem:{new_id()[:16]}",
+        owner=user_id,
+        text=fact,
+        tokens=approx_tokens(fact),
+        name=fact[:60],
+        source=source,
+        created_at=now,
     )
 
 
@@ -345,7 +387,9 @@ class SQLMemory(MemoryBackend):
             items.extend(self.items(user_id))
             return items
 
-        pool = self._index.top(user_id, self._registry.generation(user_id), load, query, limit, small=max(RECALL_ALL, limit))
+        pool = self._index.top(
+            user_id, self._registry.generation(user_id), load, query, limit, small=max(RECALL_ALL, limit)
+        )
         return pool
 
     def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 
 from memabra._errors import InvalidRecordError
 
 __all__ = ["MemoryAction", "MemoryChange", "MemoryRecord", "MemoryStatus"]
 
 
-class MemoryStatus(str, Enum):
+class MemoryStatus(StrEnum):
     ACTIVE = "active"
     RETIRED = "retired"
 
 
-class MemoryAction(str, Enum):
+class MemoryAction(StrEnum):
     CREATED = "created"
     UPDATED = "updated"
     REFRESHED = "refreshed"

@@ -78,11 +78,15 @@ class ExtractiveChatModel(BaseChatModel):
     ) -> ChatResult:
         system = "\n".join(str(m.content) for m in messages if isinstance(m, SystemMessage))
         question = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        since_question = messages[[i for i, m in enumerate(messages) if isinstance(m, HumanMessage)][-1] + 1 :] if question else []
+        since_question = (
+            messages[[i for i, m in enumerate(messages) if isinstance(m, HumanMessage)][-1] + 1 :] if question else []
+        )
         searched = any(isinstance(m, ToolMessage) and m.name == _FIND_TOOLS for m in since_question)
         tool_replies = [m for m in since_question if isinstance(m, ToolMessage) and m.name != _FIND_TOOLS]
         query_words = self._expand(content_words(question))
-        memory_block = system.split("What you know about the user:", 1)[1] if "What you know about the user:" in system else ""
+        memory_block = (
+            system.split("What you know about the user:", 1)[1] if "What you know about the user:" in system else ""
+        )
         memory_block = memory_block.split("\n\nSkill '", 1)[0]
         memories = [m for m in _MEMORY_LINE.findall(memory_block) if self._relates(m, query_words)]
 
@@ -90,11 +94,19 @@ class ExtractiveChatModel(BaseChatModel):
             tool = self._pick_tool(query_words)
             if tool is None and not searched and any(t["name"] == _FIND_TOOLS for t in self.bound_tools):
                 wanted = " ".join(sorted(query_words - content_words(question))) or question
-                call = {"name": _FIND_TOOLS, "args": {"query": wanted}, "id": f"call-{zlib.crc32(f'find|{question}'.encode()):08x}"}
+                call = {
+                    "name": _FIND_TOOLS,
+                    "args": {"query": wanted},
+                    "id": f"call-{zlib.crc32(f'find|{question}'.encode()):08x}",
+                }
                 return self._reply(AIMessage("", tool_calls=[call]), messages)
             if tool is not None:
                 request = " ".join([question, *memories])
-                call = {"name": tool, "args": {"request": request}, "id": f"call-{zlib.crc32(f'{tool}|{question}'.encode()):08x}"}
+                call = {
+                    "name": tool,
+                    "args": {"request": request},
+                    "id": f"call-{zlib.crc32(f'{tool}|{question}'.encode()):08x}",
+                }
                 return self._reply(AIMessage("", tool_calls=[call]), messages)
 
         parts = [f"{m}." for m in memories]

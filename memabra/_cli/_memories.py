@@ -19,7 +19,9 @@ from memabra.storage import EmbeddingTable, EpisodeLog
 memories_app = typer.Typer(help="List, search, add, import, update and forget a user's memories.", no_args_is_help=True)
 
 UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]
-JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the result to this JSON file.", show_default=False)]
+JsonOption = Annotated[
+    Path | None, typer.Option("--json", help="Also write the result to this JSON file.", show_default=False)
+]
 
 
 def _backend(db: str | None, *, semantic: bool = False) -> tuple[EpisodeLog, MemoryBackend]:

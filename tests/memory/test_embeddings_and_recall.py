@@ -36,7 +36,10 @@ def test_a_second_process_reuses_the_stored_vectors(log: EpisodeLog) -> None:
 def _agent(log: EpisodeLog, encoder: HashingEncoder):  # type: ignore[no-untyped-def]
     similarity = Similarity(encoder=CachingEncoder(encoder))
     return create_memabra_agent(
-        ScriptedChatModel(replies=[AIMessage("ok")] * 4), db=log, router=HybridRouter(similarity=similarity), budget=Budget(max_tokens=300)
+        ScriptedChatModel(replies=[AIMessage("ok")] * 4),
+        db=log,
+        router=HybridRouter(similarity=similarity),
+        budget=Budget(max_tokens=300),
     )
 
 
@@ -46,11 +49,15 @@ def test_the_runtime_embeds_each_candidate_once_ever(log: EpisodeLog) -> None:
     places = "Peru Chile Spain Japan Kenya Laos Mali Nepal Oman Fiji Cuba Iran Iraq Chad Togo Benin Malta Qatar Yemen Niger".split()
     for place in places:
         agent.session.memory.remember("ann", f"I collect stamps from {place}")
-    agent.invoke({"messages": [HumanMessage("stamps?")]}, {"configurable": {"thread_id": "a"}}, context={"user_id": "ann"})
+    agent.invoke(
+        {"messages": [HumanMessage("stamps?")]}, {"configurable": {"thread_id": "a"}}, context={"user_id": "ann"}
+    )
     embedded_first = first.texts
     fresh = HashingEncoder()
     second = _agent(log, fresh)  # another process on the same log
-    second.invoke({"messages": [HumanMessage("stamps?")]}, {"configurable": {"thread_id": "b"}}, context={"user_id": "ann"})
+    second.invoke(
+        {"messages": [HumanMessage("stamps?")]}, {"configurable": {"thread_id": "b"}}, context={"user_id": "ann"}
+    )
     assert embedded_first >= 20 and fresh.texts == 1  # only the query
 
 
@@ -72,5 +79,11 @@ def test_large_pools_are_cut_by_the_hybrid_prior_and_see_new_memories_at_once(lo
 
 def test_small_pools_go_to_the_router_whole(log: EpisodeLog) -> None:
     memory = SQLMemory(log)
-    memory.remember_many("ann", [f"I grow {f} in my garden" for f in "apples pears plums figs dates limes kiwis grapes melons cherries".split()])
+    memory.remember_many(
+        "ann",
+        [
+            f"I grow {f} in my garden"
+            for f in "apples pears plums figs dates limes kiwis grapes melons cherries".split()
+        ],
+    )
     assert len(memory.recall("ann", "anything")) == 10

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from memabra import InvalidRecordError, MemoryStatus
-from memabra._memory import MemoryBackend, MemoryAction
+from memabra._memory import MemoryAction, MemoryBackend
 
 
 def texts(memory: MemoryBackend, user: str = "ann") -> list[str]:
@@ -34,7 +34,9 @@ def test_a_correction_is_stored_as_its_fact_never_as_the_complaint(memory: Memor
     memory.remember("ann", "I already told you: I'm vegetarian.")
     memory.remember("ann", "I'm vegetarian, as I said.")
     assert texts(memory) == ["I'm vegetarian"]
-    assert all("told" not in (c.new_text or "") and "said" not in (c.new_text or "") for c in memory.history("ann", item.id))
+    assert all(
+        "told" not in (c.new_text or "") and "said" not in (c.new_text or "") for c in memory.history("ann", item.id)
+    )
 
 
 def test_a_new_fact_on_the_same_subject_retires_the_old_one(memory: MemoryBackend) -> None:
@@ -44,7 +46,9 @@ def test_a_new_fact_on_the_same_subject_retires_the_old_one(memory: MemoryBacken
     assert texts(memory) == ["I am allergic to peanuts", "I moved to Hobart"]
     retired = memory.get("ann", lyon.id)
     assert retired.status is MemoryStatus.RETIRED and retired.superseded_by == hobart.id
-    assert lyon.id in {r.id for r in memory.list("ann")} and lyon.id not in {r.id for r in memory.list("ann", include_retired=False)}
+    assert lyon.id in {r.id for r in memory.list("ann")} and lyon.id not in {
+        r.id for r in memory.list("ann", include_retired=False)
+    }
     last = memory.history("ann", lyon.id)[-1]
     assert last.action is MemoryAction.RETIRED and last.episode_id == "ep-move"
     assert lyon.id not in {c.id for c in memory.candidates("ann", "where do I live?")}
@@ -64,7 +68,10 @@ def test_update_keeps_history_of_what_changed_when_and_from_which_episode(memory
     assert updated.id == item.id and updated.text == "My dog is called Luna"
     change = memory.history("ann", item.id)[-1]
     assert (change.action, change.old_text, change.new_text, change.episode_id) == (
-        MemoryAction.UPDATED, "My dog is called Rex", "My dog is called Luna", "ep-7"
+        MemoryAction.UPDATED,
+        "My dog is called Rex",
+        "My dog is called Luna",
+        "ep-7",
     )
     assert change.at >= item.created_at
     assert texts(memory) == ["My dog is called Luna"]
@@ -119,7 +126,9 @@ def test_search_ranks_the_relevant_memory_first(memory: MemoryBackend) -> None:
 
 def test_import_many_skips_restatements(memory: MemoryBackend) -> None:
     memory.remember("ann", "I am vegetarian")
-    added = memory.remember_many("ann", ["I am vegetarian", "My dog is called Rex", "my dog is called Rex.", "I live in Lyon"])
+    added = memory.remember_many(
+        "ann", ["I am vegetarian", "My dog is called Rex", "my dog is called Rex.", "I live in Lyon"]
+    )
     assert [i.text for i in added] == ["My dog is called Rex", "I live in Lyon"]
     assert len(memory.items("ann")) == 3
 

@@ -14,13 +14,19 @@ from memabra.router import HybridRouter, Similarity
 def _agent(memory: MemoryBackend, log, replies):  # type: ignore[no-untyped-def]
     model = ScriptedChatModel(replies=replies)
     agent = create_memabra_agent(
-        model, memory=memory, db=log, router=HybridRouter(similarity=Similarity(encoder=None)), budget=Budget(max_tokens=300)
+        model,
+        memory=memory,
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=Budget(max_tokens=300),
     )
     return agent, model
 
 
 def _ask(agent, text: str, thread: str = "t1"):  # type: ignore[no-untyped-def]
-    return agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "ann"})
+    return agent.invoke(
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "ann"}
+    )
 
 
 def test_forgotten_memories_leave_candidates_and_the_log_keeps_only_ids(memory_log) -> None:  # type: ignore[no-untyped-def]
@@ -62,16 +68,23 @@ def test_moving_retires_the_old_city_from_the_next_turn_on(memory_log) -> None: 
 def test_the_readme_embedding_example_runs_as_written_on_a_new_sqlite_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     model = ScriptedChatModel(replies=[AIMessage("Take an umbrella.")])
-    agent = create_memabra_agent(model, db="sqlite:///memabra.db", router=HybridRouter(similarity=Similarity(encoder=None)))
-    out = agent.invoke({"messages": [("user", "Do I need an umbrella tomorrow?")]},
-                       {"configurable": {"thread_id": "t-42"}}, context={"user_id": "ann"})
+    agent = create_memabra_agent(
+        model, db="sqlite:///memabra.db", router=HybridRouter(similarity=Similarity(encoder=None))
+    )
+    out = agent.invoke(
+        {"messages": [("user", "Do I need an umbrella tomorrow?")]},
+        {"configurable": {"thread_id": "t-42"}},
+        context={"user_id": "ann"},
+    )
     agent.feedback(out["memabra_episode_id"], correct=False, correction="I moved to Oslo")
     assert (tmp_path / "memabra.db").exists()
 
 
 def test_user_id_in_configurable_is_accepted(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model = ScriptedChatModel(replies=[AIMessage("Hello Ann.")])
-    agent = create_memabra_agent(model, db=f"sqlite:///{tmp_path / 'm.db'}", router=HybridRouter(similarity=Similarity(encoder=None)))
+    agent = create_memabra_agent(
+        model, db=f"sqlite:///{tmp_path / 'm.db'}", router=HybridRouter(similarity=Similarity(encoder=None))
+    )
     agent.session.memory.remember("ann", "My name is Ann")
     out = agent.invoke({"messages": [HumanMessage("greet me")]}, {"configurable": {"thread_id": "t", "user_id": "ann"}})
     assert agent.log.get_episode(out["memabra_episode_id"]).user_id == "ann"
@@ -88,4 +101,6 @@ def test_other_databases_name_the_upgrade_command(pg_or_skip) -> None:  # type: 
     from memabra import SchemaError
 
     with pytest.raises(SchemaError, match="memabra db upgrade"):
-        create_memabra_agent(ScriptedChatModel(replies=[]), db=pg_or_skip, router=HybridRouter(similarity=Similarity(encoder=None)))
+        create_memabra_agent(
+            ScriptedChatModel(replies=[]), db=pg_or_skip, router=HybridRouter(similarity=Similarity(encoder=None))
+        )

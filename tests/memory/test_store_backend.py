@@ -7,11 +7,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
-from memory_helpers import hashing_embed
 from fakes import ScriptedChatModel
 from memabra import Budget, ConfigError, InvalidRecordError, StoreMemory, create_memabra_agent
 from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog
+from memory_helpers import hashing_embed
 
 
 def test_langmem_shapes_are_read() -> None:
@@ -23,7 +23,10 @@ def test_langmem_shapes_are_read() -> None:
     store.put(ns, "d", {"text": "I am vegetarian"})  # memabra's older shape
     memory = StoreMemory(store, namespace=("memories", "{user_id}"))
     assert {i.id: i.text for i in memory.items("ann")} == {
-        "a": "I live in Lyon", "b": "My dog is called Rex", "c": "name: Ann; city: Lyon", "d": "I am vegetarian",
+        "a": "I live in Lyon",
+        "b": "My dog is called Rex",
+        "c": "name: Ann; city: Lyon",
+        "d": "I am vegetarian",
     }
 
 
@@ -34,11 +37,16 @@ def test_an_unreadable_shape_is_a_clear_error_never_an_empty_bullet(tmp_path) ->
     with pytest.raises(InvalidRecordError, match=r"memories/ann/weird.*keys are: payload"):
         memory.items("ann")
     agent = create_memabra_agent(
-        ScriptedChatModel(replies=[AIMessage("hi")]), memory=memory, db=f"sqlite:///{tmp_path / 'm.db'}",
-        router=HybridRouter(similarity=Similarity(encoder=None)), budget=Budget(max_tokens=300),
+        ScriptedChatModel(replies=[AIMessage("hi")]),
+        memory=memory,
+        db=f"sqlite:///{tmp_path / 'm.db'}",
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=Budget(max_tokens=300),
     )
     with pytest.raises(InvalidRecordError, match="cannot read the store item"):
-        agent.invoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"})
+        agent.invoke(
+            {"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"}
+        )
 
 
 def test_what_memabra_writes_langmem_reads_back() -> None:
@@ -83,10 +91,17 @@ def test_agent_builds_on_a_store_passed_as_memory(tmp_path) -> None:  # type: ig
     store.put(("memabra", "memories", "ann"), "k1", {"content": "I live in Lyon"})
     model = ScriptedChatModel(replies=[AIMessage("Lyon it is")])
     agent = create_memabra_agent(
-        model, memory=store, db=f"sqlite:///{tmp_path / 'm.db'}",
-        router=HybridRouter(similarity=Similarity(encoder=None)), budget=Budget(max_tokens=300),
+        model,
+        memory=store,
+        db=f"sqlite:///{tmp_path / 'm.db'}",
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=Budget(max_tokens=300),
     )
-    agent.invoke({"messages": [HumanMessage("where do I live?")]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"})
+    agent.invoke(
+        {"messages": [HumanMessage("where do I live?")]},
+        {"configurable": {"thread_id": "t"}},
+        context={"user_id": "ann"},
+    )
     system = model.calls[0][0][0].content
     assert "- I live in Lyon" in system and "\n- \n" not in system + "\n"
 

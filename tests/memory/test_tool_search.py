@@ -17,13 +17,20 @@ ONE_TOOL = Budget(max_tokens=300, slots={CandidateKind.MEMORY: 2, CandidateKind.
 def _agent(log: EpisodeLog, tool_search: bool):  # type: ignore[no-untyped-def]
     model = ExtractiveChatModel(associations=associations_from(ASSOCIATIONS))
     return create_memabra_agent(
-        model, tools=make_tools(), db=log, router=HybridRouter(similarity=Similarity(encoder=None)), budget=ONE_TOOL,
-        tool_search=tool_search, learn=False,
+        model,
+        tools=make_tools(),
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=ONE_TOOL,
+        tool_search=tool_search,
+        learn=False,
     )
 
 
 def _ask(agent, text: str):  # type: ignore[no-untyped-def]
-    return agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"})
+    return agent.invoke(
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"}
+    )
 
 
 def test_the_model_fetches_a_tool_the_router_left_out_and_the_miss_is_recorded(log: EpisodeLog) -> None:
