@@ -14,6 +14,7 @@ recall), ``update`` (with history: what, when, from which episode), ``forget`` o
 
 from __future__ import annotations
 
+import builtins
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -102,15 +103,15 @@ class MemoryBackend(ABC):
     # ------------------------------------------------------------------ primitives
 
     @abstractmethod
-    def items(self, user_id: str) -> list[RegistryItem]:
+    def items(self, user_id: str) -> builtins.list[RegistryItem]:
         """Every recallable (active) memory of ``user_id``, never another user's."""
 
     @abstractmethod
-    def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+    def records(self, user_id: str, *, include_retired: bool = True) -> builtins.list[MemoryRecord]:
         """The user's memories as people see them, oldest first."""
 
     @abstractmethod
-    def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+    def history(self, user_id: str, memory_id: str) -> builtins.list[MemoryChange]:
         """Every change to one memory, oldest first."""
 
     @abstractmethod
@@ -130,13 +131,13 @@ class MemoryBackend(ABC):
         for item, change in pairs:
             self._store(item, change)
 
-    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+    def _active_pairs(self, user_id: str) -> builtins.list[tuple[str, str]]:
         """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
         return [(i.id, i.text) for i in self.items(user_id)]
 
     # ------------------------------------------------------------------ reading
 
-    def list(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+    def list(self, user_id: str, *, include_retired: bool = True) -> builtins.list[MemoryRecord]:
         return self.records(user_id, include_retired=include_retired)
 
     def get(self, user_id: str, memory_id: str) -> MemoryRecord:
@@ -145,7 +146,7 @@ class MemoryBackend(ABC):
                 return record
         raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
 
-    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
+    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> builtins.list[RegistryItem]:
         """The memories the router is offered for ``query``: all of them up to ``RECALL_ALL``,
         else the ``limit`` best by the hybrid prior."""
         items = self.items(user_id)
@@ -153,7 +154,7 @@ class MemoryBackend(ABC):
             return items
         return [item for item, _ in rank(items, query, self.encoder)[:limit]]
 
-    def search(self, user_id: str, query: str, *, limit: int = 10) -> list[RecalledMemory]:
+    def search(self, user_id: str, query: str, *, limit: int = 10) -> builtins.list[RecalledMemory]:
         """The user's active memories best first for ``query``, by the router's recall."""
         if not query.strip():
             raise InvalidRecordError("search needs a non-empty query")
@@ -162,7 +163,7 @@ class MemoryBackend(ABC):
         ranked = rank(pool, query, self.encoder)
         return [RecalledMemory(records[i.id], s) for i, s in ranked if i.id in records][:limit]
 
-    def candidates(self, user_id: str, query: str | None = None) -> list[Candidate]:
+    def candidates(self, user_id: str, query: str | None = None) -> builtins.list[Candidate]:
         items = self.items(user_id) if query is None else self.recall(user_id, query)
         return [item.as_candidate() for item in items]
 
@@ -207,15 +208,15 @@ class MemoryBackend(ABC):
 
     def remember_many(
         self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
-    ) -> list[RegistryItem]:
+    ) -> builtins.list[RegistryItem]:
         """``remember`` for many facts at once (an import): restatements of stored or earlier
         facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
         now = at or utcnow()
         facts = [_clean(t) for t in texts]
         active = self._active_pairs(user_id)
         seen = _RestatementIndex(text for _, text in active)
-        plain: list[tuple[RegistryItem, MemoryChange]] = []
-        out: list[RegistryItem] = []
+        plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
+        out: builtins.list[RegistryItem] = []
         subjects = {fact_subject(text) for _, text in active} - {None}
         for fact in facts:
             if not seen.add(fact):
@@ -236,7 +237,7 @@ class MemoryBackend(ABC):
 
     def write_from_message(
         self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
-    ) -> list[RegistryItem]:
+    ) -> builtins.list[RegistryItem]:
         """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
         return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
 
