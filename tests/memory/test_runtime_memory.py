@@ -104,3 +104,18 @@ def test_other_databases_name_the_upgrade_command(pg_or_skip) -> None:  # type: 
         create_memabra_agent(
             ScriptedChatModel(replies=[]), db=pg_or_skip, router=HybridRouter(similarity=Similarity(encoder=None))
         )
+
+
+def test_as_i_said_after_a_turn_that_succeeded_does_not_mark_it_corrected(memory_log) -> None:  # type: ignore[no-untyped-def]
+    memory, log = memory_log
+    agent, _ = _agent(
+        memory, log, [AIMessage("The weather is fine."), AIMessage("Noted."), AIMessage("x"), AIMessage("y")]
+    )
+    memory.remember("ann", "I'm vegetarian")
+    first = _ask(agent, "what is the weather like?")
+    agent.feedback(first["memabra_episode_id"], success=1.0)
+    _ask(agent, "I'm vegetarian, as I said.")
+    assert not any(f.source == "memabra.corrections" for f in log.get_episode(first["memabra_episode_id"]).feedback)
+    third = _ask(agent, "what should I cook tonight?", thread="t9", user="bob")
+    _ask(agent, "I'm vegetarian, as I said.", thread="t9", user="bob")  # the turn before had no such memory
+    assert any(f.source == "memabra.corrections" for f in log.get_episode(third["memabra_episode_id"]).feedback)
