@@ -23,9 +23,9 @@ def _agent(memory: MemoryBackend, log, replies):  # type: ignore[no-untyped-def]
     return agent, model
 
 
-def _ask(agent, text: str, thread: str = "t1"):  # type: ignore[no-untyped-def]
+def _ask(agent, text: str, thread: str = "t1", user: str = "ann"):  # type: ignore[no-untyped-def]
     return agent.invoke(
-        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "ann"}
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": user}
     )
 
 
