@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from memabra._cli._common import DbOption, console, fail, run_guarded
 from memabra._memory import MemoryBackend, SQLMemory
@@ -24,12 +27,16 @@ JsonOption = Annotated[
 ]
 
 
-def _backend(db: str | None, *, semantic: bool = False) -> tuple[EpisodeLog, MemoryBackend]:
-    log = run_guarded(EpisodeLog, db)
-    encoder: CachingEncoder | None = default_encoder() if semantic else None
-    if encoder is not None:
-        encoder.attach(EmbeddingTable(log.engine))
-    return log, SQLMemory(log, encoder=encoder)
+@contextmanager
+def _backend(db: str | None, *, semantic: bool = False) -> Iterator[MemoryBackend]:
+    log: EpisodeLog = run_guarded(EpisodeLog, db)
+    try:
+        encoder: CachingEncoder | None = default_encoder() if semantic else None
+        if encoder is not None:
+            encoder.attach(EmbeddingTable(log.engine))
+        yield SQLMemory(log, encoder=encoder)
+    finally:
+        log.close()
 
 
 def _jsonable(value: Any) -> Any:
@@ -61,7 +68,7 @@ def _table(records: list[MemoryRecord], scores: list[float] | None = None) -> Ta
         row = [r.id, r.text, r.status.value, _when(r.created_at), _when(r.last_used_at)]
         if scores is not None:
             row.append(f"{scores[i]:+.2f}")
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # user text is never read as markup
     return table
 
 
@@ -73,11 +80,11 @@ def list_memories(
     json_out: JsonOption = None,
 ) -> None:
     """Every memory of the user: id, text, status (active / retired), created, last used."""
-    _, memory = _backend(db)
-    records = run_guarded(memory.list, user, include_retired=not active)
-    _write_json(json_out, [asdict(r) for r in records])
-    console.print(_table(records))
-    console.print(f"{len(records)} memories")
+    with _backend(db) as memory:
+        records = run_guarded(memory.list, user, include_retired=not active)
+        _write_json(json_out, [asdict(r) for r in records])
+        console.print(_table(records))
+        console.print(f"{len(records)} memories")
 
 
 @memories_app.command("search")
@@ -91,10 +98,10 @@ def search_memories(
     """The user's active memories best first, by the router's own recall."""
     if limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
-    _, memory = _backend(db, semantic=True)
-    hits = run_guarded(memory.search, user, query, limit=limit)
-    _write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
-    console.print(_table([h.memory for h in hits], [h.score for h in hits]))
+    with _backend(db, semantic=True) as memory:
+        hits = run_guarded(memory.search, user, query, limit=limit)
+        _write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
+        console.print(_table([h.memory for h in hits], [h.score for h in hits]))
 
 
 @memories_app.command("add")
@@ -105,11 +112,11 @@ def add_memory(
     json_out: JsonOption = None,
 ) -> None:
     """Remember one fact (a restatement refreshes; a new value of a subject retires the old one)."""
-    _, memory = _backend(db)
-    item = run_guarded(memory.remember, user, text, source="cli")
-    record = run_guarded(memory.get, user, item.id)
-    _write_json(json_out, asdict(record))
-    console.print(f"remembered {record.id}: {record.text}")
+    with _backend(db) as memory:
+        item = run_guarded(memory.remember, user, text, source="cli")
+        record = run_guarded(memory.get, user, item.id)
+        _write_json(json_out, asdict(record))
+        console.print(f"remembered {record.id}: {record.text}", markup=False, highlight=False)
 
 
 def _read_facts(path: Path) -> list[str]:
@@ -143,10 +150,10 @@ def import_memories(
 ) -> None:
     """Remember every fact in FILE (restatements of stored facts are skipped)."""
     facts = _read_facts(file)
-    _, memory = _backend(db)
-    items = run_guarded(memory.remember_many, user, facts)
-    _write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
-    console.print(f"imported {len(items)} of {len(facts)} facts for {user}")
+    with _backend(db) as memory:
+        items = run_guarded(memory.remember_many, user, facts)
+        _write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
+        console.print(f"imported {len(items)} of {len(facts)} facts for {user}", markup=False, highlight=False)
 
 
 @memories_app.command("update")
@@ -158,10 +165,10 @@ def update_memory(
     json_out: JsonOption = None,
 ) -> None:
     """Replace a memory's text; the old one stays in its history."""
-    _, memory = _backend(db)
-    record = run_guarded(memory.update, user, memory_id, text)
-    _write_json(json_out, asdict(record))
-    console.print(f"updated {record.id}: {record.text}")
+    with _backend(db) as memory:
+        record = run_guarded(memory.update, user, memory_id, text)
+        _write_json(json_out, asdict(record))
+        console.print(f"updated {record.id}: {record.text}", markup=False, highlight=False)
 
 
 @memories_app.command("forget")
@@ -175,15 +182,15 @@ def forget_memory(
     """Delete one memory (or all with --all) with its history; the log keeps ids, not text."""
     if (memory_id is None) == (not all_):
         fail("give a memory id or --all (not both)")
-    _, memory = _backend(db)
-    if all_:
-        n = run_guarded(memory.forget_all, user)
-    else:
-        assert memory_id is not None
-        run_guarded(memory.forget, user, memory_id)
-        n = 1
-    _write_json(json_out, {"forgotten": n})
-    console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}")
+    with _backend(db) as memory:
+        if all_:
+            n = run_guarded(memory.forget_all, user)
+        else:
+            assert memory_id is not None
+            run_guarded(memory.forget, user, memory_id)
+            n = 1
+        _write_json(json_out, {"forgotten": n})
+        console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
 
 
 @memories_app.command("history")
@@ -194,12 +201,13 @@ def memory_history(
     json_out: JsonOption = None,
 ) -> None:
     """What changed in a memory, when, and from which episode."""
-    _, memory = _backend(db)
-    changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id)
-    _write_json(json_out, [asdict(c) for c in changes])
-    table = Table()
-    for column in ("when", "action", "old text", "new text", "episode", "reason"):
-        table.add_column(column, overflow="fold")
-    for c in changes:
-        table.add_row(_when(c.at), c.action.value, c.old_text or "", c.new_text or "", c.episode_id or "", c.reason)
-    console.print(table)
+    with _backend(db) as memory:
+        changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id)
+        _write_json(json_out, [asdict(c) for c in changes])
+        table = Table()
+        for column in ("when", "action", "old text", "new text", "episode", "reason"):
+            table.add_column(column, overflow="fold")
+        for c in changes:
+            cells = (_when(c.at), c.action.value, c.old_text or "", c.new_text or "", c.episode_id or "", c.reason)
+            table.add_row(*(Text(cell) for cell in cells))
+        console.print(table)
