@@ -47,7 +47,7 @@ _LAZY = {
     "Skill": "memabra._catalog",
     "load_skills": "memabra._catalog",
     "MemoryBackend": "memabra._memory",
-    "SQLMemory": "memabra._memory",
+    "SQLMemory": "memabra._sql_memory",
     "StoreMemory": "memabra._store_memory",
     "MemoryRecord": "memabra._memory_records",
     "MemoryChange": "memabra._memory_records",

@@ -36,12 +36,13 @@ from langgraph.types import Checkpointer
 
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory
-from memabra._store_memory import StoreMemory
-from memabra._tool_search import FIND_TOOLS, ToolSearch
+from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
+from memabra._sql_memory import SQLMemory
+from memabra._store_memory import StoreMemory
+from memabra._tool_search import FIND_TOOLS, ToolSearch
 from memabra.router import Router
 from memabra.storage import EpisodeLog, open_log
 

@@ -28,8 +28,7 @@ from memabra._corrections import detect_correction, verdict_of
 from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidRecordError, RouterError
 from memabra._feedback import RewardService
-from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor, SQLMemory
-from memabra._tool_search import learn_kwargs
+from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._records import (
     Budget,
     Candidate,
@@ -44,10 +43,11 @@ from memabra._records import (
     Step,
     StepKind,
     new_id,
-    utcnow,
 )
 from memabra._reward import RewardConfig
+from memabra._sql_memory import SQLMemory
 from memabra._text import content_words
+from memabra._tool_search import learn_kwargs
 from memabra.router import Router
 from memabra.storage import EpisodeFilter, EpisodeLog
 

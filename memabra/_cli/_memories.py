@@ -14,8 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import DbOption, console, fail, run_guarded
-from memabra._memory import MemoryBackend, SQLMemory
+from memabra._memory import MemoryBackend
 from memabra._memory_records import MemoryChange, MemoryRecord
+from memabra._sql_memory import SQLMemory
 from memabra.router import CachingEncoder, default_encoder
 from memabra.storage import EmbeddingTable, EpisodeLog
 
