@@ -32,7 +32,7 @@ from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
-from memabra.storage import EpisodeLog, forget_in_log
+from memabra.storage import EpisodeLog, forget_in_log, last_chosen
 
 __all__ = ["StoreMemory", "memory_text"]
 
@@ -155,8 +155,10 @@ class StoreMemory(MemoryBackend):
         return self._with_counts(user_id, active)
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        raw = self._raw(user_id)
+        used = last_chosen(self.log.engine, user_id, [i.id for i, _ in raw]) if self.log is not None and raw else {}
         out = []
-        for item, value in self._raw(user_id):
+        for item, value in raw:
             retired = bool(item.metadata.get("status"))
             if retired and not include_retired:
                 continue
@@ -168,6 +170,7 @@ class StoreMemory(MemoryBackend):
                     status=MemoryStatus.RETIRED if retired else MemoryStatus.ACTIVE,
                     created_at=item.created_at,
                     updated_at=item.updated_at or item.created_at,
+                    last_used_at=used.get(item.id),
                     superseded_by=value.get("superseded_by") if isinstance(value.get("superseded_by"), str) else None,
                     source=item.source,
                 )

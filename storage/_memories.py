@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -20,9 +21,9 @@ from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, Me
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
-from memabra.storage._models import DecisionCandidateRow, RegistryRow
+from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow
 
-__all__ = ["EmbeddingTable", "MemoryRegistry", "text_key"]
+__all__ = ["EmbeddingTable", "MemoryRegistry", "forget_in_log", "last_chosen", "text_key"]
 
 _MEMORY = CandidateKind.MEMORY.value
 # IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
@@ -224,6 +225,22 @@ def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str]) -> None:
             .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk)))
             .values(text="", metadata_={"forgotten": True})
         )
+
+
+def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> dict[str, datetime]:
+    """When the router last injected each candidate for ``user_id`` (absent: never)."""
+    t, d = DecisionCandidateRow, DecisionRow
+    out: dict[str, datetime] = {}
+    with Session(engine) as s:
+        for chunk in _chunks(list(dict.fromkeys(candidate_ids))):
+            stmt = (
+                select(t.candidate_id, func.max(d.created_at))
+                .join(d, d.id == t.decision_id)
+                .where(t.user_id == user_id, t.chosen.is_(True), t.candidate_id.in_(chunk))
+                .group_by(t.candidate_id)
+            )
+            out.update({str(cid): at for cid, at in s.execute(stmt) if at is not None})
+    return out
 
 
 def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str]) -> None:

@@ -119,3 +119,13 @@ def test_as_i_said_after_a_turn_that_succeeded_does_not_mark_it_corrected(memory
     third = _ask(agent, "what should I cook tonight?", thread="t9", user="bob")
     _ask(agent, "I'm vegetarian, as I said.", thread="t9", user="bob")  # the turn before had no such memory
     assert any(f.source == "memabra.corrections" for f in log.get_episode(third["memabra_episode_id"]).feedback)
+
+
+def test_list_shows_when_a_memory_was_last_used(memory_log) -> None:  # type: ignore[no-untyped-def]
+    memory, log = memory_log
+    agent, _ = _agent(memory, log, [AIMessage("Rex, of course.")])
+    dog = memory.remember("ann", "My dog is called Rex")
+    assert memory.get("ann", dog.id).last_used_at is None
+    out = _ask(agent, "what is my dog called?")
+    assert dog.id in log.get_episode(out["memabra_episode_id"]).selections[0].chosen_ids
+    assert memory.get("ann", dog.id).last_used_at is not None
