@@ -36,12 +36,15 @@ from langgraph.types import Checkpointer
 
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend, SQLMemory, StoreMemory
+from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
+from memabra._sql_memory import SQLMemory
+from memabra._store_memory import StoreMemory
+from memabra._tool_search import FIND_TOOLS, ToolSearch
 from memabra.router import Router
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, open_log
 
 __all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "create_memabra_agent"]
 
@@ -67,17 +70,26 @@ def message_text(message: AnyMessage) -> str:
     return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
 
 
-def _user_id(runtime: Runtime[Any] | None) -> str:
+def _user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = None) -> str:
     ctx = runtime.context if runtime is not None else None
     user = getattr(ctx, "user_id", None) if ctx is not None and not isinstance(ctx, dict) else (ctx or {}).get("user_id")
+    if not user:  # the common LangGraph idiom: {"configurable": {"user_id": ...}}
+        user = ((config or {}).get("configurable") or {}).get("user_id")
     if not user:
-        raise InvalidRecordError("memabra needs the user: invoke with context={'user_id': ...}")
+        raise InvalidRecordError(
+            "memabra needs the user: invoke with context={'user_id': ...} or config={'configurable': {'user_id': ...}}"
+        )
     return str(user)
 
 
 def _thread_id(config: RunnableConfig | None) -> str | None:
     thread = ((config or {}).get("configurable") or {}).get("thread_id")
     return str(thread) if thread is not None else None
+
+
+def _bind(turn: Any, names: Sequence[str]) -> None:
+    """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
+    turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
 
 
 def _usage(message: AIMessage) -> tuple[int | None, int | None]:
@@ -88,8 +100,19 @@ def _usage(message: AIMessage) -> tuple[int | None, int | None]:
 class _Graph:
     """The nodes, bound to one session, model and tool set."""
 
-    def __init__(self, session: RoutingSession, model: BaseChatModel, tools: Sequence[BaseTool], system_prompt: str, max_tool_rounds: int) -> None:
+    def __init__(
+        self,
+        session: RoutingSession,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        system_prompt: str,
+        max_tool_rounds: int,
+        tool_search: bool = False,
+    ) -> None:
         self.session = session
+        self.tool_search = (
+            ToolSearch(tool_items(tools), session.encoder, session.missing_tools) if tool_search and tools else None
+        )
         self.model = model
         self.tools = {t.name: t for t in tools}
         self.system_prompt = system_prompt
@@ -103,7 +126,7 @@ class _Graph:
         if not humans:
             raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
         turn = self.session.begin(
-            user_id=_user_id(runtime), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
+            user_id=_user_id(runtime, config), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
         )
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
 
@@ -112,6 +135,8 @@ class _Graph:
         turn = self.session.get_turn(state["memabra_turn"])
         system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
         chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
+        if self.tool_search is not None:
+            chosen.append(self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names)))
         bound = self.model.bind_tools(chosen) if chosen else self.model
         conversation = [m for m in state.get("messages", []) if not isinstance(m, SystemMessage)]
         return bound, ([SystemMessage(system)] if system else []) + conversation
@@ -144,16 +169,25 @@ class _Graph:
     def _unavailable(self, state: MemabraState, call: dict[str, Any]) -> ToolMessage | None:
         turn = self.session.get_turn(state["memabra_turn"])
         name = call["name"]
-        if name in turn.tool_names and name in self.tools:
+        if (name in turn.tool_names and name in self.tools) or (name == FIND_TOOLS and self.tool_search is not None):
             return None
         error = f"tool {name!r} is not available in this turn"
         self.session.record_tool_call(turn.id, name, call.get("args") or {}, result=None, status="error", error=error)
         return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
 
+    def _tool(self, state: MemabraState, name: str) -> BaseTool:
+        if name == FIND_TOOLS and self.tool_search is not None:
+            turn = self.session.get_turn(state["memabra_turn"])
+            return self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names))
+        return self.tools[name]
+
     def _done(self, state: MemabraState, call: dict[str, Any], output: Any, started: float) -> ToolMessage:
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         ms = (time.perf_counter() - started) * 1000.0
         self.session.record_tool_call(state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms)
+        if self.tool_search is not None:
+            turn = self.session.get_turn(state["memabra_turn"])
+            self.tool_search.used(turn.id, turn.episode_id, call["name"], turn.feedback)
         return ToolMessage(content=text, tool_call_id=call["id"], name=call["name"])
 
     def _failed(self, state: MemabraState, call: dict[str, Any], exc: Exception, started: float) -> ToolMessage:
@@ -174,7 +208,7 @@ class _Graph:
                 continue
             started = time.perf_counter()
             try:
-                output = self.tools[call["name"]].invoke(call.get("args") or {})
+                output = self._tool(state, call["name"]).invoke(call.get("args") or {})
             except Exception as exc:
                 results.append(self._failed(state, call, exc, started))
             else:
@@ -190,7 +224,7 @@ class _Graph:
                 continue
             started = time.perf_counter()
             try:
-                output = await self.tools[call["name"]].ainvoke(call.get("args") or {})
+                output = await self._tool(state, call["name"]).ainvoke(call.get("args") or {})
             except Exception as exc:
                 results.append(self._failed(state, call, exc, started))
             else:
@@ -206,6 +240,8 @@ class _Graph:
     def finish(self, state: MemabraState) -> dict[str, Any]:
         last = state["messages"][-1]
         answer = message_text(last) if isinstance(last, AIMessage) else ""
+        if self.tool_search is not None:
+            self.tool_search.end(state["memabra_turn"])
         episode_id = self.session.finish(state["memabra_turn"], answer)
         return {"memabra_episode_id": episode_id}
 
@@ -284,7 +320,7 @@ def build_session(
     local_credit: bool = False,
 ) -> RoutingSession:
     """The routing loop behind the agent, the middleware and the nodes (see their docs)."""
-    log = db if isinstance(db, EpisodeLog) else EpisodeLog(db)
+    log = db if isinstance(db, EpisodeLog) else open_log(db)
     if memory is None:
         backend: MemoryBackend = StoreMemory(store, log=log) if store is not None else SQLMemory(log)
     elif isinstance(memory, BaseStore):
@@ -331,6 +367,7 @@ def create_memabra_agent(
     max_tool_rounds: int = 4,
     snapshot_every: int = 100,
     local_credit: bool = False,
+    tool_search: bool = False,
 ) -> MemabraAgent:
     """Build a LangGraph agent whose context is chosen by a learning router.
 
@@ -339,8 +376,11 @@ def create_memabra_agent(
     ``memory`` — memabra's SQL registry by default, or a LangGraph ``BaseStore`` (the ``store``
     passed at compile time is used when ``memory`` is omitted and ``store`` is given).
     ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
-    or ``sqlite:///memabra.db`` (migrated with ``memabra db upgrade``). ``extract_with_model``
-    has the chat model extract memories from user messages instead of the rules.
+    or ``sqlite:///memabra.db`` (a new SQLite database gets its schema on first use; other databases
+    are migrated with ``memabra db upgrade``). ``extract_with_model``
+    has the chat model extract memories from user messages instead of the rules, and decide which
+    stored memories a new fact supersedes. ``tool_search`` binds a ``find_tools`` tool next to the
+    routed ones, so the model can fetch a tool the router left out (recorded as needed and missed).
     """
     chat = _resolve_model(model)
     tool_list = as_tools(tools)
@@ -358,7 +398,7 @@ def create_memabra_agent(
         snapshot_every=snapshot_every,
         local_credit=local_credit,
     )
-    nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds)
+    nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds, tool_search)
     builder = StateGraph(MemabraState, context_schema=MemabraContext)
     builder.add_node("route", nodes.route)
     builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))

@@ -80,8 +80,10 @@ def run_demo(
     users: int = 10,
     model: BaseChatModel | None = None,
     progress: Callable[[DemoEpisode], None] | None = None,
+    tool_search: bool = True,
 ) -> list[DemoEpisode]:
-    """Run ``episodes`` simulated task episodes against an agent with ``router`` logging to ``log``."""
+    """Run ``episodes`` simulated task episodes against an agent with ``router`` logging to ``log``
+    (``tool_search``: the model may fetch a tool the router left out with ``find_tools``)."""
     world = World(seed=seed, n_users=users, episodes=episodes)
     agent = create_memabra_agent(
         model or standin_model(),
@@ -91,6 +93,7 @@ def run_demo(
         db=log,
         budget=demo_budget(),
         snapshot_every=100,
+        tool_search=tool_search,
     )
     # What users said before the demo starts was said weeks ago: memories carry their age.
     now = utcnow()

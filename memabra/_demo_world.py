@@ -26,7 +26,13 @@ CITIES = ["Lyon", "Oslo", "Porto", "Kyoto", "Quito", "Tartu", "Bergen", "Cusco",
 DIETS = ["vegetarian", "vegan", "pescatarian", "halal", "keto"]
 ALLERGENS = ["peanuts", "gluten", "sesame", "shellfish", "lactose"]
 COFFEES = ["flat white", "espresso", "oat latte", "cortado", "americano"]
-JOBS = [("nurse", "St Anne clinic"), ("architect", "Nordform"), ("teacher", "Riverside school"), ("chef", "Casa Verde"), ("pilot", "SkyLine")]
+JOBS = [
+    ("nurse", "St Anne clinic"),
+    ("architect", "Nordform"),
+    ("teacher", "Riverside school"),
+    ("chef", "Casa Verde"),
+    ("pilot", "SkyLine"),
+]
 UNITS = ["metric", "imperial"]
 DOGS = ["Rex", "Luna", "Pixel", "Mochi", "Biscuit"]
 SMALL_TALK = [
@@ -64,39 +70,93 @@ class Task:
 
 
 TASKS: tuple[Task, ...] = (
-    Task("dinner", ("What should I cook for dinner tonight?", "Any idea what to make for supper?", "Plan my evening meal"), ("diet",), skill="recipe-format"),
+    Task(
+        "dinner",
+        ("What should I cook for dinner tonight?", "Any idea what to make for supper?", "Plan my evening meal"),
+        ("diet",),
+        skill="recipe-format",
+    ),
     Task("snack", ("Pick a snack for my flight", "What can I nibble on during the trip?"), ("allergy",)),
-    Task("weather", ("What will the weather be like tomorrow?", "Do I need an umbrella tomorrow?"), ("city",), tool="get_weather"),
-    Task("drink", ("Order my usual morning drink", "Get me my regular morning pick-me-up"), ("coffee",), tool="order_drink"),
-    Task("away", ("Write an out-of-office note for my colleagues", "Draft a message telling my team I am away"), ("work",), skill="email-style"),
-    Task("run", ("How long is a 10k run in the measurement system I use?", "Convert my 10k race distance for me"), ("units",), tool="convert_units"),
+    Task(
+        "weather",
+        ("What will the weather be like tomorrow?", "Do I need an umbrella tomorrow?"),
+        ("city",),
+        tool="get_weather",
+    ),
+    Task(
+        "drink",
+        ("Order my usual morning drink", "Get me my regular morning pick-me-up"),
+        ("coffee",),
+        tool="order_drink",
+    ),
+    Task(
+        "away",
+        ("Write an out-of-office note for my colleagues", "Draft a message telling my team I am away"),
+        ("work",),
+        skill="email-style",
+    ),
+    Task(
+        "run",
+        ("How long is a 10k run in the measurement system I use?", "Convert my 10k race distance for me"),
+        ("units",),
+        tool="convert_units",
+    ),
     Task("greet", ("Greet me properly this morning", "Say good morning to me"), ("name",)),
     Task("pet", ("What should I pick up at the pet shop?", "Buy some treats for my dog"), ("dog",)),
+    # Shares no word with the tool it needs: the router tends to leave set_timer out, and only a
+    # model that can search the registry (find_tools) gets it; the miss then teaches the router.
+    Task("pasta", ("Tell me when the pasta is done", "Let me know when my tea has brewed"), (), tool="set_timer"),
 )
 
 # How often each task comes up. After the drift the weather and coffee tasks come up more, so
 # the facts that changed matter more.
-_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
-_MIX_AFTER = {"dinner": 3, "weather": 4, "drink": 4, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2}
+_MIX_BEFORE = {"dinner": 3, "weather": 3, "drink": 3, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2, "pasta": 2}
+_MIX_AFTER = {"dinner": 3, "weather": 4, "drink": 4, "greet": 2, "snack": 2, "away": 2, "run": 2, "pet": 2, "pasta": 2}
 
 # What a real model knows: which words relate. The stand-in model uses these; the router does not.
 ASSOCIATIONS: dict[str, tuple[str, ...]] = {
     "food": ("cook", "dinner", "supper", "meal", "evening", "diet", *DIETS),
     "snack": ("snack", "nibble", "flight", "trip", "allergic", *ALLERGENS),
     "place": ("weather", "umbrella", "tomorrow", "forecast", "live", "moved", *(c.lower() for c in CITIES)),
-    "coffee": ("drink", "morning", "pick-me-up", "usual", "regular", "coffee", "order", *(w for c in COFFEES for w in c.split())),
+    "coffee": (
+        "drink",
+        "morning",
+        "pick-me-up",
+        "usual",
+        "regular",
+        "coffee",
+        "order",
+        *(w for c in COFFEES for w in c.split()),
+    ),
     "work": ("out-of-office", "colleagues", "team", "away", "message", "note", "work", "works"),
     "units": ("10k", "run", "race", "distance", "measurement", "units", "metric", "imperial", "convert"),
     "name": ("greet", "good", "morning", "properly", "name"),
     "dog": ("pet", "shop", "treats", "dog", "called"),
+    "timer": ("pasta", "done", "tea", "brewed", "timer", "countdown", "minutes"),
 }
 
 SKILLS: tuple[Skill, ...] = (
-    Skill("recipe-format", "how to present a recipe or a cooking suggestion for a meal", "Give the dish, then three numbered steps.\nMarker: Enjoy your meal!"),
-    Skill("email-style", "how to write a work email or a note for colleagues and a team", "Greet, one short paragraph, sign off.\nMarker: Kind regards."),
-    Skill("code-review", "how to review a pull request and source code changes", "List blocking issues first.\nMarker: LGTM with nits."),
+    Skill(
+        "recipe-format",
+        "how to present a recipe or a cooking suggestion for a meal",
+        "Give the dish, then three numbered steps.\nMarker: Enjoy your meal!",
+    ),
+    Skill(
+        "email-style",
+        "how to write a work email or a note for colleagues and a team",
+        "Greet, one short paragraph, sign off.\nMarker: Kind regards.",
+    ),
+    Skill(
+        "code-review",
+        "how to review a pull request and source code changes",
+        "List blocking issues first.\nMarker: LGTM with nits.",
+    ),
     Skill("trip-planner", "how to plan a holiday itinerary day by day", "One line per day.\nMarker: Bon voyage!"),
-    Skill("budget-advice", "how to give personal finance and savings advice", "Start with the monthly total.\nMarker: Save first, spend later."),
+    Skill(
+        "budget-advice",
+        "how to give personal finance and savings advice",
+        "Start with the monthly total.\nMarker: Save first, spend later.",
+    ),
     Skill("poetry", "how to write a short poem or a limerick", "Rhyme AABBA.\nMarker: Fin."),
 )
 
@@ -134,9 +194,13 @@ def make_tools() -> list[BaseTool]:
         return StructuredTool.from_function(lambda request: f"{name} done", name=name, description=description)
 
     return [
-        StructuredTool.from_function(get_weather, description="Weather forecast for tomorrow in a city, e.g. whether an umbrella is needed"),
+        StructuredTool.from_function(
+            get_weather, description="Weather forecast for tomorrow in a city, e.g. whether an umbrella is needed"
+        ),
         StructuredTool.from_function(order_drink, description="Order a coffee or another morning drink from the cafe"),
-        StructuredTool.from_function(convert_units, description="Convert a distance between metric and imperial measurement units"),
+        StructuredTool.from_function(
+            convert_units, description="Convert a distance between metric and imperial measurement units"
+        ),
         generic("search_web", "Search the web for a query and return the top results"),
         generic("send_email", "Send an email to a contact"),
         generic("book_flight", "Book a flight between two airports on a date"),
@@ -145,7 +209,12 @@ def make_tools() -> list[BaseTool]:
     ]
 
 
-TOOL_MARKERS = {"get_weather": "Forecast for", "order_drink": "Ordered a", "convert_units": "10 km is"}
+TOOL_MARKERS = {
+    "get_weather": "Forecast for",
+    "order_drink": "Ordered a",
+    "convert_units": "10 km is",
+    "set_timer": "set_timer done",
+}
 SKILL_MARKERS = {s.name: s.body.split("Marker:", 1)[1].strip() for s in SKILLS}
 
 

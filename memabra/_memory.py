@@ -1,200 +1,364 @@
-"""Where memories live and how they are written.
+"""Where memories live, how they are written, and how people manage them.
 
-A backend has two abstract methods, ``items`` and ``put``; every convenience (deduplicated
-``remember``, ``candidates``) is built on them. Two backends ship: :class:`SQLMemory`, memabra's
-own registry table, and :class:`StoreMemory`, a LangGraph ``BaseStore`` you already run.
+:class:`MemoryBackend` holds the write path and the management API on a handful of storage
+primitives; two backends ship: :class:`SQLMemory`, memabra's own registry table, and
+:class:`StoreMemory` (:mod:`memabra._store_memory`), a LangGraph ``BaseStore`` you already run.
 
-The write path turns what the user states about themselves into memories: rule-based extraction
-by default (:func:`extract_facts`), a chat model when one is given (:class:`LLMFactExtractor`).
-A new fact that restates a stored one (same content words) replaces it instead of piling up.
+Writing (``remember``): a correction's complaint is cut off (the fact is kept, not "I already told
+you"); a restatement of a stored memory refreshes it; a new fact on a single-valued subject ("I
+moved to Hobart") retires the memory it replaces ("I live in Lyon") — by rules, or by the chat
+model when the agent was built with ``extract_with_model=True``. Retired memories stay in
+``list`` and ``history``, never in recall. Managing: ``list``, ``search`` (the router's own
+recall), ``update`` (with history: what, when, from which episode), ``forget`` one or all.
 """
 
 from __future__ import annotations
 
-import json
+import builtins
 import logging
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from functools import lru_cache
+from typing import Protocol
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
-from langgraph.store.base import BaseStore
-
+from memabra._errors import InvalidRecordError
+from memabra._facts import (
+    FactExtractor,
+    LLMFactExtractor,
+    RuleFactExtractor,
+    extract_facts,
+    fact_subject,
+    strip_complaint,
+)
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow
 from memabra._text import approx_tokens, content_words, overlap
-from memabra.storage import EpisodeLog
+from memabra.router import CachingEncoder
 
 __all__ = [
     "FactExtractor",
     "LLMFactExtractor",
+    "MemoryAction",
     "MemoryBackend",
+    "MemoryChange",
+    "MemoryRecord",
+    "MemoryStatus",
+    "RecalledMemory",
     "RuleFactExtractor",
-    "SQLMemory",
-    "StoreMemory",
+    "Supersession",
     "extract_facts",
 ]
 
 logger = logging.getLogger("memabra")
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_FACT = re.compile(
-    r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b"
-    r"|\bi(?:'m| am)\s+(?!not sure|wondering|asking|looking|trying|going to ask|curious)\w"
-    r"|\bi\s+(?:really\s+|usually\s+|always\s+|never\s+|don't\s+|do not\s+)?"
-    r"(live|work|prefer|like|love|hate|dislike|own|have|moved|eat|drink|speak|use|need|want)\b"
-    r"|\bcall me\b|\bremember (that )?|\bplease (always|never)\b",
-    re.IGNORECASE,
-)
-_QUESTION_START = re.compile(r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I)
+# A restatement, not a new fact: content words overlap this much both ways, at most one differs.
+_DEDUP_OVERLAP = 0.85
 
 
-class FactExtractor(Protocol):
-    def __call__(self, text: str) -> list[str]: ...
+class Supersession(Protocol):
+    """Decides which stored memories (``(id, text)`` pairs) a new fact replaces."""
+
+    def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]: ...
 
 
-def extract_facts(text: str) -> list[str]:
-    """First-person statements of lasting facts in ``text`` ("I am vegetarian", "my dog is Rex").
+@dataclass(frozen=True, slots=True)
+class RecalledMemory:
+    """A search result: the memory and its hybrid-prior score (higher is closer)."""
 
-    Questions are skipped; a sentence is kept whole so the memory reads as the user said it.
-    """
-    facts = []
-    for raw in _SENTENCE.split(text):
-        sentence = raw.strip().strip('"')
-        if len(sentence) < 6 or sentence.endswith("?") or _QUESTION_START.match(sentence):
-            continue
-        if _FACT.search(sentence):
-            facts.append(sentence.rstrip(".!; "))
-    return facts
+    memory: MemoryRecord
+    score: float
 
 
-class RuleFactExtractor:
-    """The default extractor: :func:`extract_facts`."""
+@lru_cache(maxsize=65_536)
+def _words(text: str) -> frozenset[str]:
+    # remember() compares a new fact with every stored one: each stored text is analysed once.
+    return content_words(text)
 
-    def __call__(self, text: str) -> list[str]:
-        return extract_facts(text)
 
-
-class LLMFactExtractor:
-    """Asks a chat model for the durable facts a message states about the user; falls back to
-    the rules when the reply is not a JSON list of strings."""
-
-    PROMPT = (
-        "Extract durable facts the user states about themselves (identity, preferences, constraints, "
-        "circumstances) from the message. Reply with a JSON list of short first-person sentences, "
-        "or [] if there are none."
-    )
-
-    def __init__(self, model: BaseChatModel) -> None:
-        self.model = model
-
-    def __call__(self, text: str) -> list[str]:
-        reply = self.model.invoke([SystemMessage(self.PROMPT), HumanMessage(text)])
-        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        try:
-            facts = json.loads(content)
-        except json.JSONDecodeError:
-            logger.info("fact extraction reply was not JSON; using the rules")
-            return extract_facts(text)
-        if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-            return extract_facts(text)
-        return [f.strip() for f in facts if f.strip()]
+def _is_restatement(a: str, b: str) -> bool:
+    wa, wb = _words(a), _words(b)
+    return bool(wa and wb) and len(wa ^ wb) <= 1 and overlap(wa, wb) >= _DEDUP_OVERLAP
 
 
 class MemoryBackend(ABC):
-    """Two abstract methods; everything else is built on them."""
+    """Storage primitives (abstract) plus the write path and management built on them.
 
-    dedup_threshold: float = 0.85
-
-    @abstractmethod
-    def items(self, user_id: str) -> list[RegistryItem]:
-        """Every live memory of ``user_id`` (never another user's)."""
-
-    @abstractmethod
-    def put(self, item: RegistryItem) -> None:
-        """Insert or replace one memory."""
-
-    def candidates(self, user_id: str) -> list[Candidate]:
-        return [item.as_candidate() for item in self.items(user_id)]
-
-    def remember(self, user_id: str, text: str, *, source: str = "user", at: datetime | None = None) -> RegistryItem:
-        """Store ``text`` as a memory of ``user_id``; a near-duplicate of a stored memory
-        (content-word overlap >= ``dedup_threshold`` both ways) is refreshed instead."""
-        words = content_words(text)
-        now = at or utcnow()
-        for item in self.items(user_id):
-            other = content_words(item.text)
-            if words and other and overlap(words, other) >= self.dedup_threshold and len(words ^ other) <= 1:
-                refreshed = RegistryItem(
-                    kind=item.kind, id=item.id, owner=item.owner, text=text, tokens=approx_tokens(text),
-                    name=item.name, source=source, metadata=item.metadata, created_at=item.created_at,
-                    updated_at=now, last_chosen_at=item.last_chosen_at,
-                    times_chosen=item.times_chosen, times_used=item.times_used,
-                )
-                self.put(refreshed)
-                return refreshed
-        item = RegistryItem(
-            kind=CandidateKind.MEMORY, id=f"mem:{new_id()[:16]}", owner=user_id, text=text,
-            tokens=approx_tokens(text), name=text[:60], source=source, created_at=now,
-        )
-        self.put(item)
-        return item
-
-
-class SQLMemory(MemoryBackend):
-    """Memories in memabra's registry table, next to the episode log."""
-
-    def __init__(self, log: EpisodeLog) -> None:
-        self.log = log
-
-    def items(self, user_id: str) -> list[RegistryItem]:
-        return self.log.items(user_id, CandidateKind.MEMORY)
-
-    def put(self, item: RegistryItem) -> None:
-        self.log.put_items([item])
-
-
-class StoreMemory(MemoryBackend):
-    """Memories in a LangGraph ``BaseStore`` under the namespace ``(*prefix, user_id)``.
-
-    Usage counters live in the episode log, not the store: pass ``log`` to have them filled in
-    for featurisation.
+    ``supersession`` decides which memories a new fact retires (rules by default; the agent
+    passes its :class:`LLMFactExtractor` when built with ``extract_with_model=True``);
+    ``encoder`` is what recall embeds with (``None``: lexical recall only).
     """
 
-    def __init__(self, store: BaseStore, *, prefix: Sequence[str] = ("memabra", "memories"), log: EpisodeLog | None = None) -> None:
-        self.store = store
-        self.prefix = tuple(prefix)
-        self.log = log
+    supersession: Supersession = RuleFactExtractor()
+    encoder: CachingEncoder | None = None
 
-    def items(self, user_id: str) -> list[RegistryItem]:
-        found = self.store.search((*self.prefix, user_id), limit=10_000)
-        items = [_item_from_store(user_id, it.key, it.value, it.created_at, it.updated_at) for it in found]
-        if self.log is not None and items:
-            stats = self.log.candidate_stats(user_id, [i.id for i in items])
-            items = [
-                _with_counts(i, stats[i.id].times_chosen, stats[i.id].times_used) if i.id in stats else i for i in items
-            ]
-        return items
+    def __init__(self, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None) -> None:
+        self.supersession = supersession if supersession is not None else RuleFactExtractor()
+        self.encoder = encoder
+
+    # ------------------------------------------------------------------ primitives
+
+    @abstractmethod
+    def items(self, user_id: str) -> builtins.list[RegistryItem]:
+        """Every recallable (active) memory of ``user_id``, never another user's."""
+
+    @abstractmethod
+    def records(self, user_id: str, *, include_retired: bool = True) -> builtins.list[MemoryRecord]:
+        """The user's memories as people see them, oldest first."""
+
+    @abstractmethod
+    def history(self, user_id: str, memory_id: str) -> builtins.list[MemoryChange]:
+        """Every change to one memory, oldest first."""
+
+    @abstractmethod
+    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
+        """Insert or replace ``item``, record ``change``, retire ``retire`` — all or nothing."""
+
+    @abstractmethod
+    def _refresh(self, change: MemoryChange) -> None:
+        """Record a restatement: the memory takes ``change.new_text`` and a new update time."""
+
+    @abstractmethod
+    def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
+        """Delete memories and their history (all of the user's for ``None``); the episode log
+        keeps their ids, not their text."""
+
+    def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        for item, change in pairs:
+            self._store(item, change)
+
+    def _active_pairs(self, user_id: str) -> builtins.list[tuple[str, str]]:
+        """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
+        return [(i.id, i.text) for i in self.items(user_id)]
+
+    # ------------------------------------------------------------------ reading
+
+    def list(self, user_id: str, *, include_retired: bool = True) -> builtins.list[MemoryRecord]:
+        return self.records(user_id, include_retired=include_retired)
+
+    def get(self, user_id: str, memory_id: str) -> MemoryRecord:
+        for record in self.records(user_id):
+            if record.id == memory_id:
+                return record
+        raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+
+    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> builtins.list[RegistryItem]:
+        """The memories the router is offered for ``query``: all of them up to ``RECALL_ALL``,
+        else the ``limit`` best by the hybrid prior."""
+        items = self.items(user_id)
+        if len(items) <= max(RECALL_ALL, limit):
+            return items
+        return [item for item, _ in rank(items, query, self.encoder)[:limit]]
+
+    def search(self, user_id: str, query: str, *, limit: int = 10) -> builtins.list[RecalledMemory]:
+        """The user's active memories best first for ``query``, by the router's recall."""
+        if not query.strip():
+            raise InvalidRecordError("search needs a non-empty query")
+        pool = self.recall(user_id, query, limit=max(limit, RECALL_LIMIT))
+        records = {r.id: r for r in self.records(user_id, include_retired=False)}
+        ranked = rank(pool, query, self.encoder)
+        return [RecalledMemory(records[i.id], s) for i, s in ranked if i.id in records][:limit]
+
+    def candidates(self, user_id: str, query: str | None = None) -> builtins.list[Candidate]:
+        items = self.items(user_id) if query is None else self.recall(user_id, query)
+        return [item.as_candidate() for item in items]
+
+    # ------------------------------------------------------------------ writing
+
+    def remember(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        source: str = "user",
+        at: datetime | None = None,
+        episode_id: str | None = None,
+    ) -> RegistryItem:
+        """Store the fact in ``text`` for ``user_id``; a restatement refreshes the stored memory
+        and a fact on a subject with one current value retires the one it replaces."""
+        fact = _clean(text)
+        now = at or utcnow()
+        active = self._active_pairs(user_id)
+        texts = dict(active)
+        for mid, stored in active:
+            if _is_restatement(fact, stored):
+                self._refresh(
+                    MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated")
+                )
+                return self._item(user_id, mid, include_retired=False)
+        item = _new_item(user_id, fact, source, now)
+        retire_ids = self.supersession.superseded(fact, active) if active else []
+        retire = [
+            MemoryChange(
+                mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}"
+            )
+            for mid in dict.fromkeys(retire_ids)
+            if mid in texts
+        ]
+        self._store(
+            item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
+        )
+        if retire:
+            logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
+        return item
+
+    def remember_many(
+        self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
+    ) -> builtins.list[RegistryItem]:
+        """``remember`` for many facts at once (an import): restatements of stored or earlier
+        facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
+        now = at or utcnow()
+        facts = [_clean(t) for t in texts]
+        active = self._active_pairs(user_id)
+        seen = _RestatementIndex(text for _, text in active)
+        plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
+        out: builtins.list[RegistryItem] = []
+        subjects = {fact_subject(text) for _, text in active} - {None}
+        for fact in facts:
+            if not seen.add(fact):
+                continue
+            subject = fact_subject(fact)
+            if subject is not None and subject in subjects:
+                self._store_many(plain)
+                plain = []
+                out.append(self.remember(user_id, fact, source=source, at=now))
+                continue
+            if subject is not None:
+                subjects.add(subject)
+            item = _new_item(user_id, fact, source, now)
+            plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
+            out.append(item)
+        self._store_many(plain)
+        return out
+
+    def write_from_message(
+        self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
+    ) -> builtins.list[RegistryItem]:
+        """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
+        return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
+
+    def update(self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None) -> MemoryRecord:
+        """Replace a memory's text; the old text goes into its history."""
+        fact = _clean(text)
+        old = self._item(user_id, memory_id, include_retired=True)
+        now = utcnow()
+        item = RegistryItem(
+            kind=CandidateKind.MEMORY,
+            id=old.id,
+            owner=user_id,
+            text=fact,
+            tokens=approx_tokens(fact),
+            name=fact[:60],
+            source=old.source,
+            metadata=old.metadata,
+            created_at=old.created_at,
+            updated_at=now,
+            last_chosen_at=old.last_chosen_at,
+            times_chosen=old.times_chosen,
+            times_used=old.times_used,
+        )
+        self._store(
+            item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, "update")
+        )
+        return self.get(user_id, memory_id)
+
+    def forget(self, user_id: str, memory_id: str) -> None:
+        """Delete one memory and its history; it leaves every future candidate set."""
+        self._forget(user_id, [memory_id])
+
+    def forget_all(self, user_id: str) -> int:
+        """Delete every memory of ``user_id`` with its history; returns how many."""
+        return self._forget(user_id, None)
 
     def put(self, item: RegistryItem) -> None:
-        value: dict[str, Any] = {"text": item.text, "tokens": item.tokens, "source": item.source, "name": item.name}
-        self.store.put((*self.prefix, item.owner), item.id, value)
+        """Insert or replace one memory as given (no extraction, no supersession)."""
+        self._store(
+            item,
+            MemoryChange(
+                item.id, item.owner, MemoryAction.CREATED, item.updated_at or utcnow(), None, item.text, None, "put"
+            ),
+        )
+
+    def _item(self, user_id: str, memory_id: str, *, include_retired: bool) -> RegistryItem:
+        record = self.get(user_id, memory_id)
+        if record.status is MemoryStatus.RETIRED and not include_retired:
+            raise InvalidRecordError(f"memory {memory_id!r} is retired")
+        return RegistryItem(
+            kind=CandidateKind.MEMORY,
+            id=record.id,
+            owner=user_id,
+            text=record.text,
+            tokens=approx_tokens(record.text),
+            name=record.text[:60],
+            source=record.source,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            last_chosen_at=record.last_used_at,
+            times_chosen=record.times_chosen,
+            times_used=record.times_used,
+        )
 
 
-def _item_from_store(user_id: str, key: str, value: dict[str, Any], created: datetime, updated: datetime) -> RegistryItem:
-    text = str(value.get("text", ""))
+class _RestatementIndex:
+    """Finds restatements among many texts in O(words) per text: two texts restate each other
+    when their content-word sets differ by at most one word (see :func:`_is_restatement`), so a
+    set is looked up as it is, with one word less, and among the stored sets with one word less."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._exact: set[frozenset[str]] = set()
+        self._minus_one: set[frozenset[str]] = set()
+        for text in texts:
+            self._insert(_words(text))
+
+    def _insert(self, words: frozenset[str]) -> None:
+        self._exact.add(words)
+        self._minus_one.update(words - {w} for w in words)
+
+    def add(self, text: str) -> bool:
+        """Store ``text``'s words unless they restate a stored text; True when it was new."""
+        words = _words(text)
+        if words and (
+            words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)
+        ):
+            return False
+        self._insert(words)
+        return True
+
+
+def _clean(text: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
+    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
+    if not fact:
+        raise InvalidRecordError("a memory needs non-empty text")
+    return fact
+
+
+def _new_item(user_id: str, fact: str, source: str, now: datetime) -> RegistryItem:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
     return RegistryItem(
-        kind=CandidateKind.MEMORY, id=key, owner=user_id, text=text,
-        tokens=int(value.get("tokens") or approx_tokens(text)), name=str(value.get("name") or text[:60]),
-        source=str(value.get("source", "store")), created_at=created, updated_at=updated,
+        kind=CandidateKind.MEMORY,
+        id=f"mem:{new_id()[:16]}",
+        owner=user_id,
+        text=fact,
+        tokens=approx_tokens(fact),
+        name=fact[:60],
+        source=source,
+        created_at=now,
     )
 
 
-def _with_counts(item: RegistryItem, chosen: int, used: int) -> RegistryItem:
-    return RegistryItem(
-        kind=item.kind, id=item.id, owner=item.owner, text=item.text, tokens=item.tokens, name=item.name,
-        body=item.body, source=item.source, metadata=item.metadata, created_at=item.created_at,
-        updated_at=item.updated_at, times_chosen=chosen, times_used=used,
-    )
+def __getattr__(name: str) -> object:
+    # The two backends live in their own modules; kept importable from here for existing code.
+    if name == "SQLMemory":
+        from memabra._sql_memory import SQLMemory
+
+        return SQLMemory
+    if name == "StoreMemory":
+        from memabra._store_memory import StoreMemory
+
+        return StoreMemory
+    raise AttributeError(name)

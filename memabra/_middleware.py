@@ -46,7 +46,7 @@ def _route(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Run
         config = get_config()
     except RuntimeError:
         config = None
-    turn = session.begin(user_id=_user_id(runtime), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1)
+    turn = session.begin(user_id=_user_id(runtime, config), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1)
     return turn.id
 
 

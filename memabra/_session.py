@@ -24,10 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memabra._catalog import Skill, skill_items, tool_items
-from memabra._corrections import detect_correction
+from memabra._corrections import detect_correction, verdict_of
+from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidRecordError, RouterError
 from memabra._feedback import RewardService
-from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor, SQLMemory
+from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._records import (
     Budget,
     Candidate,
@@ -42,10 +43,11 @@ from memabra._records import (
     Step,
     StepKind,
     new_id,
-    utcnow,
 )
 from memabra._reward import RewardConfig
+from memabra._sql_memory import SQLMemory
 from memabra._text import content_words
+from memabra._tool_search import learn_kwargs
 from memabra.router import Router
 from memabra.storage import EpisodeFilter, EpisodeLog
 
@@ -78,6 +80,7 @@ class Turn:
 class _Previous:
     episode_id: str
     query: str
+    injected: frozenset[str] = frozenset()
 
 
 class RoutingSession:
@@ -117,10 +120,18 @@ class RoutingSession:
         self.local_credit = local_credit
         self.log = log
         self.memory = memory if memory is not None else SQLMemory(log)
+        # Vectors computed once and kept in the log; the model loads while the agent is built.
+        self.encoder = prepare_encoder(router, log)
+        if getattr(self.memory, "encoder", None) is None:
+            self.memory.encoder = self.encoder
+        # episode id -> tools the turn needed and the router left out (filled by find_tools)
+        self.missing_tools: dict[str, tuple[str, ...]] = {}
         self.skills = {f"skill:{s.name}": s for s in skills}
         self.budget = budget or Budget()
         self.rewards = RewardService(log, reward_config)
         self.extractor = extractor if extractor is not None else RuleFactExtractor()
+        if extractor is not None and callable(getattr(extractor, "superseded", None)):  # e.g. the chat model decides
+            self.memory.supersession = self.extractor  # type: ignore[assignment]
         self.learn_online = learn
         self.snapshot_every = snapshot_every
         self.kinds = tuple(kinds) if kinds is not None else tuple(k for k in CandidateKind if self.budget.slots_for(k) > 0)
@@ -145,7 +156,7 @@ class RoutingSession:
             raise InvalidRecordError("a memabra turn needs a user_id (pass context={'user_id': ...})")
         key = (user_id, thread_id)
         previous = self._previous_turn(key)
-        memory_items = self.memory.items(user_id)
+        memory_items = self.memory.recall(user_id, query)
         feedback_for_previous = self._scan_for_corrections(previous, query, memory_items)
         if feedback_for_previous is not None:
             self.rewards.post_feedback(feedback_for_previous)
@@ -155,6 +166,7 @@ class RoutingSession:
         system_prompt, tool_names = "", ()
         if candidates:
             context = RoutingContext(query=query, user_id=user_id, thread_id=thread_id, turn=turn_no, kinds=self.kinds, budget=self.budget)
+            warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
             system_prompt, tool_names = self._assemble(selection)
         t = Turn(new_id(), user_id, thread_id, turn_no, query, selection, system_prompt, tool_names, time.perf_counter())
@@ -216,10 +228,10 @@ class RoutingSession:
             metadata={"latency_ms": (time.perf_counter() - t.started) * 1000.0},
         )
         self.rewards.record(episode)
-        for fact in self.extractor(t.query):
-            self.memory.remember(t.user_id, fact)
+        self.memory.write_from_message(t.user_id, t.query, self.extractor, episode_id=t.episode_id)
         with self._lock:
-            self._previous[(t.user_id, t.thread_id)] = _Previous(t.episode_id, t.query)
+            injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()
+            self._previous[(t.user_id, t.thread_id)] = _Previous(t.episode_id, t.query, injected)
             self._previous.move_to_end((t.user_id, t.thread_id))
             while len(self._previous) > 10_000:
                 self._previous.popitem(last=False)
@@ -260,11 +272,12 @@ class RoutingSession:
                 # slate shares one reward
                 chosen = set(selection.chosen_ids)
                 outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
+                missed = learn_kwargs(self.router, [c for c in self.missing_tools.pop(item.episode_id, ()) if c not in chosen])
                 try:
-                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit)
+                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit, **missed)
                 except RouterError:
                     # Made before a restart, or by another process: learn from its logged propensities.
-                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit)
+                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit, **missed)
                 learned += 1
         if learned:
             self._updates_since_snapshot += learned
@@ -328,7 +341,10 @@ class RoutingSession:
     def _scan_for_corrections(self, previous: _Previous | None, query: str, memories: Sequence[RegistryItem]) -> Feedback | None:
         if previous is None:
             return None
-        signals = detect_correction(previous.query, query, [(m.id, m.text) for m in memories])
+        verdict = verdict_of([f.payload for f in self.log.feedback_for(previous.episode_id)])
+        signals = detect_correction(
+            previous.query, query, [(m.id, m.text) for m in memories], injected_ids=previous.injected, previous_succeeded=verdict
+        )
         if not signals:
             return None
         payload: dict[str, Any] = {}

@@ -8,6 +8,8 @@ ignore) it:
   "vegetarian"); unrelated memories are ignored;
 * with tools bound, the first call asks for the bound tool that best matches the question,
   passing the question and the memories it used as ``request``; the tool's reply is quoted;
+* when no bound tool matches and ``find_tools`` is bound, it searches for one with the words it
+  relates to the question (as a real model would phrase "set a timer"), then calls what it found;
 * an injected skill whose description relates to the question is followed (its first line,
   its ``Marker:`` if it has one, is appended).
 
@@ -35,6 +37,7 @@ __all__ = ["ExtractiveChatModel"]
 _MEMORY_LINE = re.compile(r"^- (.+)$", re.MULTILINE)
 _SKILL = re.compile(r"^Skill '([^']+)' \((.*)\):\n(.*?)(?=\n\nSkill '|\Z)", re.MULTILINE | re.DOTALL)
 _MARKER = re.compile(r"Marker:\s*(.+)")
+_FIND_TOOLS = "find_tools"
 
 
 class ExtractiveChatModel(BaseChatModel):
@@ -75,18 +78,35 @@ class ExtractiveChatModel(BaseChatModel):
     ) -> ChatResult:
         system = "\n".join(str(m.content) for m in messages if isinstance(m, SystemMessage))
         question = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        since_question = messages[[i for i, m in enumerate(messages) if isinstance(m, HumanMessage)][-1] + 1 :] if question else []
-        tool_replies = [m for m in since_question if isinstance(m, ToolMessage)]
+        since_question = (
+            messages[[i for i, m in enumerate(messages) if isinstance(m, HumanMessage)][-1] + 1 :] if question else []
+        )
+        searched = any(isinstance(m, ToolMessage) and m.name == _FIND_TOOLS for m in since_question)
+        tool_replies = [m for m in since_question if isinstance(m, ToolMessage) and m.name != _FIND_TOOLS]
         query_words = self._expand(content_words(question))
-        memory_block = system.split("What you know about the user:", 1)[1] if "What you know about the user:" in system else ""
+        memory_block = (
+            system.split("What you know about the user:", 1)[1] if "What you know about the user:" in system else ""
+        )
         memory_block = memory_block.split("\n\nSkill '", 1)[0]
         memories = [m for m in _MEMORY_LINE.findall(memory_block) if self._relates(m, query_words)]
 
         if self.bound_tools and not tool_replies:
             tool = self._pick_tool(query_words)
+            if tool is None and not searched and any(t["name"] == _FIND_TOOLS for t in self.bound_tools):
+                wanted = " ".join(sorted(query_words - content_words(question))) or question
+                call = {
+                    "name": _FIND_TOOLS,
+                    "args": {"query": wanted},
+                    "id": f"call-{zlib.crc32(f'find|{question}'.encode()):08x}",
+                }
+                return self._reply(AIMessage("", tool_calls=[call]), messages)
             if tool is not None:
                 request = " ".join([question, *memories])
-                call = {"name": tool, "args": {"request": request}, "id": f"call-{zlib.crc32(f'{tool}|{question}'.encode()):08x}"}
+                call = {
+                    "name": tool,
+                    "args": {"request": request},
+                    "id": f"call-{zlib.crc32(f'{tool}|{question}'.encode()):08x}",
+                }
                 return self._reply(AIMessage("", tool_calls=[call]), messages)
 
         parts = [f"{m}." for m in memories]
@@ -101,6 +121,8 @@ class ExtractiveChatModel(BaseChatModel):
     def _pick_tool(self, query_words: set[str]) -> str | None:
         best, best_score = None, 0
         for tool in self.bound_tools:
+            if tool["name"] == _FIND_TOOLS:
+                continue
             score = len(content_words(f"{tool['name'].replace('_', ' ')} {tool['description']}") & query_words)
             if score > best_score:
                 best, best_score = tool["name"], score

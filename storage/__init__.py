@@ -15,7 +15,9 @@ from memabra.storage._admin_queries import (
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
+from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_log, last_chosen
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
+from memabra.storage._open import open_log
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
@@ -26,22 +28,27 @@ __all__ = [
     "URL_ENV",
     "AdminQueries",
     "ConversationTurn",
+    "EmbeddingTable",
     "EpisodeFilter",
     "EpisodeLog",
     "KindShare",
+    "MemoryRegistry",
     "PolicyVersionStats",
+    "RevokedSessions",
     "RewardPoint",
     "Scorer",
     "SnapshotInfo",
     "Transactions",
-    "RevokedSessions",
     "clean_text",
     "check_schema",
     "current_revision",
     "downgrade",
+    "forget_in_log",
     "head_revision",
     "known_revisions",
+    "last_chosen",
     "make_engine",
+    "open_log",
     "resolve_url",
     "upgrade",
 ]

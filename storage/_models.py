@@ -254,6 +254,9 @@ class RegistryRow(Base):
     times_chosen: Mapped[int] = mapped_column(Integer, default=0)
     times_used: Mapped[int] = mapped_column(Integer, default=0)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A memory a newer fact on the same subject replaced: kept for its history, out of recall.
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    superseded_by: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (Index(None, "owner", "kind"),)
 

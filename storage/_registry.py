@@ -50,6 +50,7 @@ def items(tx: Transactions, user_id: str, kind: CandidateKind | str | None) -> l
     owner = clean_text(user_id)
     stmt = select(RegistryRow).where(
         RegistryRow.deleted_at.is_(None),
+        RegistryRow.retired_at.is_(None),  # superseded memories stay in history, out of recall
         or_(RegistryRow.owner == owner, and_(RegistryRow.owner == "", RegistryRow.kind != CandidateKind.MEMORY.value)),
     )
     if kind is not None:

@@ -11,6 +11,7 @@ from memabra._cli._bench import bench, simulate_command
 from memabra._cli._common import err_console
 from memabra._cli._demo import demo
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
+from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
+app.add_typer(memories_app, name="memories")
 ope_app.command("log")(ope_log)
 app.add_typer(ope_app, name="ope")
 app.command("train")(train)

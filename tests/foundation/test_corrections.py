@@ -20,12 +20,50 @@ def test_saying_the_answer_was_wrong() -> None:
 
 
 def test_saying_the_tool_was_wrong() -> None:
-    assert "wrong_tool" in kinds(detect_correction("weather in Oslo", "you used the wrong tool, use the forecast tool instead"))
+    assert "wrong_tool" in kinds(
+        detect_correction("weather in Oslo", "you used the wrong tool, use the forecast tool instead")
+    )
 
 
 def test_asking_the_same_question_again_is_a_repeat() -> None:
-    assert kinds(detect_correction("what is the weather in Oslo tomorrow", "What is the weather in Oslo tomorrow?")) == ["repeat"]
+    assert kinds(
+        detect_correction("what is the weather in Oslo tomorrow", "What is the weather in Oslo tomorrow?")
+    ) == ["repeat"]
 
 
 def test_an_ordinary_follow_up_is_not_a_correction() -> None:
     assert detect_correction("what is the weather in Oslo", "great, and what should I wear?", MEMORIES) == []
+
+
+def test_as_i_said_after_a_turn_that_succeeded_is_not_a_correction() -> None:
+    message = "I'm vegetarian, as I said."
+    assert detect_correction("what is the weather in Oslo", message, MEMORIES, previous_succeeded=True) == []
+
+
+def test_as_i_said_when_the_memory_was_already_in_context_is_not_a_correction() -> None:
+    message = "I'm vegetarian, no meat, as I said."
+    assert detect_correction("book me a dinner", message, MEMORIES, injected_ids={"m-diet"}) == []
+
+
+def test_as_i_said_after_a_turn_that_missed_the_memory_is_a_correction() -> None:
+    signals = detect_correction(
+        "book me a dinner", "I'm vegetarian, no meat, as I said.", MEMORIES, previous_succeeded=False
+    )
+    assert kinds(signals) == ["restated_memory"] and signals[0].memory_id == "m-diet"
+
+
+def test_an_outright_complaint_is_a_correction_even_after_a_success() -> None:
+    signals = detect_correction(
+        "book me a dinner", "I already told you I am vegetarian, no meat", MEMORIES, previous_succeeded=True
+    )
+    assert kinds(signals) == ["restated_memory"]
+
+
+def test_verdicts_from_explicit_feedback() -> None:
+    from memabra._corrections import verdict_of
+
+    assert verdict_of([{"success": 1.0}]) is True
+    assert verdict_of([{"success": 0.5}]) is False
+    assert verdict_of([{"correct": True}, {"correction": "I moved"}]) is False
+    assert verdict_of([{"rating": 5}]) is True
+    assert verdict_of([{"comment": "hm"}]) is None

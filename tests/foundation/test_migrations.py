@@ -11,7 +11,7 @@ from memabra.storage._models import Base
 
 TABLES = {
     "episodes", "decisions", "decision_slots", "decision_candidates", "steps", "feedback", "rewards",
-    "policy_snapshots", "registry", "ope_runs", "memory_scores",
+    "policy_snapshots", "registry", "ope_runs", "memory_scores", "memory_history", "embeddings", "memory_pools",
 }
 
 

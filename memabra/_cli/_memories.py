@@ -1,0 +1,214 @@
+"""``memabra memories list|search|add|import|update|forget|history``: one user's memories."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from memabra._cli._common import DbOption, console, fail, run_guarded
+from memabra._memory import MemoryBackend
+from memabra._memory_records import MemoryChange, MemoryRecord
+from memabra._sql_memory import SQLMemory
+from memabra.router import CachingEncoder, default_encoder
+from memabra.storage import EmbeddingTable, EpisodeLog
+
+memories_app = typer.Typer(help="List, search, add, import, update and forget a user's memories.", no_args_is_help=True)
+
+UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]
+JsonOption = Annotated[
+    Path | None, typer.Option("--json", help="Also write the result to this JSON file.", show_default=False)
+]
+
+
+@contextmanager
+def _backend(db: str | None, *, semantic: bool = False) -> Iterator[MemoryBackend]:
+    log: EpisodeLog = run_guarded(EpisodeLog, db)
+    try:
+        encoder: CachingEncoder | None = default_encoder() if semantic else None
+        if encoder is not None:
+            encoder.attach(EmbeddingTable(log.engine))
+        yield SQLMemory(log, encoder=encoder)
+    finally:
+        log.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
+        return value.value
+    return value
+
+
+def _write_json(path: Path | None, payload: Any) -> None:
+    if path is not None:
+        path.write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value is not None else "never"
+
+
+def _table(records: list[MemoryRecord], scores: list[float] | None = None) -> Table:
+    table = Table(show_lines=False)
+    for column in ("id", "text", "status", "created", "last used", *(("score",) if scores is not None else ())):
+        table.add_column(column, overflow="fold")
+    for i, r in enumerate(records):
+        row = [r.id, r.text, r.status.value, _when(r.created_at), _when(r.last_used_at)]
+        if scores is not None:
+            row.append(f"{scores[i]:+.2f}")
+        table.add_row(*(Text(cell) for cell in row))  # user text is never read as markup
+    return table
+
+
+@memories_app.command("list")
+def list_memories(
+    user: UserOption,
+    db: DbOption = None,
+    active: Annotated[bool, typer.Option("--active", help="Only memories that can be recalled.")] = False,
+    json_out: JsonOption = None,
+) -> None:
+    """Every memory of the user: id, text, status (active / retired), created, last used."""
+    with _backend(db) as memory:
+        records = run_guarded(memory.list, user, include_retired=not active)
+        _write_json(json_out, [asdict(r) for r in records])
+        console.print(_table(records))
+        console.print(f"{len(records)} memories")
+
+
+@memories_app.command("search")
+def search_memories(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    user: UserOption,
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option(help="How many to show.")] = 10,
+    json_out: JsonOption = None,
+) -> None:
+    """The user's active memories best first, by the router's own recall."""
+    if limit < 1:
+        fail(f"--limit must be at least 1, got {limit}")
+    with _backend(db, semantic=True) as memory:
+        hits = run_guarded(memory.search, user, query, limit=limit)
+        _write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
+        console.print(_table([h.memory for h in hits], [h.score for h in hits]))
+
+
+@memories_app.command("add")
+def add_memory(
+    text: Annotated[str, typer.Argument(help="The fact, e.g. 'I live in Lyon'.")],
+    user: UserOption,
+    db: DbOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Remember one fact (a restatement refreshes; a new value of a subject retires the old one)."""
+    with _backend(db) as memory:
+        item = run_guarded(memory.remember, user, text, source="cli")
+        record = run_guarded(memory.get, user, item.id)
+        _write_json(json_out, asdict(record))
+        console.print(f"remembered {record.id}: {record.text}", markup=False, highlight=False)
+
+
+def _read_facts(path: Path) -> list[str]:
+    if not path.is_file():
+        fail(f"no such file: {path}")
+    facts = []
+    for n, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                fail(f"{path}:{n}: not valid JSON ({exc.msg}); nothing was imported")
+            text = value.get("text") if isinstance(value, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                fail(f"{path}:{n}: a JSON line needs a non-empty 'text' string; nothing was imported")
+            facts.append(text)
+        else:
+            facts.append(line)
+    return facts
+
+
+@memories_app.command("import")
+def import_memories(
+    file: Annotated[Path, typer.Argument(help="One fact per line, or JSON lines with a 'text' field.")],
+    user: UserOption,
+    db: DbOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Remember every fact in FILE (restatements of stored facts are skipped)."""
+    facts = _read_facts(file)
+    with _backend(db) as memory:
+        items = run_guarded(memory.remember_many, user, facts)
+        _write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
+        console.print(f"imported {len(items)} of {len(facts)} facts for {user}", markup=False, highlight=False)
+
+
+@memories_app.command("update")
+def update_memory(
+    memory_id: Annotated[str, typer.Argument(help="The memory's id (see `memabra memories list`).")],
+    text: Annotated[str, typer.Argument(help="Its new text.")],
+    user: UserOption,
+    db: DbOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Replace a memory's text; the old one stays in its history."""
+    with _backend(db) as memory:
+        record = run_guarded(memory.update, user, memory_id, text)
+        _write_json(json_out, asdict(record))
+        console.print(f"updated {record.id}: {record.text}", markup=False, highlight=False)
+
+
+@memories_app.command("forget")
+def forget_memory(
+    user: UserOption,
+    memory_id: Annotated[str | None, typer.Argument(help="The memory's id.", show_default=False)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
+    db: DbOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Delete one memory (or all with --all) with its history; the log keeps ids, not text."""
+    if (memory_id is None) == (not all_):
+        fail("give a memory id or --all (not both)")
+    with _backend(db) as memory:
+        if all_:
+            n = run_guarded(memory.forget_all, user)
+        else:
+            assert memory_id is not None
+            run_guarded(memory.forget, user, memory_id)
+            n = 1
+        _write_json(json_out, {"forgotten": n})
+        console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
+
+
+@memories_app.command("history")
+def memory_history(
+    memory_id: Annotated[str, typer.Argument(help="The memory's id.")],
+    user: UserOption,
+    db: DbOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """What changed in a memory, when, and from which episode."""
+    with _backend(db) as memory:
+        changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id)
+        _write_json(json_out, [asdict(c) for c in changes])
+        table = Table()
+        for column in ("when", "action", "old text", "new text", "episode", "reason"):
+            table.add_column(column, overflow="fold")
+        for c in changes:
+            cells = (_when(c.at), c.action.value, c.old_text or "", c.new_text or "", c.episode_id or "", c.reason)
+            table.add_row(*(Text(cell) for cell in cells))
+        console.print(table)

@@ -1,0 +1,187 @@
+"""What the user states about themselves, turned into facts worth remembering.
+
+Rules by default (:func:`extract_facts`); a chat model when one is given
+(:class:`LLMFactExtractor`). Three things happen on the way in:
+
+* a correction's complaint is cut off, so "I already told you: I'm vegetarian" yields the fact
+  "I'm vegetarian", never the complaint's wording (:func:`strip_complaint`);
+* every fact gets a *subject* when it states something that has one current value — where the
+  user lives, their name, their job, their diet, how they take their coffee, "my X is ..." —
+  so a new fact on that subject can supersede the old one (:func:`fact_subject`);
+* questions and small talk without a first-person statement are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
+__all__ = [
+    "FactExtractor",
+    "LLMFactExtractor",
+    "RuleFactExtractor",
+    "extract_facts",
+    "fact_subject",
+    "strip_complaint",
+]
+
+logger = logging.getLogger("memabra")
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_FACT = re.compile(
+    r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b"
+    r"|\bi(?:'m| am)\s+(?!not sure|wondering|asking|looking|trying|going to ask|curious)\w"
+    r"|\bi\s+(?:really\s+|usually\s+|always\s+|never\s+|don't\s+|do not\s+|no longer\s+|now\s+)?"
+    r"(live|work|prefer|like|love|hate|dislike|own|have|moved|eat|drink|speak|use|need|want|take|follow)\b"
+    r"|\bcall me\b|\bremember (that )?|\bplease (always|never)\b",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(
+    r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I
+)
+
+# The complaint around a restated fact: "I already told you: ...", "..., as I said."
+_COMPLAINT_HEAD = re.compile(
+    r"^\s*(?:(?:no|but|well|again|look|remember)\b[,!.]?\s*)*"
+    r"(?:(?:i(?:'ve| have)?\s+(?:already\s+|just\s+)?(?:told|said|mentioned)(?:\s+(?:you|this|that|it))?"
+    r"(?:\s+(?:already|before|earlier|twice|many times|last time))*"
+    r"|as i (?:said|mentioned|told you)(?:\s+before)?|like i said|you should (?:know|remember)(?: that)?"
+    r"|remember(?:,)?(?= i\b| my\b)|you forgot(?: that)?)"
+    r"\s*[:,;.!-]*\s*(?:that\s+)?)+",
+    re.IGNORECASE,
+)
+_COMPLAINT_TAIL = re.compile(
+    r"[\s,;-]*(?:as i (?:said|mentioned|told you)(?: before| already| earlier)?|like i said|remember\??|again)\s*[.!]*\s*$",
+    re.IGNORECASE,
+)
+
+# Subjects with a single current value. Order matters: the first match names the subject.
+_SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "residence",
+        re.compile(
+            r"\bi\s+(?:now\s+|currently\s+)?(?:live|am living|reside)\s+in\b|\bi(?:'ve| have)?\s+(?:just\s+)?(?:moved|relocated)\s+to\b"
+            r"|\bi(?:'m| am)\s+(?:now\s+)?(?:based|living)\s+in\b|\bmy (?:home|city|address) is\b",
+            re.I,
+        ),
+    ),
+    ("name", re.compile(r"\bmy name is\b|\bcall me\b|\bi(?:'m| am) called\b", re.I)),
+    ("work", re.compile(r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b|\bmy job is\b|\bi(?:'m| am) employed\b", re.I)),
+    (
+        "diet",
+        re.compile(
+            r"\bdiet\b|\bi(?:'m| am)\s+(?:a\s+)?(?:vegetarian|vegan|pescatarian|keto|halal|kosher|omnivore)\b|\bi eat meat\b",
+            re.I,
+        ),
+    ),
+    ("coffee", re.compile(r"\b(?:take|have|drink|like) my coffee\b|\bmy (?:usual )?coffee(?: order)? is\b", re.I)),
+    ("units", re.compile(r"\b(?:metric|imperial)\s+units\b", re.I)),
+)
+_MY_THING = re.compile(r"\bmy\s+((?:favou?rite\s+)?[a-z]+(?:\s+[a-z]+)?)\s+(?:is|are)\b", re.I)
+
+
+class FactExtractor(Protocol):
+    def __call__(self, text: str) -> list[str]: ...
+
+
+def strip_complaint(sentence: str) -> str:
+    """``sentence`` without a correction's complaint: "I already told you: I'm vegetarian."
+    gives "I'm vegetarian."; a sentence with no complaint comes back unchanged."""
+    out = _COMPLAINT_TAIL.sub("", _COMPLAINT_HEAD.sub("", sentence, count=1)).strip()
+    if out and out != sentence.strip() and out[0].islower() and not out.startswith("i'"):
+        out = out[0].upper() + out[1:]
+    return out
+
+
+def fact_subject(text: str) -> str | None:
+    """The single-valued subject a fact is about ("residence", "name", "work", "diet",
+    "coffee", "units", "my <thing>"), or None when facts like it may coexist (allergies,
+    likes)."""
+    for subject, pattern in _SUBJECTS:
+        if pattern.search(text):
+            return subject
+    mine = _MY_THING.search(text)
+    if mine is not None:
+        return "my " + mine.group(1).lower()
+    return None
+
+
+def extract_facts(text: str) -> list[str]:
+    """First-person statements of lasting facts in ``text`` ("I am vegetarian", "my dog is Rex").
+
+    Questions are skipped; a correction's complaint is cut off; otherwise a sentence is kept whole
+    so the memory reads as the user said it.
+    """
+    facts = []
+    for raw in _SENTENCE.split(strip_complaint(text) if _COMPLAINT_HEAD.match(text) else text):
+        sentence = strip_complaint(raw.strip().strip('"'))
+        if len(sentence) < 6 or sentence.endswith("?") or _QUESTION_START.match(sentence):
+            continue
+        if _FACT.search(sentence):
+            facts.append(sentence.rstrip(".!; "))
+    return facts
+
+
+class RuleFactExtractor:
+    """The default extractor: :func:`extract_facts`; supersession by :func:`fact_subject`."""
+
+    def __call__(self, text: str) -> list[str]:
+        return extract_facts(text)
+
+    def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
+        """Ids among ``existing`` (id, text) that ``fact`` replaces: same subject, other text."""
+        subject = fact_subject(fact)
+        if subject is None:
+            return []
+        return [mid for mid, text in existing if fact_subject(text) == subject and text.strip() != fact.strip()]
+
+
+class LLMFactExtractor:
+    """Asks a chat model for the durable facts a message states about the user, and which stored
+    memories a new fact replaces; falls back to the rules when a reply is not the JSON asked for."""
+
+    PROMPT = (
+        "Extract durable facts the user states about themselves (identity, preferences, constraints, "
+        "circumstances) from the message. A complaint such as 'I already told you' is not a fact: keep only "
+        "the fact it restates. Reply with a JSON list of short first-person sentences, or [] if there are none."
+    )
+    SUPERSEDE_PROMPT = (
+        "The user has these stored memories, one per line as 'id: text'. A new fact arrived. Which stored "
+        "memories does the new fact make outdated (the same subject with a different, now wrong, value)? Reply "
+        "with a JSON list of ids, or [] if none."
+    )
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def _ask(self, system: str, human: str) -> object:
+        reply = self.model.invoke([SystemMessage(system), HumanMessage(human)])
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+        try:
+            return json.loads(content)
+        except json.JSONDecodeError:
+            return None
+
+    def __call__(self, text: str) -> list[str]:
+        facts = self._ask(self.PROMPT, text)
+        if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+            logger.info("fact extraction reply was not a JSON list of strings; using the rules")
+            return extract_facts(text)
+        return [strip_complaint(f.strip()) for f in facts if f.strip()]
+
+    def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
+        if not existing:
+            return []
+        listing = "\n".join(f"{mid}: {text}" for mid, text in existing)
+        ids = self._ask(self.SUPERSEDE_PROMPT, f"Stored:\n{listing}\n\nNew fact: {fact}")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            logger.info("supersession reply was not a JSON list of ids; using the rules")
+            return RuleFactExtractor().superseded(fact, existing)
+        known = {mid for mid, _ in existing}
+        return [i for i in ids if i in known]

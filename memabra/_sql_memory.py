@@ -1,0 +1,71 @@
+"""Memories in memabra's own registry table, next to the episode log (the default backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memabra._memory import MemoryBackend, Supersession
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
+from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
+from memabra._records import RegistryItem
+from memabra._text import approx_tokens
+from memabra.router import CachingEncoder
+from memabra.storage import EpisodeLog, MemoryRegistry
+
+__all__ = ["SQLMemory"]
+
+
+class SQLMemory(MemoryBackend):
+    """Memories in memabra's registry table, next to the episode log."""
+
+    def __init__(
+        self, log: EpisodeLog, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None
+    ) -> None:
+        super().__init__(supersession=supersession, encoder=encoder)
+        self.log = log
+        self._registry = MemoryRegistry(log.engine)
+        self._index = RecallIndex(encoder)
+
+    def items(self, user_id: str) -> list[RegistryItem]:
+        return self._registry.active_items(user_id)
+
+    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+        return self._registry.active_texts(user_id)
+
+    def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        return self._registry.records(user_id, include_retired=include_retired)
+
+    def get(self, user_id: str, memory_id: str) -> MemoryRecord:
+        return self._registry.record(user_id, memory_id)
+
+    def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+        self._registry.record(user_id, memory_id)
+        return self._registry.history(user_id, memory_id)
+
+    def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
+        self._index.encoder = self.encoder
+        items: list[RegistryItem] = []
+
+        def load() -> list[RegistryItem]:
+            items.extend(self.items(user_id))
+            return items
+
+        pool = self._index.top(
+            user_id, self._registry.generation(user_id), load, query, limit, small=max(RECALL_ALL, limit)
+        )
+        return pool
+
+    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
+        if change.action is MemoryAction.CREATED and not retire:
+            self._registry.write_many([(item, change)])  # a fresh id: a plain insert, no lookup
+        else:
+            self._registry.write(item, change, retire=retire)
+
+    def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        self._registry.write_many(pairs)
+
+    def _refresh(self, change: MemoryChange) -> None:
+        self._registry.refresh(change, approx_tokens(change.new_text or ""))
+
+    def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
+        return self._registry.forget(user_id, memory_ids)

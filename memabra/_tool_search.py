@@ -1,0 +1,107 @@
+"""``find_tools``: a tool the model can call to fetch a tool the router left out (bigtool-style).
+
+Opt-in (``create_memabra_agent(..., tool_search=True)``). It is bound next to the routed tools;
+the model calls it with what it needs to do and gets the best matching registry tools that are
+not bound yet (by the hybrid prior over tool names, descriptions and parameters). Those tools are
+bound for the rest of the turn. When the model then calls one successfully, the turn records it
+as needed-and-missed: ``relevant_ids`` feedback on the episode (an Ht miss in the reward) and,
+for a router whose ``learn`` takes ``missing``, a local outcome the learner uses.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from memabra._recall import rank
+from memabra._records import CandidateKind, Feedback, FeedbackKind, RegistryItem
+from memabra.router import CachingEncoder, Router
+
+__all__ = ["FIND_TOOLS", "ToolSearch", "learn_kwargs"]
+
+logger = logging.getLogger("memabra")
+
+FIND_TOOLS = "find_tools"
+# Tools returned per search: enough for a two-tool step (cd then mv), few enough to stay cheap.
+FIND_LIMIT = 3
+
+# Episodes whose missed tools wait for their final reward; older ones are dropped.
+_MAX_PENDING = 10_000
+
+_DESCRIPTION = (
+    "Search for tools you were not given. Call it with a short description of what you need to do "
+    "(e.g. 'set a countdown timer'); the best matching tools become available for the rest of this turn."
+)
+
+
+class ToolSearch:
+    """The ``find_tools`` tool over a registry of tool items, and what it fetched per turn."""
+
+    def __init__(
+        self,
+        items: Sequence[RegistryItem],
+        encoder: CachingEncoder | None,
+        missing: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        self.items = [i for i in items if i.kind is CandidateKind.TOOL]
+        self.encoder = encoder
+        self._fetched: dict[str, set[str]] = {}
+        # episode id -> candidate ids the turn needed and the router left out (the session learns from it)
+        self.missing: dict[str, tuple[str, ...]] = missing if missing is not None else {}
+
+    def tool(self, turn_id: str, bound: Sequence[str], bind: object) -> BaseTool:
+        """The ``find_tools`` tool for one turn; ``bind(names)`` makes fetched tools available."""
+
+        def find_tools(query: str) -> str:
+            return self.search(turn_id, query, bound, bind)
+
+        return StructuredTool.from_function(find_tools, name=FIND_TOOLS, description=_DESCRIPTION)
+
+    def search(self, turn_id: str, query: str, bound: Sequence[str], bind: object) -> str:
+        if not query.strip():
+            return "Describe what you need to do, e.g. 'convert metric and imperial units'."
+        fetched = self._fetched.setdefault(turn_id, set())
+        pool = [i for i in self.items if i.name not in bound and i.name not in fetched]
+        best = [item for item, score in rank(pool, query, self.encoder)[:FIND_LIMIT]]
+        if not best:
+            return "No further tools match."
+        names = [i.name for i in best]
+        fetched.update(names)
+        bind(names)  # type: ignore[operator]
+        return "Now available:\n" + "\n".join(f"- {i.text}" for i in best)
+
+    def fetched(self, turn_id: str) -> set[str]:
+        return self._fetched.get(turn_id, set())
+
+    def used(self, turn_id: str, episode_id: str, name: str, feedback: list[Feedback]) -> None:
+        """A fetched tool was called successfully: the turn needed it and the router missed it."""
+        if name not in self.fetched(turn_id):
+            return
+        candidate = f"tool:{name}"
+        known = self.missing.get(episode_id, ())
+        if candidate in known:
+            return
+        self.missing[episode_id] = (*known, candidate)
+        while len(self.missing) > _MAX_PENDING:  # a session that never learns must not grow without bound
+            self.missing.pop(next(iter(self.missing)))
+        feedback.append(
+            Feedback(episode_id, FeedbackKind.IMPLICIT, "memabra.find_tools", {"relevant_ids": [candidate]})
+        )
+        logger.info("find_tools: %s was needed and left out by the router", name)
+
+    def end(self, turn_id: str) -> None:
+        self._fetched.pop(turn_id, None)
+
+
+def learn_kwargs(router: Router, missing: Sequence[str]) -> dict[str, object]:
+    """``{"missing": ...}`` when the router's ``learn`` takes needed-and-missing candidates."""
+    if not missing:
+        return {}
+    try:
+        accepts = "missing" in inspect.signature(router.learn).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return {"missing": tuple(missing)} if accepts else {}

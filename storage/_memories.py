@@ -1,0 +1,368 @@
+"""Memory management on the registry table: status, history, forgetting; and stored embeddings.
+
+:class:`MemoryRegistry` and :class:`EmbeddingTable` work on an :class:`~sqlalchemy.Engine` (an
+:class:`~memabra.storage.EpisodeLog`'s); both take and return memabra records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
+from memabra.storage import _convert as cv
+from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
+from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow
+
+__all__ = ["EmbeddingTable", "MemoryRegistry", "forget_in_log", "last_chosen", "text_key"]
+
+_MEMORY = CandidateKind.MEMORY.value
+# IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
+_CHUNK = 900
+
+
+# Built once: remember() runs this per write, and building the statement cost more than running it.
+_ACTIVE_TEXTS = (
+    select(RegistryRow.id, RegistryRow.text)
+    .where(
+        RegistryRow.kind == _MEMORY,
+        RegistryRow.owner == bindparam("owner"),
+        RegistryRow.deleted_at.is_(None),
+        RegistryRow.retired_at.is_(None),
+    )
+    .order_by(RegistryRow.created_at, RegistryRow.id)
+)
+
+
+_GENERATION = select(MemoryPoolRow.generation).where(MemoryPoolRow.owner == bindparam("owner"))
+
+
+def _bump(conn: Connection, owner: str) -> None:
+    pools = MemoryPoolRow.__table__
+    done = conn.execute(
+        update(pools).where(pools.c.owner == owner).values(generation=pools.c.generation + 1)  # type: ignore[attr-defined]
+    )
+    if done.rowcount == 0:
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as upsert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as upsert
+        conn.execute(
+            upsert(pools)
+            .values(owner=owner, generation=1)
+            .on_conflict_do_update(
+                index_elements=["owner"],
+                set_={"generation": pools.c.generation + 1},  # type: ignore[attr-defined]
+            )
+        )
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class MemoryRegistry:
+    """Memories of each user in the registry table, with their status and history."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with Session(self._engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    # ------------------------------------------------------------------ reading
+
+    def active_items(self, user_id: str) -> list[RegistryItem]:
+        """The user's memories that may be recalled, oldest first."""
+        _need_user(user_id)
+        stmt = (
+            select(RegistryRow)
+            .where(
+                RegistryRow.kind == _MEMORY,
+                RegistryRow.owner == user_id,
+                RegistryRow.deleted_at.is_(None),
+                RegistryRow.retired_at.is_(None),
+            )
+            .order_by(RegistryRow.created_at, RegistryRow.id)
+        )
+        with self._session() as s:
+            return [cv.registry_from_row(r) for r in s.scalars(stmt)]
+
+    def active_texts(self, user_id: str) -> list[tuple[str, str]]:
+        """``(id, text)`` of the user's recallable memories, without building records."""
+        _need_user(user_id)
+        with self._engine.connect() as conn:
+            return [(str(i), str(t)) for i, t in conn.execute(_ACTIVE_TEXTS, {"owner": user_id}).all()]
+
+    def generation(self, user_id: str) -> int:
+        """Moves with every write to the user's memories through this class (one key lookup)."""
+        with self._engine.connect() as conn:
+            found = conn.execute(_GENERATION, {"owner": user_id}).scalar()
+        return int(found or 0)
+
+    def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
+        _need_user(user_id)
+        stmt = select(RegistryRow).where(
+            RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.deleted_at.is_(None)
+        )
+        if not include_retired:
+            stmt = stmt.where(RegistryRow.retired_at.is_(None))
+        with self._session() as s:
+            return [_record(r) for r in s.scalars(stmt.order_by(RegistryRow.created_at, RegistryRow.id))]
+
+    def record(self, user_id: str, memory_id: str) -> MemoryRecord:
+        with self._session() as s:
+            return _record(_row(s, user_id, memory_id))
+
+    def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+        t = MemoryHistoryRow
+        stmt = select(t).where(t.owner == user_id, t.memory_id == memory_id).order_by(t.at, t.id)
+        with self._session() as s:
+            return [_change(r) for r in s.scalars(stmt)]
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, item: RegistryItem, change: MemoryChange, *, retire: Sequence[MemoryChange] = ()) -> None:
+        """Insert or replace ``item`` and record ``change``; retire the memories named in
+        ``retire`` (superseded by ``item``), all in one transaction."""
+        if item.kind is not CandidateKind.MEMORY:
+            raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
+        with self._session() as s:
+            existing = s.get(RegistryRow, (_MEMORY, item.owner, item.id))
+            values = cv.registry_values(item)
+            if existing is None or existing.deleted_at is not None:
+                if existing is not None:
+                    s.delete(existing)
+                    s.flush()
+                s.add(RegistryRow(**{("metadata_" if k == "metadata" else k): v for k, v in values.items()}))
+            else:
+                for key in ("name", "text", "body", "tokens", "source", "updated_at"):
+                    setattr(existing, key, values[key])
+                existing.metadata_ = values["metadata"]
+                existing.retired_at = None
+                existing.superseded_by = None
+            s.add(_history_row(change))
+            _bump(s.connection(), item.owner)
+            for old in retire:
+                row = _row(s, old.user_id, old.memory_id)
+                row.retired_at = old.at
+                row.superseded_by = item.id
+                s.add(_history_row(old))
+
+    def write_many(self, items: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        """Insert new memories (ids not yet stored) and their history in one transaction."""
+        if not items:
+            return
+        for item, _ in items:
+            if item.kind is not CandidateKind.MEMORY:
+                raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
+        rows = [{**cv.registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
+        history = [_history_values(change) for _, change in items]
+        with self._engine.begin() as conn:
+            conn.execute(RegistryRow.__table__.insert(), rows)  # type: ignore[attr-defined]
+            conn.execute(MemoryHistoryRow.__table__.insert(), history)  # type: ignore[attr-defined]
+            for owner in {item.owner for item, _ in items}:
+                _bump(conn, owner)
+
+    def refresh(self, change: MemoryChange, tokens: int) -> None:
+        """A restatement: the memory takes the newest wording (``change.new_text``) and moves its
+        update time; its id, counters and creation time stay."""
+        with self._session() as s:
+            row = _row(s, change.user_id, change.memory_id)
+            row.updated_at = change.at
+            if change.new_text:
+                row.text, row.tokens, row.name = change.new_text, tokens, change.new_text[:60]
+            s.add(_history_row(change))
+            _bump(s.connection(), change.user_id)
+
+    def forget(self, user_id: str, memory_ids: Sequence[str] | None = None) -> int:
+        """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
+        the episode log keeps their ids for the decisions that offered them, not their text."""
+        _need_user(user_id)
+        with self._session() as s:
+            stmt = select(RegistryRow.id).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id)
+            if memory_ids is not None:
+                wanted = list(dict.fromkeys(memory_ids))
+                stmt = stmt.where(RegistryRow.id.in_(wanted), RegistryRow.deleted_at.is_(None))
+            ids = list(s.scalars(stmt))
+            if memory_ids is not None:
+                unknown = sorted(set(wanted) - set(ids))
+                if unknown:
+                    raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
+            for chunk in _chunks(ids):
+                s.execute(
+                    delete(RegistryRow).where(
+                        RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
+                    )
+                )
+                s.execute(
+                    delete(MemoryHistoryRow).where(
+                        MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
+                    )
+                )
+            scrub_log(s, user_id, ids)
+            _bump(s.connection(), user_id)
+            return len(ids)
+
+
+def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str]) -> None:
+    """Blank the text of forgotten memories wherever the log offered them; ids stay."""
+    t = DecisionCandidateRow
+    for chunk in _chunks(list(memory_ids)):
+        s.execute(
+            update(t)
+            .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk)))
+            .values(text="", metadata_={"forgotten": True})
+        )
+
+
+def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> dict[str, datetime]:
+    """When the router last injected each candidate for ``user_id`` (absent: never)."""
+    t, d = DecisionCandidateRow, DecisionRow
+    out: dict[str, datetime] = {}
+    with Session(engine) as s:
+        for chunk in _chunks(list(dict.fromkeys(candidate_ids))):
+            stmt = (
+                select(t.candidate_id, func.max(d.created_at))
+                .join(d, d.id == t.decision_id)
+                .where(t.user_id == user_id, t.chosen.is_(True), t.candidate_id.in_(chunk))
+                .group_by(t.candidate_id)
+            )
+            out.update({str(cid): at for cid, at in s.execute(stmt) if at is not None})
+    return out
+
+
+def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str]) -> None:
+    """The log side of forgetting, for memories kept outside the registry (a LangGraph store)."""
+    with Session(engine) as s, s.begin():
+        scrub_log(s, user_id, memory_ids)
+
+
+class EmbeddingTable:
+    """Embeddings by encoder name and text, float32, computed once and shared by every process."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def load(self, model: str, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
+        keys = {text_key(t): t for t in dict.fromkeys(texts)}
+        out: dict[str, NDArray[np.float32]] = {}
+        t = EmbeddingRow
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(keys)):
+                rows = conn.execute(
+                    select(t.text_sha256, t.dim, t.vector).where(t.model == model, t.text_sha256.in_(chunk))
+                )
+                for sha, dim, blob in rows:
+                    vector = np.frombuffer(blob, dtype=np.float32)
+                    if vector.shape[0] == dim:
+                        out[keys[sha]] = vector
+        return out
+
+    def save(self, model: str, vectors: Mapping[str, NDArray[np.float32]]) -> None:
+        if not vectors:
+            return
+        now = utcnow()
+        rows = {
+            text_key(text): {
+                "model": model,
+                "text_sha256": text_key(text),
+                "dim": int(np.asarray(v).shape[0]),
+                "vector": np.ascontiguousarray(v, dtype=np.float32).tobytes(),
+                "created_at": now,
+            }
+            for text, v in vectors.items()
+        }
+        t = EmbeddingRow
+        with Session(self._engine) as s, s.begin():
+            known: set[str] = set()
+            for chunk in _chunks(list(rows)):
+                known.update(s.scalars(select(t.text_sha256).where(t.model == model, t.text_sha256.in_(chunk))))
+            fresh = [row for sha, row in rows.items() if sha not in known]
+            if fresh:
+                s.execute(t.__table__.insert(), fresh)  # type: ignore[attr-defined]
+
+
+def _chunks(values: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(values), _CHUNK):
+        yield values[i : i + _CHUNK]
+
+
+def _need_user(user_id: str) -> None:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+
+
+def _row(s: Session, user_id: str, memory_id: str) -> RegistryRow:
+    row = s.get(RegistryRow, (_MEMORY, user_id, memory_id))
+    if row is None or row.deleted_at is not None:
+        raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+    return row
+
+
+def _record(r: RegistryRow) -> MemoryRecord:
+    return MemoryRecord(
+        id=r.id,
+        user_id=r.owner,
+        text=r.text,
+        status=MemoryStatus.RETIRED if r.retired_at is not None else MemoryStatus.ACTIVE,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        last_used_at=r.last_chosen_at,
+        superseded_by=r.superseded_by,
+        source=r.source,
+        times_chosen=r.times_chosen or 0,
+        times_used=r.times_used or 0,
+    )
+
+
+def _history_values(c: MemoryChange) -> dict[str, object]:
+    return {
+        "id": new_id(),
+        "owner": c.user_id,
+        "memory_id": c.memory_id,
+        "action": c.action.value,
+        "old_text": c.old_text,
+        "new_text": c.new_text,
+        "episode_id": c.episode_id,
+        "reason": c.reason[:200],
+        "at": c.at,
+    }
+
+
+def _history_row(c: MemoryChange) -> MemoryHistoryRow:
+    return MemoryHistoryRow(
+        id=new_id(),
+        owner=c.user_id,
+        memory_id=c.memory_id,
+        action=c.action.value,
+        old_text=c.old_text,
+        new_text=c.new_text,
+        episode_id=c.episode_id,
+        reason=c.reason[:200],
+        at=c.at,
+    )
+
+
+def _change(r: MemoryHistoryRow) -> MemoryChange:
+    return MemoryChange(
+        memory_id=r.memory_id,
+        user_id=r.owner,
+        action=MemoryAction(r.action),
+        at=r.at,
+        old_text=r.old_text,
+        new_text=r.new_text,
+        episode_id=r.episode_id,
+        reason=r.reason,
+    )

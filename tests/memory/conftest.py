@@ -1,0 +1,88 @@
+"""Every memory test runs over the SQL registry, LangGraph's ``InMemoryStore`` and, when
+``MEMABRA_TEST_DATABASE_URL`` is set, ``PostgresStore`` (and the SQL registry on PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from langgraph.store.memory import InMemoryStore
+from sqlalchemy import create_engine, text
+
+from memabra import SQLMemory, StoreMemory
+from memabra._memory import MemoryBackend
+from memabra.storage import EpisodeLog, resolve_url, upgrade
+from memory_helpers import HashingEncoder, hashing_embed  # noqa: F401  (re-exported for the tests)
+
+PG_ENV = "MEMABRA_TEST_DATABASE_URL"
+
+
+def _kinds() -> list[str]:
+    kinds = ["sql-sqlite", "store-inmemory"]
+    if os.environ.get(PG_ENV):
+        kinds += ["sql-postgres", "store-postgres"]
+    return kinds
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path."""
+    base = resolve_url(os.environ[PG_ENV])
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=_kinds())
+def memory_log(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[MemoryBackend, EpisodeLog]]:  # type: ignore[no-untyped-def]
+    """A memory backend and the episode log beside it."""
+    kind: str = request.param
+    if kind.endswith("postgres"):
+        url = request.getfixturevalue("pg_schema_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'memabra.db'}"
+    if kind == "store-postgres":
+        sqlite_url = f"sqlite:///{tmp_path / 'memabra.db'}"
+        upgrade(sqlite_url)
+        log = EpisodeLog(sqlite_url)
+    else:
+        upgrade(url)
+        log = EpisodeLog(url)
+    try:
+        if kind.startswith("sql"):
+            yield SQLMemory(log), log
+        elif kind == "store-inmemory":
+            yield StoreMemory(InMemoryStore(), log=log), log
+        else:
+            from langgraph.store.postgres import PostgresStore
+
+            conn_string = url.replace("postgresql+psycopg://", "postgresql://")
+            with PostgresStore.from_conn_string(conn_string) as store:
+                store.setup()
+                yield StoreMemory(store, log=log), log
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def memory(memory_log: tuple[MemoryBackend, EpisodeLog]) -> MemoryBackend:
+    return memory_log[0]
+
+
+@pytest.fixture
+def pg_or_skip(request: pytest.FixtureRequest) -> str:
+    """An empty PostgreSQL schema's URL (skipped when no PostgreSQL is configured)."""
+    if not os.environ.get(PG_ENV):
+        pytest.skip(f"{PG_ENV} is not set")
+    return str(request.getfixturevalue("pg_schema_url"))

@@ -1,0 +1,82 @@
+"""find_tools: the model fetches a tool the router left out; the turn records it as needed and missed."""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage
+
+from memabra import Budget, CandidateKind, create_memabra_agent
+from memabra._demo_world import ASSOCIATIONS, make_tools
+from memabra._standin import ExtractiveChatModel, associations_from
+from memabra._tool_search import FIND_TOOLS, learn_kwargs
+from memabra.router import HybridRouter, Similarity, VWRouter
+from memabra.storage import EpisodeLog
+
+ONE_TOOL = Budget(max_tokens=300, slots={CandidateKind.MEMORY: 2, CandidateKind.TOOL: 1})
+
+
+def _agent(log: EpisodeLog, tool_search: bool):  # type: ignore[no-untyped-def]
+    model = ExtractiveChatModel(associations=associations_from(ASSOCIATIONS))
+    return create_memabra_agent(
+        model,
+        tools=make_tools(),
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=ONE_TOOL,
+        tool_search=tool_search,
+        learn=False,
+    )
+
+
+def _ask(agent, text: str):  # type: ignore[no-untyped-def]
+    return agent.invoke(
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"}
+    )
+
+
+def test_the_model_fetches_a_tool_the_router_left_out_and_the_miss_is_recorded(log: EpisodeLog) -> None:
+    agent = _agent(log, tool_search=True)
+    out = _ask(agent, "Tell me when the pasta is done")
+    ep = log.get_episode(out["memabra_episode_id"])
+    assert "tool:set_timer" not in ep.selections[0].chosen_ids  # the router left it out
+    assert [s.name for s in ep.steps if s.kind.value == "tool"] == [FIND_TOOLS, "set_timer"]
+    assert "set_timer done" in out["messages"][-1].content
+    relevant = [f.payload["relevant_ids"] for f in ep.feedback if f.source == "memabra.find_tools"]
+    assert relevant == [["tool:set_timer"]]
+    assert ep.reward is not None and ep.reward.components.ht < 1.0  # an Ht miss
+    assert agent.session.missing_tools == {ep.id: ("tool:set_timer",)}
+
+
+def test_only_a_fetched_tool_that_is_then_called_counts_as_missed() -> None:
+    from memabra._catalog import tool_items
+    from memabra._tool_search import ToolSearch
+
+    search = ToolSearch(tool_items(make_tools()), encoder=None)
+    bound: list[str] = []
+    reply = search.search("turn-1", "countdown timer minutes", ("get_weather",), bound.extend)
+    assert "set_timer" in bound and "set_timer" in reply and "get_weather" not in bound
+    feedback: list = []  # type: ignore[type-arg]
+    search.used("turn-1", "ep-1", "get_weather", feedback)  # routed, not fetched: no miss
+    assert feedback == [] and search.missing == {}
+    search.used("turn-1", "ep-1", "set_timer", feedback)
+    search.used("turn-1", "ep-1", "set_timer", feedback)  # called twice, recorded once
+    assert [f.payload for f in feedback] == [{"relevant_ids": ["tool:set_timer"]}]
+    assert search.missing == {"ep-1": ("tool:set_timer",)}
+    assert search.search("turn-1", "  ", (), bound.extend).startswith("Describe")
+
+
+def test_without_tool_search_the_model_cannot_ask(log: EpisodeLog) -> None:
+    agent = _agent(log, tool_search=False)
+    out = _ask(agent, "Tell me when the pasta is done")
+    ep = log.get_episode(out["memabra_episode_id"])
+    assert FIND_TOOLS not in [s.name for s in ep.steps]
+    assert "set_timer done" not in out["messages"][-1].content
+
+
+def test_missing_reaches_a_router_only_when_its_learn_takes_it() -> None:
+    class MissingAware(HybridRouter):
+        def learn(self, selection, reward, outcomes=None, *, local_credit=True, missing=()):  # type: ignore[no-untyped-def, override]
+            return None
+
+    assert learn_kwargs(MissingAware(), ["tool:set_timer"]) == {"missing": ("tool:set_timer",)}
+    assert learn_kwargs(MissingAware(), []) == {}
+    assert learn_kwargs(VWRouter(), ["tool:x"]) in ({}, {"missing": ("tool:x",)})
