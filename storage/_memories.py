@@ -22,6 +22,7 @@ from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow
+from memabra.storage._rows import clean_text, prepare
 
 __all__ = ["EmbeddingTable", "MemoryRegistry", "forget_in_log", "last_chosen", "text_key"]
 
@@ -140,7 +141,7 @@ class MemoryRegistry:
             raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
         with self._session() as s:
             existing = s.get(RegistryRow, (_MEMORY, item.owner, item.id))
-            values = cv.registry_values(item)
+            values = _registry_values(item)
             if existing is None or existing.deleted_at is not None:
                 if existing is not None:
                     s.delete(existing)
@@ -167,7 +168,7 @@ class MemoryRegistry:
         for item, _ in items:
             if item.kind is not CandidateKind.MEMORY:
                 raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
-        rows = [{**cv.registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
+        rows = [{**_registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
         history = [_history_values(change) for _, change in items]
         with self._engine.begin() as conn:
             conn.execute(RegistryRow.__table__.insert(), rows)  # type: ignore[attr-defined]
@@ -182,7 +183,8 @@ class MemoryRegistry:
             row = _row(s, change.user_id, change.memory_id)
             row.updated_at = change.at
             if change.new_text:
-                row.text, row.tokens, row.name = change.new_text, tokens, change.new_text[:60]
+                text = clean_text(change.new_text)
+                row.text, row.tokens, row.name = text, tokens, text[:60]
             s.add(_history_row(change))
             _bump(s.connection(), change.user_id)
 
@@ -328,7 +330,7 @@ def _record(r: RegistryRow) -> MemoryRecord:
 
 
 def _history_values(c: MemoryChange) -> dict[str, object]:
-    return {
+    return _clean_row(MemoryHistoryRow, {
         "id": new_id(),
         "owner": c.user_id,
         "memory_id": c.memory_id,
@@ -338,21 +340,20 @@ def _history_values(c: MemoryChange) -> dict[str, object]:
         "episode_id": c.episode_id,
         "reason": c.reason[:200],
         "at": c.at,
-    }
+    })
 
 
 def _history_row(c: MemoryChange) -> MemoryHistoryRow:
-    return MemoryHistoryRow(
-        id=new_id(),
-        owner=c.user_id,
-        memory_id=c.memory_id,
-        action=c.action.value,
-        old_text=c.old_text,
-        new_text=c.new_text,
-        episode_id=c.episode_id,
-        reason=c.reason[:200],
-        at=c.at,
-    )
+    return MemoryHistoryRow(**_history_values(c))
+
+
+def _registry_values(item: RegistryItem) -> dict[str, object]:
+    # Text the databases refuse (NUL, lone surrogates) is cleaned the way every other write is.
+    return _clean_row(RegistryRow, cv.registry_values(item))
+
+
+def _clean_row(model: type[object], values: dict[str, object]) -> dict[str, object]:
+    return prepare(model.__table__, [values])[0]  # type: ignore[attr-defined]
 
 
 def _change(r: MemoryHistoryRow) -> MemoryChange:
