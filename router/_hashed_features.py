@@ -9,6 +9,8 @@ The groups (see :mod:`memabra.router._linear` for why each is there):
 ``qa``    query token × candidate id
 ``qw``    query token × candidate text token
 ``ca``    candidate already chosen in this selection × candidate id (co-needed tools)
+``ua``    user × candidate id; ``uw`` user × candidate text token (a user's own preferences)
+``kr``    the slot's kind and position × the candidate's rank among the open ones by similarity
 ``n``     a numeric feature of the candidate (its value, by feature name)
 ``s``     stop option × the slot's kind and position (how many picks so far)
 ``qs``    query token × the stop option at the slot's kind and position
@@ -27,11 +29,11 @@ from numpy.typing import NDArray
 
 from memabra.router._text import analyze
 
-__all__ = ["GROUPS", "TEXT_TOKENS", "mix", "query_hashes", "text_hashes", "token_hash"]
+__all__ = ["GROUPS", "TEXT_TOKENS", "finish", "left", "mix", "query_hashes", "right", "text_hashes", "token_hash"]
 
 # the first words of a tool or memory text carry its name and purpose; more add cost, not signal
 TEXT_TOKENS = 24
-GROUPS = {name: i + 1 for i, name in enumerate(("a", "qa", "qw", "ca", "n", "s", "qs", "sn"))}
+GROUPS = {name: i + 1 for i, name in enumerate(("a", "qa", "qw", "ca", "n", "s", "qs", "sn", "ua", "uw", "kr"))}
 
 _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -65,10 +67,24 @@ def text_hashes(text: str) -> NDArray[np.uint64]:
     return out
 
 
+def left(first: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The first operand's share of :func:`mix` (precomputable)."""
+    return np.asarray(first, dtype=np.uint64) * _K1
+
+
+def right(group: int, second: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The second operand's and the group's share of :func:`mix` (precomputable)."""
+    return np.asarray(second, dtype=np.uint64) * _K2 + _SALTS[group]
+
+
+def finish(x: NDArray[np.uint64], bits: int) -> NDArray[np.int64]:
+    """Indices from summed shares: ``finish(left(a) + right(g, b)) == mix(g, a, b)``."""
+    x = x ^ (x >> _SHIFT)
+    x *= _K1
+    return (x >> np.uint64(64 - bits)).astype(np.int64)
+
+
 def mix(group: int, first: NDArray[np.uint64], second: NDArray[np.uint64], bits: int) -> NDArray[np.int64]:
     """Indices in ``[0, 2 ** bits)`` of the features crossing ``first`` with ``second`` (broadcast)."""
     # array arithmetic wraps modulo 2 ** 64 (scalar arithmetic would warn)
-    x = np.asarray(first, dtype=np.uint64) * _K1 + np.asarray(second, dtype=np.uint64) * _K2 + _SALTS[group]
-    x ^= x >> _SHIFT
-    x *= _K1
-    return (x >> np.uint64(64 - bits)).astype(np.int64)
+    return finish(left(first) + right(group, second), bits)

@@ -9,7 +9,10 @@ of a candidate is linear in (:mod:`memabra.router._hashed_features`):
   carries to tools and requests never seen);
 * each candidate already chosen in this selection × its identity (co-needed tools: file moves need
   ``cd``, posts need the authentication tool);
-* its numeric features (similarity and usage history, :data:`NUMERIC_FEATURES`).
+* its numeric features (similarity and usage history, :data:`NUMERIC_FEATURES`);
+* the user × its identity and its text tokens (what one user prefers, beyond what all need);
+* the slot's position × its similarity rank among the open candidates (a second memory is worth
+  less than a first: this, against the stop option, is how the router learns to inject fewer).
 
 The stop option has features of its own, so *how many* is learned from the request: the slot's kind
 and position (picks so far), query token × that position, the share of the token budget left and the
@@ -24,15 +27,17 @@ overshoot).
 from __future__ import annotations
 
 import io
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
+from memabra._records import Candidate
 from memabra.router._base import SlotView
 from memabra.router._features import NUMERIC_FEATURES, FeatureTable
-from memabra.router._hashed_features import GROUPS, mix, query_hashes, text_hashes, token_hash
+from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
 from memabra.router._similarity import Similarity
 
@@ -50,41 +55,101 @@ _STOP_NUMERIC_INDEX = mix(
 )
 _MAX_POSITION = 4  # positions beyond the fifth pick share one stop feature
 _EMPTY_INDEX = np.zeros(0, dtype=np.int64)
+_MAX_RANK = 4  # open ranks beyond the fifth share one feature
+_USERS_PER_POOL = 256  # user x candidate indices kept per pool (recomputing one costs ~0.1 ms)
+
+
+@lru_cache(maxsize=64)
+def _rank_features(slot: str) -> NDArray[np.int64]:
+    """The ``kr`` indices of one slot kind and position, by open rank."""
+    key = np.array([token_hash(slot)], dtype=np.uint64)
+    return mix(GROUPS["kr"], key, np.arange(_MAX_RANK + 1, dtype=np.uint64), BITS)
+
+
+class _Pool:
+    """What the features of a candidate pool need besides the request (hashes of ids and words),
+    kept across decisions over the same pool."""
+
+    __slots__ = ("a_index", "ids", "present", "qa_part", "qw_part", "text", "users")
+
+    def __init__(self, candidates: tuple[Candidate, ...]) -> None:
+        n = len(candidates)
+        self.ids = np.fromiter((token_hash(c.id) for c in candidates), dtype=np.uint64, count=n)
+        words = [text_hashes(c.text) for c in candidates]
+        width = max(max((w.size for w in words), default=0), 1)
+        self.text = np.zeros((n, width), dtype=np.uint64)
+        self.present = np.zeros((n, width))
+        for i, w in enumerate(words):
+            self.text[i, : w.size] = w
+            self.present[i, : w.size] = 1.0
+        self.a_index = mix(GROUPS["a"], self.ids[:, None], np.zeros((1, 1), np.uint64), BITS)
+        self.qa_part = right(GROUPS["qa"], self.ids)[:, None]
+        self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
+        self.users: dict[str, NDArray[np.int64]] = {}
+
+    def user_index(self, user: str) -> NDArray[np.int64]:
+        """The ``ua`` and ``uw`` indices of every candidate for ``user``."""
+        index = self.users.get(user)
+        if index is None:
+            u = left(np.array([token_hash(user)], dtype=np.uint64))
+            ua = finish(u[None, :] + right(GROUPS["ua"], self.ids)[:, None], BITS)
+            uw = finish(u[None, :] + right(GROUPS["uw"], self.text), BITS)
+            index = self.users[user] = np.concatenate([ua, uw], axis=1)
+            while len(self.users) > _USERS_PER_POOL:
+                del self.users[next(iter(self.users))]
+        return index
+
+
+_POOLS: dict[tuple[tuple[str, str], ...], _Pool] = {}
+_MAX_POOLS = 64  # candidate pools whose hashes are kept (a pool is a user's memories or a registry)
+
+
+def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
+    key = tuple((c.id, c.text) for c in candidates)
+    pool = _POOLS.get(key)
+    if pool is None:
+        pool = _POOLS[key] = _Pool(candidates)
+        while len(_POOLS) > _MAX_POOLS:
+            del _POOLS[next(iter(_POOLS))]
+    return pool
 
 
 class _Design:
-    """The slot-independent feature indices of one table's candidates under one query."""
+    """The slot-independent feature indices of one table's candidates under one request."""
 
-    __slots__ = ("ids", "index", "table", "query", "values")
+    __slots__ = ("ids", "index", "query", "stop", "table", "user", "values")
 
-    def __init__(self, table: FeatureTable, query: str) -> None:
+    def __init__(self, table: FeatureTable, query: str, user: str) -> None:
         self.table = table
         self.query = query
-        q = query_hashes(query)
-        ids = np.fromiter((token_hash(c.id) for c in table.candidates), dtype=np.uint64, count=len(table.candidates))
-        self.ids = ids
-        n = ids.size
-        words = [text_hashes(c.text) for c in table.candidates]
-        width = max((w.size for w in words), default=0)
-        text = np.zeros((n, max(width, 1)), dtype=np.uint64)
-        present = np.zeros((n, max(width, 1)))
-        for i, w in enumerate(words):
-            text[i, : w.size] = w
-            present[i, : w.size] = 1.0
-        parts = [
-            mix(GROUPS["a"], ids[:, None], np.zeros((1, 1), np.uint64), BITS),
-            mix(GROUPS["qa"], q[None, :], ids[:, None], BITS),
-            mix(GROUPS["qw"], q[None, :, None], text[:, None, :], BITS).reshape(n, -1),
-            np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
-        ]
-        values = [
-            np.ones((n, 1)),
-            np.ones((n, q.size)),
-            np.broadcast_to(present[:, None, :], (n, q.size, present.shape[1])).reshape(n, -1),
-            table.matrix[:, _NUMERIC_COLUMNS],
-        ]
-        self.index = np.concatenate(parts, axis=1)
-        self.values = np.concatenate(values, axis=1)
+        self.user = user
+        self.stop: dict[str, NDArray[np.int64]] = {}
+        pool = _pool(table.candidates)
+        q = left(query_hashes(query))
+        self.ids = pool.ids
+        n = pool.ids.size
+        qw = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
+        self.index = np.concatenate(
+            [
+                pool.a_index,
+                finish(q[None, :] + pool.qa_part, BITS),
+                qw,
+                np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
+                pool.user_index(user),
+            ],
+            axis=1,
+        )
+        present = pool.present
+        self.values = np.concatenate(
+            [
+                np.ones((n, 1 + q.size)),
+                np.broadcast_to(present[:, None, :], (n, q.size, present.shape[1])).reshape(n, -1),
+                table.matrix[:, _NUMERIC_COLUMNS],
+                np.ones((n, 1)),
+                present,
+            ],
+            axis=1,
+        )
 
 
 class LinearRouter(ResidualRouter):
@@ -138,8 +203,9 @@ class LinearRouter(ResidualRouter):
     # ------------------------------------------------------------------------- features
     def _design_of(self, view: SlotView) -> _Design:
         design = self._design
-        if design is None or design.table is not view.table or design.query != view.context.query:
-            design = self._design = _Design(view.table, view.context.query)
+        context = view.context
+        if design is None or design.table is not view.table or (design.query, design.user) != (context.query, context.user_id):
+            design = self._design = _Design(view.table, context.query, context.user_id)
             self._base_scores = None
             self._pair_scores = {}
         return design
@@ -148,26 +214,41 @@ class LinearRouter(ResidualRouter):
         return mix(GROUPS["ca"], design.ids[[chosen]], design.ids[rows], BITS)
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-        key = token_hash(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")
-        slot = np.array([key], dtype=np.uint64)
-        q = query_hashes(view.context.query)
+        design = self._design_of(view)
+        key = f"{view.kind.value}:{min(view.position, _MAX_POSITION)}"
+        index = design.stop.get(key)
+        if index is None:
+            slot = np.array([token_hash(key)], dtype=np.uint64)
+            q = query_hashes(view.context.query)
+            index = design.stop[key] = np.concatenate(
+                [mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS), mix(GROUPS["qs"], q, slot, BITS), _STOP_NUMERIC_INDEX]
+            )
         hybrid = view.table.column("hyb_z")[list(view.eligible)]
         budget = view.context.budget.max_tokens
-        left = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
-        index = np.concatenate(
-            [mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS), mix(GROUPS["qs"], q, slot, BITS), _STOP_NUMERIC_INDEX]
-        )
-        values = np.concatenate(
-            [np.ones(1 + q.size), [left, float(hybrid.max()) if hybrid.size else 0.0, np.log1p(hybrid.size)]]
-        )
+        share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
+        values = np.ones(index.size)
+        values[-3:] = (share, float(hybrid.max()) if hybrid.size else 0.0, np.log1p(hybrid.size))
         return index, values
 
-    def _candidate_row(self, view: SlotView, row: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    @staticmethod
+    def _rank_index(view: SlotView) -> NDArray[np.int64]:
+        """The ``kr`` feature of each open candidate: slot position × its open similarity rank."""
+        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+        ranks = np.empty(hybrid.size, dtype=np.int64)
+        ranks[np.argsort(-hybrid, kind="stable")] = np.arange(hybrid.size)
+        return _rank_features(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")[np.minimum(ranks, _MAX_RANK)]
+
+    def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
+        row = view.eligible[option]
         pairs = (
             np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else _EMPTY_INDEX
         )
-        return np.concatenate([design.index[row], pairs]), np.concatenate([design.values[row], np.ones(pairs.size)])
+        rank = self._rank_index(view)[option : option + 1]
+        return (
+            np.concatenate([design.index[row], pairs, rank]),
+            np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
+        )
 
     # ------------------------------------------------------------------------- the model
     def _pair_scores_for(self, design: _Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
@@ -190,6 +271,7 @@ class LinearRouter(ResidualRouter):
         out[:-1] = self._base_scores[rows]
         if view.chosen:
             out[:-1] += self._pair_scores_for(design, view.chosen)[rows]
+        out[:-1] += self._weights[self._rank_index(view)]
         index, values = self._stop_row(view)
         out[-1] = float(self._weights[index] @ values)
         return out
@@ -200,7 +282,7 @@ class LinearRouter(ResidualRouter):
 
     def _fit(self, view: SlotView, option: int, target: float) -> None:
         if option < len(view.eligible):
-            index, values = self._candidate_row(view, view.eligible[option])
+            index, values = self._candidate_row(view, option)
         else:
             index, values = self._stop_row(view)
         self._base_scores = None

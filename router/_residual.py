@@ -42,7 +42,7 @@ PRIOR_OFFSET = 0.5
 # a z-scored similarity spans a few units: the prior orders candidates without outweighing evidence
 PRIOR_SCALE = 0.1
 # exploration defaults (measured in docs/router.md)
-DEFAULT_EPSILON = 0.05
+DEFAULT_EPSILON = 0.01
 DEFAULT_TOP_M = 4
 
 
