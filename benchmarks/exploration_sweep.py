@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from memabra.evals.bench import load_rounds, run_router
 from memabra.router import HybridRouter, LinearRouter, Similarity
 
@@ -38,7 +37,7 @@ def main() -> None:
 
             def record(selection, reward, round_, weights=weights):  # type: ignore[no-untyped-def]
                 w = 1.0
-                for draw, target in zip(selection.slots, hybrid.slot_probabilities(selection)):
+                for draw, target in zip(selection.slots, hybrid.slot_probabilities(selection), strict=True):
                     i = draw.candidate_ids.index(draw.chosen_id)
                     w *= target[i] / draw.chosen_probability
                 weights.append(w)

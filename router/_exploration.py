@@ -40,10 +40,7 @@ def explore(costs: NDArray[np.float64], exploration: str, epsilon: float, top_m:
         return out
     candidates = k - 1
     m = min(top_m, candidates)
-    if m < candidates:
-        explored = np.argpartition(costs[:-1], m - 1)[:m]
-    else:
-        explored = np.arange(candidates)
+    explored = np.argpartition(costs[:-1], m - 1)[:m] if m < candidates else np.arange(candidates)
     share = epsilon / (m + 1)
     out[explored] = share
     out[-1] = share

@@ -9,7 +9,7 @@ of a candidate is linear in (:mod:`memabra.router._hashed_features`):
   carries to tools and requests never seen);
 * each candidate already chosen in this selection × its identity (co-needed tools: file moves need
   ``cd``, posts need the authentication tool);
-* its numeric features (similarity and usage history, :data:`NUMERIC_FEATURES`);
+* its usage history and token cost (numeric features; its similarity is in the prior);
 * the user × its identity and its text tokens (what one user prefers, beyond what all need);
 * the slot's position × its similarity rank among the open candidates (a second memory is worth
   less than a first: this, against the stop option, is how the router learns to inject fewer).
@@ -31,24 +31,29 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from memabra.router._base import SlotView
+from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
+from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
+from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
+from memabra.router._similarity import Similarity
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import Candidate
-from memabra.router._base import SlotView
-from memabra.router._features import NUMERIC_FEATURES, FeatureTable
-from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
-from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
-from memabra.router._similarity import Similarity
 
 __all__ = ["LinearRouter"]
 
 # 2 ** 20 weights (8 MiB): the multi-turn bench's query x text crosses fill about 1.5% of it
 BITS = 20
-# the request-memory counts are no longer filled; the others are the candidate's numeric features
-_NUMERIC = tuple(n for n in NUMERIC_FEATURES if n not in ("failed_here", "helped_here"))
+# the candidate's usage history and cost; not its similarity, which the prior already carries: the
+# candidates a learner sees outcomes for are the similar ones it chose, and weights fitted on them
+# learned that similarity predicts an unused memory (measured in docs/router.md). The request-memory
+# counts are no longer filled.
+_NUMERIC = tuple(n for n in HISTORY_FEATURES if n not in ("failed_here", "helped_here"))
 _NUMERIC_COLUMNS = np.array([NUMERIC_FEATURES.index(n) for n in _NUMERIC])
-_NUMERIC_INDEX = mix(GROUPS["n"], np.array([token_hash(n) for n in _NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS)
+_NUMERIC_INDEX = mix(
+    GROUPS["n"], np.array([token_hash(n) for n in _NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
+)
 _STOP_NUMERIC = ("budget_left", "best_open_hyb", "open_log")
 _STOP_NUMERIC_INDEX = mix(
     GROUPS["sn"], np.array([token_hash(n) for n in _STOP_NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
@@ -204,7 +209,11 @@ class LinearRouter(ResidualRouter):
     def _design_of(self, view: SlotView) -> _Design:
         design = self._design
         context = view.context
-        if design is None or design.table is not view.table or (design.query, design.user) != (context.query, context.user_id):
+        if (
+            design is None
+            or design.table is not view.table
+            or (design.query, design.user) != (context.query, context.user_id)
+        ):
             design = self._design = _Design(view.table, context.query, context.user_id)
             self._base_scores = None
             self._pair_scores = {}
@@ -221,7 +230,11 @@ class LinearRouter(ResidualRouter):
             slot = np.array([token_hash(key)], dtype=np.uint64)
             q = query_hashes(view.context.query)
             index = design.stop[key] = np.concatenate(
-                [mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS), mix(GROUPS["qs"], q, slot, BITS), _STOP_NUMERIC_INDEX]
+                [
+                    mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS),
+                    mix(GROUPS["qs"], q, slot, BITS),
+                    _STOP_NUMERIC_INDEX,
+                ]
             )
         hybrid = view.table.column("hyb_z")[list(view.eligible)]
         budget = view.context.budget.max_tokens

@@ -25,14 +25,14 @@ from abc import abstractmethod
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
-
-from memabra._errors import RouterError, SnapshotError
-from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
 from memabra.router._exploration import EXPLORATIONS, explore
 from memabra.router._similarity import Similarity
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
 
@@ -98,7 +98,11 @@ class ResidualRouter(Router):
         super()._check_params()
         if self.exploration not in self.explorations:
             raise RouterError(f"exploration must be one of {', '.join(self.explorations)}; got {self.exploration!r}")
-        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float)) or not 0.0 <= self.epsilon <= 1.0:
+        if (
+            isinstance(self.epsilon, bool)
+            or not isinstance(self.epsilon, (int, float))
+            or not 0.0 <= self.epsilon <= 1.0
+        ):
             raise RouterError(f"epsilon must lie in [0, 1], got {self.epsilon!r}")
         if isinstance(self.top_m, bool) or not isinstance(self.top_m, int) or self.top_m < 1:
             raise RouterError(f"top_m must be a positive integer, got {self.top_m!r}")
@@ -137,7 +141,11 @@ class ResidualRouter(Router):
 
     # ------------------------------------------------------------------------- learning
     def _update(
-        self, selection: Selection, credits: tuple[SlotCredit, ...], missing_credit: float | None, missing: tuple[str, ...]
+        self,
+        selection: Selection,
+        credits: tuple[SlotCredit, ...],
+        missing_credit: float | None,
+        missing: tuple[str, ...],
     ) -> None:
         low, high = cost_range(RewardWeights())
         self._begin_update()

@@ -26,9 +26,6 @@ import tempfile
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
-
-from memabra._errors import RouterError, SnapshotError
 from memabra.router._base import SlotView
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
 from memabra.router._similarity import Similarity
@@ -41,6 +38,9 @@ from memabra.router._vw_examples import (
     shared_line,
     slot_example,
 )
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
 
 __all__ = ["VWRouter"]
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-
-from memabra import Budget, Candidate, CandidateKind, RoutingContext
 from memabra.router import HybridRouter, LinearRouter, Router, Similarity, VWRouter
 from memabra.router._exploration import exploration_floor, explore
+
+from memabra import Budget, Candidate, CandidateKind, RoutingContext
 
 from .conftest import HashingEncoder
 
@@ -51,7 +51,7 @@ def test_top_m_epsilon_gives_the_explored_set_its_floor() -> None:
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_learners_explore_by_default_and_keep_the_hybrid_order_as_their_mode(name: str) -> None:
     router = LEARNERS[name]()
-    assert router.exploration == "epsilon" and router.epsilon > 0.0  # type: ignore[attr-defined]
+    assert router.exploration == "epsilon" and router.epsilon > 0.0
     context = _context("move the report file into the archive directory")
     hybrid = HybridRouter(similarity=SIM).choose(context, TOOLS)
     selection = router.choose(context, TOOLS, seed=1)
