@@ -1,4 +1,5 @@
-"""Decision latency of the routers (not a test): 50 candidates, the default budget.
+"""Decision latency of the routers (not a test): 50 and 128 candidates, the default budget, the
+learners' default exploration (top-M epsilon-greedy).
 
 Two figures per router, over ``--decisions`` decisions after a warm-up (each decision also learns, as
 in serving):
@@ -12,7 +13,8 @@ Run it on two cores as the README does::
 
     taskset -c 0,1 python benchmarks/router_latency.py --repeats 5
 
-and it prints p50 / p99 in milliseconds (medians over the repeats).
+and it prints p50 / p99 in milliseconds (medians over the repeats) and each p99's ratio to the
+hybrid baseline's in the same mode and pool size.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ WORDS = (
 
 
 def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
-    kinds = [CandidateKind.MEMORY] * 30 + [CandidateKind.SKILL] * 10 + [CandidateKind.TOOL] * 10
+    # 60% memories, 20% skills, 20% tools, as in the 50-candidate pool
+    kinds = [CandidateKind.MEMORY] * 6 + [CandidateKind.SKILL] * 2 + [CandidateKind.TOOL] * 2
     pool = []
     for i in range(n):
         text = " ".join(rng.choice(WORDS, size=int(rng.integers(8, 30))))
@@ -45,11 +48,17 @@ def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
 
 
 def measure(
-    factory: Callable[[], Router], similarity: Similarity, decisions: int, precomputed: bool, seed: int, learn: bool = True
+    factory: Callable[[], Router],
+    similarity: Similarity,
+    decisions: int,
+    precomputed: bool,
+    seed: int,
+    learn: bool = True,
+    n_candidates: int = 50,
 ) -> tuple[float, float, float]:
     rng = np.random.default_rng(seed)
     router = factory()
-    pool = make_pool(rng)
+    pool = make_pool(rng, n_candidates)
     budget = Budget(max_tokens=2000)
     queries = [" ".join(rng.choice(WORDS, size=6)) for _ in range(decisions + 50)]
     contexts = [RoutingContext(query=q, user_id=f"user-{i % 7}", budget=budget) for i, q in enumerate(queries)]
@@ -76,23 +85,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lexical-only", action="store_true", help="skip the embedding model")
     parser.add_argument("--no-learn", action="store_true", help="never learn: every decision fills every slot, as a fresh router does")
+    parser.add_argument("--candidates", default="50,128", help="comma-separated pool sizes")
+    parser.add_argument("--modes", default="precomputed,end to end", help="precomputed and/or 'end to end'")
     args = parser.parse_args()
     similarity = Similarity() if args.lexical_only else Similarity.default()
+    # recall_limit=None: every candidate of the pool is scored, so 128 means 128
     routers: dict[str, Callable[[], Router]] = {
-        "vw": lambda: VWRouter(similarity=similarity),
-        "linear": lambda: LinearRouter(similarity=similarity),
-        "hybrid": lambda: HybridRouter(similarity=similarity),
+        "hybrid": lambda: HybridRouter(similarity=similarity, recall_limit=None),
+        "vw": lambda: VWRouter(similarity=similarity, recall_limit=None),
+        "linear": lambda: LinearRouter(similarity=similarity, recall_limit=None),
     }
-    print(f"50 candidates (30 memories, 10 skills, 10 tools), slots 5/2/3, {args.decisions} decisions x {args.repeats} repeats;"
-          f" semantic features: {'on' if similarity.has_semantic else 'off'}")
-    print(f"{'router':8s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'slots drawn':>12s}")
-    for name, factory in routers.items():
-        for mode, precomputed in (("precomputed", True), ("end to end", False)):
-            runs = [measure(factory, similarity, args.decisions, precomputed, seed, learn=not args.no_learn) for seed in range(args.repeats)]
-            p50 = statistics.median(r[0] for r in runs)
-            p99 = statistics.median(r[1] for r in runs)
-            drawn = statistics.median(r[2] for r in runs)
-            print(f"{name:8s} {mode:12s} {p50:8.2f} {p99:8.2f} {drawn:12.1f}", flush=True)
+    print(f"pools of {args.candidates} candidates (60% memories, 20% skills, 20% tools), slots 5/2/3, "
+          f"{args.decisions} decisions x {args.repeats} repeats; semantic features: {'on' if similarity.has_semantic else 'off'}")
+    print(f"{'router':8s} {'pool':>5s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/hybrid':>10s} {'slots drawn':>12s}")
+    hybrid_p99: dict[tuple[int, str], float] = {}
+    for n in (int(c) for c in args.candidates.split(",")):
+        for name, factory in routers.items():
+            for mode in args.modes.split(","):
+                precomputed = mode == "precomputed"
+                runs = [
+                    measure(factory, similarity, args.decisions, precomputed, seed, learn=not args.no_learn, n_candidates=n)
+                    for seed in range(args.repeats)
+                ]
+                p50 = statistics.median(r[0] for r in runs)
+                p99 = statistics.median(r[1] for r in runs)
+                drawn = statistics.median(r[2] for r in runs)
+                ratio = p99 / hybrid_p99.setdefault((n, mode), p99)
+                print(f"{name:8s} {n:5d} {mode:12s} {p50:8.2f} {p99:8.2f} {ratio:10.2f} {drawn:12.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ from memabra._records import (
     Selection,
     SlotDraw,
 )
-from memabra.router._credit import SlotCredit, check_outcomes, slot_credits
-from memabra.router._features import CandidateStats, FeatureTable, featurize, recall
+from memabra.router._credit import SlotCredit, check_missing, check_outcomes, needed_credit, slot_credits
+from memabra.router._features import FeatureTable, featurize, recall
 from memabra.router._sampling import apply_floor, check_distribution, draw_index
 from memabra.router._similarity import Similarity
 from memabra.router._snapshot_codec import decode_envelope, encode_envelope
@@ -154,17 +154,14 @@ class Router(ABC):
 
     # ----------------------------------------------------------------- parameters and state
     def get_params(self) -> dict[str, Any]:
-        """Constructor arguments as JSON values (``similarity`` is recorded as a flag only)."""
+        """Constructor arguments as JSON values (``similarity`` is recorded as a flag only): those of
+        the concrete class's ``__init__``, so a snapshot's ``learner_args`` rebuild it."""
         params: dict[str, Any] = {}
-        for cls in type(self).__mro__:
-            init = cls.__dict__.get("__init__")
-            if init is None:
+        for pname, param in inspect.signature(type(self).__init__).parameters.items():
+            if pname in ("self", "similarity") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 continue
-            for pname, param in inspect.signature(init).parameters.items():
-                if pname in ("self", "similarity") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-                    continue
-                value = getattr(self, pname)
-                params.setdefault(pname, list(value) if isinstance(value, tuple) else value)
+            value = getattr(self, pname)
+            params[pname] = list(value) if isinstance(value, tuple) else value
         return params
 
     def _check_params(self) -> None:
@@ -214,15 +211,7 @@ class Router(ABC):
         with self._lock:
             self._ensure_state()
             similarity = self._similarity
-            request = self._request_stats(context)
-        return featurize(context, candidates, similarity=similarity, budget=budget, request=request)
-
-    def _request_stats(self, context: RoutingContext) -> Mapping[str, CandidateStats] | None:
-        """What the router remembers of this request's earlier outcomes (learners override)."""
-        return None
-
-    def _remember_outcomes(self, selection: Selection, outcomes: Mapping[str, float] | None) -> None:
-        """Keep a learned selection's local outcomes for its request (learners override)."""
+        return featurize(context, candidates, similarity=similarity, budget=budget)
 
     def choose(
         self,
@@ -255,8 +244,7 @@ class Router(ABC):
         with self._lock:
             self._ensure_state()
             if features is None:
-                request = self._request_stats(context)
-                features = featurize(context, pool, similarity=self._similarity, budget=budget, request=request)
+                features = featurize(context, pool, similarity=self._similarity, budget=budget)
             table = features
             wanted = [i for i, c in enumerate(table.candidates) if c.kind in context.kinds]
             table = table.subset(wanted)
@@ -406,17 +394,20 @@ class Router(ABC):
         outcomes: Mapping[str, float] | None = None,
         *,
         local_credit: bool = True,
+        missing: Sequence[str] = (),
     ) -> None:
         """Learn from the reward of a selection this router made.
 
         ``outcomes`` are the chosen candidates' local outcomes (1.0 used or helped, 0.0 injected
-        but unused). A learner remembers them for the selection's request
-        (:mod:`memabra.router._request_memory`) and, unless ``local_credit`` is false, attributes
-        credit slot by slot from them (:mod:`memabra.router._credit`); with ``local_credit=False``
-        every slot shares the reward.
+        but unused); unless ``local_credit`` is false, credit is attributed slot by slot from them
+        (:mod:`memabra.router._credit`); with ``local_credit=False`` every slot shares the reward.
+        ``missing`` names candidates the turn needed but the selection left out (an agent learns
+        them from a failed or refused call); the learner is taught that adding them would have
+        helped. Ids that were not offered are ignored (the router could not have chosen them).
 
         Raises :class:`~memabra.RouterError` for a selection this router did not make, or one it
-        has already learned from, and for outcomes of candidates it did not choose.
+        has already learned from, for outcomes of candidates it did not choose and for a
+        ``missing`` id it did choose.
         """
         if not isinstance(selection, Selection):
             raise RouterError(f"learn needs a Selection, got {type(selection).__name__}")
@@ -428,10 +419,10 @@ class Router(ABC):
                     f"or is older than the last {self.max_pending} decisions)"
                 )
             checked = None if outcomes is None else check_outcomes(selection, outcomes)
+            needed = check_missing(selection, missing)
             credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
             del self._pending[selection.id]
-            self._learn_credits(selection, credits)
-            self._remember_outcomes(selection, checked)
+            self._learn_credits(selection, credits, needed_credit(reward) if needed else None, needed)
 
     def learn_logged(
         self,
@@ -440,26 +431,32 @@ class Router(ABC):
         outcomes: Mapping[str, float] | None = None,
         *,
         local_credit: bool = True,
+        missing: Sequence[str] = (),
     ) -> None:
-        """Learn off-policy from a selection another policy logged, using its logged propensities
-        (``outcomes`` and ``local_credit`` as in :meth:`learn`)."""
+        """Learn off-policy from a selection another policy logged (``outcomes``, ``local_credit``
+        and ``missing`` as in :meth:`learn`)."""
         if not isinstance(selection, Selection):
             raise RouterError(f"learn_logged needs a Selection, got {type(selection).__name__}")
         with self._lock:
             self._ensure_state()
             checked = None if outcomes is None else check_outcomes(selection, outcomes)
+            needed = check_missing(selection, missing)
             credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
-            self._learn_credits(selection, credits)
-            self._remember_outcomes(selection, checked)
+            self._learn_credits(selection, credits, needed_credit(reward) if needed else None, needed)
 
-    def _learn_credits(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
+    def _learn_credits(
+        self, selection: Selection, credits: tuple[SlotCredit, ...], missing_credit: float | None, missing: tuple[str, ...]
+    ) -> None:
         if not self.learns:
             return
-        self._update(selection, credits)
+        self._update(selection, credits, missing_credit, missing)
         self._updates += 1
 
-    def _update(self, selection: Selection, credits: tuple[SlotCredit, ...]) -> None:
-        """Apply one selection's per-slot credits to the model (learners override)."""
+    def _update(
+        self, selection: Selection, credits: tuple[SlotCredit, ...], missing_credit: float | None, missing: tuple[str, ...]
+    ) -> None:
+        """Apply one selection's per-slot credits, and the credit ``missing_credit`` of each
+        ``missing`` candidate (offered, not chosen, needed), to the model (learners override)."""
 
     # ----------------------------------------------------------------------------- snapshots
     def _model_bytes(self) -> bytes:

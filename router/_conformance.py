@@ -2,7 +2,8 @@
 
 ``check_router(factory)`` builds routers with ``factory(seed)`` and raises ``AssertionError`` naming
 the first broken contract: valid logged distributions and propensities, budgets and kinds respected,
-the probability floor, seeded determinism, teacher-forced replays that reproduce the logged
+the probability floor, exploration (every option of a learner's explored set keeps its floor),
+seeded determinism, teacher-forced replays that reproduce the logged
 distributions, learning only from its own selections, snapshot round-trips, and a clear
 :class:`~memabra.RouterError` / :class:`~memabra.SnapshotError` for every bad input.
 """
@@ -30,6 +31,7 @@ from memabra._records import (
     Selection,
 )
 from memabra.router._base import Router
+from memabra.router._exploration import exploration_floor
 from memabra.router._features import FeatureTable
 
 __all__ = ["check_router", "conformance_candidates"]
@@ -106,6 +108,23 @@ def check_selection(router: Router, selection: Selection, candidates: tuple[Cand
             assert min(draw.probabilities) >= floor - 1e-12, f"slot {draw.slot}: a probability is below the floor {floor}"
         product *= draw.chosen_probability
     assert math.isclose(selection.propensity, product, rel_tol=1e-12), "propensity is not the product of the slots"
+    check_exploration(router, selection)
+
+
+def check_exploration(router: Router, selection: Selection) -> None:
+    """A learner exploring with ``epsilon`` gives the stop option and at least ``top_m`` candidates
+    (all of them when fewer are open) of every slot the floor ``epsilon / |explored set|``."""
+    if getattr(router, "exploration", None) != "epsilon":
+        return
+    epsilon, top_m = float(getattr(router, "epsilon")), int(getattr(router, "top_m"))
+    for draw in selection.slots:
+        n_candidates = len(draw.candidate_ids) - 1
+        floor = exploration_floor(n_candidates + 1, top_m, epsilon) * (1.0 - 1e-9)
+        assert draw.probabilities[-1] >= floor, f"slot {draw.slot}: the stop option is below the exploration floor"
+        explored = sum(1 for p in draw.probabilities[:-1] if p >= floor)
+        assert explored >= min(top_m, n_candidates), (
+            f"slot {draw.slot}: {explored} candidates at the exploration floor {floor:.4g}, expected {min(top_m, n_candidates)}"
+        )
 
 
 def check_router(factory: RouterFactory) -> None:
@@ -151,8 +170,20 @@ def check_router(factory: RouterFactory) -> None:
     _expect(RouterError, "an outcome for a candidate that was not chosen", lambda: router.learn(again, 1.0, {"nope": 1.0}))
     if again.chosen_ids:
         _expect(RouterError, "a NaN outcome", lambda: router.learn(again, 1.0, {again.chosen_ids[0]: float("nan")}))
-    router.learn(again, 0.5)  # still learnable after the rejected attempts
+    _expect(RouterError, "missing given as one string", lambda: router.learn(again, 1.0, missing="t-calc"))  # type: ignore[arg-type]
+    if again.chosen_ids:
+        _expect(RouterError, "a missing id that was chosen", lambda: router.learn(again, 1.0, missing=[again.chosen_ids[0]]))
+    left_out = [sc.candidate.id for sc in again.offered if sc.candidate.id not in again.chosen_ids]
+    router.learn(again, 0.5, {cid: 0.0 for cid in again.chosen_ids}, missing=[*left_out[:1], "never-offered"])
     router.learn_logged(stranger, _reward(False))  # off-policy learning takes anyone's selection
+
+    # after learning: selections stay valid and every logged distribution replays exactly
+    for i in range(6):
+        later = router.choose(context, candidates)
+        check_selection(router, later, candidates)
+        for draw, probabilities in zip(later.slots, router.slot_probabilities(later)):
+            assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "replay after learning differs from the log"
+        router.learn(later, _reward(i % 2 == 0), {cid: float(i % 2) for cid in later.chosen_ids})
 
     # bad input
     _expect(RouterError, "an empty candidate list", lambda: router.choose(context, []))

@@ -10,7 +10,9 @@ drawn slot, in slot order.
   unused), attribution is marginal, with the stop option as the zero point (it adds nothing and
   costs nothing):
 
-  - a candidate with an outcome gets ``o_c * R - (1 - o_c) * kappa_c``, where
+  - a candidate with an outcome gets ``o_c * R+ - (1 - o_c) * kappa_c``, where ``R+ = max(R, w.ws)``
+    (a candidate that helped is needed for success even when the episode failed because something
+    else was missing, so it is credited at least what success is worth), and
     ``kappa_c = w.wr * unused_penalty + w.wx * tokens_c / B`` is what an unused candidate costs
     under the composite reward: it dilutes retrieval hit quality H (``unused_penalty`` of one
     hit, a router hyperparameter) and spends its share of the context-cost term X
@@ -22,20 +24,23 @@ drawn slot, in slot order.
 Because the stop option's credit is known without trying it whenever outcomes exist, learners may
 also learn it at every slot (full information for that one option).
 
+A candidate the turn needed but the selection left out (``missing``: the agent's failed call names
+it) is credited ``R+`` as well (:func:`needed_credit`), at the last slot it could have filled.
+
 So the learner prefers adding a candidate to stopping exactly when its predicted probability of
 helping, ``P``, satisfies ``P * R_hit > (1 - P) * kappa``: it fills fewer slots once it is sure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memabra._errors import RouterError
 from memabra._records import STOP_ID, RewardBreakdown, RewardWeights, Selection
 from memabra.router._sampling import finite_reward
 
-__all__ = ["SlotCredit", "check_outcomes", "reward_total", "slot_credits"]
+__all__ = ["SlotCredit", "check_missing", "check_outcomes", "needed_credit", "reward_total", "slot_credits"]
 
 
 def reward_total(reward: RewardBreakdown | float) -> tuple[float, RewardWeights]:
@@ -60,6 +65,30 @@ def check_outcomes(selection: Selection, outcomes: Mapping[str, float]) -> dict[
             raise RouterError(f"outcome of {candidate_id!r} must lie in [0, 1], got {number!r}")
         checked[candidate_id] = number
     return checked
+
+
+def needed_credit(reward: RewardBreakdown | float) -> float:
+    """``R+ = max(R, w.ws)``: the credit of a candidate that helped, or was needed and missing."""
+    total, weights = reward_total(reward)
+    return max(total, weights.ws)
+
+
+def check_missing(selection: Selection, missing: Sequence[str]) -> tuple[str, ...]:
+    """The ``missing`` ids that ``selection`` offered, deduplicated in order, after checking it is a
+    sequence of ids none of which was chosen."""
+    if isinstance(missing, (str, bytes)) or not isinstance(missing, Sequence):
+        raise RouterError(f"missing must be a sequence of candidate ids, got {type(missing).__name__}")
+    chosen = set(selection.chosen_ids)
+    offered = {sc.candidate.id for sc in selection.offered}
+    out: list[str] = []
+    for candidate_id in missing:
+        if not isinstance(candidate_id, str):
+            raise RouterError(f"missing must hold candidate ids (str), got {type(candidate_id).__name__}")
+        if candidate_id in chosen:
+            raise RouterError(f"missing names {candidate_id!r}, which selection {selection.id} chose")
+        if candidate_id in offered and candidate_id not in out:
+            out.append(candidate_id)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,5 +128,5 @@ def slot_credits(
             credits.append(SlotCredit(total, stop_credit))
             continue
         kappa = weights.wr * unused_penalty + weights.wx * by_id[draw.chosen_id].tokens / budget_tokens
-        credits.append(SlotCredit(outcome * total - (1.0 - outcome) * kappa, stop_credit, True))
+        credits.append(SlotCredit(outcome * max(total, weights.ws) - (1.0 - outcome) * kappa, stop_credit, True))
     return tuple(credits)

@@ -1,57 +1,160 @@
-"""A scikit-learn / numpy learner: LinUCB-style linear residual model over hashed features.
+"""The numpy learner: a linear residual model over hashed features that transfer between requests.
 
-For users who cannot run Vowpal Wabbit, and as a second opinion. It shares the prior, margins,
-credit and update loop of :mod:`memabra.router._residual`; the residual is linear in hashed features
-(scikit-learn's :class:`~sklearn.feature_extraction.FeatureHasher`, murmurhash3, so indices are stable
-across processes):
+It shares the prior, exploration and update loop of :mod:`memabra.router._residual`. The residual
+of a candidate is linear in (:mod:`memabra.router._hashed_features`):
 
-* candidate: its id, kind and source, the usage-history numbers
-  (``helped_rate``, ``chosen_log``, ...), and the crosses query-token × id, user × id and
-  user × word (the first ``text_tokens`` words of its text);
-* stop option: a stop indicator crossed with the slot's kind and position.
+* its identity (a learned bias: a tool nobody needs sinks for every request);
+* query token × its identity (which words call for which tool, beyond their text);
+* query token × its text tokens (a learned similarity: what it learns about one tool's words
+  carries to tools and requests never seen);
+* each candidate already chosen in this selection × its identity (co-needed tools: file moves need
+  ``cd``, posts need the authentication tool);
+* its usage history and token cost (numeric features; its similarity is in the prior);
+* the user × its identity and its text tokens (what one user prefers, beyond what all need);
+* the slot's position × its similarity rank among the open candidates (a second memory is worth
+  less than a first: this, against the stop option, is how the router learns to inject fewer).
 
-Context enters only through the crosses: a shared feature on its own would shift every option,
-the stop option included, alike.
+The stop option has features of its own, so *how many* is learned from the request: the slot's kind
+and position (picks so far), query token × that position, the share of the token budget left and the
+best open candidate's similarity.
 
 Weights follow a normalised AdaGrad step on the squared error: per-feature step sizes
-``1 / sqrt(sum of squared gradients)``, scaled so the prediction moves the fraction
-``1 - (1 - learning_rate) ** w`` of the way to the target, with the importance weight
-``w = min(1 / p, max_importance)`` (clipped inverse propensity). The normalisation keeps an example
-with many active features from overshooting. Exploration adds ``ucb`` to the shared ones: the cost minus
-``alpha * sqrt(sum_j x_j^2 / A_j)`` with the diagonal precision ``A_j = ridge + sum x_j^2`` -- LinUCB
-with a diagonal covariance, which keeps the cost of a decision linear in the number of features.
+``1 / sqrt(sum of squared gradients)``, scaled so one example moves the prediction the fraction
+``learning_rate`` of the way to its target (an example with many active features does not
+overshoot).
 """
 
 from __future__ import annotations
 
 import io
 from functools import lru_cache
+from typing import Any
+
 import numpy as np
+from memabra.router._base import SlotView
+from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
+from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
+from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
+from memabra.router._similarity import Similarity
 from numpy.typing import NDArray
-from scipy import sparse
-from sklearn.feature_extraction import FeatureHasher
 
 from memabra._errors import RouterError, SnapshotError
-from memabra.router._base import SlotView
-from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES
-from memabra.router._residual import OFFSET_EXPLORATIONS, ResidualRouter
-from memabra.router._similarity import Similarity
-from memabra.router._text import analyze
+from memabra._records import Candidate
 
 __all__ = ["LinearRouter"]
 
-_HISTORY_COLUMNS = tuple(NUMERIC_FEATURES.index(n) for n in HISTORY_FEATURES)
-_HISTORY_NAMES = tuple(f"h={n}" for n in HISTORY_FEATURES)
+# 2 ** 20 weights (8 MiB): the multi-turn bench's query x text crosses fill about 1.5% of it
+BITS = 20
+# the candidate's usage history and cost; not its similarity, which the prior already carries: the
+# candidates a learner sees outcomes for are the similar ones it chose, and weights fitted on them
+# learned that similarity predicts an unused memory (measured in docs/router.md). The request-memory
+# counts are no longer filled.
+_NUMERIC = tuple(n for n in HISTORY_FEATURES if n not in ("failed_here", "helped_here"))
+_NUMERIC_COLUMNS = np.array([NUMERIC_FEATURES.index(n) for n in _NUMERIC])
+_NUMERIC_INDEX = mix(
+    GROUPS["n"], np.array([token_hash(n) for n in _NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
+)
+_STOP_NUMERIC = ("budget_left", "best_open_hyb", "open_log")
+_STOP_NUMERIC_INDEX = mix(
+    GROUPS["sn"], np.array([token_hash(n) for n in _STOP_NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
+)
+_MAX_POSITION = 4  # positions beyond the fifth pick share one stop feature
+_EMPTY_INDEX = np.zeros(0, dtype=np.int64)
+_MAX_RANK = 4  # open ranks beyond the fifth share one feature
+_USERS_PER_POOL = 256  # user x candidate indices kept per pool (recomputing one costs ~0.1 ms)
 
 
-@lru_cache(maxsize=65536)
-def _user_pairs(cid: str, kind: str, source: str, text: str, user: str, text_tokens: int) -> tuple[tuple[str, float], ...]:
-    """A candidate's hashed-feature pairs that do not depend on the query: id, kind, source, user
-    × word and user × id (the same for every decision of the user)."""
-    pairs = [(f"a={cid}", 1.0), (f"t={kind}", 1.0), (f"src={source}", 1.0)]
-    pairs += [(f"uw={user}^{t}", 1.0) for t in analyze(text)[:text_tokens]]
-    pairs.append((f"ua={user}^{cid}", 1.0))
-    return tuple(pairs)
+@lru_cache(maxsize=64)
+def _rank_features(slot: str) -> NDArray[np.int64]:
+    """The ``kr`` indices of one slot kind and position, by open rank."""
+    key = np.array([token_hash(slot)], dtype=np.uint64)
+    return mix(GROUPS["kr"], key, np.arange(_MAX_RANK + 1, dtype=np.uint64), BITS)
+
+
+class _Pool:
+    """What the features of a candidate pool need besides the request (hashes of ids and words),
+    kept across decisions over the same pool."""
+
+    __slots__ = ("a_index", "ids", "present", "qa_part", "qw_part", "text", "users")
+
+    def __init__(self, candidates: tuple[Candidate, ...]) -> None:
+        n = len(candidates)
+        self.ids = np.fromiter((token_hash(c.id) for c in candidates), dtype=np.uint64, count=n)
+        words = [text_hashes(c.text) for c in candidates]
+        width = max(max((w.size for w in words), default=0), 1)
+        self.text = np.zeros((n, width), dtype=np.uint64)
+        self.present = np.zeros((n, width))
+        for i, w in enumerate(words):
+            self.text[i, : w.size] = w
+            self.present[i, : w.size] = 1.0
+        self.a_index = mix(GROUPS["a"], self.ids[:, None], np.zeros((1, 1), np.uint64), BITS)
+        self.qa_part = right(GROUPS["qa"], self.ids)[:, None]
+        self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
+        self.users: dict[str, NDArray[np.int64]] = {}
+
+    def user_index(self, user: str) -> NDArray[np.int64]:
+        """The ``ua`` and ``uw`` indices of every candidate for ``user``."""
+        index = self.users.get(user)
+        if index is None:
+            u = left(np.array([token_hash(user)], dtype=np.uint64))
+            ua = finish(u[None, :] + right(GROUPS["ua"], self.ids)[:, None], BITS)
+            uw = finish(u[None, :] + right(GROUPS["uw"], self.text), BITS)
+            index = self.users[user] = np.concatenate([ua, uw], axis=1)
+            while len(self.users) > _USERS_PER_POOL:
+                del self.users[next(iter(self.users))]
+        return index
+
+
+_POOLS: dict[tuple[tuple[str, str], ...], _Pool] = {}
+_MAX_POOLS = 64  # candidate pools whose hashes are kept (a pool is a user's memories or a registry)
+
+
+def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
+    key = tuple((c.id, c.text) for c in candidates)
+    pool = _POOLS.get(key)
+    if pool is None:
+        pool = _POOLS[key] = _Pool(candidates)
+        while len(_POOLS) > _MAX_POOLS:
+            del _POOLS[next(iter(_POOLS))]
+    return pool
+
+
+class _Design:
+    """The slot-independent feature indices of one table's candidates under one request."""
+
+    __slots__ = ("ids", "index", "query", "stop", "table", "user", "values")
+
+    def __init__(self, table: FeatureTable, query: str, user: str) -> None:
+        self.table = table
+        self.query = query
+        self.user = user
+        self.stop: dict[str, NDArray[np.int64]] = {}
+        pool = _pool(table.candidates)
+        q = left(query_hashes(query))
+        self.ids = pool.ids
+        n = pool.ids.size
+        qw = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
+        self.index = np.concatenate(
+            [
+                pool.a_index,
+                finish(q[None, :] + pool.qa_part, BITS),
+                qw,
+                np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
+                pool.user_index(user),
+            ],
+            axis=1,
+        )
+        present = pool.present
+        self.values = np.concatenate(
+            [
+                np.ones((n, 1 + q.size)),
+                np.broadcast_to(present[:, None, :], (n, q.size, present.shape[1])).reshape(n, -1),
+                table.matrix[:, _NUMERIC_COLUMNS],
+                np.ones((n, 1)),
+                present,
+            ],
+            axis=1,
+        )
 
 
 class LinearRouter(ResidualRouter):
@@ -59,191 +162,163 @@ class LinearRouter(ResidualRouter):
 
     learning_rate
         Share of the error one example removes (in ``(0, 1]``).
-    alpha, ridge
-        ``ucb`` exploration: bonus scale and diagonal prior precision.
-    n_features
-        Hashing space (a power of two).
-    max_importance
-        Clip of the inverse-propensity weight of an example.
-    local_weight
-        1 here (8 for VW): weighting direct per-candidate evidence 4-8x cost this learner a
-        first-pass hit on the 30-tool bench registry and did not make it inject fewer memories
-        within three passes over the memory file.
+    exploration, epsilon, top_m
+        As for every learner (:class:`~memabra.router.ResidualRouter`).
     """
 
     name = "linear"
-    explorations = OFFSET_EXPLORATIONS + ("ucb",)
 
     def __init__(
         self,
         *,
         learning_rate: float = 0.5,
-        alpha: float = 0.1,
-        ridge: float = 1.0,
-        n_features: int = 2**18,
-        text_tokens: int = 24,
-        max_importance: float = 20.0,
-        exploration: str = "greedy",
-        epsilon: float = 0.01,
-        gamma_scale: float = 1000.0,
-        gamma_exponent: float = 0.5,
-        softmax_lambda: float = 10.0,
-        prior: bool = True,
-        prior_offset: float = 0.5,
-        prior_scale: float = 0.1,
-        prior_margin: float = 0.2,
-        stop_margin: float = 0.0,
-        anchor_stop: bool = True,
-        evidence_margin: float = 0.4,
-        local_weight: float = 1.0,
+        exploration: str = "epsilon",
+        epsilon: float = DEFAULT_EPSILON,
+        top_m: int = DEFAULT_TOP_M,
         seed: int = 0,
         min_probability: float = 1e-5,
         recall_limit: int | None = 50,
         similarity: Similarity | None = None,
-        unused_penalty: float = 0.3,
-        max_pending: int = 100_000,
-        request_memory: int = 10_000,
     ) -> None:
         super().__init__(
             exploration=exploration,
             epsilon=epsilon,
-            gamma_scale=gamma_scale,
-            gamma_exponent=gamma_exponent,
-            softmax_lambda=softmax_lambda,
-            prior=prior,
-            prior_offset=prior_offset,
-            prior_scale=prior_scale,
-            prior_margin=prior_margin,
-            stop_margin=stop_margin,
-            anchor_stop=anchor_stop,
-            evidence_margin=evidence_margin,
-            local_weight=local_weight,
+            top_m=top_m,
             seed=seed,
             min_probability=min_probability,
             recall_limit=recall_limit,
             similarity=similarity,
-            unused_penalty=unused_penalty,
-            max_pending=max_pending,
-            request_memory=request_memory,
         )
         self.learning_rate = learning_rate
-        self.alpha = alpha
-        self.ridge = ridge
-        self.n_features = n_features
-        self.text_tokens = text_tokens
-        self.max_importance = max_importance
 
     def _check_params(self) -> None:
         super()._check_params()
-        for name in ("ridge", "max_importance"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0.0:
-                raise RouterError(f"{name} must be positive, got {value!r}")
-        if not isinstance(self.learning_rate, (int, float)) or not 0.0 < self.learning_rate <= 1.0:
-            raise RouterError(f"learning_rate must lie in (0, 1], got {self.learning_rate!r}")
-        if not isinstance(self.alpha, (int, float)) or self.alpha < 0.0:
-            raise RouterError(f"alpha must be non-negative, got {self.alpha!r}")
-        n = self.n_features
-        if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n & (n - 1):
-            raise RouterError(f"n_features must be a power of two of at least 16, got {n!r}")
+        rate = self.learning_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
+            raise RouterError(f"learning_rate must lie in (0, 1], got {rate!r}")
 
     def _init_model(self) -> None:
         super()._init_model()
-        self._hasher = FeatureHasher(n_features=self.n_features, input_type="pair", alternate_sign=False)
-        self._weights = np.zeros(self.n_features)
-        self._squared_gradients = np.zeros(self.n_features)
-        self._precision = np.full(self.n_features, float(self.ridge))
-        self._row_cache: tuple[object, sparse.csr_matrix] | None = None
-        self._score_cache: NDArray[np.float64] | None = None
-        self._stop_rows: dict[tuple[str, int], sparse.csr_matrix] = {}
-        self._stop_scores: dict[tuple[str, int], float] = {}
+        self._weights = np.zeros(1 << BITS)
+        self._squared_gradients = np.zeros(1 << BITS)
+        self._design: _Design | None = None
+        self._base_scores: NDArray[np.float64] | None = None
+        self._pair_scores: dict[tuple[int, ...], NDArray[np.float64]] = {}
 
     # ------------------------------------------------------------------------- features
-    def _candidate_design(self, view: SlotView) -> sparse.csr_matrix:
-        """Hashed features of every candidate of the view's table (rows), hashed once a table."""
-        cache = self._row_cache
-        if cache is not None and cache[0] is view.table:
-            return cache[1]
-        query = analyze(view.context.query)
-        user = view.context.user_id
-        rows: list[list[tuple[str, float]]] = []
-        for candidate, row in zip(view.table.candidates, view.table.matrix.tolist()):
-            cid = candidate.id
-            source = str(candidate.metadata.get("source", "unknown"))
-            pairs = list(_user_pairs(cid, candidate.kind.value, source, candidate.text, user, self.text_tokens))
-            pairs += [(f"qa={t}^{cid}", 1.0) for t in query]
-            pairs += [(_HISTORY_NAMES[k], row[j]) for k, j in enumerate(_HISTORY_COLUMNS) if row[j] != 0.0]
-            rows.append(pairs)
-        design = self._hasher.transform(rows).tocsr()
-        self._row_cache = (view.table, design)
-        self._score_cache = None
+    def _design_of(self, view: SlotView) -> _Design:
+        design = self._design
+        context = view.context
+        if (
+            design is None
+            or design.table is not view.table
+            or (design.query, design.user) != (context.query, context.user_id)
+        ):
+            design = self._design = _Design(view.table, context.query, context.user_id)
+            self._base_scores = None
+            self._pair_scores = {}
         return design
 
-    def _stop_design(self, view: SlotView) -> sparse.csr_matrix:
-        key = (view.kind.value, min(view.position, 4))
-        row = self._stop_rows.get(key)
-        if row is None:
-            row = self._stop_rows[key] = self._hasher.transform([[("stop", 1.0), ("stop^%s^%d" % key, 1.0)]]).tocsr()
-        return row
+    def _pair_index(self, design: _Design, chosen: int, rows: NDArray[np.intp] | list[int]) -> NDArray[np.int64]:
+        return mix(GROUPS["ca"], design.ids[[chosen]], design.ids[rows], BITS)
+
+    def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        design = self._design_of(view)
+        key = f"{view.kind.value}:{min(view.position, _MAX_POSITION)}"
+        index = design.stop.get(key)
+        if index is None:
+            slot = np.array([token_hash(key)], dtype=np.uint64)
+            q = query_hashes(view.context.query)
+            index = design.stop[key] = np.concatenate(
+                [
+                    mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS),
+                    mix(GROUPS["qs"], q, slot, BITS),
+                    _STOP_NUMERIC_INDEX,
+                ]
+            )
+        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+        budget = view.context.budget.max_tokens
+        share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
+        values = np.ones(index.size)
+        values[-3:] = (share, float(hybrid.max()) if hybrid.size else 0.0, np.log1p(hybrid.size))
+        return index, values
+
+    @staticmethod
+    def _rank_index(view: SlotView) -> NDArray[np.int64]:
+        """The ``kr`` feature of each open candidate: slot position × its open similarity rank."""
+        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+        ranks = np.empty(hybrid.size, dtype=np.int64)
+        ranks[np.argsort(-hybrid, kind="stable")] = np.arange(hybrid.size)
+        return _rank_features(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")[np.minimum(ranks, _MAX_RANK)]
+
+    def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        design = self._design_of(view)
+        row = view.eligible[option]
+        pairs = (
+            np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else _EMPTY_INDEX
+        )
+        rank = self._rank_index(view)[option : option + 1]
+        return (
+            np.concatenate([design.index[row], pairs, rank]),
+            np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
+        )
 
     # ------------------------------------------------------------------------- the model
-    def _linear_scores(self, design: sparse.csr_matrix) -> NDArray[np.float64]:
-        scores = np.asarray(design @ self._weights, dtype=np.float64)
-        if self.exploration == "ucb" and self.alpha > 0.0:
-            variance = np.asarray(design.multiply(design) @ (1.0 / self._precision), dtype=np.float64)
-            scores = scores - self.alpha * np.sqrt(variance)
+    def _pair_scores_for(self, design: _Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
+        """What the candidates already chosen add to every row's score (built one pick at a time)."""
+        cached = self._pair_scores.get(chosen)
+        if cached is not None:
+            return cached
+        n = design.ids.size
+        parent = self._pair_scores_for(design, chosen[:-1]) if len(chosen) > 1 else np.zeros(n)
+        scores = parent + self._weights[self._pair_index(design, chosen[-1], np.arange(n))]
+        self._pair_scores[chosen] = scores
         return scores
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
-        # the weights do not change within a decision: every candidate is scored once a table,
-        # and the stop option once a kind and position until the next update
-        design = self._candidate_design(view)
-        cache = self._score_cache
-        if cache is None:
-            cache = self._score_cache = self._linear_scores(design)
-        key = (view.kind.value, min(view.position, 4))
-        stop = self._stop_scores.get(key)
-        if stop is None:
-            stop = self._stop_scores[key] = float(self._linear_scores(self._stop_design(view))[0])
+        design = self._design_of(view)
+        if self._base_scores is None:
+            self._base_scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
+        rows = list(view.eligible)
         out = np.empty(view.n_options)
-        out[:-1] = cache[list(view.eligible)]
-        out[-1] = stop
+        out[:-1] = self._base_scores[rows]
+        if view.chosen:
+            out[:-1] += self._pair_scores_for(design, view.chosen)[rows]
+        out[:-1] += self._weights[self._rank_index(view)]
+        index, values = self._stop_row(view)
+        out[-1] = float(self._weights[index] @ values)
         return out
 
-    def _fit(self, view: SlotView, option: int, target: float, probability: float) -> None:
-        self._score_cache = None
-        self._stop_scores.clear()
+    def _begin_update(self) -> None:
+        self._base_scores = None
+        self._pair_scores = {}
+
+    def _fit(self, view: SlotView, option: int, target: float) -> None:
         if option < len(view.eligible):
-            row = self._candidate_design(view)[view.eligible[option]]
+            index, values = self._candidate_row(view, option)
         else:
-            row = self._stop_design(view)
-        index, value = row.indices, row.data
+            index, values = self._stop_row(view)
+        self._base_scores = None
+        self._pair_scores = {}
+        keep = values != 0.0
+        index, inverse = np.unique(index[keep], return_inverse=True)
         if index.size == 0:
             return
-        importance = min(1.0 / max(probability, 1e-12), float(self.max_importance))
+        value = np.bincount(inverse, weights=values[keep], minlength=index.size)
         error = float(self._weights[index] @ value) - target
         self._squared_gradients[index] += (error * value) ** 2
         direction = value / np.sqrt(self._squared_gradients[index] + 1e-12)
         reach = float(direction @ value)
         if reach <= 0.0:
             return
-        # importance-aware step: the prediction moves this fraction of the way to the target
-        fraction = 1.0 - (1.0 - float(self.learning_rate)) ** importance
-        self._weights[index] -= fraction * error * direction / reach
-        self._precision[index] += importance * value**2
+        self._weights[index] -= float(self.learning_rate) * error * direction / reach
 
     # ------------------------------------------------------------------------- snapshots
     def _model_bytes(self) -> bytes:
         buffer = io.BytesIO()
-        touched = np.flatnonzero(
-            (self._squared_gradients != 0.0) | (self._weights != 0.0) | (self._precision != float(self.ridge))
-        )
+        touched = np.flatnonzero((self._squared_gradients != 0.0) | (self._weights != 0.0))
         np.savez_compressed(
-            buffer,
-            index=touched,
-            weights=self._weights[touched],
-            squared_gradients=self._squared_gradients[touched],
-            precision=self._precision[touched],
+            buffer, index=touched, weights=self._weights[touched], squared_gradients=self._squared_gradients[touched]
         )
         return buffer.getvalue()
 
@@ -251,16 +326,15 @@ class LinearRouter(ResidualRouter):
         try:
             with np.load(io.BytesIO(payload), allow_pickle=False) as data:
                 index = data["index"]
-                arrays = {k: data[k] for k in ("weights", "squared_gradients", "precision")}
+                arrays: dict[str, Any] = {k: data[k] for k in ("weights", "squared_gradients")}
         except (ValueError, KeyError, OSError) as exc:
             raise SnapshotError(f"linear snapshot payload is unreadable: {exc}") from None
-        if index.size and (index.min() < 0 or index.max() >= self.n_features):
-            raise SnapshotError("linear snapshot indexes weights outside n_features")
+        if index.size and (index.min() < 0 or index.max() >= self._weights.size):
+            raise SnapshotError("linear snapshot indexes weights outside the model")
         if any(a.shape != index.shape or not np.all(np.isfinite(a)) for a in arrays.values()):
             raise SnapshotError("linear snapshot arrays are inconsistent or not finite")
         self._weights[index] = arrays["weights"]
         self._squared_gradients[index] = arrays["squared_gradients"]
-        self._precision[index] = arrays["precision"]
-        self._row_cache = None
-        self._score_cache = None
-        self._stop_scores.clear()
+        self._design = None
+        self._base_scores = None
+        self._pair_scores = {}

@@ -168,6 +168,7 @@ class SnapshotWatcher(Router):
         outcomes: Mapping[str, float] | None = None,
         *,
         local_credit: bool = True,
+        missing: Sequence[str] = (),
     ) -> None:
         with self._lock:
             maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
@@ -176,9 +177,9 @@ class SnapshotWatcher(Router):
                 f"selection {getattr(selection, 'id', selection)!r} was not made by this watcher (or was already learned from)"
             )
         if maker is self._current:
-            maker.learn(selection, reward, outcomes, local_credit=local_credit)
+            maker.learn(selection, reward, outcomes, local_credit=local_credit, missing=missing)
         else:
-            self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit)
+            self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit, missing=missing)
         with self._lock:
             self._made_by.pop(selection.id, None)
 
@@ -189,8 +190,9 @@ class SnapshotWatcher(Router):
         outcomes: Mapping[str, float] | None = None,
         *,
         local_credit: bool = True,
+        missing: Sequence[str] = (),
     ) -> None:
-        self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit)
+        self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit, missing=missing)
 
     def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
         return self._current.slot_probabilities(selection)

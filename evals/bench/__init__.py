@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from memabra.evals.bench._data import BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
-from memabra.evals.bench._harness import RoundResult, RouterFactory, run_bench, run_router, summarize
+from memabra.evals.bench._data import NEED_RULES, BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
+from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactory, run_bench, run_router, summarize
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
 
 __all__ = [
     "ROUTER_NAMES",
+    "NEED_RULES",
     "BenchFormatError",
+    "DecisionHook",
     "BenchRound",
     "RoundResult",
     "RouterFactory",

@@ -10,7 +10,9 @@ from pathlib import Path
 from memabra._errors import InvalidRecordError, MemabraError
 from memabra._records import Candidate, CandidateKind
 
-__all__ = ["BenchFormatError", "BenchRound", "load_rounds"]
+__all__ = ["NEED_RULES", "BenchFormatError", "BenchRound", "load_rounds"]
+
+NEED_RULES = ("any", "all")
 
 
 class BenchFormatError(MemabraError, ValueError):
@@ -27,10 +29,22 @@ class BenchRound:
     relevant: frozenset[str]
     slots: int
     group: str
+    need: str = "any"
 
     @property
     def kind(self) -> CandidateKind:
         return self.candidates[0].kind
+
+    def is_hit(self, chosen: Sequence[str]) -> bool:
+        """Whether ``chosen`` serves the round by its ``need`` rule: one relevant candidate
+        (``any``) or every one (``all``)."""
+        if self.need == "all":
+            return self.relevant.issubset(chosen)
+        return any(cid in self.relevant for cid in chosen)
+
+    def recall(self, chosen: Sequence[str]) -> float:
+        """Share of the relevant candidates that ``chosen`` holds."""
+        return len(self.relevant.intersection(chosen)) / len(self.relevant)
 
 
 def _field(obj: dict[str, object], name: str, kind: type, where: str) -> object:
@@ -91,7 +105,10 @@ def parse_round(obj: object, where: str) -> BenchRound:
     group = obj.get("group", "")
     if not isinstance(group, str):
         raise BenchFormatError(f"{where}: field 'group' must be a string")
-    return BenchRound(round_id, query, tuple(candidates), frozenset(relevant), slots, group)
+    need = obj.get("need", "any")
+    if need not in NEED_RULES:
+        raise BenchFormatError(f"{where}: field 'need' must be one of {', '.join(NEED_RULES)}, got {need!r}")
+    return BenchRound(round_id, query, tuple(candidates), frozenset(relevant), slots, group, str(need))
 
 
 def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:

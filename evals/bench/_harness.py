@@ -9,7 +9,16 @@ Decision times are ``Selection.latency_ms`` (featurisation included) measured af
 caches were warmed with every round's texts, so the first router timed does not pay for them.
 
 ``hit_rate_unseen``: a fresh router learns for ``passes`` passes on a seeded half of the rounds (rounds
-sharing a query stay together) and is then scored, without learning, on the other half.
+sharing a query stay together) and is then scored, without learning, on the other half
+(``tokens_mean_unseen`` is what it injects there).
+
+A hit follows the round's ``need`` rule (:meth:`BenchRound.is_hit`); ``recall`` is the share of the
+relevant candidates chosen. The feedback is what an agent sees: each chosen candidate's own outcome
+(1 when relevant), and for ``need: all`` rounds the relevant candidates it left out, as ``missing``
+(an agent without a tool it needs fails at that call).
+
+``on_decision`` (optional) is called with every learning decision of a router (selection, reward,
+round): the hook through which an episode log can record the first router's decisions.
 """
 
 from __future__ import annotations
@@ -21,18 +30,21 @@ from typing import Any
 
 import numpy as np
 
-from memabra._records import Budget, Candidate, RoutingContext
+from memabra._records import Budget, Candidate, RewardBreakdown, RoutingContext, Selection
 from memabra.evals.bench._data import BenchRound, split_unseen
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.router import Router
 
-__all__ = ["RouterFactory", "RoundResult", "run_bench", "run_router"]
+__all__ = ["DecisionHook", "RoundResult", "RouterFactory", "run_bench", "run_router", "summarize"]
 
 RouterFactory = Callable[[int], Router]
 """Builds a fresh router from a seed."""
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``(router name, rounds done, rounds total)``."""
+
+DecisionHook = Callable[[Selection, RewardBreakdown, BenchRound], None]
+"""Called after a router's decision with its selection, the harness's reward and the round."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +56,7 @@ class RoundResult:
     tokens: int
     n_chosen: int
     decision_ms: float
+    recall: float = 0.0
 
 
 @dataclass
@@ -72,7 +85,14 @@ class _Usage:
                 self.helped[cid] = self.helped.get(cid, 0) + 1
 
 
-def _play(router: Router, round_: BenchRound, usage: _Usage, learn: bool, pass_index: int) -> RoundResult:
+def _play(
+    router: Router,
+    round_: BenchRound,
+    usage: _Usage,
+    learn: bool,
+    pass_index: int,
+    on_decision: DecisionHook | None = None,
+) -> RoundResult:
     kind = round_.kind
     budget = Budget(max_tokens=bench_budget_tokens(round_), slots={kind: round_.slots})
     context = RoutingContext(query=round_.query, user_id=round_.group or "bench", kinds=(kind,), budget=budget)
@@ -81,16 +101,23 @@ def _play(router: Router, round_: BenchRound, usage: _Usage, learn: bool, pass_i
     reward = bench_reward(round_, chosen)
     if learn:
         outcomes = {cid: 1.0 if cid in round_.relevant else 0.0 for cid in chosen}
-        router.learn(selection, reward, outcomes)
+        missing: tuple[str, ...] = ()
+        if round_.need == "all":
+            offered = {sc.candidate.id for sc in selection.offered}
+            missing = tuple(sorted(cid for cid in round_.relevant if cid not in chosen and cid in offered))
+        router.learn(selection, reward, outcomes, missing=missing)
         usage.record(chosen, round_.relevant)
+        if on_decision is not None:
+            on_decision(selection, reward, round_)
     return RoundResult(
         pass_index=pass_index,
         round_id=round_.id,
-        hit=any(cid in round_.relevant for cid in chosen),
+        hit=round_.is_hit(chosen),
         reward=reward.total,
         tokens=selection.tokens_injected,
         n_chosen=len(chosen),
         decision_ms=selection.latency_ms,
+        recall=round_.recall(chosen),
     )
 
 
@@ -102,9 +129,10 @@ def run_router(
     *,
     name: str = "router",
     progress: ProgressCallback | None = None,
-) -> tuple[list[RoundResult], float]:
+    on_decision: DecisionHook | None = None,
+) -> tuple[list[RoundResult], list[RoundResult]]:
     """Replay ``rounds`` for ``passes`` passes against a fresh router; returns every round's result
-    and the unseen-half hit rate."""
+    and the results on the unseen half (scored without learning, ``pass_index == passes``)."""
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
     rng = np.random.default_rng([seed, 0])
@@ -118,7 +146,7 @@ def run_router(
     results: list[RoundResult] = []
     for p, order in enumerate(orders):
         for i in order:
-            results.append(_play(router, rounds[int(i)], usage, learn=True, pass_index=p))
+            results.append(_play(router, rounds[int(i)], usage, learn=True, pass_index=p, on_decision=on_decision))
             done += 1
             if progress is not None:
                 progress(name, done, total)
@@ -132,17 +160,23 @@ def run_router(
             done += 1
             if progress is not None:
                 progress(name, done, total)
-    unseen_hits = []
+    unseen: list[RoundResult] = []
     for i in score_half:
-        unseen_hits.append(_play(unseen_router, rounds[int(i)], unseen_usage, learn=False, pass_index=passes).hit)
+        unseen.append(_play(unseen_router, rounds[int(i)], unseen_usage, learn=False, pass_index=passes))
         done += 1
         if progress is not None:
             progress(name, done, total)
-    return results, float(np.mean(unseen_hits)) if unseen_hits else math.nan
+    return results, unseen
 
 
-def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: float, curve_points: int = 5) -> dict[str, Any]:
-    """The per-router JSON block of the bench report."""
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def summarize(
+    results: Sequence[RoundResult], passes: int, unseen: Sequence[RoundResult], curve_points: int = 5
+) -> dict[str, Any]:
+    """The per-router JSON block of the bench report (``unseen``: the unseen half's results)."""
     hits = np.array([r.hit for r in results], dtype=float)
     rewards = np.array([r.reward for r in results])
     tokens = np.array([r.tokens for r in results], dtype=float)
@@ -170,7 +204,9 @@ def summarize(results: Sequence[RoundResult], passes: int, hit_rate_unseen: floa
         "hit_rate": float(hits.mean()),
         "hit_rate_first_pass": float(first.mean()),
         "hit_rate_last_pass": float(last.mean()),
-        "hit_rate_unseen": hit_rate_unseen,
+        "hit_rate_unseen": _mean([r.hit for r in unseen]),
+        "tokens_mean_unseen": _mean([r.tokens for r in unseen]),
+        "recall": _mean([r.recall for r in results]),
         "reward_mean": float(rewards.mean()),
         "tokens_mean": float(tokens.mean()),
         "tokens_mean_first_pass": float(first_tokens.mean()),
@@ -198,8 +234,10 @@ def run_bench(
     *,
     progress: ProgressCallback | None = None,
     source: str | None = None,
+    on_decision: DecisionHook | None = None,
 ) -> dict[str, Any]:
-    """Replay ``rounds`` against every router; the report's JSON document."""
+    """Replay ``rounds`` against every router; the report's JSON document. ``on_decision`` sees the
+    decisions of the first router only (the one whose log the others' results can check)."""
     report: dict[str, Any] = {
         "file": source,
         "rounds": len(rounds),
@@ -209,7 +247,8 @@ def run_bench(
     }
     if routers:
         _warm_caches(next(iter(routers.values()))(seed), rounds)
-    for name, factory in routers.items():
-        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress)
+    for position, (name, factory) in enumerate(routers.items()):
+        hook = on_decision if position == 0 else None
+        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress, on_decision=hook)
         report["routers"][name] = summarize(results, passes, unseen)
     return report

@@ -29,6 +29,8 @@ ROUTER_KEYS = {
     "hit_rate_first_pass",
     "hit_rate_last_pass",
     "hit_rate_unseen",
+    "tokens_mean_unseen",
+    "recall",
     "reward_mean",
     "tokens_mean",
     "tokens_mean_first_pass",
@@ -109,6 +111,39 @@ def test_reward_formula(tiny: Path) -> None:
     miss = bench_reward(round_, ["t-b"])
     assert miss.components.ht == -1.0 and miss.total == pytest.approx(-w.wr - w.wx * 11 / 13)
     assert bench_reward(round_, []).total == pytest.approx(-w.wr)
+
+
+def test_need_all_counts_a_hit_only_when_every_relevant_candidate_is_chosen(tmp_path: Path) -> None:
+    needs_two = _round(0, slots=3, need="all")
+    needs_two["relevant"] = ["t-a", "t-b"]
+    path = _write(tmp_path, [needs_two, _round(1, slots=3)])
+    both, single = load_rounds(path)
+    assert both.need == "all" and single.need == "any"
+    assert both.is_hit(["t-a", "t-b"]) and not both.is_hit(["t-a", "t-c"])
+    assert both.recall(["t-a", "t-c"]) == 0.5 and single.is_hit(["t-a", "t-c"])
+    partial = bench_reward(both, ["t-a", "t-c"])
+    assert partial.components.s == 0.0 and partial.components.ht == -1.0
+    assert bench_reward(both, ["t-a", "t-b"]).components.s == 1.0
+    bad = _round(2, need="most")
+    with pytest.raises(BenchFormatError, match="need"):
+        load_rounds(_write(tmp_path, [bad], "bad-need.jsonl"))
+
+
+def test_need_all_rounds_feed_the_missing_tools_back(tmp_path: Path) -> None:
+    # one tool answers the round's words; the other is needed without being named (like cd for mv)
+    rows = [_round(i, slots=2, need="all") for i in range(40)]
+    for row in rows:
+        row["query"] = f"weather forecast {row['id']}"
+        row["relevant"] = ["t-a", "t-d"]
+    rounds = load_rounds(_write(tmp_path, rows, "co.jsonl"))
+    seen: list[tuple[str, ...]] = []
+    factory = lambda seed: VWRouter(seed=seed, similarity=Similarity(), exploration="greedy")  # noqa: E731
+    from memabra.evals.bench import run_router
+
+    results, unseen = run_router(factory, rounds, 1, 0, on_decision=lambda sel, reward, r: seen.append(sel.chosen_ids))
+    assert len(seen) == 40 and unseen
+    assert not results[0].hit and results[-1].hit  # learned from the missing-tool feedback alone
+    assert results[-1].recall == 1.0
 
 
 def test_unseen_split_keeps_repeated_queries_together(tiny: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from memabra import Budget, Candidate, CandidateKind, RoutingContext
 from memabra.router import Similarity, VWRouter
 from memabra.router._base import SlotView
+from memabra.router._vw import IGNORE_LINEAR, INTERACTIONS
 from memabra.router._vw_decision_scores import slot_invariant
 
 WORDS = "invoice refund shipping espresso grinder weather flight hotel recipe calendar email laptop garden train".split()
@@ -100,18 +101,21 @@ def test_decisions_are_the_same_with_per_slot_predictions() -> None:
 def test_only_settings_that_keep_the_model_linear_in_the_slot_use_one_prediction(
     kwargs: dict[str, object], expected: bool
 ) -> None:
-    params = {"interactions": ("qa", "ua", "uw", "kt"), "ignore": "", "ignore_linear": "qukw", "extra_args": ""}
+    params = {"interactions": INTERACTIONS, "ignore": "", "ignore_linear": IGNORE_LINEAR, "extra_args": ""}
     params.update(kwargs)
     assert slot_invariant(params["interactions"], params["ignore"], params["ignore_linear"], params["extra_args"]) is expected  # type: ignore[arg-type]
-    router = VWRouter(similarity=Similarity(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_router_uses_one_prediction_per_decision() -> None:
+    router = VWRouter(similarity=Similarity())
     router._ensure_state()
-    assert router._per_decision is expected
+    assert router._per_decision
 
 
 def test_per_slot_fallback_still_decides() -> None:
     rng = np.random.default_rng(5)
     pool = _pool(rng)
-    router = _trained(rng, pool, interactions=("qa", "ua", "kt", "kp"))
-    assert not router._per_decision
+    router = _trained(rng, pool)
+    router._per_decision = False
     view = _views(rng, router, pool)[1]
     np.testing.assert_array_equal(router._residuals(view), router._predict(view))

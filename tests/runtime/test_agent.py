@@ -186,22 +186,3 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
         agent.feedback(ep.id, correct=helped, relevant_ids=[diet.id], final=True)
     after = p_diet()
     assert after > before + 0.2, (before, after)
-
-
-def test_the_router_remembers_what_failed_a_request_even_with_slate_credit(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
-    """Local outcomes reach the router's request memory whether or not they set per-slot credit."""
-    from memabra import RoutingContext
-    from memabra.router import VWRouter
-
-    router = VWRouter(similarity=lexical)
-    agent, _ = make_agent(log, tools, lexical, [AIMessage("Paris is the capital of France.")], router=router)
-    assert agent.session.local_credit is False
-    louvre = agent.session.memory.remember("ann", "On my France trip I visited the Louvre museum with my sister")
-    out = ask(agent, "What is the capital city of France?")
-    ep = agent.log.get_episode(out["memabra_episode_id"])
-    assert louvre.id in ep.selections[0].chosen_ids
-    agent.feedback(ep.id, correct=True, final=True)
-    context = RoutingContext("What is the capital city of France?", "ann", budget=agent.session.budget)
-    table = router.featurize(context, [m.as_candidate() for m in agent.session.memory.items("ann")])
-    row = [c.id for c in table.candidates].index(louvre.id)
-    assert table.column("failed_here")[row] > 0.0 and table.column("helped_here")[row] == 0.0
