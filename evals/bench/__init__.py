@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from memabra.evals.bench._data import BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
-from memabra.evals.bench._harness import RoundResult, RouterFactory, run_bench, run_router, summarize
+from memabra.evals.bench._harness import DecisionSink, RoundResult, RouterFactory, run_bench, run_router, summarize
+from memabra.evals.bench._log_db import DecisionLogWriter
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
 
@@ -11,6 +12,8 @@ __all__ = [
     "ROUTER_NAMES",
     "BenchFormatError",
     "BenchRound",
+    "DecisionLogWriter",
+    "DecisionSink",
     "RoundResult",
     "RouterFactory",
     "bench_budget_tokens",

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from memabra._records import Budget, Candidate, RoutingContext
+from memabra._records import Budget, Candidate, RewardBreakdown, RoutingContext, Selection
 from memabra.evals.bench._data import BenchRound, split_unseen
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.router import Router
@@ -72,13 +72,21 @@ class _Usage:
                 self.helped[cid] = self.helped.get(cid, 0) + 1
 
 
-def _play(router: Router, round_: BenchRound, usage: _Usage, learn: bool, pass_index: int) -> RoundResult:
+DecisionSink = Callable[[Selection, RewardBreakdown, frozenset[str]], None]
+"""Receives each decision of the first router with its reward and the chosen relevant ids (``--log-db``)."""
+
+
+def _play(
+    router: Router, round_: BenchRound, usage: _Usage, learn: bool, pass_index: int, sink: DecisionSink | None = None
+) -> RoundResult:
     kind = round_.kind
     budget = Budget(max_tokens=bench_budget_tokens(round_), slots={kind: round_.slots})
     context = RoutingContext(query=round_.query, user_id=round_.group or "bench", kinds=(kind,), budget=budget)
     selection = router.choose(context, usage.annotate(round_.candidates))
     chosen = selection.chosen_ids
     reward = bench_reward(round_, chosen)
+    if sink is not None:
+        sink(selection, reward, frozenset(chosen) & round_.relevant)
     if learn:
         outcomes = {cid: 1.0 if cid in round_.relevant else 0.0 for cid in chosen}
         router.learn(selection, reward, outcomes)
@@ -102,6 +110,7 @@ def run_router(
     *,
     name: str = "router",
     progress: ProgressCallback | None = None,
+    sink: DecisionSink | None = None,
 ) -> tuple[list[RoundResult], float]:
     """Replay ``rounds`` for ``passes`` passes against a fresh router; returns every round's result
     and the unseen-half hit rate."""
@@ -118,7 +127,7 @@ def run_router(
     results: list[RoundResult] = []
     for p, order in enumerate(orders):
         for i in order:
-            results.append(_play(router, rounds[int(i)], usage, learn=True, pass_index=p))
+            results.append(_play(router, rounds[int(i)], usage, learn=True, pass_index=p, sink=sink))
             done += 1
             if progress is not None:
                 progress(name, done, total)
@@ -198,8 +207,10 @@ def run_bench(
     *,
     progress: ProgressCallback | None = None,
     source: str | None = None,
+    sink: DecisionSink | None = None,
 ) -> dict[str, Any]:
-    """Replay ``rounds`` against every router; the report's JSON document."""
+    """Replay ``rounds`` against every router; the report's JSON document. ``sink`` receives every
+    decision of the first router's passes (not its unseen-half run), for ``--log-db``."""
     report: dict[str, Any] = {
         "file": source,
         "rounds": len(rounds),
@@ -209,7 +220,7 @@ def run_bench(
     }
     if routers:
         _warm_caches(next(iter(routers.values()))(seed), rounds)
-    for name, factory in routers.items():
-        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress)
+    for k, (name, factory) in enumerate(routers.items()):
+        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress, sink=sink if k == 0 else None)
         report["routers"][name] = summarize(results, passes, unseen)
     return report
