@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.ensemble import HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from memabra._records import STOP_ID, Selection
 from memabra.router import FeatureTable
@@ -32,8 +33,10 @@ __all__ = ["MAX_MODEL_DECISIONS", "DecisionTable", "RewardModelReport", "SlateRe
 MAX_MODEL_DECISIONS = 20_000
 # below this many decisions per fold a fitted model is noise: the fold mean is used instead
 _MIN_FIT_DECISIONS = 20
+# one thread: on a few thousand rows OpenMP's start-up costs more than it saves (20x on 2 busy cores)
+_THREADS = 1
 # a small, fixed booster: a few hundred decisions must not overfit, and fitting must take seconds
-_BOOSTER = {"max_iter": 150, "learning_rate": 0.08, "max_leaf_nodes": 15, "min_samples_leaf": 10, "l2_regularization": 1.0}
+_BOOSTER = {"max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 15, "min_samples_leaf": 10, "l2_regularization": 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,8 @@ class SlateRewardModel:
                 model: HistGradientBoostingRegressor | float = float(y[train].mean()) if train.any() else float(y.mean())
             else:
                 model = HistGradientBoostingRegressor(random_state=self.random_state, **_BOOSTER)  # type: ignore[arg-type]
-                model.fit(x[train], y[train])
+                with threadpool_limits(_THREADS):
+                    model.fit(x[train], y[train])
                 fitted += 1
             self._models.append(model)
             held = ~train
@@ -186,4 +190,5 @@ class SlateRewardModel:
     def _predict_with(model: HistGradientBoostingRegressor | float, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         if isinstance(model, float):
             return np.full(rows.shape[0], model)
-        return np.asarray(model.predict(rows), dtype=np.float64)
+        with threadpool_limits(_THREADS):
+            return np.asarray(model.predict(rows), dtype=np.float64)

@@ -13,7 +13,8 @@ logger gave only its floor it almost never tried, so the estimate there rests on
 A target is ``unsupported`` when any of:
 
 1. its floor share exceeds :data:`MAX_FLOOR_SHARE`;
-2. the mean of the recommended estimator's weight has a ``1 - alpha`` interval that excludes 1;
+2. the mean of the recommended estimator's weight has a ``1 - alpha`` interval that excludes 1
+   by more than :data:`MEAN_WEIGHT_TOLERANCE`;
 3. that weight's effective sample size is below :data:`MIN_EFFECTIVE_SAMPLE_SIZE`.
 """
 
@@ -29,6 +30,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "MAX_FLOOR_SHARE",
+    "MEAN_WEIGHT_TOLERANCE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
     "SUPPORT_PROBABILITY",
     "SupportVerdict",
@@ -41,6 +43,9 @@ __all__ = [
 MAX_FLOOR_SHARE = 0.2
 # fewer effective decisions than this and a normal interval is not to be trusted
 MIN_EFFECTIVE_SAMPLE_SIZE = 20.0
+# a mean weight this close to 1 shifts an estimate by at most as much; and a greedy logger's
+# unexplored floor makes the sample mean 1 + (floor mass) with no spread at all
+MEAN_WEIGHT_TOLERANCE = 0.02
 # a logged probability below this is a floor whatever the slot looks like: weights above 1000
 SUPPORT_PROBABILITY = 1e-3
 
@@ -110,7 +115,7 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             f"(more than {MAX_FLOOR_SHARE:.0%})",
         )
     low, high = weight.mean_interval(alpha)
-    if not low <= 1.0 <= high:
+    if high < 1.0 - MEAN_WEIGHT_TOLERANCE or low > 1.0 + MEAN_WEIGHT_TOLERANCE:
         return SupportVerdict(
             False,
             f"mean {weight_label} weight {weight.mean:.3g} [{low:.3g}, {high:.3g}] excludes 1: the log does not "
