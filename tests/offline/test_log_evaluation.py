@@ -24,6 +24,7 @@ from memabra.router import HybridRouter, RandomRouter, Router
 from memabra.storage import EpisodeLog
 
 runner = CliRunner(env={"COLUMNS": "240"})
+pytestmark = pytest.mark.slow
 
 
 def _fill(log: EpisodeLog, router: Router, n: int) -> None:
