@@ -20,12 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memabra.evals.bench import DecisionLogWriter, load_rounds, router_factories, run_bench
+from memabra.evals.bench import (
+    DecisionLogWriter,
+    load_rounds,
+    router_factories,
+    run_bench,
+)
 from memabra.evals.offline import ROUTERS, Target, evaluate_policies
 from memabra.router import Router, Similarity
 from memabra.storage import EpisodeLog
 
-BENCH_NAMES = {"sklearn": "linear"}  # the bench's name for a router where it differs from ope's
+BENCH_NAMES = {
+    "sklearn": "linear"
+}  # the bench's name for a router where it differs from ope's
 
 
 def logger_factory(spec: str, similarity: Similarity) -> tuple[str, Any]:
@@ -39,14 +46,23 @@ def logger_factory(spec: str, similarity: Similarity) -> tuple[str, Any]:
     return f"logger:{name}", build
 
 
-def check_file(path: Path, logger: str, targets: list[str], passes: int, seed: int, similarity: Similarity) -> list[dict[str, Any]]:
+def check_file(
+    path: Path,
+    logger: str,
+    targets: list[str],
+    passes: int,
+    seed: int,
+    similarity: Similarity,
+) -> list[dict[str, Any]]:
     rounds = load_rounds(path)
     label, build = logger_factory(logger, similarity)
     factories = {label: build, **router_factories(targets, similarity)}
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{Path(scratch) / 'log.db'}"
         with DecisionLogWriter(url) as writer:
-            report = run_bench(rounds, factories, passes, seed, source=path.name, sink=writer)
+            report = run_bench(
+                rounds, factories, passes, seed, source=path.name, sink=writer
+            )
         started = time.perf_counter()
         with EpisodeLog(url) as log:
             evaluations = evaluate_policies(
@@ -66,10 +82,14 @@ def check_file(path: Path, logger: str, targets: list[str], passes: int, seed: i
                 "truth": truth,
                 "recommended": rec.as_dict(),
                 "covered": rec.ci_low <= truth <= rec.ci_high,
-                "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
+                "estimates": {
+                    k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()
+                },
                 "floor_share": ev.floor_share,
                 "diagnostics": ev.diagnostics,
-                "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
+                "reward_model": None
+                if ev.reward_model is None
+                else ev.reward_model.as_dict(),
                 "ope_seconds": seconds,
             }
         )
@@ -77,26 +97,40 @@ def check_file(path: Path, logger: str, targets: list[str], passes: int, seed: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--logger", default="vw", help="NAME or NAME:{json constructor args}; the logging router")
+    parser.add_argument(
+        "--logger",
+        default="vw",
+        help="NAME or NAME:{json constructor args}; the logging router",
+    )
     parser.add_argument("--targets", default="hybrid,bm25,random")
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lexical", action="store_true", help="BM25-only similarity (no embeddings)")
+    parser.add_argument(
+        "--lexical", action="store_true", help="BM25-only similarity (no embeddings)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     similarity = Similarity(encoder=None) if args.lexical else Similarity.default()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     rows: list[dict[str, Any]] = []
     print(f"logger {args.logger}, {args.passes} passes, seed {args.seed}\n")
-    print("| file | target | recommended | 95% interval | truth (on-policy) | covered | verdict |")
+    print(
+        "| file | target | recommended | 95% interval | truth (on-policy) | covered | verdict |"
+    )
     print("|---|---|---:|---|---:|---|---|")
     for path in args.files:
-        for row in check_file(path, args.logger, targets, args.passes, args.seed, similarity):
+        for row in check_file(
+            path, args.logger, targets, args.passes, args.seed, similarity
+        ):
             rows.append(row)
             rec = row["recommended"]
-            verdict = "supported" if rec["supported"] else f"unsupported: {rec['reason']}"
+            verdict = (
+                "supported" if rec["supported"] else f"unsupported: {rec['reason']}"
+            )
             print(
                 f"| {row['file']} | {row['target']} | {rec['value']:+.3f} | {rec['ci_low']:+.3f} … {rec['ci_high']:+.3f} "
                 f"| {row['truth']:+.3f} | {'yes' if row['covered'] else 'NO'} | {verdict} |",

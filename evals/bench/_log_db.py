@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from memabra._records import Episode, RewardBreakdown, Selection, utcnow
 from memabra.storage import EpisodeLog, upgrade
+
+from memabra._records import Episode, RewardBreakdown, Selection, utcnow
 
 __all__ = ["DecisionLogWriter"]
 
@@ -30,7 +31,9 @@ class DecisionLogWriter:
         self._pending: list[Episode] = []
         self.written = 0
 
-    def __call__(self, selection: Selection, reward: RewardBreakdown, used: frozenset[str]) -> None:
+    def __call__(
+        self, selection: Selection, reward: RewardBreakdown, used: frozenset[str]
+    ) -> None:
         context = selection.context
         self._pending.append(
             Episode(
@@ -59,5 +62,10 @@ class DecisionLogWriter:
     def __enter__(self) -> DecisionLogWriter:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

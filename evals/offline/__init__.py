@@ -11,9 +11,18 @@ from memabra.evals.offline._evaluate import (
     logged_value,
 )
 from memabra.evals.offline._plot import plot_estimates
-from memabra.evals.offline._policies import ROUTERS, ResolvedPolicy, resolve_policy, router_from_snapshot
+from memabra.evals.offline._policies import (
+    ROUTERS,
+    ResolvedPolicy,
+    resolve_policy,
+    router_from_snapshot,
+)
 from memabra.evals.offline._slate_model import RewardModelReport
-from memabra.evals.offline._support import MAX_FLOOR_SHARE, MIN_EFFECTIVE_SAMPLE_SIZE, SUPPORT_PROBABILITY
+from memabra.evals.offline._support import (
+    MAX_FLOOR_SHARE,
+    MIN_EFFECTIVE_SAMPLE_SIZE,
+    SUPPORT_PROBABILITY,
+)
 from memabra.evals.offline._train import TrainReport, train_from_log
 
 __all__ = [

@@ -20,11 +20,17 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-
-from memabra._errors import InvalidRecordError
-from memabra._records import OPEResult, RewardBreakdown, RewardWeights, Selection, new_id
-from memabra.evals.offline._slate_model import DecisionTable, RewardModelReport, SlateRewardModel
-from memabra.evals.offline._support import SupportVerdict, WeightSummary, finite_or_none, support_verdict
+from memabra.evals.offline._slate_model import (
+    DecisionTable,
+    RewardModelReport,
+    SlateRewardModel,
+)
+from memabra.evals.offline._support import (
+    SupportVerdict,
+    WeightSummary,
+    finite_or_none,
+    support_verdict,
+)
 from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
 from memabra.evals.ope import (
     NEEDS_REWARD_MODEL,
@@ -32,12 +38,22 @@ from memabra.evals.ope import (
     IntervalMethod,
     PolicyValueInterval,
     SlateTerms,
+    SlotEstimator,
     StreamingEstimate,
     check_alpha,
     make_slot_estimators,
 )
 from memabra.router import Router
 from memabra.storage import EpisodeLog
+
+from memabra._errors import InvalidRecordError
+from memabra._records import (
+    OPEResult,
+    RewardBreakdown,
+    RewardWeights,
+    Selection,
+    new_id,
+)
 
 __all__ = [
     "DEFAULT_ESTIMATORS",
@@ -54,7 +70,11 @@ RECOMMENDED_ESTIMATOR = "pi-dr"
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 # decisions reduced per target before their terms are folded into the running moments
 _CHUNK = 512
-_WEIGHT_LABELS = {"joint_weight": "joint", "pi_weight": "pseudo-inverse", "slot_weight": "per-slot"}
+_WEIGHT_LABELS = {
+    "joint_weight": "joint",
+    "pi_weight": "pseudo-inverse",
+    "slot_weight": "per-slot",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +128,15 @@ class LogEvaluation:
             "n_rounds": self.n_rounds,
             "recommended": self.recommended.as_dict(),
             "estimates": {
-                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
+                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high}
+                for name, e in self.estimates.items()
             },
             "diagnostics": {
                 "floor_share": self.floor_share,
-                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
+                **{
+                    name: {k: finite_or_none(v) for k, v in d.items()}
+                    for name, d in self.diagnostics.items()
+                },
             },
         }
 
@@ -122,7 +146,11 @@ def _reward(reward: RewardBreakdown, weights: RewardWeights | None) -> float:
 
 
 def logged_value(
-    log: EpisodeLog, *, since: datetime | None = None, until: datetime | None = None, weights: RewardWeights | None = None
+    log: EpisodeLog,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    weights: RewardWeights | None = None,
 ) -> tuple[float, float, int]:
     """Mean logged reward, its standard error and the number of rewarded decisions (one pass)."""
     n, mean, m2 = 0, 0.0, 0.0
@@ -188,14 +216,23 @@ def evaluate_policies(
 
     def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
         rows = RowBatch(model)
-        contexts = [DecisionContext.of(selection, reward, rows) for selection, reward in chunk]
+        contexts = [
+            DecisionContext.of(selection, reward, rows) for selection, reward in chunk
+        ]
         pending = [
-            [decision_terms(c, target.router, rows, seed=start + i, model=model is not None) for i, c in enumerate(contexts)]
+            [
+                decision_terms(
+                    c, target.router, rows, seed=start + i, model=model is not None
+                )
+                for i, c in enumerate(contexts)
+            ]
             for target in targets
         ]
         rows.run()
         for t, per_target in enumerate(pending):
-            columns = np.asarray([p.terms(rows) for p in per_target], dtype=np.float64).T
+            columns = np.asarray(
+                [p.terms(rows) for p in per_target], dtype=np.float64
+            ).T
             batch = SlateTerms(*columns)
             for stream in streams[t]:
                 stream.update(batch)
@@ -221,7 +258,19 @@ def evaluate_policies(
     out = []
     logging_value = total / count
     for t, target in enumerate(targets):
-        out.append(_summarise(target, streams[t], summaries[t], floors[t] / count, count, logging_value, report, alpha, weights))
+        out.append(
+            _summarise(
+                target,
+                streams[t],
+                summaries[t],
+                floors[t] / count,
+                count,
+                logging_value,
+                report,
+                alpha,
+                weights,
+            )
+        )
     return tuple(out)
 
 
@@ -241,16 +290,36 @@ def _summarise(
         name = stream.estimator.estimator_name
         try:
             estimates[name] = stream.estimate_interval(alpha)
-        except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
-            estimates[name] = PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
-    best = next(s for s in streams if s.estimator.estimator_name == RECOMMENDED_ESTIMATOR)
-    weight_name = best.estimator.weight_name  # type: ignore[attr-defined]
-    verdict = support_verdict(summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name])
+        except (
+            InvalidRecordError
+        ):  # a self-normalised estimate over all-zero weights is undefined
+            estimates[name] = PolicyValueInterval(
+                math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL
+            )
+    best = next(
+        s for s in streams if s.estimator.estimator_name == RECOMMENDED_ESTIMATOR
+    )
+    weight_name = SlotEstimator(estimator_name=RECOMMENDED_ESTIMATOR).weight_name
+    verdict = support_verdict(
+        summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name]
+    )
     value = estimates[RECOMMENDED_ESTIMATOR]
     if not math.isfinite(value.value):
-        verdict = SupportVerdict(False, f"{RECOMMENDED_ESTIMATOR} is undefined on this log")
-    recommended = Recommended(RECOMMENDED_ESTIMATOR, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
-    diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
+        verdict = SupportVerdict(
+            False, f"{RECOMMENDED_ESTIMATOR} is undefined on this log"
+        )
+    recommended = Recommended(
+        RECOMMENDED_ESTIMATOR,
+        value.value,
+        value.ci_low,
+        value.ci_high,
+        verdict.supported,
+        verdict.reason,
+    )
+    diagnostics = {
+        _WEIGHT_LABELS[name]: summary.as_dict(alpha)
+        for name, summary in summaries.items()
+    }
     run_id = new_id()
     details: dict[str, Any] = {
         "logging_value": logging_value,
@@ -258,7 +327,10 @@ def _summarise(
         "supported": verdict.supported,
         "reason": verdict.reason,
         "floor_share": floor_share,
-        "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
+        "diagnostics": {
+            k: {m: finite_or_none(v) for m, v in d.items()}
+            for k, d in diagnostics.items()
+        },
         "reward_model": report.as_dict() if report else None,
     }
     results = tuple(
@@ -275,7 +347,9 @@ def _summarise(
             run_id=run_id,
         )
         for name, e in estimates.items()
-        if math.isfinite(e.value) and math.isfinite(e.ci_low) and math.isfinite(e.ci_high)
+        if math.isfinite(e.value)
+        and math.isfinite(e.ci_low)
+        and math.isfinite(e.ci_high)
     )
     return LogEvaluation(
         policy=target.policy,

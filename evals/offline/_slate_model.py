@@ -20,14 +20,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from memabra.router import FeatureTable
 from numpy.typing import NDArray
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from memabra._records import STOP_ID, Selection
-from memabra.router import FeatureTable
 
-__all__ = ["MAX_MODEL_DECISIONS", "DecisionTable", "RewardModelReport", "SlateRewardModel"]
+__all__ = [
+    "MAX_MODEL_DECISIONS",
+    "DecisionTable",
+    "RewardModelReport",
+    "SlateRewardModel",
+]
 
 # enough decisions for a 40-feature boosted model to settle; beyond it the fit costs more than it gains
 MAX_MODEL_DECISIONS = 20_000
@@ -36,7 +41,13 @@ _MIN_FIT_DECISIONS = 20
 # one thread: on a few thousand rows OpenMP's start-up costs more than it saves (20x on 2 busy cores)
 _THREADS = 1
 # a small, fixed booster: a few hundred decisions must not overfit, and fitting must take seconds
-_BOOSTER = {"max_iter": 100, "learning_rate": 0.08, "max_leaf_nodes": 15, "min_samples_leaf": 10, "l2_regularization": 1.0}
+_BOOSTER = {
+    "max_iter": 100,
+    "learning_rate": 0.08,
+    "max_leaf_nodes": 15,
+    "min_samples_leaf": 10,
+    "l2_regularization": 1.0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +62,17 @@ class DecisionTable:
     @classmethod
     def of(cls, selection: Selection) -> DecisionTable:
         candidates = tuple(sc.candidate for sc in selection.offered)
-        table = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
+        table = FeatureTable.from_rows(
+            candidates, [sc.features for sc in selection.offered]
+        )
         tokens = np.array([c.tokens for c in candidates], dtype=np.float64)
         budget = selection.context.budget.max_tokens or float(tokens.sum())
-        return cls(table.matrix, tokens, float(max(budget, 1)), {c.id: i for i, c in enumerate(candidates)})
+        return cls(
+            table.matrix,
+            tokens,
+            float(max(budget, 1)),
+            {c.id: i for i, c in enumerate(candidates)},
+        )
 
     @property
     def n_features(self) -> int:
@@ -62,9 +80,12 @@ class DecisionTable:
 
     def slate_features(self, rows: Sequence[int]) -> NDArray[np.float64]:
         """Features of the decision injecting the candidates at ``rows``."""
-        return self.extended_features(list(rows), None)[0]
+        features: NDArray[np.float64] = self.extended_features(list(rows), None)[0]
+        return features
 
-    def extended_features(self, prefix: list[int], options: Sequence[int | None] | None) -> NDArray[np.float64]:
+    def extended_features(
+        self, prefix: list[int], options: Sequence[int | None] | None
+    ) -> NDArray[np.float64]:
         """Features of ``prefix`` plus each option (``None``: the prefix itself), one row each."""
         d = self.matrix.shape[1]
         chosen = self.matrix[prefix] if prefix else np.zeros((0, d))
@@ -75,7 +96,12 @@ class DecisionTable:
         out = np.zeros((len(picks), self.n_features))
         for k, option in enumerate(picks):
             if option is None:
-                n, mean, high, cost = len(prefix), total / max(len(prefix), 1), top, tokens
+                n, mean, high, cost = (
+                    len(prefix),
+                    total / max(len(prefix), 1),
+                    top,
+                    tokens,
+                )
             else:
                 n = len(prefix) + 1
                 mean = (total + self.matrix[option]) / n
@@ -119,22 +145,32 @@ class SlateRewardModel:
     n_folds: int = 2
     random_state: int = 0
     _rng: np.random.Generator = field(init=False, repr=False)
-    _features: list[NDArray[np.float64]] = field(default_factory=list, init=False, repr=False)
+    _features: list[NDArray[np.float64]] = field(
+        default_factory=list, init=False, repr=False
+    )
     _rewards: list[float] = field(default_factory=list, init=False, repr=False)
     _folds: list[int] = field(default_factory=list, init=False, repr=False)
     _seen: int = field(default=0, init=False, repr=False)
-    _models: list[HistGradientBoostingRegressor | float] = field(default_factory=list, init=False, repr=False)
+    _models: list[HistGradientBoostingRegressor | float] = field(
+        default_factory=list, init=False, repr=False
+    )
     _report: RewardModelReport | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_folds, bool) or not isinstance(self.n_folds, int) or self.n_folds < 2:
+        if (
+            isinstance(self.n_folds, bool)
+            or not isinstance(self.n_folds, int)
+            or self.n_folds < 2
+        ):
             raise ValueError(f"n_folds must be an integer >= 2; got {self.n_folds!r}")
         self._rng = np.random.default_rng(self.random_state)
 
     def fold_of(self, decision_id: str) -> int:
         return zlib.crc32(decision_id.encode()) % self.n_folds
 
-    def observe(self, selection: Selection, reward: float, table: DecisionTable) -> None:
+    def observe(
+        self, selection: Selection, reward: float, table: DecisionTable
+    ) -> None:
         """Offer one logged decision to the reservoir sample the model is fitted on."""
         row = table.slate_features(table.rows_of(selection.chosen_ids))
         self._seen += 1
@@ -145,7 +181,11 @@ class SlateRewardModel:
             return
         slot = int(self._rng.integers(0, self._seen))
         if slot < MAX_MODEL_DECISIONS:
-            self._features[slot], self._rewards[slot], self._folds[slot] = row, reward, self.fold_of(selection.id)
+            self._features[slot], self._rewards[slot], self._folds[slot] = (
+                row,
+                reward,
+                self.fold_of(selection.id),
+            )
 
     def fit(self) -> RewardModelReport:
         """Fit one model per fold on the other folds; returns the held-out error."""
@@ -158,9 +198,13 @@ class SlateRewardModel:
         for k in range(self.n_folds):
             train = folds != k
             if int(train.sum()) < _MIN_FIT_DECISIONS or np.ptp(y[train]) == 0.0:
-                model: HistGradientBoostingRegressor | float = float(y[train].mean()) if train.any() else float(y.mean())
+                model: HistGradientBoostingRegressor | float = (
+                    float(y[train].mean()) if train.any() else float(y.mean())
+                )
             else:
-                model = HistGradientBoostingRegressor(random_state=self.random_state, **_BOOSTER)  # type: ignore[arg-type]
+                model = HistGradientBoostingRegressor(
+                    random_state=self.random_state, **_BOOSTER
+                )
                 with threadpool_limits(_THREADS):
                     model.fit(x[train], y[train])
                 fitted += 1
@@ -170,11 +214,19 @@ class SlateRewardModel:
                 predicted[held] = self._predict_with(model, x[held])
         rmse = float(np.sqrt(np.mean((predicted - y) ** 2))) if y.size else math.nan
         constant = float(y.std()) if y.size else math.nan
-        learner = "HistGradientBoostingRegressor on slate features" if fitted else "fold mean reward"
-        self._report = RewardModelReport(learner, self.n_folds, int(y.size), rmse, constant)
+        learner = (
+            "HistGradientBoostingRegressor on slate features"
+            if fitted
+            else "fold mean reward"
+        )
+        self._report = RewardModelReport(
+            learner, self.n_folds, int(y.size), rmse, constant
+        )
         return self._report
 
-    def predict(self, decision_id: str, rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    def predict(
+        self, decision_id: str, rows: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
         """q for slate feature ``rows`` of a decision, by the model that did not see it."""
         if not self._models:
             raise RuntimeError("fit the reward model before predicting")
@@ -187,7 +239,9 @@ class SlateRewardModel:
         return self._predict_with(self._models[fold], rows)
 
     @staticmethod
-    def _predict_with(model: HistGradientBoostingRegressor | float, rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    def _predict_with(
+        model: HistGradientBoostingRegressor | float, rows: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
         if isinstance(model, float):
             return np.full(rows.shape[0], model)
         with threadpool_limits(_THREADS):

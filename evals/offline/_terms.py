@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
-
-from memabra._records import STOP_ID, Selection
 from memabra.evals.offline._slate_model import DecisionTable, SlateRewardModel
 from memabra.evals.offline._support import SUPPORT_PROBABILITY
 from memabra.evals.ope import OPEInputError
 from memabra.router import FeatureTable, Router
+from numpy.typing import NDArray
+
+from memabra._records import STOP_ID, Selection
 
 __all__ = ["DecisionContext", "PendingTerms", "RowBatch", "decision_terms"]
 
@@ -73,7 +73,9 @@ class DecisionContext:
     handle: int
 
     @classmethod
-    def of(cls, selection: Selection, reward: float, batch: RowBatch) -> DecisionContext:
+    def of(
+        cls, selection: Selection, reward: float, batch: RowBatch
+    ) -> DecisionContext:
         table = DecisionTable.of(selection)
         prefixes: list[list[int]] = [[]]
         for draw in selection.slots:
@@ -82,7 +84,9 @@ class DecisionContext:
                 rows.append(table.index[draw.chosen_id])
             prefixes.append(rows)
         features = np.vstack([table.slate_features(rows) for rows in prefixes])
-        return cls(selection, reward, table, tuple(prefixes), batch.add(selection.id, features))
+        return cls(
+            selection, reward, table, tuple(prefixes), batch.add(selection.id, features)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +103,27 @@ class PendingTerms:
         """The SlateTerms row (field order) of this decision for this target."""
         values = batch.get(self.context.handle)
         reward = self.context.reward
-        q_target = 0.0 if self.rollout_handle is None else float(batch.get(self.rollout_handle).mean())
+        q_target = (
+            0.0
+            if self.rollout_handle is None
+            else float(batch.get(self.rollout_handle).mean())
+        )
         ratios = self.ratios
         n_draws = ratios.size
         if n_draws == 0:
-            return (reward, 1.0, 1.0, 1.0, 1.0, reward, reward, values[0], values[0], values[0], q_target)
+            return (
+                reward,
+                1.0,
+                1.0,
+                1.0,
+                1.0,
+                reward,
+                reward,
+                values[0],
+                values[0],
+                values[0],
+                q_target,
+            )
         gains = np.zeros(n_draws)
         for s, pending in enumerate(self.option_handles):
             if pending is not None:
@@ -128,9 +148,16 @@ class PendingTerms:
         )
 
 
-def _check_target(probabilities: tuple[float, ...], selection: Selection, slot: int) -> NDArray[np.float64]:
+def _check_target(
+    probabilities: tuple[float, ...], selection: Selection, slot: int
+) -> NDArray[np.float64]:
     p = np.asarray(probabilities, dtype=np.float64)
-    if not np.all(np.isfinite(p)) or p.min() < 0.0 or p.max() > 1.0 or abs(float(p.sum()) - 1.0) > _SUM_SLACK:
+    if (
+        not np.all(np.isfinite(p))
+        or p.min() < 0.0
+        or p.max() > 1.0
+        or abs(float(p.sum()) - 1.0) > _SUM_SLACK
+    ):
         raise OPEInputError(
             "evaluation_policy_pscore",
             f"the target's distribution for decision {selection.id} slot {slot} is not a distribution "
@@ -139,9 +166,14 @@ def _check_target(probabilities: tuple[float, ...], selection: Selection, slot: 
     return p
 
 
-def _check_logged(selection: Selection, slot: int, probabilities: NDArray[np.float64], chosen: float) -> None:
+def _check_logged(
+    selection: Selection, slot: int, probabilities: NDArray[np.float64], chosen: float
+) -> None:
     if not 0.0 < chosen <= 1.0:
-        raise OPEInputError("pscore", f"decision {selection.id} slot {slot}: logged propensity {chosen!r} is outside (0, 1]")
+        raise OPEInputError(
+            "pscore",
+            f"decision {selection.id} slot {slot}: logged propensity {chosen!r} is outside (0, 1]",
+        )
     if probabilities.min() < 0.0 or abs(float(probabilities.sum()) - 1.0) > _SUM_SLACK:
         raise OPEInputError(
             "pscore",
@@ -158,21 +190,32 @@ def _floor_mass(logged: NDArray[np.float64], target: NDArray[np.float64]) -> flo
     return float(target[at_floor].sum())
 
 
-def _rollouts(context: DecisionContext, router: Router, batch: RowBatch, seed: int) -> int:
+def _rollouts(
+    context: DecisionContext, router: Router, batch: RowBatch, seed: int
+) -> int:
     """Queue q_e: the target's own selections on the logged candidates and features."""
     selection = context.selection
     candidates = [sc.candidate for sc in selection.offered]
-    features = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
+    features = FeatureTable.from_rows(
+        candidates, [sc.features for sc in selection.offered]
+    )
     rows = []
     for k in range(STOCHASTIC_ROLLOUTS):
-        own = router.choose(selection.context, candidates, features=features, seed=seed * STOCHASTIC_ROLLOUTS + k)
+        own = router.choose(
+            selection.context,
+            candidates,
+            features=features,
+            seed=seed * STOCHASTIC_ROLLOUTS + k,
+        )
         rows.append(context.table.slate_features(context.table.rows_of(own.chosen_ids)))
         if all(draw.chosen_probability >= _DETERMINISTIC for draw in own.slots):
             break
     return batch.add(selection.id, np.vstack(rows))
 
 
-def decision_terms(context: DecisionContext, router: Router, batch: RowBatch, *, seed: int, model: bool) -> PendingTerms:
+def decision_terms(
+    context: DecisionContext, router: Router, batch: RowBatch, *, seed: int, model: bool
+) -> PendingTerms:
     """Replay one decision for one target; the model's rows are queued on ``batch``."""
     selection, table = context.selection, context.table
     target = router.slot_probabilities(selection)
@@ -180,18 +223,32 @@ def decision_terms(context: DecisionContext, router: Router, batch: RowBatch, *,
     ratios = np.ones(n_draws)
     options: list[tuple[int, NDArray[np.float64]] | None] = []
     floor = 0.0
-    for s, (draw, probabilities) in enumerate(zip(selection.slots, target, strict=True)):
+    for s, (draw, probabilities) in enumerate(
+        zip(selection.slots, target, strict=True)
+    ):
         logged = np.asarray(draw.probabilities, dtype=np.float64)
         _check_logged(selection, draw.slot, logged, draw.chosen_probability)
         pi_e = _check_target(probabilities, selection, draw.slot)
         pick = draw.candidate_ids.index(draw.chosen_id)
         ratios[s] = pi_e[pick] / draw.chosen_probability
         floor += _floor_mass(logged, pi_e)
-        used = [k for k in np.flatnonzero(pi_e > 0.0).tolist() if draw.candidate_ids[k] != STOP_ID] if model else []
+        used = (
+            [
+                k
+                for k in np.flatnonzero(pi_e > 0.0).tolist()
+                if draw.candidate_ids[k] != STOP_ID
+            ]
+            if model
+            else []
+        )
         if used:
-            rows = table.extended_features(context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used])
+            rows = table.extended_features(
+                context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used]
+            )
             options.append((batch.add(selection.id, rows), pi_e[used]))
         else:
             options.append(None)
     rollout = _rollouts(context, router, batch, seed) if model else None
-    return PendingTerms(context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0)
+    return PendingTerms(
+        context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0
+    )

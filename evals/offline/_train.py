@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from memabra._errors import ConfigError, InvalidRecordError
-from memabra._records import OPEResult, RewardWeights
 from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_value
 from memabra.evals.offline._policies import ROUTERS
 from memabra.storage import EpisodeLog
+
+from memabra._errors import ConfigError, InvalidRecordError
+from memabra._records import OPEResult, RewardWeights
 
 __all__ = ["TrainReport", "train_from_log"]
 
@@ -45,10 +46,18 @@ class TrainReport:
     evaluation: LogEvaluation
 
 
-def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
-    times = [sel.created_at for sel, reward in log.iter_selections(since=since) if reward is not None]
+def _split_time(
+    log: EpisodeLog, since: datetime | None, holdout: float
+) -> tuple[datetime, int, int]:
+    times = [
+        sel.created_at
+        for sel, reward in log.iter_selections(since=since)
+        if reward is not None
+    ]
     if len(times) < 10:
-        raise InvalidRecordError(f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10")
+        raise InvalidRecordError(
+            f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10"
+        )
     k = min(len(times) - 1, max(1, int(round(len(times) * (1.0 - holdout)))))
     return times[k], k, len(times) - k
 
@@ -66,24 +75,45 @@ def train_from_log(
     progress: Callable[[int], None] | None = None,
 ) -> TrainReport:
     if learner not in ROUTERS:
-        raise ConfigError(f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}")
+        raise ConfigError(
+            f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}"
+        )
     if not 0.0 < holdout < 1.0:
         raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
     split_at, n_train, n_holdout = _split_time(log, since, holdout)
     router = ROUTERS[learner](**dict(learner_args or {}))
-    for i, (selection, reward) in enumerate(log.iter_selections(since=since, until=split_at)):
+    for i, (selection, reward) in enumerate(
+        log.iter_selections(since=since, until=split_at)
+    ):
         if reward is None:
             continue
-        router.learn_logged(selection, reward.reweighted(weights) if weights is not None else reward)
+        router.learn_logged(
+            selection, reward.reweighted(weights) if weights is not None else reward
+        )
         if progress is not None:
             progress(i + 1)
-    evaluation = evaluate_on_log(log, router, policy=f"{learner} (trained from log)", since=split_at, weights=weights, alpha=alpha)
+    evaluation = evaluate_on_log(
+        log,
+        router,
+        policy=f"{learner} (trained from log)",
+        since=split_at,
+        weights=weights,
+        alpha=alpha,
+    )
     recommended = evaluation.recommended
     if not math.isfinite(recommended.ci_low):
-        raise InvalidRecordError(f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}")
-    estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
+        raise InvalidRecordError(
+            f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}"
+        )
+    estimate = next(
+        r for r in evaluation.results if r.estimator == recommended.estimator
+    )
     value, stderr, _ = logged_value(log, since=split_at, weights=weights)
-    promotable = recommended.supported and math.isfinite(estimate.ci_low) and estimate.ci_low > value
+    promotable = (
+        recommended.supported
+        and math.isfinite(estimate.ci_low)
+        and estimate.ci_low > value
+    )
     if not recommended.supported:
         verdict = f"unsupported: {recommended.reason}"
     elif promotable:
@@ -106,10 +136,18 @@ def train_from_log(
             "n_holdout": n_holdout,
             "split_at": split_at.isoformat(),
         }
-        snapshot = replace(snapshot, parent=active.version if active else None, metrics=metrics, status="candidate")
+        snapshot = replace(
+            snapshot,
+            parent=active.version if active else None,
+            metrics=metrics,
+            status="candidate",
+        )
         existing = {s.version for s in log.list_snapshots()}
         if snapshot.version in existing:
-            snapshot = replace(snapshot, version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}")
+            snapshot = replace(
+                snapshot,
+                version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}",
+            )
         log.save_snapshot(snapshot)
         saved = snapshot.version
         logger.info("saved snapshot %s (%s)", saved, metrics["verdict"])

@@ -41,11 +41,15 @@ E[W] = E[P] = 1 when the target's support lies within the logger's, which the di
 from __future__ import annotations
 
 from dataclasses import dataclass
-import numpy as np
-from numpy.typing import NDArray
 
+import numpy as np
 from memabra.evals.ope._base import EstimatorBase
-from memabra.evals.ope._validation import OPEInputError, as_float_array, check_same_length
+from memabra.evals.ope._validation import (
+    OPEInputError,
+    as_float_array,
+    check_same_length,
+)
+from numpy.typing import NDArray
 
 __all__ = [
     "NEEDS_REWARD_MODEL",
@@ -79,7 +83,11 @@ class SlateTerms:
         for name in ("joint_weight", "slot_weight", "last_weight"):
             if getattr(self, name).size and float(getattr(self, name).min()) < 0.0:
                 raise OPEInputError(name, f"{name} must be >= 0")
-        check_same_length("reward", self.reward.shape[0], {name: getattr(self, name) for name in names})
+        check_same_length(
+            "reward",
+            self.reward.shape[0],
+            {name: getattr(self, name) for name in names},
+        )
 
     @property
     def n_rounds(self) -> int:
@@ -99,11 +107,12 @@ class SlotEstimator(EstimatorBase[SlateTerms]):
     def __post_init__(self) -> None:
         if self.estimator_name not in _TERMS:
             raise OPEInputError(
-                "estimators", f"unknown estimator {self.estimator_name!r}; choose from {', '.join(SLOT_ESTIMATOR_NAMES)}"
+                "estimators",
+                f"unknown estimator {self.estimator_name!r}; choose from {', '.join(SLOT_ESTIMATOR_NAMES)}",
             )
 
     @property
-    def n_components(self) -> int:  # type: ignore[override]
+    def n_components(self) -> int:
         return 2 if self.estimator_name in _RATIOS else 1
 
     @property
@@ -115,7 +124,8 @@ class SlotEstimator(EstimatorBase[SlateTerms]):
         if self.estimator_name in _RATIOS:
             weight = getattr(batch, _RATIOS[self.estimator_name])
             return np.column_stack((weight * batch.reward, weight))
-        return _TERMS[self.estimator_name](batch)[:, None]
+        terms: NDArray[np.float64] = _TERMS[self.estimator_name](batch)
+        return terms[:, None]
 
     def value_from_means(self, means: NDArray[np.float64]) -> NDArray[np.float64]:
         if self.estimator_name in _RATIOS:
@@ -162,10 +172,17 @@ SLOT_ESTIMATOR_NAMES: tuple[str, ...] = tuple(_TERMS)
 NEEDS_REWARD_MODEL = frozenset({"iips", "rips", "dm", "dr", "idr", "cdr", "pi-dr"})
 
 
-def make_slot_estimators(names: tuple[str, ...] | list[str]) -> tuple[SlotEstimator, ...]:
+def make_slot_estimators(
+    names: tuple[str, ...] | list[str],
+) -> tuple[SlotEstimator, ...]:
     """Estimators for the names of the module docstring's table, in the order given."""
     if not names:
-        raise OPEInputError("estimators", f"name at least one estimator of {', '.join(SLOT_ESTIMATOR_NAMES)}")
+        raise OPEInputError(
+            "estimators",
+            f"name at least one estimator of {', '.join(SLOT_ESTIMATOR_NAMES)}",
+        )
     if len(set(names)) != len(names):
-        raise OPEInputError("estimators", f"each estimator may be named once; got {', '.join(names)}")
+        raise OPEInputError(
+            "estimators", f"each estimator may be named once; got {', '.join(names)}"
+        )
     return tuple(SlotEstimator(estimator_name=name) for name in names)

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from memabra._cli._common import DbOption, console, fail, run_guarded
@@ -35,7 +41,13 @@ def ope_log(
     store: Annotated[bool, typer.Option("--store/--no-store", help="Keep the results in the log's OPE runs.")] = True,
 ) -> None:
     """Would these policies have done better on what we logged? Estimates with intervals and a support verdict."""
-    from memabra.evals.offline import DEFAULT_ESTIMATORS, Target, evaluate_policies, plot_estimates, resolve_policy
+    from memabra.evals.offline import (
+        DEFAULT_ESTIMATORS,
+        Target,
+        evaluate_policies,
+        plot_estimates,
+        resolve_policy,
+    )
 
     reweight = run_guarded(parse_weights, weights) if weights else None
     names = [e.strip() for e in estimators.split(",") if e.strip()] if estimators else list(DEFAULT_ESTIMATORS)
