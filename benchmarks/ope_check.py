@@ -96,11 +96,104 @@ def check_file(
     return rows
 
 
+def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, Any]:
+    """Coverage of every estimator's interval over seeded simulator logs, where the truth is exact.
+
+    The logger is the VW router, epsilon-greedy (``epsilon``), learning online; the targets are its
+    own final state made greedy, uniform random and hybrid top-k."""
+    from dataclasses import replace
+
+    from memabra.evals.simulator import World, log_simulation, policy_truth
+    from memabra.router import HybridRouter, RandomRouter, VWRouter
+    from memabra.storage import upgrade
+
+    similarity = Similarity(encoder=None)
+    hits: dict[str, dict[str, list[bool]]] = {}
+    supported: dict[str, list[bool]] = {}
+    for seed in range(seeds):
+        world = World(seed=seed)
+        with tempfile.TemporaryDirectory() as scratch:
+            url = f"sqlite:///{Path(scratch) / 'sim.db'}"
+            upgrade(url)
+            with EpisodeLog(url) as log:
+                rounds, logger = log_simulation(
+                    lambda s: VWRouter(
+                        seed=s,
+                        similarity=similarity,
+                        exploration="epsilon",
+                        epsilon=epsilon,
+                    ),
+                    world,
+                    n_rounds,
+                    log,
+                    seed=seed,
+                )
+                snap = logger.snapshot()
+                greedy = VWRouter.restore(
+                    replace(
+                        snap,
+                        learner_args={**snap.learner_args, "exploration": "greedy"},
+                    ),
+                    similarity=similarity,
+                )
+                targets: dict[str, Router] = {
+                    "vw greedy": greedy,
+                    "random": RandomRouter(similarity=similarity, seed=seed),
+                    "hybrid": HybridRouter(similarity=similarity),
+                }
+                evaluations = evaluate_policies(
+                    log, [Target(k, v) for k, v in targets.items()], seed=seed
+                )
+        for ev in evaluations:
+            truth = policy_truth(
+                targets[ev.policy],
+                world,
+                rounds,
+                draws=10 if ev.policy == "random" else 1,
+            )
+            for name, e in ev.estimates.items():
+                hits.setdefault(ev.policy, {}).setdefault(name, []).append(
+                    e.ci_low <= truth <= e.ci_high
+                )
+            rec = ev.recommended
+            hits[ev.policy].setdefault("recommended", []).append(
+                rec.ci_low <= truth <= rec.ci_high
+            )
+            supported.setdefault(ev.policy, []).append(rec.supported)
+            if rec.supported:
+                hits[ev.policy].setdefault("recommended, supported", []).append(
+                    rec.ci_low <= truth <= rec.ci_high
+                )
+        print(f"seed {seed} done", file=sys.stderr, flush=True)
+    return {
+        "seeds": seeds,
+        "rounds": n_rounds,
+        "epsilon": epsilon,
+        "coverage": {
+            p: {k: sum(v) / len(v) for k, v in d.items()} for p, d in hits.items()
+        },
+        "supported_share": {p: sum(v) / len(v) for p, v in supported.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument(
+        "--simulator",
+        type=int,
+        default=0,
+        metavar="SEEDS",
+        help="coverage over this many simulator seeds",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=300, help="simulator rounds per seed"
+    )
+    parser.add_argument(
+        "--epsilon", type=float, default=0.5, help="the simulator logger's epsilon"
+    )
     parser.add_argument(
         "--logger",
         default="vw",
@@ -114,6 +207,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.simulator:
+        result = simulator_coverage(args.simulator, args.rounds, args.epsilon)
+        print(
+            f"simulator: {args.simulator} seeds x {args.rounds} rounds, VW logger epsilon {args.epsilon}\n"
+        )
+        names = sorted({k for d in result["coverage"].values() for k in d})
+        print("| estimator | " + " | ".join(result["coverage"]) + " |")
+        print("|---|" + "---:|" * len(result["coverage"]))
+        for name in names:
+            cells = [
+                f"{d[name]:.0%}" if name in d else "-"
+                for d in result["coverage"].values()
+            ]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print(
+            "| supported (share of seeds) | "
+            + " | ".join(f"{v:.0%}" for v in result["supported_share"].values())
+            + " |"
+        )
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     similarity = Similarity(encoder=None) if args.lexical else Similarity.default()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     rows: list[dict[str, Any]] = []

@@ -66,7 +66,7 @@ __all__ = [
     "logged_value",
 ]
 
-RECOMMENDED_ESTIMATOR = "pi-dr"
+RECOMMENDED_ESTIMATOR = "cdr"
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 # decisions reduced per target before their terms are folded into the running moments
 _CHUNK = 512

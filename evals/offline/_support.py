@@ -7,7 +7,8 @@ E_b[rho] = 1 when the logger gives every option the target uses a positive proba
 weight whose interval excludes 1 says the log does not support the target (or holds wrong
 propensities). The floor share is the part of the target's probability, averaged over the logged
 draws, that falls on options where the logger put only its floor: the slot's smallest probability
-when the slot's distribution is not uniform, or anything below :data:`SUPPORT_PROBABILITY`. What the
+when the slot's distribution is not uniform and that smallest probability is below
+:data:`FLOOR_CEILING`, or anything below :data:`SUPPORT_PROBABILITY`. What the
 logger gave only its floor it almost never tried, so the estimate there rests on a handful of draws.
 
 A target is ``unsupported`` when any of:
@@ -29,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "FLOOR_CEILING",
     "MAX_FLOOR_SHARE",
     "MEAN_WEIGHT_TOLERANCE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
@@ -48,6 +50,9 @@ MIN_EFFECTIVE_SAMPLE_SIZE = 20.0
 MEAN_WEIGHT_TOLERANCE = 0.02
 # a logged probability below this is a floor whatever the slot looks like: weights above 1000
 SUPPORT_PROBABILITY = 1e-3
+# a slot's smallest probability is its floor only below this: an option drawn in 1 of 100 draws or
+# more is explored (a log of thousands of decisions draws it dozens of times), not floored
+FLOOR_CEILING = 1e-2
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from memabra.evals.offline._slate_model import DecisionTable, SlateRewardModel
-from memabra.evals.offline._support import SUPPORT_PROBABILITY
+from memabra.evals.offline._support import FLOOR_CEILING, SUPPORT_PROBABILITY
 from memabra.evals.ope import OPEInputError
 from memabra.router import FeatureTable, Router
 from numpy.typing import NDArray
@@ -185,7 +185,7 @@ def _check_logged(
 def _floor_mass(logged: NDArray[np.float64], target: NDArray[np.float64]) -> float:
     low = float(logged.min())
     at_floor = logged < SUPPORT_PROBABILITY
-    if float(logged.max()) - low > 1e-12:
+    if float(logged.max()) - low > 1e-12 and low < FLOOR_CEILING:
         at_floor |= logged <= low * (1.0 + 1e-9)
     return float(target[at_floor].sum())
 
