@@ -30,9 +30,7 @@ from memabra.evals.offline import ROUTERS, Target, evaluate_policies
 from memabra.router import Router, Similarity
 from memabra.storage import EpisodeLog
 
-BENCH_NAMES = {
-    "sklearn": "linear"
-}  # the bench's name for a router where it differs from ope's
+BENCH_NAMES = {"sklearn": "linear"}  # the bench's name for a router where it differs from ope's
 
 
 def logger_factory(spec: str, similarity: Similarity) -> tuple[str, Any]:
@@ -60,14 +58,10 @@ def check_file(
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{Path(scratch) / 'log.db'}"
         with DecisionLogWriter(url) as writer:
-            report = run_bench(
-                rounds, factories, passes, seed, source=path.name, sink=writer
-            )
+            report = run_bench(rounds, factories, passes, seed, source=path.name, sink=writer)
         started = time.perf_counter()
         with EpisodeLog(url) as log:
-            evaluations = evaluate_policies(
-                log, [Target(t, factories[t](seed)) for t in targets], seed=seed
-            )
+            evaluations = evaluate_policies(log, [Target(t, factories[t](seed)) for t in targets], seed=seed)
         seconds = time.perf_counter() - started
     rows = []
     for ev in evaluations:
@@ -82,14 +76,10 @@ def check_file(
                 "truth": truth,
                 "recommended": rec.as_dict(),
                 "covered": rec.ci_low <= truth <= rec.ci_high,
-                "estimates": {
-                    k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()
-                },
+                "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
                 "floor_share": ev.floor_share,
                 "diagnostics": ev.diagnostics,
-                "reward_model": None
-                if ev.reward_model is None
-                else ev.reward_model.as_dict(),
+                "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
                 "ope_seconds": seconds,
             }
         )
@@ -141,9 +131,7 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
                     "random": RandomRouter(similarity=similarity, seed=seed),
                     "hybrid": HybridRouter(similarity=similarity),
                 }
-                evaluations = evaluate_policies(
-                    log, [Target(k, v) for k, v in targets.items()], seed=seed
-                )
+                evaluations = evaluate_policies(log, [Target(k, v) for k, v in targets.items()], seed=seed)
         for ev in evaluations:
             truth = policy_truth(
                 targets[ev.policy],
@@ -152,34 +140,24 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
                 draws=10 if ev.policy == "random" else 1,
             )
             for name, e in ev.estimates.items():
-                hits.setdefault(ev.policy, {}).setdefault(name, []).append(
-                    e.ci_low <= truth <= e.ci_high
-                )
+                hits.setdefault(ev.policy, {}).setdefault(name, []).append(e.ci_low <= truth <= e.ci_high)
             rec = ev.recommended
-            hits[ev.policy].setdefault("recommended", []).append(
-                rec.ci_low <= truth <= rec.ci_high
-            )
+            hits[ev.policy].setdefault("recommended", []).append(rec.ci_low <= truth <= rec.ci_high)
             supported.setdefault(ev.policy, []).append(rec.supported)
             if rec.supported:
-                hits[ev.policy].setdefault("recommended, supported", []).append(
-                    rec.ci_low <= truth <= rec.ci_high
-                )
+                hits[ev.policy].setdefault("recommended, supported", []).append(rec.ci_low <= truth <= rec.ci_high)
         print(f"seed {seed} done", file=sys.stderr, flush=True)
     return {
         "seeds": seeds,
         "rounds": n_rounds,
         "epsilon": epsilon,
-        "coverage": {
-            p: {k: sum(v) / len(v) for k, v in d.items()} for p, d in hits.items()
-        },
+        "coverage": {p: {k: sum(v) / len(v) for k, v in d.items()} for p, d in hits.items()},
         "supported_share": {p: sum(v) / len(v) for p, v in supported.items()},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument(
         "--simulator",
@@ -188,12 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SEEDS",
         help="coverage over this many simulator seeds",
     )
-    parser.add_argument(
-        "--rounds", type=int, default=300, help="simulator rounds per seed"
-    )
-    parser.add_argument(
-        "--epsilon", type=float, default=0.5, help="the simulator logger's epsilon"
-    )
+    parser.add_argument("--rounds", type=int, default=300, help="simulator rounds per seed")
+    parser.add_argument("--epsilon", type=float, default=0.5, help="the simulator logger's epsilon")
     parser.add_argument(
         "--logger",
         default="vw",
@@ -202,24 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default="hybrid,bm25,random")
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--lexical", action="store_true", help="BM25-only similarity (no embeddings)"
-    )
+    parser.add_argument("--lexical", action="store_true", help="BM25-only similarity (no embeddings)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.simulator:
         result = simulator_coverage(args.simulator, args.rounds, args.epsilon)
-        print(
-            f"simulator: {args.simulator} seeds x {args.rounds} rounds, VW logger epsilon {args.epsilon}\n"
-        )
+        print(f"simulator: {args.simulator} seeds x {args.rounds} rounds, VW logger epsilon {args.epsilon}\n")
         names = sorted({k for d in result["coverage"].values() for k in d})
         print("| estimator | " + " | ".join(result["coverage"]) + " |")
         print("|---|" + "---:|" * len(result["coverage"]))
         for name in names:
-            cells = [
-                f"{d[name]:.0%}" if name in d else "-"
-                for d in result["coverage"].values()
-            ]
+            cells = [f"{d[name]:.0%}" if name in d else "-" for d in result["coverage"].values()]
             print(f"| {name} | " + " | ".join(cells) + " |")
         print(
             "| supported (share of seeds) | "
@@ -233,19 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     rows: list[dict[str, Any]] = []
     print(f"logger {args.logger}, {args.passes} passes, seed {args.seed}\n")
-    print(
-        "| file | target | recommended | 95% interval | truth (on-policy) | covered | verdict |"
-    )
+    print("| file | target | recommended | 95% interval | truth (on-policy) | covered | verdict |")
     print("|---|---|---:|---|---:|---|---|")
     for path in args.files:
-        for row in check_file(
-            path, args.logger, targets, args.passes, args.seed, similarity
-        ):
+        for row in check_file(path, args.logger, targets, args.passes, args.seed, similarity):
             rows.append(row)
             rec = row["recommended"]
-            verdict = (
-                "supported" if rec["supported"] else f"unsupported: {rec['reason']}"
-            )
+            verdict = "supported" if rec["supported"] else f"unsupported: {rec['reason']}"
             print(
                 f"| {row['file']} | {row['target']} | {rec['value']:+.3f} | {rec['ci_low']:+.3f} … {rec['ci_high']:+.3f} "
                 f"| {row['truth']:+.3f} | {'yes' if row['covered'] else 'NO'} | {verdict} |",

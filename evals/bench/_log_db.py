@@ -31,9 +31,7 @@ class DecisionLogWriter:
         self._pending: list[Episode] = []
         self.written = 0
 
-    def __call__(
-        self, selection: Selection, reward: RewardBreakdown, used: frozenset[str]
-    ) -> None:
+    def __call__(self, selection: Selection, reward: RewardBreakdown, used: frozenset[str]) -> None:
         context = selection.context
         self._pending.append(
             Episode(

@@ -3,6 +3,7 @@
 from memabra.evals.offline._evaluate import (
     DEFAULT_ESTIMATORS,
     RECOMMENDED_ESTIMATOR,
+    RECOMMENDED_ORDER,
     LogEvaluation,
     Recommended,
     Target,
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_FLOOR_SHARE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
     "RECOMMENDED_ESTIMATOR",
+    "RECOMMENDED_ORDER",
     "ROUTERS",
     "SUPPORT_PROBABILITY",
     "LogEvaluation",

@@ -6,9 +6,13 @@ and sums the logged rewards; the second reduces each decision, for every target 
 terms of :class:`~memabra.evals.ope.SlateTerms` and folds them into every estimator's running
 moments and the support diagnostics. Intervals are normal (delta method).
 
-``recommended`` is, per target, :data:`RECOMMENDED_ESTIMATOR` with the target's support verdict
-(:mod:`memabra.evals.offline._support`) on the weight that estimator uses. The choice comes from
-measurement against on-policy truth (``benchmarks/ope_check.py``, ``docs/ope.md``).
+``recommended`` is, per target, the first of :data:`RECOMMENDED_ORDER` whose weight passes the
+support verdict (:mod:`memabra.evals.offline._support`): cascade DR (unbiased under support, but
+its joint weight runs out of effective samples as slates lengthen), then PI-DR (additive weights,
+many more effective samples, unbiased when the reward model's residual is additive over slots). When
+neither passes, the first is reported with ``supported`` false and the first failing rule as the
+reason. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
+``docs/ope.md``).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from memabra._records import (
 __all__ = [
     "DEFAULT_ESTIMATORS",
     "RECOMMENDED_ESTIMATOR",
+    "RECOMMENDED_ORDER",
     "LogEvaluation",
     "Recommended",
     "Target",
@@ -66,7 +71,8 @@ __all__ = [
     "logged_value",
 ]
 
-RECOMMENDED_ESTIMATOR = "cdr"
+RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi-dr")
+RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 # decisions reduced per target before their terms are folded into the running moments
 _CHUNK = 512
@@ -128,15 +134,11 @@ class LogEvaluation:
             "n_rounds": self.n_rounds,
             "recommended": self.recommended.as_dict(),
             "estimates": {
-                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high}
-                for name, e in self.estimates.items()
+                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
             },
             "diagnostics": {
                 "floor_share": self.floor_share,
-                **{
-                    name: {k: finite_or_none(v) for k, v in d.items()}
-                    for name, d in self.diagnostics.items()
-                },
+                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
             },
         }
 
@@ -184,8 +186,7 @@ def evaluate_policies(
     if not targets:
         raise InvalidRecordError("name at least one policy to evaluate")
     names = list(estimators)
-    if RECOMMENDED_ESTIMATOR not in names:
-        names.append(RECOMMENDED_ESTIMATOR)
+    names.extend(name for name in RECOMMENDED_ORDER if name not in names)
     chosen = make_slot_estimators(names)
 
     def rewarded() -> Any:
@@ -216,23 +217,17 @@ def evaluate_policies(
 
     def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
         rows = RowBatch(model)
-        contexts = [
-            DecisionContext.of(selection, reward, rows) for selection, reward in chunk
-        ]
+        contexts = [DecisionContext.of(selection, reward, rows) for selection, reward in chunk]
         pending = [
             [
-                decision_terms(
-                    c, target.router, rows, seed=start + i, model=model is not None
-                )
+                decision_terms(c, target.router, rows, seed=start + i, model=model is not None)
                 for i, c in enumerate(contexts)
             ]
             for target in targets
         ]
         rows.run()
         for t, per_target in enumerate(pending):
-            columns = np.asarray(
-                [p.terms(rows) for p in per_target], dtype=np.float64
-            ).T
+            columns = np.asarray([p.terms(rows) for p in per_target], dtype=np.float64).T
             batch = SlateTerms(*columns)
             for stream in streams[t]:
                 stream.update(batch)
@@ -290,36 +285,19 @@ def _summarise(
         name = stream.estimator.estimator_name
         try:
             estimates[name] = stream.estimate_interval(alpha)
-        except (
-            InvalidRecordError
-        ):  # a self-normalised estimate over all-zero weights is undefined
-            estimates[name] = PolicyValueInterval(
-                math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL
-            )
-    best = next(
-        s for s in streams if s.estimator.estimator_name == RECOMMENDED_ESTIMATOR
-    )
-    weight_name = SlotEstimator(estimator_name=RECOMMENDED_ESTIMATOR).weight_name
-    verdict = support_verdict(
-        summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name]
-    )
-    value = estimates[RECOMMENDED_ESTIMATOR]
-    if not math.isfinite(value.value):
-        verdict = SupportVerdict(
-            False, f"{RECOMMENDED_ESTIMATOR} is undefined on this log"
-        )
-    recommended = Recommended(
-        RECOMMENDED_ESTIMATOR,
-        value.value,
-        value.ci_low,
-        value.ci_high,
-        verdict.supported,
-        verdict.reason,
-    )
-    diagnostics = {
-        _WEIGHT_LABELS[name]: summary.as_dict(alpha)
-        for name, summary in summaries.items()
-    }
+        except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
+            estimates[name] = PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
+    verdicts = {}
+    for name in RECOMMENDED_ORDER:
+        weight_name = SlotEstimator(estimator_name=name).weight_name
+        verdict = support_verdict(summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name])
+        if not math.isfinite(estimates[name].ci_low):
+            verdict = SupportVerdict(False, f"{name} is undefined on this log")
+        verdicts[name] = verdict
+    chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
+    verdict, value = verdicts[chosen], estimates[chosen]
+    recommended = Recommended(chosen, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
+    diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
     run_id = new_id()
     details: dict[str, Any] = {
         "logging_value": logging_value,
@@ -327,10 +305,7 @@ def _summarise(
         "supported": verdict.supported,
         "reason": verdict.reason,
         "floor_share": floor_share,
-        "diagnostics": {
-            k: {m: finite_or_none(v) for m, v in d.items()}
-            for k, d in diagnostics.items()
-        },
+        "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
     }
     results = tuple(
@@ -343,13 +318,11 @@ def _summarise(
             n_rounds=count,
             alpha=alpha,
             snapshot_version=target.snapshot_version,
-            details={**details, "recommended": name == RECOMMENDED_ESTIMATOR},
+            details={**details, "recommended": name == chosen},
             run_id=run_id,
         )
         for name, e in estimates.items()
-        if math.isfinite(e.value)
-        and math.isfinite(e.ci_low)
-        and math.isfinite(e.ci_high)
+        if math.isfinite(e.value) and math.isfinite(e.ci_low) and math.isfinite(e.ci_high)
     )
     return LogEvaluation(
         policy=target.policy,

@@ -62,9 +62,7 @@ class DecisionTable:
     @classmethod
     def of(cls, selection: Selection) -> DecisionTable:
         candidates = tuple(sc.candidate for sc in selection.offered)
-        table = FeatureTable.from_rows(
-            candidates, [sc.features for sc in selection.offered]
-        )
+        table = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
         tokens = np.array([c.tokens for c in candidates], dtype=np.float64)
         budget = selection.context.budget.max_tokens or float(tokens.sum())
         return cls(
@@ -83,9 +81,7 @@ class DecisionTable:
         features: NDArray[np.float64] = self.extended_features(list(rows), None)[0]
         return features
 
-    def extended_features(
-        self, prefix: list[int], options: Sequence[int | None] | None
-    ) -> NDArray[np.float64]:
+    def extended_features(self, prefix: list[int], options: Sequence[int | None] | None) -> NDArray[np.float64]:
         """Features of ``prefix`` plus each option (``None``: the prefix itself), one row each."""
         d = self.matrix.shape[1]
         chosen = self.matrix[prefix] if prefix else np.zeros((0, d))
@@ -145,32 +141,22 @@ class SlateRewardModel:
     n_folds: int = 2
     random_state: int = 0
     _rng: np.random.Generator = field(init=False, repr=False)
-    _features: list[NDArray[np.float64]] = field(
-        default_factory=list, init=False, repr=False
-    )
+    _features: list[NDArray[np.float64]] = field(default_factory=list, init=False, repr=False)
     _rewards: list[float] = field(default_factory=list, init=False, repr=False)
     _folds: list[int] = field(default_factory=list, init=False, repr=False)
     _seen: int = field(default=0, init=False, repr=False)
-    _models: list[HistGradientBoostingRegressor | float] = field(
-        default_factory=list, init=False, repr=False
-    )
+    _models: list[HistGradientBoostingRegressor | float] = field(default_factory=list, init=False, repr=False)
     _report: RewardModelReport | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.n_folds, bool)
-            or not isinstance(self.n_folds, int)
-            or self.n_folds < 2
-        ):
+        if isinstance(self.n_folds, bool) or not isinstance(self.n_folds, int) or self.n_folds < 2:
             raise ValueError(f"n_folds must be an integer >= 2; got {self.n_folds!r}")
         self._rng = np.random.default_rng(self.random_state)
 
     def fold_of(self, decision_id: str) -> int:
         return zlib.crc32(decision_id.encode()) % self.n_folds
 
-    def observe(
-        self, selection: Selection, reward: float, table: DecisionTable
-    ) -> None:
+    def observe(self, selection: Selection, reward: float, table: DecisionTable) -> None:
         """Offer one logged decision to the reservoir sample the model is fitted on."""
         row = table.slate_features(table.rows_of(selection.chosen_ids))
         self._seen += 1
@@ -202,9 +188,7 @@ class SlateRewardModel:
                     float(y[train].mean()) if train.any() else float(y.mean())
                 )
             else:
-                model = HistGradientBoostingRegressor(
-                    random_state=self.random_state, **_BOOSTER
-                )
+                model = HistGradientBoostingRegressor(random_state=self.random_state, **_BOOSTER)
                 with threadpool_limits(_THREADS):
                     model.fit(x[train], y[train])
                 fitted += 1
@@ -214,19 +198,11 @@ class SlateRewardModel:
                 predicted[held] = self._predict_with(model, x[held])
         rmse = float(np.sqrt(np.mean((predicted - y) ** 2))) if y.size else math.nan
         constant = float(y.std()) if y.size else math.nan
-        learner = (
-            "HistGradientBoostingRegressor on slate features"
-            if fitted
-            else "fold mean reward"
-        )
-        self._report = RewardModelReport(
-            learner, self.n_folds, int(y.size), rmse, constant
-        )
+        learner = "HistGradientBoostingRegressor on slate features" if fitted else "fold mean reward"
+        self._report = RewardModelReport(learner, self.n_folds, int(y.size), rmse, constant)
         return self._report
 
-    def predict(
-        self, decision_id: str, rows: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def predict(self, decision_id: str, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         """q for slate feature ``rows`` of a decision, by the model that did not see it."""
         if not self._models:
             raise RuntimeError("fit the reward model before predicting")
@@ -239,9 +215,7 @@ class SlateRewardModel:
         return self._predict_with(self._models[fold], rows)
 
     @staticmethod
-    def _predict_with(
-        model: HistGradientBoostingRegressor | float, rows: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def _predict_with(model: HistGradientBoostingRegressor | float, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         if isinstance(model, float):
             return np.full(rows.shape[0], model)
         with threadpool_limits(_THREADS):

@@ -89,9 +89,7 @@ class WeightSummary:
     def mean_interval(self, alpha: float) -> tuple[float, float]:
         if self._count < 2:
             return -math.inf, math.inf
-        variance = max(self._squares - self._count * self.mean**2, 0.0) / (
-            self._count - 1
-        )
+        variance = max(self._squares - self._count * self.mean**2, 0.0) / (self._count - 1)
         half = NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(variance / self._count)
         return self.mean - half, self.mean + half
 
@@ -113,9 +111,7 @@ class SupportVerdict:
     reason: str
 
 
-def support_verdict(
-    weight: WeightSummary, floor_share: float, alpha: float, weight_label: str
-) -> SupportVerdict:
+def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, weight_label: str) -> SupportVerdict:
     """The rules of the module docstring, first failing rule first; the reason says why in numbers."""
     if floor_share > MAX_FLOOR_SHARE:
         return SupportVerdict(

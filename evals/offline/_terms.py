@@ -73,9 +73,7 @@ class DecisionContext:
     handle: int
 
     @classmethod
-    def of(
-        cls, selection: Selection, reward: float, batch: RowBatch
-    ) -> DecisionContext:
+    def of(cls, selection: Selection, reward: float, batch: RowBatch) -> DecisionContext:
         table = DecisionTable.of(selection)
         prefixes: list[list[int]] = [[]]
         for draw in selection.slots:
@@ -84,9 +82,7 @@ class DecisionContext:
                 rows.append(table.index[draw.chosen_id])
             prefixes.append(rows)
         features = np.vstack([table.slate_features(rows) for rows in prefixes])
-        return cls(
-            selection, reward, table, tuple(prefixes), batch.add(selection.id, features)
-        )
+        return cls(selection, reward, table, tuple(prefixes), batch.add(selection.id, features))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +99,7 @@ class PendingTerms:
         """The SlateTerms row (field order) of this decision for this target."""
         values = batch.get(self.context.handle)
         reward = self.context.reward
-        q_target = (
-            0.0
-            if self.rollout_handle is None
-            else float(batch.get(self.rollout_handle).mean())
-        )
+        q_target = 0.0 if self.rollout_handle is None else float(batch.get(self.rollout_handle).mean())
         ratios = self.ratios
         n_draws = ratios.size
         if n_draws == 0:
@@ -148,16 +140,9 @@ class PendingTerms:
         )
 
 
-def _check_target(
-    probabilities: tuple[float, ...], selection: Selection, slot: int
-) -> NDArray[np.float64]:
+def _check_target(probabilities: tuple[float, ...], selection: Selection, slot: int) -> NDArray[np.float64]:
     p = np.asarray(probabilities, dtype=np.float64)
-    if (
-        not np.all(np.isfinite(p))
-        or p.min() < 0.0
-        or p.max() > 1.0
-        or abs(float(p.sum()) - 1.0) > _SUM_SLACK
-    ):
+    if not np.all(np.isfinite(p)) or p.min() < 0.0 or p.max() > 1.0 or abs(float(p.sum()) - 1.0) > _SUM_SLACK:
         raise OPEInputError(
             "evaluation_policy_pscore",
             f"the target's distribution for decision {selection.id} slot {slot} is not a distribution "
@@ -166,9 +151,7 @@ def _check_target(
     return p
 
 
-def _check_logged(
-    selection: Selection, slot: int, probabilities: NDArray[np.float64], chosen: float
-) -> None:
+def _check_logged(selection: Selection, slot: int, probabilities: NDArray[np.float64], chosen: float) -> None:
     if not 0.0 < chosen <= 1.0:
         raise OPEInputError(
             "pscore",
@@ -190,15 +173,11 @@ def _floor_mass(logged: NDArray[np.float64], target: NDArray[np.float64]) -> flo
     return float(target[at_floor].sum())
 
 
-def _rollouts(
-    context: DecisionContext, router: Router, batch: RowBatch, seed: int
-) -> int:
+def _rollouts(context: DecisionContext, router: Router, batch: RowBatch, seed: int) -> int:
     """Queue q_e: the target's own selections on the logged candidates and features."""
     selection = context.selection
     candidates = [sc.candidate for sc in selection.offered]
-    features = FeatureTable.from_rows(
-        candidates, [sc.features for sc in selection.offered]
-    )
+    features = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
     rows = []
     for k in range(STOCHASTIC_ROLLOUTS):
         own = router.choose(
@@ -223,32 +202,18 @@ def decision_terms(
     ratios = np.ones(n_draws)
     options: list[tuple[int, NDArray[np.float64]] | None] = []
     floor = 0.0
-    for s, (draw, probabilities) in enumerate(
-        zip(selection.slots, target, strict=True)
-    ):
+    for s, (draw, probabilities) in enumerate(zip(selection.slots, target, strict=True)):
         logged = np.asarray(draw.probabilities, dtype=np.float64)
         _check_logged(selection, draw.slot, logged, draw.chosen_probability)
         pi_e = _check_target(probabilities, selection, draw.slot)
         pick = draw.candidate_ids.index(draw.chosen_id)
         ratios[s] = pi_e[pick] / draw.chosen_probability
         floor += _floor_mass(logged, pi_e)
-        used = (
-            [
-                k
-                for k in np.flatnonzero(pi_e > 0.0).tolist()
-                if draw.candidate_ids[k] != STOP_ID
-            ]
-            if model
-            else []
-        )
+        used = [k for k in np.flatnonzero(pi_e > 0.0).tolist() if draw.candidate_ids[k] != STOP_ID] if model else []
         if used:
-            rows = table.extended_features(
-                context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used]
-            )
+            rows = table.extended_features(context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used])
             options.append((batch.add(selection.id, rows), pi_e[used]))
         else:
             options.append(None)
     rollout = _rollouts(context, router, batch, seed) if model else None
-    return PendingTerms(
-        context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0
-    )
+    return PendingTerms(context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0)

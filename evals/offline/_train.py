@@ -46,14 +46,8 @@ class TrainReport:
     evaluation: LogEvaluation
 
 
-def _split_time(
-    log: EpisodeLog, since: datetime | None, holdout: float
-) -> tuple[datetime, int, int]:
-    times = [
-        sel.created_at
-        for sel, reward in log.iter_selections(since=since)
-        if reward is not None
-    ]
+def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
+    times = [sel.created_at for sel, reward in log.iter_selections(since=since) if reward is not None]
     if len(times) < 10:
         raise InvalidRecordError(
             f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10"
@@ -75,21 +69,15 @@ def train_from_log(
     progress: Callable[[int], None] | None = None,
 ) -> TrainReport:
     if learner not in ROUTERS:
-        raise ConfigError(
-            f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}"
-        )
+        raise ConfigError(f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}")
     if not 0.0 < holdout < 1.0:
         raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
     split_at, n_train, n_holdout = _split_time(log, since, holdout)
     router = ROUTERS[learner](**dict(learner_args or {}))
-    for i, (selection, reward) in enumerate(
-        log.iter_selections(since=since, until=split_at)
-    ):
+    for i, (selection, reward) in enumerate(log.iter_selections(since=since, until=split_at)):
         if reward is None:
             continue
-        router.learn_logged(
-            selection, reward.reweighted(weights) if weights is not None else reward
-        )
+        router.learn_logged(selection, reward.reweighted(weights) if weights is not None else reward)
         if progress is not None:
             progress(i + 1)
     evaluation = evaluate_on_log(
@@ -105,15 +93,9 @@ def train_from_log(
         raise InvalidRecordError(
             f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}"
         )
-    estimate = next(
-        r for r in evaluation.results if r.estimator == recommended.estimator
-    )
+    estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
     value, stderr, _ = logged_value(log, since=split_at, weights=weights)
-    promotable = (
-        recommended.supported
-        and math.isfinite(estimate.ci_low)
-        and estimate.ci_low > value
-    )
+    promotable = recommended.supported and math.isfinite(estimate.ci_low) and estimate.ci_low > value
     if not recommended.supported:
         verdict = f"unsupported: {recommended.reason}"
     elif promotable:

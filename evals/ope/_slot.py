@@ -182,7 +182,5 @@ def make_slot_estimators(
             f"name at least one estimator of {', '.join(SLOT_ESTIMATOR_NAMES)}",
         )
     if len(set(names)) != len(names):
-        raise OPEInputError(
-            "estimators", f"each estimator may be named once; got {', '.join(names)}"
-        )
+        raise OPEInputError("estimators", f"each estimator may be named once; got {', '.join(names)}")
     return tuple(SlotEstimator(estimator_name=name) for name in names)

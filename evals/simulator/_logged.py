@@ -42,7 +42,14 @@ def log_simulation(
             router.learn(selection, reward, outcomes)
         used = frozenset(cid for cid, helped in outcomes.items() if helped)
         episodes.append(
-            Episode(round_.user_id, round_.query, selections=(selection,), reward=reward, finalized_at=utcnow(), used_ids=used)
+            Episode(
+                round_.user_id,
+                round_.query,
+                selections=(selection,),
+                reward=reward,
+                finalized_at=utcnow(),
+                used_ids=used,
+            )
         )
     log.log_episodes(episodes)
     return played, router
