@@ -208,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             rec = row["recommended"]
             verdict = "supported" if rec["supported"] else f"unsupported: {rec['reason']}"
             print(
-                f"| {row['file']} | {row['target']} | {rec['value']:+.3f} | {rec['ci_low']:+.3f} … {rec['ci_high']:+.3f} "
-                f"| {row['truth']:+.3f} | {'yes' if row['covered'] else 'NO'} | {verdict} |",
+                f"| {row['file']} | {row['target']} | {rec['estimator']} {rec['value']:+.3f} "
+                f"| {rec['ci_low']:+.3f} … {rec['ci_high']:+.3f} | {row['truth']:+.3f} "
+                f"| {'yes' if row['covered'] else 'NO'} | {verdict} |",
                 flush=True,
             )
     if args.json is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
@@ -141,7 +141,7 @@ def group_by_snapshot(
                 last_at=max((s.last_at for s in items if s.last_at is not None), default=None),
             )
         )
-    out_stats.sort(key=lambda s: s.last_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+    out_stats.sort(key=lambda s: s.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
     merged_shares: dict[tuple[str, str], int] = {}
     for share in shares:
         key = (group(share.policy_version), share.kind)

@@ -31,7 +31,9 @@ def test_a_hundred_thousand_updates_make_one_row_and_one_series() -> None:
     shares = [KindShare(v, "memory", 1, 1.0) for v in versions]
     points, stats, shares = group_by_snapshot(points, stats, shares, {"vw-abc"})
     assert [(p.policy_version, p.episodes, p.mean_reward) for p in points] == [("vw-abc", 100_000, 0.5)]
-    assert [(s.policy_version, s.decisions, s.draws, s.exploration_rate) for s in stats] == [("vw-abc", 100_000, 200_000, 0.5)]
+    assert [(s.policy_version, s.decisions, s.draws, s.exploration_rate) for s in stats] == [
+        ("vw-abc", 100_000, 200_000, 0.5)
+    ]
     assert [(s.policy_version, s.kind, s.share) for s in shares] == [("vw-abc", "memory", 1.0)]
 
 
@@ -39,8 +41,12 @@ def test_an_unsupported_estimate_shows_its_reason(client: TestClient, seeded: Se
     reason = "64% of the target's probability falls where the logger put only its floor (more than 20%)"
     log.record_ope_results(
         [
-            OPEResult("random", "cdr", 0.1, 0.0, 0.2, 100, details={"supported": False, "reason": reason, "recommended": True}),
-            OPEResult("hybrid", "cdr", 0.8, 0.7, 0.9, 100, details={"supported": True, "reason": "", "recommended": True}),
+            OPEResult(
+                "random", "cdr", 0.1, 0.0, 0.2, 100, details={"supported": False, "reason": reason, "recommended": True}
+            ),
+            OPEResult(
+                "hybrid", "cdr", 0.8, 0.7, 0.9, 100, details={"supported": True, "reason": "", "recommended": True}
+            ),
         ]
     )
     page = client.get("/policies").text
