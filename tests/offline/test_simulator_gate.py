@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from memabra.evals.offline import router_from_snapshot, train_from_log
+from memabra.evals.offline import train_from_log
 from memabra.evals.simulator import World, log_simulation, policy_truth
-from memabra.router import HybridRouter, RandomRouter, Similarity
+from memabra.router import HybridRouter, RandomRouter, Similarity, VWRouter
 from memabra.storage import EpisodeLog
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(1800)  # two trainings and evaluations on 1,200 decisions: minutes on a busy machine
 def test_the_gate_promotes_a_truly_better_policy_and_refuses_a_truly_worse_one(log: EpisodeLog) -> None:
     similarity = Similarity(encoder=None)
     world = World(seed=3)
@@ -32,6 +33,8 @@ def test_the_gate_promotes_a_truly_better_policy_and_refuses_a_truly_worse_one(l
     assert not worse.promotable and worse.saved_version is None
     # the truth: each policy's exact expected reward on the held-out rounds, against the logger's
     logger_truth = policy_truth(HybridRouter(similarity=similarity, min_probability=0.05), world, held_out, draws=3)
-    better_truth = policy_truth(router_from_snapshot(log.get_snapshot(better.saved_version)), world, held_out)
+    better_truth = policy_truth(
+        VWRouter.restore(log.get_snapshot(better.saved_version), similarity=similarity), world, held_out
+    )
     worse_truth = policy_truth(RandomRouter(similarity=similarity, seed=0), world, held_out, draws=3)
     assert better_truth > logger_truth > worse_truth
