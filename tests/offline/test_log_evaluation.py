@@ -32,7 +32,9 @@ def _fill(log: EpisodeLog, router: Router, n: int) -> None:
     for i in range(n):
         ctx, cands, relevant = world(i)
         sel = router.choose(ctx, cands)
-        episodes.append(Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow()))
+        episodes.append(
+            Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
+        )
     log.log_episodes(episodes)
 
 
@@ -47,11 +49,17 @@ def test_the_logging_policy_evaluated_on_its_own_log_is_the_logged_mean(log: Epi
     assert ev.recommended.supported, ev.recommended.reason
 
 
-def test_a_better_policy_is_estimated_within_its_interval_and_dm_differs_by_target(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
+def test_a_better_policy_is_estimated_within_its_interval_and_dm_differs_by_target(
+    log: EpisodeLog, fill_log, lexical
+) -> None:  # type: ignore[no-untyped-def]
     fill_log(log, n=600)
     truth = true_value(HybridRouter(similarity=lexical, seed=2), 600)
     hybrid, random = evaluate_policies(
-        log, [Target("hybrid", HybridRouter(similarity=lexical, seed=2)), Target("random", RandomRouter(similarity=lexical, seed=3))]
+        log,
+        [
+            Target("hybrid", HybridRouter(similarity=lexical, seed=2)),
+            Target("random", RandomRouter(similarity=lexical, seed=3)),
+        ],
     )
     rec = hybrid.recommended
     assert rec.estimator in RECOMMENDED_ORDER and rec.supported, rec.reason
@@ -94,7 +102,9 @@ def test_estimators_match_hand_computed_terms() -> None:
         "pi-dr": ((0.5 + 1.5 * 0.4) + (0.3 + 0.5 * -0.4)) / 2,
     }
     for estimator in make_slot_estimators(list(hand)):
-        assert estimator.policy_value_from_batch(terms) == pytest.approx(hand[estimator.estimator_name]), estimator.estimator_name
+        assert estimator.policy_value_from_batch(terms) == pytest.approx(hand[estimator.estimator_name]), (
+            estimator.estimator_name
+        )
 
 
 def test_slate_weights_on_the_log_match_a_hand_computation(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -197,7 +207,21 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
         fill_log(log, n=120)
     out, png = tmp_path / "ope.json", tmp_path / "ope.png"
     result = runner.invoke(
-        app, ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--policy", "random", "--json", str(out), "--plot", str(png)]
+        app,
+        [
+            "ope",
+            "log",
+            "--db",
+            migrated_url,
+            "--policy",
+            "hybrid",
+            "--policy",
+            "random",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
@@ -214,3 +238,29 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     assert "vs logging policy" in trained.output
     bogus = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "bogus"])
     assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("chosen_probability", 0.0, "outside"),
+        ("chosen_probability", 1.5, "outside"),
+        ("probabilities", None, "does not sum to 1"),
+    ],
+)
+def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
+    field: str, value: float | None, message: str, lexical
+) -> None:  # type: ignore[no-untyped-def]
+    from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
+
+    ctx, cands, _ = world(0)
+    selection = RandomRouter(similarity=lexical).choose(ctx, cands)
+    draw = selection.slots[0]
+    tampered = value if value is not None else tuple(p * 0.5 for p in draw.probabilities)
+    object.__setattr__(draw, field, tampered)  # what a corrupted row would hold; SlotDraw refuses to build it
+    rows = RowBatch(None)
+    with pytest.raises(OPEInputError, match=message) as caught:
+        decision_terms(
+            DecisionContext.of(selection, 1.0, rows), HybridRouter(similarity=lexical), rows, seed=0, model=False
+        )
+    assert caught.value.field == "pscore"
