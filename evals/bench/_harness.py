@@ -20,19 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from memabra._records import Budget, Candidate, RewardBreakdown, RoutingContext, Selection
 from memabra.evals.bench._data import BenchRound, split_unseen
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.router import Router
 
-from memabra._records import (
-    Budget,
-    Candidate,
-    RewardBreakdown,
-    RoutingContext,
-    Selection,
-)
-
-__all__ = ["RoundResult", "RouterFactory", "run_bench", "run_router"]
+__all__ = ["DecisionSink", "RouterFactory", "RoundResult", "run_bench", "run_router"]
 
 RouterFactory = Callable[[int], Router]
 """Builds a fresh router from a seed."""

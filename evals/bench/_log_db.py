@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from memabra.storage import EpisodeLog, upgrade
-
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
+from memabra.storage import EpisodeLog, upgrade
 
 __all__ = ["DecisionLogWriter"]
 

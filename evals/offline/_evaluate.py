@@ -24,6 +24,15 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+
+from memabra._errors import InvalidRecordError
+from memabra._records import (
+    OPEResult,
+    RewardBreakdown,
+    RewardWeights,
+    Selection,
+    new_id,
+)
 from memabra.evals.offline._slate_model import (
     DecisionTable,
     RewardModelReport,
@@ -49,15 +58,6 @@ from memabra.evals.ope import (
 )
 from memabra.router import Router
 from memabra.storage import EpisodeLog
-
-from memabra._errors import InvalidRecordError
-from memabra._records import (
-    OPEResult,
-    RewardBreakdown,
-    RewardWeights,
-    Selection,
-    new_id,
-)
 
 __all__ = [
     "DEFAULT_ESTIMATORS",

@@ -14,19 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from memabra.router import (
-    EmbeddingRouter,
-    HybridRouter,
-    LexicalRouter,
-    LinearRouter,
-    RandomRouter,
-    Router,
-    VWRouter,
-)
-from memabra.storage import EpisodeLog
-
 from memabra._errors import ConfigError, SnapshotError, UnknownEpisodeError
 from memabra._records import PolicySnapshot
+from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
+from memabra.storage import EpisodeLog
 
 __all__ = ["ROUTERS", "ResolvedPolicy", "resolve_policy", "router_from_snapshot"]
 

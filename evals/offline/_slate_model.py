@@ -20,12 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from memabra.router import FeatureTable
 from numpy.typing import NDArray
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from memabra._records import STOP_ID, Selection
+from memabra.router import FeatureTable
 
 __all__ = [
     "MAX_MODEL_DECISIONS",

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
+
+from memabra._records import STOP_ID, Selection
 from memabra.evals.offline._slate_model import DecisionTable, SlateRewardModel
 from memabra.evals.offline._support import FLOOR_CEILING, SUPPORT_PROBABILITY
 from memabra.evals.ope import OPEInputError
 from memabra.router import FeatureTable, Router
-from numpy.typing import NDArray
-
-from memabra._records import STOP_ID, Selection
 
 __all__ = ["DecisionContext", "PendingTerms", "RowBatch", "decision_terms"]
 

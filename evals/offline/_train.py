@@ -18,12 +18,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from memabra._errors import ConfigError, InvalidRecordError
+from memabra._records import OPEResult, RewardWeights
 from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_value
 from memabra.evals.offline._policies import ROUTERS
 from memabra.storage import EpisodeLog
-
-from memabra._errors import ConfigError, InvalidRecordError
-from memabra._records import OPEResult, RewardWeights
 
 __all__ = ["TrainReport", "train_from_log"]
 

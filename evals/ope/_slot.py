@@ -43,13 +43,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
+
 from memabra.evals.ope._base import EstimatorBase
 from memabra.evals.ope._validation import (
     OPEInputError,
     as_float_array,
     check_same_length,
 )
-from numpy.typing import NDArray
 
 __all__ = [
     "NEEDS_REWARD_MODEL",

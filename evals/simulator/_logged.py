@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
+
+from memabra._records import Budget, CandidateKind, Episode, RoutingContext, utcnow
 from memabra.evals.simulator._run import _realised_reward
 from memabra.evals.simulator._world import SimRound, World, expected_reward
 from memabra.router import Router
 from memabra.storage import EpisodeLog
-
-from memabra._records import Budget, CandidateKind, Episode, RoutingContext, utcnow
 
 __all__ = ["log_simulation", "policy_truth"]
 

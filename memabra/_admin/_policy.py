@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
