@@ -221,6 +221,7 @@ def run_bench(
     if routers:
         _warm_caches(next(iter(routers.values()))(seed), rounds)
     for k, (name, factory) in enumerate(routers.items()):
-        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress, sink=sink if k == 0 else None)
+        first_sink = sink if k == 0 else None
+        results, unseen = run_router(factory, rounds, passes, seed, name=name, progress=progress, sink=first_sink)
         report["routers"][name] = summarize(results, passes, unseen)
     return report
