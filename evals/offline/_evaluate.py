@@ -204,7 +204,7 @@ def evaluate_policies(
         count += 1
         total += reward
         if model is not None:
-            model.observe(selection, reward, DecisionTable.of(selection))
+            model.observe(selection, reward, DecisionTable.of(selection), count - 1)
     if count == 0:
         raise InvalidRecordError(
             "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate"
@@ -217,7 +217,9 @@ def evaluate_policies(
 
     def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
         rows = RowBatch(model)
-        contexts = [DecisionContext.of(selection, reward, rows) for selection, reward in chunk]
+        contexts = [
+            DecisionContext.of(selection, reward, rows, start + i) for i, (selection, reward) in enumerate(chunk)
+        ]
         pending = [
             [
                 decision_terms(c, target.router, rows, seed=start + i, model=model is not None)

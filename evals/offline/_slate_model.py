@@ -5,7 +5,8 @@ maximum, column by column, zeros for an empty set), how many were chosen, whethe
 tokens they cost as a share of the budget. A scikit-learn gradient-boosted regressor maps them to
 the decision's reward (the composite total).
 
-Cross-fitting: each decision belongs to one of ``n_folds`` folds by a hash of its id; the model
+Cross-fitting: each decision belongs to one of ``n_folds`` folds by its position in the log's
+time order (round robin, so the same log always gets the same folds and the same estimates); the model
 that predicts a decision's slates is fitted on the other folds only, so no decision's own reward
 enters the predictions its DR correction uses. The model is fitted on a seeded reservoir sample of
 at most :data:`MAX_MODEL_DECISIONS` decisions, so memory stays flat however long the log is, and its
@@ -15,7 +16,6 @@ held-out error (out-of-fold RMSE on that sample) is reported next to the constan
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -153,24 +153,24 @@ class SlateRewardModel:
             raise ValueError(f"n_folds must be an integer >= 2; got {self.n_folds!r}")
         self._rng = np.random.default_rng(self.random_state)
 
-    def fold_of(self, decision_id: str) -> int:
-        return zlib.crc32(decision_id.encode()) % self.n_folds
+    def fold_of(self, position: int) -> int:
+        return position % self.n_folds
 
-    def observe(self, selection: Selection, reward: float, table: DecisionTable) -> None:
+    def observe(self, selection: Selection, reward: float, table: DecisionTable, position: int) -> None:
         """Offer one logged decision to the reservoir sample the model is fitted on."""
         row = table.slate_features(table.rows_of(selection.chosen_ids))
         self._seen += 1
         if len(self._rewards) < MAX_MODEL_DECISIONS:
             self._features.append(row)
             self._rewards.append(reward)
-            self._folds.append(self.fold_of(selection.id))
+            self._folds.append(self.fold_of(position))
             return
         slot = int(self._rng.integers(0, self._seen))
         if slot < MAX_MODEL_DECISIONS:
             self._features[slot], self._rewards[slot], self._folds[slot] = (
                 row,
                 reward,
-                self.fold_of(selection.id),
+                self.fold_of(position),
             )
 
     def fit(self) -> RewardModelReport:
@@ -202,11 +202,11 @@ class SlateRewardModel:
         self._report = RewardModelReport(learner, self.n_folds, int(y.size), rmse, constant)
         return self._report
 
-    def predict(self, decision_id: str, rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    def predict(self, position: int, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         """q for slate feature ``rows`` of a decision, by the model that did not see it."""
         if not self._models:
             raise RuntimeError("fit the reward model before predicting")
-        return self.predict_fold(self.fold_of(decision_id), rows)
+        return self.predict_fold(self.fold_of(position), rows)
 
     def predict_fold(self, fold: int, rows: NDArray[np.float64]) -> NDArray[np.float64]:
         """q for ``rows`` of decisions in ``fold``, by the model fitted on the other folds."""

@@ -35,13 +35,13 @@ class RowBatch:
     def __init__(self, model: SlateRewardModel | None) -> None:
         self._model = model
         self._rows: list[NDArray[np.float64]] = []
-        self._owners: list[str] = []
+        self._owners: list[int] = []
         self._predicted: NDArray[np.float64] | None = None
         self._offsets: list[int] = [0]
 
-    def add(self, decision_id: str, rows: NDArray[np.float64]) -> int:
+    def add(self, position: int, rows: NDArray[np.float64]) -> int:
         self._rows.append(rows)
-        self._owners.append(decision_id)
+        self._owners.append(position)
         self._offsets.append(self._offsets[-1] + rows.shape[0])
         return len(self._rows) - 1
 
@@ -71,9 +71,11 @@ class DecisionContext:
     table: DecisionTable
     prefixes: tuple[list[int], ...]
     handle: int
+    position: int
 
     @classmethod
-    def of(cls, selection: Selection, reward: float, batch: RowBatch) -> DecisionContext:
+    def of(cls, selection: Selection, reward: float, batch: RowBatch, position: int) -> DecisionContext:
+        """``position``: the decision's place in the log's time order (it picks the model's fold)."""
         table = DecisionTable.of(selection)
         prefixes: list[list[int]] = [[]]
         for draw in selection.slots:
@@ -82,7 +84,7 @@ class DecisionContext:
                 rows.append(table.index[draw.chosen_id])
             prefixes.append(rows)
         features = np.vstack([table.slate_features(rows) for rows in prefixes])
-        return cls(selection, reward, table, tuple(prefixes), batch.add(selection.id, features))
+        return cls(selection, reward, table, tuple(prefixes), batch.add(position, features), position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +191,7 @@ def _rollouts(context: DecisionContext, router: Router, batch: RowBatch, seed: i
         rows.append(context.table.slate_features(context.table.rows_of(own.chosen_ids)))
         if all(draw.chosen_probability >= _DETERMINISTIC for draw in own.slots):
             break
-    return batch.add(selection.id, np.vstack(rows))
+    return batch.add(context.position, np.vstack(rows))
 
 
 def decision_terms(
@@ -212,7 +214,7 @@ def decision_terms(
         used = [k for k in np.flatnonzero(pi_e > 0.0).tolist() if draw.candidate_ids[k] != STOP_ID] if model else []
         if used:
             rows = table.extended_features(context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used])
-            options.append((batch.add(selection.id, rows), pi_e[used]))
+            options.append((batch.add(context.position, rows), pi_e[used]))
         else:
             options.append(None)
     rollout = _rollouts(context, router, batch, seed) if model else None

@@ -261,6 +261,6 @@ def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
     rows = RowBatch(None)
     with pytest.raises(OPEInputError, match=message) as caught:
         decision_terms(
-            DecisionContext.of(selection, 1.0, rows), HybridRouter(similarity=lexical), rows, seed=0, model=False
+            DecisionContext.of(selection, 1.0, rows, 0), HybridRouter(similarity=lexical), rows, seed=0, model=False
         )
     assert caught.value.field == "pscore"
