@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memabra.evals.bench._data import NEED_RULES, BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
 from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactory, run_bench, run_router, summarize
+from memabra.evals.bench._log_db import DecisionLogWriter
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
 
@@ -13,6 +14,7 @@ __all__ = [
     "BenchFormatError",
     "DecisionHook",
     "BenchRound",
+    "DecisionLogWriter",
     "RoundResult",
     "RouterFactory",
     "bench_budget_tokens",

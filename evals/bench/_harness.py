@@ -99,6 +99,8 @@ def _play(
     selection = router.choose(context, usage.annotate(round_.candidates))
     chosen = selection.chosen_ids
     reward = bench_reward(round_, chosen)
+    if on_decision is not None:
+        on_decision(selection, reward, round_)
     if learn:
         outcomes = {cid: 1.0 if cid in round_.relevant else 0.0 for cid in chosen}
         missing: tuple[str, ...] = ()
@@ -107,8 +109,6 @@ def _play(
             missing = tuple(sorted(cid for cid in round_.relevant if cid not in chosen and cid in offered))
         router.learn(selection, reward, outcomes, missing=missing)
         usage.record(chosen, round_.relevant)
-        if on_decision is not None:
-            on_decision(selection, reward, round_)
     return RoundResult(
         pass_index=pass_index,
         round_id=round_.id,

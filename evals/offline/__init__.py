@@ -1,21 +1,50 @@
 """Offline evaluation and off-policy training on the memabra episode log."""
 
-from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_round_batches, logged_value, target_pscore
+from memabra.evals.offline._evaluate import (
+    DEFAULT_ESTIMATORS,
+    RECOMMENDED_ESTIMATOR,
+    RECOMMENDED_ORDER,
+    LogEvaluation,
+    Recommended,
+    Target,
+    evaluate_on_log,
+    evaluate_policies,
+    logged_value,
+)
 from memabra.evals.offline._plot import plot_estimates
-from memabra.evals.offline._policies import ROUTERS, ResolvedPolicy, resolve_policy, router_from_snapshot
+from memabra.evals.offline._policies import (
+    ROUTERS,
+    ResolvedPolicy,
+    resolve_policy,
+    router_from_snapshot,
+)
+from memabra.evals.offline._slate_model import RewardModelReport
+from memabra.evals.offline._support import (
+    MAX_FLOOR_SHARE,
+    MIN_EFFECTIVE_SAMPLE_SIZE,
+    SUPPORT_PROBABILITY,
+)
 from memabra.evals.offline._train import TrainReport, train_from_log
 
 __all__ = [
+    "DEFAULT_ESTIMATORS",
+    "MAX_FLOOR_SHARE",
+    "MIN_EFFECTIVE_SAMPLE_SIZE",
+    "RECOMMENDED_ESTIMATOR",
+    "RECOMMENDED_ORDER",
     "ROUTERS",
+    "SUPPORT_PROBABILITY",
     "LogEvaluation",
+    "Recommended",
     "ResolvedPolicy",
+    "RewardModelReport",
+    "Target",
     "TrainReport",
     "evaluate_on_log",
-    "logged_round_batches",
+    "evaluate_policies",
     "logged_value",
     "plot_estimates",
     "resolve_policy",
     "router_from_snapshot",
-    "target_pscore",
     "train_from_log",
 ]

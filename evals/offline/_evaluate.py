@@ -1,105 +1,158 @@
-"""Offline evaluation of a routing policy on the memabra episode log.
+"""Offline evaluation of routing policies on the memabra episode log.
 
-Each logged decision is a slate drawn slot by slot; its logged propensity is the product of the
-chosen options' probabilities. For a target policy pi_e the router recomputes, on the same
-logged candidate set and with the logged choices forced, the probability of each logged pick;
-the round's importance weight is the slate's (standard, joint-propensity slate IPS):
+Two streamed passes over the rewarded decisions, memory flat in their number: the first offers
+each decision to the reward model's bounded reservoir (:mod:`memabra.evals.offline._slate_model`)
+and sums the logged rewards; the second reduces each decision, for every target at once, to the
+terms of :class:`~memabra.evals.ope.SlateTerms` and folds them into every estimator's running
+moments and the support diagnostics. Intervals are normal (delta method).
 
-    w_i = prod_s pi_e(a_is | x_i, a_i1..a_i(s-1)) / prod_s pi_b(a_is | x_i, a_i1..a_i(s-1))
-
-and the estimators of :mod:`memabra.evals.ope` apply with ``pscore`` = the logged joint
-propensity and ``evaluation_policy_pscore`` = the target's. The reward model of DM / DR is the
-mean logged reward (fitted in a first pass over the log), so DR is IPS with a control variate —
-its variance is lower whenever rewards share a common level. Everything streams: two passes of a
-server-side cursor, memory flat in the number of decisions.
+``recommended`` is, per target, the first of :data:`RECOMMENDED_ORDER` whose weight passes the
+support verdict (:mod:`memabra.evals.offline._support`): cascade DR (unbiased under support, but
+its joint weight runs out of effective samples as slates lengthen), then PI-DR (additive weights,
+many more effective samples, unbiased when the reward model's residual is additive over slots). When
+neither passes, the first is reported with ``supported`` false and the first failing rule as the
+reason. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
+``docs/ope.md``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from memabra._errors import InvalidRecordError
-from memabra._records import OPEResult, RewardBreakdown, RewardWeights, Selection, new_id
-from memabra.evals.ope import EstimatorSettings, RoundBatch, StreamingEstimate, make_estimators
+from memabra._records import (
+    OPEResult,
+    RewardBreakdown,
+    RewardWeights,
+    Selection,
+    new_id,
+)
+from memabra.evals.offline._slate_model import (
+    DecisionTable,
+    RewardModelReport,
+    SlateRewardModel,
+)
+from memabra.evals.offline._support import (
+    SupportVerdict,
+    WeightSummary,
+    finite_or_none,
+    support_verdict,
+)
+from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
+from memabra.evals.ope import (
+    NEEDS_REWARD_MODEL,
+    SLOT_ESTIMATOR_NAMES,
+    IntervalMethod,
+    PolicyValueInterval,
+    SlateTerms,
+    SlotEstimator,
+    StreamingEstimate,
+    check_alpha,
+    make_slot_estimators,
+)
 from memabra.router import Router
 from memabra.storage import EpisodeLog
 
-__all__ = ["LogEvaluation", "evaluate_on_log", "logged_round_batches", "logged_value", "target_pscore"]
+__all__ = [
+    "DEFAULT_ESTIMATORS",
+    "RECOMMENDED_ESTIMATOR",
+    "RECOMMENDED_ORDER",
+    "LogEvaluation",
+    "Recommended",
+    "Target",
+    "evaluate_on_log",
+    "evaluate_policies",
+    "logged_value",
+]
+
+RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi-dr")
+RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
+DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
+# decisions reduced per target before their terms are folded into the running moments
+_CHUNK = 512
+_WEIGHT_LABELS = {
+    "joint_weight": "joint",
+    "pi_weight": "pseudo-inverse",
+    "slot_weight": "per-slot",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A policy to evaluate: its display name, the router and the snapshot it came from."""
+
+    policy: str
+    router: Router
+    snapshot_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recommended:
+    estimator: str
+    value: float
+    ci_low: float
+    ci_high: float
+    supported: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.estimator,
+            "value": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "supported": self.supported,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class LogEvaluation:
-    """Estimates of one target policy on a slice of the log, plus the logging policy's own value
-    (the mean logged reward) on the same slice."""
+    """Every estimate of one target on a slice of the log, its diagnostics and the recommendation."""
 
     policy: str
     snapshot_version: str | None
     n_rounds: int
     logging_value: float
+    estimates: Mapping[str, PolicyValueInterval]
+    recommended: Recommended
+    diagnostics: Mapping[str, Mapping[str, float]]
+    floor_share: float
+    reward_model: RewardModelReport | None
     results: tuple[OPEResult, ...]
-    effective_sample_size: float
-    max_weight: float
-    mean_weight: float
-    zero_weight_share: float
 
-
-def target_pscore(router: Router, selection: Selection) -> float:
-    """pi_e of the logged slate: the product over slots of the target's probability of the logged pick."""
-    p = 1.0
-    for draw, probabilities in zip(selection.slots, router.slot_probabilities(selection), strict=True):
-        p *= probabilities[draw.candidate_ids.index(draw.chosen_id)]
-    return p
+    def as_json(self) -> dict[str, Any]:
+        """The per-policy block of ``memabra ope log --json``; other tools read these names."""
+        return {
+            "snapshot_version": self.snapshot_version,
+            "n_rounds": self.n_rounds,
+            "recommended": self.recommended.as_dict(),
+            "estimates": {
+                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
+            },
+            "diagnostics": {
+                "floor_share": self.floor_share,
+                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
+            },
+        }
 
 
 def _reward(reward: RewardBreakdown, weights: RewardWeights | None) -> float:
     return reward.reweighted(weights).total if weights is not None else reward.total
 
 
-def logged_round_batches(
+def logged_value(
     log: EpisodeLog,
-    router: Router,
     *,
-    baseline: float,
     since: datetime | None = None,
     until: datetime | None = None,
     weights: RewardWeights | None = None,
-    chunk_size: int = 1000,
-) -> Iterator[RoundBatch]:
-    """The log as :class:`RoundBatch` chunks for ``router``; decisions without a reward are skipped."""
-    rewards: list[float] = []
-    pscores: list[float] = []
-    targets: list[float] = []
-    for selection, reward in log.iter_selections(since=since, until=until, chunk_size=chunk_size):
-        if reward is None:
-            continue
-        rewards.append(_reward(reward, weights))
-        pscores.append(selection.propensity)
-        targets.append(target_pscore(router, selection))
-        if len(rewards) >= chunk_size:
-            yield _batch(rewards, pscores, targets, baseline)
-            rewards, pscores, targets = [], [], []
-    if rewards:
-        yield _batch(rewards, pscores, targets, baseline)
-
-
-def _batch(rewards: list[float], pscores: list[float], targets: list[float], baseline: float) -> RoundBatch:
-    q = np.full(len(rewards), baseline)
-    return RoundBatch(
-        reward=np.asarray(rewards),
-        pscore=np.asarray(pscores),
-        evaluation_policy_pscore=np.asarray(targets),
-        estimated_reward_factual=q,
-        estimated_reward_policy=q,
-    )
-
-
-def logged_value(
-    log: EpisodeLog, *, since: datetime | None = None, until: datetime | None = None, weights: RewardWeights | None = None
 ) -> tuple[float, float, int]:
     """Mean logged reward, its standard error and the number of rewarded decisions (one pass)."""
     n, mean, m2 = 0, 0.0, 0.0
@@ -116,55 +169,198 @@ def logged_value(
     return mean, math.sqrt(m2 / (n - 1) / n) if n > 1 else math.inf, n
 
 
+def evaluate_policies(
+    log: EpisodeLog,
+    targets: Sequence[Target],
+    *,
+    estimators: Sequence[str] = DEFAULT_ESTIMATORS,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    weights: RewardWeights | None = None,
+    alpha: float = 0.05,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[LogEvaluation, ...]:
+    """Estimate every target's value on the rewarded decisions between ``since`` and ``until``."""
+    check_alpha(alpha)
+    if not targets:
+        raise InvalidRecordError("name at least one policy to evaluate")
+    names = list(estimators)
+    names.extend(name for name in RECOMMENDED_ORDER if name not in names)
+    chosen = make_slot_estimators(names)
+
+    def rewarded() -> Any:
+        for selection, reward in log.iter_selections(since=since, until=until):
+            if reward is not None:
+                yield selection, _reward(reward, weights)
+
+    model: SlateRewardModel | None = None
+    report: RewardModelReport | None = None
+    needs_model = any(name in NEEDS_REWARD_MODEL for name in names)
+    if needs_model:
+        model = SlateRewardModel(random_state=seed)
+    total, count = 0.0, 0
+    for selection, reward in rewarded():
+        count += 1
+        total += reward
+        if model is not None:
+            model.observe(selection, reward, DecisionTable.of(selection), count - 1)
+    if count == 0:
+        raise InvalidRecordError(
+            "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate"
+        )
+    if model is not None:
+        report = model.fit()
+    streams = [[StreamingEstimate(e) for e in chosen] for _ in targets]
+    summaries = [{name: WeightSummary() for name in _WEIGHT_LABELS} for _ in targets]
+    floors = [0.0 for _ in targets]
+
+    def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
+        rows = RowBatch(model)
+        contexts = [
+            DecisionContext.of(selection, reward, rows, start + i) for i, (selection, reward) in enumerate(chunk)
+        ]
+        pending = [
+            [
+                decision_terms(c, target.router, rows, seed=start + i, model=model is not None)
+                for i, c in enumerate(contexts)
+            ]
+            for target in targets
+        ]
+        rows.run()
+        for t, per_target in enumerate(pending):
+            columns = np.asarray([p.terms(rows) for p in per_target], dtype=np.float64).T
+            batch = SlateTerms(*columns)
+            for stream in streams[t]:
+                stream.update(batch)
+            for name, summary in summaries[t].items():
+                summary.update(getattr(batch, name))
+            floors[t] += sum(p.floor_share for p in per_target)
+
+    chunk: list[tuple[Selection, float]] = []
+    done = 0
+    for item in rewarded():
+        chunk.append(item)
+        if len(chunk) >= _CHUNK:
+            fold_in(chunk, done)
+            done += len(chunk)
+            chunk = []
+            if progress is not None:
+                progress(done)
+    if chunk:
+        fold_in(chunk, done)
+        done += len(chunk)
+        if progress is not None:
+            progress(done)
+    out = []
+    logging_value = total / count
+    for t, target in enumerate(targets):
+        out.append(
+            _summarise(
+                target,
+                streams[t],
+                summaries[t],
+                floors[t] / count,
+                count,
+                logging_value,
+                report,
+                alpha,
+                weights,
+            )
+        )
+    return tuple(out)
+
+
+def _summarise(
+    target: Target,
+    streams: list[StreamingEstimate[SlateTerms]],
+    summaries: dict[str, WeightSummary],
+    floor_share: float,
+    count: int,
+    logging_value: float,
+    report: RewardModelReport | None,
+    alpha: float,
+    weights: RewardWeights | None,
+) -> LogEvaluation:
+    estimates: dict[str, PolicyValueInterval] = {}
+    for stream in streams:
+        name = stream.estimator.estimator_name
+        try:
+            estimates[name] = stream.estimate_interval(alpha)
+        except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
+            estimates[name] = PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
+    verdicts = {}
+    for name in RECOMMENDED_ORDER:
+        weight_name = SlotEstimator(estimator_name=name).weight_name
+        verdict = support_verdict(summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name])
+        if not math.isfinite(estimates[name].ci_low):
+            verdict = SupportVerdict(False, f"{name} is undefined on this log")
+        verdicts[name] = verdict
+    chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
+    verdict, value = verdicts[chosen], estimates[chosen]
+    recommended = Recommended(chosen, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
+    diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
+    run_id = new_id()
+    details: dict[str, Any] = {
+        "logging_value": logging_value,
+        "weights": weights.as_dict() if weights else None,
+        "supported": verdict.supported,
+        "reason": verdict.reason,
+        "floor_share": floor_share,
+        "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
+        "reward_model": report.as_dict() if report else None,
+    }
+    results = tuple(
+        OPEResult(
+            policy=target.policy,
+            estimator=name,
+            value=e.value,
+            ci_low=e.ci_low,
+            ci_high=e.ci_high,
+            n_rounds=count,
+            alpha=alpha,
+            snapshot_version=target.snapshot_version,
+            details={**details, "recommended": name == chosen},
+            run_id=run_id,
+        )
+        for name, e in estimates.items()
+        if math.isfinite(e.value) and math.isfinite(e.ci_low) and math.isfinite(e.ci_high)
+    )
+    return LogEvaluation(
+        policy=target.policy,
+        snapshot_version=target.snapshot_version,
+        n_rounds=count,
+        logging_value=logging_value,
+        estimates=estimates,
+        recommended=recommended,
+        diagnostics=diagnostics,
+        floor_share=floor_share,
+        reward_model=report,
+        results=results,
+    )
+
+
 def evaluate_on_log(
     log: EpisodeLog,
     router: Router,
     *,
     policy: str,
     snapshot_version: str | None = None,
-    estimators: Sequence[str] = ("ipw", "snipw", "dm", "dr", "sndr"),
-    settings: EstimatorSettings | None = None,
+    estimators: Sequence[str] = DEFAULT_ESTIMATORS,
     since: datetime | None = None,
     until: datetime | None = None,
     weights: RewardWeights | None = None,
     alpha: float = 0.05,
-    chunk_size: int = 1000,
+    seed: int = 0,
 ) -> LogEvaluation:
-    """Estimate ``router``'s value on the logged decisions between ``since`` and ``until``."""
-    baseline, _, n = logged_value(log, since=since, until=until, weights=weights)
-    if n == 0:
-        raise InvalidRecordError("the episode log holds no rewarded decisions in the chosen range: nothing to evaluate")
-    streams = [StreamingEstimate(e) for e in make_estimators(list(estimators), settings)]
-    for batch in logged_round_batches(log, router, baseline=baseline, since=since, until=until, weights=weights, chunk_size=chunk_size):
-        for stream in streams:
-            stream.update(batch)
-    run_id = new_id()
-    results = []
-    for stream in streams:
-        interval = stream.estimate_interval(alpha)
-        results.append(
-            OPEResult(
-                policy=policy,
-                estimator=stream.estimator.estimator_name,
-                value=interval.value,
-                ci_low=interval.ci_low,
-                ci_high=interval.ci_high,
-                n_rounds=stream.n_rounds,
-                alpha=alpha,
-                snapshot_version=snapshot_version,
-                details={"logging_value": baseline, "weights": weights.as_dict() if weights else None},
-                run_id=run_id,
-            )
-        )
-    diag = next((s.diagnostics() for s in streams if s.diagnostics() is not None), None)
-    return LogEvaluation(
-        policy=policy,
-        snapshot_version=snapshot_version,
-        n_rounds=n,
-        logging_value=baseline,
-        results=tuple(results),
-        effective_sample_size=diag.effective_sample_size if diag else math.nan,
-        max_weight=diag.max_weight if diag else math.nan,
-        mean_weight=diag.mean_weight if diag else math.nan,
-        zero_weight_share=diag.zero_weight_share if diag else math.nan,
-    )
+    """One target's evaluation (see :func:`evaluate_policies`)."""
+    return evaluate_policies(
+        log,
+        [Target(policy, router, snapshot_version)],
+        estimators=estimators,
+        since=since,
+        until=until,
+        weights=weights,
+        alpha=alpha,
+        seed=seed,
+    )[0]

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from memabra._errors import ConfigError, UnknownEpisodeError
+from memabra._errors import ConfigError, SnapshotError, UnknownEpisodeError
 from memabra._records import PolicySnapshot
 from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
 from memabra.storage import EpisodeLog
@@ -39,7 +39,10 @@ def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
     cls = ROUTERS.get(snapshot.policy)
     if cls is None:
         raise ConfigError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore")
-    return cls.restore(snapshot)
+    try:
+        return cls.restore(snapshot)
+    except SnapshotError as exc:
+        raise ConfigError(f"snapshot {snapshot.version} no longer loads (model): {exc}") from None
 
 
 def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:

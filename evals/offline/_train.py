@@ -2,10 +2,11 @@
 
 The log is split in time: decisions before the split train a fresh learner from their logged
 propensities (:meth:`Router.learn_logged`); decisions after it evaluate the result against the
-logging policy. The new policy is saved as a snapshot only when the lower end of its
-``1 - alpha`` interval beats the logging policy's mean reward on the same held-out slice (or
-when forced); the verdict, the estimate and the split are stored with the snapshot's metrics
-and the estimates in the log's OPE results.
+logging policy. The gate reads the evaluation's ``recommended`` estimate: the new policy is saved
+as a snapshot only when that estimate is supported (:mod:`memabra.evals.offline._support`) and
+the lower end of its ``1 - alpha`` interval beats the logging policy's mean reward on the same
+held-out slice (or when forced); the verdict, the estimate and the split are stored with the
+snapshot's metrics and every estimate in the log's OPE results.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class TrainReport:
     n_holdout: int
     split_at: datetime
     estimate: OPEResult
+    supported: bool
+    reason: str
     logging_value: float
     logging_stderr: float
     promotable: bool
@@ -45,7 +48,9 @@ class TrainReport:
 def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
     times = [sel.created_at for sel, reward in log.iter_selections(since=since) if reward is not None]
     if len(times) < 10:
-        raise InvalidRecordError(f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10")
+        raise InvalidRecordError(
+            f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10"
+        )
     k = min(len(times) - 1, max(1, int(round(len(times) * (1.0 - holdout)))))
     return times[k], k, len(times) - k
 
@@ -57,7 +62,6 @@ def train_from_log(
     learner_args: Mapping[str, Any] | None = None,
     since: datetime | None = None,
     holdout: float = 0.2,
-    estimator: str = "snipw",
     alpha: float = 0.05,
     weights: RewardWeights | None = None,
     force: bool = False,
@@ -77,18 +81,35 @@ def train_from_log(
         if progress is not None:
             progress(i + 1)
     evaluation = evaluate_on_log(
-        log, router, policy=f"{learner} (trained from log)", estimators=(estimator,), since=split_at, weights=weights, alpha=alpha
+        log,
+        router,
+        policy=f"{learner} (trained from log)",
+        since=split_at,
+        weights=weights,
+        alpha=alpha,
     )
-    estimate = evaluation.results[0]
+    recommended = evaluation.recommended
+    if not math.isfinite(recommended.ci_low):
+        raise InvalidRecordError(
+            f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}"
+        )
+    estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
     value, stderr, _ = logged_value(log, since=split_at, weights=weights)
-    promotable = math.isfinite(estimate.ci_low) and estimate.ci_low > value
+    promotable = recommended.supported and math.isfinite(estimate.ci_low) and estimate.ci_low > value
+    if not recommended.supported:
+        verdict = f"unsupported: {recommended.reason}"
+    elif promotable:
+        verdict = "beats logging policy"
+    else:
+        verdict = "does not beat logging policy"
     saved: str | None = None
     if promotable or force:
         snapshot = router.snapshot()
         active = log.latest_snapshot(status="active")
         metrics = {
-            "verdict": "beats logging policy" if promotable else "forced: does not beat logging policy",
-            "estimator": estimator,
+            "verdict": verdict if promotable else f"forced: {verdict}",
+            "estimator": recommended.estimator,
+            "supported": recommended.supported,
             "estimate": estimate.value,
             "ci_low": estimate.ci_low,
             "ci_high": estimate.ci_high,
@@ -97,21 +118,32 @@ def train_from_log(
             "n_holdout": n_holdout,
             "split_at": split_at.isoformat(),
         }
-        snapshot = replace(snapshot, parent=active.version if active else None, metrics=metrics, status="candidate")
+        snapshot = replace(
+            snapshot,
+            parent=active.version if active else None,
+            metrics=metrics,
+            status="candidate",
+        )
         existing = {s.version for s in log.list_snapshots()}
         if snapshot.version in existing:
-            snapshot = replace(snapshot, version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}")
+            snapshot = replace(
+                snapshot,
+                version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}",
+            )
         log.save_snapshot(snapshot)
         saved = snapshot.version
-        estimate = replace(estimate, snapshot_version=saved)
         logger.info("saved snapshot %s (%s)", saved, metrics["verdict"])
-    log.record_ope_results([estimate])
+    results = [replace(r, snapshot_version=saved) for r in evaluation.results]
+    estimate = next(r for r in results if r.estimator == recommended.estimator)
+    log.record_ope_results(results)
     return TrainReport(
         learner=learner,
         n_train=n_train,
         n_holdout=n_holdout,
         split_at=split_at,
         estimate=estimate,
+        supported=recommended.supported,
+        reason=recommended.reason,
         logging_value=value,
         logging_stderr=stderr,
         promotable=promotable,

@@ -32,7 +32,7 @@ from memabra.evals.ope._estimators import (
     SelfNormalizedInverseProbabilityWeighting,
     SwitchDoublyRobust,
 )
-from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval
+from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval, check_alpha
 from memabra.evals.ope._reward_model import CrossFittedRewardModel
 from memabra.evals.ope._slate import (
     SlateBatch,
@@ -41,12 +41,25 @@ from memabra.evals.ope._slate import (
     SlateRewardInteractionIPS,
     SlateStandardIPS,
 )
+from memabra.evals.ope._slot import (
+    NEEDS_REWARD_MODEL,
+    SLOT_ESTIMATOR_NAMES,
+    SlateTerms,
+    SlotEstimator,
+    make_slot_estimators,
+)
 from memabra.evals.ope._streaming import StreamingEstimate, estimate_streaming
 from memabra.evals.ope._synthetic import SyntheticBandit, SyntheticLog, SyntheticSlateBandit
 from memabra.evals.ope._validation import OPEInputError
 
 __all__ = [
     "ESTIMATOR_NAMES",
+    "NEEDS_REWARD_MODEL",
+    "SLOT_ESTIMATOR_NAMES",
+    "SlateTerms",
+    "SlotEstimator",
+    "check_alpha",
+    "make_slot_estimators",
     "ArraysReport",
     "BanditArrays",
     "BanditEstimator",

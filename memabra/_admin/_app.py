@@ -45,7 +45,7 @@ from memabra._admin._auth import (
     WebSession,
 )
 from memabra._admin._forms import FILTER_FIELDS, FormError, parse_episode_filter, parse_feedback_form, parse_limit, parse_window
-from memabra._admin._policy import CurrentPolicy
+from memabra._admin._policy import CurrentPolicy, group_by_snapshot
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
@@ -447,6 +447,9 @@ class _Admin:
         stats = q.policy_version_stats(since=since)
         shares = q.kind_shares(since=since)
         ope = q.ope_results()
+        snapshots = q.snapshots()
+        # one row and one chart series per snapshot, however many online updates each made
+        points, stats, shares = group_by_snapshot(points, stats, shares, {s.version for s in snapshots})
         reward_sum: dict[str, float] = defaultdict(float)
         rewarded: dict[str, int] = defaultdict(int)
         episodes: dict[str, int] = defaultdict(int)
@@ -459,7 +462,6 @@ class _Admin:
         shares_by_version: dict[str, dict[str, float]] = defaultdict(dict)
         for share in shares:
             shares_by_version[share.policy_version][share.kind] = share.share
-        snapshots = q.snapshots()
         snapshot_versions = {s.version for s in snapshots}
         return {
             "snapshots": snapshots,

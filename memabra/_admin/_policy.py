@@ -9,7 +9,9 @@ same context, the same offered candidates with their logged features, the same s
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
@@ -17,7 +19,7 @@ from memabra._records import PolicySnapshot, Selection
 from memabra.storage import EpisodeLog
 from memabra.storage import AdminQueries
 
-__all__ = ["ActiveSnapshotPolicy", "CurrentPolicy"]
+__all__ = ["ActiveSnapshotPolicy", "CurrentPolicy", "group_by_snapshot", "snapshot_group"]
 
 CurrentPolicy: TypeAlias = Callable[[Selection], tuple[str, ...]]
 """Chosen candidate ids, in slot order, that the current policy would pick for a logged decision.
@@ -71,3 +73,91 @@ def _restore(snapshot: PolicySnapshot) -> Any:
     if callable(load_router):
         return load_router(snapshot)
     raise SnapshotError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which no memabra router implements")
+
+
+def snapshot_group(policy_version: str, snapshot_versions: Collection[str]) -> str:
+    """The snapshot a logged policy version grew from: every online update makes a new version
+    ``V+n`` of the snapshot (or router configuration) ``V`` it started from, and a person promotes
+    or rolls back ``V``, not its updates. The longest saved snapshot version that ``policy_version``
+    extends wins; without one, the configuration before the first ``+``."""
+    best = None
+    for version in snapshot_versions:
+        if (policy_version == version or policy_version.startswith(version + "+")) and (
+            best is None or len(version) > len(best)
+        ):
+            best = version
+    return best if best is not None else policy_version.split("+", 1)[0]
+
+
+def group_by_snapshot(
+    points: Sequence[Any], stats: Sequence[Any], shares: Sequence[Any], snapshot_versions: Collection[str]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """The policies page's reward points, version stats and kind shares merged per snapshot group,
+    so the page lists (and the chart's legend holds) one entry per snapshot, however many updates."""
+    cache: dict[str, str] = {}
+
+    def group(version: str) -> str:
+        if version not in cache:
+            cache[version] = snapshot_group(version, snapshot_versions)
+        return cache[version]
+
+    merged_points: dict[tuple[str, str], list[Any]] = {}
+    for p in points:
+        merged_points.setdefault((group(p.policy_version), p.bucket), []).append(p)
+    out_points = []
+    for (version, _bucket), items in merged_points.items():
+        rewarded = sum(p.rewarded for p in items)
+        total = sum(p.mean_reward * p.rewarded for p in items if p.mean_reward is not None)
+        out_points.append(
+            replace(
+                items[0],
+                policy_version=version,
+                episodes=sum(p.episodes for p in items),
+                rewarded=rewarded,
+                mean_reward=total / rewarded if rewarded else None,
+            )
+        )
+    merged_stats: dict[str, list[Any]] = {}
+    for st in stats:
+        merged_stats.setdefault(group(st.policy_version), []).append(st)
+    out_stats = []
+    for version, items in merged_stats.items():
+        decisions = sum(s.decisions for s in items)
+        propensities = [s for s in items if s.mean_propensity is not None]
+        weight = sum(s.decisions for s in propensities)
+        out_stats.append(
+            replace(
+                items[0],
+                policy_version=version,
+                decisions=decisions,
+                sampled_decisions=sum(s.sampled_decisions for s in items),
+                draws=sum(s.draws for s in items),
+                explored_draws=sum(s.explored_draws for s in items),
+                stop_draws=sum(s.stop_draws for s in items),
+                min_propensity=_least(s.min_propensity for s in items),
+                mean_propensity=sum(s.mean_propensity * s.decisions for s in propensities) / weight if weight else None,
+                min_chosen_probability=_least(s.min_chosen_probability for s in items),
+                first_at=_least(s.first_at for s in items),
+                last_at=max((s.last_at for s in items if s.last_at is not None), default=None),
+            )
+        )
+    out_stats.sort(key=lambda s: s.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
+    merged_shares: dict[tuple[str, str], int] = {}
+    for share in shares:
+        key = (group(share.policy_version), share.kind)
+        merged_shares[key] = merged_shares.get(key, 0) + share.chosen
+    totals: dict[str, int] = {}
+    for (version, _kind), chosen in merged_shares.items():
+        totals[version] = totals.get(version, 0) + chosen
+    templates = {group(s.policy_version): s for s in shares}
+    out_shares = [
+        replace(templates[version], policy_version=version, kind=kind, chosen=chosen, share=chosen / totals[version])
+        for (version, kind), chosen in merged_shares.items()
+        if totals[version]
+    ]
+    return out_points, out_stats, out_shares
+
+
+def _least(values: Iterable[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from memabra._cli._common import check_output_path, console, fail, run_guarded
@@ -21,6 +27,7 @@ def bench(
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here (JSON).", show_default=False, callback=check_output_path)] = None,
     plot: Annotated[Path | None, typer.Option(help="Save a PNG learning-curve plot here (needs matplotlib).", show_default=False, callback=check_output_path)] = None,
+    log_db: Annotated[str | None, typer.Option("--log-db", help="Write the first router's decisions and rewards to this episode log (a database URL), to check `memabra ope log` against the other routers' on-policy reward_mean.", show_default=False)] = None,
 ) -> None:
     """Each round every router chooses, is rewarded with the composite reward and learns."""
     from memabra.evals.bench import load_rounds, router_factories, run_bench
@@ -39,8 +46,17 @@ def bench(
                 tasks[name] = bar.add_task(f"{name:>10}", total=total)
             bar.update(tasks[name], completed=done)
 
-        report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name)
+        from memabra.evals.bench import DecisionLogWriter
+
+        writer = run_guarded(DecisionLogWriter, log_db) if log_db else None
+        try:
+            report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer)
+        finally:
+            if writer is not None:
+                writer.close()
     _render(report)
+    if writer is not None:
+        console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         console.print(f"report: {json_out}")

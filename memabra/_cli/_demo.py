@@ -42,6 +42,7 @@ def demo(
     else:
         console.print("chat model: [bold]offline extractive stand-in[/] (deterministic; answers only from injected context; --model provider:name for a real one)")
 
+    from memabra.evals.offline import evaluate_on_log, logged_value
     from memabra.router import HybridRouter, VWRouter
 
     runs: list[tuple[str, object, str]] = [("learned (VW)", VWRouter(seed=seed), url)]
@@ -49,6 +50,7 @@ def demo(
     if baseline:
         runs.append(("similarity top-k", HybridRouter(seed=seed), f"sqlite:///{Path(scratch.name) / 'baseline.db'}"))
     summaries: list[DemoSummary] = []
+    online: tuple[float, float, int] | None = None
     started = time.perf_counter()
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
@@ -60,12 +62,24 @@ def demo(
                         run_demo, router=router, log=log, episodes=episodes, seed=seed, users=users, model=chat,
                         progress=lambda _row, task=task: bar.advance(task),
                     )
+                    if name == "similarity top-k":
+                        online = run_guarded(logged_value, log)
                 summaries.append(summarize(name, rows, window=min(100, episodes // 2)))
     finally:
         scratch.cleanup()
     elapsed = time.perf_counter() - started
     _render(summaries, min(100, episodes // 2))
     console.print(f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_engine(url).url.render_as_string(hide_password=True)}")
+    if online is not None:
+        with run_guarded(EpisodeLog, url) as log:
+            offline = run_guarded(evaluate_on_log, log, HybridRouter(seed=seed), policy="hybrid", seed=seed).recommended
+        verdict = "supported" if offline.supported else f"UNSUPPORTED: {offline.reason}"
+        inside = offline.ci_low <= online[0] <= offline.ci_high
+        console.print(
+            f"similarity top-k offline, from the learned router's log ({offline.estimator}): {offline.value:+.3f} "
+            f"[{offline.ci_low:+.3f}, {offline.ci_high:+.3f}] ({verdict}); online: {online[0]:+.3f} per decision "
+            f"({'inside' if inside else 'OUTSIDE'} the interval)"
+        )
     console.print("\nnext:")
     console.print(f"  memabra episodes list --db {url}")
     console.print(f"  memabra admin --db {url}")

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from memabra._cli._common import DbOption, check_output_path, console, fail, run_guarded
@@ -27,58 +33,89 @@ def ope_log(
     since: Annotated[str | None, typer.Option(help="Only decisions at or after this ISO time.")] = None,
     until: Annotated[str | None, typer.Option(help="Only decisions before this ISO time.")] = None,
     weights: Annotated[str | None, typer.Option(help="Re-score stored reward components under these weights first, e.g. wc=0.8.")] = None,
-    estimators: Annotated[str, typer.Option(help="Comma-separated: ipw, snipw, dm, dr, sndr, switch-dr, dr-os.")] = "ipw,snipw,dm,dr,sndr",
+    estimators: Annotated[str | None, typer.Option(help="Comma-separated subset of: sips, snsips, iips, rips, pi, snpi, dm, dr, idr, cdr, pi-dr (default: all).")] = None,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5, help="1 - confidence of the intervals.")] = 0.05,
+    seed: Annotated[int, typer.Option(min=0, help="Seeds the reward model and the target rollouts.")] = 0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)] = None,
     plot: Annotated[Path | None, typer.Option(help="Save a PNG chart of the estimates here.", callback=check_output_path)] = None,
     store: Annotated[bool, typer.Option("--store/--no-store", help="Keep the results in the log's OPE runs.")] = True,
 ) -> None:
-    """Would these policies have done better on what we logged? Estimates with intervals."""
-    from memabra.evals.offline import evaluate_on_log, plot_estimates, resolve_policy
+    """Would these policies have done better on what we logged? Estimates with intervals and a support verdict."""
+    from memabra.evals.offline import (
+        DEFAULT_ESTIMATORS,
+        Target,
+        evaluate_policies,
+        plot_estimates,
+        resolve_policy,
+    )
 
     reweight = run_guarded(parse_weights, weights) if weights else None
-    names = [e.strip() for e in estimators.split(",") if e.strip()]
-    evaluations = []
+    names = [e.strip() for e in estimators.split(",") if e.strip()] if estimators else list(DEFAULT_ESTIMATORS)
     with run_guarded(EpisodeLog, db) as log:
+        targets = []
         for spec in policy:
             resolved = run_guarded(resolve_policy, spec, log)
-            evaluation = run_guarded(
-                evaluate_on_log, log, resolved.router, policy=spec, snapshot_version=resolved.snapshot_version,
-                estimators=names, since=_parse_time(since, "--since"), until=_parse_time(until, "--until"),
-                weights=reweight, alpha=alpha,
-            )
-            evaluations.append(evaluation)
-            if store:
+            targets.append(Target(spec, resolved.router, resolved.snapshot_version))
+        evaluations = run_guarded(
+            evaluate_policies, log, targets, estimators=names, since=_parse_time(since, "--since"),
+            until=_parse_time(until, "--until"), weights=reweight, alpha=alpha, seed=seed,
+        )
+        if store:
+            for evaluation in evaluations:
                 run_guarded(log.record_ope_results, list(evaluation.results))
-    table = Table(title=f"offline evaluation on {evaluations[0].n_rounds} logged decisions · logging policy {evaluations[0].logging_value:+.4f}")
-    for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "max w", "w=0"):
-        table.add_column(col, justify="right" if col not in ("policy", "estimator") else "left")
+    first = evaluations[0]
+    model = first.reward_model
+    caption = "" if model is None else (
+        f"reward model: {model.learner}, {model.n_folds}-fold cross-fitted on {model.n_fit} decisions; "
+        f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
+    )
+    table = Table(title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}", caption=caption)
+    for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "mean w [interval]", "floor", "verdict"):
+        table.add_column(col, justify="left" if col in ("policy", "estimator", "verdict") else "right")
     for ev in evaluations:
-        for r in ev.results:
-            table.add_row(ev.policy, r.estimator, _fmt(r.value), _fmt(r.ci_low), _fmt(r.ci_high), f"{ev.effective_sample_size:.0f}", f"{ev.max_weight:.1f}", f"{ev.zero_weight_share:.0%}")
+        rec = ev.recommended
+        for name, e in ev.estimates.items():
+            weight = ev.diagnostics[_WEIGHT_OF.get(name, "per-slot")]
+            is_rec = name == rec.estimator
+            verdict = ("supported" if rec.supported else f"UNSUPPORTED: {rec.reason}") if is_rec else ""
+            table.add_row(
+                ev.policy, f"[bold]{name} *[/]" if is_rec else name, _fmt(e.value), _fmt(e.ci_low), _fmt(e.ci_high),
+                f"{weight['effective_sample_size']:.0f}",
+                f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
+                f"{ev.floor_share:.0%}", verdict,
+            )
     console.print(table)
+    console.print("* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False)
     if json_out is not None:
         doc = {
-            "n_rounds": evaluations[0].n_rounds,
-            "logging_value": evaluations[0].logging_value,
+            "n_rounds": first.n_rounds,
+            "logging_value": first.logging_value,
             "alpha": alpha,
-            "policies": {
-                ev.policy: {
-                    "snapshot_version": ev.snapshot_version,
-                    "diagnostics": {
-                        "effective_sample_size": ev.effective_sample_size, "max_weight": ev.max_weight,
-                        "mean_weight": ev.mean_weight, "zero_weight_share": ev.zero_weight_share,
-                    },
-                    "estimates": {r.estimator: {"value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in ev.results},
-                }
-                for ev in evaluations
-            },
+            "reward_model": None if model is None else model.as_dict(),
+            "policies": {ev.policy: ev.as_json() for ev in evaluations},
         }
-        json_out.write_text(json.dumps(doc, indent=2, allow_nan=False if all(math.isfinite(r.value) for ev in evaluations for r in ev.results) else True))
+        json_out.write_text(json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_out}")
     if plot is not None:
-        run_guarded(plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=evaluations[0].logging_value)
+        run_guarded(plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value)
         console.print(f"wrote {plot}")
+
+
+_WEIGHT_OF = {
+    "sips": "joint", "snsips": "joint", "rips": "joint", "dr": "joint", "cdr": "joint",
+    "pi": "pseudo-inverse", "snpi": "pseudo-inverse", "pi-dr": "pseudo-inverse",
+}
+
+
+def _finite(value: object) -> object:
+    """NaN and inf become null: JSON has neither."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def train(
@@ -88,7 +125,6 @@ def train(
     args: Annotated[str | None, typer.Option("--args", help="Learner arguments as JSON, e.g. '{\"epsilon\": 0.05}'.")] = None,
     since: Annotated[str | None, typer.Option(help="Only decisions at or after this ISO time.")] = None,
     holdout: Annotated[float, typer.Option(min=0.05, max=0.95, help="Latest share of decisions held out for evaluation.")] = 0.2,
-    estimator: Annotated[str, typer.Option(help="Estimator that gates promotion.")] = "snipw",
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
     weights: Annotated[str | None, typer.Option(help="Train and evaluate on rewards re-scored under these weights.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Save the snapshot even if it does not beat the logging policy.")] = False,
@@ -107,10 +143,12 @@ def train(
         task = bar.add_task("train", total=None)
         report = run_guarded(
             train_from_log, log, learner=learner, learner_args=learner_args, since=_parse_time(since, "--since"),
-            holdout=holdout, estimator=estimator, alpha=alpha, weights=reweight, force=force,
+            holdout=holdout, alpha=alpha, weights=reweight, force=force,
             progress=lambda i: bar.update(task, completed=i),
         )
     e = report.estimate
+    if not report.supported:
+        console.print(f"[bold red]unsupported[/]: {report.reason}; promotion refused")
     console.print(
         f"trained {report.learner} on {report.n_train} decisions; held out {report.n_holdout} from {report.split_at:%Y-%m-%d %H:%M:%S}"
     )
@@ -122,4 +160,5 @@ def train(
         verdict = "beats the logging policy" if report.promotable else "forced, does NOT beat the logging policy"
         console.print(f"saved snapshot [bold]{report.saved_version}[/] ({verdict}); promote it from the admin view or the API")
     else:
-        console.print("not saved: its lower confidence bound does not beat the logging policy (use --force to keep it anyway)")
+        why = "the log does not support its estimate" if not report.supported else "its lower confidence bound does not beat the logging policy"
+        console.print(f"not saved: {why} (use --force to keep it anyway)")

@@ -214,3 +214,22 @@ def test_simulator_command_prints_the_oracle_share() -> None:
     result = CliRunner().invoke(app, ["--rounds", "120", "--window", "50", "--routers", "hybrid,random"])
     assert result.exit_code == 0, result.output
     assert "oracle" in result.output and "hybrid" in result.output
+
+
+def test_log_db_writes_the_first_routers_decisions_for_offline_evaluation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from memabra.evals.bench import DecisionLogWriter, load_rounds, router_factories, run_bench
+    from memabra.router import Similarity
+    from memabra.storage import EpisodeLog
+
+    rounds = load_rounds(_write(tmp_path, [_round(i) for i in range(20)]))
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    factories = router_factories(["random", "hybrid"], Similarity(encoder=None))
+    with DecisionLogWriter(url) as writer:
+        report = run_bench(rounds, factories, 2, 0, on_decision=writer)
+    assert writer.written == 40
+    with EpisodeLog(url) as log:
+        logged = [(sel, reward) for sel, reward in log.iter_selections()]
+    assert len(logged) == 40 and all(reward is not None for _, reward in logged)
+    assert all(sel.policy == "random" for sel, _ in logged)
+    mean = sum(reward.total for _, reward in logged if reward is not None) / 40
+    assert mean == pytest.approx(report["routers"]["random"]["reward_mean"])

@@ -2,17 +2,40 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from logged_world import reward_of, true_value, world
 from typer.testing import CliRunner
 
-from logged_world import TOPICS, true_value
-from memabra import ConfigError, InvalidRecordError, RewardWeights
+from memabra import ConfigError, Episode, InvalidRecordError, PolicySnapshot, RewardWeights
 from memabra._cli import app
-from memabra.evals.offline import evaluate_on_log, logged_value, resolve_policy, train_from_log
-from memabra.router import HybridRouter, RandomRouter
+from memabra._records import utcnow
+from memabra.evals.offline import (
+    RECOMMENDED_ORDER,
+    Target,
+    evaluate_on_log,
+    evaluate_policies,
+    logged_value,
+    resolve_policy,
+    train_from_log,
+)
+from memabra.evals.ope import OPEInputError, SlateTerms, make_slot_estimators
+from memabra.router import HybridRouter, RandomRouter, Router
 from memabra.storage import EpisodeLog
 
-runner = CliRunner(env={"COLUMNS": "200"})
+runner = CliRunner(env={"COLUMNS": "240"})
+pytestmark = pytest.mark.slow
+
+
+def _fill(log: EpisodeLog, router: Router, n: int) -> None:
+    episodes = []
+    for i in range(n):
+        ctx, cands, relevant = world(i)
+        sel = router.choose(ctx, cands)
+        episodes.append(
+            Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
+        )
+    log.log_episodes(episodes)
 
 
 def test_the_logging_policy_evaluated_on_its_own_log_is_the_logged_mean(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -20,57 +43,107 @@ def test_the_logging_policy_evaluated_on_its_own_log_is_the_logged_mean(log: Epi
     ev = evaluate_on_log(log, RandomRouter(similarity=lexical, seed=99), policy="random")
     mean, _, n = logged_value(log)
     assert n == 300 and ev.n_rounds == 300
-    for r in ev.results:
-        assert r.value == pytest.approx(mean, abs=1e-9), r.estimator
-    assert ev.max_weight == pytest.approx(1.0)
+    for name in ("sips", "snsips", "pi", "snpi", "iips", "rips"):
+        assert ev.estimates[name].value == pytest.approx(mean, abs=1e-9), name
+    assert ev.diagnostics["joint"]["max_weight"] == pytest.approx(1.0)
+    assert ev.recommended.supported, ev.recommended.reason
 
 
-def test_a_better_policy_is_estimated_close_to_its_true_value(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
+def test_a_better_policy_is_estimated_within_its_interval_and_dm_differs_by_target(
+    log: EpisodeLog, fill_log, lexical
+) -> None:  # type: ignore[no-untyped-def]
     fill_log(log, n=600)
-    target = HybridRouter(similarity=lexical, seed=2)
     truth = true_value(HybridRouter(similarity=lexical, seed=2), 600)
-    ev = evaluate_on_log(log, target, policy="hybrid", estimators=("ipw", "snipw", "dr"))
-    by_name = {r.estimator: r for r in ev.results}
-    assert by_name["ipw"].ci_low <= truth <= by_name["ipw"].ci_high
-    assert by_name["snipw"].value == pytest.approx(truth, abs=0.05)
-    assert by_name["dr"].ci_high - by_name["dr"].ci_low <= by_name["ipw"].ci_high - by_name["ipw"].ci_low
-    assert ev.logging_value < truth
-    assert 0 < ev.zero_weight_share < 1
+    hybrid, random = evaluate_policies(
+        log,
+        [
+            Target("hybrid", HybridRouter(similarity=lexical, seed=2)),
+            Target("random", RandomRouter(similarity=lexical, seed=3)),
+        ],
+    )
+    rec = hybrid.recommended
+    assert rec.estimator in RECOMMENDED_ORDER and rec.supported, rec.reason
+    assert rec.ci_low - 1e-3 <= truth <= rec.ci_high + 1e-3
+    assert hybrid.estimates["sips"].ci_low <= truth <= hybrid.estimates["sips"].ci_high
+    assert hybrid.estimates["dm"].value > random.estimates["dm"].value + 0.5
+    assert hybrid.logging_value < truth
+    assert hybrid.reward_model is not None and hybrid.reward_model.heldout_rmse < hybrid.reward_model.constant_rmse
+    stored = {r.estimator: r for r in hybrid.results}
+    assert stored[rec.estimator].details["recommended"] is True
+    assert stored[rec.estimator].details["supported"] is True
 
 
-def test_reweighting_changes_estimates_without_touching_the_log(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
-    fill_log(log, n=200)
-    plain = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="h", estimators=("snipw",))
-    heavy = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="h", estimators=("snipw",), weights=RewardWeights(ws=2.0))
-    assert heavy.results[0].value > plain.results[0].value
-    assert logged_value(log)[0] == plain.logging_value
+def test_estimators_match_hand_computed_terms() -> None:
+    # two decisions: (R, W, P, rho mean, rho_L, iips, rips, q_0 + sum Q, q_0 + sum W Q, q(S_L), q_e)
+    terms = SlateTerms(
+        reward=np.array([1.0, 0.0]),
+        joint_weight=np.array([2.0, 0.5]),
+        pi_weight=np.array([1.5, 0.5]),
+        slot_weight=np.array([1.25, 0.75]),
+        last_weight=np.array([1.0, 0.5]),
+        independent_ips=np.array([0.9, 0.1]),
+        cascade_ips=np.array([1.1, 0.2]),
+        independent_baseline=np.array([0.7, 0.3]),
+        cascade_baseline=np.array([0.8, 0.2]),
+        q_logged=np.array([0.6, 0.4]),
+        q_target=np.array([0.5, 0.3]),
+    )
+    hand = {
+        "sips": (2.0 * 1 + 0.5 * 0) / 2,
+        "snsips": (2.0 * 1 + 0.5 * 0) / (2.0 + 0.5),
+        "iips": 0.5,
+        "rips": 0.65,
+        "pi": (1.5 * 1 + 0.5 * 0) / 2,
+        "snpi": 1.5 / 2.0,
+        "dm": 0.4,
+        "dr": ((0.5 + 2.0 * 0.4) + (0.3 + 0.5 * -0.4)) / 2,
+        "idr": ((0.7 + 1.0 * 0.4) + (0.3 + 0.5 * -0.4)) / 2,
+        "cdr": ((0.8 + 2.0 * 0.4) + (0.2 + 0.5 * -0.4)) / 2,
+        "pi-dr": ((0.5 + 1.5 * 0.4) + (0.3 + 0.5 * -0.4)) / 2,
+    }
+    for estimator in make_slot_estimators(list(hand)):
+        assert estimator.policy_value_from_batch(terms) == pytest.approx(hand[estimator.estimator_name]), (
+            estimator.estimator_name
+        )
 
 
-def test_off_policy_training_saves_only_a_policy_that_beats_the_logger(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
-    fill_log(log, n=600)
-    report = train_from_log(log, learner="vw", learner_args={"seed": 0}, holdout=0.3)
-    assert report.n_train + report.n_holdout == 600
-    assert report.estimate.value > report.logging_value
-    assert report.promotable and report.saved_version is not None
-    snap = log.get_snapshot(report.saved_version)
-    assert snap.metrics["verdict"] == "beats logging policy" and snap.status == "candidate"
-    stored = log.list_ope_runs(report.saved_version)
-    assert [r.estimator for r in stored] == ["snipw"]
+def test_slate_weights_on_the_log_match_a_hand_computation(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    logger = RandomRouter(similarity=lexical, seed=4)
+    _fill(log, logger, 60)
+    ev = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid", estimators=["sips", "pi"])
+    target = HybridRouter(similarity=lexical)
+    joint, pseudo = [], []
+    for selection, reward in log.iter_selections():
+        assert reward is not None
+        ratios = [
+            probs[d.candidate_ids.index(d.chosen_id)] / d.chosen_probability
+            for d, probs in zip(selection.slots, target.slot_probabilities(selection), strict=True)
+        ]
+        joint.append(float(np.prod(ratios)) * reward.total)
+        pseudo.append((sum(ratios) - len(ratios) + 1) * reward.total)
+    assert ev.estimates["sips"].value == pytest.approx(np.mean(joint))
+    assert ev.estimates["pi"].value == pytest.approx(np.mean(pseudo))
 
 
-def test_a_policy_that_does_not_beat_the_logger_is_not_saved_unless_forced(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
-    fill_log(log, n=200)
-    # a learner with nothing to learn from: every reward is re-weighted to zero
-    zero = RewardWeights(ws=0, wr=0, we=0, wc=0, wl=0, wx=0, wu=0)
-    report = train_from_log(log, learner="random", weights=zero)
-    assert not report.promotable and report.saved_version is None
-    forced = train_from_log(log, learner="random", weights=zero, force=True)
-    assert forced.saved_version is not None
-    assert log.get_snapshot(forced.saved_version).metrics["verdict"].startswith("forced")
+def test_a_logger_that_never_explores_leaves_other_targets_unsupported(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    _fill(log, HybridRouter(similarity=lexical, seed=0), 200)  # greedy, no floor: 0 on every other option
+    ev = evaluate_on_log(log, RandomRouter(similarity=lexical), policy="random")
+    assert not ev.recommended.supported
+    assert "floor" in ev.recommended.reason or "excludes 1" in ev.recommended.reason
+    assert ev.results[0].details["supported"] is False
+
+
+def test_a_target_outside_the_loggers_support_is_flagged(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    _fill(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)  # greedy with a floor
+    ev = evaluate_on_log(log, RandomRouter(similarity=lexical), policy="random")
+    assert not ev.recommended.supported
+    assert "floor" in ev.recommended.reason
+    same = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid")
+    assert same.recommended.supported, same.recommended.reason
 
 
 def test_bad_input_names_the_problem(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(InvalidRecordError, match="no rewarded decisions"):
+    with pytest.raises(InvalidRecordError, match="reward: .*no rewarded decisions"):
         evaluate_on_log(log, HybridRouter(similarity=lexical), policy="h")
     with pytest.raises(InvalidRecordError, match="at least 10"):
         train_from_log(log)
@@ -82,6 +155,51 @@ def test_bad_input_names_the_problem(log: EpisodeLog, lexical) -> None:  # type:
         resolve_policy("vw:{oops", log)
     with pytest.raises(ConfigError, match="unknown learner"):
         train_from_log(log, learner="magic")
+    log.save_snapshot(PolicySnapshot(policy="vw", version="broken-1", model=b"not an envelope"))
+    with pytest.raises(ConfigError, match="broken-1"):
+        resolve_policy("snapshot:broken-1", log)
+
+
+class _NotADistribution(HybridRouter):
+    def slot_probabilities(self, selection):  # type: ignore[no-untyped-def]
+        return tuple(tuple(0.7 for _ in draw.candidate_ids) for draw in selection.slots)
+
+
+def test_a_target_whose_probabilities_do_not_sum_to_one_is_refused(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    _fill(log, RandomRouter(similarity=lexical), 20)
+    with pytest.raises(OPEInputError, match="not a distribution") as caught:
+        evaluate_on_log(log, _NotADistribution(similarity=lexical), policy="bad")
+    assert caught.value.field == "evaluation_policy_pscore"
+
+
+def test_off_policy_training_saves_only_a_supported_policy_that_beats_the_logger(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
+    fill_log(log, n=600)
+    report = train_from_log(log, learner="vw", learner_args={"seed": 0}, holdout=0.3)
+    assert report.n_train + report.n_holdout == 600
+    assert report.estimate.estimator in RECOMMENDED_ORDER
+    assert report.supported, report.reason
+    assert report.estimate.value > report.logging_value
+    assert report.promotable and report.saved_version is not None
+    snap = log.get_snapshot(report.saved_version)
+    assert snap.metrics["verdict"] == "beats logging policy" and snap.status == "candidate"
+    stored = log.list_ope_runs(report.saved_version)
+    assert report.estimate.estimator in {r.estimator for r in stored}
+
+
+def test_a_policy_that_does_not_beat_the_logger_is_not_saved_unless_forced(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
+    fill_log(log, n=200)
+    zero = RewardWeights(ws=0, wr=0, we=0, wc=0, wl=0, wx=0, wu=0)
+    report = train_from_log(log, learner="random", weights=zero)
+    assert not report.promotable and report.saved_version is None
+    forced = train_from_log(log, learner="random", weights=zero, force=True)
+    assert forced.saved_version is not None
+    assert log.get_snapshot(forced.saved_version).metrics["verdict"].startswith("forced")
+
+
+def test_an_unsupported_estimate_is_never_promoted(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    _fill(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)
+    report = train_from_log(log, learner="random", holdout=0.5)
+    assert not report.supported and not report.promotable and report.saved_version is None
 
 
 def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -89,18 +207,60 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
         fill_log(log, n=120)
     out, png = tmp_path / "ope.json", tmp_path / "ope.png"
     result = runner.invoke(
-        app, ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--policy", "random", "--json", str(out), "--plot", str(png)]
+        app,
+        [
+            "ope",
+            "log",
+            "--db",
+            migrated_url,
+            "--policy",
+            "hybrid",
+            "--policy",
+            "random",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert set(doc["policies"]) == {"hybrid", "random"}
-    assert set(doc["policies"]["hybrid"]["estimates"]["ipw"]) == {"value", "ci_low", "ci_high"}
+    hybrid = doc["policies"]["hybrid"]
+    assert set(hybrid["estimates"]["sips"]) == {"value", "ci_low", "ci_high"}
+    assert set(hybrid["recommended"]) == {"estimator", "value", "ci_low", "ci_high", "supported", "reason"}
+    assert "floor_share" in hybrid["diagnostics"] and "mean_weight_ci_low" in hybrid["diagnostics"]["pseudo-inverse"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with EpisodeLog(migrated_url) as log:
-        assert len(log.list_ope_runs(policy="hybrid")) == 5
+        assert len(log.list_ope_runs(policy="hybrid")) == len(hybrid["estimates"])
     trained = runner.invoke(app, ["train", "--from-log", "--db", migrated_url, "--holdout", "0.3"])
     assert trained.exit_code == 0, trained.output
     assert "vs logging policy" in trained.output
-    empty_topic = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "bogus"])
-    assert empty_topic.exit_code == 1 and "unknown policy 'bogus'" in empty_topic.output
-    assert len(TOPICS) == 6
+    bogus = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "bogus"])
+    assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("chosen_probability", 0.0, "outside"),
+        ("chosen_probability", 1.5, "outside"),
+        ("probabilities", None, "does not sum to 1"),
+    ],
+)
+def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
+    field: str, value: float | None, message: str, lexical
+) -> None:  # type: ignore[no-untyped-def]
+    from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
+
+    ctx, cands, _ = world(0)
+    selection = RandomRouter(similarity=lexical).choose(ctx, cands)
+    draw = selection.slots[0]
+    tampered = value if value is not None else tuple(p * 0.5 for p in draw.probabilities)
+    object.__setattr__(draw, field, tampered)  # what a corrupted row would hold; SlotDraw refuses to build it
+    rows = RowBatch(None)
+    with pytest.raises(OPEInputError, match=message) as caught:
+        decision_terms(
+            DecisionContext.of(selection, 1.0, rows, 0), HybridRouter(similarity=lexical), rows, seed=0, model=False
+        )
+    assert caught.value.field == "pscore"

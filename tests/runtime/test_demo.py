@@ -60,5 +60,5 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["demo", "--db", url, "--episodes", "20", "--users", "2"])
     assert result.exit_code == 0, result.output
-    for needle in ("stand-in", "learned (VW)", "similarity top-k", "corrections /100", "memabra admin --db", "memabra ope log --db"):
+    for needle in ("stand-in", "learned (VW)", "similarity top-k", "corrections /100", "memabra admin --db", "memabra ope log --db", "top-k offline"):
         assert needle in result.output

@@ -1,0 +1,70 @@
+"""``memabra bench --log-db URL``: the first router's decisions, written as an episode log.
+
+Every decision the first router makes in its passes (candidates, features, each slot's
+distribution and the propensities, as :class:`~memabra.Selection` records them) becomes a
+finalised episode whose reward is the harness's composite reward for it, and whose used ids are
+the chosen relevant candidates. ``memabra ope log --db URL --policy P`` then estimates any other
+router's value on the same rounds, where the same bench run reports P's on-policy ``reward_mean``.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from memabra._records import Episode, RewardBreakdown, Selection, utcnow
+from memabra.evals.bench._data import BenchRound
+from memabra.storage import EpisodeLog, upgrade
+
+__all__ = ["DecisionLogWriter"]
+
+# episodes written per transaction: large enough to amortise the INSERTs, small enough to stay flat
+_FLUSH_EVERY = 500
+
+
+class DecisionLogWriter:
+    """A bench decision hook (``on_decision``) writing to the episode log at ``url`` (migrated to the head schema)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        upgrade(url)
+        self._log = EpisodeLog(url)
+        self._pending: list[Episode] = []
+        self.written = 0
+
+    def __call__(self, selection: Selection, reward: RewardBreakdown, round_: BenchRound) -> None:
+        used = frozenset(selection.chosen_ids) & round_.relevant
+        context = selection.context
+        self._pending.append(
+            Episode(
+                context.user_id,
+                context.query,
+                selections=(selection,),
+                reward=reward,
+                finalized_at=utcnow(),
+                used_ids=used,
+                created_at=selection.created_at,
+            )
+        )
+        if len(self._pending) >= _FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._log.log_episodes(self._pending)
+            self.written += len(self._pending)
+            self._pending = []
+
+    def close(self) -> None:
+        self.flush()
+        self._log.close()
+
+    def __enter__(self) -> DecisionLogWriter:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,139 @@
+"""Support diagnostics of a target policy on the log, and the verdict they lead to.
+
+For each target and each importance weight (joint W, pseudo-inverse P, per-slot mean of rho) the
+diagnostics keep the effective sample size (sum w)^2 / sum w^2, the mean weight with its normal
+interval, the largest weight and the share of zero weights. Whatever the target, E_b[W] = E_b[P] =
+E_b[rho] = 1 when the logger gives every option the target uses a positive probability, so a mean
+weight whose interval excludes 1 says the log does not support the target (or holds wrong
+propensities). The floor share is the part of the target's probability, averaged over the logged
+draws, that falls on options where the logger put only its floor: the slot's smallest probability
+when the slot's distribution is not uniform and that smallest probability is below
+:data:`FLOOR_CEILING`, or anything below :data:`SUPPORT_PROBABILITY`. What the
+logger gave only its floor it almost never tried, so the estimate there rests on a handful of draws.
+
+A target is ``unsupported`` when any of:
+
+1. its floor share exceeds :data:`MAX_FLOOR_SHARE`;
+2. the mean of the recommended estimator's weight has a ``1 - alpha`` interval that excludes 1
+   by more than :data:`MEAN_WEIGHT_TOLERANCE`;
+3. that weight's effective sample size is below :data:`MIN_EFFECTIVE_SAMPLE_SIZE`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "FLOOR_CEILING",
+    "MAX_FLOOR_SHARE",
+    "MEAN_WEIGHT_TOLERANCE",
+    "MIN_EFFECTIVE_SAMPLE_SIZE",
+    "SUPPORT_PROBABILITY",
+    "SupportVerdict",
+    "WeightSummary",
+    "support_verdict",
+]
+
+# a fifth of the target's choices resting on options the logger hardly ever tried is too much to
+# extrapolate: the estimate would be mostly the reward model's (or a few huge weights')
+MAX_FLOOR_SHARE = 0.2
+# fewer effective decisions than this and a normal interval is not to be trusted
+MIN_EFFECTIVE_SAMPLE_SIZE = 20.0
+# a mean weight this close to 1 shifts an estimate by at most as much; and a greedy logger's
+# unexplored floor makes the sample mean 1 + (floor mass) with no spread at all
+MEAN_WEIGHT_TOLERANCE = 0.02
+# a logged probability below this is a floor whatever the slot looks like: weights above 1000
+SUPPORT_PROBABILITY = 1e-3
+# a slot's smallest probability is its floor only below this: an option drawn in 1 of 100 draws or
+# more is explored (a log of thousands of decisions draws it dozens of times), not floored
+FLOOR_CEILING = 1e-2
+
+
+@dataclass(slots=True)
+class WeightSummary:
+    """Streaming count, sum, sum of squares, maximum and zeros of one importance weight."""
+
+    _count: int = field(default=0, init=False)
+    _total: float = field(default=0.0, init=False)
+    _squares: float = field(default=0.0, init=False)
+    _max: float = field(default=-math.inf, init=False)
+    _zeros: int = field(default=0, init=False)
+
+    def update(self, weights: NDArray[np.float64]) -> None:
+        if weights.size == 0:
+            return
+        self._count += int(weights.size)
+        self._total += float(weights.sum())
+        self._squares += float(weights @ weights)
+        self._max = max(self._max, float(weights.max()))
+        self._zeros += int(np.count_nonzero(weights == 0.0))
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def mean(self) -> float:
+        return self._total / self._count if self._count else math.nan
+
+    @property
+    def effective_sample_size(self) -> float:
+        return self._total**2 / self._squares if self._squares > 0 else 0.0
+
+    def mean_interval(self, alpha: float) -> tuple[float, float]:
+        if self._count < 2:
+            return -math.inf, math.inf
+        variance = max(self._squares - self._count * self.mean**2, 0.0) / (self._count - 1)
+        half = NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(variance / self._count)
+        return self.mean - half, self.mean + half
+
+    def as_dict(self, alpha: float) -> dict[str, float]:
+        low, high = self.mean_interval(alpha)
+        return {
+            "effective_sample_size": self.effective_sample_size,
+            "mean_weight": self.mean,
+            "mean_weight_ci_low": low,
+            "mean_weight_ci_high": high,
+            "max_weight": self._max if self._count else math.nan,
+            "zero_weight_share": self._zeros / self._count if self._count else math.nan,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SupportVerdict:
+    supported: bool
+    reason: str
+
+
+def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, weight_label: str) -> SupportVerdict:
+    """The rules of the module docstring, first failing rule first; the reason says why in numbers."""
+    if floor_share > MAX_FLOOR_SHARE:
+        return SupportVerdict(
+            False,
+            f"{floor_share:.0%} of the target's probability falls where the logger put only its floor "
+            f"(more than {MAX_FLOOR_SHARE:.0%})",
+        )
+    low, high = weight.mean_interval(alpha)
+    if high < 1.0 - MEAN_WEIGHT_TOLERANCE or low > 1.0 + MEAN_WEIGHT_TOLERANCE:
+        return SupportVerdict(
+            False,
+            f"mean {weight_label} weight {weight.mean:.3g} [{low:.3g}, {high:.3g}] excludes 1: the log does not "
+            "cover this target (or its propensities are wrong)",
+        )
+    if weight.effective_sample_size < MIN_EFFECTIVE_SAMPLE_SIZE:
+        return SupportVerdict(
+            False,
+            f"effective sample size {weight.effective_sample_size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}",
+        )
+    return SupportVerdict(True, "")
+
+
+def finite_or_none(value: float) -> Any:
+    """JSON has no inf or NaN: such a diagnostic is written as null."""
+    return value if math.isfinite(value) else None
