@@ -20,12 +20,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from memabra._catalog import Skill, skill_items, tool_items
 from memabra._corrections import detect_correction
-from memabra._errors import InvalidRecordError, RouterError
+from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor, SQLMemory
 from memabra._records import (
@@ -45,6 +45,7 @@ from memabra._records import (
     utcnow,
 )
 from memabra._reward import RewardConfig
+from memabra._serving import RELOAD_INTERVAL_S, PolicyRuntime
 from memabra._text import content_words
 from memabra.router import Router
 from memabra.storage import EpisodeFilter, EpisodeLog
@@ -54,6 +55,8 @@ __all__ = ["RoutingSession", "Turn"]
 logger = logging.getLogger("memabra")
 
 _MAX_TURNS_IN_FLIGHT = 10_000
+# ``snapshot_every=0``: commit only on close (a count no run reaches).
+_NEVER = 2**62
 
 
 @dataclass(slots=True)
@@ -112,8 +115,9 @@ class RoutingSession:
         snapshot_every: int = 100,
         kinds: Sequence[CandidateKind] | None = None,
         local_credit: bool = False,
+        reload_interval_s: float = RELOAD_INTERVAL_S,
+        commit_interval_s: float = 30.0,
     ) -> None:
-        self.router = router
         self.local_credit = local_credit
         self.log = log
         self.memory = memory if memory is not None else SQLMemory(log)
@@ -123,6 +127,16 @@ class RoutingSession:
         self.extractor = extractor if extractor is not None else RuleFactExtractor()
         self.learn_online = learn
         self.snapshot_every = snapshot_every
+        self.runtime = PolicyRuntime(
+            log,
+            router,
+            learn=learn,
+            local_credit=local_credit,
+            commit_every=snapshot_every if snapshot_every > 0 else _NEVER,
+            commit_interval_s=commit_interval_s if snapshot_every > 0 else float("inf"),
+            reload_interval_s=reload_interval_s,
+            reward_config=self.rewards.config,
+        )
         self.kinds = tuple(kinds) if kinds is not None else tuple(k for k in CandidateKind if self.budget.slots_for(k) > 0)
         self._shared = skill_items(skills) + list(tool_items_)
         if self._shared:
@@ -133,6 +147,22 @@ class RoutingSession:
         self._previous: OrderedDict[tuple[str, str | None], _Previous] = OrderedDict()
         self._updates_since_snapshot = 0
         self._last_saved: str | None = None
+
+    @property
+    def router(self) -> Router:
+        """The router serving now (a :class:`~memabra.router.SnapshotWatcher`): its
+        ``policy_version`` names the model that makes this process's decisions."""
+        return self.runtime.router
+
+    def close(self) -> None:
+        """Commit what was learned since the last snapshot and release the learner lease."""
+        self.runtime.close()
+
+    def __enter__(self) -> RoutingSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def with_tools(cls, *, tools: Sequence[Any] = (), **kwargs: Any) -> RoutingSession:
@@ -250,38 +280,15 @@ class RoutingSession:
         return receipt
 
     def learn_pending(self) -> int:
-        """Close episodes whose feedback window passed, then learn from every final reward not
-        yet learned from. Returns how many selections were learned from."""
-        self.rewards.finalize_due()
-        learned = 0
-        for item in self.rewards.claim_learning():
-            for selection in item.selections:
-                # observed either way: the router remembers them for the request even when the
-                # slate shares one reward
-                chosen = set(selection.chosen_ids)
-                outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
-                try:
-                    self.router.learn(selection, item.reward, outcomes, local_credit=self.local_credit)
-                except RouterError:
-                    # Made before a restart, or by another process: learn from its logged propensities.
-                    self.router.learn_logged(selection, item.reward, outcomes, local_credit=self.local_credit)
-                learned += 1
-        if learned:
-            self._updates_since_snapshot += learned
-            if self.snapshot_every and self._updates_since_snapshot >= self.snapshot_every:
-                self.save_snapshot()
-        return learned
+        """Run the in-process learner (when this process holds the policy's lease): close episodes
+        whose feedback window passed and learn every final reward not yet learned, exactly once, in
+        commit order. Returns how many rewards were learned."""
+        status = self.runtime.step()
+        return status.learned if status is not None else 0
 
     def save_snapshot(self) -> str:
-        snap = self.router.snapshot()
-        saved = {s.version for s in self.log.list_snapshots(snap.policy)}
-        if snap.version not in saved:
-            parent = snap.parent if snap.parent in saved else self._last_saved
-            # The serving router's state is the policy in production: it is the active one.
-            self.log.save_snapshot(replace(snap, parent=parent, status="active"))
-        self._last_saved = snap.version
-        self._updates_since_snapshot = 0
-        return snap.version
+        """Commit the learner's model now (with its read position); returns the version serving."""
+        return self.runtime.commit()
 
     # ------------------------------------------------------------------ internals
 

@@ -115,6 +115,22 @@ class SnapshotWatcher(Router):
     def policy_version(self) -> str:
         return self._current.policy_version
 
+    @property
+    def loaded_version(self) -> str:
+        """The snapshot version the serving router came from (or the initial router's version)."""
+        return self._loaded_version
+
+    def adopt(self, router: Router, version: str) -> None:
+        """Serve ``router`` (already in the state of snapshot ``version``) without restoring it from
+        bytes: a process that just wrote ``version`` serves its live learner."""
+        if not isinstance(router, Router):
+            raise RouterError(f"adopt needs a Router, got {type(router).__name__}")
+        with self._swap_lock:
+            if router is not self._current:
+                _log.info("serving the live learner at %s (was %s)", version, self._current.policy_version)
+            self._current = router
+            self._loaded_version = version
+
     def refresh(self, *, force: bool = True) -> bool:
         """Ask the source for a newer snapshot now; ``True`` if the serving router changed."""
         with self._swap_lock:

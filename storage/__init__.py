@@ -4,6 +4,15 @@ Takes and returns the records of :mod:`memabra`; ORM rows never leave this packa
 """
 
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
+from memabra.storage._learner import (
+    START,
+    FinalReward,
+    LearnerCheckpoint,
+    LearnerLease,
+    LearnerStore,
+    LeaseLostError,
+    ReadPosition,
+)
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
 
@@ -14,6 +23,13 @@ __all__ = [
     "CandidateStats",
     "EpisodeFilter",
     "EpisodeLog",
+    "FinalReward",
+    "LearnerCheckpoint",
+    "LearnerLease",
+    "LearnerStore",
+    "LeaseLostError",
+    "ReadPosition",
+    "START",
     "check_schema",
     "current_revision",
     "downgrade",
