@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from memabra._errors import ConfigError
@@ -25,7 +26,7 @@ from memabra._feedback import RewardService
 from memabra._records import LearningItem, PolicySnapshot
 from memabra._reward import RewardConfig
 from memabra.router import Router, Similarity, load_router
-from memabra.storage import START, EpisodeLog, LearnerLease, LearnerStore, LeaseLostError, ReadPosition
+from memabra.storage import SQLITE_LEASE_TTL, START, EpisodeLog, LearnerLease, LearnerStore, LeaseLostError, ReadPosition
 
 __all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_item", "replay"]
 
@@ -136,6 +137,7 @@ class Learner:
         reward_config: RewardConfig | None = None,
         similarity: Similarity | None = None,
         on_commit: Callable[[PolicySnapshot], None] | None = None,
+        lease_ttl: timedelta = SQLITE_LEASE_TTL,
     ) -> None:
         self.log = log
         self.make_router = make_router
@@ -147,7 +149,7 @@ class Learner:
         self.on_commit = on_commit
         self.rewards = RewardService(log, reward_config)
         self._store = LearnerStore(log.engine)
-        self._lease = LearnerLease(log.engine, self.policy)
+        self._lease = LearnerLease(log.engine, self.policy, ttl=lease_ttl)
         self._router: Router | None = None
         self._root = ""
         self._committed = START

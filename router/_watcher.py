@@ -25,8 +25,9 @@ from memabra._records import Budget, Candidate, PolicySnapshot, RewardBreakdown,
 from memabra.router._base import Router, SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
+from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
-__all__ = ["SnapshotWatcher", "load_router"]
+__all__ = ["SnapshotWatcher", "learned_model", "load_router"]
 
 _log = logging.getLogger("memabra")
 
@@ -57,6 +58,15 @@ def load_router(snapshot: PolicySnapshot, *, similarity: Similarity | None = Non
     if cls is None:
         raise SnapshotError(f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}")
     return cls.restore(snapshot, similarity=similarity)
+
+
+def learned_model(snapshot: PolicySnapshot) -> bytes:
+    """What a snapshot has learned, as bytes: the learner's model and learned state in memabra's
+    envelope, without the version name and the count of decisions served (they describe serving,
+    not learning). Two snapshots give equal bytes exactly when they would learn and predict alike,
+    whichever process or restart made them: a learner's checkpoint and a replay compare with it."""
+    header, payload = decode_envelope(snapshot.model, snapshot.policy)
+    return encode_envelope(snapshot.policy, {"state": header.get("state", {})}, payload)
 
 
 class SnapshotWatcher(Router):

@@ -5,6 +5,7 @@ Takes and returns the records of :mod:`memabra`; ORM rows never leave this packa
 
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._learner import (
+    SQLITE_LEASE_TTL,
     START,
     FinalReward,
     LearnerCheckpoint,
@@ -29,6 +30,7 @@ __all__ = [
     "LearnerStore",
     "LeaseLostError",
     "ReadPosition",
+    "SQLITE_LEASE_TTL",
     "START",
     "check_schema",
     "current_revision",

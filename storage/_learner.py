@@ -154,6 +154,12 @@ class LearnerStore:
         with self._session() as s, s.begin():
             return int(s.scalar(select(func.count()).select_from(RewardRow).where(RewardRow.final.is_(True))) or 0)
 
+    def decisions_served(self) -> dict[str, int]:
+        """How many logged decisions each policy version made."""
+        stmt = select(DecisionRow.policy_version, func.count()).group_by(DecisionRow.policy_version)
+        with self._session() as s, s.begin():
+            return {str(version): int(n) for version, n in s.execute(stmt)}
+
     def active_version(self, policy: str) -> str | None:
         """The active snapshot's version, without its model bytes (cheap enough to poll)."""
         stmt = (

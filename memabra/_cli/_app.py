@@ -13,6 +13,7 @@ from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
+from memabra._cli._policies import learner, policies_app, route
 
 app = typer.Typer(
     name="memabra",
@@ -32,6 +33,9 @@ app.command("demo")(demo)
 app.command("admin")(admin)
 app.command("bench")(bench)
 app.command("simulate")(simulate_command)
+app.add_typer(policies_app, name="policies")
+app.command("route")(route)
+app.command("learner")(learner)
 
 
 def main() -> None:
