@@ -26,7 +26,15 @@ from memabra._feedback import RewardService
 from memabra._records import LearningItem, PolicySnapshot
 from memabra._reward import RewardConfig
 from memabra.router import Router, Similarity, load_router
-from memabra.storage import SQLITE_LEASE_TTL, START, EpisodeLog, LearnerLease, LearnerStore, LeaseLostError, ReadPosition
+from memabra.storage import (
+    SQLITE_LEASE_TTL,
+    START,
+    EpisodeLog,
+    LearnerLease,
+    LearnerStore,
+    LeaseLostError,
+    ReadPosition,
+)
 
 __all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_item", "replay"]
 
@@ -39,9 +47,19 @@ READ_BATCH = 500
 _META = "learner"
 
 
-def fresh_router(policy: str, learner_args: dict[str, Any] | None = None, *, similarity: Similarity | None = None) -> Router:
+def fresh_router(
+    policy: str, learner_args: dict[str, Any] | None = None, *, similarity: Similarity | None = None
+) -> Router:
     """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained."""
-    from memabra.router import EmbeddingRouter, FixedListRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, VWRouter
+    from memabra.router import (
+        EmbeddingRouter,
+        FixedListRouter,
+        HybridRouter,
+        LexicalRouter,
+        LinearRouter,
+        RandomRouter,
+        VWRouter,
+    )
 
     classes: dict[str, type[Router]] = {
         cls.name: cls
@@ -75,7 +93,11 @@ def iter_final(store: LearnerStore, after: ReadPosition = START) -> Iterator[tup
 
 
 def replay(
-    log: EpisodeLog, policy: str = DEFAULT_POLICY, *, learner_args: dict[str, Any] | None = None, local_credit: bool | None = None
+    log: EpisodeLog,
+    policy: str = DEFAULT_POLICY,
+    *,
+    learner_args: dict[str, Any] | None = None,
+    local_credit: bool | None = None,
 ) -> tuple[Router, int]:
     """A fresh router taught every final reward of the log in commit order, from scratch; returns it
     and the number of rewards. ``learner_args`` and ``local_credit`` default to what the policy's
@@ -243,11 +265,18 @@ class Learner:
         if self.pending == 0 and not (force and self._last_snapshot is None):
             return None
         snap = self._router.snapshot()
-        meta = {"root": self._root, "local_credit": self.local_credit, "learned": self._learned, "position": [self._position.seq, self._position.episode_id]}
+        meta = {
+            "root": self._root,
+            "local_credit": self.local_credit,
+            "learned": self._learned,
+            "position": [self._position.seq, self._position.episode_id],
+        }
         version = f"{self._root}+{self._learned}" if self._learned else self._root
         record = replace(snap, version=version, parent=self._last_snapshot, metrics={**snap.metrics, _META: meta})
         try:
-            stored = self._store.commit(record, previous=self._committed, position=self._position, learned=self._learned)
+            stored = self._store.commit(
+                record, previous=self._committed, position=self._position, learned=self._learned
+            )
         except LeaseLostError:
             logger.warning("learner of %s lost its lease; standing by", self.policy)
             self._drop()
@@ -257,7 +286,9 @@ class Learner:
         self._committed_learned = self._learned
         self._pending_since = None
         self._last_snapshot = stored.version
-        logger.info("learner %s committed %s (%d rewards, %s)", self.policy, stored.version, self._learned, stored.status)
+        logger.info(
+            "learner %s committed %s (%d rewards, %s)", self.policy, stored.version, self._learned, stored.status
+        )
         if self.on_commit is not None:
             self.on_commit(stored)
         return stored
@@ -302,7 +333,12 @@ class Learner:
             self._learned = self._committed_learned = checkpoint.learned
             self._last_snapshot = snapshot.version
         self._pending_since = None
-        logger.info("learner %s holds the lease from %s (%d rewards learned)", self.policy, self._last_snapshot or "scratch", self._learned)
+        logger.info(
+            "learner %s holds the lease from %s (%d rewards learned)",
+            self.policy,
+            self._last_snapshot or "scratch",
+            self._learned,
+        )
 
     def _drop(self) -> None:
         self._router = None

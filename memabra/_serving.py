@@ -25,6 +25,7 @@ import weakref
 from memabra._learner import Learner, LearnerStatus, fresh_router
 from memabra._records import PolicySnapshot
 from memabra._reward import RewardConfig
+from memabra._settings import RELOAD_INTERVAL_S
 from memabra.router import Router, SnapshotWatcher, load_router
 from memabra.storage import EpisodeLog, LearnerStore
 
@@ -32,8 +33,6 @@ __all__ = ["NOTIFY_CHANNEL", "RELOAD_INTERVAL_S", "PolicyRuntime"]
 
 logger = logging.getLogger("memabra")
 
-# How often a serving process asks the log which snapshot is active (PostgreSQL also pushes it).
-RELOAD_INTERVAL_S = 2.0
 # How often a process that does not hold the learner lease tries to take it.
 LEASE_RETRY_S = 2.0
 NOTIFY_CHANNEL = "memabra_policy"
@@ -45,8 +44,8 @@ def _close_all() -> None:
     for runtime in list(_OPEN):
         try:
             runtime.close()
-        except Exception:  # noqa: BLE001 - exiting: log and carry on with the others
-            logger.exception("saving what was learned at exit failed")
+        except Exception as exc:  # noqa: BLE001 - exiting: say so and carry on with the others
+            logger.warning("saving what was learned at exit failed: %s", exc)
 
 
 atexit.register(_close_all)
@@ -74,7 +73,9 @@ class PolicyRuntime:
         self._given = router
         active = self._store.active_version(self.policy)
         initial = load_router(log.get_snapshot(active), similarity=router.similarity) if active is not None else router
-        self.watcher = SnapshotWatcher(initial, self._source, interval_s=reload_interval_s, similarity=router.similarity)
+        self.watcher = SnapshotWatcher(
+            initial, self._source, interval_s=reload_interval_s, similarity=router.similarity
+        )
         self.learner: Learner | None = None
         if learn:
             self.learner = Learner(
@@ -183,6 +184,13 @@ class _Listener:
     def stop(self) -> None:
         self._stop.set()
 
+    def _reload(self) -> bool:
+        runtime = self._runtime()
+        if runtime is None:
+            return False
+        runtime.watcher.refresh(force=True)
+        return True
+
     def _run(self) -> None:
         try:
             import psycopg
@@ -193,10 +201,11 @@ class _Listener:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=1.0):
-                        if note.payload.startswith(mine):
-                            runtime = self._runtime()
-                            if runtime is None:
-                                return
-                            runtime.watcher.refresh(force=True)
+                        if note.payload.startswith(mine) and not self._reload():
+                            return
+                    if self._runtime() is None:  # the process stopped serving this runtime
+                        return
         except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
-            logger.warning("LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, RELOAD_INTERVAL_S, exc_info=True)
+            logger.warning(
+                "LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, RELOAD_INTERVAL_S, exc_info=True
+            )

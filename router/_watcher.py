@@ -56,7 +56,9 @@ def load_router(snapshot: PolicySnapshot, *, similarity: Similarity | None = Non
     registry = _registry()
     cls = registry.get(snapshot.policy)
     if cls is None:
-        raise SnapshotError(f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}")
+        raise SnapshotError(
+            f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}"
+        )
     return cls.restore(snapshot, similarity=similarity)
 
 
@@ -158,7 +160,9 @@ class SnapshotWatcher(Router):
             try:
                 fresh = load_router(snapshot, similarity=self.similarity)
             except SnapshotError:
-                _log.exception("snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version)
+                _log.exception(
+                    "snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version
+                )
                 return False
             _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
             self._current = fresh
@@ -166,7 +170,9 @@ class SnapshotWatcher(Router):
             return True
 
     # ------------------------------------------------------------------------- delegation
-    def featurize(self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None) -> FeatureTable:
+    def featurize(
+        self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None
+    ) -> FeatureTable:
         return self._current.featurize(context, candidates, budget)
 
     def choose(
@@ -198,9 +204,8 @@ class SnapshotWatcher(Router):
         with self._lock:
             maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
         if maker is None:
-            raise RouterError(
-                f"selection {getattr(selection, 'id', selection)!r} was not made by this watcher (or was already learned from)"
-            )
+            named = getattr(selection, "id", selection)
+            raise RouterError(f"selection {named!r} was not made by this watcher (or was already learned from)")
         if maker is self._current:
             maker.learn(selection, reward, outcomes, local_credit=local_credit)
         else:

@@ -122,7 +122,9 @@ class LearnerStore:
             or_(r.commit_seq > after.seq, and_(r.commit_seq == after.seq, r.episode_id > after.episode_id)),
         ]
         if is_postgres(self._engine):
-            conds.append(r.commit_seq < select(text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_subquery())
+            conds.append(
+                r.commit_seq < select(text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_subquery()
+            )
         stmt = select(r).where(*conds).order_by(r.commit_seq, r.episode_id).limit(limit)
         with self._session() as s, s.begin():
             rows = s.scalars(stmt).all()
@@ -195,7 +197,9 @@ class LearnerStore:
                         LearnerStateRow.position_seq == previous.seq,
                         LearnerStateRow.position_episode == previous.episode_id,
                     )
-                    .values(position_seq=position.seq, position_episode=position.episode_id, learned=learned, updated_at=now)
+                    .values(
+                        position_seq=position.seq, position_episode=position.episode_id, learned=learned, updated_at=now
+                    )
                 )
                 state = s.get(LearnerStateRow, policy)
                 if moved.rowcount != 1:  # type: ignore[attr-defined]
@@ -219,8 +223,12 @@ class LearnerStore:
                     )
                 )
                 publish = active is None or state.published is None or active == state.published
-                stored = replace(snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate")
-                parent = stored.parent if stored.parent and s.get(PolicySnapshotRow, stored.parent) is not None else None
+                stored = replace(
+                    snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate"
+                )
+                parent = (
+                    stored.parent if stored.parent and s.get(PolicySnapshotRow, stored.parent) is not None else None
+                )
                 stored = replace(stored, parent=parent)
                 if publish:
                     s.execute(
@@ -276,7 +284,9 @@ def _free_version(s: Session, version: str) -> str:
 
 
 def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Any]]:
-    decisions = s.scalars(select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)).all()
+    decisions = s.scalars(
+        select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
+    ).all()
     if not decisions:
         return {}
     ids = [d.id for d in decisions]
@@ -402,7 +412,10 @@ class LearnerLease:
                 return True
         try:
             with self._engine.begin() as conn:
-                conn.execute(insert(lease.__table__), [{"policy": self.policy, "holder": self.holder, "expires_at": now + self.ttl}])  # type: ignore[arg-type]
+                conn.execute(
+                    insert(lease.__table__),
+                    [{"policy": self.policy, "holder": self.holder, "expires_at": now + self.ttl}],
+                )  # type: ignore[arg-type]
             return True
         except IntegrityError:
             return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,7 +59,12 @@ def policies_list(db: DbOption = None, json_out: JsonOption = None) -> None:
     ]
     table = Table("version", "policy", "parent", "status", "created", "decisions served")
     for r in rows:
-        table.add_row(*(escape(str(r[k] if r[k] is not None else "-")) for k in ("version", "policy", "parent", "status", "created", "decisions")))
+        table.add_row(
+            *(
+                escape(str(r[k] if r[k] is not None else "-"))
+                for k in ("version", "policy", "parent", "status", "created", "decisions")
+            )
+        )
     console.print(table)
     _write_json(json_out, rows)
 
@@ -69,7 +73,9 @@ def policies_list(db: DbOption = None, json_out: JsonOption = None) -> None:
 def policies_export(
     out: Annotated[Path, typer.Option("--out", help="File to write the learned model to.")],
     db: DbOption = None,
-    version: Annotated[str | None, typer.Option("--version", help="Snapshot version (default: the active one).")] = None,
+    version: Annotated[
+        str | None, typer.Option("--version", help="Snapshot version (default: the active one).")
+    ] = None,
     policy: PolicyOption = DEFAULT_POLICY,
 ) -> None:
     """Write a snapshot's learned model (comparable byte for byte with ``memabra learner --replay``)."""
@@ -88,9 +94,13 @@ def route(
     query: Annotated[str, typer.Argument(help="The user's message.")],
     user: Annotated[str, typer.Option("--user", help="Whose memories to route over.")],
     db: DbOption = None,
-    seed: Annotated[int | None, typer.Option("--seed", min=0, help="Seed of the draw (default: the router's own).")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, help="Seed of the draw (default: the router's own).")
+    ] = None,
     policy: PolicyOption = DEFAULT_POLICY,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Token budget of the context.")] = Budget().max_tokens or 2000,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, help="Token budget of the context.")
+    ] = Budget().max_tokens or 2000,
     json_out: JsonOption = None,
 ) -> None:
     """One routing decision from the command line: what would be injected, by which policy
@@ -105,14 +115,21 @@ def route(
         fail(f"user {user!r} has no memories and the log holds no shared skills or tools")
     budget = Budget(max_tokens=max_tokens)
     kinds = tuple(k for k in CandidateKind if budget.slots_for(k) > 0)
-    selection = router.choose(RoutingContext(query=query, user_id=user, kinds=kinds, budget=budget), candidates, seed=seed)
+    selection = router.choose(
+        RoutingContext(query=query, user_id=user, kinds=kinds, budget=budget), candidates, seed=seed
+    )
     text_of = {c.id: c.text for c in candidates}
     result = {
         "policy_version": selection.policy_version,
         "seed": selection.seed,
         "injected": [{"id": c.id, "kind": c.kind.value, "text": c.text} for c in selection.chosen],
         "slots": [
-            {"slot": d.slot, "kind": d.kind.value, "chosen": d.chosen_id, "distribution": dict(zip(d.candidate_ids, d.probabilities, strict=True))}
+            {
+                "slot": d.slot,
+                "kind": d.kind.value,
+                "chosen": d.chosen_id,
+                "distribution": dict(zip(d.candidate_ids, d.probabilities, strict=True)),
+            }
             for d in selection.slots
         ],
     }
@@ -131,11 +148,15 @@ def learner(
     db: DbOption = None,
     policy: PolicyOption = DEFAULT_POLICY,
     once: Annotated[bool, typer.Option("--once", help="Learn what is final and not yet learned, then exit.")] = False,
-    do_replay: Annotated[bool, typer.Option("--replay", help="Write the model a from-scratch replay of the log produces.")] = False,
+    do_replay: Annotated[
+        bool, typer.Option("--replay", help="Write the model a from-scratch replay of the log produces.")
+    ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="With --replay: the file to write.")] = None,
     commit_every: Annotated[int, typer.Option("--commit-every", min=1, help="Commit after this many rewards.")] = 100,
     commit_interval: Annotated[float, typer.Option("--commit-interval", min=0.0, help="Or this many seconds.")] = 5.0,
-    lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.5, help="SQLite: seconds a dead learner's lease outlives it.")] = 10.0,
+    lease_ttl: Annotated[
+        float, typer.Option("--lease-ttl", min=0.5, help="SQLite: seconds a dead learner's lease outlives it.")
+    ] = 10.0,
     poll: Annotated[float, typer.Option("--poll", min=0.05, help="Seconds between looks at the log when idle.")] = 1.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -178,4 +199,3 @@ def _learner_args(log: EpisodeLog, policy: str) -> dict[str, Any] | None:
     """A new learner takes the parameters of the policy's newest snapshot, if the log has one."""
     latest = log.latest_snapshot(policy)
     return dict(latest.learner_args) if latest is not None else None
-

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from logged_world import reward_of, world
 from memabra import Episode
 from memabra._records import utcnow
 from memabra.router import RandomRouter, Router
 from memabra.storage import EpisodeLog
 
-from logged_world import reward_of, world
 
-
-def log_final(log: EpisodeLog, n: int, *, start: int = 0, router: Router | None = None, final: bool = True) -> list[str]:
+def log_final(
+    log: EpisodeLog, n: int, *, start: int = 0, router: Router | None = None, final: bool = True
+) -> list[str]:
     """``n`` one-decision episodes (chosen by ``router``, random by default) with their reward, final
     unless ``final=False``; returns their ids."""
     router = router or RandomRouter(seed=start)

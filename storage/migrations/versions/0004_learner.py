@@ -100,8 +100,8 @@ def upgrade() -> None:
             op.execute(statement)
     else:
         op.execute(
-            "UPDATE rewards SET commit_seq = (SELECT n FROM (SELECT episode_id AS e, "
-            "ROW_NUMBER() OVER (ORDER BY computed_at, episode_id) AS n FROM rewards WHERE final) WHERE e = rewards.episode_id) "
+            "UPDATE rewards SET commit_seq = (SELECT n FROM (SELECT episode_id AS e, ROW_NUMBER() "
+            "OVER (ORDER BY computed_at, episode_id) AS n FROM rewards WHERE final) WHERE e = rewards.episode_id) "
             "WHERE final"
         )
         for statement in _SQLITE_TRIGGERS:
