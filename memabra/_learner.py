@@ -43,6 +43,9 @@ logger = logging.getLogger("memabra")
 DEFAULT_POLICY = "vw"
 # Rewards read per query: large enough to amortise the round trips, small enough to commit often.
 READ_BATCH = 500
+# The learner learns from logged features and never featurises: BM25 alone spares it loading the
+# embedding model (seconds at start-up, which a restarted learner should not wait for).
+LEARNER_SIMILARITY = Similarity(encoder=None)
 # The snapshot metrics key under which the learner records how its model was made.
 _META = "learner"
 
@@ -68,7 +71,7 @@ def fresh_router(
     cls = classes.get(policy)
     if cls is None:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(classes))}")
-    return cls(**(learner_args or {}), similarity=similarity)
+    return cls(**(learner_args or {}), similarity=similarity if similarity is not None else LEARNER_SIMILARITY)
 
 
 def learn_item(router: Router, item: LearningItem, *, local_credit: bool) -> int:
@@ -167,7 +170,7 @@ class Learner:
         self.local_credit = local_credit
         self.commit_every = commit_every
         self.commit_interval_s = commit_interval_s
-        self.similarity = similarity
+        self.similarity = similarity if similarity is not None else LEARNER_SIMILARITY
         self.on_commit = on_commit
         self.rewards = RewardService(log, reward_config)
         self._store = LearnerStore(log.engine)
@@ -233,17 +236,22 @@ class Learner:
             self.rewards.finalize_due()
         assert self._router is not None
         n = 0
-        for position, item in iter_final(self._store, self._position):
-            learn_item(self._router, item, local_credit=self.local_credit)
-            self._position = position
+        committed = None
+        # One read per step: an in-process learner must not hold up the turn that called it.
+        for final in self._store.read_final(self._position, limit=READ_BATCH):
+            learn_item(self._router, final.item, local_credit=self.local_credit)
+            self._position = final.position
             self._learned += 1
             n += 1
             if self._pending_since is None:
                 self._pending_since = time.monotonic()
             if self.pending >= self.commit_every:
-                break
-        committed = self.commit() if self._commit_due() else None
-        return LearnerStatus(True, n, committed)
+                committed = self.commit() or committed
+                if self._router is None:  # the lease was lost while committing
+                    return LearnerStatus(False, n, committed)
+        if self._commit_due():
+            committed = self.commit() or committed
+        return LearnerStatus(self._lease.held, n, committed)
 
     def run(self, *, once: bool = False, poll_s: float = 1.0, wait: Callable[[float], None] = time.sleep) -> int:
         """Learn until stopped (``once``: until nothing is left, then commit and return). Returns
@@ -264,15 +272,7 @@ class Learner:
             return None
         if self.pending == 0 and not (force and self._last_snapshot is None):
             return None
-        snap = self._router.snapshot()
-        meta = {
-            "root": self._root,
-            "local_credit": self.local_credit,
-            "learned": self._learned,
-            "position": [self._position.seq, self._position.episode_id],
-        }
-        version = f"{self._root}+{self._learned}" if self._learned else self._root
-        record = replace(snap, version=version, parent=self._last_snapshot, metrics={**snap.metrics, _META: meta})
+        record = self.live_snapshot()
         try:
             stored = self._store.commit(
                 record, previous=self._committed, position=self._position, learned=self._learned
@@ -292,6 +292,16 @@ class Learner:
         if self.on_commit is not None:
             self.on_commit(stored)
         return stored
+
+    def live_snapshot(self) -> PolicySnapshot:
+        """The learner's model now, named and described as :meth:`commit` would store it."""
+        if self._router is None:
+            raise LeaseLostError(f"the learner of {self.policy!r} does not hold the lease")
+        snap = self._router.snapshot()
+        position = [self._position.seq, self._position.episode_id]
+        meta = {"root": self._root, "local_credit": self.local_credit, "learned": self._learned, "position": position}
+        version = f"{self._root}+{self._learned}" if self._learned else self._root
+        return replace(snap, version=version, parent=self._last_snapshot, metrics={**snap.metrics, _META: meta})
 
     def close(self) -> None:
         """Commit what was learned since the last commit, then release the lease."""

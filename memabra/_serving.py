@@ -37,6 +37,9 @@ logger = logging.getLogger("memabra")
 LEASE_RETRY_S = 2.0
 NOTIFY_CHANNEL = "memabra_policy"
 
+# What serving a learner that has published nothing yet is tagged with (no snapshot has this name).
+_UNPUBLISHED = "(unpublished)"
+
 _OPEN: weakref.WeakSet[PolicyRuntime] = weakref.WeakSet()
 
 
@@ -90,6 +93,7 @@ class PolicyRuntime:
                 on_commit=self._committed,
             )
         self._lock = threading.RLock()
+        self._following: str | None = None
         self._next_try = 0.0
         self._closed = False
         self._listener: _Listener | None = None
@@ -110,18 +114,21 @@ class PolicyRuntime:
         return self.log.get_snapshot(version)
 
     def _make_router(self) -> Router:
-        # A log with no learner yet: the router the user built learns in place (their handle on it
-        # sees what it learned), unless it was trained elsewhere already.
+        # A log with no learner yet: a fresh router with the parameters of the one the user built.
         given = self._given
-        if "+" not in given.policy_version:
-            return given
         return fresh_router(self.policy, given.get_params(), similarity=given.similarity)
 
     def _committed(self, stored: PolicySnapshot) -> None:
+        if stored.status == "active":
+            self._serve_learner(stored.version)
+
+    def _serve_learner(self, tag: str) -> None:
+        """Serve a copy of the learner's live model. A copy, because predictions move VW's example
+        counters: the learner itself only learns, so its bytes stay equal to a replay's."""
         assert self.learner is not None
-        live = self.learner.router
-        if stored.status == "active" and live is not None:
-            self.watcher.adopt(live, stored.version)
+        snapshot = self.learner.live_snapshot()
+        self.watcher.adopt(load_router(snapshot, similarity=self._given.similarity), tag)
+        self._following = tag
 
     # ------------------------------------------------------------------ learning
 
@@ -136,18 +143,20 @@ class PolicyRuntime:
             status = self.learner.step()
             if not status.holds_lease:
                 self._next_try = time.monotonic() + LEASE_RETRY_S
+                self._following = None
             elif not was_holding:
-                self._serve_learner_if_published()
+                self._start_following()
+            elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
+                # serving follows the learner unless an operator made another snapshot active
+                self._serve_learner(self._following)
             return status
 
-    def _serve_learner_if_published(self) -> None:
-        assert self.learner is not None
-        live = self.learner.router
+    def _start_following(self) -> None:
         checkpoint = self._store.checkpoint(self.policy)
         active = self._store.active_version(self.policy)
         published = checkpoint.published if checkpoint is not None else None
-        if live is not None and (active is None or active == published):
-            self.watcher.adopt(live, active or live.policy_version)
+        if active is None or active == published:
+            self._serve_learner(active or _UNPUBLISHED)
 
     def commit(self) -> str:
         """Commit what the in-process learner has learned now; returns the version serving."""

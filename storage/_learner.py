@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -222,7 +223,8 @@ class LearnerStore:
                         PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
                     )
                 )
-                publish = active is None or state.published is None or active == state.published
+                # an operator promoting the learner's newest candidate hands serving back to the learner
+                publish = active is None or state.published is None or active in (state.published, state.snapshot_version)
                 stored = replace(
                     snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate"
                 )
@@ -317,6 +319,7 @@ class LearnerLease:
         self.ttl = ttl
         self.holder = uuid.uuid4().hex
         self._conn: Connection | None = None
+        self._finalizer: weakref.finalize[..., None] | None = None
         self._held = False
 
     @property
@@ -387,12 +390,18 @@ class LearnerLease:
             raise
         if got:
             self._conn = conn
+            # A lease dropped without release() (a session nobody closed) still closes its
+            # connection, which is what frees the advisory lock.
+            self._finalizer = weakref.finalize(self, conn.close)
         else:
             conn.close()
         return got
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
             try:
                 self._conn.close()
             except Exception:  # noqa: BLE001 - the connection is already broken

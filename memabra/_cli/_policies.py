@@ -184,8 +184,12 @@ def learner(
             reward_config=run_guarded(load_reward_config),
             lease_ttl=timedelta(seconds=lease_ttl),
         )
-        if once and not loop.acquire():
-            fail(f"another learner holds the lease of policy {policy!r}")
+        if once:
+            import time
+
+            # A standby waits for the lease (a dead holder's lapses after --lease-ttl on SQLite).
+            while not loop.acquire():
+                time.sleep(poll)
         try:
             n = loop.run(once=once, poll_s=poll)
         except KeyboardInterrupt:

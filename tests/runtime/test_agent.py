@@ -172,7 +172,7 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
         agent.session.memory.remember("ann", f"Restaurant note {i}: the restaurant downtown had a long queue")
 
     def p_diet() -> float:
-        sel = router.choose(
+        sel = agent.router.choose(
             __import__("memabra").RoutingContext("suggest a restaurant for dinner", "ann", budget=agent.session.budget, kinds=(CandidateKind.MEMORY,)),
             [m.as_candidate() for m in agent.session.memory.items("ann")],
         )
@@ -202,6 +202,6 @@ def test_the_router_remembers_what_failed_a_request_even_with_slate_credit(log: 
     assert louvre.id in ep.selections[0].chosen_ids
     agent.feedback(ep.id, correct=True, final=True)
     context = RoutingContext("What is the capital city of France?", "ann", budget=agent.session.budget)
-    table = router.featurize(context, [m.as_candidate() for m in agent.session.memory.items("ann")])
+    table = agent.router.featurize(context, [m.as_candidate() for m in agent.session.memory.items("ann")])
     row = [c.id for c in table.candidates].index(louvre.id)
     assert table.column("failed_here")[row] > 0.0 and table.column("helped_here")[row] == 0.0
