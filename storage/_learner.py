@@ -17,7 +17,7 @@ import logging
 import uuid
 import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,9 +28,12 @@ from sqlalchemy.orm import Session
 
 from memabra._errors import MemabraError
 from memabra._records import LearningItem, PolicySnapshot, utcnow
-from memabra.storage import _convert as cv
 from memabra.storage._engine import is_postgres
 from memabra.storage._learner_models import LearnerLeaseRow, LearnerStateRow
+try:  # the storage split moves row -> record conversion into its own module
+    from memabra.storage._from_rows import reward_from_row, selection_from_rows
+except ImportError:  # pragma: no cover - before the split
+    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef]
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
 
 __all__ = [
@@ -146,7 +149,7 @@ class LearnerStore:
                     LearningItem(
                         row.episode_id,
                         tuple(selections.get(row.episode_id, ())),
-                        cv.reward_from_row(row),
+                        reward_from_row(row),
                         outcomes[row.episode_id],
                     ),
                 )
@@ -246,8 +249,8 @@ class LearnerStore:
                             "policy": policy,
                             "parent": stored.parent,
                             "model": stored.model,
-                            "learner_args": cv._thaw(stored.learner_args),
-                            "metrics": cv._thaw(stored.metrics),
+                            "learner_args": _thaw(stored.learner_args),
+                            "metrics": _thaw(stored.metrics),
                             "status": stored.status,
                             "created_at": stored.created_at,
                         }
@@ -276,6 +279,15 @@ class LearnerStore:
             raise LeaseLostError(f"another learner of policy {policy!r} committed first ({exc.orig})") from None
 
 
+def _thaw(value: Any) -> Any:
+    """Frozen record mappings and tuples back to plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
 def _free_version(s: Session, version: str) -> str:
     """``version``, or a suffixed one when a snapshot of that name exists (another lineage)."""
     candidate, n = version, 1
@@ -300,7 +312,7 @@ def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Any]]:
         cands[crow.decision_id].append(crow)
     out: dict[str, list[Any]] = defaultdict(list)
     for d in decisions:
-        out[d.episode_id].append(cv.selection_from_rows(d, slots[d.id], cands[d.id]))
+        out[d.episode_id].append(selection_from_rows(d, slots[d.id], cands[d.id]))
     return out
 
 
