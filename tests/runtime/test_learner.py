@@ -40,7 +40,6 @@ def test_learner_learns_each_final_reward_once_and_equals_a_replay(log: EpisodeL
     log_final(log, 30)
     log_final(log, 5, start=30, final=False)  # provisional: not learned
     learner = Learner(log, vw, commit_every=7)
-    assert learner.step().learned <= 7  # one commit's worth at most
     drain(learner, 30)
     learner.close()
     assert learner.learned == 30
