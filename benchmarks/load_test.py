@@ -32,6 +32,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,10 @@ TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music", "travel", "book
 
 def serve(url: str, worker: int, episodes: int, out: Path) -> None:
     """One serving process: learn=False (the learner processes learn), hot reload every 0.5 s."""
+    from memabra.router import Similarity, VWRouter
+
     from memabra import Budget, CandidateKind
     from memabra._build import build_session
-    from memabra.router import Similarity, VWRouter
 
     router = VWRouter(seed=0, similarity=Similarity(encoder=None))
     budget = Budget(max_tokens=120, slots={CandidateKind.MEMORY: 2})
@@ -84,6 +86,27 @@ def start_learner(url: str, log_dir: Path, name: str) -> subprocess.Popen[bytes]
     args = [str(MEMABRA), "learner", "--db", url, "--commit-every", "50", "--commit-interval", "0.5"]
     args += ["--lease-ttl", "2", "--poll", "0.2"]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=(log_dir / f"{name}.log").open("ab"))
+
+
+def wait_for_progress(
+    engine: Any, since: int, workers: list[subprocess.Popen[bytes]], timeout_s: float = 120.0
+) -> float | None:
+    """Seconds until the learner's committed count passes ``since``; ``None`` when there was nothing
+    left to learn (serving over, everything learned) or it timed out."""
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        learned = learned_so_far(engine)
+        if learned > since:
+            return round(time.time() - t0, 2)
+        if all(w.poll() is not None for w in workers) and learned >= final_count(engine):
+            return None
+        time.sleep(0.1)
+    return None
+
+
+def final_count(engine: Any) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM rewards WHERE final")).scalar_one())
 
 
 def learned_so_far(engine: Any) -> int:
@@ -148,17 +171,14 @@ def reach_times(engine: Any, workers: int, since: float) -> tuple[list[float], l
     for version, created in snaps:
         served = by_version.get(version, [])
         if len(served) == workers:
-            out.append((max(_ts(a) for a in served) - _ts(created)))
+            out.append(max(_ts(a) for a in served) - _ts(created))
     return out, []
 
 
 def _ts(value: Any) -> float:
-    if isinstance(value, str):
-        from datetime import datetime, timezone
-
-        parsed = datetime.fromisoformat(value)
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
-    return float(value.timestamp() if value.tzinfo else value.replace(tzinfo=__import__("datetime").timezone.utc).timestamp())
+    """A stored time as epoch seconds (SQLite hands back ISO text, PostgreSQL datetimes)."""
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return float((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -167,7 +187,6 @@ def _ts(value: Any) -> float:
 def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[str, Any]:
     from memabra.storage import upgrade
 
-    base_url = url
     engine_admin = None
     if url.startswith("postgresql"):
         schema = f"load_{uuid.uuid4().hex[:8]}"
@@ -183,7 +202,9 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     started = time.time()
     workers = [
-        subprocess.Popen([sys.executable, __file__, "--serve", url, str(w), str(episodes), str(work / f"w{w}.json")], env=env)
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", url, str(w), str(episodes), str(work / f"w{w}.json")], env=env
+        )
         for w in range(processes)
     ]
     holder = start_learner(url, work, "a")
@@ -191,25 +212,25 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
     standby = start_learner(url, work, "b")
     kill_log = []
     rollback: dict[str, Any] = {}
-    total = processes * episodes
+    wait_for_progress(engine, learned_so_far(engine), workers)
     for k in range(kills):
-        # a random moment while there is still work to learn
-        time.sleep(rng.uniform(3.0, 12.0))
-        if all(w.poll() is not None for w in workers) and learned_so_far(engine) >= total:
-            break
+        # a random moment while the holder is learning (it has committed since it took over)
+        time.sleep(rng.uniform(1.0, 4.0))
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-        kill_log.append({"at_s": round(time.time() - started, 1), "learned": learned_so_far(engine)})
+        at = learned_so_far(engine)
+        kill_log.append({"at_s": round(time.time() - started, 1), "learned": at})
         holder, standby = standby, start_learner(url, work, f"restart{k}")
-        if k == kills // 2 and not rollback:
-            rollback = do_rollback(engine)
+        kill_log[-1]["standby_took_over_after_s"] = wait_for_progress(engine, at, workers)
+        if not rollback:
+            running = [w for w, proc in enumerate(workers) if proc.poll() is None]
+            rollback = do_rollback(engine) | {"replicas_running": running}
     for w in workers:
         w.wait()
     serving_s = time.time() - started
     # wait for the learner to learn everything, then stop both learners
     deadline = time.time() + 600
-    with engine.connect() as conn:
-        final = int(conn.execute(text("SELECT count(*) FROM rewards WHERE final")).scalar_one())
+    final = final_count(engine)
     while learned_so_far(engine) < final and time.time() < deadline:
         time.sleep(1)
     for proc in (holder, standby):
@@ -241,7 +262,7 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
             "learner_kills": len(kill_log),
             "kills": kill_log,
             "model_identical_to_replay": identical,
-            "rollback": rollback | rollback_reach(engine, rollback, processes),
+            "rollback": {"version": rollback.get("version")} | rollback_reach(engine, rollback),
             "publish_reach_s": _summary(published),
             "serving_wall_s": round(serving_s, 1),
             "episodes_per_s": round(len(ids) / serving_s, 1),
@@ -252,7 +273,6 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
         with engine_admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         engine_admin.dispose()
-    del base_url
     return report
 
 
@@ -264,24 +284,36 @@ def do_rollback(engine: Any) -> dict[str, Any]:
             return {}
         version, policy = rows[0]
         at = time.time()
-        conn.execute(text("UPDATE policy_snapshots SET status = 'retired' WHERE policy = :p AND status = 'active'"), {"p": policy})
+        conn.execute(
+            text("UPDATE policy_snapshots SET status = 'retired' WHERE policy = :p AND status = 'active'"),
+            {"p": policy},
+        )
         conn.execute(text("UPDATE policy_snapshots SET status = 'active' WHERE version = :v"), {"v": version})
     return {"version": version, "at": at}
 
 
-def rollback_reach(engine: Any, rollback: dict[str, Any], processes: int) -> dict[str, Any]:
-    if not rollback:
+def rollback_reach(engine: Any, rollback: dict[str, Any]) -> dict[str, Any]:
+    """When each replica still serving at the rollback first logged a decision by the rolled-back version."""
+    if "version" not in rollback:
         return {"reached_all": False}
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT user_id, created_at FROM decisions WHERE policy_version = :v"), {"v": rollback["version"]}).all()
-    firsts: dict[str, float] = {}
+        rows = conn.execute(
+            text("SELECT user_id, created_at FROM decisions WHERE policy_version = :v"), {"v": rollback["version"]}
+        ).all()
+    firsts: dict[int, float] = {}
     for user, at in rows:
-        w = user.split("-")[0]
-        t = _ts(at)
-        if t >= rollback["at"] - 1:
+        w, t = int(user.split("-")[0][1:]), _ts(at)
+        if t >= rollback["at"]:
             firsts[w] = min(firsts.get(w, t), t)
-    reached = len(firsts) == processes
-    return {"reached_all": reached, "slowest_s": round(max(firsts.values()) - rollback["at"], 2) if reached else None}
+    running = rollback["replicas_running"]
+    reached = [w for w in running if w in firsts]
+    slowest = max((firsts[w] - rollback["at"] for w in reached), default=None)
+    return {
+        "replicas_running": len(running),
+        "replicas_reached": len(reached),
+        "reached_all": len(reached) == len(running),
+        "slowest_s": round(slowest, 2) if slowest is not None else None,
+    }
 
 
 def _summary(values: list[float]) -> dict[str, Any]:

@@ -37,5 +37,5 @@ def run_thread_id(config: RunnableConfig | None) -> str | None:
 
 
 def token_usage(message: AIMessage | None) -> tuple[int | None, int | None]:
-    usage = (message.usage_metadata or {}) if message is not None else {}
+    usage: dict[str, Any] = dict(message.usage_metadata or {}) if message is not None else {}
     return usage.get("input_tokens"), usage.get("output_tokens")

@@ -146,9 +146,10 @@ class PolicyRuntime:
                 self._following = None
             elif not was_holding:
                 self._start_following()
-            elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
+            elif status.learned and status.committed is None and self._following is not None:
                 # serving follows the learner unless an operator made another snapshot active
-                self._serve_learner(self._following)
+                if self._following == self.watcher.loaded_version:
+                    self._serve_learner(self._following)
             return status
 
     def _start_following(self) -> None:

@@ -139,7 +139,7 @@ class RoutingSession:
         candidates = gather_candidates(memory_items, shared, self.kinds)
         turn_no = turn if turn is not None else 0
         selection: Selection | None = None
-        system_prompt, tool_names = "", ()
+        system_prompt, tool_names = "", tuple[str, ...]()
         if candidates:
             context = RoutingContext(
                 query=query, user_id=user_id, thread_id=thread_id, turn=turn_no, kinds=self.kinds, budget=self.budget
@@ -226,7 +226,7 @@ class RoutingSession:
         idempotency_key: str | None = None,
         **payload: Any,
     ) -> FeedbackReceipt:
-        extra = {"idempotency_key": idempotency_key} if idempotency_key else {}
+        extra: dict[str, Any] = {"idempotency_key": idempotency_key} if idempotency_key else {}
         receipt = self.rewards.post_feedback(Feedback(episode_id, FeedbackKind(kind), source, payload, **extra))
         if self.learn_online:
             self.learn_pending()

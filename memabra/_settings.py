@@ -74,7 +74,7 @@ class SessionSettings:
         unknown = set(overrides) - names
         if unknown:
             raise ConfigError(f"unknown session setting(s): {', '.join(sorted(unknown))}")
-        given = {
+        given: dict[str, Any] = {
             k: (tuple(v) if k == "kinds" and isinstance(v, Sequence) else v)
             for k, v in overrides.items()
             if v is not None

@@ -33,7 +33,7 @@ from memabra.storage._learner_models import LearnerLeaseRow, LearnerStateRow
 try:  # the storage split moves row -> record conversion into its own module
     from memabra.storage._from_rows import reward_from_row, selection_from_rows
 except ImportError:  # pragma: no cover - before the split
-    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef]
+    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef,unused-ignore]
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
 
 __all__ = [
@@ -242,7 +242,7 @@ class LearnerStore:
                         .values(status="retired")
                     )
                 s.execute(
-                    insert(PolicySnapshotRow.__table__),  # type: ignore[arg-type]
+                    insert(PolicySnapshotRow.__table__),
                     [
                         {
                             "version": stored.version,
@@ -331,7 +331,7 @@ class LearnerLease:
         self.ttl = ttl
         self.holder = uuid.uuid4().hex
         self._conn: Connection | None = None
-        self._finalizer: weakref.finalize[..., None] | None = None
+        self._finalizer: weakref.finalize[[], LearnerLease] | None = None
         self._held = False
 
     @property
@@ -436,7 +436,7 @@ class LearnerLease:
                 conn.execute(
                     insert(lease.__table__),
                     [{"policy": self.policy, "holder": self.holder, "expires_at": now + self.ttl}],
-                )  # type: ignore[arg-type]
+                )
             return True
         except IntegrityError:
             return False
