@@ -37,7 +37,8 @@ __version__ = "0.1.0"
 # The runtime pulls in LangGraph; load it on first use so `import memabra` stays light.
 _LAZY = {
     "create_memabra_agent": "memabra._agent",
-    "build_session": "memabra._agent",
+    "build_session": "memabra._build",
+    "SessionSettings": "memabra._settings",
     "MemabraAgent": "memabra._agent",
     "MemabraContext": "memabra._agent",
     "MemabraMiddleware": "memabra._middleware",
@@ -104,6 +105,7 @@ __all__ = [
     "RoutingSession",
     "SQLMemory",
     "SchemaError",
+    "SessionSettings",
     "ScoredCandidate",
     "Selection",
     "Skill",

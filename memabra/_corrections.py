@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memabra._text import content_words, overlap
+
 __all__ = ["CorrectionSignal", "detect_correction"]
 
 _WRONG = re.compile(
@@ -29,13 +31,6 @@ _WRONG_TOOL = re.compile(
     r"|\buse (the )?\w+ (tool|function) instead\b",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"[a-z0-9']+")
-_STOP = frozenset(
-    "a an the i me my you your it is are was were be to of and or in on at for with that this what "
-    "do does did can could would should please so just".split()
-)
-
-
 @dataclass(frozen=True, slots=True)
 class CorrectionSignal:
     """``kind``: ``wrong_answer``, ``restated_memory``, ``wrong_tool`` or ``repeat``;
@@ -44,16 +39,6 @@ class CorrectionSignal:
     kind: str
     severity: float
     memory_id: str | None = None
-
-
-def _content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
-
-def _overlap(a: set[str], b: set[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / min(len(a), len(b))
 
 
 def detect_correction(
@@ -70,19 +55,19 @@ def detect_correction(
     says "I told you" (or similar) and overlaps one of them marks that memory as missed.
     """
     signals: list[CorrectionSignal] = []
-    words = _content_words(next_message)
+    words = content_words(next_message)
     if _WRONG_TOOL.search(next_message):
         signals.append(CorrectionSignal("wrong_tool", 1.0))
     told = bool(_ALREADY_TOLD.search(next_message))
     if told:
         best_id, best = None, 0.0
         for memory_id, text in memories:
-            score = _overlap(words, _content_words(text))
+            score = overlap(words, content_words(text))
             if score > best:
                 best_id, best = memory_id, score
         signals.append(CorrectionSignal("restated_memory", 1.0, best_id if best >= restate_threshold else None))
     if _WRONG.search(next_message) and not told:
         signals.append(CorrectionSignal("wrong_answer", 0.5))
-    if _overlap(words, _content_words(previous_query)) >= repeat_threshold and len(words) >= 2:
+    if overlap(words, content_words(previous_query)) >= repeat_threshold and len(words) >= 2:
         signals.append(CorrectionSignal("repeat", 0.5))
     return signals
