@@ -56,7 +56,7 @@ def test_each_migration_steps_down_and_up(engine) -> None:  # type: ignore[no-un
     upgrade(engine)
     assert downgrade(engine, "0001") == "0001"
     assert "ope_runs" not in inspect(engine).get_table_names()
-    assert upgrade(engine) == head_revision() == "0002"
+    assert upgrade(engine) == head_revision() == "0004"
 
 
 def test_sqlite_runs_with_wal_and_foreign_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
