@@ -31,6 +31,8 @@ _WRONG_TOOL = re.compile(
     r"|\buse (the )?\w+ (tool|function) instead\b",
     re.IGNORECASE,
 )
+
+
 @dataclass(frozen=True, slots=True)
 class CorrectionSignal:
     """``kind``: ``wrong_answer``, ``restated_memory``, ``wrong_tool`` or ``repeat``;

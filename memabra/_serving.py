@@ -146,10 +146,9 @@ class PolicyRuntime:
                 self._following = None
             elif not was_holding:
                 self._start_following()
-            elif status.learned and status.committed is None and self._following is not None:
+            elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
                 # serving follows the learner unless an operator made another snapshot active
-                if self._following == self.watcher.loaded_version:
-                    self._serve_learner(self._following)
+                self._serve_learner(self.watcher.loaded_version)
             return status
 
     def _start_following(self) -> None:

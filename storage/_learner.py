@@ -30,6 +30,7 @@ from memabra._errors import MemabraError
 from memabra._records import LearningItem, PolicySnapshot, utcnow
 from memabra.storage._engine import is_postgres
 from memabra.storage._learner_models import LearnerLeaseRow, LearnerStateRow
+
 try:  # the storage split moves row -> record conversion into its own module
     from memabra.storage._from_rows import reward_from_row, selection_from_rows
 except ImportError:  # pragma: no cover - before the split
@@ -226,8 +227,10 @@ class LearnerStore:
                         PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
                     )
                 )
-                # an operator promoting the learner's newest candidate hands serving back to the learner
-                publish = active is None or state.published is None or active in (state.published, state.snapshot_version)
+                # an operator promoting the learner's newest candidate hands serving back to it
+                publish = (
+                    active is None or state.published is None or active in (state.published, state.snapshot_version)
+                )
                 stored = replace(
                     snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate"
                 )

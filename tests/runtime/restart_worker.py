@@ -21,12 +21,18 @@ def decision(session) -> dict:  # type: ignore[no-untyped-def]
     candidates = [m.as_candidate() for m in session.memory.items("ann")]
     context = RoutingContext(QUERY, "ann", kinds=(CandidateKind.MEMORY,), budget=session.budget)
     sel = session.router.choose(context, candidates, seed=7)
-    return {"version": session.router.policy_version, "chosen": list(sel.chosen_ids), "p": [list(d.probabilities) for d in sel.slots]}
+    return {
+        "version": session.router.policy_version,
+        "chosen": list(sel.chosen_ids),
+        "p": [list(d.probabilities) for d in sel.slots],
+    }
 
 
 def main(url: str, mode: str) -> None:
     router = VWRouter(seed=0, similarity=Similarity(encoder=None), epsilon=0.2)
-    session = build_session(db=url, router=router, budget=Budget(max_tokens=200, slots={CandidateKind.MEMORY: 2}), snapshot_every=1000)
+    session = build_session(
+        db=url, router=router, budget=Budget(max_tokens=200, slots={CandidateKind.MEMORY: 2}), snapshot_every=1000
+    )
     if mode == "serve":
         print(json.dumps(decision(session)), flush=True)
         session.close()

@@ -17,7 +17,6 @@ import pytest
 from memabra._learner import replay
 from memabra.router import learned_model
 from memabra.storage import EpisodeLog, LearnerStore
-
 from runtime.learning_log import log_final
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +39,9 @@ def _learned(store: LearnerStore) -> int:
 
 
 @pytest.mark.slow
-def test_a_new_process_makes_the_same_decisions_and_relearns_what_the_killed_one_had_not_saved(migrated_url: str) -> None:
+def test_a_new_process_makes_the_same_decisions_and_relearns_what_the_killed_one_had_not_saved(
+    migrated_url: str,
+) -> None:
     worker = [sys.executable, str(HERE / "restart_worker.py"), migrated_url]
     first = subprocess.run([*worker, "learn"], capture_output=True, text=True, env=_env(), timeout=300)
     assert first.returncode == -signal.SIGKILL, first.stderr
@@ -50,7 +51,9 @@ def test_a_new_process_makes_the_same_decisions_and_relearns_what_the_killed_one
     after = json.loads(second.stdout.strip().splitlines()[-1])
     assert after == before  # same version, same draw, same distributions
     # a learner resumes from the last commit and learns the 5 rewards the killed process never saved
-    done = subprocess.run([str(MEMABRA), "learner", "--once", "--db", migrated_url], capture_output=True, text=True, env=_env())
+    done = subprocess.run(
+        [str(MEMABRA), "learner", "--once", "--db", migrated_url], capture_output=True, text=True, env=_env()
+    )
     assert done.returncode == 0, done.stderr
     with EpisodeLog(migrated_url) as log:
         model, learned = _checkpoint_model(log)
