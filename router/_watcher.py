@@ -71,6 +71,15 @@ def learned_model(snapshot: PolicySnapshot) -> bytes:
     return encode_envelope(snapshot.policy, {"state": header.get("state", {})}, payload)
 
 
+def _continue_draws(fresh: Router, previous: Router) -> None:
+    """Carry the count of decisions over to the router taking over: draws are seeded by
+    ``(seed, n-th decision)``, and a reloaded router restarting at its snapshot's count would
+    repeat the draws already made."""
+    with fresh._lock:
+        fresh._ensure_state()
+        fresh._decisions = max(fresh._decisions, getattr(previous, "_decisions", 0))
+
+
 class SnapshotWatcher(Router):
     """A router that serves the newest snapshot ``source()`` returns (``None``: keep the current).
 
@@ -140,6 +149,7 @@ class SnapshotWatcher(Router):
         with self._swap_lock:
             if router is not self._current:
                 _log.info("serving the live learner at %s (was %s)", version, self._current.policy_version)
+                _continue_draws(router, self._current)
             self._current = router
             self._loaded_version = version
 
@@ -165,6 +175,7 @@ class SnapshotWatcher(Router):
                 )
                 return False
             _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
+            _continue_draws(fresh, self._current)
             self._current = fresh
             self._loaded_version = snapshot.version
             return True
