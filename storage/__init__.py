@@ -4,16 +4,8 @@ Takes and returns the records of :mod:`memabra`; ORM rows never leave this packa
 """
 
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
-from memabra.storage._learner import (
-    SQLITE_LEASE_TTL,
-    START,
-    FinalReward,
-    LearnerCheckpoint,
-    LearnerLease,
-    LearnerStore,
-    LeaseLostError,
-    ReadPosition,
-)
+from memabra.storage._learner import START, FinalReward, LearnerCheckpoint, LearnerStore, LeaseLostError, ReadPosition
+from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, CandidateStats, EpisodeFilter, EpisodeLog
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, upgrade
 
