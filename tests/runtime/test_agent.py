@@ -205,3 +205,24 @@ def test_the_router_remembers_what_failed_a_request_even_with_slate_credit(log: 
     table = agent.router.featurize(context, [m.as_candidate() for m in agent.session.memory.items("ann")])
     row = [c.id for c in table.candidates].index(louvre.id)
     assert table.column("failed_here")[row] > 0.0 and table.column("helped_here")[row] == 0.0
+
+
+def test_closing_the_agent_saves_what_it_learned_and_a_new_agent_resumes_it(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    from memabra.router import VWRouter
+    from memabra.storage import LearnerStore
+
+    def build():  # type: ignore[no-untyped-def]
+        agent, _ = make_agent(log, tools, lexical, [AIMessage("Noted.")] * 10, router=VWRouter(similarity=lexical))
+        return agent
+
+    with build() as agent:
+        agent.session.memory.remember("ann", "I live in Lyon")
+        for i in range(3):
+            out = ask(agent, "Where do I live?", thread=f"c{i}")
+            agent.feedback(out["memabra_episode_id"], correct=True, final=True)
+        assert LearnerStore(log.engine).checkpoint("vw") is None  # fewer than snapshot_every: nothing saved yet
+    state = LearnerStore(log.engine).checkpoint("vw")
+    assert state is not None and state.learned == 3
+    resumed = build()
+    assert resumed.router.policy_version == state.snapshot_version
+    resumed.close()
