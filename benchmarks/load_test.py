@@ -48,8 +48,7 @@ TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music", "travel", "book
 
 def serve(url: str, worker: int, episodes: int, out: Path) -> None:
     """One serving process: learn=False (the learner processes learn), hot reload every 0.5 s."""
-    from memabra import Budget, CandidateKind
-    from memabra._build import build_session
+    from memabra import Budget, CandidateKind, build_session
     from memabra.router import Similarity, VWRouter
 
     router = VWRouter(seed=0, similarity=Similarity(encoder=None))

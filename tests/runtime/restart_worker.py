@@ -10,8 +10,7 @@ import os
 import signal
 import sys
 
-from memabra import Budget, CandidateKind, RoutingContext
-from memabra._build import build_session
+from memabra import Budget, CandidateKind, RoutingContext, build_session
 from memabra.router import Similarity, VWRouter
 
 QUERY = "suggest a restaurant for dinner"
