@@ -46,7 +46,8 @@ __version__ = "0.1.0"
 # The runtime pulls in LangGraph; load it on first use so `import memabra` stays light.
 _LAZY = {
     "create_memabra_agent": "memabra._agent",
-    "build_session": "memabra._agent",
+    "build_session": "memabra._build",
+    "SessionSettings": "memabra._settings",
     "MemabraAgent": "memabra._agent",
     "MemabraContext": "memabra._agent",
     "MemabraState": "memabra._agent",
@@ -154,6 +155,7 @@ __all__ = [
     "RuleFactExtractor",
     "SQLMemory",
     "SchemaError",
+    "SessionSettings",
     "ScoredCandidate",
     "Selection",
     "Skill",

@@ -34,17 +34,18 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
 
+from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
-from memabra._errors import ConfigError, InvalidRecordError
+from memabra._errors import InvalidRecordError
+from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
-from memabra._sql_memory import SQLMemory
-from memabra._store_memory import StoreMemory
+from memabra._settings import SessionSettings
 from memabra._tool_search import FIND_TOOLS, ToolSearch
 from memabra.router import Router
-from memabra.storage import EpisodeLog, open_log
+from memabra.storage import EpisodeLog
 
 __all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "create_memabra_agent"]
 
@@ -63,38 +64,9 @@ class MemabraState(TypedDict, total=False):
     memabra_tool_rounds: int
 
 
-def message_text(message: AnyMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-
-
-def _user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = None) -> str:
-    ctx = runtime.context if runtime is not None else None
-    user = getattr(ctx, "user_id", None) if ctx is not None and not isinstance(ctx, dict) else (ctx or {}).get("user_id")
-    if not user:  # the common LangGraph idiom: {"configurable": {"user_id": ...}}
-        user = ((config or {}).get("configurable") or {}).get("user_id")
-    if not user:
-        raise InvalidRecordError(
-            "memabra needs the user: invoke with context={'user_id': ...} or config={'configurable': {'user_id': ...}}"
-        )
-    return str(user)
-
-
-def _thread_id(config: RunnableConfig | None) -> str | None:
-    thread = ((config or {}).get("configurable") or {}).get("thread_id")
-    return str(thread) if thread is not None else None
-
-
 def _bind(turn: Any, names: Sequence[str]) -> None:
     """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
     turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
-
-
-def _usage(message: AIMessage) -> tuple[int | None, int | None]:
-    usage = message.usage_metadata or {}
-    return usage.get("input_tokens"), usage.get("output_tokens")
 
 
 class _Graph:
@@ -126,7 +98,10 @@ class _Graph:
         if not humans:
             raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
         turn = self.session.begin(
-            user_id=_user_id(runtime, config), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1
+            user_id=run_user_id(runtime, config),
+            query=message_text(humans[-1]),
+            thread_id=run_thread_id(config),
+            turn=len(humans) - 1,
         )
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
 
@@ -142,9 +117,13 @@ class _Graph:
         return bound, ([SystemMessage(system)] if system else []) + conversation
 
     def _record_model(self, state: MemabraState, reply: AIMessage, started: float) -> None:
-        inp, out = _usage(reply)
+        inp, out = token_usage(reply)
         self.session.record_model_call(
-            state["memabra_turn"], str(self.model_name), (time.perf_counter() - started) * 1000.0, input_tokens=inp, output_tokens=out
+            state["memabra_turn"],
+            str(self.model_name),
+            (time.perf_counter() - started) * 1000.0,
+            input_tokens=inp,
+            output_tokens=out,
         )
 
     def agent(self, state: MemabraState) -> dict[str, Any]:
@@ -166,6 +145,12 @@ class _Graph:
         last = state["messages"][-1]
         return list(getattr(last, "tool_calls", []) or [])
 
+    def _tool(self, state: MemabraState, name: str) -> BaseTool:
+        if name == FIND_TOOLS and self.tool_search is not None:
+            turn = self.session.get_turn(state["memabra_turn"])
+            return self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names))
+        return self.tools[name]
+
     def _unavailable(self, state: MemabraState, call: dict[str, Any]) -> ToolMessage | None:
         turn = self.session.get_turn(state["memabra_turn"])
         name = call["name"]
@@ -175,16 +160,12 @@ class _Graph:
         self.session.record_tool_call(turn.id, name, call.get("args") or {}, result=None, status="error", error=error)
         return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
 
-    def _tool(self, state: MemabraState, name: str) -> BaseTool:
-        if name == FIND_TOOLS and self.tool_search is not None:
-            turn = self.session.get_turn(state["memabra_turn"])
-            return self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names))
-        return self.tools[name]
-
     def _done(self, state: MemabraState, call: dict[str, Any], output: Any, started: float) -> ToolMessage:
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         ms = (time.perf_counter() - started) * 1000.0
-        self.session.record_tool_call(state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms)
+        self.session.record_tool_call(
+            state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms
+        )
         if self.tool_search is not None:
             turn = self.session.get_turn(state["memabra_turn"])
             self.tool_search.used(turn.id, turn.episode_id, call["name"], turn.feedback)
@@ -195,7 +176,13 @@ class _Graph:
         error = f"{type(exc).__name__}: {exc}"
         ms = (time.perf_counter() - started) * 1000.0
         self.session.record_tool_call(
-            state["memabra_turn"], call["name"], call.get("args") or {}, result=None, status="error", error=error, latency_ms=ms
+            state["memabra_turn"],
+            call["name"],
+            call.get("args") or {},
+            result=None,
+            status="error",
+            error=error,
+            latency_ms=ms,
         )
         return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=call["name"], status="error")
 
@@ -280,6 +267,16 @@ class MemabraAgent:
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
 
+    def close(self) -> None:
+        """Save what was learned since the last snapshot and release the learner lease."""
+        self.session.close()
+
+    def __enter__(self) -> MemabraAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def feedback(
         self,
         episode_id: str,
@@ -294,58 +291,8 @@ class MemabraAgent:
         return self.session.feedback(episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload)
 
 
-def _resolve_model(model: BaseChatModel | str) -> BaseChatModel:
-    if isinstance(model, BaseChatModel):
-        return model
-    if isinstance(model, str):
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(model)
-    raise ConfigError(f"model must be a LangChain chat model or a 'provider:name' string, got {type(model).__name__}")
-
-
-def build_session(
-    *,
-    tools: Sequence[BaseTool | Any] = (),
-    skills: Sequence[Skill] = (),
-    memory: MemoryBackend | BaseStore | None = None,
-    store: BaseStore | None = None,
-    router: Router | None = None,
-    db: str | EpisodeLog | None = None,
-    budget: Budget | None = None,
-    reward: RewardConfig | None = None,
-    extractor: FactExtractor | None = None,
-    learn: bool = True,
-    snapshot_every: int = 100,
-    local_credit: bool = False,
-) -> RoutingSession:
-    """The routing loop behind the agent, the middleware and the nodes (see their docs)."""
-    log = db if isinstance(db, EpisodeLog) else open_log(db)
-    if memory is None:
-        backend: MemoryBackend = StoreMemory(store, log=log) if store is not None else SQLMemory(log)
-    elif isinstance(memory, BaseStore):
-        backend = StoreMemory(memory, log=log)
-    elif isinstance(memory, MemoryBackend):
-        backend = memory
-    else:
-        raise ConfigError(f"memory must be a MemoryBackend or a LangGraph BaseStore, got {type(memory).__name__}")
-    if router is None:
-        from memabra.router import VWRouter
-
-        router = VWRouter()
-    return RoutingSession(
-        router=router,
-        log=log,
-        memory=backend,
-        skills=skills,
-        tool_items_=tool_items(as_tools(tools)),
-        budget=budget,
-        reward_config=reward,
-        extractor=extractor,
-        learn=learn,
-        snapshot_every=snapshot_every,
-        local_credit=local_credit,
-    )
+# Kept for callers of the old private name (the demo command).
+_resolve_model = resolve_model
 
 
 def create_memabra_agent(
@@ -361,12 +308,13 @@ def create_memabra_agent(
     system_prompt: str = "",
     extract_with_model: bool = False,
     extractor: FactExtractor | None = None,
-    learn: bool = True,
+    learn: bool | None = None,
     checkpointer: Checkpointer = None,
     store: BaseStore | None = None,
     max_tool_rounds: int = 4,
-    snapshot_every: int = 100,
-    local_credit: bool = False,
+    snapshot_every: int | None = None,
+    local_credit: bool | None = None,
+    settings: SessionSettings | None = None,
     tool_search: bool = False,
 ) -> MemabraAgent:
     """Build a LangGraph agent whose context is chosen by a learning router.
@@ -377,12 +325,19 @@ def create_memabra_agent(
     passed at compile time is used when ``memory`` is omitted and ``store`` is given).
     ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
     or ``sqlite:///memabra.db`` (a new SQLite database gets its schema on first use; other databases
-    are migrated with ``memabra db upgrade``). ``extract_with_model``
-    has the chat model extract memories from user messages instead of the rules, and decide which
-    stored memories a new fact supersedes. ``tool_search`` binds a ``find_tools`` tool next to the
-    routed ones, so the model can fetch a tool the router left out (recorded as needed and missed).
+    are migrated with ``memabra db upgrade``). ``extract_with_model`` has the chat model extract
+    memories from user messages instead of the rules, and decide which stored memories a new fact
+    supersedes. ``tool_search`` binds a ``find_tools`` tool next to the routed ones, so the model can
+    fetch a tool the router left out (recorded as needed and missed). ``settings`` (a
+    :class:`~memabra.SessionSettings`) holds how to route and learn; ``budget``, ``reward``, ``learn``,
+    ``snapshot_every`` and ``local_credit`` given here replace its fields.
+
+    On a log that already holds an active snapshot of the router's policy, the agent resumes it; a
+    promote or rollback reaches it within ``settings.reload_interval_s`` seconds; ``close()`` (or
+    ``with create_memabra_agent(...) as agent:``, or process exit) saves what it learned since the
+    last snapshot.
     """
-    chat = _resolve_model(model)
+    chat = resolve_model(model)
     tool_list = as_tools(tools)
     session = build_session(
         tools=tool_list,
@@ -391,9 +346,10 @@ def create_memabra_agent(
         store=store,
         router=router,
         db=db,
+        extractor=extractor or (LLMFactExtractor(chat) if extract_with_model else None),
+        settings=settings,
         budget=budget,
         reward=reward,
-        extractor=extractor or (LLMFactExtractor(chat) if extract_with_model else None),
         learn=learn,
         snapshot_every=snapshot_every,
         local_credit=local_credit,

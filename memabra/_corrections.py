@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memabra._text import content_words, overlap
+
 __all__ = ["CorrectionSignal", "detect_correction", "verdict_of"]
 
 _WRONG = re.compile(
@@ -39,11 +41,6 @@ _WRONG_TOOL = re.compile(
     r"|\buse (the )?\w+ (tool|function) instead\b",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"[a-z0-9']+")
-_STOP = frozenset(
-    "a an the i me my you your it is are was were be to of and or in on at for with that this what "
-    "do does did can could would should please so just".split()
-)
 # An explicit success score at or above this means the turn worked (S ranges -0.5 .. 1).
 _SUCCESS_AT = 0.75
 
@@ -56,16 +53,6 @@ class CorrectionSignal:
     kind: str
     severity: float
     memory_id: str | None = None
-
-
-def _content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
-
-def _overlap(a: set[str], b: set[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / min(len(a), len(b))
 
 
 def verdict_of(payloads: Sequence[Mapping[str, Any]]) -> bool | None:
@@ -102,7 +89,7 @@ def detect_correction(
     that succeeded, or that had the restated memory, is not a correction.
     """
     signals: list[CorrectionSignal] = []
-    words = _content_words(next_message)
+    words = content_words(next_message)
     if _WRONG_TOOL.search(next_message):
         signals.append(CorrectionSignal("wrong_tool", 1.0))
     complaint = bool(_ALREADY_TOLD.search(next_message))
@@ -111,7 +98,7 @@ def detect_correction(
     if told:
         best_id, best = None, 0.0
         for memory_id, text in memories:
-            score = _overlap(words, _content_words(text))
+            score = overlap(words, content_words(text))
             if score > best:
                 best_id, best = memory_id, score
         matched = best_id if best >= restate_threshold else None
@@ -120,6 +107,6 @@ def detect_correction(
             signals.append(CorrectionSignal("restated_memory", 1.0, matched))
     if _WRONG.search(next_message) and not told:
         signals.append(CorrectionSignal("wrong_answer", 0.5))
-    if _overlap(words, _content_words(previous_query)) >= repeat_threshold and len(words) >= 2:
+    if overlap(words, content_words(previous_query)) >= repeat_threshold and len(words) >= 2:
         signals.append(CorrectionSignal("repeat", 0.5))
     return signals

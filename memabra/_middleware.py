@@ -13,7 +13,9 @@ the agent finishes the episode is logged and learned from — the same loop as
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NotRequired
 
@@ -26,11 +28,15 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from memabra._agent import _thread_id, _user_id, message_text
 from memabra._errors import InvalidRecordError
+from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
 from memabra._session import RoutingSession
 
 __all__ = ["MemabraMiddleware", "MemabraNodeState", "MemabraNodes", "create_memabra_middleware"]
+
+
+# Turns ended by a raising tool, remembered in case the agent's run goes on after all.
+_MAX_ENDED = 10_000
 
 
 class _MiddlewareState(AgentState[Any]):
@@ -46,7 +52,12 @@ def _route(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Run
         config = get_config()
     except RuntimeError:
         config = None
-    turn = session.begin(user_id=_user_id(runtime, config), query=message_text(humans[-1]), thread_id=_thread_id(config), turn=len(humans) - 1)
+    turn = session.begin(
+        user_id=run_user_id(runtime, config),
+        query=message_text(humans[-1]),
+        thread_id=run_thread_id(config),
+        turn=len(humans) - 1,
+    )
     return turn.id
 
 
@@ -68,6 +79,8 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
     def __init__(self, session: RoutingSession) -> None:
         super().__init__()
         self.session = session
+        self._lock = threading.Lock()
+        self._ended: OrderedDict[str, str] = OrderedDict()
 
     def before_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return {"memabra_turn": _route(self.session, state["messages"], runtime)}
@@ -82,17 +95,16 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
     def _record_model(self, request: ModelRequest[Any], response: Any, started: float) -> None:
         messages = getattr(response, "result", None) or ([response] if isinstance(response, AIMessage) else [])
         reply = next((m for m in messages if isinstance(m, AIMessage)), None)
-        usage = (reply.usage_metadata or {}) if reply is not None else {}
+        inp, out = token_usage(reply)
         name = getattr(request.model, "model_name", None) or type(request.model).__name__
+        ms = (time.perf_counter() - started) * 1000.0
         self.session.record_model_call(
-            request.state["memabra_turn"],
-            str(name),
-            (time.perf_counter() - started) * 1000.0,
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
+            request.state["memabra_turn"], str(name), ms, input_tokens=inp, output_tokens=out
         )
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> Any:
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> Any:
         started = time.perf_counter()
         response = handler(self._request(request))
         self._record_model(request, response, started)
@@ -111,36 +123,66 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         ms = (time.perf_counter() - started) * 1000.0
         turn_id = request.state["memabra_turn"]
         if error is not None:
-            self.session.record_tool_call(turn_id, call["name"], call.get("args") or {}, result=None, status="error", error=f"{type(error).__name__}: {error}", latency_ms=ms)
+            self.session.record_tool_call(
+                turn_id,
+                call["name"],
+                call.get("args") or {},
+                result=None,
+                status="error",
+                error=f"{type(error).__name__}: {error}",
+                latency_ms=ms,
+            )
             return
         failed = isinstance(result, ToolMessage) and result.status == "error"
         text = message_text(result) if isinstance(result, ToolMessage) else str(result)
         self.session.record_tool_call(
-            turn_id, call["name"], call.get("args") or {}, result=None if failed else text,
-            status="error" if failed else "ok", error=text if failed else None, latency_ms=ms,
+            turn_id,
+            call["name"],
+            call.get("args") or {},
+            result=None if failed else text,
+            status="error" if failed else "ok",
+            error=text if failed else None,
+            latency_ms=ms,
         )
+
+    def _tool_raised(self, request: ToolCallRequest, started: float, exc: Exception) -> None:
+        # The exception ends the agent's run before after_agent: log the failed step and the
+        # episode now, as the built-in agent does, so the turn is not lost.
+        self._record_tool(request, None, started, exc)
+        turn_id = request.state["memabra_turn"]
+        episode_id = self.session.finish(turn_id, "")
+        with self._lock:
+            self._ended[turn_id] = episode_id
+            while len(self._ended) > _MAX_ENDED:
+                self._ended.popitem(last=False)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
         started = time.perf_counter()
         try:
             result = handler(request)
         except Exception as exc:
-            self._record_tool(request, None, started, exc)
+            self._tool_raised(request, started, exc)
             raise
         self._record_tool(request, result, started, None)
         return result
 
-    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
         started = time.perf_counter()
         try:
             result = await handler(request)
         except Exception as exc:
-            self._record_tool(request, None, started, exc)
+            self._tool_raised(request, started, exc)
             raise
         self._record_tool(request, result, started, None)
         return result
 
     def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._lock:
+            ended = self._ended.pop(state["memabra_turn"], None)
+        if ended is not None:  # a raising tool already logged it, and something caught the error
+            return {"memabra_episode_id": ended}
         episode_id = self.session.finish(state["memabra_turn"], _answer(state["messages"]))
         return {"memabra_episode_id": episode_id}
 
@@ -176,11 +218,11 @@ class MemabraNodes:
         chosen = self.session.get_turn(state["memabra_turn"]).tool_names
         return [t for t in available if t.name in chosen]
 
-    def record_model_call(self, state: MemabraNodeState, reply: AIMessage, latency_ms: float, name: str = "model") -> None:
-        usage = reply.usage_metadata or {}
-        self.session.record_model_call(
-            state["memabra_turn"], name, latency_ms, input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens")
-        )
+    def record_model_call(
+        self, state: MemabraNodeState, reply: AIMessage, latency_ms: float, name: str = "model"
+    ) -> None:
+        inp, out = token_usage(reply)
+        self.session.record_model_call(state["memabra_turn"], name, latency_ms, input_tokens=inp, output_tokens=out)
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
         return {"memabra_episode_id": self.session.finish(state["memabra_turn"], _answer(state.get("messages", [])))}
@@ -189,6 +231,6 @@ class MemabraNodes:
 def create_memabra_middleware(**session_kwargs: Any) -> MemabraMiddleware:
     """A :class:`MemabraMiddleware` over a new session; takes :func:`memabra.build_session`'s arguments
     (pass the same ``tools`` you give ``create_agent``)."""
-    from memabra._agent import build_session
+    from memabra._build import build_session
 
     return MemabraMiddleware(build_session(**session_kwargs))

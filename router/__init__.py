@@ -27,7 +27,7 @@ from memabra.router._similarity import (
     embeddings_available,
 )
 from memabra.router._vw import VWRouter
-from memabra.router._watcher import SnapshotWatcher, load_router
+from memabra.router._watcher import SnapshotWatcher, learned_model, load_router
 
 __all__ = [
     "BM25",
@@ -55,6 +55,7 @@ __all__ = [
     "default_encoder",
     "embeddings_available",
     "featurize",
+    "learned_model",
     "load_router",
     "recall",
     "slot_credits",

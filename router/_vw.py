@@ -106,7 +106,7 @@ class VWRouter(ResidualRouter):
     def _new_workspace(self, model_path: str | None = None) -> Any:
         import vowpalwabbit
 
-        args = self._vw_args() if model_path is None else ["--quiet", "-i", model_path]
+        args = self._vw_args() if model_path is None else ["--quiet", "--preserve_performance_counters", "-i", model_path]
         try:
             return vowpalwabbit.Workspace(arg_list=args)
         except RuntimeError as exc:

@@ -25,8 +25,9 @@ from memabra._records import Budget, Candidate, PolicySnapshot, RewardBreakdown,
 from memabra.router._base import Router, SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
+from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
-__all__ = ["SnapshotWatcher", "load_router"]
+__all__ = ["SnapshotWatcher", "learned_model", "load_router"]
 
 _log = logging.getLogger("memabra")
 
@@ -55,8 +56,28 @@ def load_router(snapshot: PolicySnapshot, *, similarity: Similarity | None = Non
     registry = _registry()
     cls = registry.get(snapshot.policy)
     if cls is None:
-        raise SnapshotError(f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}")
+        raise SnapshotError(
+            f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}"
+        )
     return cls.restore(snapshot, similarity=similarity)
+
+
+def learned_model(snapshot: PolicySnapshot) -> bytes:
+    """What a snapshot has learned, as bytes: the learner's model and learned state in memabra's
+    envelope, without the version name and the count of decisions served (they describe serving,
+    not learning). Two snapshots give equal bytes exactly when they would learn and predict alike,
+    whichever process or restart made them: a learner's checkpoint and a replay compare with it."""
+    header, payload = decode_envelope(snapshot.model, snapshot.policy)
+    return encode_envelope(snapshot.policy, {"state": header.get("state", {})}, payload)
+
+
+def _continue_draws(fresh: Router, previous: Router) -> None:
+    """Carry the count of decisions over to the router taking over: draws are seeded by
+    ``(seed, n-th decision)``, and a reloaded router restarting at its snapshot's count would
+    repeat the draws already made."""
+    with fresh._lock:
+        fresh._ensure_state()
+        fresh._decisions = max(fresh._decisions, getattr(previous, "_decisions", 0))
 
 
 class SnapshotWatcher(Router):
@@ -115,6 +136,23 @@ class SnapshotWatcher(Router):
     def policy_version(self) -> str:
         return self._current.policy_version
 
+    @property
+    def loaded_version(self) -> str:
+        """The snapshot version the serving router came from (or the initial router's version)."""
+        return self._loaded_version
+
+    def adopt(self, router: Router, version: str) -> None:
+        """Serve ``router`` (already in the state of snapshot ``version``) without restoring it from
+        bytes: a process that just wrote ``version`` serves its live learner."""
+        if not isinstance(router, Router):
+            raise RouterError(f"adopt needs a Router, got {type(router).__name__}")
+        with self._swap_lock:
+            if router is not self._current:
+                _log.info("serving the live learner at %s (was %s)", version, self._current.policy_version)
+                _continue_draws(router, self._current)
+            self._current = router
+            self._loaded_version = version
+
     def refresh(self, *, force: bool = True) -> bool:
         """Ask the source for a newer snapshot now; ``True`` if the serving router changed."""
         with self._swap_lock:
@@ -132,15 +170,20 @@ class SnapshotWatcher(Router):
             try:
                 fresh = load_router(snapshot, similarity=self.similarity)
             except SnapshotError:
-                _log.exception("snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version)
+                _log.exception(
+                    "snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version
+                )
                 return False
             _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
+            _continue_draws(fresh, self._current)
             self._current = fresh
             self._loaded_version = snapshot.version
             return True
 
     # ------------------------------------------------------------------------- delegation
-    def featurize(self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None) -> FeatureTable:
+    def featurize(
+        self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None
+    ) -> FeatureTable:
         return self._current.featurize(context, candidates, budget)
 
     def choose(
@@ -173,9 +216,8 @@ class SnapshotWatcher(Router):
         with self._lock:
             maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
         if maker is None:
-            raise RouterError(
-                f"selection {getattr(selection, 'id', selection)!r} was not made by this watcher (or was already learned from)"
-            )
+            named = getattr(selection, "id", selection)
+            raise RouterError(f"selection {named!r} was not made by this watcher (or was already learned from)")
         if maker is self._current:
             maker.learn(selection, reward, outcomes, local_credit=local_credit, missing=missing)
         else:

@@ -14,6 +14,8 @@ from memabra.storage._admin_queries import (
 )
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
+from memabra.storage._learner import START, FinalReward, LearnerCheckpoint, LearnerStore, LeaseLostError, ReadPosition
+from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
 from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_log, last_chosen
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
@@ -31,11 +33,19 @@ __all__ = [
     "EmbeddingTable",
     "EpisodeFilter",
     "EpisodeLog",
+    "FinalReward",
     "KindShare",
+    "LearnerCheckpoint",
+    "LearnerLease",
+    "LearnerStore",
+    "LeaseLostError",
     "MemoryRegistry",
     "PolicyVersionStats",
+    "ReadPosition",
     "RevokedSessions",
     "RewardPoint",
+    "SQLITE_LEASE_TTL",
+    "START",
     "Scorer",
     "SnapshotInfo",
     "Transactions",

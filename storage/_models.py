@@ -214,8 +214,11 @@ class RewardRow(Base):
     final: Mapped[bool] = mapped_column(Boolean, default=False)
     computed_at: Mapped[datetime] = mapped_column(UTCDateTime())
     learned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Commit-order position of a final reward, set by a database trigger (revision 0004): the
+    # learner reads rewards in this order (see storage/_learner.py).
+    commit_seq: Mapped[int | None] = mapped_column(BigInteger)
 
-    __table_args__ = (Index(None, "final", "learned_at"),)
+    __table_args__ = (Index(None, "final", "learned_at"), Index(None, "commit_seq", "episode_id"))
 
 
 class PolicySnapshotRow(Base):

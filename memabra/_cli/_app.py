@@ -15,6 +15,7 @@ from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
+from memabra._cli._policies import learner, policies_app, route
 
 app = typer.Typer(
     name="memabra",
@@ -35,6 +36,9 @@ app.command("demo")(demo)
 app.command("admin")(admin)
 app.command("bench")(bench)
 app.command("simulate")(simulate_command)
+app.add_typer(policies_app, name="policies")
+app.command("route")(route)
+app.command("learner")(learner)
 
 
 def main() -> None:

@@ -172,7 +172,7 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
         agent.session.memory.remember("ann", f"Restaurant note {i}: the restaurant downtown had a long queue")
 
     def p_diet() -> float:
-        sel = router.choose(
+        sel = agent.router.choose(
             __import__("memabra").RoutingContext("suggest a restaurant for dinner", "ann", budget=agent.session.budget, kinds=(CandidateKind.MEMORY,)),
             [m.as_candidate() for m in agent.session.memory.items("ann")],
         )
@@ -186,3 +186,24 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
         agent.feedback(ep.id, correct=helped, relevant_ids=[diet.id], final=True)
     after = p_diet()
     assert after > before + 0.2, (before, after)
+
+
+def test_closing_the_agent_saves_what_it_learned_and_a_new_agent_resumes_it(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    from memabra.router import VWRouter
+    from memabra.storage import LearnerStore
+
+    def build():  # type: ignore[no-untyped-def]
+        agent, _ = make_agent(log, tools, lexical, [AIMessage("Noted.")] * 10, router=VWRouter(similarity=lexical))
+        return agent
+
+    with build() as agent:
+        agent.session.memory.remember("ann", "I live in Lyon")
+        for i in range(3):
+            out = ask(agent, "Where do I live?", thread=f"c{i}")
+            agent.feedback(out["memabra_episode_id"], correct=True, final=True)
+        assert LearnerStore(log.engine).checkpoint("vw") is None  # fewer than snapshot_every: nothing saved yet
+    state = LearnerStore(log.engine).checkpoint("vw")
+    assert state is not None and state.learned == 3
+    resumed = build()
+    assert resumed.router.policy_version == state.snapshot_version
+    resumed.close()

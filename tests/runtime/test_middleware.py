@@ -21,10 +21,15 @@ def test_create_agent_with_middleware_is_routed_and_logged_the_same_way(log: Epi
     session = build_session(tools=tools, db=log, router=HybridRouter(similarity=lexical), budget=Budget(max_tokens=400))
     session.memory.remember("ann", "I live in Lyon")
     model = ScriptedChatModel(
-        replies=[AIMessage("", tool_calls=[{"name": "get_forecast", "args": {"city": ""}, "id": "c1"}]), AIMessage("Could not fetch it for Lyon.")]
+        replies=[
+            AIMessage("", tool_calls=[{"name": "get_forecast", "args": {"city": ""}, "id": "c1"}]),
+            AIMessage("Could not fetch it for Lyon."),
+        ]
     )
     agent = create_agent(model, tools=tools, system_prompt="Be brief.", middleware=[MemabraMiddleware(session)])
-    out = agent.invoke({"messages": [HumanMessage("What is the weather forecast where I live?")]}, context={"user_id": "ann"})
+    out = agent.invoke(
+        {"messages": [HumanMessage("What is the weather forecast where I live?")]}, context={"user_id": "ann"}
+    )
     ep = session.log.get_episode(out["memabra_episode_id"])
     sel = ep.selections[0]
     assert {c.kind for c in (sc.candidate for sc in sel.offered)} == {CandidateKind.MEMORY, CandidateKind.TOOL}
@@ -64,3 +69,24 @@ def test_nodes_add_routing_to_any_state_graph(log: EpisodeLog, tools, lexical) -
     ep = session.log.get_episode(out["memabra_episode_id"])
     assert "My name is Ann" in str(seen["system"])
     assert ep.steps[0].input_tokens == 3
+
+
+def test_a_raising_tool_is_logged_with_its_episode(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    """create_agent lets the exception end the run; the failed call and the episode are logged first."""
+    import pytest
+
+    session = build_session(tools=tools, db=log, router=HybridRouter(similarity=lexical), budget=Budget(max_tokens=400))
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[{"name": "get_weather", "args": {"city": ""}, "id": "c1"}])]
+    )
+    agent = create_agent(model, tools=tools, middleware=[MemabraMiddleware(session)])
+    with pytest.raises(ValueError, match="city is required"):
+        agent.invoke({"messages": [HumanMessage("What is the weather?")]}, context={"user_id": "ann"})
+    (summary,) = session.log.list_episodes().items
+    ep = session.log.get_episode(summary.id)
+    assert [(s.kind.value, s.name, s.status) for s in ep.steps] == [
+        ("model", "ScriptedChatModel", "ok"),
+        ("tool", "get_weather", "error"),
+    ]
+    assert "ValueError: city is required" in (ep.steps[1].error or "")
+    assert ep.reward is not None and ep.reward.components.e > 0

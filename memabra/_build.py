@@ -1,0 +1,81 @@
+"""Building a :class:`~memabra.RoutingSession` from what a user passes: a database URL or log, a memory
+backend or LangGraph store, tools, skills, a router, and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+from langgraph.store.base import BaseStore
+
+from memabra._catalog import Skill, as_tools, tool_items
+from memabra._errors import ConfigError
+from memabra._memory import FactExtractor, MemoryBackend
+from memabra._session import RoutingSession
+from memabra._settings import SessionSettings
+from memabra._sql_memory import SQLMemory
+from memabra._store_memory import StoreMemory
+from memabra.router import Router
+from memabra.storage import EpisodeLog, open_log
+
+__all__ = ["build_session", "resolve_model"]
+
+
+def resolve_model(model: BaseChatModel | str) -> BaseChatModel:
+    """A LangChain chat model, or one built by ``init_chat_model`` from a ``"provider:name"`` string."""
+    if isinstance(model, BaseChatModel):
+        return model
+    if isinstance(model, str):
+        from langchain.chat_models import init_chat_model
+
+        return init_chat_model(model)
+    raise ConfigError(f"model must be a LangChain chat model or a 'provider:name' string, got {type(model).__name__}")
+
+
+def _memory_backend(
+    memory: MemoryBackend | BaseStore | None, store: BaseStore | None, log: EpisodeLog
+) -> MemoryBackend:
+    if memory is None:
+        return StoreMemory(store, log=log) if store is not None else SQLMemory(log)
+    if isinstance(memory, BaseStore):
+        return StoreMemory(memory, log=log)
+    if isinstance(memory, MemoryBackend):
+        return memory
+    raise ConfigError(f"memory must be a MemoryBackend or a LangGraph BaseStore, got {type(memory).__name__}")
+
+
+def build_session(
+    *,
+    tools: Sequence[BaseTool | Any] = (),
+    skills: Sequence[Skill] = (),
+    memory: MemoryBackend | BaseStore | None = None,
+    store: BaseStore | None = None,
+    router: Router | None = None,
+    db: str | EpisodeLog | None = None,
+    extractor: FactExtractor | None = None,
+    settings: SessionSettings | None = None,
+    **overrides: Any,
+) -> RoutingSession:
+    """The routing loop behind the agent, the middleware and the nodes.
+
+    ``settings`` (a :class:`~memabra.SessionSettings`) says how to route and learn; keyword
+    ``overrides`` (``budget``, ``reward``, ``learn``, ``snapshot_every``, ``local_credit``, ``kinds``,
+    ``reload_interval_s``, ``commit_interval_s``) replace single fields of it.
+    """
+    log = db if isinstance(db, EpisodeLog) else open_log(db)
+    if router is None:
+        from memabra.router import VWRouter
+
+        router = VWRouter()
+    return RoutingSession(
+        router=router,
+        log=log,
+        memory=_memory_backend(memory, store, log),
+        skills=skills,
+        tool_items_=tool_items(as_tools(tools)),
+        extractor=extractor,
+        settings=settings,
+        **overrides,
+    )

@@ -1,0 +1,91 @@
+"""The next message as feedback on the previous turn: corrections, repeats, a wrong tool.
+
+:class:`PreviousTurns` remembers each conversation's last turn (falling back on the log for a thread
+this process has not seen); :func:`correction_feedback` turns what :func:`detect_correction` finds in
+the new message into implicit feedback on that turn (one per turn, by idempotency key).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memabra._corrections import detect_correction, verdict_of
+from memabra._records import Feedback, FeedbackKind, RegistryItem
+from memabra.storage import EpisodeFilter, EpisodeLog
+
+__all__ = ["PreviousTurn", "PreviousTurns", "correction_feedback"]
+
+# Conversations whose last turn is remembered in memory (older ones are read back from the log).
+_REMEMBERED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousTurn:
+    episode_id: str
+    query: str
+    injected: frozenset[str] = frozenset()
+
+
+class PreviousTurns:
+    def __init__(self, log: EpisodeLog) -> None:
+        self._log = log
+        self._lock = threading.Lock()
+        self._last: OrderedDict[tuple[str, str | None], PreviousTurn] = OrderedDict()
+
+    def get(self, user_id: str, thread_id: str | None) -> PreviousTurn | None:
+        with self._lock:
+            found = self._last.get((user_id, thread_id))
+        if found is not None or thread_id is None:
+            return found
+        page = self._log.list_episodes(EpisodeFilter(user_id=user_id, thread_id=thread_id), limit=1)
+        if not page.items:
+            return None
+        last = page.items[0]
+        return PreviousTurn(last.id, last.query)  # injected unknown: only a complaint counts then
+
+    def remember(self, user_id: str, thread_id: str | None, turn: PreviousTurn) -> None:
+        key = (user_id, thread_id)
+        with self._lock:
+            self._last[key] = turn
+            self._last.move_to_end(key)
+            while len(self._last) > _REMEMBERED:
+                self._last.popitem(last=False)
+
+
+def correction_feedback(
+    previous: PreviousTurn | None, query: str, memories: Sequence[RegistryItem], log: EpisodeLog | None = None
+) -> Feedback | None:
+    if previous is None:
+        return None
+    # A soft reminder ("as I said") after a turn judged a success is not a correction.
+    verdict = verdict_of([f.payload for f in log.feedback_for(previous.episode_id)]) if log is not None else None
+    signals = detect_correction(
+        previous.query,
+        query,
+        [(m.id, m.text) for m in memories],
+        injected_ids=previous.injected,
+        previous_succeeded=verdict,
+    )
+    if not signals:
+        return None
+    payload: dict[str, Any] = {}
+    for s in signals:
+        if s.kind == "repeat":
+            payload["repeat"] = True
+        elif s.kind == "wrong_tool":
+            payload["tool_wrong"] = True
+        else:
+            payload["correction"] = True
+        if s.memory_id:
+            payload.setdefault("relevant_ids", []).append(s.memory_id)
+    return Feedback(
+        previous.episode_id,
+        FeedbackKind.IMPLICIT,
+        "memabra.corrections",
+        payload,
+        idempotency_key=f"next-turn:{previous.episode_id}",
+    )

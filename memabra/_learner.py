@@ -1,0 +1,354 @@
+"""The learner: one per policy, exactly once, in commit order, resumable at any instant.
+
+The Decision Service / Personalizer split: serving processes route and append decisions, feedback
+and rewards to the log; the learner holding the policy's lease (:class:`memabra.storage.LearnerLease`)
+closes due feedback windows, reads final rewards in commit order, learns each one with its logged
+propensities (:meth:`Router.learn_logged`), and commits the model bytes together with the position
+it has read to, in one transaction (:meth:`memabra.storage.LearnerStore.commit`). A learner killed
+at any instant resumes from its last commit; uncommitted progress is simply learned again. Its
+model is therefore byte-identical to :func:`replay` of the same rewards from scratch.
+
+The same loop runs in-process in every agent (the embedded default): a process that takes the lease
+learns, one that cannot only serves and reloads what the holder publishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from memabra._errors import ConfigError
+from memabra._feedback import RewardService
+from memabra._records import LearningItem, PolicySnapshot
+from memabra._reward import RewardConfig
+from memabra.router import Router, Similarity, load_router
+from memabra.storage import (
+    SQLITE_LEASE_TTL,
+    START,
+    EpisodeLog,
+    LearnerLease,
+    LearnerStore,
+    LeaseLostError,
+    ReadPosition,
+)
+
+__all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_item", "replay"]
+
+logger = logging.getLogger("memabra")
+
+DEFAULT_POLICY = "vw"
+# Rewards read per query: large enough to amortise the round trips, small enough to commit often.
+READ_BATCH = 500
+# The learner learns from logged features and never featurises: BM25 alone spares it loading the
+# embedding model (seconds at start-up, which a restarted learner should not wait for).
+LEARNER_SIMILARITY = Similarity(encoder=None)
+# The snapshot metrics key under which the learner records how its model was made.
+_META = "learner"
+
+
+def fresh_router(
+    policy: str, learner_args: dict[str, Any] | None = None, *, similarity: Similarity | None = None
+) -> Router:
+    """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained."""
+    from memabra.router import (
+        EmbeddingRouter,
+        FixedListRouter,
+        HybridRouter,
+        LexicalRouter,
+        LinearRouter,
+        RandomRouter,
+        VWRouter,
+    )
+
+    classes: dict[str, type[Router]] = {
+        cls.name: cls
+        for cls in (VWRouter, LinearRouter, HybridRouter, LexicalRouter, EmbeddingRouter, RandomRouter, FixedListRouter)
+    }
+    cls = classes.get(policy)
+    if cls is None:
+        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(classes))}")
+    return cls(**(learner_args or {}), similarity=similarity if similarity is not None else LEARNER_SIMILARITY)
+
+
+def learn_item(router: Router, item: LearningItem, *, local_credit: bool) -> int:
+    """Teach ``router`` one final reward with each selection's logged propensities; returns how
+    many selections it learned from. The learner and the replay share this, so they cannot drift."""
+    for selection in item.selections:
+        chosen = set(selection.chosen_ids)
+        outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
+        router.learn_logged(selection, item.reward, outcomes, local_credit=local_credit)
+    return len(item.selections)
+
+
+def iter_final(store: LearnerStore, after: ReadPosition = START) -> Iterator[tuple[ReadPosition, LearningItem]]:
+    position = after
+    while True:
+        batch = store.read_final(position, limit=READ_BATCH)
+        if not batch:
+            return
+        for final in batch:
+            yield final.position, final.item
+        position = batch[-1].position
+
+
+def replay(
+    log: EpisodeLog,
+    policy: str = DEFAULT_POLICY,
+    *,
+    learner_args: dict[str, Any] | None = None,
+    local_credit: bool | None = None,
+) -> tuple[Router, int]:
+    """A fresh router taught every final reward of the log in commit order, from scratch; returns it
+    and the number of rewards. ``learner_args`` and ``local_credit`` default to what the policy's
+    learner recorded in its checkpoint (else the policy's defaults and ``False``)."""
+    store = LearnerStore(log.engine)
+    recorded = _recorded(log, store, policy)
+    args = learner_args if learner_args is not None else recorded[0]
+    credit = local_credit if local_credit is not None else recorded[1]
+    router = fresh_router(policy, args)
+    n = 0
+    for _, item in iter_final(store):
+        learn_item(router, item, local_credit=credit)
+        n += 1
+    return router, n
+
+
+def _recorded(log: EpisodeLog, store: LearnerStore, policy: str) -> tuple[dict[str, Any] | None, bool]:
+    checkpoint = store.checkpoint(policy)
+    if checkpoint is None or checkpoint.snapshot_version is None:
+        return None, False
+    snapshot = log.get_snapshot(checkpoint.snapshot_version)
+    meta = snapshot.metrics.get(_META)
+    credit = bool(meta.get("local_credit", False)) if isinstance(meta, dict) else False
+    return dict(snapshot.learner_args), credit
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerStatus:
+    """What one :meth:`Learner.step` did."""
+
+    holds_lease: bool
+    learned: int
+    committed: PolicySnapshot | None
+
+
+class Learner:
+    """One policy's learner over ``log``.
+
+    make_router
+        Builds the fresh router a learner with no checkpoint starts from (its class must be the
+        policy's); a checkpoint, when the log has one, is restored instead.
+    commit_every, commit_interval_s
+        Commit after that many new rewards, or that many seconds after the first uncommitted one.
+    reward_config
+        Used to close feedback windows that have passed (the default reward of an episode).
+    on_commit
+        Called with each stored snapshot (the in-process agent serves it at once).
+    """
+
+    def __init__(
+        self,
+        log: EpisodeLog,
+        make_router: Callable[[], Router],
+        *,
+        policy: str | None = None,
+        local_credit: bool = False,
+        commit_every: int = 100,
+        commit_interval_s: float = 30.0,
+        reward_config: RewardConfig | None = None,
+        similarity: Similarity | None = None,
+        on_commit: Callable[[PolicySnapshot], None] | None = None,
+        lease_ttl: timedelta = SQLITE_LEASE_TTL,
+    ) -> None:
+        self.log = log
+        self.make_router = make_router
+        self.policy = policy or make_router().name
+        self.local_credit = local_credit
+        self.commit_every = commit_every
+        self.commit_interval_s = commit_interval_s
+        self.similarity = similarity if similarity is not None else LEARNER_SIMILARITY
+        self.on_commit = on_commit
+        self.rewards = RewardService(log, reward_config)
+        self._store = LearnerStore(log.engine)
+        self._lease = LearnerLease(log.engine, self.policy, ttl=lease_ttl)
+        self._router: Router | None = None
+        self._root = ""
+        self._committed = START
+        self._position = START
+        self._learned = 0
+        self._committed_learned = 0
+        self._pending_since: float | None = None
+        self._last_snapshot: str | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def holds_lease(self) -> bool:
+        return self._lease.held
+
+    @property
+    def router(self) -> Router | None:
+        """The learner's live router while this process holds the lease (else ``None``)."""
+        return self._router if self._lease.held else None
+
+    @property
+    def position(self) -> ReadPosition:
+        return self._position
+
+    @property
+    def learned(self) -> int:
+        """Rewards learned in this lineage (committed or not)."""
+        return self._learned
+
+    @property
+    def pending(self) -> int:
+        """Rewards learned but not yet committed."""
+        return self._learned - self._committed_learned
+
+    # ------------------------------------------------------------------ the loop
+
+    def acquire(self) -> bool:
+        """Take the lease if free and resume from the last commit; ``True`` while held."""
+        if self._lease.held:
+            if self._lease.renew():
+                return True
+            self._drop()
+            return False
+        if not self._lease.acquire():
+            return False
+        try:
+            self._resume()
+        except Exception:
+            self._lease.release()
+            raise
+        return True
+
+    def step(self, *, finalize: bool = True) -> LearnerStatus:
+        """Learn every final reward not yet learned (taking the lease if it is free), and commit when
+        due. A standby (lease held elsewhere) does nothing."""
+        if not self.acquire():
+            return LearnerStatus(False, 0, None)
+        if finalize:
+            self.rewards.finalize_due()
+        assert self._router is not None
+        n = 0
+        committed = None
+        # One read per step: an in-process learner must not hold up the turn that called it.
+        for final in self._store.read_final(self._position, limit=READ_BATCH):
+            learn_item(self._router, final.item, local_credit=self.local_credit)
+            self._position = final.position
+            self._learned += 1
+            n += 1
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+            if self.pending >= self.commit_every:
+                committed = self.commit() or committed
+                if self._router is None:  # the lease was lost while committing
+                    return LearnerStatus(False, n, committed)
+        if self._commit_due():
+            committed = self.commit() or committed
+        return LearnerStatus(self._lease.held, n, committed)
+
+    def run(self, *, once: bool = False, poll_s: float = 1.0, wait: Callable[[float], None] = time.sleep) -> int:
+        """Learn until stopped (``once``: until nothing is left, then commit and return). Returns
+        how many rewards were learned."""
+        total = 0
+        while True:
+            status = self.step()
+            total += status.learned
+            if once and status.holds_lease and status.learned == 0:
+                self.commit(force=True)
+                return total
+            if status.learned == 0 or not status.holds_lease:
+                wait(poll_s)
+
+    def commit(self, *, force: bool = False) -> PolicySnapshot | None:
+        """Write the model and the read position in one transaction (nothing to do: ``None``)."""
+        if self._router is None or not self._lease.held:
+            return None
+        if self.pending == 0 and not (force and self._last_snapshot is None):
+            return None
+        record = self.live_snapshot()
+        try:
+            stored = self._store.commit(
+                record, previous=self._committed, position=self._position, learned=self._learned
+            )
+        except LeaseLostError:
+            logger.warning("learner of %s lost its lease; standing by", self.policy)
+            self._drop()
+            self._lease.release()
+            return None
+        self._committed = self._position
+        self._committed_learned = self._learned
+        self._pending_since = None
+        self._last_snapshot = stored.version
+        logger.info(
+            "learner %s committed %s (%d rewards, %s)", self.policy, stored.version, self._learned, stored.status
+        )
+        if self.on_commit is not None:
+            self.on_commit(stored)
+        return stored
+
+    def live_snapshot(self) -> PolicySnapshot:
+        """The learner's model now, named and described as :meth:`commit` would store it."""
+        if self._router is None:
+            raise LeaseLostError(f"the learner of {self.policy!r} does not hold the lease")
+        snap = self._router.snapshot()
+        position = [self._position.seq, self._position.episode_id]
+        meta = {"root": self._root, "local_credit": self.local_credit, "learned": self._learned, "position": position}
+        version = f"{self._root}+{self._learned}" if self._learned else self._root
+        return replace(snap, version=version, parent=self._last_snapshot, metrics={**snap.metrics, _META: meta})
+
+    def close(self) -> None:
+        """Commit what was learned since the last commit, then release the lease."""
+        try:
+            self.commit()
+        finally:
+            self._drop()
+            self._lease.release()
+
+    # ------------------------------------------------------------------ internals
+
+    def _commit_due(self) -> bool:
+        if self.pending == 0:
+            return False
+        if self.pending >= self.commit_every:
+            return True
+        return self._pending_since is not None and time.monotonic() - self._pending_since >= self.commit_interval_s
+
+    def _resume(self) -> None:
+        checkpoint = self._store.checkpoint(self.policy)
+        if checkpoint is None or checkpoint.snapshot_version is None:
+            router = self.make_router()
+            if router.name != self.policy:
+                raise ConfigError(f"the learner of policy {self.policy!r} was given a {router.name!r} router")
+            self._router = router
+            self._root = router.policy_version
+            self._committed = self._position = START
+            self._learned = self._committed_learned = 0
+            self._last_snapshot = None
+        else:
+            snapshot = self.log.get_snapshot(checkpoint.snapshot_version)
+            self._router = load_router(snapshot, similarity=self.similarity)
+            meta = snapshot.metrics.get(_META)
+            meta = meta if isinstance(meta, dict) else {}
+            # Versions stay "<root>+<rewards learned>" across restarts instead of growing a suffix each time.
+            self._root = str(meta.get("root", snapshot.version))
+            self.local_credit = bool(meta.get("local_credit", self.local_credit))
+            self._committed = self._position = checkpoint.position
+            self._learned = self._committed_learned = checkpoint.learned
+            self._last_snapshot = snapshot.version
+        self._pending_since = None
+        logger.info(
+            "learner %s holds the lease from %s (%d rewards learned)",
+            self.policy,
+            self._last_snapshot or "scratch",
+            self._learned,
+        )
+
+    def _drop(self) -> None:
+        self._router = None

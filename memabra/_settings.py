@@ -1,0 +1,82 @@
+"""The runtime's settings: one record, passed down from ``create_memabra_agent`` / ``build_session``
+to the session instead of a dozen keyword arguments repeated at every level."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from memabra._errors import ConfigError
+from memabra._records import Budget, CandidateKind
+from memabra._reward import RewardConfig
+
+__all__ = ["COMMIT_INTERVAL_S", "RELOAD_INTERVAL_S", "SessionSettings"]
+
+# How often a serving process asks the log which snapshot is active (PostgreSQL also pushes it).
+RELOAD_INTERVAL_S = 2.0
+# The learner commits at least this often while it has learned something (besides every ``snapshot_every``).
+COMMIT_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """How a session routes and learns.
+
+    budget
+        What one turn may inject (tokens and slots per kind).
+    reward
+        The composite reward's weights and feedback window (``None``: the spec's defaults).
+    learn
+        ``False`` logs and serves (with hot reload) but never runs the learner in this process.
+    snapshot_every
+        The in-process learner commits its model after this many rewards (0: only on close).
+    local_credit
+        Per-slot credit from local outcomes instead of one reward per slate.
+    kinds
+        Candidate kinds offered (``None``: every kind the budget gives slots).
+    reload_interval_s
+        Seconds between looks at the log's active snapshot.
+    commit_interval_s
+        The learner also commits once this many seconds passed since its first uncommitted reward.
+    """
+
+    budget: Budget = field(default_factory=Budget)
+    reward: RewardConfig | None = None
+    learn: bool = True
+    snapshot_every: int = 100
+    local_credit: bool = False
+    kinds: tuple[CandidateKind, ...] | None = None
+    reload_interval_s: float = RELOAD_INTERVAL_S
+    commit_interval_s: float = COMMIT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budget, Budget):
+            raise ConfigError(f"budget must be a Budget, got {type(self.budget).__name__}")
+        if isinstance(self.snapshot_every, bool) or not isinstance(self.snapshot_every, int) or self.snapshot_every < 0:
+            raise ConfigError(f"snapshot_every must be a non-negative integer, got {self.snapshot_every!r}")
+        for name in ("reload_interval_s", "commit_interval_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.kinds is not None:
+            object.__setattr__(self, "kinds", tuple(CandidateKind(k) for k in self.kinds))
+
+    @property
+    def offered_kinds(self) -> tuple[CandidateKind, ...]:
+        if self.kinds is not None:
+            return self.kinds
+        return tuple(k for k in CandidateKind if self.budget.slots_for(k) > 0)
+
+    def updated(self, **overrides: Any) -> SessionSettings:
+        """A copy with the given fields replaced (``None`` values leave a field as it is)."""
+        names = {f.name for f in fields(self)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ConfigError(f"unknown session setting(s): {', '.join(sorted(unknown))}")
+        given: dict[str, Any] = {
+            k: (tuple(v) if k == "kinds" and isinstance(v, Sequence) else v)
+            for k, v in overrides.items()
+            if v is not None
+        }
+        return replace(self, **given)

@@ -1,0 +1,108 @@
+"""Turns in flight and the steps recorded in them (model calls, tool calls)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memabra._errors import InvalidRecordError
+from memabra._records import Feedback, Selection, Step, StepKind, new_id
+
+__all__ = ["Turn", "TurnTable", "jsonable", "model_step", "tool_step"]
+
+logger = logging.getLogger("memabra")
+
+# Turns whose agent crashed never finish; the table is bounded so they cannot pile up.
+MAX_TURNS_IN_FLIGHT = 10_000
+
+
+@dataclass(slots=True)
+class Turn:
+    """A turn in flight: what was routed and what the agent has done so far."""
+
+    id: str
+    user_id: str
+    thread_id: str | None
+    turn: int
+    query: str
+    selection: Selection | None
+    system_prompt: str
+    tool_names: tuple[str, ...]
+    started: float = field(default_factory=time.perf_counter)
+    steps: list[Step] = field(default_factory=list)
+    feedback: list[Feedback] = field(default_factory=list)
+    episode_id: str = field(default_factory=new_id)
+
+    def numbered_steps(self) -> tuple[Step, ...]:
+        return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))
+
+
+class TurnTable:
+    """The turns in flight of one session, by id (thread-safe, bounded)."""
+
+    def __init__(self, limit: int = MAX_TURNS_IN_FLIGHT) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._turns: OrderedDict[str, Turn] = OrderedDict()
+
+    def add(self, turn: Turn) -> None:
+        with self._lock:
+            self._turns[turn.id] = turn
+            while len(self._turns) > self._limit:
+                dropped, _ = self._turns.popitem(last=False)
+                logger.warning("dropping turn %s: it never finished (did the agent run fail?)", dropped)
+
+    def get(self, turn_id: str) -> Turn:
+        with self._lock:
+            found = self._turns.get(turn_id)
+        if found is None:
+            raise InvalidRecordError(f"no turn in flight with id {turn_id!r}")
+        return found
+
+    def pop(self, turn_id: str) -> Turn:
+        with self._lock:
+            found = self._turns.pop(turn_id, None)
+        if found is None:
+            raise InvalidRecordError(f"no turn in flight with id {turn_id!r}")
+        return found
+
+    def discard(self, turn_id: str) -> None:
+        with self._lock:
+            self._turns.pop(turn_id, None)
+
+
+def model_step(name: str, latency_ms: float, input_tokens: int | None, output_tokens: int | None) -> Step:
+    return Step(StepKind.MODEL, name, latency_ms=latency_ms, input_tokens=input_tokens, output_tokens=output_tokens)
+
+
+def tool_step(
+    name: str, arguments: Mapping[str, Any], *, result: str | None, status: str, error: str | None, latency_ms: float
+) -> Step:
+    return Step(
+        StepKind.TOOL,
+        name,
+        arguments=jsonable(arguments),
+        result=result,
+        status=status,
+        error=error,
+        latency_ms=latency_ms,
+    )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON values (tool arguments come from models and may hold anything)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return repr(value)

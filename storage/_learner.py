@@ -1,0 +1,313 @@
+"""What a learner needs from the log: final rewards in commit order and its checkpoint (the lease is
+in :mod:`memabra.storage._learner_lease`).
+
+Exactly-once learning rests on two rules kept here:
+
+* Rewards are read in the order of ``rewards.commit_seq`` (set by a trigger, revision 0004), and on
+  PostgreSQL only below the oldest transaction still running, so a reward that commits late can
+  never land behind a position already read.
+* The model (as a policy snapshot) and the position it has read to are written in ONE transaction,
+  guarded by the previous position: a learner killed at any instant resumes from its last commit,
+  and a learner that lost its lease cannot overwrite its successor's work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, insert, or_, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from memabra._errors import MemabraError
+from memabra._records import LearningItem, PolicySnapshot, utcnow
+from memabra.storage._engine import is_postgres
+from memabra.storage._learner_models import LearnerStateRow
+
+try:  # the storage split moves row -> record conversion into its own module
+    from memabra.storage._from_rows import reward_from_row, selection_from_rows
+except ImportError:  # pragma: no cover - before the split
+    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef,unused-ignore]
+from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
+
+__all__ = [
+    "START",
+    "FinalReward",
+    "LearnerCheckpoint",
+    "LearnerStore",
+    "LeaseLostError",
+    "ReadPosition",
+]
+
+logger = logging.getLogger("memabra")
+
+
+class LeaseLostError(MemabraError):
+    """Another learner committed since this one read its position: this one must stand by."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ReadPosition:
+    """A point in the commit order of final rewards (the last one read)."""
+
+    seq: int
+    episode_id: str
+
+
+START = ReadPosition(-1, "")
+
+
+@dataclass(frozen=True, slots=True)
+class FinalReward:
+    """A final reward as the learner reads it, with its place in the commit order."""
+
+    position: ReadPosition
+    item: LearningItem
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerCheckpoint:
+    """A learner's last commit: the snapshot holding its model and the position it had read to."""
+
+    policy: str
+    snapshot_version: str | None
+    position: ReadPosition
+    learned: int
+    published: str | None
+    updated_at: datetime
+
+
+class LearnerStore:
+    """Commit-order reads and checkpoint writes on one log's engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def _session(self) -> Session:
+        return Session(self._engine, expire_on_commit=False)
+
+    # ------------------------------------------------------------------ reads
+
+    def checkpoint(self, policy: str) -> LearnerCheckpoint | None:
+        with self._session() as s, s.begin():
+            row = s.get(LearnerStateRow, policy)
+            if row is None:
+                return None
+            return LearnerCheckpoint(
+                row.policy,
+                row.snapshot_version,
+                ReadPosition(row.position_seq, row.position_episode),
+                row.learned,
+                row.published,
+                row.updated_at,
+            )
+
+    def read_final(self, after: ReadPosition = START, *, limit: int = 500) -> list[FinalReward]:
+        """Final rewards after ``after`` in commit order, up to ``limit``; on PostgreSQL only those
+        whose transaction is older than every transaction still running."""
+        r = RewardRow
+        conds: list[Any] = [
+            r.final.is_(True),
+            r.commit_seq.is_not(None),
+            or_(r.commit_seq > after.seq, and_(r.commit_seq == after.seq, r.episode_id > after.episode_id)),
+        ]
+        if is_postgres(self._engine):
+            conds.append(
+                r.commit_seq < select(text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_subquery()
+            )
+        stmt = select(r).where(*conds).order_by(r.commit_seq, r.episode_id).limit(limit)
+        with self._session() as s, s.begin():
+            rows = s.scalars(stmt).all()
+            if not rows:
+                return []
+            ids = [row.episode_id for row in rows]
+            selections = _selections(s, ids)
+            outcomes: dict[str, dict[str, float]] = defaultdict(dict)
+            for episode_id, candidate_id, used in s.execute(
+                select(DecisionRow.episode_id, DecisionCandidateRow.candidate_id, DecisionCandidateRow.used)
+                .join(DecisionRow, DecisionRow.id == DecisionCandidateRow.decision_id)
+                .where(DecisionRow.episode_id.in_(ids), DecisionCandidateRow.used.is_not(None))
+            ):
+                outcomes[episode_id][candidate_id] = 1.0 if used else 0.0
+            return [
+                FinalReward(
+                    ReadPosition(int(row.commit_seq or 0), row.episode_id),
+                    LearningItem(
+                        row.episode_id,
+                        tuple(selections.get(row.episode_id, ())),
+                        reward_from_row(row),
+                        outcomes[row.episode_id],
+                    ),
+                )
+                for row in rows
+            ]
+
+    def count_final(self) -> int:
+        with self._session() as s, s.begin():
+            return int(s.scalar(select(func.count()).select_from(RewardRow).where(RewardRow.final.is_(True))) or 0)
+
+    def decisions_served(self) -> dict[str, int]:
+        """How many logged decisions each policy version made."""
+        stmt = select(DecisionRow.policy_version, func.count()).group_by(DecisionRow.policy_version)
+        with self._session() as s, s.begin():
+            return {str(version): int(n) for version, n in s.execute(stmt)}
+
+    def active_version(self, policy: str) -> str | None:
+        """The active snapshot's version, without its model bytes (cheap enough to poll)."""
+        stmt = (
+            select(PolicySnapshotRow.version)
+            .where(PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active")
+            .order_by(PolicySnapshotRow.created_at.desc())
+            .limit(1)
+        )
+        with self._session() as s, s.begin():
+            return s.scalar(stmt)
+
+    # ------------------------------------------------------------------ the one write
+
+    def commit(
+        self, snapshot: PolicySnapshot, *, previous: ReadPosition, position: ReadPosition, learned: int
+    ) -> PolicySnapshot:
+        """Store ``snapshot`` and move the policy's position from ``previous`` to ``position`` in one
+        transaction; returns the snapshot as stored (its status says whether it was made active).
+
+        The snapshot becomes active unless an operator made another snapshot of the policy active
+        since the learner's last commit (then it is stored as a candidate, to promote by hand).
+        Raises :class:`LeaseLostError` when the stored position is no longer ``previous``.
+        """
+        now = utcnow()
+        policy = snapshot.policy
+        try:
+            with self._session() as s, s.begin():
+                # The guard is the first statement, a write: SQLite takes its write lock here.
+                moved = s.execute(
+                    update(LearnerStateRow)
+                    .where(
+                        LearnerStateRow.policy == policy,
+                        LearnerStateRow.position_seq == previous.seq,
+                        LearnerStateRow.position_episode == previous.episode_id,
+                    )
+                    .values(
+                        position_seq=position.seq, position_episode=position.episode_id, learned=learned, updated_at=now
+                    )
+                )
+                state = s.get(LearnerStateRow, policy)
+                if moved.rowcount != 1:  # type: ignore[attr-defined]
+                    if state is not None or previous != START:
+                        raise LeaseLostError(f"learner position of policy {policy!r} moved: another learner committed")
+                    state = LearnerStateRow(
+                        policy=policy,
+                        snapshot_version=None,
+                        position_seq=position.seq,
+                        position_episode=position.episode_id,
+                        learned=learned,
+                        published=None,
+                        updated_at=now,
+                    )
+                    s.add(state)
+                    s.flush()
+                assert state is not None
+                active = s.scalar(
+                    select(PolicySnapshotRow.version).where(
+                        PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
+                    )
+                )
+                # an operator promoting the learner's newest candidate hands serving back to it
+                publish = (
+                    active is None or state.published is None or active in (state.published, state.snapshot_version)
+                )
+                stored = replace(
+                    snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate"
+                )
+                parent = (
+                    stored.parent if stored.parent and s.get(PolicySnapshotRow, stored.parent) is not None else None
+                )
+                stored = replace(stored, parent=parent)
+                if publish:
+                    s.execute(
+                        update(PolicySnapshotRow)
+                        .where(PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active")
+                        .values(status="retired")
+                    )
+                s.execute(
+                    insert(PolicySnapshotRow.__table__),
+                    [
+                        {
+                            "version": stored.version,
+                            "policy": policy,
+                            "parent": stored.parent,
+                            "model": stored.model,
+                            "learner_args": _thaw(stored.learner_args),
+                            "metrics": _thaw(stored.metrics),
+                            "status": stored.status,
+                            "created_at": stored.created_at,
+                        }
+                    ],
+                )
+                state.snapshot_version = stored.version
+                if publish:
+                    state.published = stored.version
+                if position != previous:
+                    s.execute(
+                        update(RewardRow)
+                        .where(
+                            or_(
+                                RewardRow.commit_seq > previous.seq,
+                                and_(RewardRow.commit_seq == previous.seq, RewardRow.episode_id > previous.episode_id),
+                            ),
+                            or_(
+                                RewardRow.commit_seq < position.seq,
+                                and_(RewardRow.commit_seq == position.seq, RewardRow.episode_id <= position.episode_id),
+                            ),
+                        )
+                        .values(learned_at=now)
+                    )
+                return stored
+        except IntegrityError as exc:
+            raise LeaseLostError(f"another learner of policy {policy!r} committed first ({exc.orig})") from None
+
+
+def _thaw(value: Any) -> Any:
+    """Frozen record mappings and tuples back to plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _free_version(s: Session, version: str) -> str:
+    """``version``, or a suffixed one when a snapshot of that name exists (another lineage)."""
+    candidate, n = version, 1
+    while s.get(PolicySnapshotRow, candidate) is not None:
+        n += 1
+        candidate = f"{version}~{n}"
+    return candidate
+
+
+def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Any]]:
+    decisions = s.scalars(
+        select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
+    ).all()
+    if not decisions:
+        return {}
+    ids = [d.id for d in decisions]
+    slots: dict[str, list[DecisionSlotRow]] = defaultdict(list)
+    for row in s.scalars(select(DecisionSlotRow).where(DecisionSlotRow.decision_id.in_(ids))):
+        slots[row.decision_id].append(row)
+    cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
+    for crow in s.scalars(select(DecisionCandidateRow).where(DecisionCandidateRow.decision_id.in_(ids))):
+        cands[crow.decision_id].append(crow)
+    out: dict[str, list[Any]] = defaultdict(list)
+    for d in decisions:
+        out[d.episode_id].append(selection_from_rows(d, slots[d.id], cands[d.id]))
+    return out

@@ -1,0 +1,154 @@
+"""The learner: exactly once, in commit order, resumable, equal to a replay; the lease; hot reload."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from memabra._learner import Learner, fresh_router, replay
+from memabra._serving import PolicyRuntime
+from memabra.router import VWRouter, learned_model
+from memabra.storage import EpisodeLog, LearnerStore
+from runtime.learning_log import log_final
+
+
+def vw() -> VWRouter:
+    return VWRouter(seed=0)
+
+
+def drain(learner: Learner, expected: int, *, timeout_s: float = 30.0) -> None:
+    """Step until ``learner`` has learned ``expected`` rewards in all. On PostgreSQL the reader waits
+    behind the oldest transaction running anywhere on the server (other test runs share it)."""
+    deadline = time.monotonic() + timeout_s
+    while learner.learned < expected:
+        assert time.monotonic() < deadline, f"learned {learner.learned} of {expected}"
+        if not learner.step().learned:
+            time.sleep(0.05)
+    assert learner.step().learned == 0 and learner.learned == expected
+
+
+def checkpoint_model(log: EpisodeLog, policy: str = "vw") -> bytes:
+    state = LearnerStore(log.engine).checkpoint(policy)
+    assert state is not None and state.snapshot_version is not None
+    return learned_model(log.get_snapshot(state.snapshot_version))
+
+
+def test_learner_learns_each_final_reward_once_and_equals_a_replay(log: EpisodeLog) -> None:
+    log_final(log, 30)
+    log_final(log, 5, start=30, final=False)  # provisional: not learned
+    learner = Learner(log, vw, commit_every=7)
+    drain(learner, 30)
+    learner.close()
+    assert learner.learned == 30
+    router, n = replay(log)
+    assert n == 30
+    assert checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_a_learner_killed_before_its_commit_resumes_from_the_last_one(log: EpisodeLog) -> None:
+    log_final(log, 40)
+    first = Learner(log, vw, commit_every=10)
+    drain(first, 40)  # committed every 10
+    first.commit_every = 1000
+    log_final(log, 10, start=40)
+    drain(first, 50)
+    assert first.pending == 10
+    first._lease.release()  # the process "dies": nothing after the last commit survives
+    second = Learner(log, vw, commit_every=1000)
+    assert second.acquire() and second.learned == 40
+    drain(second, 50)
+    second.close()
+    router, _ = replay(log)
+    assert checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_a_standby_waits_on_the_lease_and_takes_over(log: EpisodeLog) -> None:
+    log_final(log, 12)
+    holder = Learner(log, vw, commit_every=5)
+    standby = Learner(log, vw, commit_every=5)
+    assert holder.step().holds_lease
+    assert not standby.step().holds_lease
+    holder.close()
+    log_final(log, 6, start=12)
+    drain(standby, 18)
+    standby.close()
+    router, _ = replay(log)
+    assert checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_a_learner_that_lost_its_lease_cannot_overwrite_its_successor(log: EpisodeLog) -> None:
+    log_final(log, 10)
+    zombie = Learner(log, vw, commit_every=1000, lease_ttl=timedelta(seconds=0.5))
+    drain(zombie, 10)
+    time.sleep(0.6) if log.engine.dialect.name == "sqlite" else zombie._lease.release()
+    successor = Learner(log, vw, commit_every=1)
+    zombie._lease._held = True  # it still believes it holds the lease
+    drain(successor, 10)
+    assert zombie.commit() is None and not zombie.holds_lease
+    successor.close()
+
+
+@pytest.mark.postgres
+def test_a_reward_that_commits_late_is_not_skipped(log: EpisodeLog) -> None:
+    """A transaction that finalised a reward earlier but commits later must still be learned: the
+    reader stays behind the oldest running transaction."""
+    if log.engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite has one writer at a time")
+    (early,) = log_final(log, 1, final=False)
+    slow = log.engine.connect()
+    tx = slow.begin()
+    slow.execute(text("UPDATE rewards SET final = true WHERE episode_id = :e"), {"e": early})  # takes an xid first
+    log_final(log, 3, start=1)  # later transactions, committed first
+    learner = Learner(log, vw, commit_every=1000)
+    assert learner.step().learned == 0  # everything waits behind the open transaction
+    tx.commit()
+    slow.close()
+    drain(learner, 4)
+    learner.close()
+    router, n = replay(log)
+    assert n == 4 and checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_an_agent_resumes_the_active_snapshot_and_reloads_a_promote(log: EpisodeLog) -> None:
+    log_final(log, 20)
+    first = PolicyRuntime(log, vw(), commit_every=5, listen=False)
+    assert first.learner is not None
+    deadline = time.monotonic() + 30
+    while first.learner.learned < 20 and time.monotonic() < deadline:
+        first.step()
+    first.close()
+    active = LearnerStore(log.engine).active_version("vw")
+    assert active is not None and active.endswith("+20")
+    second = PolicyRuntime(log, vw(), learn=False, reload_interval_s=0.05, listen=False)
+    assert second.router.policy_version == active
+    older = [s for s in log.list_snapshots("vw") if s.version != active][0]
+    log.set_snapshot_status(older.version, "active")  # a rollback in the admin
+    time.sleep(0.1)
+    second.watcher.refresh(force=False)
+    assert second.router.policy_version == older.version
+    second.close()
+
+
+def test_the_learner_proposes_instead_of_overriding_a_rollback(log: EpisodeLog) -> None:
+    log_final(log, 10)
+    learner = Learner(log, vw, commit_every=5)
+    drain(learner, 10)
+    assert len(log.list_snapshots("vw")) == 2
+    first = log.list_snapshots("vw")[0]
+    log.set_snapshot_status(first.version, "active")
+    log_final(log, 5, start=10)
+    drain(learner, 15)
+    newest = log.list_snapshots("vw")[-1]
+    assert newest.status == "candidate"
+    assert LearnerStore(log.engine).active_version("vw") == first.version
+    learner.close()
+
+
+def test_fresh_router_refuses_an_unknown_policy() -> None:
+    from memabra import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown policy"):
+        fresh_router("nope")
