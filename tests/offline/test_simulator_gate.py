@@ -12,7 +12,16 @@ from memabra.storage import EpisodeLog
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(1800)  # two trainings and evaluations on 1,200 decisions: minutes on a busy machine
+# The trained learner departs from the logger's top choice on most slots (about 80% of first slots),
+# where the logger gave it only its 5% floor. Its cascade weight over three slots (up to 20^3) never
+# gathers enough effective samples, so the recommendation falls back to PI-DR, whose additive weight
+# carries a variance of about sum(1/p - 1) ~ 40 per decision: 600 held-out decisions leave its mean
+# weight's interval about +-0.5 wide, too loose for the support verdict, and the verdict rightly
+# refuses. 2,400 held-out decisions support it (mean weights ~1, no bias in the replay).
+ROUNDS = 4800
+
+
+@pytest.mark.timeout(1800)  # two trainings and evaluations on 2,400 decisions: minutes on a busy machine
 def test_the_gate_promotes_a_truly_better_policy_and_refuses_a_truly_worse_one(log: EpisodeLog) -> None:
     similarity = Similarity(encoder=None)
     world = World(seed=3)
@@ -20,12 +29,12 @@ def test_the_gate_promotes_a_truly_better_policy_and_refuses_a_truly_worse_one(l
     rounds, _ = log_simulation(
         lambda s: HybridRouter(seed=s, similarity=similarity, min_probability=0.05),
         world,
-        1200,
+        ROUNDS,
         log,
         seed=3,
         learn=False,
     )
-    held_out = rounds[600:]
+    held_out = rounds[ROUNDS // 2 :]
     better = train_from_log(log, learner="vw", learner_args={"seed": 0}, holdout=0.5)
     worse = train_from_log(log, learner="random", learner_args={"seed": 0}, holdout=0.5)
     assert better.supported, better.reason
