@@ -330,17 +330,20 @@ def _record(r: RegistryRow) -> MemoryRecord:
 
 
 def _history_values(c: MemoryChange) -> dict[str, object]:
-    return _clean_row(MemoryHistoryRow, {
-        "id": new_id(),
-        "owner": c.user_id,
-        "memory_id": c.memory_id,
-        "action": c.action.value,
-        "old_text": c.old_text,
-        "new_text": c.new_text,
-        "episode_id": c.episode_id,
-        "reason": c.reason[:200],
-        "at": c.at,
-    })
+    return _clean_row(
+        MemoryHistoryRow,
+        {
+            "id": new_id(),
+            "owner": c.user_id,
+            "memory_id": c.memory_id,
+            "action": c.action.value,
+            "old_text": c.old_text,
+            "new_text": c.new_text,
+            "episode_id": c.episode_id,
+            "reason": c.reason[:200],
+            "at": c.at,
+        },
+    )
 
 
 def _history_row(c: MemoryChange) -> MemoryHistoryRow:

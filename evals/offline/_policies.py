@@ -38,7 +38,9 @@ class ResolvedPolicy:
 def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
     cls = ROUTERS.get(snapshot.policy)
     if cls is None:
-        raise ConfigError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore")
+        raise ConfigError(
+            f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore"
+        )
     try:
         return cls.restore(snapshot)
     except SnapshotError as exc:
@@ -47,7 +49,9 @@ def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
 
 def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
     if not spec or not isinstance(spec, str):
-        raise ConfigError("--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)")
+        raise ConfigError(
+            "--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)"
+        )
     head, _, rest = spec.partition(":")
     head = ROUTER_ALIASES.get(head, head)
     if head == "snapshot":
