@@ -14,6 +14,7 @@ import math
 import pickle
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -137,7 +138,8 @@ def check_exploration(router: Router, selection: Selection) -> None:
     (all of them when fewer are open) of every slot the floor ``epsilon / |explored set|``."""
     if getattr(router, "exploration", None) != "epsilon":
         return
-    epsilon, top_m = float(router.epsilon), int(router.top_m)
+    explorer: Any = router  # duck-typed: any router exploring with epsilon names these, not only ResidualRouter
+    epsilon, top_m = float(explorer.epsilon), int(explorer.top_m)
     for draw in selection.slots:
         n_candidates = len(draw.candidate_ids) - 1
         floor = exploration_floor(n_candidates + 1, top_m, epsilon) * (1.0 - 1e-9)
@@ -199,7 +201,7 @@ def check_router(factory: RouterFactory) -> None:
     )
     if again.chosen_ids:
         _expect(RouterError, "a NaN outcome", lambda: router.learn(again, 1.0, {again.chosen_ids[0]: float("nan")}))
-    _expect(RouterError, "missing given as one string", lambda: router.learn(again, 1.0, missing="t-calc"))  # type: ignore[arg-type]
+    _expect(RouterError, "missing given as one string", lambda: router.learn(again, 1.0, missing="t-calc"))
     if again.chosen_ids:
         _expect(
             RouterError, "a missing id that was chosen", lambda: router.learn(again, 1.0, missing=[again.chosen_ids[0]])

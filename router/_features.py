@@ -179,7 +179,8 @@ def _zscore(values: NDArray[np.float64]) -> NDArray[np.float64]:
     sd = float(values.std())
     if sd < 1e-12:
         return np.zeros_like(values)
-    return (values - values.mean()) / sd
+    scores: NDArray[np.float64] = (values - values.mean()) / sd
+    return scores
 
 
 def _reciprocal_rank(values: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -33,7 +33,14 @@ try:  # the storage split moves row -> record conversion into its own module
     from memabra.storage._from_rows import reward_from_row, selection_from_rows
 except ImportError:  # pragma: no cover - before the split
     from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef,unused-ignore]
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    PolicySnapshotRow,
+    RewardRow,
+    table_of,
+)
 
 __all__ = [
     "START",
@@ -239,7 +246,7 @@ class LearnerStore:
                         .values(status="retired")
                     )
                 s.execute(
-                    insert(PolicySnapshotRow.__table__),
+                    insert(table_of(PolicySnapshotRow)),
                     [
                         {
                             "version": stored.version,

@@ -252,12 +252,12 @@ def _check_model_directory(path: Path) -> None:
 def _quiet_transformers() -> Iterator[None]:
     # transformers draws progress bars while loading; library code must not write to the terminal
     enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
     try:
         yield
     finally:
         if enabled:
-            transformers_logging.enable_progress_bar()
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -267,7 +267,7 @@ def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, An
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model_path {str(path)!r}: no usable tokenizer: {exc}") from None
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+            model: Any = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model_path {str(path)!r}: the model does not load: {exc}") from None
     model.to(device)

@@ -58,10 +58,10 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
         snap = _snapshot(log, rest)
         return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
     if head == "active":
-        snap = log.latest_snapshot(rest or None, status="active")
-        if snap is None:
+        active = log.latest_snapshot(rest or None, status="active")
+        if active is None:
             raise ConfigError(f"no active snapshot{' of ' + rest if rest else ''} in the log; promote one first")
-        return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+        return ResolvedPolicy(spec, router_from_snapshot(active), active.version)
     if head in ROUTERS:
         kwargs: dict[str, Any] = {}
         if rest:

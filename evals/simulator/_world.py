@@ -176,7 +176,7 @@ def oracle_value(
     """The best expected reward of any selection of at most ``slots`` notes within the budget."""
     ids = [c.id for c in round_.candidates]
     tokens = {c.id: c.tokens for c in round_.candidates}
-    best = (expected_reward(round_, (), max_tokens, weights), ())
+    best: tuple[float, tuple[str, ...]] = (expected_reward(round_, (), max_tokens, weights), ())
     for size in range(1, slots + 1):
         for subset in itertools.combinations(ids, size):
             if sum(tokens[i] for i in subset) > max_tokens:
