@@ -359,7 +359,7 @@ def create_memabra_agent(
     nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds, tool_search)
     builder = StateGraph(MemabraState, context_schema=MemabraContext)
     # langgraph runs a node taking (state, config, runtime), but no add_node overload spells that shape
-    builder.add_node("route", nodes.route)  # type: ignore[call-overload]
+    builder.add_node("route", nodes.route)  # type: ignore[call-overload, unused-ignore]
     builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))
     builder.add_node("tools", RunnableLambda(nodes.run_tools, afunc=nodes.arun_tools, name="tools"))
     builder.add_node("finish", nodes.finish)

@@ -127,12 +127,12 @@ def _load_quietly(path: str, device: str) -> object:
     from transformers.utils import logging as hf_logging
 
     bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]  # transformers leaves it unannotated
     try:
         return SentenceTransformer(path, device=device)
     finally:
         if bars_were_on:
-            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
 
 
 class SentenceTransformerEncoder:

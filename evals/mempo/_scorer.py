@@ -252,12 +252,12 @@ def _check_model_directory(path: Path) -> None:
 def _quiet_transformers() -> Iterator[None]:
     # transformers draws progress bars while loading; library code must not write to the terminal
     enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in transformers
     try:
         yield
     finally:
         if enabled:
-            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
