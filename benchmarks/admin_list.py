@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, urlencode
 
 from sqlalchemy import create_engine, text
@@ -53,7 +53,7 @@ from memabra.storage import EpisodeFilter, EpisodeLog, resolve_url, upgrade
 TOKEN = "benchmark-admin-token"
 USERS = 500
 VERSIONS = ("vw-a1", "vw-a2", "vw-a3", "vw-a4", "vw-a5")
-START = datetime(2025, 1, 1, tzinfo=timezone.utc)
+START = datetime(2025, 1, 1, tzinfo=UTC)
 SPAN = timedelta(days=90)
 KIND_MIXES = (
     (CandidateKind.MEMORY,),
@@ -71,7 +71,9 @@ def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episo
         for j in range(n_candidates)
     ]
     ctx = RoutingContext(query=f"question {i} from {user}", user_id=user, kinds=kinds, budget=Budget(max_tokens=400))
-    scored = tuple(ScoredCandidate(c, {"lex": 0.1 * j, "sem": 0.05 * j}, 1.0 - 0.01 * j, j) for j, c in enumerate(cands))
+    scored = tuple(
+        ScoredCandidate(c, {"lex": 0.1 * j, "sem": 0.05 * j}, 1.0 - 0.01 * j, j) for j, c in enumerate(cands)
+    )
     draws = []
     for kind in kinds:
         remaining = [c.id for c in cands if c.kind is kind] + [STOP_ID]
@@ -83,10 +85,14 @@ def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episo
     sel = Selection(ctx, scored, tuple(draws), policy="vw", policy_version=version, seed=i, created_at=created)
     corrected = rng.random() < 0.03
     feedback = (
-        (Feedback(f"{i:032x}", FeedbackKind.EXPLICIT, "user", {"correction": True}, received_at=created),) if corrected else ()
+        (Feedback(f"{i:032x}", FeedbackKind.EXPLICIT, "user", {"correction": True}, received_at=created),)
+        if corrected
+        else ()
     )
     reward = RewardBreakdown(
-        RewardComponents(s=rng.choice((0.0, 0.5, 1.0)), hm=rng.uniform(-1, 1), c=1.0 if corrected else 0.0, x=rng.random() * 0.3),
+        RewardComponents(
+            s=rng.choice((0.0, 0.5, 1.0)), hm=rng.uniform(-1, 1), c=1.0 if corrected else 0.0, x=rng.random() * 0.3
+        ),
         RewardWeights(),
     )
     steps = (Step(StepKind.MODEL, "model", input_tokens=300, output_tokens=40, latency_ms=20.0, started_at=created),)
@@ -209,7 +215,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--pg", default=None, help="PostgreSQL URL (optional), e.g. postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--pg", default=None, help="PostgreSQL URL (optional), e.g. postgresql+psycopg://root@127.0.0.1:5432/test"
+    )
     parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
     print(f"machine: {platform.machine()} {os.cpu_count()} cpu(s), Python {platform.python_version()}")

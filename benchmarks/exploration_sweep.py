@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+
 from memabra.evals.bench import load_rounds, run_router
 from memabra.router import HybridRouter, LinearRouter, Similarity
 

@@ -22,14 +22,32 @@ from urllib.parse import quote
 
 from sqlalchemy import create_engine, text
 
-from memabra import STOP_ID, Budget, Candidate, CandidateKind, Episode, RoutingContext, ScoredCandidate, Selection, SlotDraw, Step, StepKind
+from memabra import (
+    STOP_ID,
+    Budget,
+    Candidate,
+    CandidateKind,
+    Episode,
+    RoutingContext,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+    Step,
+    StepKind,
+)
 from memabra.storage import EpisodeLog, resolve_url, upgrade
 
 
 def make_episode(i: int, n_candidates: int = 20) -> Episode:
-    cands = [Candidate(f"m{j}", CandidateKind.MEMORY, f"memory number {j} of user {i % 50}", 12 + j) for j in range(n_candidates)]
+    cands = [
+        Candidate(f"m{j}", CandidateKind.MEMORY, f"memory number {j} of user {i % 50}", 12 + j)
+        for j in range(n_candidates)
+    ]
     ctx = RoutingContext(query=f"question {i}", user_id=f"user{i % 50}", budget=Budget(max_tokens=400))
-    scored = tuple(ScoredCandidate(c, {"lex": 0.1 * j, "sem": 0.05 * j, "rank_lex": float(j)}, 1.0 - 0.01 * j, j) for j, c in enumerate(cands))
+    scored = tuple(
+        ScoredCandidate(c, {"lex": 0.1 * j, "sem": 0.05 * j, "rank_lex": float(j)}, 1.0 - 0.01 * j, j)
+        for j, c in enumerate(cands)
+    )
     remaining = [c.id for c in cands] + [STOP_ID]
     draws = []
     for slot, cid in enumerate(["m0", "m3", STOP_ID]):
@@ -60,7 +78,12 @@ def run(url: str, decisions: int, batch: int, sample: int) -> dict[str, float]:
             single_times.append(time.perf_counter() - t0)
     single_rate = 1.0 / statistics.median(single_times)
     bulk_rate = statistics.median(rates)
-    return {"bulk": bulk_rate, "single": single_rate, "ratio": bulk_rate / single_rate, "cpu": statistics.median(cpu_rates)}
+    return {
+        "bulk": bulk_rate,
+        "single": single_rate,
+        "ratio": bulk_rate / single_rate,
+        "cpu": statistics.median(cpu_rates),
+    }
 
 
 def main() -> None:
@@ -70,11 +93,17 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=200, help="episodes logged one per transaction for the baseline")
     parser.add_argument("--pg", default=os.environ.get("MEMABRA_TEST_DATABASE_URL"), help="PostgreSQL URL (optional)")
     args = parser.parse_args()
-    print(f"machine: {platform.machine()} {os.cpu_count()} cpu(s), Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}")
-    print(f"{args.decisions} decisions x 20 candidates, batches of {args.batch}; baseline: {args.sample} one-per-transaction")
+    print(
+        f"machine: {platform.machine()} {os.cpu_count()} cpu(s), Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{args.decisions} decisions x 20 candidates, batches of {args.batch}; baseline: {args.sample} one-per-transaction"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         r = run(f"sqlite:///{tmp}/bench.db", args.decisions, args.batch, args.sample)
-        print(f"sqlite     bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s")
+        print(
+            f"sqlite     bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s"
+        )
     if args.pg:
         base = resolve_url(args.pg)
         schema = f"bench_{uuid.uuid4().hex[:8]}"
@@ -84,7 +113,9 @@ def main() -> None:
         try:
             sep = "&" if "?" in base else "?"
             r = run(f"{base}{sep}options={quote(f'-csearch_path={schema}')}", args.decisions, args.batch, args.sample)
-            print(f"postgresql bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s")
+            print(
+                f"postgresql bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s"
+            )
         finally:
             with admin.begin() as conn:
                 conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))

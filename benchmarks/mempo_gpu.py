@@ -48,17 +48,32 @@ SIZES = {
     "tiny": ModelSize(hidden=32, layers=2, heads=4, intermediate=64, vocab=500, max_positions=1024),
 }
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
-TAGS = ("<mem>", "</mem>", "<think>", "</think>", "<search>", "</search>", "<tool_response>", "</tool_response>", "<answer>", "</answer>")
+TAGS = (
+    "<mem>",
+    "</mem>",
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<tool_response>",
+    "</tool_response>",
+    "<answer>",
+    "</answer>",
+)
 
 
 def build_model(directory: Path, size: ModelSize, seed: int) -> None:
     """Save a word-level tokenizer over ``w0 … w{vocab-1}`` and a random Llama-style model."""
-    vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *TAGS, *(f"w{i}" for i in range(size.vocab))])}
+    vocab = {
+        token: index for index, token in enumerate([*SPECIAL_TOKENS, *TAGS, *(f"w{i}" for i in range(size.vocab))])
+    }
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens([AddedToken(t, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
-    tokenizer.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])]
+    )
     transformers.PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]"
     ).save_pretrained(directory)
@@ -105,7 +120,9 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(scorer: MemPOScorer, contexts: list[str], answers: list[str], batch_sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+def measure(
+    scorer: MemPOScorer, contexts: list[str], answers: list[str], batch_sizes: list[int], repeats: int
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for batch_size in batch_sizes:
         scorer.batch_size = batch_size
@@ -146,9 +163,13 @@ def measure(scorer: MemPOScorer, contexts: list[str], answers: list[str], batch_
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, help="a saved causal LM directory; default: build a random one")
-    parser.add_argument("--size", choices=["auto", *SIZES], default="auto", help="random model size (auto: base on CUDA, small on CPU)")
+    parser.add_argument(
+        "--size", choices=["auto", *SIZES], default="auto", help="random model size (auto: base on CUDA, small on CPU)"
+    )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default 1..64 on CUDA, 1..8 on CPU)")
-    parser.add_argument("--trajectories", type=int, default=None, help="synthetic trajectories (default 64 on CUDA, 4 on CPU)")
+    parser.add_argument(
+        "--trajectories", type=int, default=None, help="synthetic trajectories (default 64 on CUDA, 4 on CPU)"
+    )
     parser.add_argument("--turns", type=int, default=4, help="turns per trajectory (one <mem> block each)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
@@ -182,7 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         answers = [p.gold_answer for p in probes] * 2
         rows = measure(scorer, contexts, answers, batch_sizes, args.repeats)
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(scorer.device) if scorer.device.type == "cuda" else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(scorer.device)
+        if scorer.device.type == "cuda"
+        else platform.processor() or "cpu",
         "device_type": scorer.device.type,
         "dtype": str(scorer.dtype).removeprefix("torch."),
         "model": str(args.model) if args.model else f"random Llama-style ({size_name})",

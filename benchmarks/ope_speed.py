@@ -97,9 +97,15 @@ def main() -> None:
         print(row)
 
     all_three, _ = _median_seconds(
-        lambda: next(iter(ope.estimate_streaming(
-            list(ours.values()), ope.iter_round_batches(ope.BanditArrays(**arrays), options.chunk)
-        ).values())).value,
+        lambda: (
+            next(
+                iter(
+                    ope.estimate_streaming(
+                        list(ours.values()), ope.iter_round_batches(ope.BanditArrays(**arrays), options.chunk)
+                    ).values()
+                )
+            ).value
+        ),
         options.repeats,
     )
     print(f"all three in one streamed pass (with normal intervals): {all_three:.3f}s")

@@ -42,8 +42,15 @@ def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
     pool = []
     for i in range(n):
         text = " ".join(rng.choice(WORDS, size=int(rng.integers(8, 30))))
-        pool.append(Candidate(f"c{i}", kinds[i % len(kinds)], text, int(rng.integers(20, 200)),
-                              {"times_chosen": int(rng.integers(0, 20)), "times_helped": 0, "source": "bench"}))
+        pool.append(
+            Candidate(
+                f"c{i}",
+                kinds[i % len(kinds)],
+                text,
+                int(rng.integers(20, 200)),
+                {"times_chosen": int(rng.integers(0, 20)), "times_helped": 0, "source": "bench"},
+            )
+        )
     return pool
 
 
@@ -67,12 +74,14 @@ def measure(
     tables = [router.featurize(c, pool) if precomputed else None for c in contexts]
     samples = []
     slots = []
-    for i, (context, table) in enumerate(zip(contexts, tables)):
+    for i, (context, table) in enumerate(zip(contexts, tables, strict=True)):
         started = time.perf_counter()
         selection = router.choose(context, pool, features=table)
         elapsed = (time.perf_counter() - started) * 1000.0
         if learn:
-            router.learn(selection, float(rng.random()), {cid: float(rng.random() < 0.3) for cid in selection.chosen_ids})
+            router.learn(
+                selection, float(rng.random()), {cid: float(rng.random() < 0.3) for cid in selection.chosen_ids}
+            )
         if i >= 50:  # warm-up: caches, workspace, embeddings of the pool
             samples.append(elapsed)
             slots.append(len(selection.slots))
@@ -84,7 +93,9 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lexical-only", action="store_true", help="skip the embedding model")
-    parser.add_argument("--no-learn", action="store_true", help="never learn: every decision fills every slot, as a fresh router does")
+    parser.add_argument(
+        "--no-learn", action="store_true", help="never learn: every decision fills every slot, as a fresh router does"
+    )
     parser.add_argument("--candidates", default="50,128", help="comma-separated pool sizes")
     parser.add_argument("--modes", default="precomputed,end to end", help="precomputed and/or 'end to end'")
     args = parser.parse_args()
@@ -95,16 +106,22 @@ def main() -> None:
         "vw": lambda: VWRouter(similarity=similarity, recall_limit=None),
         "linear": lambda: LinearRouter(similarity=similarity, recall_limit=None),
     }
-    print(f"pools of {args.candidates} candidates (60% memories, 20% skills, 20% tools), slots 5/2/3, "
-          f"{args.decisions} decisions x {args.repeats} repeats; semantic features: {'on' if similarity.has_semantic else 'off'}")
-    print(f"{'router':8s} {'pool':>5s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/hybrid':>10s} {'slots drawn':>12s}")
+    print(
+        f"pools of {args.candidates} candidates (60% memories, 20% skills, 20% tools), slots 5/2/3, "
+        f"{args.decisions} decisions x {args.repeats} repeats; semantic features: {'on' if similarity.has_semantic else 'off'}"
+    )
+    print(
+        f"{'router':8s} {'pool':>5s} {'mode':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/hybrid':>10s} {'slots drawn':>12s}"
+    )
     hybrid_p99: dict[tuple[int, str], float] = {}
     for n in (int(c) for c in args.candidates.split(",")):
         for name, factory in routers.items():
             for mode in args.modes.split(","):
                 precomputed = mode == "precomputed"
                 runs = [
-                    measure(factory, similarity, args.decisions, precomputed, seed, learn=not args.no_learn, n_candidates=n)
+                    measure(
+                        factory, similarity, args.decisions, precomputed, seed, learn=not args.no_learn, n_candidates=n
+                    )
                     for seed in range(args.repeats)
                 ]
                 p50 = statistics.median(r[0] for r in runs)

@@ -63,7 +63,10 @@ def load_skills(directory: str | Path) -> list[Skill]:
     if not root.is_dir():
         raise ConfigError(f"skills directory not found: {root}")
     files = sorted(root.glob("*/SKILL.md")) or sorted(root.glob("*.md"))
-    return [Skill.from_markdown(f.read_text(), default_name=f.parent.name if f.name == "SKILL.md" else f.stem) for f in files]
+    return [
+        Skill.from_markdown(f.read_text(), default_name=f.parent.name if f.name == "SKILL.md" else f.stem)
+        for f in files
+    ]
 
 
 def skill_items(skills: Iterable[Skill], owner: str = "") -> list[RegistryItem]:

@@ -15,9 +15,9 @@ top-k are compared on identical conversations.
 from __future__ import annotations
 
 import statistics
-from datetime import timedelta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -126,7 +126,9 @@ def run_demo(
 
 
 def _say(agent: Any, user_id: str, text: str, *, thread: str) -> Any:
-    return agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": user_id})
+    return agent.invoke(
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": user_id}
+    )
 
 
 def _measure(log: EpisodeLog, index: int, episode_id: str, user: SimUser, task: Task, success: float) -> DemoEpisode:

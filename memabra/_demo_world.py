@@ -245,15 +245,17 @@ class World:
     def _make_user(rng: random.Random, i: int) -> SimUser:
         job, employer = rng.choice(JOBS)
         city, coffee = rng.choice(CITIES), rng.choice(COFFEES)
+        # drawn in the order the seeded worlds have always drawn them
+        d, a, u, g = rng.choice(DIETS), rng.choice(ALLERGENS), rng.choice(UNITS), rng.choice(DOGS)
         facts = {
             "name": Fact("name", f"My name is {NAMES[i % len(NAMES)]}", NAMES[i % len(NAMES)]),
-            "diet": (d := rng.choice(DIETS)) and Fact("diet", f"I follow a {d} diet", d),
-            "allergy": (a := rng.choice(ALLERGENS)) and Fact("allergy", f"I am allergic to {a}", a),
+            "diet": Fact("diet", f"I follow a {d} diet", d),
+            "allergy": Fact("allergy", f"I am allergic to {a}", a),
             "city": Fact("city", f"I live in {city}", city),
             "coffee": Fact("coffee", f"I take my coffee as a {coffee}", coffee),
             "work": Fact("work", f"I work as a {job} at {employer}", job),
-            "units": (u := rng.choice(UNITS)) and Fact("units", f"I use {u} units for distances", u),
-            "dog": (g := rng.choice(DOGS)) and Fact("dog", f"My dog is called {g}", g),
+            "units": Fact("units", f"I use {u} units for distances", u),
+            "dog": Fact("dog", f"My dog is called {g}", g),
         }
         return SimUser(f"user-{i:02d}", facts, rng.sample(SMALL_TALK, 8))
 

@@ -86,11 +86,13 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         return {"memabra_turn": _route(self.session, state["messages"], runtime)}
 
     def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        turn = self.session.get_turn(request.state["memabra_turn"])
+        # request.state is typed as the base AgentState; at run time it is state_schema (_MiddlewareState)
+        turn = self.session.get_turn(request.state["memabra_turn"])  # type: ignore[typeddict-item, unused-ignore]
         base = request.system_prompt or ""
         system = "\n\n".join(p for p in (base, turn.system_prompt) if p)
         tools = [t for t in request.tools if getattr(t, "name", None) in turn.tool_names]
-        return request.override(system_prompt=system or None, tools=tools)
+        # system_prompt= works in every langchain 1.x (the >=1.0 floor); its typed overrides list only the newer system_message
+        return request.override(system_prompt=system or None, tools=tools)  # type: ignore[call-arg, unused-ignore]
 
     def _record_model(self, request: ModelRequest[Any], response: Any, started: float) -> None:
         messages = getattr(response, "result", None) or ([response] if isinstance(response, AIMessage) else [])
@@ -99,7 +101,11 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         name = getattr(request.model, "model_name", None) or type(request.model).__name__
         ms = (time.perf_counter() - started) * 1000.0
         self.session.record_model_call(
-            request.state["memabra_turn"], str(name), ms, input_tokens=inp, output_tokens=out
+            request.state["memabra_turn"],  # type: ignore[typeddict-item, unused-ignore]  # state_schema, as in _request
+            str(name),
+            ms,
+            input_tokens=inp,
+            output_tokens=out,
         )
 
     def wrap_model_call(

@@ -206,7 +206,9 @@ class Router(ABC):
         raise TypeError(f"{type(self).__name__} is not picklable; persist it with snapshot() and restore()")
 
     # ----------------------------------------------------------------------------- choosing
-    def featurize(self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None) -> FeatureTable:
+    def featurize(
+        self, context: RoutingContext, candidates: Sequence[Candidate], budget: Budget | None = None
+    ) -> FeatureTable:
         """Feature rows as this router computes them (its similarity, the pool's own clock)."""
         with self._lock:
             self._ensure_state()
@@ -280,7 +282,9 @@ class Router(ABC):
         for kind in context.kinds:
             open_rows = [i for i, c in enumerate(table.candidates) if c.kind is kind]
             for position in range(budget.slots_for(kind)):
-                eligible = tuple(open_rows) if remaining is None else tuple(i for i in open_rows if tokens[i] <= remaining)
+                eligible = (
+                    tuple(open_rows) if remaining is None else tuple(i for i in open_rows if tokens[i] <= remaining)
+                )
                 if not eligible:
                     break
                 view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
@@ -321,7 +325,7 @@ class Router(ABC):
             ScoredCandidate.trusted(c, row, score, rank)
             if type(row) is MappingProxyType
             else ScoredCandidate(c, row, score, rank)
-            for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist())
+            for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist(), strict=True)
         )
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
@@ -353,11 +357,17 @@ class Router(ABC):
                 if cid == STOP_ID:
                     continue
                 if cid not in index:
-                    raise RouterError(f"selection {selection.id} slot {draw.slot} offers {cid!r}, which is not in offered")
+                    raise RouterError(
+                        f"selection {selection.id} slot {draw.slot} offers {cid!r}, which is not in offered"
+                    )
                 eligible.append(index[cid])
             position = sum(1 for i in chosen if candidates[i].kind is draw.kind)
-            view = SlotView(selection.context, table, draw.kind, draw.slot, position, tuple(eligible), tuple(chosen), remaining)
-            option_of = tuple(len(eligible) if cid == STOP_ID else eligible.index(index[cid]) for cid in draw.candidate_ids)
+            view = SlotView(
+                selection.context, table, draw.kind, draw.slot, position, tuple(eligible), tuple(chosen), remaining
+            )
+            option_of = tuple(
+                len(eligible) if cid == STOP_ID else eligible.index(index[cid]) for cid in draw.candidate_ids
+            )
             yield view, draw, option_of
             if draw.chosen_id != STOP_ID:
                 chosen.append(index[draw.chosen_id])
@@ -375,7 +385,7 @@ class Router(ABC):
         out: list[tuple[float, ...]] = []
         with self._lock:
             self._ensure_state()
-            for view, draw, option_of in self._replay(selection):
+            for view, _draw, option_of in self._replay(selection):
                 probabilities = self._distribution(view)
                 picked = probabilities[list(option_of)]
                 total = float(picked.sum())
@@ -445,7 +455,11 @@ class Router(ABC):
             self._learn_credits(selection, credits, needed_credit(reward) if needed else None, needed)
 
     def _learn_credits(
-        self, selection: Selection, credits: tuple[SlotCredit, ...], missing_credit: float | None, missing: tuple[str, ...]
+        self,
+        selection: Selection,
+        credits: tuple[SlotCredit, ...],
+        missing_credit: float | None,
+        missing: tuple[str, ...],
     ) -> None:
         if not self.learns:
             return
@@ -453,7 +467,11 @@ class Router(ABC):
         self._updates += 1
 
     def _update(
-        self, selection: Selection, credits: tuple[SlotCredit, ...], missing_credit: float | None, missing: tuple[str, ...]
+        self,
+        selection: Selection,
+        credits: tuple[SlotCredit, ...],
+        missing_credit: float | None,
+        missing: tuple[str, ...],
     ) -> None:
         """Apply one selection's per-slot credits, and the credit ``missing_credit`` of each
         ``missing`` candidate (offered, not chosen, needed), to the model (learners override)."""

@@ -14,6 +14,7 @@ import math
 import pickle
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -42,12 +43,24 @@ RouterFactory = Callable[[int], Router]
 def conformance_candidates() -> tuple[Candidate, ...]:
     """A small mixed pool: four memories, two skills, three tools, one oversized memory."""
     return (
-        Candidate("m-seattle", CandidateKind.MEMORY, "The user lives in Seattle and works as a designer.", 12,
-                  {"times_chosen": 3, "times_helped": 2, "created_at": "2025-01-01T00:00:00+00:00", "source": "chat"}),
-        Candidate("m-latte", CandidateKind.MEMORY, "The user likes oat milk lattes in the morning.", 10,
-                  {"times_chosen": 1, "times_helped": 0, "created_at": "2025-02-01T00:00:00+00:00"}),
+        Candidate(
+            "m-seattle",
+            CandidateKind.MEMORY,
+            "The user lives in Seattle and works as a designer.",
+            12,
+            {"times_chosen": 3, "times_helped": 2, "created_at": "2025-01-01T00:00:00+00:00", "source": "chat"},
+        ),
+        Candidate(
+            "m-latte",
+            CandidateKind.MEMORY,
+            "The user likes oat milk lattes in the morning.",
+            10,
+            {"times_chosen": 1, "times_helped": 0, "created_at": "2025-02-01T00:00:00+00:00"},
+        ),
         Candidate("m-name", CandidateKind.MEMORY, "The user's first name is Michael.", 8),
-        Candidate("m-espresso", CandidateKind.MEMORY, "The espresso machine order arrived with a bent portafilter.", 14),
+        Candidate(
+            "m-espresso", CandidateKind.MEMORY, "The espresso machine order arrived with a bent portafilter.", 14
+        ),
         Candidate("m-huge", CandidateKind.MEMORY, "A very long transcript " * 40, 900),
         Candidate("s-refund", CandidateKind.SKILL, "How to process a refund for a damaged order.", 30),
         Candidate("s-weather", CandidateKind.SKILL, "How to answer questions about the weather forecast.", 25),
@@ -57,16 +70,21 @@ def conformance_candidates() -> tuple[Candidate, ...]:
     )
 
 
-def _context(query: str = "what is the weather in seattle for my espresso order", budget: Budget | None = None) -> RoutingContext:
+def _context(
+    query: str = "what is the weather in seattle for my espresso order", budget: Budget | None = None
+) -> RoutingContext:
     return RoutingContext(
         query=query,
         user_id="conformance-user",
-        budget=budget or Budget(max_tokens=200, slots={CandidateKind.MEMORY: 3, CandidateKind.SKILL: 1, CandidateKind.TOOL: 2}),
+        budget=budget
+        or Budget(max_tokens=200, slots={CandidateKind.MEMORY: 3, CandidateKind.SKILL: 1, CandidateKind.TOOL: 2}),
     )
 
 
 def _reward(total_hit: bool) -> RewardBreakdown:
-    return RewardBreakdown(RewardComponents(s=1.0 if total_hit else 0.0, hm=0.5 if total_hit else -1.0, x=0.2), RewardWeights())
+    return RewardBreakdown(
+        RewardComponents(s=1.0 if total_hit else 0.0, hm=0.5 if total_hit else -1.0, x=0.2), RewardWeights()
+    )
 
 
 def _expect(error: type[Exception], what: str, call: Callable[[], object]) -> None:
@@ -102,10 +120,14 @@ def check_selection(router: Router, selection: Selection, candidates: tuple[Cand
     product = 1.0
     for draw in selection.slots:
         assert draw.candidate_ids[-1] == STOP_ID, f"slot {draw.slot}: the stop option must be offered last"
-        assert math.isclose(sum(draw.probabilities), 1.0, abs_tol=1e-6), f"slot {draw.slot}: probabilities do not sum to 1"
+        assert math.isclose(sum(draw.probabilities), 1.0, abs_tol=1e-6), (
+            f"slot {draw.slot}: probabilities do not sum to 1"
+        )
         floor = float(router.min_probability)
         if floor > 0.0:
-            assert min(draw.probabilities) >= floor - 1e-12, f"slot {draw.slot}: a probability is below the floor {floor}"
+            assert min(draw.probabilities) >= floor - 1e-12, (
+                f"slot {draw.slot}: a probability is below the floor {floor}"
+            )
         product *= draw.chosen_probability
     assert math.isclose(selection.propensity, product, rel_tol=1e-12), "propensity is not the product of the slots"
     check_exploration(router, selection)
@@ -116,7 +138,8 @@ def check_exploration(router: Router, selection: Selection) -> None:
     (all of them when fewer are open) of every slot the floor ``epsilon / |explored set|``."""
     if getattr(router, "exploration", None) != "epsilon":
         return
-    epsilon, top_m = float(getattr(router, "epsilon")), int(getattr(router, "top_m"))
+    explorer: Any = router  # duck-typed: any router exploring with epsilon names these, not only ResidualRouter
+    epsilon, top_m = float(explorer.epsilon), int(explorer.top_m)
     for draw in selection.slots:
         n_candidates = len(draw.candidate_ids) - 1
         floor = exploration_floor(n_candidates + 1, top_m, epsilon) * (1.0 - 1e-9)
@@ -138,11 +161,15 @@ def check_router(factory: RouterFactory) -> None:
     check_selection(router, first, candidates)
     assert first.slots, "a router with room in the budget made no slot draw"
     twin = factory(7)
-    assert _signature(twin.choose(context, candidates)) == _signature(first), "same seed, same input: different selection"
-    assert _signature(router.choose(context, candidates, seed=first.seed)) == _signature(first), "explicit seed not reproducible"
+    assert _signature(twin.choose(context, candidates)) == _signature(first), (
+        "same seed, same input: different selection"
+    )
+    assert _signature(router.choose(context, candidates, seed=first.seed)) == _signature(first), (
+        "explicit seed not reproducible"
+    )
     replayed = router.slot_probabilities(first)
     assert len(replayed) == len(first.slots), "slot_probabilities has the wrong number of slots"
-    for draw, probabilities in zip(first.slots, replayed):
+    for draw, probabilities in zip(first.slots, replayed, strict=True):
         assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "teacher-forced replay differs from the log"
 
     # precomputed features give the same selection
@@ -153,7 +180,9 @@ def check_router(factory: RouterFactory) -> None:
 
     # budgets
     tight = router.choose(_context(budget=Budget(max_tokens=5)), candidates)
-    assert tight.slots == () and tight.chosen_ids == (), "a budget smaller than every candidate must give an empty selection"
+    assert tight.slots == () and tight.chosen_ids == (), (
+        "a budget smaller than every candidate must give an empty selection"
+    )
     nothing = router.choose(_context(budget=Budget(max_tokens=None, slots={})), candidates)
     assert nothing.slots == (), "zero slots must give an empty selection"
     tools_only = router.choose(replace(context, kinds=(CandidateKind.TOOL,)), candidates)
@@ -167,12 +196,16 @@ def check_router(factory: RouterFactory) -> None:
     _expect(RouterError, "a reward for a selection the router never made", lambda: router.learn(stranger, 1.0))
     again = router.choose(context, candidates)
     _expect(RouterError, "a NaN reward", lambda: router.learn(again, float("nan")))
-    _expect(RouterError, "an outcome for a candidate that was not chosen", lambda: router.learn(again, 1.0, {"nope": 1.0}))
+    _expect(
+        RouterError, "an outcome for a candidate that was not chosen", lambda: router.learn(again, 1.0, {"nope": 1.0})
+    )
     if again.chosen_ids:
         _expect(RouterError, "a NaN outcome", lambda: router.learn(again, 1.0, {again.chosen_ids[0]: float("nan")}))
-    _expect(RouterError, "missing given as one string", lambda: router.learn(again, 1.0, missing="t-calc"))  # type: ignore[arg-type]
+    _expect(RouterError, "missing given as one string", lambda: router.learn(again, 1.0, missing="t-calc"))
     if again.chosen_ids:
-        _expect(RouterError, "a missing id that was chosen", lambda: router.learn(again, 1.0, missing=[again.chosen_ids[0]]))
+        _expect(
+            RouterError, "a missing id that was chosen", lambda: router.learn(again, 1.0, missing=[again.chosen_ids[0]])
+        )
     left_out = [sc.candidate.id for sc in again.offered if sc.candidate.id not in again.chosen_ids]
     router.learn(again, 0.5, {cid: 0.0 for cid in again.chosen_ids}, missing=[*left_out[:1], "never-offered"])
     router.learn_logged(stranger, _reward(False))  # off-policy learning takes anyone's selection
@@ -181,8 +214,10 @@ def check_router(factory: RouterFactory) -> None:
     for i in range(6):
         later = router.choose(context, candidates)
         check_selection(router, later, candidates)
-        for draw, probabilities in zip(later.slots, router.slot_probabilities(later)):
-            assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "replay after learning differs from the log"
+        for draw, probabilities in zip(later.slots, router.slot_probabilities(later), strict=True):
+            assert np.allclose(probabilities, draw.probabilities, atol=1e-9), (
+                "replay after learning differs from the log"
+            )
         router.learn(later, _reward(i % 2 == 0), {cid: float(i % 2) for cid in later.chosen_ids})
 
     # bad input
@@ -195,23 +230,41 @@ def check_router(factory: RouterFactory) -> None:
     bad_matrix = table.matrix.copy()
     bad_matrix[0, 0] = float("nan")
     _expect(RouterError, "NaN features", lambda: FeatureTable(table.candidates, bad_matrix, table.rows))
-    _expect(RouterError, "features misaligned with candidates", lambda: router.choose(context, candidates[::-1], features=table))
+    _expect(
+        RouterError,
+        "features misaligned with candidates",
+        lambda: router.choose(context, candidates[::-1], features=table),
+    )
     _expect(InvalidRecordError, "negative slots", lambda: Budget(slots={CandidateKind.MEMORY: -1}))
 
     # snapshots
     snapshot = router.snapshot()
-    assert isinstance(snapshot, PolicySnapshot) and snapshot.policy == router.name, "snapshot() must return a PolicySnapshot"
+    assert isinstance(snapshot, PolicySnapshot) and snapshot.policy == router.name, (
+        "snapshot() must return a PolicySnapshot"
+    )
     assert snapshot.version == router.policy_version, "snapshot version differs from policy_version"
     restored = type(router).restore(snapshot, similarity=router.similarity)
     probe = router.choose(context, candidates, seed=123)
-    assert restored.slot_probabilities(probe) == router.slot_probabilities(probe), "restored router predicts differently"
-    assert restored.policy_version == router.policy_version, "restored router reports another version"
-    assert _signature(restored.choose(context, candidates)) == _signature(type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)), (
-        "two restores of one snapshot choose differently"
+    assert restored.slot_probabilities(probe) == router.slot_probabilities(probe), (
+        "restored router predicts differently"
     )
+    assert restored.policy_version == router.policy_version, "restored router reports another version"
+    assert _signature(restored.choose(context, candidates)) == _signature(
+        type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)
+    ), "two restores of one snapshot choose differently"
     corrupt = bytearray(snapshot.model)
     corrupt[-1] ^= 0xFF
-    _expect(SnapshotError, "corrupted snapshot bytes", lambda: type(router).restore(replace(snapshot, model=bytes(corrupt))))
-    _expect(SnapshotError, "truncated snapshot bytes", lambda: type(router).restore(replace(snapshot, model=snapshot.model[:20])))
-    _expect(SnapshotError, "a snapshot of another policy", lambda: type(router).restore(replace(snapshot, policy="someone-else")))
+    _expect(
+        SnapshotError, "corrupted snapshot bytes", lambda: type(router).restore(replace(snapshot, model=bytes(corrupt)))
+    )
+    _expect(
+        SnapshotError,
+        "truncated snapshot bytes",
+        lambda: type(router).restore(replace(snapshot, model=snapshot.model[:20])),
+    )
+    _expect(
+        SnapshotError,
+        "a snapshot of another policy",
+        lambda: type(router).restore(replace(snapshot, policy="someone-else")),
+    )
     _expect(TypeError, "pickling a router", lambda: pickle.dumps(router))

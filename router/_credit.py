@@ -121,7 +121,9 @@ def slot_credits(
     for draw in selection.slots:
         stop_credit = 0.0 if draw.kind in kinds_with_outcome else None
         if draw.chosen_id == STOP_ID:
-            credits.append(SlotCredit(total if stop_credit is None else stop_credit, stop_credit, stop_credit is not None))
+            credits.append(
+                SlotCredit(total if stop_credit is None else stop_credit, stop_credit, stop_credit is not None)
+            )
             continue
         outcome = local.get(draw.chosen_id)
         if outcome is None:

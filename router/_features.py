@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
 
 import numpy as np
@@ -131,9 +131,7 @@ class FeatureTable:
         idx = list(indices)
         if idx == list(range(len(self.candidates))):
             return self  # immutable: nothing to copy
-        return FeatureTable(
-            tuple(self.candidates[i] for i in idx), self.matrix[idx], tuple(self.rows[i] for i in idx)
-        )
+        return FeatureTable(tuple(self.candidates[i] for i in idx), self.matrix[idx], tuple(self.rows[i] for i in idx))
 
     @classmethod
     def from_rows(cls, candidates: Sequence[Candidate], rows: Sequence[Mapping[str, float]]) -> FeatureTable:
@@ -148,7 +146,7 @@ class FeatureTable:
                     raise RouterError(f"stored features of candidate {candidate.id!r} lack {name!r}")
                 matrix[i, j] = _finite(row[name], f"feature {name!r} of candidate {candidate.id!r}")
         frozen = []
-        for i, row in enumerate(rows):
+        for row in rows:
             full = dict(row)
             for name in _DEFAULT_ZERO.difference(full):
                 full[name] = 0.0
@@ -169,7 +167,9 @@ def _count(metadata: Mapping[str, object], key: str, candidate_id: str) -> int:
     value = metadata.get(key, 0)
     number = _finite(value, f"metadata {key!r} of candidate {candidate_id!r}")
     if number < 0 or number != int(number):
-        raise RouterError(f"metadata {key!r} of candidate {candidate_id!r} must be a non-negative integer, got {value!r}")
+        raise RouterError(
+            f"metadata {key!r} of candidate {candidate_id!r} must be a non-negative integer, got {value!r}"
+        )
     return int(number)
 
 
@@ -179,7 +179,8 @@ def _zscore(values: NDArray[np.float64]) -> NDArray[np.float64]:
     sd = float(values.std())
     if sd < 1e-12:
         return np.zeros_like(values)
-    return (values - values.mean()) / sd
+    scores: NDArray[np.float64] = (values - values.mean()) / sd
+    return scores
 
 
 def _reciprocal_rank(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -270,7 +271,9 @@ def featurize(
         if request is not None and candidate.id in request:
             here = request[candidate.id]
             if here.times_helped > here.times_chosen:
-                raise RouterError(f"candidate {candidate.id!r} helped this request more often than it was chosen for it")
+                raise RouterError(
+                    f"candidate {candidate.id!r} helped this request more often than it was chosen for it"
+                )
             matrix[i, col["failed_here"]] = math.log1p(here.times_chosen - here.times_helped)
             matrix[i, col["helped_here"]] = math.log1p(here.times_helped)
         ages.append(_created(meta, candidate.id))
@@ -305,7 +308,7 @@ def _created(metadata: Mapping[str, object], candidate_id: str) -> datetime | No
             raise RouterError(f"metadata 'created_at' of candidate {candidate_id!r} is not ISO 8601: {raw!r}") from None
     else:
         raise RouterError(f"metadata 'created_at' of candidate {candidate_id!r} must be an ISO 8601 string")
-    return created if created.tzinfo is not None else created.replace(tzinfo=timezone.utc)
+    return created if created.tzinfo is not None else created.replace(tzinfo=UTC)
 
 
 def context_features(context: RoutingContext) -> dict[str, float]:

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-from memabra.router._text import analyze
 from numpy.typing import NDArray
+
+from memabra.router._text import analyze
 
 __all__ = ["GROUPS", "TEXT_TOKENS", "finish", "left", "mix", "query_hashes", "right", "text_hashes", "token_hash"]
 

@@ -31,15 +31,15 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import Candidate
 from memabra.router._base import SlotView
 from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
 from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
 from memabra.router._similarity import Similarity
-from numpy.typing import NDArray
-
-from memabra._errors import RouterError, SnapshotError
-from memabra._records import Candidate
 
 __all__ = ["LinearRouter"]
 

@@ -25,14 +25,14 @@ from abc import abstractmethod
 from typing import Any
 
 import numpy as np
-from memabra.router._base import Router, SlotView
-from memabra.router._credit import SlotCredit
-from memabra.router._exploration import EXPLORATIONS, explore
-from memabra.router._similarity import Similarity
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
+from memabra.router._base import Router, SlotView
+from memabra.router._credit import SlotCredit
+from memabra.router._exploration import EXPLORATIONS, explore
+from memabra.router._similarity import Similarity
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
 

@@ -46,7 +46,8 @@ def apply_floor(probabilities: NDArray[np.float64], min_probability: float) -> N
     if min_probability * k >= 1.0:
         return np.full(k, 1.0 / k)
     mixed = (1.0 - k * min_probability) * probabilities + min_probability
-    return mixed / mixed.sum()
+    floored: NDArray[np.float64] = mixed / mixed.sum()
+    return floored
 
 
 def draw_index(probabilities: NDArray[np.float64], rng: np.random.Generator) -> int:

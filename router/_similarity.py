@@ -127,12 +127,12 @@ def _load_quietly(path: str, device: str) -> object:
     from transformers.utils import logging as hf_logging
 
     bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]  # transformers leaves it unannotated
     try:
         return SentenceTransformer(path, device=device)
     finally:
         if bars_were_on:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
 
 
 class SentenceTransformerEncoder:
@@ -323,4 +323,5 @@ class Similarity:
         vectors = np.asarray(self.encoder.encode([query, *texts]), dtype=np.float64)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts) + 1:
             raise ValueError(f"encoder returned shape {vectors.shape} for {len(texts) + 1} texts")
-        return vectors[1:] @ vectors[0]
+        similarities: NDArray[np.float64] = vectors[1:] @ vectors[0]
+        return similarities

@@ -26,6 +26,9 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import RouterError, SnapshotError
 from memabra.router._base import SlotView
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
 from memabra.router._similarity import Similarity
@@ -38,9 +41,6 @@ from memabra.router._vw_examples import (
     shared_line,
     slot_example,
 )
-from numpy.typing import NDArray
-
-from memabra._errors import RouterError, SnapshotError
 
 __all__ = ["VWRouter"]
 
@@ -106,7 +106,9 @@ class VWRouter(ResidualRouter):
     def _new_workspace(self, model_path: str | None = None) -> Any:
         import vowpalwabbit
 
-        args = self._vw_args() if model_path is None else ["--quiet", "--preserve_performance_counters", "-i", model_path]
+        args = (
+            self._vw_args() if model_path is None else ["--quiet", "--preserve_performance_counters", "-i", model_path]
+        )
         try:
             return vowpalwabbit.Workspace(arg_list=args)
         except RuntimeError as exc:

@@ -88,7 +88,7 @@ class DecisionScores:
         The candidates are scored without ``k`` or numeric features; each type's probes (one
         without ``k``, one per position) and the numeric probes give what those features add."""
         type_of: dict[tuple[str, str], int] = {}
-        type_index = [type_of.setdefault(key, len(type_of)) for key in zip(lines.kinds, lines.types)]
+        type_index = [type_of.setdefault(key, len(type_of)) for key in zip(lines.kinds, lines.types, strict=True)]
         probes = []
         for kind, type_line in type_of:
             probes.append(type_line)

@@ -128,7 +128,9 @@ def _identity_part(candidate_id: str, text: str, type_line: str, text_tokens: in
 
 @lru_cache(maxsize=65536)
 def _static_part(candidate_id: str, text: str, type_line: str, history: tuple[float, ...], text_tokens: int) -> str:
-    usage = " ".join(f"{NUMERIC_FEATURES[j]}:{v:.5g}" for j, v in zip(_HISTORY_COLUMNS, history) if v != 0.0)
+    usage = " ".join(
+        f"{NUMERIC_FEATURES[j]}:{v:.5g}" for j, v in zip(_HISTORY_COLUMNS, history, strict=True) if v != 0.0
+    )
     return f"{_identity_part(candidate_id, text, type_line, text_tokens)} |h {usage}"
 
 
@@ -156,7 +158,7 @@ def identity_lines(table: FeatureTable, text_tokens: int) -> TableLines:
 def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
     """The slot-independent part of every candidate's action line, in table order."""
     lines = []
-    for candidate, row in zip(table.candidates, table.matrix.tolist()):
+    for candidate, row in zip(table.candidates, table.matrix.tolist(), strict=True):
         type_line = type_namespace(candidate.kind.value, str(candidate.metadata.get("source", "unknown")))
         # the id, words and usage history of a candidate recur across decisions: format them once
         static = _static_part(candidate.id, candidate.text, type_line, _history_of(row), text_tokens)
@@ -168,9 +170,7 @@ def candidate_lines(table: FeatureTable, text_tokens: int) -> tuple[str, ...]:
 _RANK_TEXT = tuple(" rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + r)) for r in range(256))
 
 
-def slot_example(
-    shared: str, lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int]
-) -> list[str]:
+def slot_example(shared: str, lines: Sequence[str], hybrid: np.ndarray, eligible: Sequence[int]) -> list[str]:
     """The multi-line example of a slot: shared line, one line per eligible candidate with the
     prior's rank among the open options appended, then the stop option."""
     open_scores = hybrid[list(eligible)]
@@ -184,7 +184,7 @@ def slot_example(
         gaps[leader] = float(best - open_scores[order[1]])
     example = [shared]
     # this runs for every open candidate at every slot: cached rank text, plain floats
-    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist())):
+    for j, (i, rank) in enumerate(zip(eligible, ranks.tolist(), strict=True)):
         rank_text = _RANK_TEXT[rank] if rank < len(_RANK_TEXT) else " rem_rr:%.5g rem_gap:" % (1.0 / (1.0 + rank))
         example.append(f"{lines[i]}{rank_text}{gaps[j]:.5g}{' rem_top:1' if j == leader else ''}")
     example.append(STOP_LINE)

@@ -92,8 +92,8 @@ class SnapshotWatcher(Router):
         Passed to restored routers (``None``: each restores with the default similarity).
     """
 
-    @property  # type: ignore[override]
-    def name(self) -> str:
+    @property
+    def name(self) -> str:  # type: ignore[override]  # read-only on purpose: the serving router's name
         """The serving router's policy name (what its selections record)."""
         return self._current.name
 

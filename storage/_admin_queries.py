@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memabra.storage._convert import summary_from_row
-from memabra.storage._engine import is_postgres
-from memabra.storage._log import EpisodeLog
-from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
 from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
+from memabra.storage._convert import summary_from_row
+from memabra.storage._engine import is_postgres
+from memabra.storage._log import EpisodeLog
+from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
 
 __all__ = [
     "DEFAULT_SAMPLE",

@@ -7,18 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memabra.storage._from_rows import (  # re-exported: callers use one namespace, cv.*
-    feedback_from_row,
-    memory_score_from_row,
-    ope_from_row,
-    registry_from_row,
-    reward_from_row,
-    selection_from_rows,
-    snapshot_from_row,
-    step_from_row,
-    summary_from_row,
-)
-
 from memabra._records import (
     STOP_ID,
     CandidateKind,
@@ -31,6 +19,17 @@ from memabra._records import (
     RewardBreakdown,
     Selection,
     Step,
+)
+from memabra.storage._from_rows import (  # re-exported: callers use one namespace, cv.*
+    feedback_from_row,
+    memory_score_from_row,
+    ope_from_row,
+    registry_from_row,
+    reward_from_row,
+    selection_from_rows,
+    snapshot_from_row,
+    step_from_row,
+    summary_from_row,
 )
 
 

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra._records import CandidateKind, Episode, Page, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._models import (
     DecisionCandidateRow,
@@ -31,11 +36,6 @@ from memabra.storage._models import (
 )
 from memabra.storage._rows import clean_text, insert_batches
 from memabra.storage._tx import Transactions, is_duplicate_key
-from sqlalchemy import Connection, bindparam, func, or_, select, update
-from sqlalchemy.orm import Session
-
-from memabra._errors import InvalidRecordError, UnknownEpisodeError
-from memabra._records import CandidateKind, Episode, Page, Selection
 
 __all__ = [
     "EpisodeFilter",

@@ -4,20 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from memabra.storage._models import (
-    DecisionCandidateRow,
-    DecisionRow,
-    DecisionSlotRow,
-    EpisodeRow,
-    FeedbackRow,
-    MemoryScoreRow,
-    OPERunRow,
-    PolicySnapshotRow,
-    RegistryRow,
-    RewardRow,
-    StepRow,
-)
-
 from memabra._records import (
     Budget,
     Candidate,
@@ -36,6 +22,19 @@ from memabra._records import (
     Selection,
     SlotDraw,
     Step,
+)
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    EpisodeRow,
+    FeedbackRow,
+    MemoryScoreRow,
+    OPERunRow,
+    PolicySnapshotRow,
+    RegistryRow,
+    RewardRow,
+    StepRow,
 )
 
 

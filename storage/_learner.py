@@ -25,15 +25,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from memabra._errors import MemabraError
-from memabra._records import LearningItem, PolicySnapshot, utcnow
+from memabra._records import LearningItem, PolicySnapshot, Selection, utcnow
 from memabra.storage._engine import is_postgres
+from memabra.storage._episodes import assemble_selections
+from memabra.storage._from_rows import reward_from_row
 from memabra.storage._learner_models import LearnerStateRow
-
-try:  # the storage split moves row -> record conversion into its own module
-    from memabra.storage._from_rows import reward_from_row, selection_from_rows
-except ImportError:  # pragma: no cover - before the split
-    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef,unused-ignore]
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    PolicySnapshotRow,
+    RewardRow,
+    table_of,
+)
 
 __all__ = [
     "START",
@@ -239,7 +242,7 @@ class LearnerStore:
                         .values(status="retired")
                     )
                 s.execute(
-                    insert(PolicySnapshotRow.__table__),
+                    insert(table_of(PolicySnapshotRow)),
                     [
                         {
                             "version": stored.version,
@@ -294,20 +297,8 @@ def _free_version(s: Session, version: str) -> str:
     return candidate
 
 
-def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Any]]:
+def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Selection]]:
     decisions = s.scalars(
         select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
     ).all()
-    if not decisions:
-        return {}
-    ids = [d.id for d in decisions]
-    slots: dict[str, list[DecisionSlotRow]] = defaultdict(list)
-    for row in s.scalars(select(DecisionSlotRow).where(DecisionSlotRow.decision_id.in_(ids))):
-        slots[row.decision_id].append(row)
-    cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
-    for crow in s.scalars(select(DecisionCandidateRow).where(DecisionCandidateRow.decision_id.in_(ids))):
-        cands[crow.decision_id].append(crow)
-    out: dict[str, list[Any]] = defaultdict(list)
-    for d in decisions:
-        out[d.episode_id].append(selection_from_rows(d, slots[d.id], cands[d.id]))
-    return out
+    return assemble_selections(s, decisions)

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from memabra._records import utcnow
 from memabra.storage._engine import is_postgres
 from memabra.storage._learner_models import LearnerLeaseRow
+from memabra.storage._models import table_of
 
 __all__ = ["SQLITE_LEASE_TTL", "LearnerLease"]
 
@@ -141,7 +142,7 @@ class LearnerLease:
         try:
             with self._engine.begin() as conn:
                 conn.execute(
-                    insert(lease.__table__),
+                    insert(table_of(lease)),
                     [{"policy": self.policy, "holder": self.holder, "expires_at": now + self.ttl}],
                 )
             return True

@@ -22,12 +22,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
-from memabra.storage._engine import make_engine
-from memabra.storage._episodes import EpisodeFilter
-from memabra.storage._migrate import check_schema
-from memabra.storage._rewards import Scorer
-from memabra.storage._tx import Transactions
 from sqlalchemy import Engine
 
 from memabra._records import (
@@ -48,6 +42,12 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
+from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
+from memabra.storage._engine import make_engine
+from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._migrate import check_schema
+from memabra.storage._rewards import Scorer
+from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
 

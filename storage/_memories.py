@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,7 +22,7 @@ from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, Me
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow
+from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text, prepare
 
 __all__ = ["EmbeddingTable", "MemoryRegistry", "forget_in_log", "last_chosen", "text_key"]
@@ -48,22 +49,17 @@ _GENERATION = select(MemoryPoolRow.generation).where(MemoryPoolRow.owner == bind
 
 
 def _bump(conn: Connection, owner: str) -> None:
-    pools = MemoryPoolRow.__table__
-    done = conn.execute(
-        update(pools).where(pools.c.owner == owner).values(generation=pools.c.generation + 1)  # type: ignore[attr-defined]
-    )
+    pools = table_of(MemoryPoolRow)
+    done = conn.execute(update(pools).where(pools.c.owner == owner).values(generation=pools.c.generation + 1))
     if done.rowcount == 0:
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as upsert
-        else:
-            from sqlalchemy.dialects.sqlite import insert as upsert
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
         conn.execute(
             upsert(pools)
             .values(owner=owner, generation=1)
-            .on_conflict_do_update(
-                index_elements=["owner"],
-                set_={"generation": pools.c.generation + 1},  # type: ignore[attr-defined]
-            )
+            .on_conflict_do_update(index_elements=["owner"], set_={"generation": pools.c.generation + 1})
         )
 
 
@@ -150,7 +146,7 @@ class MemoryRegistry:
             else:
                 for key in ("name", "text", "body", "tokens", "source", "updated_at"):
                     setattr(existing, key, values[key])
-                existing.metadata_ = values["metadata"]
+                existing.metadata_ = cast(dict[str, Any], values["metadata"])  # prepare() keeps it a dict
                 existing.retired_at = None
                 existing.superseded_by = None
             s.add(_history_row(change))
@@ -171,8 +167,8 @@ class MemoryRegistry:
         rows = [{**_registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
         history = [_history_values(change) for _, change in items]
         with self._engine.begin() as conn:
-            conn.execute(RegistryRow.__table__.insert(), rows)  # type: ignore[attr-defined]
-            conn.execute(MemoryHistoryRow.__table__.insert(), history)  # type: ignore[attr-defined]
+            conn.execute(table_of(RegistryRow).insert(), rows)
+            conn.execute(table_of(MemoryHistoryRow).insert(), history)
             for owner in {item.owner for item, _ in items}:
                 _bump(conn, owner)
 
@@ -293,7 +289,7 @@ class EmbeddingTable:
                 known.update(s.scalars(select(t.text_sha256).where(t.model == model, t.text_sha256.in_(chunk))))
             fresh = [row for sha, row in rows.items() if sha not in known]
             if fresh:
-                s.execute(t.__table__.insert(), fresh)  # type: ignore[attr-defined]
+                s.execute(table_of(t).insert(), fresh)
 
 
 def _chunks(values: list[str]) -> Iterator[list[str]]:
@@ -330,17 +326,20 @@ def _record(r: RegistryRow) -> MemoryRecord:
 
 
 def _history_values(c: MemoryChange) -> dict[str, object]:
-    return _clean_row(MemoryHistoryRow, {
-        "id": new_id(),
-        "owner": c.user_id,
-        "memory_id": c.memory_id,
-        "action": c.action.value,
-        "old_text": c.old_text,
-        "new_text": c.new_text,
-        "episode_id": c.episode_id,
-        "reason": c.reason[:200],
-        "at": c.at,
-    })
+    return _clean_row(
+        MemoryHistoryRow,
+        {
+            "id": new_id(),
+            "owner": c.user_id,
+            "memory_id": c.memory_id,
+            "action": c.action.value,
+            "old_text": c.old_text,
+            "new_text": c.new_text,
+            "episode_id": c.episode_id,
+            "reason": c.reason[:200],
+            "at": c.at,
+        },
+    )
 
 
 def _history_row(c: MemoryChange) -> MemoryHistoryRow:
@@ -352,8 +351,8 @@ def _registry_values(item: RegistryItem) -> dict[str, object]:
     return _clean_row(RegistryRow, cv.registry_values(item))
 
 
-def _clean_row(model: type[object], values: dict[str, object]) -> dict[str, object]:
-    return prepare(model.__table__, [values])[0]  # type: ignore[attr-defined]
+def _clean_row(model: type[Base], values: dict[str, object]) -> dict[str, object]:
+    return prepare(table_of(model), [values])[0]
 
 
 def _change(r: MemoryHistoryRow) -> MemoryChange:

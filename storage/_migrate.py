@@ -9,10 +9,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from memabra.storage._engine import make_engine, resolve_url
 from sqlalchemy import Engine
 
 from memabra._errors import SchemaError
+from memabra.storage._engine import make_engine, resolve_url
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

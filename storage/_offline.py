@@ -7,6 +7,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError
+from memabra._records import GoldDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import assemble_selections
 from memabra.storage._models import (
@@ -21,11 +26,6 @@ from memabra.storage._models import (
 )
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
-from sqlalchemy import delete, insert, select
-from sqlalchemy.orm import Session
-
-from memabra._errors import InvalidRecordError
-from memabra._records import GoldDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
 
 logger = logging.getLogger("memabra")
 

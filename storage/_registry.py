@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memabra.storage import _convert as cv
-from memabra.storage._models import DecisionCandidateRow, RegistryRow, table_of
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 from sqlalchemy import Integer, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, RegistryItem, UsageCounts, utcnow
+from memabra.storage import _convert as cv
+from memabra.storage._models import DecisionCandidateRow, RegistryRow, table_of
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 
 __all__ = ["candidate_usage", "delete_item", "items", "put_items"]
 

@@ -13,6 +13,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from memabra._errors import FeedbackError, UnknownEpisodeError
+from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import load_episode, load_selections
 from memabra.storage._models import (
@@ -27,12 +33,6 @@ from memabra.storage._models import (
 )
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
-from sqlalchemy import bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
-from memabra._errors import FeedbackError, UnknownEpisodeError
-from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 
 __all__ = [
     "Scorer",

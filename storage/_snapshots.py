@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memabra.storage import _convert as cv
-from memabra.storage._models import PolicySnapshotRow, table_of
-from memabra.storage._rows import clean_text, prepare
-from memabra.storage._tx import Transactions
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError, UnknownSnapshotError
 from memabra._records import PolicySnapshot
+from memabra.storage import _convert as cv
+from memabra.storage._models import PolicySnapshotRow, table_of
+from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 
 __all__ = [
     "SNAPSHOT_STATUSES",

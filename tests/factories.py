@@ -19,8 +19,12 @@ from memabra import (
 )
 
 
-def candidates(prefix: str = "m", n: int = 5, kind: CandidateKind = CandidateKind.MEMORY, tokens: int = 10) -> list[Candidate]:
-    return [Candidate(f"{prefix}{i}", kind, f"{kind.value} text {prefix}{i}", tokens, {"source": "test"}) for i in range(n)]
+def candidates(
+    prefix: str = "m", n: int = 5, kind: CandidateKind = CandidateKind.MEMORY, tokens: int = 10
+) -> list[Candidate]:
+    return [
+        Candidate(f"{prefix}{i}", kind, f"{kind.value} text {prefix}{i}", tokens, {"source": "test"}) for i in range(n)
+    ]
 
 
 def uniform_selection(
@@ -34,7 +38,9 @@ def uniform_selection(
 ) -> Selection:
     """Fill slots one at a time with a uniform distribution over the remaining candidates of the
     same kind plus STOP; ends with a STOP draw when ``stop`` is set."""
-    ctx = RoutingContext(query=query, user_id=user_id, kinds=tuple(dict.fromkeys(c.kind for c in offered)), budget=budget or Budget())
+    ctx = RoutingContext(
+        query=query, user_id=user_id, kinds=tuple(dict.fromkeys(c.kind for c in offered)), budget=budget or Budget()
+    )
     scored = tuple(ScoredCandidate(c, {"sim": 1.0 / (i + 1)}, 1.0 / (i + 1), i) for i, c in enumerate(offered))
     draws = []
     remaining = [c.id for c in offered]
@@ -51,5 +57,9 @@ def uniform_selection(
 def episode(user_id: str = "u1", n: int = 5, chosen: Sequence[str] = ("m0", "m2"), **kwargs) -> Episode:  # type: ignore[no-untyped-def]
     cands = candidates(n=n)
     sel = uniform_selection(user_id, cands, chosen)
-    steps = kwargs.pop("steps", (Step(StepKind.MODEL, "fake-model", input_tokens=100, output_tokens=20, latency_ms=30.0),))
-    return Episode(user_id=user_id, query=sel.context.query, selections=(sel,), steps=tuple(steps), answer="Ann", **kwargs)
+    steps = kwargs.pop(
+        "steps", (Step(StepKind.MODEL, "fake-model", input_tokens=100, output_tokens=20, latency_ms=30.0),)
+    )
+    return Episode(
+        user_id=user_id, query=sel.context.query, selections=(sel,), steps=tuple(steps), answer="Ann", **kwargs
+    )

@@ -41,7 +41,11 @@ class ScriptedChatModel(BaseChatModel):
         return ScriptedChatModel(replies=self.replies, bound=names, script=self.script)
 
     def _generate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> ChatResult:
         self.script.calls.append((list(messages), list(self.bound)))
         reply = self.script.next()
@@ -50,7 +54,11 @@ class ScriptedChatModel(BaseChatModel):
         reply = AIMessage(
             content=reply.content,
             tool_calls=reply.tool_calls,
-            usage_metadata={"input_tokens": 10 * len(messages), "output_tokens": 5, "total_tokens": 10 * len(messages) + 5},
+            usage_metadata={
+                "input_tokens": 10 * len(messages),
+                "output_tokens": 5,
+                "total_tokens": 10 * len(messages) + 5,
+            },
         )
         return ChatResult(generations=[ChatGeneration(message=reply)])
 

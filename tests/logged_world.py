@@ -3,12 +3,9 @@ that topic is the one that helps; the logging policy chooses at random."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from memabra import Budget, Candidate, CandidateKind, Episode, RoutingContext, Selection
-from memabra._records import RewardBreakdown, RewardComponents, RewardWeights, utcnow
-from memabra.router import RandomRouter, Router, Similarity
-from memabra.storage import EpisodeLog
+from memabra import Budget, Candidate, CandidateKind, RoutingContext, Selection
+from memabra._records import RewardBreakdown, RewardComponents, RewardWeights
+from memabra.router import Router
 
 TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music"]
 BUDGET = Budget(max_tokens=100, slots={CandidateKind.MEMORY: 2})
@@ -17,13 +14,19 @@ BUDGET = Budget(max_tokens=100, slots={CandidateKind.MEMORY: 2})
 def world(i: int) -> tuple[RoutingContext, list[Candidate], str]:
     topic = TOPICS[i % len(TOPICS)]
     cands = [Candidate(f"m-{t}", CandidateKind.MEMORY, f"note about {t} things", 10) for t in TOPICS]
-    return RoutingContext(f"question about {topic}", "u1", kinds=(CandidateKind.MEMORY,), budget=BUDGET), cands, f"m-{topic}"
+    return (
+        RoutingContext(f"question about {topic}", "u1", kinds=(CandidateKind.MEMORY,), budget=BUDGET),
+        cands,
+        f"m-{topic}",
+    )
 
 
 def reward_of(selection: Selection, relevant: str) -> RewardBreakdown:
     hit = relevant in selection.chosen_ids
     hm = 1.0 if hit else (-1.0 if selection.chosen_ids else 0.0)
-    return RewardBreakdown(RewardComponents(s=1.0 if hit else 0.0, hm=hm, x=min(1.0, selection.tokens_injected / 100)), RewardWeights())
+    return RewardBreakdown(
+        RewardComponents(s=1.0 if hit else 0.0, hm=hm, x=min(1.0, selection.tokens_injected / 100)), RewardWeights()
+    )
 
 
 def true_value(router: Router, n: int) -> float:
@@ -32,5 +35,3 @@ def true_value(router: Router, n: int) -> float:
         ctx, cands, relevant = world(i)
         total += reward_of(router.choose(ctx, cands), relevant).total
     return total / n
-
-

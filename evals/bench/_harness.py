@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -189,7 +190,7 @@ def summarize(
     for p in range(passes):
         block = [r for r in results if r.pass_index == p]
         edges = np.linspace(0, len(block), min(curve_points, len(block)) + 1).astype(int)
-        for start, stop in zip(edges[:-1], edges[1:]):
+        for start, stop in pairwise(edges):
             window = block[start:stop]
             curve.append(
                 {

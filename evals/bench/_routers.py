@@ -43,4 +43,8 @@ def router_factories(names: Sequence[str], similarity: Similarity | None = None)
     if unknown:
         raise ConfigError(f"unknown router(s) {', '.join(unknown)}; choose from {', '.join(ROUTER_NAMES)}")
     sim = similarity if similarity is not None else Similarity.default()
-    return {name: (lambda seed, _b=_BUILDERS[name]: _b(seed, sim)) for name in names}
+    return {name: _factory(_BUILDERS[name], sim) for name in names}
+
+
+def _factory(build: Callable[[int, Similarity], Router], sim: Similarity) -> RouterFactory:
+    return lambda seed: build(seed, sim)

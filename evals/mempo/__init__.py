@@ -25,7 +25,13 @@ from memabra.evals.mempo._decisions import (
     routing_contexts,
     score_routing_decisions,
 )
-from memabra.evals.mempo._probability import ANSWER_OPEN, AnswerProbabilities, AnswerScorer, format_context, memory_block
+from memabra.evals.mempo._probability import (
+    ANSWER_OPEN,
+    AnswerProbabilities,
+    AnswerScorer,
+    format_context,
+    memory_block,
+)
 from memabra.evals.mempo._rules import (
     FormatRule,
     compute_score,
@@ -36,7 +42,13 @@ from memabra.evals.mempo._rules import (
     split_turns,
     validate_format,
 )
-from memabra.evals.mempo._trajectory import MemoryBlockScore, MemoryProbe, Trajectory, memory_probes, score_memory_blocks
+from memabra.evals.mempo._trajectory import (
+    MemoryBlockScore,
+    MemoryProbe,
+    Trajectory,
+    memory_probes,
+    score_memory_blocks,
+)
 
 if TYPE_CHECKING:
     from memabra.evals.mempo._scorer import MemPOScorer

@@ -85,13 +85,15 @@ def grpo_memory_advantage(
         )
     flat_rewards: list[float] = []
     flat_groups: list[int] = []
-    for i, (rewards, spans) in enumerate(zip(mem_rewards, mem_spans)):
+    for i, (rewards, spans) in enumerate(zip(mem_rewards, mem_spans, strict=True)):
         if len(rewards) != len(spans):
             raise ValueError(f"trajectory {i}: {len(rewards)} mem_rewards but {len(spans)} mem_spans")
         _check_spans(spans, n_tokens, i)
         flat_rewards.extend(float(r) for r in rewards)
         flat_groups.extend([int(groups[i])] * len(rewards))
-    pooled = _group_normalise(_vector(flat_rewards, "mem_rewards"), np.asarray(flat_groups, dtype=np.int64), _check_eps(eps))
+    pooled = _group_normalise(
+        _vector(flat_rewards, "mem_rewards"), np.asarray(flat_groups, dtype=np.int64), _check_eps(eps)
+    )
     advantage = np.zeros((n_trajectories, n_tokens), dtype=np.float64)
     block = 0
     for i, spans in enumerate(mem_spans):
@@ -196,7 +198,9 @@ def _check_spans(spans: Sequence[tuple[int, int]], n_tokens: int, trajectory: in
     previous_end = 0
     for start, end in sorted(spans):
         if not 0 <= start < end <= n_tokens:
-            raise ValueError(f"trajectory {trajectory}: mem_spans entry ({start}, {end}) is outside [0, {n_tokens}) or empty")
+            raise ValueError(
+                f"trajectory {trajectory}: mem_spans entry ({start}, {end}) is outside [0, {n_tokens}) or empty"
+            )
         if start < previous_end:
             raise ValueError(f"trajectory {trajectory}: mem_spans overlap at ({start}, {end})")
         previous_end = end

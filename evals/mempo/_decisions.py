@@ -13,7 +13,13 @@ from memabra._errors import InvalidRecordError
 from memabra.evals.mempo._advantage import memory_reward
 from memabra.evals.mempo._probability import AnswerScorer, format_context, memory_block
 
-__all__ = ["RoutingDecisionItem", "RoutingDecisionScore", "ScoringProgress", "routing_contexts", "score_routing_decisions"]
+__all__ = [
+    "RoutingDecisionItem",
+    "RoutingDecisionScore",
+    "ScoringProgress",
+    "routing_contexts",
+    "score_routing_decisions",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +128,15 @@ def _chunks(
         done += len(scores)
         tokens += sum(score.tokens for score in scores)
         if on_progress is not None:
-            on_progress(ScoringProgress(items_done=done, items_total=total, tokens_done=tokens, elapsed_s=clock() - started))
+            on_progress(
+                ScoringProgress(items_done=done, items_total=total, tokens_done=tokens, elapsed_s=clock() - started)
+            )
         yield scores
 
 
-def _score_chunk(scorer: AnswerScorer, chunk: list[RoutingDecisionItem], eps: float) -> tuple[RoutingDecisionScore, ...]:
+def _score_chunk(
+    scorer: AnswerScorer, chunk: list[RoutingDecisionItem], eps: float
+) -> tuple[RoutingDecisionScore, ...]:
     for item in chunk:
         if not isinstance(item, RoutingDecisionItem):
             raise TypeError(f"items must be RoutingDecisionItem records, got {type(item).__name__}")

@@ -13,6 +13,7 @@ import re
 import string
 from collections.abc import Callable, Sequence
 from enum import StrEnum
+from itertools import pairwise
 from typing import TypeAlias
 
 __all__ = [
@@ -85,7 +86,7 @@ def split_turns(response: Response) -> tuple[str, ...]:
         if not starts or response[: starts[0]].strip():
             starts = [0, *starts]
         bounds = [*starts, len(response)]
-        return tuple(response[begin:end] for begin, end in zip(bounds, bounds[1:]))
+        return tuple(response[begin:end] for begin, end in pairwise(bounds))
     if not isinstance(response, Sequence):
         raise TypeError(f"response must be a string or a sequence of turn strings, got {type(response).__name__}")
     for index, turn in enumerate(response):
@@ -145,7 +146,8 @@ def compute_score(response: Response, target: Target) -> float:
     if kind == "multi":
         targets: Sequence[Sequence[str]] = target
         parts = answer.split(_MULTI_ANSWER_SEPARATOR)
-        matched = sum(em_check(part, aliases) for part, aliases in zip(parts, targets))
+        # an answer with too few or too many parts scores only the parts it lines up with
+        matched = sum(em_check(part, aliases) for part, aliases in zip(parts, targets, strict=False))
         return matched / len(targets)
     return float(em_check(answer, target))  # type: ignore[arg-type]
 
@@ -165,7 +167,9 @@ def _target_kind(target: Target) -> str:
     if isinstance(target, str):
         return "single"
     if not isinstance(target, Sequence) or not target:
-        raise ValueError(f"target must be a string, a non-empty list of strings or a non-empty list of lists, got {target!r}")
+        raise ValueError(
+            f"target must be a string, a non-empty list of strings or a non-empty list of lists, got {target!r}"
+        )
     if all(isinstance(item, str) for item in target):
         return "aliases"
     if all(not isinstance(item, str) for item in target):

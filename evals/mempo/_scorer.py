@@ -17,7 +17,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from memabra._errors import ConfigError
-from memabra.evals.mempo._decisions import RoutingDecisionItem, RoutingDecisionScore, ScoringProgress, score_routing_decisions
+from memabra.evals.mempo._decisions import (
+    RoutingDecisionItem,
+    RoutingDecisionScore,
+    ScoringProgress,
+    score_routing_decisions,
+)
 from memabra.evals.mempo._probability import AnswerProbabilities
 from memabra.evals.mempo._trajectory import MemoryBlockScore, Trajectory, score_memory_blocks
 
@@ -122,24 +127,33 @@ class MemPOScorer:
         return score_routing_decisions(self, items, eps=eps, chunk_size=chunk_size, on_progress=on_progress)
 
     def _encode(self, contexts: Sequence[str], answers: Sequence[str]) -> list[tuple[list[int], int]]:
-        for index, (context, answer) in enumerate(zip(contexts, answers)):
+        for index, (context, answer) in enumerate(zip(contexts, answers, strict=True)):
             if not isinstance(context, str) or not isinstance(answer, str):
                 raise TypeError(f"contexts[{index}] and answers[{index}] must be strings")
         context_ids = self._tokenizer(list(contexts))["input_ids"]
         answer_ids = self._tokenizer(list(answers), add_special_tokens=False)["input_ids"]
-        return [self._join(list(c), list(a), index) for index, (c, a) in enumerate(zip(context_ids, answer_ids))]
+        return [
+            self._join(list(c), list(a), index)
+            for index, (c, a) in enumerate(zip(context_ids, answer_ids, strict=True))
+        ]
 
     def _join(self, context_ids: list[int], answer_ids: list[int], index: int) -> tuple[list[int], int]:
         if not answer_ids:
             raise ValueError(f"answers[{index}] encodes to no tokens")
         if not context_ids:
-            fallback = self._tokenizer.bos_token_id if self._tokenizer.bos_token_id is not None else self._tokenizer.eos_token_id
+            fallback = (
+                self._tokenizer.bos_token_id
+                if self._tokenizer.bos_token_id is not None
+                else self._tokenizer.eos_token_id
+            )
             if fallback is None:
                 raise ValueError(f"contexts[{index}] encodes to no tokens and the tokenizer has no BOS or EOS token")
             context_ids = [fallback]
         room = self._max_length - len(answer_ids)
         if room < 1:
-            raise ValueError(f"answers[{index}] has {len(answer_ids)} tokens, more than the model's {self._max_length} positions allow")
+            raise ValueError(
+                f"answers[{index}] has {len(answer_ids)} tokens, more than the model's {self._max_length} positions allow"
+            )
         if len(context_ids) > room:
             _log.debug("context %d truncated from %d to its last %d tokens", index, len(context_ids), room)
             context_ids = context_ids[-room:]
@@ -159,7 +173,9 @@ class MemPOScorer:
         logits = self._model(
             input_ids=ids_tensor, attention_mask=mask_tensor, position_ids=positions, use_cache=False, **extra
         ).logits
-        return _mean_answer_log_probs(logits, ids_tensor, answer_starts, answer_lengths, first_logit=input_ids.shape[1] - kept)
+        return _mean_answer_log_probs(
+            logits, ids_tensor, answer_starts, answer_lengths, first_logit=input_ids.shape[1] - kept
+        )
 
     def _pad(self, batch: list[tuple[list[int], int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         width = max(len(ids) for ids, _ in batch)
@@ -176,7 +192,11 @@ class MemPOScorer:
 
 
 def _mean_answer_log_probs(
-    logits: torch.Tensor, input_ids: torch.Tensor, answer_starts: np.ndarray, answer_lengths: np.ndarray, first_logit: int
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    answer_starts: np.ndarray,
+    answer_lengths: np.ndarray,
+    first_logit: int,
 ) -> np.ndarray:
     """Mean log-probability of each row's answer tokens. ``logits`` covers positions
     ``first_logit …`` of the rows; the token at position p is predicted by the logits of p - 1."""
@@ -232,12 +252,12 @@ def _check_model_directory(path: Path) -> None:
 def _quiet_transformers() -> Iterator[None]:
     # transformers draws progress bars while loading; library code must not write to the terminal
     enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in transformers
     try:
         yield
     finally:
         if enabled:
-            transformers_logging.enable_progress_bar()
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
@@ -247,7 +267,7 @@ def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, An
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model_path {str(path)!r}: no usable tokenizer: {exc}") from None
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+            model: Any = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model_path {str(path)!r}: the model does not load: {exc}") from None
     model.to(device)

@@ -99,7 +99,9 @@ def memory_probes(trajectories: Sequence[Trajectory]) -> list[MemoryProbe]:
     return probes
 
 
-def score_memory_blocks(scorer: AnswerScorer, trajectories: Sequence[Trajectory], eps: float = 0.0) -> list[MemoryBlockScore]:
+def score_memory_blocks(
+    scorer: AnswerScorer, trajectories: Sequence[Trajectory], eps: float = 0.0
+) -> list[MemoryBlockScore]:
     """P_mem and P_full of every ``<mem>`` block of a batch of trajectories, all 2N sequences in one
     call to the scorer, in trajectory then turn order."""
     probes = memory_probes(trajectories)

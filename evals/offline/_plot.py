@@ -11,7 +11,9 @@ from memabra._records import OPEResult
 __all__ = ["plot_estimates"]
 
 
-def plot_estimates(results: Sequence[OPEResult], path: str | Path, *, logging_value: float | None = None, title: str = "") -> Path:
+def plot_estimates(
+    results: Sequence[OPEResult], path: str | Path, *, logging_value: float | None = None, title: str = ""
+) -> Path:
     """One row per (policy, estimator): the estimate with its interval; the logging policy's
     value as a dashed line."""
     try:

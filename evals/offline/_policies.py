@@ -38,7 +38,9 @@ class ResolvedPolicy:
 def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
     cls = ROUTERS.get(snapshot.policy)
     if cls is None:
-        raise ConfigError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore")
+        raise ConfigError(
+            f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore"
+        )
     try:
         return cls.restore(snapshot)
     except SnapshotError as exc:
@@ -47,17 +49,19 @@ def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
 
 def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
     if not spec or not isinstance(spec, str):
-        raise ConfigError("--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)")
+        raise ConfigError(
+            "--policy is empty: name a snapshot (snapshot:VERSION), 'active', or a router (vw, hybrid, ...)"
+        )
     head, _, rest = spec.partition(":")
     head = ROUTER_ALIASES.get(head, head)
     if head == "snapshot":
         snap = _snapshot(log, rest)
         return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
     if head == "active":
-        snap = log.latest_snapshot(rest or None, status="active")
-        if snap is None:
+        active = log.latest_snapshot(rest or None, status="active")
+        if active is None:
             raise ConfigError(f"no active snapshot{' of ' + rest if rest else ''} in the log; promote one first")
-        return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+        return ResolvedPolicy(spec, router_from_snapshot(active), active.version)
     if head in ROUTERS:
         kwargs: dict[str, Any] = {}
         if rest:

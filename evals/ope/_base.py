@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -61,7 +61,10 @@ def check_lambda(value: float, owner: str) -> None:
 class EstimatorBase(ABC, Generic[BatchT]):
     """Linear estimators (one component, V = mean_i z_i) need only ``round_components``."""
 
-    n_components: ClassVar[int] = 1
+    @property
+    def n_components(self) -> int:
+        """Components per round (estimators with more set it as a class attribute or property)."""
+        return 1
 
     @property
     @abstractmethod

@@ -137,10 +137,19 @@ class BanditArrays:
         check_same_length(
             "action_dist",
             n_rounds,
-            {"action": self.action, "reward": self.reward, "pscore": self.pscore, "position": self.position,
-             "estimated_rewards_by_reg_model": self.estimated_rewards_by_reg_model, "context": self.context},
+            {
+                "action": self.action,
+                "reward": self.reward,
+                "pscore": self.pscore,
+                "position": self.position,
+                "estimated_rewards_by_reg_model": self.estimated_rewards_by_reg_model,
+                "context": self.context,
+            },
         )
-        if self.estimated_rewards_by_reg_model is not None and self.estimated_rewards_by_reg_model.shape != action_dist.shape:
+        if (
+            self.estimated_rewards_by_reg_model is not None
+            and self.estimated_rewards_by_reg_model.shape != action_dist.shape
+        ):
             raise OPEInputError(
                 "estimated_rewards_by_reg_model",
                 f"estimated_rewards_by_reg_model must have action_dist's shape {action_dist.shape}; "

@@ -62,7 +62,9 @@ def check_alpha(alpha: float) -> None:
 def check_interval_arguments(alpha: float, n_bootstrap_samples: int) -> None:
     check_alpha(alpha)
     if isinstance(n_bootstrap_samples, bool) or not (isinstance(n_bootstrap_samples, int) and n_bootstrap_samples >= 1):
-        raise OPEInputError("n_bootstrap_samples", f"n_bootstrap_samples must be a positive integer; got {n_bootstrap_samples!r}")
+        raise OPEInputError(
+            "n_bootstrap_samples", f"n_bootstrap_samples must be a positive integer; got {n_bootstrap_samples!r}"
+        )
 
 
 def bootstrap_interval(

@@ -52,7 +52,8 @@ class CrossFittedRewardModel:
             raise OPEInputError("reward", "a reward model needs the logged action and reward")
         if arrays.n_rounds < self.n_folds:
             raise OPEInputError(
-                "reward", f"cross-fitting with {self.n_folds} folds needs at least {self.n_folds} rounds; got {arrays.n_rounds}"
+                "reward",
+                f"cross-fitting with {self.n_folds} folds needs at least {self.n_folds} rounds; got {arrays.n_rounds}",
             )
         position = np.zeros(arrays.n_rounds, dtype=np.int64) if arrays.position is None else arrays.position
         cells = (arrays.n_actions, arrays.len_list)

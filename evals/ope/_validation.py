@@ -97,9 +97,7 @@ def as_index_array(name: str, value: object, upper: int, upper_name: str) -> NDA
     return array
 
 
-def check_in_range(
-    name: str, values: NDArray[np.float64], *, low: float, high: float, low_open: bool
-) -> None:
+def check_in_range(name: str, values: NDArray[np.float64], *, low: float, high: float, low_open: bool) -> None:
     """Raise unless every value lies in ``(low, high]`` (``low_open``) or ``[low, high]``."""
     below = values <= low if low_open else values < low
     outside = below | (values > high)

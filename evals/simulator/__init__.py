@@ -7,4 +7,14 @@ from memabra.evals.simulator._logged import log_simulation, policy_truth
 from memabra.evals.simulator._run import SimulationResult, simulate
 from memabra.evals.simulator._world import SimRound, World, WorldConfig, expected_reward, oracle_value
 
-__all__ = ["SimRound", "SimulationResult", "World", "WorldConfig", "expected_reward", "log_simulation", "oracle_value", "policy_truth", "simulate"]
+__all__ = [
+    "SimRound",
+    "SimulationResult",
+    "World",
+    "WorldConfig",
+    "expected_reward",
+    "log_simulation",
+    "oracle_value",
+    "policy_truth",
+    "simulate",
+]

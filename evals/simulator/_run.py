@@ -28,7 +28,9 @@ class SimulationResult:
         return float(self.expected[start:stop].mean()), float(self.oracle[start:stop].mean())
 
 
-def _realised_reward(round_: SimRound, chosen: Sequence[str], outcomes: dict[str, float], max_tokens: int) -> RewardBreakdown:
+def _realised_reward(
+    round_: SimRound, chosen: Sequence[str], outcomes: dict[str, float], max_tokens: int
+) -> RewardBreakdown:
     hits = sum(outcomes.values())
     tokens = sum(c.tokens for c in round_.candidates if c.id in set(chosen))
     components = RewardComponents(
@@ -62,10 +64,19 @@ def simulate(
     tokens = np.zeros(len(played))
     for i, round_ in enumerate(played):
         pool = [
-            replace(c, metadata={"times_chosen": chosen_counts.get(c.id, 0), "times_helped": helped_counts.get(c.id, 0), "source": "sim"})
+            replace(
+                c,
+                metadata={
+                    "times_chosen": chosen_counts.get(c.id, 0),
+                    "times_helped": helped_counts.get(c.id, 0),
+                    "source": "sim",
+                },
+            )
             for c in round_.candidates
         ]
-        context = RoutingContext(query=round_.query, user_id=round_.user_id, kinds=(CandidateKind.MEMORY,), budget=budget)
+        context = RoutingContext(
+            query=round_.query, user_id=round_.user_id, kinds=(CandidateKind.MEMORY,), budget=budget
+        )
         selection = router.choose(context, pool)
         chosen = selection.chosen_ids
         expected[i] = expected_reward(round_, chosen, cfg.max_tokens)

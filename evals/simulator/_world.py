@@ -96,7 +96,9 @@ class World:
                 words = list(topic) + list(style) + ["note"]
                 rng.shuffle(words)
                 text = f"{' '.join(words)} {topic[0]} {style[0]}"
-                self._notes.append((Candidate(f"note-{topic[0]}-{style[0]}", CandidateKind.MEMORY, text, cfg.note_tokens), t, s))
+                self._notes.append(
+                    (Candidate(f"note-{topic[0]}-{style[0]}", CandidateKind.MEMORY, text, cfg.note_tokens), t, s)
+                )
             decoy = " ".join(list(topic) * 6) + " archived transcript of an old conversation"
             self._notes.append((Candidate(f"decoy-{topic[0]}", CandidateKind.MEMORY, decoy, cfg.decoy_tokens), t, -1))
         self._preferences = rng.integers(0, len(STYLES), size=cfg.n_users)
@@ -117,7 +119,9 @@ class World:
             user = int(rng.integers(0, cfg.n_users))
             topic = int(rng.integers(0, len(TOPICS)))
             style = self.preference(user, index)
-            words = list(rng.choice(TOPICS[topic], size=2, replace=False)) + list(rng.choice(_FILLER, size=3, replace=False))
+            words = list(rng.choice(TOPICS[topic], size=2, replace=False)) + list(
+                rng.choice(_FILLER, size=3, replace=False)
+            )
             rng.shuffle(words)
             own = [(c, t, s) for c, t, s in self._notes if t == topic]
             others = [(c, t, s) for c, t, s in self._notes if t != topic and s >= 0]
@@ -127,7 +131,13 @@ class World:
             pool = [pool[int(i)] for i in order]
             probability = np.array(
                 [
-                    0.0 if s < 0 else cfg.p_off_topic if t != topic else cfg.p_preferred if s == style else cfg.p_other_style
+                    0.0
+                    if s < 0
+                    else cfg.p_off_topic
+                    if t != topic
+                    else cfg.p_preferred
+                    if s == style
+                    else cfg.p_other_style
                     for _, t, s in pool
                 ]
             )
@@ -160,11 +170,13 @@ def expected_reward(
     return w.ws * (1.0 - miss) + w.wr * (precision - miss) - w.wx * x
 
 
-def oracle_value(round_: SimRound, slots: int, max_tokens: int, weights: RewardWeights | None = None) -> tuple[float, tuple[str, ...]]:
+def oracle_value(
+    round_: SimRound, slots: int, max_tokens: int, weights: RewardWeights | None = None
+) -> tuple[float, tuple[str, ...]]:
     """The best expected reward of any selection of at most ``slots`` notes within the budget."""
     ids = [c.id for c in round_.candidates]
     tokens = {c.id: c.tokens for c in round_.candidates}
-    best = (expected_reward(round_, (), max_tokens, weights), ())
+    best: tuple[float, tuple[str, ...]] = (expected_reward(round_, (), max_tokens, weights), ())
     for size in range(1, slots + 1):
         for subset in itertools.combinations(ids, size):
             if sum(tokens[i] for i in subset) > max_tokens:

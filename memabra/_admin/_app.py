@@ -44,7 +44,14 @@ from memabra._admin._auth import (
     SessionState,
     WebSession,
 )
-from memabra._admin._forms import FILTER_FIELDS, FormError, parse_episode_filter, parse_feedback_form, parse_limit, parse_window
+from memabra._admin._forms import (
+    FILTER_FIELDS,
+    FormError,
+    parse_episode_filter,
+    parse_feedback_form,
+    parse_limit,
+    parse_window,
+)
 from memabra._admin._policy import CurrentPolicy, group_by_snapshot
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._feedback import RewardService
@@ -236,7 +243,9 @@ class _Admin:
         )
 
     def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:
-        return self._render("error.html", exc.status, auth=auth, headers=exc.headers, title=exc.title, message=exc.message)
+        return self._render(
+            "error.html", exc.status, auth=auth, headers=exc.headers, title=exc.title, message=exc.message
+        )
 
     def _login_redirect(self, request: Request, auth: _Auth) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -262,7 +271,9 @@ class _Admin:
             raise _HttpError(403, "Forbidden", "The request came from another origin.")
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         if not auth.bearer and (auth.session is None or not auth.session.csrf_matches(form.get("csrf_token"))):
-            raise _HttpError(403, "Forbidden", "The form's CSRF token is missing or wrong; reload the page and try again.")
+            raise _HttpError(
+                403, "Forbidden", "The form's CSRF token is missing or wrong; reload the page and try again."
+            )
         return auth, form
 
     async def _page(
@@ -347,13 +358,17 @@ class _Admin:
         next_url = form.get("next", "")
         _, session = await self._read_session(request)
         if session is None or not session.csrf_matches(form.get("csrf_token")):
-            return self._login_page(next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403)
+            return self._login_page(
+                next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403
+            )
         client = _client(request)
         locked = self.throttle.locked_for(client)
         if locked > 0:
             # Refused without looking at the secret: a locked-out client learns nothing by guessing.
             exc = _locked_out(locked)
-            return self._login_page(next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers)
+            return self._login_page(
+                next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
+            )
         if not self.credentials.accepts(form.get("secret", "")):
             await asyncio.sleep(self.throttle.failed(client, "sign-in"))
             return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
@@ -393,13 +408,28 @@ class _Admin:
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}
                 snapshots = await run_in_threadpool(self.queries.snapshots)
                 return self._render(
-                    "episodes.html", 400, auth=auth, page=None, filters=raw, error=str(exc),
-                    limit=50, cursor=None, snapshots=snapshots, section="episodes",
+                    "episodes.html",
+                    400,
+                    auth=auth,
+                    page=None,
+                    filters=raw,
+                    error=str(exc),
+                    limit=50,
+                    cursor=None,
+                    snapshots=snapshots,
+                    section="episodes",
                 )
             snapshots = await run_in_threadpool(self.queries.snapshots)
             return self._render(
-                "episodes.html", auth=auth, page=page, filters=raw, error="",
-                limit=limit, cursor=cursor, snapshots=snapshots, section="episodes",
+                "episodes.html",
+                auth=auth,
+                page=page,
+                filters=raw,
+                error="",
+                limit=limit,
+                cursor=cursor,
+                snapshots=snapshots,
+                section="episodes",
             )
 
         return await self._page(request, build)
@@ -493,7 +523,9 @@ class _Admin:
             )
             service = RewardService(self.log, self.reward_config)
             receipt = await run_in_threadpool(service.post_feedback, feedback)
-            return RedirectResponse(f"/episodes/{quote(episode_id)}?notice=feedback-{receipt.status}#feedback", status_code=303)
+            return RedirectResponse(
+                f"/episodes/{quote(episode_id)}?notice=feedback-{receipt.status}#feedback", status_code=303
+            )
 
         return await self._write(request, apply)
 

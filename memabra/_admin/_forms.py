@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, JSONValue
@@ -36,7 +36,7 @@ def _time(field: str, raw: str) -> datetime:
     except ValueError:
         raise FormError(f"{field} must be a date or time like 2025-01-31 or 2025-01-31T13:45, got {raw!r}") from None
     # Times without an offset are UTC, as everywhere else in the log.
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def _number(field: str, raw: str) -> float:

@@ -16,8 +16,7 @@ from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
 from memabra._records import PolicySnapshot, Selection
-from memabra.storage import EpisodeLog
-from memabra.storage import AdminQueries
+from memabra.storage import AdminQueries, EpisodeLog
 
 __all__ = ["ActiveSnapshotPolicy", "CurrentPolicy", "group_by_snapshot", "snapshot_group"]
 
@@ -72,7 +71,9 @@ def _restore(snapshot: PolicySnapshot) -> Any:
     load_router = getattr(routers, "load_router", None)
     if callable(load_router):
         return load_router(snapshot)
-    raise SnapshotError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which no memabra router implements")
+    raise SnapshotError(
+        f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which no memabra router implements"
+    )
 
 
 def snapshot_group(policy_version: str, snapshot_versions: Collection[str]) -> str:

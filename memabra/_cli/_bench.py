@@ -21,13 +21,38 @@ from memabra._cli._common import check_output_path, console, fail, run_guarded
 
 
 def bench(
-    file: Annotated[Path, typer.Argument(help="A bench file (JSON Lines rounds; see shared/data/bench/README.md).", show_default=False)],
-    routers: Annotated[str, typer.Option(help="Comma-separated routers: vw, linear (alias sklearn), hybrid, bm25, embedding, random, fixed.")] = "vw,linear,hybrid,bm25,embedding,random",
+    file: Annotated[
+        Path,
+        typer.Argument(help="A bench file (JSON Lines rounds; see shared/data/bench/README.md).", show_default=False),
+    ],
+    routers: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated routers: vw, linear (alias sklearn), hybrid, bm25, embedding, random, fixed."
+        ),
+    ] = "vw,linear,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here (JSON).", show_default=False, callback=check_output_path)] = None,
-    plot: Annotated[Path | None, typer.Option(help="Save a PNG learning-curve plot here (needs matplotlib).", show_default=False, callback=check_output_path)] = None,
-    log_db: Annotated[str | None, typer.Option("--log-db", help="Write the first router's decisions and rewards to this episode log (a database URL), to check `memabra ope log` against the other routers' on-policy reward_mean.", show_default=False)] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the report here (JSON).", show_default=False, callback=check_output_path),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Save a PNG learning-curve plot here (needs matplotlib).",
+            show_default=False,
+            callback=check_output_path,
+        ),
+    ] = None,
+    log_db: Annotated[
+        str | None,
+        typer.Option(
+            "--log-db",
+            help="Write the first router's decisions and rewards to this episode log (a database URL), to check `memabra ope log` against the other routers' on-policy reward_mean.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Each round every router chooses, is rewarded with the composite reward and learns."""
     from memabra.evals.bench import load_rounds, router_factories, run_bench
@@ -38,7 +63,9 @@ def bench(
         fail("--routers names no router")
     rounds = run_guarded(load_rounds, file)
     factories = run_guarded(router_factories, names)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
         tasks: dict[str, Any] = {}
 
         def advance(name: str, done: int, total: int) -> None:
@@ -50,7 +77,9 @@ def bench(
 
         writer = run_guarded(DecisionLogWriter, log_db) if log_db else None
         try:
-            report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer)
+            report = run_guarded(
+                run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer
+            )
         finally:
             if writer is not None:
                 writer.close()
@@ -66,8 +95,21 @@ def bench(
 
 
 def _render(report: dict[str, Any]) -> None:
-    table = Table(title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}")
-    for column in ("router", "hit rate", "first pass", "last pass", "unseen", "reward", "tokens", "last-pass tokens", "ms p50", "ms p99"):
+    table = Table(
+        title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}"
+    )
+    for column in (
+        "router",
+        "hit rate",
+        "first pass",
+        "last pass",
+        "unseen",
+        "reward",
+        "tokens",
+        "last-pass tokens",
+        "ms p50",
+        "ms p99",
+    ):
         table.add_column(column, justify="left" if column == "router" else "right")
     for name, row in report["routers"].items():
         table.add_row(
@@ -125,18 +167,29 @@ def simulate_command(
     factories = run_guarded(router_factories, names, Similarity() if lexical else None)
     world = World(seed=seed)
     played = world.rounds(rounds)
-    table = Table(title=f"simulator: {rounds} rounds, seed {seed}, last {window} rounds, {'BM25' if lexical else 'BM25 + MiniLM'} prior")
+    table = Table(
+        title=f"simulator: {rounds} rounds, seed {seed}, last {window} rounds, {'BM25' if lexical else 'BM25 + MiniLM'} prior"
+    )
     for column in ("router", "reward", "oracle", "share of oracle", "tokens"):
         table.add_column(column, justify="left" if column == "router" else "right")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
         results = {}
         for name, factory in factories.items():
             task = bar.add_task(f"{name:>10}", total=rounds)
             results[name] = run_guarded(
-                simulate, factory, world, rounds, rounds=played, seed=seed,
+                simulate,
+                factory,
+                world,
+                rounds,
+                rounds=played,
+                seed=seed,
                 progress=lambda done, _total, task=task: bar.update(task, completed=done),
             )
     for name, result in results.items():
         learned, oracle = result.window(rounds - window, rounds)
-        table.add_row(name, f"{learned:.3f}", f"{oracle:.3f}", f"{learned / oracle:.1%}", f"{result.tokens[-window:].mean():.0f}")
+        table.add_row(
+            name, f"{learned:.3f}", f"{oracle:.3f}", f"{learned / oracle:.1%}", f"{result.tokens[-window:].mean():.0f}"
+        )
     console.print(table)

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memabra._cli._common import CreateDbOption, console, fail, run_guarded
+from memabra._cli._common import CreateDbOption, console, run_guarded
 from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
 from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
 
@@ -26,7 +26,9 @@ def demo(
         str | None,
         typer.Option(help="A real chat model as provider:name (init_chat_model); default: the offline stand-in."),
     ] = None,
-    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also run similarity top-k on the same users.")] = True,
+    baseline: Annotated[
+        bool, typer.Option("--baseline/--no-baseline", help="Also run similarity top-k on the same users.")
+    ] = True,
 ) -> None:
     """Simulated users with preferences, tasks that need tools and skills, corrections and a drift:
     the learned router against similarity top-k, logged to the episode log."""
@@ -40,7 +42,9 @@ def demo(
         chat = run_guarded(_resolve_model, model)
         console.print(f"chat model: [bold]{model}[/]")
     else:
-        console.print("chat model: [bold]offline extractive stand-in[/] (deterministic; answers only from injected context; --model provider:name for a real one)")
+        console.print(
+            "chat model: [bold]offline extractive stand-in[/] (deterministic; answers only from injected context; --model provider:name for a real one)"
+        )
 
     from memabra.evals.offline import evaluate_on_log, logged_value
     from memabra.router import HybridRouter, VWRouter
@@ -53,13 +57,21 @@ def demo(
     online: tuple[float, float, int] | None = None
     started = time.perf_counter()
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as bar:
             for name, router, run_url in runs:
                 task = bar.add_task(f"{name:>18}", total=episodes)
                 run_guarded(upgrade, run_url)
                 with run_guarded(EpisodeLog, run_url) as log:
                     rows = run_guarded(
-                        run_demo, router=router, log=log, episodes=episodes, seed=seed, users=users, model=chat,
+                        run_demo,
+                        router=router,
+                        log=log,
+                        episodes=episodes,
+                        seed=seed,
+                        users=users,
+                        model=chat,
                         progress=lambda _row, task=task: bar.advance(task),
                     )
                     if name == "similarity top-k":
@@ -69,7 +81,9 @@ def demo(
         scratch.cleanup()
     elapsed = time.perf_counter() - started
     _render(summaries, min(100, episodes // 2))
-    console.print(f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_engine(url).url.render_as_string(hide_password=True)}")
+    console.print(
+        f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_engine(url).url.render_as_string(hide_password=True)}"
+    )
     if online is not None:
         with run_guarded(EpisodeLog, url) as log:
             offline = run_guarded(evaluate_on_log, log, HybridRouter(seed=seed), policy="hybrid", seed=seed).recommended
@@ -96,7 +110,9 @@ def _render(summaries: list[DemoSummary], window: int) -> None:
     table.add_column("tokens injected", justify="right")
 
     def row(name: str, label: str, w: WindowStats) -> None:
-        table.add_row(name, label, f"{w.reward:+.3f}", f"{w.hit_rate:.1%}", f"{w.corrections_per_100:.0f}", f"{w.tokens:.0f}")
+        table.add_row(
+            name, label, f"{w.reward:+.3f}", f"{w.hit_rate:.1%}", f"{w.corrections_per_100:.0f}", f"{w.tokens:.0f}"
+        )
 
     for s in summaries:
         row(s.router, f"first {window}", s.first)

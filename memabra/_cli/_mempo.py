@@ -17,12 +17,17 @@ from memabra._cli._log import _parse_time
 from memabra._records import MemoryQuality
 from memabra.storage import EpisodeLog
 
-mempo_app = typer.Typer(help="Memory-quality labels from a local language model (the mempo extra).", no_args_is_help=True)
+mempo_app = typer.Typer(
+    help="Memory-quality labels from a local language model (the mempo extra).", no_args_is_help=True
+)
 
 
 @mempo_app.command("score")
 def score(
-    model: Annotated[Path, typer.Option("--model", help="Local directory of a saved causal LM and its tokenizer.", show_default=False)],
+    model: Annotated[
+        Path,
+        typer.Option("--model", help="Local directory of a saved causal LM and its tokenizer.", show_default=False),
+    ],
     db: DbOption = None,
     since: Annotated[str | None, typer.Option("--since", help="Only decisions at or after this ISO time.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass.")] = 16,
@@ -47,7 +52,9 @@ def score(
             return
         scorer = run_guarded(MemPOScorer, model, device=device, batch_size=batch_size)
         scorer_name = f"mempo:{Path(model).name}"
-        console.print(f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})")
+        console.print(
+            f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})"
+        )
         rewards = {1: 0, -1: 0}
         tokens = 0
         started = time.perf_counter()

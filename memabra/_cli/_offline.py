@@ -28,16 +28,33 @@ def _fmt(x: float) -> str:
 
 
 def ope_log(
-    policy: Annotated[list[str], typer.Option("--policy", help="snapshot:VERSION, active, or a router (vw, hybrid, bm25, embedding, random[:JSON args]); repeatable.")],
+    policy: Annotated[
+        list[str],
+        typer.Option(
+            "--policy",
+            help="snapshot:VERSION, active, or a router (vw, hybrid, bm25, embedding, random[:JSON args]); repeatable.",
+        ),
+    ],
     db: DbOption = None,
     since: Annotated[str | None, typer.Option(help="Only decisions at or after this ISO time.")] = None,
     until: Annotated[str | None, typer.Option(help="Only decisions before this ISO time.")] = None,
-    weights: Annotated[str | None, typer.Option(help="Re-score stored reward components under these weights first, e.g. wc=0.8.")] = None,
-    estimators: Annotated[str | None, typer.Option(help="Comma-separated subset of: sips, snsips, iips, rips, pi, snpi, dm, dr, idr, cdr, pi-dr (default: all).")] = None,
+    weights: Annotated[
+        str | None, typer.Option(help="Re-score stored reward components under these weights first, e.g. wc=0.8.")
+    ] = None,
+    estimators: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated subset of: sips, snsips, iips, rips, pi, snpi, dm, dr, idr, cdr, pi-dr (default: all)."
+        ),
+    ] = None,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5, help="1 - confidence of the intervals.")] = 0.05,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the reward model and the target rollouts.")] = 0,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)] = None,
-    plot: Annotated[Path | None, typer.Option(help="Save a PNG chart of the estimates here.", callback=check_output_path)] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Save a PNG chart of the estimates here.", callback=check_output_path)
+    ] = None,
     store: Annotated[bool, typer.Option("--store/--no-store", help="Keep the results in the log's OPE runs.")] = True,
 ) -> None:
     """Would these policies have done better on what we logged? Estimates with intervals and a support verdict."""
@@ -57,19 +74,33 @@ def ope_log(
             resolved = run_guarded(resolve_policy, spec, log)
             targets.append(Target(spec, resolved.router, resolved.snapshot_version))
         evaluations = run_guarded(
-            evaluate_policies, log, targets, estimators=names, since=_parse_time(since, "--since"),
-            until=_parse_time(until, "--until"), weights=reweight, alpha=alpha, seed=seed,
+            evaluate_policies,
+            log,
+            targets,
+            estimators=names,
+            since=_parse_time(since, "--since"),
+            until=_parse_time(until, "--until"),
+            weights=reweight,
+            alpha=alpha,
+            seed=seed,
         )
         if store:
             for evaluation in evaluations:
                 run_guarded(log.record_ope_results, list(evaluation.results))
     first = evaluations[0]
     model = first.reward_model
-    caption = "" if model is None else (
-        f"reward model: {model.learner}, {model.n_folds}-fold cross-fitted on {model.n_fit} decisions; "
-        f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
+    caption = (
+        ""
+        if model is None
+        else (
+            f"reward model: {model.learner}, {model.n_folds}-fold cross-fitted on {model.n_fit} decisions; "
+            f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
+        )
     )
-    table = Table(title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}", caption=caption)
+    table = Table(
+        title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}",
+        caption=caption,
+    )
     for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "mean w [interval]", "floor", "verdict"):
         table.add_column(col, justify="left" if col in ("policy", "estimator", "verdict") else "right")
     for ev in evaluations:
@@ -79,13 +110,20 @@ def ope_log(
             is_rec = name == rec.estimator
             verdict = ("supported" if rec.supported else f"UNSUPPORTED: {rec.reason}") if is_rec else ""
             table.add_row(
-                ev.policy, f"[bold]{name} *[/]" if is_rec else name, _fmt(e.value), _fmt(e.ci_low), _fmt(e.ci_high),
+                ev.policy,
+                f"[bold]{name} *[/]" if is_rec else name,
+                _fmt(e.value),
+                _fmt(e.ci_low),
+                _fmt(e.ci_high),
                 f"{weight['effective_sample_size']:.0f}",
                 f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
-                f"{ev.floor_share:.0%}", verdict,
+                f"{ev.floor_share:.0%}",
+                verdict,
             )
     console.print(table)
-    console.print("* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False)
+    console.print(
+        "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
+    )
     if json_out is not None:
         doc = {
             "n_rounds": first.n_rounds,
@@ -97,13 +135,21 @@ def ope_log(
         json_out.write_text(json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_out}")
     if plot is not None:
-        run_guarded(plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value)
+        run_guarded(
+            plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
+        )
         console.print(f"wrote {plot}")
 
 
 _WEIGHT_OF = {
-    "sips": "joint", "snsips": "joint", "rips": "joint", "dr": "joint", "cdr": "joint",
-    "pi": "pseudo-inverse", "snpi": "pseudo-inverse", "pi-dr": "pseudo-inverse",
+    "sips": "joint",
+    "snsips": "joint",
+    "rips": "joint",
+    "dr": "joint",
+    "cdr": "joint",
+    "pi": "pseudo-inverse",
+    "snpi": "pseudo-inverse",
+    "pi-dr": "pseudo-inverse",
 }
 
 
@@ -119,15 +165,26 @@ def _finite(value: object) -> object:
 
 
 def train(
-    from_log: Annotated[bool, typer.Option("--from-log", help="Train from the logged decisions and propensities (the only source so far).")] = True,
+    from_log: Annotated[
+        bool,
+        typer.Option("--from-log", help="Train from the logged decisions and propensities (the only source so far)."),
+    ] = True,
     db: DbOption = None,
     learner: Annotated[str, typer.Option(help="vw, or another router that learns.")] = "vw",
-    args: Annotated[str | None, typer.Option("--args", help="Learner arguments as JSON, e.g. '{\"epsilon\": 0.05}'.")] = None,
+    args: Annotated[
+        str | None, typer.Option("--args", help="Learner arguments as JSON, e.g. '{\"epsilon\": 0.05}'.")
+    ] = None,
     since: Annotated[str | None, typer.Option(help="Only decisions at or after this ISO time.")] = None,
-    holdout: Annotated[float, typer.Option(min=0.05, max=0.95, help="Latest share of decisions held out for evaluation.")] = 0.2,
+    holdout: Annotated[
+        float, typer.Option(min=0.05, max=0.95, help="Latest share of decisions held out for evaluation.")
+    ] = 0.2,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
-    weights: Annotated[str | None, typer.Option(help="Train and evaluate on rewards re-scored under these weights.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Save the snapshot even if it does not beat the logging policy.")] = False,
+    weights: Annotated[
+        str | None, typer.Option(help="Train and evaluate on rewards re-scored under these weights.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Save the snapshot even if it does not beat the logging policy.")
+    ] = False,
 ) -> None:
     """Fit a new policy from the log; keep it only if it beats the logging policy offline."""
     from memabra.evals.offline import train_from_log
@@ -139,11 +196,28 @@ def train(
     except json.JSONDecodeError as exc:
         fail(f"--args is not JSON: {exc}")
     reweight = run_guarded(parse_weights, weights) if weights else None
-    with run_guarded(EpisodeLog, db) as log, Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+    with (
+        run_guarded(EpisodeLog, db) as log,
+        Progress(
+            TextColumn("training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar,
+    ):
         task = bar.add_task("train", total=None)
         report = run_guarded(
-            train_from_log, log, learner=learner, learner_args=learner_args, since=_parse_time(since, "--since"),
-            holdout=holdout, alpha=alpha, weights=reweight, force=force,
+            train_from_log,
+            log,
+            learner=learner,
+            learner_args=learner_args,
+            since=_parse_time(since, "--since"),
+            holdout=holdout,
+            alpha=alpha,
+            weights=reweight,
+            force=force,
             progress=lambda i: bar.update(task, completed=i),
         )
     e = report.estimate
@@ -158,7 +232,13 @@ def train(
     )
     if report.saved_version:
         verdict = "beats the logging policy" if report.promotable else "forced, does NOT beat the logging policy"
-        console.print(f"saved snapshot [bold]{report.saved_version}[/] ({verdict}); promote it from the admin view or the API")
+        console.print(
+            f"saved snapshot [bold]{report.saved_version}[/] ({verdict}); promote it from the admin view or the API"
+        )
     else:
-        why = "the log does not support its estimate" if not report.supported else "its lower confidence bound does not beat the logging policy"
+        why = (
+            "the log does not support its estimate"
+            if not report.supported
+            else "its lower confidence bound does not beat the logging policy"
+        )
         console.print(f"not saved: {why} (use --force to keep it anyway)")

@@ -42,14 +42,19 @@ def ope_arrays(
         str, typer.Option("--estimators", help=f"Comma-separated, from: {','.join(ESTIMATOR_NAMES)}.")
     ] = ",".join(ESTIMATOR_NAMES),
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write value, ci_low and ci_high per estimator to this file.", callback=check_output_path)
+        Path | None,
+        typer.Option(
+            "--json", help="Write value, ci_low and ci_high per estimator to this file.", callback=check_output_path
+        ),
     ] = None,
     alpha: Annotated[float, typer.Option(help="Significance level: intervals cover 1 - alpha.")] = 0.05,
     ci: Annotated[IntervalMethod, typer.Option("--ci", help="Interval method.")] = IntervalMethod.BOOTSTRAP,
     n_bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples (the library default is obp's 10000).")] = 1000,
     seed: Annotated[int, typer.Option(help="Seed for the bootstrap and the reward model's folds.")] = 0,
     clip: Annotated[float, typer.Option(help="Importance-weight clipping threshold of ipw and dr.")] = math.inf,
-    switch_lambda: Annotated[float, typer.Option(help="Switch-DR's threshold: DM where the weight exceeds it.")] = math.inf,
+    switch_lambda: Annotated[
+        float, typer.Option(help="Switch-DR's threshold: DM where the weight exceeds it.")
+    ] = math.inf,
     dros_lambda: Annotated[float, typer.Option(help="DRos shrinkage: 0 gives DM, inf gives DR.")] = 0.0,
     n_folds: Annotated[int, typer.Option(help="Cross-fitting folds when the file has no estimated_rewards.")] = 2,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
+
 from memabra.storage._engine import make_engine
 from memabra.storage._models import Base
 

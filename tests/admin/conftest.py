@@ -92,12 +92,21 @@ def slate(
             draws.append(SlotDraw(len(draws), kind, tuple(options), tuple(probs), pick, probs[index]))
             if pick != STOP_ID:
                 remaining.remove(pick)
-    return Selection(ctx, tuple(scored), tuple(draws), policy=policy, policy_version=version, seed=seed, created_at=created_at)
+    return Selection(
+        ctx, tuple(scored), tuple(draws), policy=policy, policy_version=version, seed=seed, created_at=created_at
+    )
 
 
 def pool(user: str, memory_texts: Sequence[str] | None = None, *, tools: bool = True) -> list[Candidate]:
-    texts = memory_texts or [f"{user} likes green tea", f"{user} lives in Lyon", f"{user} plays chess", f"{user} has a cat"]
-    memories = [Candidate(f"mem-{user}-{i}", CandidateKind.MEMORY, t, 8 + i, {"owner": user}) for i, t in enumerate(texts)]
+    texts = memory_texts or [
+        f"{user} likes green tea",
+        f"{user} lives in Lyon",
+        f"{user} plays chess",
+        f"{user} has a cat",
+    ]
+    memories = [
+        Candidate(f"mem-{user}-{i}", CandidateKind.MEMORY, t, 8 + i, {"owner": user}) for i, t in enumerate(texts)
+    ]
     if not tools:
         return memories
     return memories + [
@@ -133,8 +142,27 @@ def seed_log(log: EpisodeLog) -> Seeded:
         if i % 2 == 0:
             picks.append("tool-search")
         query = f"question {i} from {user}"
-        sel = slate(user, pool(user, tools=i % 2 == 0), picks, version=version, query=query, created_at=created, thread_id=f"thread-{user}", turn=i // 3)
-        steps = [Step(StepKind.MODEL, "fake-model", seq=0, input_tokens=120, output_tokens=30, latency_ms=800.0, started_at=created)]
+        sel = slate(
+            user,
+            pool(user, tools=i % 2 == 0),
+            picks,
+            version=version,
+            query=query,
+            created_at=created,
+            thread_id=f"thread-{user}",
+            turn=i // 3,
+        )
+        steps = [
+            Step(
+                StepKind.MODEL,
+                "fake-model",
+                seq=0,
+                input_tokens=120,
+                output_tokens=30,
+                latency_ms=800.0,
+                started_at=created,
+            )
+        ]
         if "tool-search" in picks:
             failed = i % 6 == 0
             steps.append(
@@ -172,20 +200,31 @@ def seed_log(log: EpisodeLog) -> Seeded:
     xss_user = "mallory"
     xss_created = NOW - timedelta(minutes=30)
     xss_pool = pool(xss_user, [XSS_MEMORY, "mallory likes <i>italics</i>", "plain memory", "another memory"])
-    xss_sel = slate(xss_user, xss_pool, ["mem-mallory-0", "tool-search"], version="test-v2", query=XSS_QUERY, created_at=xss_created)
+    xss_sel = slate(
+        xss_user, xss_pool, ["mem-mallory-0", "tool-search"], version="test-v2", query=XSS_QUERY, created_at=xss_created
+    )
     xss = Episode(
         user_id=xss_user,
         query=XSS_QUERY,
         selections=(xss_sel,),
         steps=(
-            Step(StepKind.TOOL, "search", seq=0, arguments={"q": "<svg onload=alert(4)>"}, result=XSS_TOOL_RESULT, started_at=xss_created),
+            Step(
+                StepKind.TOOL,
+                "search",
+                seq=0,
+                arguments={"q": "<svg onload=alert(4)>"},
+                result=XSS_TOOL_RESULT,
+                started_at=xss_created,
+            ),
         ),
         answer=XSS_ANSWER,
         created_at=xss_created,
     )
     episodes.append(xss)
     seeded.draws["test-v2"] += len(xss_sel.slots)
-    seeded.explored_draws["test-v2"] += sum(1 for d in xss_sel.slots if d.chosen_probability < max(d.probabilities) - 1e-9)
+    seeded.explored_draws["test-v2"] += sum(
+        1 for d in xss_sel.slots if d.chosen_probability < max(d.probabilities) - 1e-9
+    )
     seeded.xss = xss.id
     seeded.by_version["test-v2"].append(xss.id)
     for episode in episodes:
@@ -195,13 +234,29 @@ def seed_log(log: EpisodeLog) -> Seeded:
         service.finalize(episode_id)
     seeded.corrected = seeded.episodes[7]
     service.post_feedback(
-        Feedback(seeded.corrected, FeedbackKind.EXPLICIT, "test", {"correction": "I live in Paris"}, idempotency_key="seed-c")
+        Feedback(
+            seeded.corrected, FeedbackKind.EXPLICIT, "test", {"correction": "I live in Paris"}, idempotency_key="seed-c"
+        )
     )
-    log.save_snapshot(PolicySnapshot("test", "test-v1", b"\x01" * 2048, {"seed": 1}, created_at=NOW - timedelta(days=11)))
     log.save_snapshot(
-        PolicySnapshot("test", "test-v2", b"\x02" * 4096, {"seed": 1}, parent="test-v1", status="active", created_at=NOW - timedelta(days=6))
+        PolicySnapshot("test", "test-v1", b"\x01" * 2048, {"seed": 1}, created_at=NOW - timedelta(days=11))
     )
-    log.save_snapshot(PolicySnapshot("test", "test-v3", b"\x03" * 1024, {"seed": 1}, parent="test-v2", created_at=NOW - timedelta(days=1)))
+    log.save_snapshot(
+        PolicySnapshot(
+            "test",
+            "test-v2",
+            b"\x02" * 4096,
+            {"seed": 1},
+            parent="test-v1",
+            status="active",
+            created_at=NOW - timedelta(days=6),
+        )
+    )
+    log.save_snapshot(
+        PolicySnapshot(
+            "test", "test-v3", b"\x03" * 1024, {"seed": 1}, parent="test-v2", created_at=NOW - timedelta(days=1)
+        )
+    )
     log.set_snapshot_status("test-v1", "retired")
     return seeded
 
@@ -209,9 +264,13 @@ def seed_log(log: EpisodeLog) -> Seeded:
 def record_ope(log: EpisodeLog) -> list[OPEResult]:
     """Two offline-evaluation runs: the active snapshot and the candidate, by two estimators each."""
     results = [
-        OPEResult("test", "snipw", 0.41, 0.35, 0.47, 500, snapshot_version="test-v2", created_at=NOW - timedelta(hours=5)),
+        OPEResult(
+            "test", "snipw", 0.41, 0.35, 0.47, 500, snapshot_version="test-v2", created_at=NOW - timedelta(hours=5)
+        ),
         OPEResult("test", "dr", 0.43, 0.39, 0.47, 500, snapshot_version="test-v2", created_at=NOW - timedelta(hours=5)),
-        OPEResult("test", "snipw", 0.52, 0.44, 0.60, 500, snapshot_version="test-v3", created_at=NOW - timedelta(hours=3)),
+        OPEResult(
+            "test", "snipw", 0.52, 0.44, 0.60, 500, snapshot_version="test-v3", created_at=NOW - timedelta(hours=3)
+        ),
         OPEResult("test", "dr", 0.50, 0.45, 0.55, 500, snapshot_version="test-v3", created_at=NOW - timedelta(hours=3)),
         OPEResult("bm25 baseline", "ipw", 0.30, 0.21, 0.39, 500, alpha=0.1, created_at=NOW - timedelta(hours=2)),
     ]
@@ -253,7 +312,9 @@ def migrated_database(backend: str, directory: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def shared_log(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EpisodeLog, Seeded]]:
+def shared_log(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[EpisodeLog, Seeded]]:
     """One seeded log per backend for a whole module of tests that only read."""
     with migrated_database(request.param, tmp_path_factory.mktemp("admin")) as url, EpisodeLog(url) as log:
         yield log, seed_log(log)
@@ -333,12 +394,16 @@ def explained_episode() -> Episode:
             cand = Candidate(cid, kind, words, tokens)
             offered.append(ScoredCandidate(cand, {"hyb_z": prior, "lex": prior / 2}, prior + learned, rank))
     draws = (
-        SlotDraw(0, CandidateKind.MEMORY, ("m-lyon", "m-tea", "m-chess", STOP_ID), (0.7, 0.15, 0.1, 0.05), "m-tea", 0.15),
+        SlotDraw(
+            0, CandidateKind.MEMORY, ("m-lyon", "m-tea", "m-chess", STOP_ID), (0.7, 0.15, 0.1, 0.05), "m-tea", 0.15
+        ),
         SlotDraw(1, CandidateKind.MEMORY, ("m-lyon", "m-chess", STOP_ID), (0.2, 0.1, 0.7), STOP_ID, 0.7),
         SlotDraw(2, CandidateKind.TOOL, ("t-search", "t-weather", STOP_ID), (0.3, 0.6, 0.1), "t-weather", 0.6),
     )
     budget = Budget(max_tokens=120, slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 1})
     query = "what should I pack for the weekend?"
-    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY, CandidateKind.TOOL), budget=budget)
+    context = RoutingContext(
+        query=query, user_id="ann", kinds=(CandidateKind.MEMORY, CandidateKind.TOOL), budget=budget
+    )
     selection = Selection(context, tuple(offered), draws, policy="vw", policy_version="vw-7+12", seed=3)
     return Episode(user_id="ann", query=query, selections=(selection,), answer="A light jacket: Lyon will be mild.")

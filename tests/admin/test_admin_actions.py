@@ -65,10 +65,14 @@ def test_promote_and_roll_back(client: TestClient, seeded: Seeded, log: EpisodeL
 def test_bearer_token_writes_without_a_csrf_token(make_client: ClientFactory, seeded: Seeded, log: EpisodeLog) -> None:
     # A header is never sent by a browser on its own, so it needs no CSRF token.
     client = make_client(signed_in=False)
-    response = client.post("/policies/promote", data={"version": "test-v3"}, headers={"Authorization": f"Bearer {TOKEN}"})
+    response = client.post(
+        "/policies/promote", data={"version": "test-v3"}, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert response.status_code == 303
     assert log.get_snapshot("test-v3").status == "active"
-    wrong = client.post("/policies/rollback", data={"version": "test-v3"}, headers={"Authorization": "Bearer wrong-token-value"})
+    wrong = client.post(
+        "/policies/rollback", data={"version": "test-v3"}, headers={"Authorization": "Bearer wrong-token-value"}
+    )
     assert wrong.status_code == 401
     assert log.get_snapshot("test-v3").status == "active"
 

@@ -44,7 +44,9 @@ def test_pages_without_credentials_redirect_to_sign_in(make_client: ClientFactor
 
 def test_writes_without_credentials_are_refused(make_client: ClientFactory, seeded: Seeded, log: EpisodeLog) -> None:
     client = make_client(signed_in=False)
-    response = client.post(f"/episodes/{seeded.xss}/feedback", data={"action": "rating", "rating": "1", "idempotency_key": "k"})
+    response = client.post(
+        f"/episodes/{seeded.xss}/feedback", data={"action": "rating", "rating": "1", "idempotency_key": "k"}
+    )
     assert response.status_code == 401
     assert client.post("/policies/promote", data={"version": "test-v3"}).status_code == 401
     assert log.get_snapshot("test-v3").status == "candidate"
@@ -180,7 +182,6 @@ def test_cli_refuses_public_address_without_credentials(monkeypatch: pytest.Monk
     assert "refusing to listen" in result.output
 
 
-
 def test_cli_serves_loopback_with_a_one_time_token(monkeypatch: pytest.MonkeyPatch, log: EpisodeLog) -> None:
     import uvicorn
 
@@ -196,7 +197,9 @@ def test_cli_serves_loopback_with_a_one_time_token(monkeypatch: pytest.MonkeyPat
         match = re.search(r"one-time token: \[bold\]([\w-]+)\[/\]", " ".join(printed))
         assert match, printed
         with TestClient(app) as client:
-            served["status"] = client.get("/episodes", headers={"Authorization": f"Bearer {match.group(1)}"}).status_code
+            served["status"] = client.get(
+                "/episodes", headers={"Authorization": f"Bearer {match.group(1)}"}
+            ).status_code
             served["denied"] = client.get("/episodes", headers={"Authorization": f"Bearer {TOKEN}"}).status_code
         served.update(kwargs)
 

@@ -42,7 +42,9 @@ pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium")
 if CHROMIUM is None and not os.environ.get("CI"):
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium); CI installs it", allow_module_level=True)
+    pytest.skip(
+        "Debian's chromium is not installed (apt-get install chromium); CI installs it", allow_module_level=True
+    )
 
 # In CI a missing package fails the run like a missing browser does; elsewhere it skips.
 _load = importlib.import_module if os.environ.get("CI") else pytest.importorskip
@@ -191,12 +193,16 @@ def test_sign_in_filter_open_a_decision_and_record_a_correction(
     page.screenshot(path=str(artifacts / "admin-episode-corrected.png"), full_page=True)
 
     page.goto("/episodes?corrected=yes")
-    listed = page.locator("#episode-table tbody td:first-child a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    listed = page.locator("#episode-table tbody td:first-child a").evaluate_all(
+        "els => els.map(e => e.getAttribute('href'))"
+    )
     assert f"/episodes/{target}" in listed
     assert watch.dialogs == [] and watch.errors == []
 
 
-def test_markup_in_user_text_is_shown_and_never_runs(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+def test_markup_in_user_text_is_shown_and_never_runs(
+    page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
     _, _, seeded = served
     watch = _Watch(page)
     sign_in(page)
@@ -240,7 +246,9 @@ def test_policy_charts_render_with_data(page: Any, served: tuple[str, EpisodeLog
     assert watch.errors == []
 
 
-def test_the_decision_view_reads_without_a_click(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+def test_the_decision_view_reads_without_a_click(
+    page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
     _, log, _ = served
     episode = explained_episode()
     RewardService(log).record(episode)

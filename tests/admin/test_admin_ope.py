@@ -7,8 +7,7 @@ import re
 
 from starlette.testclient import TestClient
 
-from memabra.storage import EpisodeLog
-from memabra.storage import AdminQueries
+from memabra.storage import AdminQueries, EpisodeLog
 
 from .conftest import Seeded, record_ope
 

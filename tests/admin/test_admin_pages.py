@@ -202,7 +202,11 @@ def test_policies_page(client: TestClient, seeded: Seeded) -> None:
     assert response.status_code == 200
     page = response.text
     snapshots = page.split('id="snapshots"', 1)[1].split("</section>", 1)[0]
-    for version, parent, status in (("test-v1", "–", "retired"), ("test-v2", "test-v1", "active"), ("test-v3", "test-v2", "candidate")):
+    for version, parent, status in (
+        ("test-v1", "–", "retired"),
+        ("test-v2", "test-v1", "active"),
+        ("test-v3", "test-v2", "candidate"),
+    ):
         row = snapshots.split(f'data-version="{version}"', 1)[1].split("</tr>", 1)[0]
         assert f'<td class="mono">{parent}</td>' in row and f">{status}</span>" in row
     assert "Roll back" in snapshots and snapshots.count(">Promote<") == 2

@@ -10,8 +10,7 @@ import pytest
 from memabra import STOP_ID, PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
 from memabra._errors import SnapshotError
-from memabra.storage import EpisodeLog
-from memabra.storage import AdminQueries
+from memabra.storage import AdminQueries, EpisodeLog
 
 from .conftest import NOW, Seeded
 
@@ -76,7 +75,9 @@ def test_policy_version_stats(log: EpisodeLog, seeded: Seeded) -> None:
         assert st.stop_draws == sum(1 for s in selections for d in s.slots if d.chosen_id == STOP_ID)
         assert st.min_propensity == pytest.approx(min(s.propensity for s in selections))
         assert st.mean_propensity == pytest.approx(sum(s.propensity for s in selections) / len(selections))
-        assert st.min_chosen_probability == pytest.approx(min(d.chosen_probability for s in selections for d in s.slots))
+        assert st.min_chosen_probability == pytest.approx(
+            min(d.chosen_probability for s in selections for d in s.slots)
+        )
         assert st.last_at == max(s.created_at for s in selections)
         assert st.sampled_decisions == st.decisions
     recent = AdminQueries(log).policy_version_stats(since=NOW - timedelta(hours=2))
@@ -137,11 +138,18 @@ def test_active_snapshot_policy_replays_a_logged_decision(sqlite_log: EpisodeLog
     log = sqlite_log
     routers = _router_module()
     router = routers.LexicalRouter(seed=3, min_probability=0.05, similarity=routers.Similarity())
-    pool = [Candidate(f"m{i}", CandidateKind.MEMORY, text, 10) for i, text in enumerate(["tea", "green tea daily", "chess", "lyon"])]
-    context = RoutingContext(query="which tea?", user_id="u1", kinds=(CandidateKind.MEMORY,), budget=Budget(slots={CandidateKind.MEMORY: 2}))
+    pool = [
+        Candidate(f"m{i}", CandidateKind.MEMORY, text, 10)
+        for i, text in enumerate(["tea", "green tea daily", "chess", "lyon"])
+    ]
+    context = RoutingContext(
+        query="which tea?", user_id="u1", kinds=(CandidateKind.MEMORY,), budget=Budget(slots={CandidateKind.MEMORY: 2})
+    )
     selection = router.choose(context, pool)
     snapshot = router.snapshot()
-    log.save_snapshot(PolicySnapshot(snapshot.policy, snapshot.version, snapshot.model, snapshot.learner_args, status="active"))
+    log.save_snapshot(
+        PolicySnapshot(snapshot.policy, snapshot.version, snapshot.model, snapshot.learner_args, status="active")
+    )
     log.log_episode(Episode(user_id="u1", query=context.query, selections=(selection,)))
     policy = ActiveSnapshotPolicy(log)
     assert policy(log.get_episode(log.list_episodes().items[0].id).selections[0]) == selection.chosen_ids

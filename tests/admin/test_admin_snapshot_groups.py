@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from starlette.testclient import TestClient
 
@@ -24,7 +24,7 @@ def test_versions_fold_into_the_snapshot_they_grew_from() -> None:
 
 
 def test_a_hundred_thousand_updates_make_one_row_and_one_series() -> None:
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
     versions = [f"vw-abc+{i}" for i in range(1, 100_001)]
     points = [RewardPoint(v, "2026-01-01", 1, 1, 0.5) for v in versions]
     stats = [PolicyVersionStats(v, 1, 1, 2, 1, 1, 0.1, 0.5, 0.2, at, at) for v in versions]

@@ -24,7 +24,9 @@ def log(sqlite_log: EpisodeLog) -> EpisodeLog:
         ({"idempotency_key": ""}, "idempotency_key"),
     ],
 )
-def test_bad_feedback_is_refused(client: TestClient, seeded: Seeded, log: EpisodeLog, changes: dict[str, str], field: str) -> None:
+def test_bad_feedback_is_refused(
+    client: TestClient, seeded: Seeded, log: EpisodeLog, changes: dict[str, str], field: str
+) -> None:
     episode_id = seeded.episodes[10]
     fields = {**feedback_form(client, episode_id, "rating-form"), "rating": "4", **changes}
     response = client.post(f"/episodes/{episode_id}/feedback", data=fields)
@@ -51,7 +53,12 @@ def test_writes_need_the_csrf_token(client: TestClient, seeded: Seeded, log: Epi
         fields["csrf_token"] = csrf
     response = client.post(f"/episodes/{episode_id}/feedback", data=fields)
     assert response.status_code == 403 and "CSRF" in response.text
-    assert client.post("/policies/promote", data={"version": "test-v3", **({"csrf_token": csrf} if csrf is not None else {})}).status_code == 403
+    assert (
+        client.post(
+            "/policies/promote", data={"version": "test-v3", **({"csrf_token": csrf} if csrf is not None else {})}
+        ).status_code
+        == 403
+    )
     assert log.get_episode(episode_id).feedback == ()
     assert log.get_snapshot("test-v3").status == "candidate"
 
@@ -59,7 +66,9 @@ def test_writes_need_the_csrf_token(client: TestClient, seeded: Seeded, log: Epi
 def test_writes_from_another_origin_are_refused(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
     token = csrf_of(client.get("/policies").text)
     response = client.post(
-        "/policies/promote", data={"csrf_token": token, "version": "test-v3"}, headers={"Origin": "https://evil.example"}
+        "/policies/promote",
+        data={"csrf_token": token, "version": "test-v3"},
+        headers={"Origin": "https://evil.example"},
     )
     assert response.status_code == 403
     assert log.get_snapshot("test-v3").status == "candidate"

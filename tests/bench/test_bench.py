@@ -48,8 +48,12 @@ def _round(i: int, relevant: str = "t-a", slots: int = 1, **extra: object) -> di
         for j, c in enumerate("abcd")
     ]
     row: dict[str, object] = {
-        "id": f"r{i}", "query": f"question {i} about {topics[i % 4]}", "candidates": candidates,
-        "relevant": [relevant], "slots": slots, "group": "g",
+        "id": f"r{i}",
+        "query": f"question {i} about {topics[i % 4]}",
+        "candidates": candidates,
+        "relevant": [relevant],
+        "slots": slots,
+        "group": "g",
     }
     row.update(extra)
     return row
@@ -180,7 +184,22 @@ def test_cli_writes_json_and_plot(tiny: Path, tmp_path: Path) -> None:
     app = typer.Typer()
     app.command()(bench)
     out, png = tmp_path / "out.json", tmp_path / "curve.png"
-    result = CliRunner().invoke(app, [str(tiny), "--routers", "hybrid,random", "--passes", "2", "--seed", "0", "--json", str(out), "--plot", str(png)])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(tiny),
+            "--routers",
+            "hybrid,random",
+            "--passes",
+            "2",
+            "--seed",
+            "0",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "hybrid" in result.output and "first" in result.output
     report = json.loads(out.read_text(encoding="utf-8"))

@@ -9,12 +9,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from factories import candidates, episode, uniform_selection
-from memabra.storage import EpisodeLog
-from memabra.storage._models import EpisodeRow, FeedbackRow
 from sqlalchemy import func, insert, select
 from typer.testing import CliRunner
 
+from factories import candidates, episode, uniform_selection
 from memabra import (
     Candidate,
     CandidateKind,
@@ -34,6 +32,8 @@ from memabra._cli import app
 from memabra._feedback import RewardService
 from memabra._records import PolicySnapshot, RegistryItem, utcnow
 from memabra._reward import RewardConfig
+from memabra.storage import EpisodeLog
+from memabra.storage._models import EpisodeRow, FeedbackRow
 
 
 def _count(log: EpisodeLog, model: type) -> int:
@@ -215,11 +215,11 @@ def test_lookups_with_text_the_database_refuses_find_nothing(log: EpisodeLog) ->
 
 
 def test_the_agent_logs_a_dirty_turn_and_refuses_bad_feedback(log: EpisodeLog) -> None:
-    from fakes import ScriptedChatModel
     from langchain_core.messages import AIMessage, HumanMessage
-    from memabra.router import HybridRouter, Similarity
 
+    from fakes import ScriptedChatModel
     from memabra._agent import create_memabra_agent
+    from memabra.router import HybridRouter, Similarity
 
     agent = create_memabra_agent(
         ScriptedChatModel(replies=[AIMessage("Noted\x00, Ann.")]),

@@ -18,7 +18,12 @@ import traceback
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
+
 from factories import candidates, episode, uniform_selection
+from memabra import CandidateKind, Episode, Feedback
+from memabra._feedback import RewardService
+from memabra._records import RegistryItem
 from memabra.storage import EpisodeLog
 from memabra.storage._models import (
     DecisionCandidateRow,
@@ -28,11 +33,6 @@ from memabra.storage._models import (
     FeedbackRow,
     StepRow,
 )
-from sqlalchemy import func, select
-
-from memabra import CandidateKind, Episode, Feedback
-from memabra._feedback import RewardService
-from memabra._records import RegistryItem
 
 pytestmark = pytest.mark.slow
 

@@ -34,11 +34,20 @@ def test_episode_round_trips_with_candidates_steps_feedback_and_reward(log: Epis
     ep = episode(steps=steps, metadata={"latency_ms": 80.0})
     fb = Feedback(ep.id, "explicit", "test", {"correct": True})
     reward = RewardBreakdown(RewardComponents(s=1.0, hm=0.5, e=0.2, x=0.1), RewardWeights())
-    ep = Episode(**{**{f: getattr(ep, f) for f in ep.__dataclass_fields__}, "feedback": (fb,), "reward": reward, "used_ids": frozenset({"m0"})})
+    ep = Episode(
+        **{
+            **{f: getattr(ep, f) for f in ep.__dataclass_fields__},
+            "feedback": (fb,),
+            "reward": reward,
+            "used_ids": frozenset({"m0"}),
+        }
+    )
     log.log_episode(ep)
     back = log.get_episode(ep.id)
     assert back.selections == ep.selections
-    assert back.steps == tuple(Step(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "seq": i}) for i, s in enumerate(steps))
+    assert back.steps == tuple(
+        Step(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "seq": i}) for i, s in enumerate(steps)
+    )
     assert back.feedback == ep.feedback
     assert back.reward == reward
     assert back.used_ids == frozenset({"m0"})
@@ -53,7 +62,12 @@ def test_every_offered_candidate_is_logged_chosen_or_not(log: EpisodeLog) -> Non
     log.log_episode(ep)
     with log.engine.connect() as conn:
         rows = conn.execute(
-            select(DecisionCandidateRow.candidate_id, DecisionCandidateRow.chosen, DecisionCandidateRow.slot, DecisionCandidateRow.probability)
+            select(
+                DecisionCandidateRow.candidate_id,
+                DecisionCandidateRow.chosen,
+                DecisionCandidateRow.slot,
+                DecisionCandidateRow.probability,
+            )
         ).all()
     assert len(rows) == 6
     chosen = [r for r in rows if r.chosen]
@@ -68,7 +82,7 @@ def test_a_failed_episode_write_leaves_nothing_half_written(log: EpisodeLog) -> 
     # carries an unserialisable step argument and fails after its episode row went in.
     bad_step = Step(StepKind.TOOL, "x", arguments={"blob": object()})
     broken = episode(steps=(bad_step,))
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidRecordError):
         log.log_episode(broken)
     with log.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(EpisodeRow)).scalar() == 1
@@ -108,7 +122,9 @@ def test_listing_is_keyset_paginated_and_filtered(log: EpisodeLog) -> None:
     eps = []
     for i in range(25):
         e = episode(user_id="alice" if i % 2 else "bob")
-        eps.append(Episode(**{**{f: getattr(e, f) for f in e.__dataclass_fields__}, "created_at": base + timedelta(seconds=i)}))
+        eps.append(
+            Episode(**{**{f: getattr(e, f) for f in e.__dataclass_fields__}, "created_at": base + timedelta(seconds=i)})
+        )
     log.log_episodes(eps)
     seen, cursor = [], None
     while True:
@@ -133,7 +149,15 @@ def test_registry_is_scoped_by_user(log: EpisodeLog) -> None:
         [
             RegistryItem(CandidateKind.MEMORY, "m-a", "alice", "Alice is vegetarian", 5),
             RegistryItem(CandidateKind.MEMORY, "m-b", "bob", "Bob lives in Oslo", 5),
-            RegistryItem(CandidateKind.SKILL, "s-1", "", "summarise a document", 8, name="summarise", body="Summarise in 3 bullets."),
+            RegistryItem(
+                CandidateKind.SKILL,
+                "s-1",
+                "",
+                "summarise a document",
+                8,
+                name="summarise",
+                body="Summarise in 3 bullets.",
+            ),
             RegistryItem(CandidateKind.TOOL, "t-bob", "bob", "bob's private tool", 4),
         ]
     )

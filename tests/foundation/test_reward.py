@@ -124,7 +124,9 @@ def test_latency_and_steps_penalty() -> None:
 def test_rating_and_programmatic_acceptance() -> None:
     ep = episode()
     assert CompositeReward().score(ep, [Feedback(ep.id, "explicit", "u", {"rating": 4})]).components.s == 0.75
-    assert CompositeReward().score(ep, [Feedback(ep.id, "programmatic", "tests", {"accepted": True})]).components.s == 1.0
+    assert (
+        CompositeReward().score(ep, [Feedback(ep.id, "programmatic", "tests", {"accepted": True})]).components.s == 1.0
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,13 @@ import sqlite3
 import threading
 
 import pytest
-from factories import episode
-from memabra.storage import EpisodeLog, Transactions, make_engine
-from memabra.storage import _tx as tx_module
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from factories import episode
 from memabra import PolicySnapshot, SnapshotError, StorageContentionError, UnknownEpisodeError, UnknownSnapshotError
+from memabra.storage import EpisodeLog, Transactions, make_engine
+from memabra.storage import _tx as tx_module
 
 
 def test_a_held_sqlite_lock_ends_in_a_named_error_then_clears(

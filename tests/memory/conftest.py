@@ -10,12 +10,12 @@ from urllib.parse import quote
 
 import pytest
 from langgraph.store.memory import InMemoryStore
+from memory_helpers import HashingEncoder, hashing_embed  # noqa: F401  (re-exported for the tests)
 from sqlalchemy import create_engine, text
 
 from memabra import SQLMemory, StoreMemory
 from memabra._memory import MemoryBackend
 from memabra.storage import EpisodeLog, resolve_url, upgrade
-from memory_helpers import HashingEncoder, hashing_embed  # noqa: F401  (re-exported for the tests)
 
 PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 

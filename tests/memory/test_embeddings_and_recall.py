@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 from langchain_core.messages import AIMessage, HumanMessage
+from memory_helpers import HashingEncoder
 
 from fakes import ScriptedChatModel
 from memabra import Budget, SQLMemory, create_memabra_agent
 from memabra._recall import RECALL_ALL, RECALL_LIMIT
 from memabra.router import CachingEncoder, HybridRouter, Similarity
 from memabra.storage import EmbeddingTable, EpisodeLog
-from memory_helpers import HashingEncoder
 
 
 def test_the_embedding_table_round_trips_vectors(log: EpisodeLog) -> None:

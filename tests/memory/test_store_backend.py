@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
+from memory_helpers import hashing_embed
 
 from fakes import ScriptedChatModel
 from memabra import Budget, ConfigError, InvalidRecordError, StoreMemory, create_memabra_agent
 from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog
-from memory_helpers import hashing_embed
 
 
 def test_langmem_shapes_are_read() -> None:

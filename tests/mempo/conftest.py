@@ -40,12 +40,19 @@ FACTS = {
     "spain": "the capital of spain is madrid",
 }
 CITIES = {"france": "paris", "japan": "tokyo", "italy": "rome", "spain": "madrid"}
-DISTRACTORS = ("bob likes green tea", "alice plays chess every sunday", "the river flows north", "the weather is nice today")
+DISTRACTORS = (
+    "bob likes green tea",
+    "alice plays chess every sunday",
+    "the river flows north",
+    "the weather is nice today",
+)
 
 
 def _mempo_extra() -> tuple[Any, Any]:
     torch = pytest.importorskip("torch", reason="the MemPO scorer tests need the mempo extra (torch)")
-    transformers = pytest.importorskip("transformers", reason="the MemPO scorer tests need the mempo extra (transformers)")
+    transformers = pytest.importorskip(
+        "transformers", reason="the MemPO scorer tests need the mempo extra (transformers)"
+    )
     return torch, transformers
 
 
@@ -59,7 +66,9 @@ def build_tokenizer(directory: Path) -> None:
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.add_special_tokens([AddedToken(token, normalized=False) for token in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(tag, normalized=False) for tag in TAGS])
-    tokenizer.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])]
+    )
     wrapped = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]"
     )
@@ -83,7 +92,14 @@ def tiny_model(architecture: str, vocab_size: int) -> Any:
         )
         return transformers.LlamaForCausalLM(config)
     config = transformers.GPT2Config(
-        vocab_size=vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=4, pad_token_id=0, bos_token_id=2, eos_token_id=3
+        vocab_size=vocab_size,
+        n_positions=256,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
     )
     return transformers.GPT2LMHeadModel(config)
 
@@ -126,12 +142,15 @@ def capital_items() -> Iterator[tuple[str, RoutingDecisionItem]]:
     """For each country, a decision whose memories hold the capital fact among distractors."""
     for index, (country, fact) in enumerate(FACTS.items()):
         distractors = [DISTRACTORS[(index + k) % len(DISTRACTORS)] for k in range(2)]
-        yield country, RoutingDecisionItem(
-            id=country,
-            question=f"what is the capital of {country} ?",
-            selected=tuple(distractors),
-            candidates=(distractors[0], fact, distractors[1]),
-            gold_answer=CITIES[country],
+        yield (
+            country,
+            RoutingDecisionItem(
+                id=country,
+                question=f"what is the capital of {country} ?",
+                selected=tuple(distractors),
+                candidates=(distractors[0], fact, distractors[1]),
+                gold_answer=CITIES[country],
+            ),
         )
 
 
@@ -140,14 +159,17 @@ def capital_trajectories() -> Iterator[tuple[str, Trajectory]]:
     drops it: the full history holds the answer, the memory does not."""
     for index, (country, fact) in enumerate(FACTS.items()):
         distractor = DISTRACTORS[index % len(DISTRACTORS)]
-        yield country, Trajectory(
-            question=f"what is the capital of {country} ?",
-            turns=(
-                f"<mem>nothing so far</mem><think>i need to search</think><search>capital of {country}</search>"
-                f"<tool_response>the document says {fact}</tool_response>",
-                f"<mem>{distractor}</mem><think>i need to answer</think><answer>{CITIES[country]}</answer>",
+        yield (
+            country,
+            Trajectory(
+                question=f"what is the capital of {country} ?",
+                turns=(
+                    f"<mem>nothing so far</mem><think>i need to search</think><search>capital of {country}</search>"
+                    f"<tool_response>the document says {fact}</tool_response>",
+                    f"<mem>{distractor}</mem><think>i need to answer</think><answer>{CITIES[country]}</answer>",
+                ),
+                gold_answer=CITIES[country],
             ),
-            gold_answer=CITIES[country],
         )
 
 
@@ -160,7 +182,9 @@ def training_examples() -> list[tuple[str, str]]:
         memory_sets = [(fact,), (fact, a), (a, fact), (fact, b), (b, fact), (a, fact, b), (fact, a, b), (a, b, fact)]
         memory_sets += [(), (a,), (b,), (a, b), (b, a)]
         for memories in memory_sets:
-            probe = RoutingDecisionItem(id="train", question=item.question, selected=memories, candidates=(), gold_answer="x")
+            probe = RoutingDecisionItem(
+                id="train", question=item.question, selected=memories, candidates=(), gold_answer="x"
+            )
             contexts.append((country, routing_contexts(probe)[0]))
     for country, trajectory in capital_trajectories():
         for probe in memory_probes([trajectory]):

@@ -24,7 +24,9 @@ def test_the_specs_worked_example() -> None:
 
 
 def test_a_group_of_one_and_an_all_equal_group_get_zero() -> None:
-    advantage = grpo_outcome_advantage([1.0, 0.3, 0.3, 0.3, 0.0, 0.0], ["solo", "same", "same", "same", "zeros", "zeros"])
+    advantage = grpo_outcome_advantage(
+        [1.0, 0.3, 0.3, 0.3, 0.0, 0.0], ["solo", "same", "same", "same", "zeros", "zeros"]
+    )
     np.testing.assert_array_equal(advantage, np.zeros(6))
 
 
@@ -108,7 +110,9 @@ def test_final_advantage_adds_memory_on_mem_tokens_to_outcome_everywhere() -> No
     other = [*mem_open, word, *mem_close, word, word, word, word, word, word, word, word]
     mask = np.ones((2, len(response)))
     outcome = grpo_outcome_advantage([1.0, 0.0], ["q", "q"], response_mask=mask)
-    memory = grpo_memory_advantage([[1.0, -1.0], [-1.0]], [spans, find_mem_spans(other, mem_open, mem_close)], ["q", "q"], mask)
+    memory = grpo_memory_advantage(
+        [[1.0, -1.0], [-1.0]], [spans, find_mem_spans(other, mem_open, mem_close)], ["q", "q"], mask
+    )
     final = final_advantage(outcome, memory)
     in_mem = memory != 0.0
     np.testing.assert_allclose(final[~in_mem], outcome[~in_mem])
@@ -144,6 +148,8 @@ def test_find_mem_spans_skips_an_unclosed_block_and_takes_tensors() -> None:
         ([[1.0], []], [[(3, 9)], []], "outside"),
     ],
 )
-def test_memory_advantage_rejects_bad_spans(rewards: list[list[float]], spans: list[list[tuple[int, int]]], message: str) -> None:
+def test_memory_advantage_rejects_bad_spans(
+    rewards: list[list[float]], spans: list[list[tuple[int, int]]], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         grpo_memory_advantage(rewards, spans, [0, 0], np.ones((2, 5)))

@@ -14,14 +14,29 @@ pytest.importorskip("torch", reason="the MemPO benchmark needs the mempo extra (
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mempo_gpu.py"
 
 
-def test_the_benchmark_reports_tokens_per_second_per_batch_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_benchmark_reports_tokens_per_second_per_batch_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = importlib.util.spec_from_file_location("mempo_gpu_benchmark", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     out = tmp_path / "bench.json"
-    argv = ["--size", "tiny", "--device", "cpu", "--batch-sizes", "1,4", "--trajectories", "2", "--turns", "2", "--repeats", "1"]
+    argv = [
+        "--size",
+        "tiny",
+        "--device",
+        "cpu",
+        "--batch-sizes",
+        "1,4",
+        "--trajectories",
+        "2",
+        "--turns",
+        "2",
+        "--repeats",
+        "1",
+    ]
     report = module.main([*argv, "--json", str(out)])
     assert json.loads(out.read_text()) == report
     assert report["dtype"] == "float32" and report["sequences"] == 2 * 2 * 2

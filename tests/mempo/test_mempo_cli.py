@@ -21,7 +21,17 @@ runner = CliRunner(env={"COLUMNS": "200"})
 def _log_decisions(url: str) -> list[str]:
     """One logged episode per capital item, with its memories offered, the distractors chosen and
     the gold answer given in feedback. Returns the decision ids."""
-    from memabra import Candidate, CandidateKind, Episode, Feedback, RoutingContext, ScoredCandidate, Selection, SlotDraw, STOP_ID
+    from memabra import (
+        STOP_ID,
+        Candidate,
+        CandidateKind,
+        Episode,
+        Feedback,
+        RoutingContext,
+        ScoredCandidate,
+        Selection,
+        SlotDraw,
+    )
 
     ids = []
     with EpisodeLog(url) as log:
@@ -32,19 +42,36 @@ def _log_decisions(url: str) -> list[str]:
             remaining, draws = [c.id for c in cands] + [STOP_ID], []
             for slot, cid in enumerate([*chosen, STOP_ID]):
                 p = 1 / len(remaining)
-                draws.append(SlotDraw(slot, CandidateKind.MEMORY, tuple(remaining), tuple([p] * len(remaining)), cid, p))
+                draws.append(
+                    SlotDraw(slot, CandidateKind.MEMORY, tuple(remaining), tuple([p] * len(remaining)), cid, p)
+                )
                 remaining.remove(cid)
-            sel = Selection(ctx, tuple(ScoredCandidate(c, {}, 0.0, i) for i, c in enumerate(cands)), tuple(draws), "test", "t-1", 0)
+            sel = Selection(
+                ctx, tuple(ScoredCandidate(c, {}, 0.0, i) for i, c in enumerate(cands)), tuple(draws), "test", "t-1", 0
+            )
             ep = Episode("u1", item.question, selections=(sel,))
             log.log_episode(ep)
-            log.add_feedback(Feedback(ep.id, "programmatic", "checker", {"accepted": False, "gold_answer": item.gold_answer}))
+            log.add_feedback(
+                Feedback(ep.id, "programmatic", "checker", {"accepted": False, "gold_answer": item.gold_answer})
+            )
             ids.append(sel.id)
     return ids
 
 
 def test_score_stores_one_label_per_decision_and_reports_throughput(trained_model_dir: Path, migrated_url: str) -> None:
     decision_ids = _log_decisions(migrated_url)
-    options = ["--db", migrated_url, "--since", "2025-01-02", "--batch-size", "3", "--chunk-size", "3", "--device", "cpu"]
+    options = [
+        "--db",
+        migrated_url,
+        "--since",
+        "2025-01-02",
+        "--batch-size",
+        "3",
+        "--chunk-size",
+        "3",
+        "--device",
+        "cpu",
+    ]
     result = runner.invoke(cli.mempo_app, ["--model", str(trained_model_dir), *options])
     assert result.exit_code == 0, result.output
     with EpisodeLog(migrated_url) as log:

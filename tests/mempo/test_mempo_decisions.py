@@ -33,9 +33,13 @@ class ContainsGold:
     def answer_probabilities(self, contexts: Sequence[str], answers: Sequence[str]) -> AnswerProbabilities:
         self.calls.append(len(contexts))
         return AnswerProbabilities(
-            probabilities=np.asarray([0.9 if answer in context else 0.1 for context, answer in zip(contexts, answers)]),
+            probabilities=np.asarray(
+                [0.9 if answer in context else 0.1 for context, answer in zip(contexts, answers, strict=True)]
+            ),
             answer_tokens=np.asarray([len(answer.split()) for answer in answers]),
-            sequence_tokens=np.asarray([len(context.split()) + len(answer.split()) for context, answer in zip(contexts, answers)]),
+            sequence_tokens=np.asarray(
+                [len(context.split()) + len(answer.split()) for context, answer in zip(contexts, answers, strict=True)]
+            ),
         )
 
 
@@ -59,7 +63,11 @@ def test_decisions_are_graded_in_chunks_in_input_order() -> None:
     scorer = ContainsGold()
     items = [item(i, selected_has_gold=i % 2 == 0) for i in range(5)]
     progress: list[ScoringProgress] = []
-    chunks = list(score_routing_decisions(scorer, items, chunk_size=2, on_progress=progress.append, clock=itertools.count().__next__))
+    chunks = list(
+        score_routing_decisions(
+            scorer, items, chunk_size=2, on_progress=progress.append, clock=itertools.count().__next__
+        )
+    )
     assert scorer.calls == [4, 4, 2]
     scores = [score for chunk in chunks for score in chunk]
     assert [score.id for score in scores] == [f"d{i}" for i in range(5)]
@@ -143,10 +151,16 @@ def test_memory_probes_cut_each_turn_before_its_tool_response_and_answer() -> No
     assert [probe.turn for probe in probes] == [0, 2]
     first, last = probes
     assert first.mem_context == "capital of france?\n<mem>nothing</mem>\n<answer>"
-    assert first.full_context == "capital of france?\n<mem>nothing</mem><think>search</think><search>france</search>\n<answer>"
+    assert (
+        first.full_context
+        == "capital of france?\n<mem>nothing</mem><think>search</think><search>france</search>\n<answer>"
+    )
     assert last.memory == "<mem>bob likes tea</mem>"
     assert last.full_context == (
-        "capital of france?\n" + TRAJECTORY.turns[0] + "\n" + TRAJECTORY.turns[1]
+        "capital of france?\n"
+        + TRAJECTORY.turns[0]
+        + "\n"
+        + TRAJECTORY.turns[1]
         + "\n<mem>bob likes tea</mem><think>answer</think>\n<answer>"
     )
 
@@ -174,5 +188,9 @@ def test_trajectories_validate_their_fields() -> None:
 
 
 def test_importing_the_package_loads_neither_torch_nor_transformers() -> None:
-    probe = "import sys, memabra.evals, memabra.evals.mempo; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    probe = (
+        "import sys, memabra.evals, memabra.evals.mempo; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )

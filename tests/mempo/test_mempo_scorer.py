@@ -28,7 +28,9 @@ from memabra.evals.mempo import MemPOScorer  # noqa: E402
 CONTEXTS = [
     format_context("what is the capital of france ?", memory_block(["the capital of france is paris"])),
     format_context("who wrote hamlet ?", memory_block([])),
-    format_context("how tall is everest ?", memory_block(["bob likes green tea", "the river flows north", "i need to search"])),
+    format_context(
+        "how tall is everest ?", memory_block(["bob likes green tea", "the river flows north", "i need to search"])
+    ),
     "what",
     format_context("when was it written ?", "<mem>shakespeare wrote hamlet</mem>\n<think>keep it</think>"),
 ]
@@ -42,7 +44,7 @@ def reference_probabilities(model_dir: Path) -> np.ndarray:
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32).eval()
     out = []
-    for context, answer in zip(CONTEXTS, ANSWERS):
+    for context, answer in zip(CONTEXTS, ANSWERS, strict=True):
         context_ids = tokenizer(context)["input_ids"]
         answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([context_ids + answer_ids])
@@ -125,7 +127,9 @@ def test_the_model_must_be_a_local_directory_holding_a_model(tmp_path: Path, ran
         MemPOScorer("gpt2-hub-name-that-is-not-a-dir/hub")
 
 
-@pytest.mark.parametrize(("field", "value"), [("batch_size", 0), ("padding_side", "middle"), ("dtype", "int8"), ("device", "tpu:x")])
+@pytest.mark.parametrize(
+    ("field", "value"), [("batch_size", 0), ("padding_side", "middle"), ("dtype", "int8"), ("device", "tpu:x")]
+)
 def test_bad_settings_name_their_field(random_model_dir: Path, field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         MemPOScorer(random_model_dir, **{field: value})  # type: ignore[arg-type]
@@ -178,7 +182,9 @@ def test_a_memory_that_drops_the_answer_scores_below_the_full_history(trained_mo
 def test_memory_scores_do_not_depend_on_the_batch(trained_model_dir: Path) -> None:
     trajectories: list[Trajectory] = [trajectory for _, trajectory in capital_trajectories()]
     one = MemPOScorer(trained_model_dir, device="cpu", batch_size=1).score_memory_blocks(trajectories)
-    many = MemPOScorer(trained_model_dir, device="cpu", batch_size=16, padding_side="right").score_memory_blocks(trajectories)
+    many = MemPOScorer(trained_model_dir, device="cpu", batch_size=16, padding_side="right").score_memory_blocks(
+        trajectories
+    )
     np.testing.assert_allclose([b.p_mem for b in one], [b.p_mem for b in many], atol=1e-5)
     np.testing.assert_allclose([b.p_full for b in one], [b.p_full for b in many], atol=1e-5)
     assert set(CITIES.values()) == {t.gold_answer for t in trajectories}

@@ -26,7 +26,9 @@ def fill_log(lexical: Similarity) -> Callable[..., None]:
         for i in range(n):
             ctx, cands, relevant = world(i)
             sel = router.choose(ctx, cands)
-            episodes.append(Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow()))
+            episodes.append(
+                Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
+            )
         log.log_episodes(episodes)
 
     return fill

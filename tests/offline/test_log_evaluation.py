@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 import pytest
-from logged_world import reward_of, true_value, world
 from typer.testing import CliRunner
 
+from logged_world import reward_of, true_value, world
 from memabra import ConfigError, Episode, InvalidRecordError, PolicySnapshot, RewardWeights
 from memabra._cli import app
 from memabra._records import utcnow

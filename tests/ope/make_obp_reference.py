@@ -132,15 +132,31 @@ def run_obp(
                 per_round = estimator._estimate_round_rewards(**{**arrays, "position": position})
                 key = f"{set_name}__{index}"
                 round_rewards[key] = np.asarray(per_round, dtype=np.float64)
-                records.append({"kind": "bandit", "set": set_name, "key": key, "estimator": class_name,
-                                "params": params, "value": value})
+                records.append(
+                    {
+                        "kind": "bandit",
+                        "set": set_name,
+                        "key": key,
+                        "estimator": class_name,
+                        "params": params,
+                        "value": value,
+                    }
+                )
         for set_name, arrays in slate.items():
             len_list = int(arrays["position"].max()) + 1
             for class_name in SLATE_CONFIGS:
                 estimator = getattr(obp_ope, class_name)(len_list=len_list)
                 value = float(estimator.estimate_policy_value(**arrays))
-                records.append({"kind": "slate", "set": set_name, "key": f"{set_name}__{class_name}",
-                                "estimator": class_name, "params": {}, "value": value})
+                records.append(
+                    {
+                        "kind": "slate",
+                        "set": set_name,
+                        "key": f"{set_name}__{class_name}",
+                        "estimator": class_name,
+                        "params": {},
+                        "value": value,
+                    }
+                )
     return records, round_rewards
 
 
@@ -149,12 +165,21 @@ def main() -> None:
 
     bandit, slate = bandit_sets(), slate_sets()
     records, round_rewards = run_obp(bandit, slate)
-    stored = {f"{set_name}__{name}": value for set_name, arrays in {**bandit, **slate}.items() for name, value in arrays.items()}
+    stored = {
+        f"{set_name}__{name}": value
+        for set_name, arrays in {**bandit, **slate}.items()
+        for name, value in arrays.items()
+    }
     stored.update({f"rr__{key}": value for key, value in round_rewards.items()})
     DATA.mkdir(exist_ok=True)
     np.savez_compressed(DATA / "obp_reference.npz", **stored)
-    meta = {"obp_version": obp.__version__, "numpy_version": np.__version__,
-            "bandit_sets": sorted(bandit), "slate_sets": sorted(slate), "records": records}
+    meta = {
+        "obp_version": obp.__version__,
+        "numpy_version": np.__version__,
+        "bandit_sets": sorted(bandit),
+        "slate_sets": sorted(slate),
+        "records": records,
+    }
     (DATA / "obp_reference.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"wrote {len(records)} reference values to {DATA}")
 

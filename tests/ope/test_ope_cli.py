@@ -20,8 +20,12 @@ RUNNER = CliRunner()
 
 def _write(path: Path, *, with_model: bool, with_context: bool = False, position: bool = False) -> ope.SyntheticLog:
     log = ope.SyntheticBandit(len_list=2 if position else 1).sample(1500, random_state=0)
-    arrays = {"action": log.arrays.action, "reward": log.arrays.reward, "pscore": log.arrays.pscore,
-              "action_dist": log.arrays.action_dist}
+    arrays = {
+        "action": log.arrays.action,
+        "reward": log.arrays.reward,
+        "pscore": log.arrays.pscore,
+        "action_dist": log.arrays.action_dist,
+    }
     if position:
         assert log.arrays.position is not None
         arrays["position"] = log.arrays.position
@@ -38,8 +42,18 @@ def test_writes_value_and_interval_per_estimator(tmp_path: Path) -> None:
     log = _write(tmp_path / "log.npz", with_model=True)
     out = tmp_path / "out.json"
     result = RUNNER.invoke(
-        ROOT, ["ope", "arrays", str(tmp_path / "log.npz"), "--estimators", "ipw,snipw,dm,dr,sndr,switch-dr,dr-os",
-               "--json", str(out), "--n-bootstrap", "200"],
+        ROOT,
+        [
+            "ope",
+            "arrays",
+            str(tmp_path / "log.npz"),
+            "--estimators",
+            "ipw,snipw,dm,dr,sndr,switch-dr,dr-os",
+            "--json",
+            str(out),
+            "--n-bootstrap",
+            "200",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "switch-dr" in result.output and "effective sample size" in result.output
@@ -49,39 +63,73 @@ def test_writes_value_and_interval_per_estimator(tmp_path: Path) -> None:
         assert set(estimate) == {"value", "ci_low", "ci_high"}
         assert estimate["ci_low"] <= estimate["value"] <= estimate["ci_high"], name
     assert document["reward_model"] == "given"
-    arrays = {"action": log.arrays.action, "reward": log.arrays.reward, "pscore": log.arrays.pscore,
-              "action_dist": log.arrays.action_dist, "estimated_rewards_by_reg_model": log.expected_reward}
-    assert document["estimates"]["dr"]["value"] == pytest.approx(ope.DoublyRobust().estimate_policy_value(**arrays), abs=1e-12)
+    arrays = {
+        "action": log.arrays.action,
+        "reward": log.arrays.reward,
+        "pscore": log.arrays.pscore,
+        "action_dist": log.arrays.action_dist,
+        "estimated_rewards_by_reg_model": log.expected_reward,
+    }
+    assert document["estimates"]["dr"]["value"] == pytest.approx(
+        ope.DoublyRobust().estimate_policy_value(**arrays), abs=1e-12
+    )
 
 
 def test_hyperparameters_come_from_flags(tmp_path: Path) -> None:
     log = _write(tmp_path / "log.npz", with_model=True, position=True)
     out = tmp_path / "out.json"
     result = RUNNER.invoke(
-        ROOT, ["ope", "arrays", str(tmp_path / "log.npz"), "--estimators", "ipw,switch-dr,dr-os", "--clip", "2",
-               "--switch-lambda", "3", "--dros-lambda", "10", "--ci", "normal", "--alpha", "0.1", "--json", str(out)],
+        ROOT,
+        [
+            "ope",
+            "arrays",
+            str(tmp_path / "log.npz"),
+            "--estimators",
+            "ipw,switch-dr,dr-os",
+            "--clip",
+            "2",
+            "--switch-lambda",
+            "3",
+            "--dros-lambda",
+            "10",
+            "--ci",
+            "normal",
+            "--alpha",
+            "0.1",
+            "--json",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert document["ci_method"] == "normal" and document["alpha"] == 0.1 and document["len_list"] == 2
-    arrays = {"action": log.arrays.action, "reward": log.arrays.reward, "pscore": log.arrays.pscore,
-              "action_dist": log.arrays.action_dist, "position": log.arrays.position,
-              "estimated_rewards_by_reg_model": log.expected_reward}
+    arrays = {
+        "action": log.arrays.action,
+        "reward": log.arrays.reward,
+        "pscore": log.arrays.pscore,
+        "action_dist": log.arrays.action_dist,
+        "position": log.arrays.position,
+        "estimated_rewards_by_reg_model": log.expected_reward,
+    }
     expected = {
         "ipw": ope.InverseProbabilityWeighting(lambda_=2.0),
         "switch-dr": ope.SwitchDoublyRobust(lambda_=3.0),
         "dr-os": ope.DoublyRobustWithShrinkage(lambda_=10.0),
     }
     for name, estimator in expected.items():
-        assert document["estimates"][name]["value"] == pytest.approx(estimator.estimate_policy_value(**arrays), abs=1e-12)
+        assert document["estimates"][name]["value"] == pytest.approx(
+            estimator.estimate_policy_value(**arrays), abs=1e-12
+        )
 
 
 @pytest.mark.parametrize("with_context", [False, True])
 def test_cross_fits_a_reward_model_when_the_file_has_none(tmp_path: Path, with_context: bool) -> None:
     _write(tmp_path / "log.npz", with_model=False, with_context=with_context)
     out = tmp_path / "out.json"
-    result = RUNNER.invoke(ROOT, ["ope", "arrays", str(tmp_path / "log.npz"), "--estimators", "dm,dr", "--ci", "normal",
-                                  "--json", str(out)])
+    result = RUNNER.invoke(
+        ROOT,
+        ["ope", "arrays", str(tmp_path / "log.npz"), "--estimators", "dm,dr", "--ci", "normal", "--json", str(out)],
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert document["reward_model"].startswith("cross-fitted (2 folds)")
@@ -90,8 +138,13 @@ def test_cross_fits_a_reward_model_when_the_file_has_none(tmp_path: Path, with_c
 
 def test_bad_input_exits_1_naming_the_field(tmp_path: Path) -> None:
     path = tmp_path / "log.npz"
-    np.savez(path, action=np.zeros(3, dtype=int), reward=np.array([1.0, np.nan, 0.0]), pscore=np.full(3, 0.5),
-             action_dist=np.full((3, 2, 1), 0.5))
+    np.savez(
+        path,
+        action=np.zeros(3, dtype=int),
+        reward=np.array([1.0, np.nan, 0.0]),
+        pscore=np.full(3, 0.5),
+        action_dist=np.full((3, 2, 1), 0.5),
+    )
     result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path), "--estimators", "ipw"])
     assert result.exit_code == 1
     assert "reward must be finite; got nan at rounds [1]" in result.output

@@ -19,7 +19,9 @@ with warnings.catch_warnings():
 
 
 def _reference_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_obp_reference", Path(__file__).with_name("make_obp_reference.py"))
+    spec = importlib.util.spec_from_file_location(
+        "make_obp_reference", Path(__file__).with_name("make_obp_reference.py")
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -36,7 +36,7 @@ _RECORDS: list[dict[str, Any]] = _META["records"]
 def _arrays(set_name: str) -> dict[str, np.ndarray]:
     prefix = f"{set_name}__"
     with np.load(DATA / "obp_reference.npz") as stored:
-        return {key[len(prefix):]: stored[key] for key in stored.files if key.startswith(prefix)}
+        return {key[len(prefix) :]: stored[key] for key in stored.files if key.startswith(prefix)}
 
 
 def _round_rewards(key: str) -> np.ndarray:

@@ -33,7 +33,10 @@ def _logs() -> tuple[tuple[ope.BanditArrays, np.ndarray], ...]:
 
 def _estimates(estimator: ope.BanditEstimator) -> np.ndarray:
     return np.array(
-        [estimator.policy_value_from_batch(arrays.with_estimated_rewards(q_hat).round_batch()) for arrays, q_hat in _logs()]
+        [
+            estimator.policy_value_from_batch(arrays.with_estimated_rewards(q_hat).round_batch())
+            for arrays, q_hat in _logs()
+        ]
     )
 
 
@@ -131,7 +134,9 @@ def test_dr_with_a_cross_fitted_model_is_close_to_the_truth() -> None:
 )
 def test_slate_estimators_are_unbiased_when_slot_rewards_are_independent(estimator: ope.SlateEstimator) -> None:
     simulator = ope.SyntheticSlateBandit()
-    estimates = np.array([estimator.policy_value_from_batch(simulator.sample(500, random_state=seed)) for seed in range(100)])
+    estimates = np.array(
+        [estimator.policy_value_from_batch(simulator.sample(500, random_state=seed)) for seed in range(100)]
+    )
     standard_error = estimates.std(ddof=1) / np.sqrt(estimates.size)
     assert abs(estimates.mean() - simulator.policy_value()) < 4 * standard_error
 

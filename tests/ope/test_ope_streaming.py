@@ -44,7 +44,10 @@ def test_merging_shards_equals_one_pass(arrays: ope.BanditArrays) -> None:
     one_pass = ope.StreamingEstimate(ope.SelfNormalizedDoublyRobust())
     for batch in batches:
         one_pass.update(batch)
-    left, right = ope.StreamingEstimate(ope.SelfNormalizedDoublyRobust()), ope.StreamingEstimate(ope.SelfNormalizedDoublyRobust())
+    left, right = (
+        ope.StreamingEstimate(ope.SelfNormalizedDoublyRobust()),
+        ope.StreamingEstimate(ope.SelfNormalizedDoublyRobust()),
+    )
     for batch in batches[:3]:
         left.update(batch)
     for batch in batches[3:]:
@@ -70,7 +73,9 @@ def test_estimate_streaming_runs_several_estimators_in_one_pass(arrays: ope.Band
     results = ope.estimate_streaming(ESTIMATORS[2:5], batches(), alpha=0.05)
     assert consumed == 5
     assert list(results) == ["snipw", "dm", "dr"]
-    assert results["dr"].value == pytest.approx(ope.DoublyRobust().policy_value_from_batch(arrays.round_batch()), abs=1e-12)
+    assert results["dr"].value == pytest.approx(
+        ope.DoublyRobust().policy_value_from_batch(arrays.round_batch()), abs=1e-12
+    )
     with pytest.raises(ope.OPEInputError, match="estimator names must be distinct"):
         ope.estimate_streaming([ope.DoublyRobust(), ope.DoublyRobust(lambda_=2.0)], [])
 
@@ -91,9 +96,13 @@ def test_batches_built_from_log_rows_need_no_full_arrays() -> None:
         )
         stream.update(batch)
         rows.append(batch)
-    reward, pscore, pi_e, factual, policy = (np.concatenate([getattr(b, f) for b in rows]) for f in (
-        "reward", "pscore", "evaluation_policy_pscore", "estimated_reward_factual", "estimated_reward_policy"))
-    assert stream.estimate_policy_value() == pytest.approx(np.mean(policy + pi_e / pscore * (reward - factual)), abs=1e-12)
+    reward, pscore, pi_e, factual, policy = (
+        np.concatenate([getattr(b, f) for b in rows])
+        for f in ("reward", "pscore", "evaluation_policy_pscore", "estimated_reward_factual", "estimated_reward_policy")
+    )
+    assert stream.estimate_policy_value() == pytest.approx(
+        np.mean(policy + pi_e / pscore * (reward - factual)), abs=1e-12
+    )
     diagnostics = stream.diagnostics()
     assert diagnostics is not None and diagnostics.n_rounds == 1000
     assert diagnostics.max_weight == pytest.approx((pi_e / pscore).max())
@@ -105,8 +114,12 @@ def test_slates_stream_slate_by_slate() -> None:
     stream = ope.StreamingEstimate(ope.SlateRewardInteractionIPS())
     for start in range(0, whole.n_rows, 3 * 50):  # 50 whole slates of 3 slots per chunk
         stream.update(
-            ope.SlateBatch(**{name: None if getattr(whole, name) is None else getattr(whole, name)[start:start + 150]
-                              for name in ope.SlateBatch.__dataclass_fields__})
+            ope.SlateBatch(
+                **{
+                    name: None if getattr(whole, name) is None else getattr(whole, name)[start : start + 150]
+                    for name in ope.SlateBatch.__dataclass_fields__
+                }
+            )
         )
     assert stream.n_rounds == 400
     assert stream.estimate_policy_value() == pytest.approx(
@@ -122,8 +135,11 @@ def test_memory_stays_flat_in_the_number_of_rounds() -> None:
         stream = ope.StreamingEstimate(ope.SelfNormalizedInverseProbabilityWeighting())
         tracemalloc.start()
         for _ in range(n_batches):
-            stream.update(ope.RoundBatch(reward=rng.random(2000), pscore=np.full(2000, 0.5),
-                                         evaluation_policy_pscore=rng.random(2000)))
+            stream.update(
+                ope.RoundBatch(
+                    reward=rng.random(2000), pscore=np.full(2000, 0.5), evaluation_policy_pscore=rng.random(2000)
+                )
+            )
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         return top

@@ -95,7 +95,11 @@ def test_nan_rewards_are_rejected() -> None:
 def test_nan_in_the_reward_model_is_rejected() -> None:
     q_hat = np.zeros((20, 3, 1))
     q_hat[7, 1, 0] = np.inf
-    _raises("estimated_rewards_by_reg_model", r"must be finite; got inf at rounds \[7\]", estimated_rewards_by_reg_model=q_hat)
+    _raises(
+        "estimated_rewards_by_reg_model",
+        r"must be finite; got inf at rounds \[7\]",
+        estimated_rewards_by_reg_model=q_hat,
+    )
 
 
 def test_an_empty_log_is_rejected() -> None:
@@ -140,7 +144,12 @@ def test_a_missing_array_is_named_after_the_estimator_that_needs_it() -> None:
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, "2"])
 def test_lambda_must_be_a_non_negative_number(bad: Any) -> None:
-    for estimator in (ope.InverseProbabilityWeighting, ope.DoublyRobust, ope.SwitchDoublyRobust, ope.DoublyRobustWithShrinkage):
+    for estimator in (
+        ope.InverseProbabilityWeighting,
+        ope.DoublyRobust,
+        ope.SwitchDoublyRobust,
+        ope.DoublyRobustWithShrinkage,
+    ):
         with pytest.raises(ope.OPEInputError, match="lambda_ must be a number >= 0") as caught:
             estimator(lambda_=bad)
         assert caught.value.field == "lambda_"
@@ -194,7 +203,9 @@ def test_slate_inputs_are_checked() -> None:
             slate_id=arrays["slate_id"], reward=arrays["reward"], position=arrays["position"]
         )
     with pytest.raises(ope.OPEInputError, match=r"pscore_cascade must be in \(0, 1\]"):
-        ope.SlateRewardInteractionIPS().estimate_policy_value(**{**arrays, "pscore_cascade": arrays["pscore_cascade"] * 0})
+        ope.SlateRewardInteractionIPS().estimate_policy_value(
+            **{**arrays, "pscore_cascade": arrays["pscore_cascade"] * 0}
+        )
     with pytest.raises(ope.OPEInputError, match="the log is empty"):
         ope.SlateStandardIPS().estimate_policy_value(
             slate_id=np.zeros(0, dtype=int), reward=np.zeros(0), position=np.zeros(0, dtype=int)

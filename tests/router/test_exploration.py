@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from memabra.router import HybridRouter, LinearRouter, Router, Similarity, VWRouter
-from memabra.router._exploration import exploration_floor, explore
 
 from memabra import Budget, Candidate, CandidateKind, RoutingContext
+from memabra.router import HybridRouter, LinearRouter, Router, Similarity, VWRouter
+from memabra.router._exploration import exploration_floor, explore
 
 from .conftest import HashingEncoder
 

@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
 from memabra import Budget, Candidate, CandidateKind, RouterError, RoutingContext
-from memabra.router import NUMERIC_FEATURES, CandidateStats, FeatureTable, Similarity, context_features, featurize, recall
+from memabra.router import (
+    NUMERIC_FEATURES,
+    CandidateStats,
+    FeatureTable,
+    Similarity,
+    context_features,
+    featurize,
+    recall,
+)
 
 from .conftest import HashingEncoder
 
 POOL = (
-    Candidate("lawyer", CandidateKind.TOOL, "lawyer.search: find divorce lawyers in a city", 10,
-              {"times_chosen": 4, "times_helped": 3, "created_at": "2025-01-01T00:00:00+00:00", "source": "registry"}),
+    Candidate(
+        "lawyer",
+        CandidateKind.TOOL,
+        "lawyer.search: find divorce lawyers in a city",
+        10,
+        {"times_chosen": 4, "times_helped": 3, "created_at": "2025-01-01T00:00:00+00:00", "source": "registry"},
+    ),
     Candidate("doctor", CandidateKind.TOOL, "doctor.search: find doctors by specialty", 12),
-    Candidate("weather", CandidateKind.TOOL, "weather.get: forecast for a city", 8,
-              {"created_at": "2025-01-11T00:00:00+00:00"}),
+    Candidate(
+        "weather",
+        CandidateKind.TOOL,
+        "weather.get: forecast for a city",
+        8,
+        {"created_at": "2025-01-11T00:00:00+00:00"},
+    ),
     Candidate("note", CandidateKind.MEMORY, "The user is going through a divorce in Los Angeles", 9),
 )
 CONTEXT = RoutingContext("find a divorce lawyer in Los Angeles", "u1", budget=Budget(max_tokens=100))
@@ -68,7 +86,7 @@ def test_usage_cost_and_age_features() -> None:
     # ages count back from the newest created_at in the pool (no clock), or from an explicit now
     assert column(table, "age_log_days")[0] == pytest.approx(math.log1p(10))
     assert column(table, "age_known")[1] == 0.0
-    later = featurize(CONTEXT, POOL, similarity=Similarity(), now=datetime(2025, 1, 21, tzinfo=timezone.utc))
+    later = featurize(CONTEXT, POOL, similarity=Similarity(), now=datetime(2025, 1, 21, tzinfo=UTC))
     assert column(later, "age_log_days")[0] == pytest.approx(math.log1p(20))
     assert table.rows[0]["kind=tool"] == 1.0 and table.rows[0]["source=registry"] == 1.0
     assert table.rows[1]["source=unknown"] == 1.0

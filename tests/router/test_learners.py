@@ -38,7 +38,9 @@ TOOLS = (
     Candidate("weather.get", CandidateKind.TOOL, "weather.get: forecast for a city", 12),
 )
 TOOL_CONTEXT = RoutingContext(
-    "search for divorce law specialists in Los Angeles", "u1", kinds=(CandidateKind.TOOL,),
+    "search for divorce law specialists in Los Angeles",
+    "u1",
+    kinds=(CandidateKind.TOOL,),
     budget=Budget(max_tokens=100, slots={CandidateKind.TOOL: 1}),
 )
 MEMORIES = tuple(
@@ -54,7 +56,9 @@ MEMORIES = tuple(
     )
 )
 MEMORY_CONTEXT = RoutingContext(
-    "where in Seattle does the user live", "u1", kinds=(CandidateKind.MEMORY,),
+    "where in Seattle does the user live",
+    "u1",
+    kinds=(CandidateKind.MEMORY,),
     budget=Budget(max_tokens=1000, slots={CandidateKind.MEMORY: 3}),
 )
 
@@ -147,7 +151,7 @@ def test_teacher_forcing_another_policys_log() -> None:
     logged = HybridRouter(similarity=SIM, min_probability=0.05).choose(MEMORY_CONTEXT, MEMORIES)
     target = VWRouter(similarity=SIM, exploration="epsilon", epsilon=0.2)
     probabilities = target.slot_probabilities(logged)
-    for draw, ours in zip(logged.slots, probabilities):
+    for draw, ours in zip(logged.slots, probabilities, strict=True):
         assert len(ours) == len(draw.candidate_ids) and sum(ours) == pytest.approx(1.0)
     # a logged slot without the stop option: the target renormalises over what was offered
     slot = logged.slots[0]
@@ -168,7 +172,9 @@ def test_watcher_serves_newer_snapshots_and_keeps_old_rewards() -> None:
     now = [0.0]
     published: list[PolicySnapshot | None] = [None]
     trainer = VWRouter(similarity=SIM, seed=1)
-    watcher = SnapshotWatcher(VWRouter(similarity=SIM), lambda: published[0], interval_s=10.0, similarity=SIM, clock=lambda: now[0])
+    watcher = SnapshotWatcher(
+        VWRouter(similarity=SIM), lambda: published[0], interval_s=10.0, similarity=SIM, clock=lambda: now[0]
+    )
     before = watcher.choose(TOOL_CONTEXT, TOOLS)
     original = watcher.current
     for _ in range(2):

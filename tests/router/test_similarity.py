@@ -8,15 +8,29 @@ import numpy as np
 import pytest
 
 from memabra import ConfigError
-from memabra.router import BM25, CachingEncoder, EmbeddingRouter, Similarity, embeddings_available
-from memabra.router import _baselines, _similarity
+from memabra.router import (
+    BM25,
+    CachingEncoder,
+    EmbeddingRouter,
+    Similarity,
+    _baselines,
+    _similarity,
+    embeddings_available,
+)
 from memabra.router._text import analyze
 
 from .conftest import HashingEncoder
 
 
 def test_tokeniser_splits_identifiers_and_drops_stop_words() -> None:
-    assert analyze("lawyer.search getWeatherForecast the_best") == ("lawyer", "search", "get", "weather", "forecast", "best")
+    assert analyze("lawyer.search getWeatherForecast the_best") == (
+        "lawyer",
+        "search",
+        "get",
+        "weather",
+        "forecast",
+        "best",
+    )
 
 
 def test_bm25_matches_the_formula() -> None:
@@ -24,7 +38,10 @@ def test_bm25_matches_the_formula() -> None:
     scores = BM25(k1=1.5, b=0.75).scores("apple", docs)
     n, df, avgdl = 3, 2, (2 + 3 + 1) / 3
     idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    expected = [idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * length / avgdl)) if tf else 0.0 for tf, length in [(1, 2), (2, 3), (0, 1)]]
+    expected = [
+        idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * length / avgdl)) if tf else 0.0
+        for tf, length in [(1, 2), (2, 3), (0, 1)]
+    ]
     np.testing.assert_allclose(scores, expected)
     assert not BM25().scores("", docs).any()
 

@@ -16,7 +16,7 @@ def test_ground_truth_and_oracle() -> None:
     rounds = world.rounds(120)
     first = rounds[0]
     value, best = oracle_value(first, slots=3, max_tokens=600)
-    preferred = [c.id for c, p in zip(first.candidates, first.help_probability) if p == pytest.approx(0.9)]
+    preferred = [c.id for c, p in zip(first.candidates, first.help_probability, strict=True) if p == pytest.approx(0.9)]
     assert best == tuple(preferred) and len(best) == 1
     assert value == pytest.approx(0.9 + 0.35 * (0.9 - 0.1) - 0.2 * 40 / 600)
     assert expected_reward(first, (), 600) == pytest.approx(-0.35)

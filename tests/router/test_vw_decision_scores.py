@@ -13,7 +13,9 @@ from memabra.router._base import SlotView
 from memabra.router._vw import IGNORE_LINEAR, INTERACTIONS
 from memabra.router._vw_decision_scores import slot_invariant
 
-WORDS = "invoice refund shipping espresso grinder weather flight hotel recipe calendar email laptop garden train".split()
+WORDS = (
+    "invoice refund shipping espresso grinder weather flight hotel recipe calendar email laptop garden train".split()
+)
 KINDS = (CandidateKind.MEMORY, CandidateKind.SKILL, CandidateKind.TOOL)
 
 
@@ -80,7 +82,9 @@ def test_decisions_are_the_same_with_per_slot_predictions() -> None:
             context = RoutingContext(" ".join(rng.choice(WORDS, size=5)), f"u{i % 4}", budget=Budget(max_tokens=600))
             selection = router.choose(context, pool)
             out.append(selection.chosen_ids)
-            router.learn(selection, float(rng.uniform(-1.0, 2.0)), {c: float(rng.random() < 0.4) for c in selection.chosen_ids})
+            router.learn(
+                selection, float(rng.uniform(-1.0, 2.0)), {c: float(rng.random() < 0.4) for c in selection.chosen_ids}
+            )
         return out
 
     assert run(True) == run(False)
@@ -103,7 +107,10 @@ def test_only_settings_that_keep_the_model_linear_in_the_slot_use_one_prediction
 ) -> None:
     params = {"interactions": INTERACTIONS, "ignore": "", "ignore_linear": IGNORE_LINEAR, "extra_args": ""}
     params.update(kwargs)
-    assert slot_invariant(params["interactions"], params["ignore"], params["ignore_linear"], params["extra_args"]) is expected  # type: ignore[arg-type]
+    assert (
+        slot_invariant(params["interactions"], params["ignore"], params["ignore_linear"], params["extra_args"])
+        is expected
+    )  # type: ignore[arg-type]
 
 
 def test_the_router_uses_one_prediction_per_decision() -> None:

@@ -38,7 +38,9 @@ def make_agent(log: EpisodeLog, tools: list, lexical, replies: list, **kwargs): 
 
 
 def ask(agent, text: str, thread: str = "t1", user: dict | None = None):  # type: ignore[no-untyped-def]
-    return agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context=user or USER)
+    return agent.invoke(
+        {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context=user or USER
+    )
 
 
 def test_a_turn_is_routed_run_and_logged_with_everything(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -52,7 +54,11 @@ def test_a_turn_is_routed_run_and_logged_with_everything(log: EpisodeLog, tools,
     for draw in sel.slots:
         assert sum(draw.probabilities) == pytest.approx(1.0)
     assert sel.propensity > 0
-    assert [(s.kind.value, s.name, s.status) for s in ep.steps] == [("model", "ScriptedChatModel", "ok"), ("tool", "get_weather", "ok"), ("model", "ScriptedChatModel", "ok")]
+    assert [(s.kind.value, s.name, s.status) for s in ep.steps] == [
+        ("model", "ScriptedChatModel", "ok"),
+        ("tool", "get_weather", "ok"),
+        ("model", "ScriptedChatModel", "ok"),
+    ]
     assert ep.steps[1].arguments == {"city": "Lyon"} and ep.steps[1].result == "sunny and 21C in Lyon"
     assert ep.steps[0].input_tokens is not None
     assert ep.reward is not None and ep.reward.components.ht == 1.0
@@ -63,7 +69,9 @@ def test_a_turn_is_routed_run_and_logged_with_everything(log: EpisodeLog, tools,
 
 
 def test_a_tool_error_raises_e(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
-    agent, _ = make_agent(log, tools, lexical, [weather_call(city=" "), AIMessage("Sorry, I could not get the weather.")])
+    agent, _ = make_agent(
+        log, tools, lexical, [weather_call(city=" "), AIMessage("Sorry, I could not get the weather.")]
+    )
     out = ask(agent, "What is the weather today?")
     ep = agent.log.get_episode(out["memabra_episode_id"])
     failed = [s for s in ep.steps if s.status == "error"]
@@ -76,7 +84,9 @@ def test_an_unavailable_tool_call_is_logged_as_an_error(log: EpisodeLog, tools, 
     agent, _ = make_agent(log, tools, lexical, [bogus, AIMessage("done")])
     out = ask(agent, "weather please")
     ep = agent.log.get_episode(out["memabra_episode_id"])
-    assert [s.error for s in ep.steps if s.kind.value == "tool"] == ["tool 'launch_rocket' is not available in this turn"]
+    assert [s.error for s in ep.steps if s.kind.value == "tool"] == [
+        "tool 'launch_rocket' is not available in this turn"
+    ]
 
 
 def test_a_correction_in_the_next_turn_raises_c(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -102,7 +112,9 @@ def test_an_injected_but_unused_memory_raises_x(log: EpisodeLog, tools, lexical)
     memory_ids = [c.id for c in ep.selections[0].chosen if c.kind is CandidateKind.MEMORY]
     assert memory_ids, "the memory should have been injected"
     assert ep.used_ids is not None and not (set(memory_ids) & ep.used_ids)
-    used_agent, _ = make_agent(log, tools, lexical, [AIMessage("Paris, where you visited the Louvre museum with your sister.")])
+    used_agent, _ = make_agent(
+        log, tools, lexical, [AIMessage("Paris, where you visited the Louvre museum with your sister.")]
+    )
     out2 = ask(used_agent, "What is the capital city of France?", thread="t2")
     ep2 = used_agent.log.get_episode(out2["memabra_episode_id"])
     assert ep.reward is not None and ep2.reward is not None
@@ -133,7 +145,12 @@ def test_async_and_streaming_work_like_sync(log: EpisodeLog, tools, lexical) -> 
     assert [next(iter(c)) for c in chunks] == ["route", "agent", "tools", "agent", "finish"]
 
     async def collect() -> list:  # type: ignore[type-arg]
-        return [c async for c in agent.astream({"messages": [HumanMessage("weather in Lyon?")]}, context=USER, stream_mode="updates")]
+        return [
+            c
+            async for c in agent.astream(
+                {"messages": [HumanMessage("weather in Lyon?")]}, context=USER, stream_mode="updates"
+            )
+        ]
 
     assert [next(iter(c)) for c in asyncio.run(collect())][-1] == "finish"
     assert agent.log.count_episodes() == 3
@@ -163,7 +180,11 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
 
     router = VWRouter(similarity=lexical, seed=3, epsilon=0.2)
     agent, _ = make_agent(
-        log, tools, lexical, [AIMessage("A vegetarian place: Green Garden.")], router=router,
+        log,
+        tools,
+        lexical,
+        [AIMessage("A vegetarian place: Green Garden.")],
+        router=router,
         budget=Budget(max_tokens=200, slots={CandidateKind.MEMORY: 1}),
     )
     agent.session.kinds = (CandidateKind.MEMORY,)
@@ -173,7 +194,9 @@ def test_learning_changes_later_decisions(log: EpisodeLog, tools, lexical) -> No
 
     def p_diet() -> float:
         sel = agent.router.choose(
-            __import__("memabra").RoutingContext("suggest a restaurant for dinner", "ann", budget=agent.session.budget, kinds=(CandidateKind.MEMORY,)),
+            __import__("memabra").RoutingContext(
+                "suggest a restaurant for dinner", "ann", budget=agent.session.budget, kinds=(CandidateKind.MEMORY,)
+            ),
             [m.as_candidate() for m in agent.session.memory.items("ann")],
         )
         return sel.slots[0].probability_of(diet.id)

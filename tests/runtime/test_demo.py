@@ -40,7 +40,9 @@ def test_the_stand_in_uses_related_memories_and_ignores_the_rest() -> None:
     from langchain_core.messages import HumanMessage, SystemMessage
 
     model = ExtractiveChatModel(associations=[frozenset({"dinner", "diet", "vegetarian"})])
-    system = SystemMessage("What you know about the user:\n- I follow a vegetarian diet\n- I lost my umbrella on the bus")
+    system = SystemMessage(
+        "What you know about the user:\n- I follow a vegetarian diet\n- I lost my umbrella on the bus"
+    )
     reply = model.invoke([system, HumanMessage("What should I cook for dinner?")])
     assert "vegetarian" in reply.content and "umbrella" not in reply.content
 
@@ -52,7 +54,11 @@ def test_a_short_demo_run_logs_every_episode(log: EpisodeLog) -> None:
     assert summary.first.episodes == 10 and 0.0 <= summary.overall.hit_rate <= 1.0
     first = log.get_episode(rows[0].episode_id)
     assert first.reward is not None and first.finalized_at is not None
-    assert {sc.candidate.kind for sc in first.selections[0].offered} == {CandidateKind.MEMORY, CandidateKind.SKILL, CandidateKind.TOOL}
+    assert {sc.candidate.kind for sc in first.selections[0].offered} == {
+        CandidateKind.MEMORY,
+        CandidateKind.SKILL,
+        CandidateKind.TOOL,
+    }
     assert log.list_snapshots()  # the demo leaves a snapshot for the admin view
 
 
@@ -60,5 +66,13 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["demo", "--db", url, "--episodes", "20", "--users", "2"])
     assert result.exit_code == 0, result.output
-    for needle in ("stand-in", "learned (VW)", "similarity top-k", "corrections /100", "memabra admin --db", "memabra ope log --db", "top-k offline"):
+    for needle in (
+        "stand-in",
+        "learned (VW)",
+        "similarity top-k",
+        "corrections /100",
+        "memabra admin --db",
+        "memabra ope log --db",
+        "top-k offline",
+    ):
         assert needle in result.output

@@ -6,13 +6,13 @@ import time
 from datetime import timedelta
 
 import pytest
+from runtime.learning_log import log_final
 from sqlalchemy import text
 
 from memabra._learner import Learner, fresh_router, replay
 from memabra._serving import PolicyRuntime
 from memabra.router import VWRouter, learned_model
 from memabra.storage import EpisodeLog, LearnerStore
-from runtime.learning_log import log_final
 
 
 def vw() -> VWRouter:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runtime.learning_log import log_final
 from typer.testing import CliRunner
 
 from memabra._cli._app import app
 from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import EpisodeLog
-from runtime.learning_log import log_final
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

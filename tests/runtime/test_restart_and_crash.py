@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from runtime.learning_log import log_final
 
 from memabra._learner import replay
 from memabra.router import learned_model
 from memabra.storage import EpisodeLog, LearnerStore
-from runtime.learning_log import log_final
 
 HERE = Path(__file__).resolve().parent
 MEMABRA = Path(sys.executable).with_name("memabra")
