@@ -27,13 +27,16 @@ from sqlalchemy.orm import Session
 from memabra._errors import MemabraError
 from memabra._records import LearningItem, PolicySnapshot, utcnow
 from memabra.storage._engine import is_postgres
+from memabra.storage._from_rows import missed_by_episode, reward_from_row, selection_from_rows
 from memabra.storage._learner_models import LearnerStateRow
-
-try:  # the storage split moves row -> record conversion into its own module
-    from memabra.storage._from_rows import reward_from_row, selection_from_rows
-except ImportError:  # pragma: no cover - before the split
-    from memabra.storage._convert import reward_from_row, selection_from_rows  # type: ignore[no-redef,unused-ignore]
-from memabra.storage._models import DecisionCandidateRow, DecisionRow, DecisionSlotRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    FeedbackRow,
+    PolicySnapshotRow,
+    RewardRow,
+)
 
 __all__ = [
     "START",
@@ -138,6 +141,8 @@ class LearnerStore:
                 .where(DecisionRow.episode_id.in_(ids), DecisionCandidateRow.used.is_not(None))
             ):
                 outcomes[episode_id][candidate_id] = 1.0 if used else 0.0
+            feedback = s.scalars(select(FeedbackRow).where(FeedbackRow.episode_id.in_(ids)))
+            missed = missed_by_episode(feedback, selections)
             return [
                 FinalReward(
                     ReadPosition(int(row.commit_seq or 0), row.episode_id),
@@ -146,6 +151,7 @@ class LearnerStore:
                         tuple(selections.get(row.episode_id, ())),
                         reward_from_row(row),
                         outcomes[row.episode_id],
+                        missed.get(row.episode_id, ()),
                     ),
                 )
                 for row in rows
