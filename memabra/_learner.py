@@ -80,7 +80,8 @@ def learn_item(router: Router, item: LearningItem, *, local_credit: bool) -> int
     for selection in item.selections:
         chosen = set(selection.chosen_ids)
         outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
-        router.learn_logged(selection, item.reward, outcomes, local_credit=local_credit)
+        missing = tuple(cid for cid in item.missing if cid not in chosen)
+        router.learn_logged(selection, item.reward, outcomes, local_credit=local_credit, missing=missing)
     return len(item.selections)
 
 

@@ -355,9 +355,12 @@ class FeedbackReceipt:
 @dataclass(frozen=True, slots=True)
 class LearningItem:
     """A final reward ready for the router: each selection of the episode, the reward, and the
-    local outcome (1.0 used, 0.0 injected but unused) of every chosen candidate whose outcome is known."""
+    local outcome (1.0 used, 0.0 injected but unused) of every chosen candidate whose outcome is known;
+    ``missing``: candidates its feedback says should have been injected (``relevant_ids``: a tool the
+    model fetched with ``find_tools``, a memory the user restated) that no selection chose."""
 
     episode_id: str
     selections: tuple[Selection, ...]
     reward: RewardBreakdown
     outcomes: Mapping[str, float]
+    missing: tuple[str, ...] = ()

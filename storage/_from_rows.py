@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 
 from memabra._records import (
     Budget,
@@ -100,6 +101,26 @@ def step_from_row(row: StepRow) -> Step:
         output_tokens=row.output_tokens,
         started_at=row.started_at,
     )
+
+
+def missed_by_episode(
+    rows: Iterable[FeedbackRow], selections: Mapping[str, Sequence[Selection]]
+) -> dict[str, tuple[str, ...]]:
+    """Per episode, the ``relevant_ids`` of its feedback that none of its selections chose."""
+    wanted: dict[str, set[str]] = {}
+    for row in rows:
+        try:
+            relevant = feedback_from_row(row).signals.implicit.relevant_ids or ()
+        except Exception:  # one poisoned row must not stop learning from the rest
+            logging.getLogger("memabra").warning("feedback %s has an unreadable payload; skipped", row.id)
+            continue
+        wanted.setdefault(row.episode_id, set()).update(relevant)
+    missed: dict[str, tuple[str, ...]] = {}
+    for episode_id, ids in wanted.items():
+        chosen = {c for selection in selections.get(episode_id, ()) for c in selection.chosen_ids}
+        if left := tuple(sorted(ids - chosen)):
+            missed[episode_id] = left
+    return missed
 
 
 def feedback_from_row(row: FeedbackRow) -> Feedback:

@@ -28,11 +28,12 @@ from memabra._errors import MemabraError
 from memabra._records import LearningItem, PolicySnapshot, Selection, utcnow
 from memabra.storage._engine import is_postgres
 from memabra.storage._episodes import assemble_selections
-from memabra.storage._from_rows import reward_from_row
+from memabra.storage._from_rows import missed_by_episode, reward_from_row
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._models import (
     DecisionCandidateRow,
     DecisionRow,
+    FeedbackRow,
     PolicySnapshotRow,
     RewardRow,
     table_of,
@@ -141,6 +142,8 @@ class LearnerStore:
                 .where(DecisionRow.episode_id.in_(ids), DecisionCandidateRow.used.is_not(None))
             ):
                 outcomes[episode_id][candidate_id] = 1.0 if used else 0.0
+            feedback = s.scalars(select(FeedbackRow).where(FeedbackRow.episode_id.in_(ids)))
+            missed = missed_by_episode(feedback, selections)
             return [
                 FinalReward(
                     ReadPosition(int(row.commit_seq or 0), row.episode_id),
@@ -149,6 +152,7 @@ class LearnerStore:
                         tuple(selections.get(row.episode_id, ())),
                         reward_from_row(row),
                         outcomes[row.episode_id],
+                        missed.get(row.episode_id, ()),
                     ),
                 )
                 for row in rows

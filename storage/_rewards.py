@@ -21,6 +21,7 @@ from memabra._errors import FeedbackError, UnknownEpisodeError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import load_episode, load_selections
+from memabra.storage._from_rows import missed_by_episode
 from memabra.storage._models import (
     DecisionCandidateRow,
     DecisionRow,
@@ -245,10 +246,16 @@ def claim_learning(tx: Transactions, limit: int, now: datetime) -> list[Learning
         ).all()
         for episode_id, candidate_id, used in rows:
             outcomes[episode_id][candidate_id] = 1.0 if used else 0.0
+        feedback = s.scalars(select(FeedbackRow).where(FeedbackRow.episode_id.in_(ids)))
+        missed = missed_by_episode(feedback, selections)
         s.execute(update(RewardRow).where(RewardRow.episode_id.in_(ids)).values(learned_at=now))
         return [
             LearningItem(
-                r.episode_id, tuple(selections.get(r.episode_id, ())), cv.reward_from_row(r), outcomes[r.episode_id]
+                r.episode_id,
+                tuple(selections.get(r.episode_id, ())),
+                cv.reward_from_row(r),
+                outcomes[r.episode_id],
+                missed.get(r.episode_id, ()),
             )
             for r in rewards
         ]

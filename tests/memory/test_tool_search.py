@@ -80,3 +80,16 @@ def test_missing_reaches_a_router_only_when_its_learn_takes_it() -> None:
     assert learn_kwargs(MissingAware(), ["tool:set_timer"]) == {"missing": ("tool:set_timer",)}
     assert learn_kwargs(MissingAware(), []) == {}
     assert learn_kwargs(VWRouter(), ["tool:x"]) in ({}, {"missing": ("tool:x",)})
+
+
+def test_the_fetched_tool_reaches_every_learner_as_needed_and_missed(log: EpisodeLog) -> None:
+    """The miss travels through the log, so a learner in any process (and a replay) is told of it."""
+    from memabra.storage import LearnerStore
+
+    agent = _agent(log, tool_search=True)
+    out = _ask(agent, "Tell me when the pasta is done")
+    agent.feedback(out["memabra_episode_id"], correct=True, final=True)
+    [final] = [f for f in LearnerStore(log.engine).read_final() if f.item.episode_id == out["memabra_episode_id"]]
+    assert final.item.missing == ("tool:set_timer",)
+    [claimed] = [i for i in log.claim_learning() if i.episode_id == out["memabra_episode_id"]]
+    assert claimed.missing == ("tool:set_timer",)
