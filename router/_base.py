@@ -23,8 +23,6 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,10 +30,8 @@ from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import (
-    STOP_ID,
     Budget,
     Candidate,
-    CandidateKind,
     PolicySnapshot,
     RewardBreakdown,
     RoutingContext,
@@ -45,64 +41,12 @@ from memabra._records import (
 )
 from memabra.router._credit import SlotCredit, check_missing, check_outcomes, needed_credit, slot_credits
 from memabra.router._features import FeatureTable, featurize, recall
-from memabra.router._sampling import apply_floor, check_distribution, draw_index
+from memabra.router._sampling import apply_floor, check_distribution
 from memabra.router._similarity import Similarity
+from memabra.router._slots import SlotView, fill_slots, replay_slots, scored_offers, validate_choice
 from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
 __all__ = ["Router", "SlotView"]
-
-
-@dataclass(frozen=True, slots=True)
-class SlotView:
-    """Everything a slot decision may depend on.
-
-    ``eligible`` indexes ``table`` (the offered candidates); the options of the slot are those
-    candidates in that order followed by the stop option. ``chosen`` lists the candidates picked in
-    earlier slots (any kind), in slot order; ``position`` counts earlier picks of this slot's kind.
-    """
-
-    context: RoutingContext
-    table: FeatureTable
-    kind: CandidateKind
-    slot: int
-    position: int
-    eligible: tuple[int, ...]
-    chosen: tuple[int, ...]
-    remaining_tokens: int | None
-
-    @property
-    def n_options(self) -> int:
-        return len(self.eligible) + 1
-
-    def option_ids(self) -> tuple[str, ...]:
-        return tuple(self.table.candidates[i].id for i in self.eligible) + (STOP_ID,)
-
-
-def _validate_candidates(candidates: Sequence[Candidate]) -> tuple[Candidate, ...]:
-    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
-        raise RouterError(f"candidates must be a sequence of Candidate, got {type(candidates).__name__}")
-    if len(candidates) == 0:
-        raise RouterError("candidates is empty: a router needs at least one candidate to choose from")
-    seen: set[str] = set()
-    dupes: set[str] = set()
-    for item in candidates:
-        if not isinstance(item, Candidate):
-            raise RouterError(f"candidates must hold Candidate records, got {type(item).__name__}")
-        if item.id in seen:
-            dupes.add(item.id)
-        seen.add(item.id)
-    if dupes:
-        raise RouterError(f"duplicate candidate ids: {sorted(dupes)}")
-    return tuple(candidates)
-
-
-def _validate_budget(budget: object) -> Budget:
-    if not isinstance(budget, Budget):
-        raise RouterError(f"budget must be a memabra.Budget, got {type(budget).__name__}")
-    for kind, count in budget.slots.items():
-        if count < 0:  # Budget validates this too; kept for subclasses that bypass it
-            raise RouterError(f"budget.slots[{kind.value!r}] is negative ({count})")
-    return budget
 
 
 class Router(ABC):
@@ -230,19 +174,7 @@ class Router(ABC):
         :meth:`featurize` (aligned with ``candidates``); ``seed`` overrides the router's own.
         """
         started = time.perf_counter()
-        if not isinstance(context, RoutingContext):
-            raise RouterError(f"context must be a RoutingContext, got {type(context).__name__}")
-        budget = _validate_budget(context.budget if budget is None else budget)
-        pool = _validate_candidates(candidates)
-        if features is not None:
-            if not isinstance(features, FeatureTable):
-                raise RouterError(f"features must be a FeatureTable, got {type(features).__name__}")
-            if tuple(c.id for c in features.candidates) != tuple(c.id for c in pool):
-                raise RouterError("features do not line up with candidates (ids differ in content or order)")
-        elif not pool:
-            raise RouterError("candidates is empty")
-        if context.budget != budget:
-            context = replace(context, budget=budget)
+        context, budget, pool = validate_choice(context, candidates, budget, features)
         with self._lock:
             self._ensure_state()
             if features is None:
@@ -274,32 +206,7 @@ class Router(ABC):
     def _fill_slots(
         self, context: RoutingContext, table: FeatureTable, budget: Budget, rng: np.random.Generator
     ) -> list[SlotDraw]:
-        draws: list[SlotDraw] = []
-        chosen: list[int] = []
-        remaining = budget.max_tokens
-        ids = [c.id for c in table.candidates]
-        tokens = [c.tokens for c in table.candidates]
-        for kind in context.kinds:
-            open_rows = [i for i, c in enumerate(table.candidates) if c.kind is kind]
-            for position in range(budget.slots_for(kind)):
-                eligible = (
-                    tuple(open_rows) if remaining is None else tuple(i for i in open_rows if tokens[i] <= remaining)
-                )
-                if not eligible:
-                    break
-                view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
-                probabilities = self._distribution(view)
-                pick = draw_index(probabilities, rng)
-                option_ids = (*[ids[i] for i in eligible], STOP_ID)
-                values = tuple(probabilities.tolist())
-                draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
-                if pick == len(eligible):
-                    break
-                chosen.append(eligible[pick])
-                open_rows.remove(eligible[pick])
-                if remaining is not None:
-                    remaining -= tokens[eligible[pick]]
-        return draws
+        return fill_slots(context, table, budget, rng, self._distribution)
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
         raw = self._slot_distribution(view)
@@ -314,19 +221,7 @@ class Router(ABC):
         scores = np.asarray(self._scores(context, table), dtype=np.float64)
         if scores.shape != (len(table.candidates),) or not np.all(np.isfinite(scores)):
             raise RouterError(f"{type(self).__name__} produced unusable candidate scores: {scores}")
-        ranks = np.zeros(len(table.candidates), dtype=int)
-        for kind in CandidateKind:
-            idx = np.array([i for i, c in enumerate(table.candidates) if c.kind is kind], dtype=int)
-            if idx.size:
-                order = idx[np.argsort(-scores[idx], kind="stable")]
-                ranks[order] = np.arange(idx.size)
-        # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
-        return tuple(
-            ScoredCandidate.trusted(c, row, score, rank)
-            if type(row) is MappingProxyType
-            else ScoredCandidate(c, row, score, rank)
-            for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist(), strict=True)
-        )
+        return scored_offers(table, scores)
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """Per-candidate scores recorded in ``Selection.offered`` (higher is better); the hybrid
@@ -339,40 +234,8 @@ class Router(ABC):
 
     # ------------------------------------------------------------------ teacher-forced replay
     def _replay(self, selection: Selection) -> Iterator[tuple[SlotView, SlotDraw, tuple[int, ...]]]:
-        """Rebuild each slot's view of a logged selection with the logged choices forced.
-
-        Yields the view, the logged draw and, for each of the draw's ``candidate_ids``, its index
-        among the view's options (the stop option is ``len(view.eligible)``).
-        """
-        if not isinstance(selection, Selection):
-            raise RouterError(f"expected a Selection, got {type(selection).__name__}")
-        candidates = tuple(sc.candidate for sc in selection.offered)
-        table = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
-        index = {c.id: i for i, c in enumerate(candidates)}
-        chosen: list[int] = []
-        remaining = selection.context.budget.max_tokens
-        for draw in selection.slots:
-            eligible: list[int] = []
-            for cid in draw.candidate_ids:
-                if cid == STOP_ID:
-                    continue
-                if cid not in index:
-                    raise RouterError(
-                        f"selection {selection.id} slot {draw.slot} offers {cid!r}, which is not in offered"
-                    )
-                eligible.append(index[cid])
-            position = sum(1 for i in chosen if candidates[i].kind is draw.kind)
-            view = SlotView(
-                selection.context, table, draw.kind, draw.slot, position, tuple(eligible), tuple(chosen), remaining
-            )
-            option_of = tuple(
-                len(eligible) if cid == STOP_ID else eligible.index(index[cid]) for cid in draw.candidate_ids
-            )
-            yield view, draw, option_of
-            if draw.chosen_id != STOP_ID:
-                chosen.append(index[draw.chosen_id])
-                if remaining is not None:
-                    remaining -= candidates[index[draw.chosen_id]].tokens
+        """Each slot's view of a logged selection, logged choices forced (:func:`replay_slots`)."""
+        return replay_slots(selection)
 
     def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
         """This router's probabilities for each logged slot, aligned with

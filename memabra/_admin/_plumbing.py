@@ -1,0 +1,296 @@
+"""Request plumbing shared by the admin's endpoints: sign-in checks, rendering, error pages, write guards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memabra._admin import _views as views
+from memabra._admin._auth import (
+    SESSION_COOKIE,
+    AttemptThrottle,
+    Credentials,
+    SessionCodec,
+    SessionRevocations,
+    SessionState,
+    WebSession,
+)
+from memabra._admin._forms import FormError
+from memabra._admin._policy import CurrentPolicy
+from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
+from memabra._reward import RewardConfig
+from memabra.storage import AdminQueries, EpisodeLog
+
+_HERE = Path(__file__).parent
+
+_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+_NOTICES = {
+    "feedback-stored": "Feedback recorded; the episode's reward was recomputed.",
+    "feedback-late": "Feedback recorded as late: the reward was already final and learned from, so it is kept for review only.",
+    "feedback-duplicate": "This feedback was already recorded; nothing changed.",
+    "promoted": "Snapshot promoted: it is now the active policy.",
+    "rolled-back": "Rolled back: the parent snapshot is active again.",
+    "signed-out": "Signed out.",
+}
+
+
+class _SecurityHeaders:
+    """Adds the CSP and related headers to every response (pages, static files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + list(_SECURITY_HEADERS)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Auth:
+    state: SessionState
+    session: WebSession | None
+    bearer: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.bearer or (self.session is not None and self.session.authenticated)
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, title: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def _locked_out(seconds: float) -> _HttpError:
+    wait = max(1, round(seconds))
+    return _HttpError(
+        429,
+        "Too many attempts",
+        f"Too many wrong tokens or passwords from this address; try again in {wait} s.",
+        {"retry-after": str(wait)},
+    )
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown client"
+
+
+class _AdminBase:
+    """The admin's shared state and request plumbing; :class:`~memabra._admin._app._Admin` adds the endpoints."""
+
+    def __init__(
+        self,
+        log: EpisodeLog,
+        *,
+        credentials: Credentials,
+        codec: SessionCodec,
+        read_only: bool,
+        current_policy: CurrentPolicy | None,
+        reward_config: RewardConfig | None,
+        secure_cookies: bool,
+        revocations: SessionRevocations,
+        throttle: AttemptThrottle,
+    ) -> None:
+        self.log = log
+        self.revocations = revocations
+        self.throttle = throttle
+        self.queries = AdminQueries(log)
+        self.credentials = credentials
+        self.codec = codec
+        self.read_only = read_only
+        self.current_policy = current_policy
+        self.reward_config = reward_config
+        self.secure_cookies = secure_cookies
+        self.templates = Environment(
+            loader=FileSystemLoader(_HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(
+            time=views.format_time,
+            num=views.format_number,
+            truncate_text=views.truncate,
+        )
+        self.templates.globals.update(filters_query=views.filters_query)
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _authenticate(self, request: Request) -> _Auth:
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            client = _client(request)
+            locked = self.throttle.locked_for(client)
+            if locked > 0:
+                raise _locked_out(locked)
+            if self.credentials.accepts_bearer(header[7:].strip()):
+                self.throttle.succeeded(client)
+                return _Auth(SessionState.VALID, None, bearer=True)
+            await asyncio.sleep(self.throttle.failed(client, "bearer token"))
+            raise _HttpError(401, "Not signed in", "The bearer token is wrong.")
+        state, session = await self._read_session(request)
+        return _Auth(state, session, bearer=False)
+
+    async def _read_session(self, request: Request) -> tuple[SessionState, WebSession | None]:
+        """The request's session cookie, refused (as missing) once its session was logged out."""
+        state, session = self.codec.read(request.cookies.get(SESSION_COOKIE))
+        if session is not None and await run_in_threadpool(self.revocations.is_revoked, session.id):
+            return SessionState.MISSING, None
+        return state, session
+
+    def _render(
+        self,
+        name: str,
+        status: int = 200,
+        *,
+        auth: _Auth | None = None,
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        headers = headers or {}
+        template = self.templates.get_template(name)
+        session = auth.session if auth is not None else None
+        html = template.render(
+            read_only=self.read_only,
+            csrf_token=session.csrf if session is not None else "",
+            signed_in=auth is not None and auth.ok,
+            cookie_session=session is not None,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        response.headers["cache-control"] = "no-store"
+        for header, value in headers.items():
+            response.headers[header] = value
+        return response
+
+    def _set_session(self, response: Response, cookie: str) -> None:
+        # A browser-session cookie: expiry is enforced by the signed payload, and a cookie that
+        # outlives it lets the sign-in page say "expired" rather than just "sign in".
+        response.set_cookie(
+            SESSION_COOKIE,
+            cookie,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+        )
+
+    def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:
+        return self._render(
+            "error.html", exc.status, auth=auth, headers=exc.headers, title=exc.title, message=exc.message
+        )
+
+    def _login_redirect(self, request: Request, auth: _Auth) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        query = f"next={quote(target, safe='')}"
+        if auth.state is SessionState.EXPIRED:
+            query += "&expired=1"
+        return RedirectResponse(f"/login?{query}", status_code=303)
+
+    async def _guard_write(self, request: Request) -> tuple[_Auth, dict[str, str]]:
+        """Sign-in, read-only, same origin and CSRF checks shared by every write."""
+        auth = await self._authenticate(request)
+        if not auth.ok:
+            expired = auth.state is SessionState.EXPIRED
+            raise _HttpError(
+                401,
+                "Not signed in",
+                "Your session expired; sign in again." if expired else "Sign in to make changes.",
+            )
+        if self.read_only:
+            raise _HttpError(403, "Read-only", "This admin view is read-only: it refuses every write.")
+        origin = request.headers.get("origin")
+        if origin and urlparse(origin).netloc != request.headers.get("host", ""):
+            raise _HttpError(403, "Forbidden", "The request came from another origin.")
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        if not auth.bearer and (auth.session is None or not auth.session.csrf_matches(form.get("csrf_token"))):
+            raise _HttpError(
+                403, "Forbidden", "The form's CSRF token is missing or wrong; reload the page and try again."
+            )
+        return auth, form
+
+    async def _page(
+        self,
+        request: Request,
+        build: Callable[[_Auth], Awaitable[Response]],
+    ) -> Response:
+        try:
+            auth = await self._authenticate(request)
+        except _HttpError as exc:
+            return self._error(exc)
+        if not auth.ok:
+            return self._login_redirect(request, auth)
+        try:
+            return await build(auth)
+        except _HttpError as exc:
+            return self._error(exc, auth)
+        except UnknownEpisodeError as exc:
+            return self._error(_HttpError(404, "Not found", str(exc)), auth)
+        except (InvalidRecordError, FeedbackError) as exc:
+            return self._error(_HttpError(400, "Bad request", str(exc)), auth)
+
+    async def _write(
+        self,
+        request: Request,
+        apply: Callable[[_Auth, dict[str, str]], Awaitable[Response]],
+    ) -> Response:
+        auth: _Auth | None = None
+        try:
+            auth, form = await self._guard_write(request)
+            return await apply(auth, form)
+        except _HttpError as exc:
+            return self._error(exc, auth)
+        except UnknownEpisodeError as exc:
+            return self._error(_HttpError(404, "Not found", str(exc)), auth)
+        except SnapshotError as exc:
+            return self._error(_HttpError(409, "Conflict", str(exc)), auth)
+        except (InvalidRecordError, FeedbackError) as exc:
+            return self._error(_HttpError(400, "Bad request", str(exc)), auth)
+
+
+def _required(form: Mapping[str, str], name: str) -> str:
+    value = form.get(name, "").strip()
+    if not value:
+        raise FormError(f"{name} is required")
+    return value
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site: an open redirect would let a link sign someone into a trap."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/episodes"
+    return target
