@@ -18,6 +18,7 @@ module              what it stores
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,6 +75,9 @@ class EpisodeLog:
     ) -> None:
         self._engine = engine if engine is not None else make_engine(url)
         self._owns_engine = engine is None
+        # A log dropped without close() still closes its pooled connections (psycopg warns, and a
+        # server counts them, when a pool is garbage-collected with connections open).
+        self._release = weakref.finalize(self, self._engine.dispose) if self._owns_engine else None
         self._tx = Transactions(self._engine)
         self.feedback_window = feedback_window
         if check:
@@ -97,8 +101,8 @@ class EpisodeLog:
         return self._engine.url.render_as_string(hide_password=True)
 
     def close(self) -> None:
-        if self._owns_engine:
-            self._engine.dispose()
+        if self._release is not None:
+            self._release()
 
     def __enter__(self) -> EpisodeLog:
         return self
