@@ -7,7 +7,7 @@ interval, the target's on-policy ``reward_mean`` (the truth), whether the interv
 the support verdict.
 
     python benchmarks/ope_check.py --logger 'vw:{"exploration": "epsilon", "epsilon": 0.3}' \\
-        --targets hybrid,bm25,random --passes 2 /work/shared/data/bench/*.jsonl
+        --targets hybrid,bm25,random --passes 2 ../shared/data/bench/*.jsonl
 """
 
 from __future__ import annotations
