@@ -407,3 +407,21 @@ def explained_episode() -> Episode:
     )
     selection = Selection(context, tuple(offered), draws, policy="vw", policy_version="vw-7+12", seed=3)
     return Episode(user_id="ann", query=query, selections=(selection,), answer="A light jacket: Lyon will be mild.")
+
+
+def learned_episode() -> Episode:
+    """One decision of a numpy learner taught that a weakly similar memory helps and the most
+    similar one does not: its logged scores are its own (prior + a non-zero learner part)."""
+    from memabra.router import LinearRouter
+
+    router = LinearRouter(exploration="greedy")
+    candidates = pool("ann")
+    budget = Budget(slots={CandidateKind.MEMORY: 1, CandidateKind.TOOL: 1})
+    query = "what does ann drink?"
+    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY,), budget=budget)
+    for _ in range(5):
+        selection = router.choose(context, candidates)
+        chosen = selection.chosen_ids
+        router.learn(selection, 1.0, {cid: 1.0 if cid == "mem-ann-0" else 0.0 for cid in chosen})
+    selection = router.choose(context, candidates)
+    return Episode(user_id="ann", query=query, selections=(selection,), answer="Green tea.")
