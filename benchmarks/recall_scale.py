@@ -15,9 +15,16 @@ Three figures, each against its target:
 * ``remember``: 500 facts written with ``remember()`` one by one (dedup and supersession checked
   against the stored facts each time), and with ``remember_many``. Target: under 1 s.
 
-Run it on two cores as the README does::
+Each figure is printed with its wall time and its CPU time (``time.process_time``: every thread
+of the process, the encoder's too); the 10k figure also with the benchmark thread's own CPU
+(``time.thread_time``: recall and routing alone). ``--spinning-omp`` imports torch before memabra
+can set ``OMP_WAIT_POLICY=PASSIVE`` (torch's busy-waiting threads, the behaviour before that
+default), for a before/after ratio in one session.
 
-    taskset -c 0,1 python benchmarks/recall_scale.py --json recall.json
+Run it on two cores as the README does (``--keep`` spares a rerun the 10,000 embeddings)::
+
+    taskset -c 0,1 python benchmarks/recall_scale.py --keep /tmp/rsbench --json recall.json
+    taskset -c 0,1 python benchmarks/recall_scale.py --only 10k --keep /tmp/rsbench --spinning-omp
 """
 
 from __future__ import annotations
@@ -228,8 +235,16 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="keep (and reuse) the 10k log in this folder")
     parser.add_argument("--only", choices=("remember", "first", "10k"), default=None)
+    parser.add_argument(
+        "--spinning-omp",
+        action="store_true",
+        help="import torch before memabra can set OMP_WAIT_POLICY=PASSIVE (torch's default busy-waiting, as before)",
+    )
     parser.add_argument("--child-first-decision", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.spinning_omp:
+        import torch  # noqa: F401  (OpenMP reads its wait policy once, when torch loads)
+
     if args.child_first_decision:
         print(json.dumps(child_first_decision(args.child_first_decision)))
         return
