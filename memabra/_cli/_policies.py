@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -196,7 +199,7 @@ def learner(
         return
     from datetime import timedelta
 
-    with _open(db) as log:
+    with _stop_on_sigterm(), _open(db) as log:
         loop = Learner(
             log,
             lambda: fresh_router(policy, _learner_args(log, policy)),
@@ -219,6 +222,23 @@ def learner(
         finally:
             loop.close()
         console.print(f"learned {n} rewards; position {loop.position.seq}/{escape(loop.position.episode_id)}")
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (what systemd, Kubernetes and ``docker stop`` send) stops the learner like Ctrl-C:
+    it commits what it learned and releases the lease, so the standby takes over at once. SIGINT is
+    set too: a process started in the background by a shell inherits it ignored."""
+
+    def _interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _learner_args(log: EpisodeLog, policy: str) -> dict[str, Any] | None:
