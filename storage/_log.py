@@ -48,6 +48,7 @@ from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._migrate import check_schema
 from memabra.storage._rewards import Scorer
+from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
@@ -270,6 +271,12 @@ class EpisodeLog:
     def rollback(self, policy: str) -> PolicySnapshot:
         """Re-activate the parent of ``policy``'s active snapshot; returns it."""
         return _snapshots.rollback(self._tx, policy)
+
+    def prune_snapshots(self, keep: int, *, policy: str | None = None, dry_run: bool = False) -> PruneResult:
+        """Retention: delete old snapshots in one transaction, keeping the newest ``keep`` per
+        policy, the active one with ``keep`` generations of ancestors, and every snapshot a
+        learner's checkpoint or an OPE result names (``dry_run``: report only)."""
+        return _snapshots.prune_snapshots(self._tx, keep, policy, dry_run=dry_run)
 
     def update_snapshot_metrics(self, version: str, metrics: Mapping[str, Any]) -> None:
         _snapshots.update_snapshot_metrics(self._tx, version, metrics)
