@@ -9,6 +9,7 @@ from typing import Any
 
 from memabra._records import (
     STOP_ID,
+    Candidate,
     CandidateKind,
     Episode,
     Feedback,
@@ -98,6 +99,17 @@ def slot_values(sel: Selection) -> list[dict[str, Any]]:
 _KIND_TEXT: dict[CandidateKind, str] = {k: k.value for k in CandidateKind}
 
 
+def candidate_metadata(cand: Candidate) -> dict[str, Any]:
+    """The metadata column of a logged candidate: its metadata plus usage counts and creation time
+    under their pre-typed keys, read back by :func:`~memabra.storage._from_rows.candidate_from_row`."""
+    meta: dict[str, Any] = dict(cand.metadata)
+    if cand.usage is not None:
+        meta.update(times_chosen=cand.usage.times_chosen, times_helped=cand.usage.times_helped)
+    if cand.created_at is not None:
+        meta["created_at"] = cand.created_at.isoformat()
+    return meta
+
+
 def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
     user_id = sel.context.user_id
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
@@ -123,7 +135,7 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
                 "kind": _KIND_TEXT[cand.kind],
                 "text": cand.text,
                 "tokens": cand.tokens,
-                "metadata": dict(cand.metadata) if cand.metadata else {},
+                "metadata": candidate_metadata(cand),
                 "features": dict(sc.features),
                 "score": sc.score,
                 "rank": sc.rank,
@@ -257,6 +269,7 @@ def thaw(value: Any) -> Any:
 
 
 __all__ = [
+    "candidate_metadata",
     "candidate_values",
     "decision_values",
     "episode_values",

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from memabra._records import (
+    USAGE_METADATA_KEYS,
     Budget,
     Candidate,
     CandidateKind,
+    CandidateStats,
     EpisodeSummary,
     Feedback,
     MemoryQuality,
@@ -39,6 +43,28 @@ from memabra.storage._models import (
 )
 
 
+def candidate_from_row(c: DecisionCandidateRow) -> Candidate:
+    """A logged candidate. Its usage counts and creation time are stored in the metadata column
+    under the keys of :data:`~memabra._records.USAGE_METADATA_KEYS` (the row format predates the
+    typed fields, so logs written before and after them read the same way)."""
+    meta: dict[str, Any] = dict(c.metadata_ or {})
+    stored = {key: meta.pop(key) for key in USAGE_METADATA_KEYS if key in meta}
+    usage = None
+    if "times_chosen" in stored or "times_helped" in stored:
+        usage = CandidateStats(_count(stored.get("times_chosen", 0)), _count(stored.get("times_helped", 0)))
+    created = stored.get("created_at")
+    created_at = None
+    if isinstance(created, str):
+        created_at = datetime.fromisoformat(created)
+        created_at = created_at if created_at.tzinfo is not None else created_at.replace(tzinfo=UTC)
+    return Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, meta, usage=usage, created_at=created_at)
+
+
+def _count(value: Any) -> int:
+    # JSON may hand back 3.0 for 3; a fractional or negative count is left for CandidateStats to refuse
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def selection_from_rows(
     decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
 ) -> Selection:
@@ -56,7 +82,7 @@ def selection_from_rows(
     )
     offered = tuple(
         ScoredCandidate(
-            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
+            candidate=candidate_from_row(c),
             features={k: float(v) for k, v in (c.features or {}).items()},
             score=c.score,
             rank=c.rank,
