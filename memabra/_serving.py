@@ -100,6 +100,7 @@ class PolicyRuntime:
         if listen and log.engine.dialect.name == "postgresql":
             self._listener = _Listener(self)
         _OPEN.add(self)
+        log.when_closed(self._abandon)
 
     # ------------------------------------------------------------------ serving
 
@@ -175,6 +176,19 @@ class PolicyRuntime:
         with self._lock:
             if self.learner is not None:
                 self.learner.close()
+        _OPEN.discard(self)
+
+    def _abandon(self) -> None:
+        """The log was closed under this runtime: nothing can be saved any more (and at exit nothing
+        is tried); the learner's lease, which holds a connection of that log, is released."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.stop()
+        with self._lock:
+            if self.learner is not None:
+                self.learner.abandon()
         _OPEN.discard(self)
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import uuid
+import weakref
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
+import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.pool import Pool
 
 from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
 
@@ -37,12 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"{PG_ENV} is set to {url!r} but the server is unreachable: {exc}") from exc
 
 
-@pytest.fixture(params=_backends())
-def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A URL to an empty database (no schema yet) on each configured backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memabra.db'}"
-        return
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path; dropped afterwards."""
     base = resolve_url(os.environ[PG_ENV])
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base)
@@ -55,6 +56,39 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: 
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(params=_backends())
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:  # type: ignore[no-untyped-def]
+    """A URL to an empty database (no schema yet) on each configured backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'memabra.db'}"
+    return str(request.getfixturevalue("pg_schema_url"))
+
+
+# Every PostgreSQL connection a pool opens, so a test that leaves one open fails itself instead
+# of psycopg warning from __del__ whenever the garbage collector gets to it, in some later test.
+_OPENED: list[weakref.ref[psycopg.Connection[Any]]] = []
+
+
+@event.listens_for(Pool, "connect")
+def _track_connection(dbapi_connection: object, _record: object) -> None:
+    if isinstance(dbapi_connection, psycopg.Connection):
+        _OPENED.append(weakref.ref(dbapi_connection))
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_connections() -> Iterator[None]:
+    """Fails the test (at teardown, after every other fixture's) that left a PostgreSQL connection
+    open: an engine not disposed, a log, session or agent not closed."""
+    _OPENED.clear()
+    yield
+    leaked = [c for ref in _OPENED if (c := ref()) is not None and not c.closed]
+    _OPENED.clear()
+    if leaked:
+        for conn in leaked:
+            conn.close()
+        pytest.fail(f"{len(leaked)} PostgreSQL connection(s) left open: close or dispose what the test opened")
 
 
 @pytest.fixture
