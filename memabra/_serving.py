@@ -168,19 +168,15 @@ class PolicyRuntime:
         return self.watcher.policy_version
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._listener is not None:
-            self._listener.stop()
-        with self._lock:
-            if self.learner is not None:
-                self.learner.close()
-        _OPEN.discard(self)
+        """Commit what the learner learned since its last commit and release its lease."""
+        self._shut(save=True)
 
     def _abandon(self) -> None:
-        """The log was closed under this runtime: nothing can be saved any more (and at exit nothing
-        is tried); the learner's lease, which holds a connection of that log, is released."""
+        # the log was closed under this runtime: nothing can be saved any more (and at exit nothing
+        # is tried); the learner's lease, which holds a connection of that log, is released
+        self._shut(save=False)
+
+    def _shut(self, *, save: bool) -> None:
         if self._closed:
             return
         self._closed = True
@@ -188,7 +184,10 @@ class PolicyRuntime:
             self._listener.stop()
         with self._lock:
             if self.learner is not None:
-                self.learner.abandon()
+                if save:
+                    self.learner.close()
+                else:
+                    self.learner.abandon()
         _OPEN.discard(self)
 
 

@@ -206,19 +206,6 @@ class EpisodeLog:
         """Replace stored rewards' totals, Hm, weights and version; returns how many."""
         return _rewards.write_rewards(self._tx, updates, weights, version)
 
-    def recompute_rewards(
-        self,
-        weights: RewardWeights,
-        *,
-        since: datetime | None = None,
-        version: str | None = None,
-        use_memory_scores: bool = False,
-    ) -> int:
-        """Kept for callers of the old API: :meth:`memabra.RewardService.recompute_rewards`."""
-        from memabra._feedback import recompute_rewards  # the rules live with the reward
-
-        return recompute_rewards(self, weights, since=since, version=version, use_memory_scores=use_memory_scores)
-
     # ------------------------------------------------------------------ decisions for offline use
 
     def iter_selections(

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from memabra._cli._common import CreateDbOption, DbOption, console, fail, plain, run_guarded
 from memabra._config import load_reward_config, parse_weights
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import STOP_ID, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
@@ -255,7 +255,8 @@ def rewards_recompute(
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
         n = run_guarded(
-            log.recompute_rewards,
+            recompute_rewards,
+            log,
             new,
             since=_parse_time(since, "--since"),
             version=version,
