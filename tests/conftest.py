@@ -8,11 +8,9 @@ fails: a silently skipped backend is a backend nobody tested.
 from __future__ import annotations
 
 import os
-import uuid
 import weakref
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -20,6 +18,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import Pool
 
 from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
+from pg_schema import pg_schema
 
 PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 
@@ -44,18 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def pg_schema_url() -> Iterator[str]:
     """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path; dropped afterwards."""
-    base = resolve_url(os.environ[PG_ENV])
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with pg_schema(os.environ[PG_ENV]) as url:
+        yield url
 
 
 @pytest.fixture(params=_backends())
