@@ -57,13 +57,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> str:  # type: ignore[no-
 
 # Every PostgreSQL connection a pool opens, so a test that leaves one open fails itself instead
 # of psycopg warning from __del__ whenever the garbage collector gets to it, in some later test.
-_OPENED: list[weakref.ref[psycopg.Connection[Any]]] = []
+# Pools that opened connections before the test (a module-scoped log) are not the test's to close.
+_OPENED: list[tuple[weakref.ref[psycopg.Connection[Any]], int]] = []
+_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 
 @event.listens_for(Pool, "connect")
-def _track_connection(dbapi_connection: object, _record: object) -> None:
+def _track_connection(dbapi_connection: object, record: object) -> None:
     if isinstance(dbapi_connection, psycopg.Connection):
-        _OPENED.append(weakref.ref(dbapi_connection))
+        pool = getattr(record, "_ConnectionRecord__pool", None)  # SQLAlchemy names no public owner
+        if pool is not None:
+            _POOLS.add(pool)
+        _OPENED.append((weakref.ref(dbapi_connection), id(pool)))
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +76,9 @@ def _no_leaked_connections() -> Iterator[None]:
     """Fails the test (at teardown, after every other fixture's) that left a PostgreSQL connection
     open: an engine not disposed, a log, session or agent not closed."""
     _OPENED.clear()
+    known = {id(pool) for pool in _POOLS}
     yield
-    leaked = [c for ref in _OPENED if (c := ref()) is not None and not c.closed]
+    leaked = [c for ref, pool in _OPENED if pool not in known and (c := ref()) is not None and not c.closed]
     _OPENED.clear()
     if leaked:
         for conn in leaked:
