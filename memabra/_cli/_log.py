@@ -11,6 +11,7 @@ import typer
 from alembic.util import CommandError
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from memabra._cli._common import CreateDbOption, DbOption, console, fail, plain, run_guarded
 from memabra._config import load_reward_config, parse_weights
@@ -38,7 +39,7 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     """Create or migrate the schema to this memabra's version."""
     url = run_guarded(resolve_url, db)
     now = _migrate(upgrade, url, revision)
-    where = make_engine(url).url.render_as_string(hide_password=True)
+    where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
 
 
