@@ -4,6 +4,7 @@ nothing (what a correction is comes from the feedback record)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -217,46 +218,21 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
 
 
 def snapshot_values(snapshot: PolicySnapshot) -> dict[str, Any]:
-    return {
-        "version": snapshot.version,
-        "policy": snapshot.policy,
-        "parent": snapshot.parent,
-        "model": snapshot.model,
-        "learner_args": thaw(snapshot.learner_args),
-        "metrics": thaw(snapshot.metrics),
-        "status": snapshot.status,
-        "created_at": snapshot.created_at,
-    }
+    return _by_name(snapshot)
 
 
 def ope_values(r: OPEResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "run_id": r.run_id,
-        "policy": r.policy,
-        "snapshot_version": r.snapshot_version,
-        "estimator": r.estimator,
-        "value": r.value,
-        "ci_low": r.ci_low,
-        "ci_high": r.ci_high,
-        "n_rounds": r.n_rounds,
-        "alpha": r.alpha,
-        "details": thaw(r.details),
-        "created_at": r.created_at,
-    }
+    return _by_name(r)
 
 
 def memory_score_values(q: MemoryQuality) -> dict[str, Any]:
-    return {
-        "decision_id": q.decision_id,
-        "scorer": q.scorer,
-        "p_selected": q.p_selected,
-        "p_all": q.p_all,
-        "difference": q.difference,
-        "reward": q.reward,
-        "answer_tokens": q.answer_tokens,
-        "scored_at": q.scored_at,
-    }
+    return _by_name(q)
+
+
+def _by_name(record: Any) -> dict[str, Any]:
+    """Column values of a record whose fields are its row's columns, name for name (the reverse of
+    :func:`~memabra.storage._from_rows._by_name`); mappings and tuples thawed into JSON."""
+    return {f.name: thaw(getattr(record, f.name)) for f in fields(record)}
 
 
 def thaw(value: Any) -> Any:
