@@ -58,8 +58,8 @@ class _Index:
         total = _z(lexical)
         if self.vectors is not None and encoder is not None:
             q = np.asarray(encoder.encode([query]), dtype=np.float32)[0]
-            # einsum, not BLAS: a threaded matrix-vector product on a busy 2-core host waits for its
-            # threads (16 ms against 0.6 ms single-threaded for 10,000 x 384 on the CI machine).
+            # einsum, not BLAS: a threaded matrix-vector product on a busy host waits for its threads
+            # (measured in docs/memory.md, "Measurements")
             total = total + _z(np.einsum("ij,j->i", self.vectors, q).astype(np.float64))
         return total
 

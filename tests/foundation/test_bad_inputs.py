@@ -29,7 +29,7 @@ from memabra import (
     UnknownSnapshotError,
 )
 from memabra._cli import app
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import PolicySnapshot, RegistryItem, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog
@@ -208,7 +208,7 @@ def test_lookups_with_text_the_database_refuses_find_nothing(log: EpisodeLog) ->
     with pytest.raises(UnknownSnapshotError):
         log.get_snapshot("v\x00")
     assert log.items("u\x00") == []
-    assert log.recompute_rewards(RewardWeights()) == 0
+    assert recompute_rewards(log, RewardWeights()) == 0
 
 
 # ---------------------------------------------------------------- through the agent
