@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from langchain_core.messages import HumanMessage
 
 from memabra import Budget, CandidateKind, create_memabra_agent
@@ -89,7 +91,15 @@ def test_the_fetched_tool_reaches_every_learner_as_needed_and_missed(log: Episod
     agent = _agent(log, tool_search=True)
     out = _ask(agent, "Tell me when the pasta is done")
     agent.feedback(out["memabra_episode_id"], correct=True, final=True)
-    [final] = [f for f in LearnerStore(log.engine).read_final() if f.item.episode_id == out["memabra_episode_id"]]
+    # On PostgreSQL read_final waits behind the oldest transaction still open anywhere on the server
+    # (a late-commit guard), so another session's open transaction can hold the row back for a while.
+    deadline = time.monotonic() + 60.0
+    while True:
+        found = [f for f in LearnerStore(log.engine).read_final() if f.item.episode_id == out["memabra_episode_id"]]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    [final] = found
     assert final.item.missing == ("tool:set_timer",)
     [claimed] = [i for i in log.claim_learning() if i.episode_id == out["memabra_episode_id"]]
     assert claimed.missing == ("tool:set_timer",)
