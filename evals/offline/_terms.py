@@ -16,6 +16,13 @@ ratio is ``1 / p_b(T minus h | h)``: a logged decision that reached ``T`` in any
 weight near 1 instead of 0 (the teacher-forced target's order must match the logger's draw for
 draw). Where the logged prefix has left ``T`` (or gives ``T``'s rest no probability), the target's
 own teacher-forced distribution stays: the weight is 0 from there on either way.
+
+Cascade DR's model term ``Q(h, a)`` is the model's value of the slate the target completes from
+``h + a``. For a deterministic target every prefix on its path completes to ``T``, so
+``Q = q(T)`` and cascade DR's baseline is ``q(T)`` (the terms between telescope to 0): a logged
+stop where the target would go on is valued at the target's whole set, not at one more candidate.
+For a stochastic target ``Q(h, a)`` stays the one-step ``q(h + a)`` (a rollout per prefix and
+option would multiply the replay's cost); cascade DR is unbiased under support either way.
 """
 
 from __future__ import annotations
@@ -109,6 +116,7 @@ class PendingTerms:
     option_handles: tuple[tuple[int, NDArray[np.float64]] | None, ...]
     rollout_handle: int | None
     floor_share: float
+    deterministic: bool = False
 
     def terms(self, batch: RowBatch) -> tuple[float, ...]:
         """The SlateTerms row (field order) of this decision for this target."""
@@ -149,7 +157,7 @@ class PendingTerms:
             float(values[0] + ratios @ increments),
             float(values[0] + cumulative @ increments),
             float(values[0] + gains.sum()),
-            float(values[0] + before @ gains),
+            float(q_target if self.deterministic and self.rollout_handle is not None else values[0] + before @ gains),
             float(values[-1]),
             q_target,
         )
@@ -253,4 +261,6 @@ def decision_terms(
         if model
         else None
     )
-    return PendingTerms(context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0)
+    return PendingTerms(
+        context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0, target_set is not None
+    )
