@@ -12,11 +12,12 @@ similarity order, the baseline users compare the learner against) and the stop o
   ``(2 top_m + 1) / ε``; options outside ``S`` get only the router's ``min_probability`` (applied
   afterwards by :func:`memabra.router._sampling.apply_floor`).
 * Decision-level prior share: a whole decision follows the prior's own choices (the hybrid
-  baseline's selection) with probability :data:`PRIOR_SHARE`, the ε-greedy learner otherwise. Each
+  baseline's selection) with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a
+  fresh router, decaying with the decisions learned), the ε-greedy learner otherwise. Each
   slot's logged distribution is this mixture's conditional given the slot's prefix
   (:class:`PriorMixture`; the prior component explores the same set, so the floor holds), the log
   holds true propensities and the prior's whole selection has probability at least about
-  ``PRIOR_SHARE``: per-slot exploration alone reaches a selection that
+  ``δ``: per-slot exploration alone reaches a selection that
   differs from the learner's in ``d`` slots only with probability about ``(ε / |S|)^d``.
 * ``greedy``: all mass on ``a*``, no prior share. Its logs cannot evaluate any other policy.
 
@@ -31,13 +32,29 @@ from numpy.typing import NDArray
 
 from memabra.router._slots import SlotView
 
-__all__ = ["EXPLORATIONS", "PRIOR_SHARE", "PriorMixture", "explore", "exploration_floor"]
+__all__ = [
+    "EXPLORATIONS",
+    "PRIOR_HORIZON",
+    "PRIOR_SHARE",
+    "PriorMixture",
+    "explore",
+    "exploration_floor",
+    "prior_share",
+]
 
 EXPLORATIONS = ("epsilon", "greedy")
-# the share of decisions that follow the prior: enough to log the baseline's selection dozens of
-# times in a few hundred decisions, and it can cost no more than a tenth of the learner's gain over
-# the baseline (measured in docs/router.md)
+# the share of a fresh router's decisions that follow the prior: enough to log the baseline's
+# selection dozens of times in a few hundred decisions (measured in docs/router.md)
 PRIOR_SHARE = 0.1
+# the share decays as PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned decisions): the
+# baseline's selection is still logged about 0.1 * 200 * ln(1 + n / 200) times in n decisions (31 in
+# 742), while a router that has learned for thousands of decisions gives up 1% of them or less
+PRIOR_HORIZON = 200
+
+
+def prior_share(learned: int) -> float:
+    """The decision-level prior share after ``learned`` learned decisions."""
+    return PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned)
 
 
 def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
@@ -80,8 +97,8 @@ def explore(
 
 
 class PriorMixture:
-    """Per-slot conditionals of the decision-level mixture ``(1 - δ) learner + δ prior``
-    (``δ = PRIOR_SHARE``), both components ε-greedy over the same explored set, the learner's with
+    """Per-slot conditionals of the decision-level mixture ``(1 - δ) learner + δ prior``, both
+    components ε-greedy over the same explored set, the learner's with
     the lowest-cost option as its mode, the prior's with the lowest prior cost.
 
     Given the prefix ``h`` of slot ``s``, the prior component's posterior weight is
@@ -101,8 +118,11 @@ class PriorMixture:
         self._learner: NDArray[np.float64] = np.ones(1)
         self._prior: NDArray[np.float64] = np.ones(1)
 
-    def slot(self, view: SlotView, learner: NDArray[np.float64], prior: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The mixture's distribution for ``view``, given each component's (same options)."""
+    def slot(
+        self, view: SlotView, learner: NDArray[np.float64], prior: NDArray[np.float64], delta: float = PRIOR_SHARE
+    ) -> NDArray[np.float64]:
+        """The mixture's distribution for ``view``, given each component's (same options) and the
+        prior share ``delta``."""
         if view.slot == 0:
             self._learner_path = self._prior_path = 1.0
         else:
@@ -113,8 +133,8 @@ class PriorMixture:
             )
             self._learner_path *= float(self._learner[drawn])
             self._prior_path *= float(self._prior[drawn])
-        weight = PRIOR_SHARE * self._prior_path
-        total = weight + (1.0 - PRIOR_SHARE) * self._learner_path
-        share = weight / total if total > 0.0 else PRIOR_SHARE
+        weight = delta * self._prior_path
+        total = weight + (1.0 - delta) * self._learner_path
+        share = weight / total if total > 0.0 else delta
         self._chosen, self._eligible, self._learner, self._prior = view.chosen, view.eligible, learner, prior
         return (1.0 - share) * learner + share * prior

@@ -31,7 +31,7 @@ from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
-from memabra.router._exploration import EXPLORATIONS, PriorMixture, explore
+from memabra.router._exploration import EXPLORATIONS, PriorMixture, explore, prior_share
 from memabra.router._similarity import Similarity
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
@@ -149,7 +149,7 @@ class ResidualRouter(Router):
             return own
         mode = int(prior.argmin())
         base = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior, mode=mode)
-        return self._mixture.slot(view, own, base)
+        return self._mixture.slot(view, own, base, prior_share(self._learned))
 
     # ------------------------------------------------------------------------- learning
     def _update(
