@@ -61,6 +61,7 @@ def serve(url: str, worker: int, episodes: int, out: Path) -> None:
     rng = random.Random(worker)
     ids: list[str] = []
     errors: Counter[str] = Counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(episodes):
         user, topic = rng.choice(users), rng.choice(TOPICS)
         try:
@@ -73,8 +74,9 @@ def serve(url: str, worker: int, episodes: int, out: Path) -> None:
         except Exception as exc:  # noqa: BLE001 - counted: the test's point is that there are none
             errors["database is locked" if "database is locked" in str(exc) else type(exc).__name__] += 1
             traceback.print_exc()
+    wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     session.close()
-    out.write_text(json.dumps({"ids": ids, "errors": dict(errors)}))
+    out.write_text(json.dumps({"ids": ids, "errors": dict(errors), "wall_s": wall_s, "cpu_s": cpu_s}))
 
 
 # ---------------------------------------------------------------------------------- learners
@@ -231,15 +233,25 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
     final = final_count(engine)
     while learned_so_far(engine) < final and time.time() < deadline:
         time.sleep(1)
+    learning_s = time.time() - started
+    stuck = 0
     for proc in (holder, standby):
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=120)
+        proc.send_signal(signal.SIGTERM)  # a learner commits and releases its lease on SIGTERM
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            stuck += 1
+            proc.kill()
+            proc.wait()
     ids: list[str] = []
     errors: Counter[str] = Counter()
+    rates, cpu_ms = [], []
     for w in range(processes):
         data = json.loads((work / f"w{w}.json").read_text())
         ids += data["ids"]
         errors.update(data["errors"])
+        rates.append(len(data["ids"]) / max(data["wall_s"], 1e-9))
+        cpu_ms.append(1000.0 * data["cpu_s"] / max(len(data["ids"]), 1))
     report = verify(engine, ids)
     replay_file, export_file = work / "replay.bin", work / "export.bin"
     subprocess.run([str(MEMABRA), "learner", "--replay", "--db", url, "--out", str(replay_file)], check=True, env=env)
@@ -258,12 +270,18 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
             "caller_errors": dict(errors),
             "database_is_locked": errors.get("database is locked", 0),
             "learner_kills": len(kill_log),
+            "standby_takeovers": sum(1 for k in kill_log if k.get("standby_took_over_after_s") is not None),
+            "learners_that_ignored_sigterm": stuck,
             "kills": kill_log,
             "model_identical_to_replay": identical,
             "rollback": {"version": rollback.get("version")} | rollback_reach(engine, rollback),
             "publish_reach_s": _summary(published),
             "serving_wall_s": round(serving_s, 1),
+            "all_learned_after_s": round(learning_s, 1),
             "episodes_per_s": round(len(ids) / serving_s, 1),
+            "episodes_per_s_per_process": _summary(rates, low=True),
+            "serving_cpu_ms_per_episode": _summary(cpu_ms),
+            "load_average_1min_at_end": round(os.getloadavg()[0], 1),
         }
     )
     engine.dispose()
@@ -314,10 +332,34 @@ def rollback_reach(engine: Any, rollback: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _summary(values: list[float]) -> dict[str, Any]:
+def _summary(values: list[float], *, low: bool = False) -> dict[str, Any]:
     if not values:
         return {"n": 0}
-    return {"n": len(values), "median": round(statistics.median(values), 2), "max": round(max(values), 2)}
+    out = {"n": len(values), "median": round(statistics.median(values), 2), "max": round(max(values), 2)}
+    return out | {"min": round(min(values), 2)} if low else out
+
+
+def _verdict(report: dict[str, Any]) -> list[str]:
+    """The figures the issue asks for, one line each."""
+    rb = report["rollback"]
+    pub = report["publish_reach_s"]
+    rate, cpu = report["episodes_per_s_per_process"], report["serving_cpu_ms_per_episode"]
+    return [
+        f"{report['backend']}: {report['processes']} serving processes x {report['episodes_per_process']} episodes",
+        f"learner SIGKILLs: {report['learner_kills']}, standby takeovers: {report['standby_takeovers']}",
+        f"episodes returned {report['episodes_returned']}, stored {report['episodes_stored']}: "
+        f"lost {report['lost']}, duplicated {report['duplicated']}, partial {report['partial']}",
+        f"final rewards {report['final_rewards']}, learned {report['learned_by_learner']}: "
+        f"learned twice {report['learned_twice']}, never {report['learned_never']}",
+        f"final model byte-identical to `memabra learner --replay`: {report['model_identical_to_replay']}",
+        f"rollback reached {rb.get('replicas_reached')} of {rb.get('replicas_running')} replicas, "
+        f"slowest {rb.get('slowest_s')} s; each new snapshot reached every replica in "
+        f"median {pub.get('median')} s, max {pub.get('max')} s ({pub.get('n', 0)} snapshots)",
+        f"caller errors: {report['caller_errors'] or 0}; `database is locked` at a caller: {report['database_is_locked']}",
+        f"serving: {report['serving_wall_s']} s wall, {rate.get('median')} episodes/s per process "
+        f"(min {rate.get('min')}), {cpu.get('median')} ms CPU per episode; all learned after "
+        f"{report['all_learned_after_s']} s; load average {report['load_average_1min_at_end']}",
+    ]
 
 
 def main() -> None:
@@ -337,6 +379,7 @@ def main() -> None:
     report = run(args.db, args.processes, args.episodes, args.kills, args.seed)
     text_out = json.dumps(report, indent=2, default=str)
     print(text_out)
+    print("\n".join(_verdict(report)))
     if args.json is not None:
         args.json.write_text(text_out + "\n")
     ok = (
@@ -345,6 +388,8 @@ def main() -> None:
         and report["learned_by_learner"] == report["final_rewards"]
         and report["model_identical_to_replay"]
         and not report["caller_errors"]
+        and report["learner_kills"] >= 1
+        and report["standby_takeovers"] >= 1
     )
     sys.exit(0 if ok else 1)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memabra import Budget, Candidate, CandidateKind, RoutingContext
+from memabra import Budget, Candidate, CandidateKind, CandidateStats, RoutingContext
 from memabra.router import HybridRouter, LinearRouter, Router, Similarity, VWRouter
 
 WORDS = (
@@ -48,7 +48,8 @@ def make_pool(rng: np.random.Generator, n: int = 50) -> list[Candidate]:
                 kinds[i % len(kinds)],
                 text,
                 int(rng.integers(20, 200)),
-                {"times_chosen": int(rng.integers(0, 20)), "times_helped": 0, "source": "bench"},
+                {"source": "bench"},
+                usage=CandidateStats(int(rng.integers(0, 20)), 0),
             )
         )
     return pool

@@ -186,6 +186,8 @@ class _Graph:
         )
         return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=call["name"], status="error")
 
+    # run_tools and arun_tools differ only in ``invoke`` vs ``await ainvoke`` (a deliberate repeat:
+    # one loop for both would need a generator protocol that reads worse than the two copies).
     def run_tools(self, state: MemabraState) -> dict[str, Any]:
         results = []
         for call in self._calls(state):
@@ -239,6 +241,9 @@ class MemabraAgent:
     ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
     graph (``graph``); the result's ``memabra_episode_id`` names the logged episode.
     """
+
+    # Deliberate repeats: the feedback, learning and close methods below forward to the session's
+    # with the same signatures, so an application holds one object (``duplicates`` pairs them).
 
     def __init__(self, graph: Any, session: RoutingSession) -> None:
         self.graph = graph

@@ -312,6 +312,12 @@ class Learner:
             self._drop()
             self._lease.release()
 
+    def abandon(self) -> None:
+        """Release the lease without committing: what was learned since the last commit is lost
+        (its rewards stay in the log and are learned again by the next lease holder)."""
+        self._drop()
+        self._lease.release()
+
     # ------------------------------------------------------------------ internals
 
     def _commit_due(self) -> bool:

@@ -44,25 +44,22 @@ class _Index:
     version: Hashable
     built: float
     items: tuple[RegistryItem, ...]
+    # term -> (documents holding it, its BM25 term score in each): fixed for the pool, so a
+    # query only sums the posting lists of its words
     postings: dict[str, tuple[NDArray[np.int64], NDArray[np.float64]]]
-    norm: NDArray[np.float64]
     vectors: NDArray[np.float32] | None
 
     def scores(self, query: str, encoder: CachingEncoder | None) -> NDArray[np.float64]:
-        n = len(self.items)
-        lexical = np.zeros(n, dtype=np.float64)
+        lexical = np.zeros(len(self.items), dtype=np.float64)
         for term in content_words(query):
             hit = self.postings.get(term)
-            if hit is None:
-                continue
-            docs, tf = hit
-            idf = math.log(1.0 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
-            lexical[docs] += idf * tf * (_K1 + 1.0) / (tf + self.norm[docs])
+            if hit is not None:
+                lexical[hit[0]] += hit[1]
         total = _z(lexical)
         if self.vectors is not None and encoder is not None:
             q = np.asarray(encoder.encode([query]), dtype=np.float32)[0]
-            # einsum, not BLAS: a threaded matrix-vector product on a busy 2-core host waits for its
-            # threads (16 ms against 0.6 ms single-threaded for 10,000 x 384 on the CI machine).
+            # einsum, not BLAS: a threaded matrix-vector product on a busy host waits for its threads
+            # (measured in docs/memory.md, "Measurements")
             total = total + _z(np.einsum("ij,j->i", self.vectors, q).astype(np.float64))
         return total
 
@@ -90,8 +87,13 @@ def _build(version: Hashable, items: Sequence[RegistryItem], encoder: CachingEnc
         cached = encoder.cached(texts)
         if len(cached) == len(set(texts)):
             vectors = np.stack([cached[t] for t in texts]).astype(np.float32)
-    frozen = {w: (np.asarray(d, dtype=np.int64), np.asarray(t, dtype=np.float64)) for w, (d, t) in postings.items()}
-    return _Index(version, time.monotonic(), tuple(items), frozen, norm, vectors)
+    n = len(items)
+    frozen: dict[str, tuple[NDArray[np.int64], NDArray[np.float64]]] = {}
+    for word, (docs, counts) in postings.items():
+        rows, freq = np.asarray(docs, dtype=np.int64), np.asarray(counts, dtype=np.float64)
+        idf = math.log(1.0 + (n - len(rows) + 0.5) / (len(rows) + 0.5))
+        frozen[word] = (rows, idf * freq * (_K1 + 1.0) / (freq + norm[rows]))
+    return _Index(version, time.monotonic(), tuple(items), frozen, vectors)
 
 
 def rank(items: Sequence[RegistryItem], query: str, encoder: CachingEncoder | None) -> list[tuple[RegistryItem, float]]:
@@ -143,7 +145,13 @@ class RecallIndex:
                     self._indexes.popitem(last=False)
         if len(index.items) <= limit:
             return list(index.items)
-        scores = index.scores(query, self.encoder)
-        best = np.argpartition(-scores, limit - 1)[:limit]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return [index.items[i] for i in best]
+        return [index.items[i] for i in _top(index.scores(query, self.encoder), limit)]
+
+
+def _top(scores: NDArray[np.float64], limit: int) -> NDArray[np.intp]:
+    """The first ``limit`` of a stable descending sort of ``scores`` (ties: the earlier item), in
+    that order, without sorting them all."""
+    cut = scores[np.argpartition(-scores, limit - 1)[:limit]].min()
+    above = np.flatnonzero(scores > cut)
+    best = np.concatenate([above, np.flatnonzero(scores == cut)[: limit - above.size]])
+    return best[np.lexsort((best, -scores[best]))]

@@ -13,8 +13,10 @@ from typing import Any
 from memabra._errors import InvalidRecordError
 from memabra._records_routing import (
     _EMPTY,
+    USAGE_METADATA_KEYS,
     Candidate,
     CandidateKind,
+    CandidateStats,
     FeedbackKind,
     JSONValue,
     Selection,
@@ -287,17 +289,11 @@ class RegistryItem:
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
 
     def as_candidate(self) -> Candidate:
-        """The candidate the router sees, with usage counters in its metadata for featurisation."""
-        meta = dict(self.metadata)
-        meta.update(
-            name=self.name or self.id,
-            source=self.source,
-            owner=self.owner,
-            created_at=self.created_at.isoformat(),
-            times_chosen=self.times_chosen,
-            times_helped=self.times_used,
-        )
-        return Candidate(self.id, self.kind, self.text, self.tokens, meta)
+        """The candidate the router sees: its usage counters and age as typed fields."""
+        meta = {k: v for k, v in self.metadata.items() if k not in USAGE_METADATA_KEYS}
+        meta.update(name=self.name or self.id, source=self.source, owner=self.owner)
+        usage = CandidateStats(times_chosen=self.times_chosen, times_helped=self.times_used)
+        return Candidate(self.id, self.kind, self.text, self.tokens, meta, usage=usage, created_at=self.created_at)
 
 
 @dataclass(frozen=True, slots=True)

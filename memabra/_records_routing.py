@@ -99,11 +99,32 @@ class StepKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CandidateStats:
+    """How often a candidate was chosen and how often it helped (a turn it was chosen for used it:
+    the log's ``times_used``), counted from the episode log."""
+
+    times_chosen: int = 0
+    times_helped: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("times_chosen", "times_helped"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidRecordError(f"CandidateStats.{name} must be a non-negative integer, got {value!r}")
+
+
+USAGE_METADATA_KEYS = frozenset({"times_chosen", "times_helped", "created_at"})
+"""Metadata keys that once carried :attr:`Candidate.usage` and :attr:`Candidate.created_at` as
+strings; refused in new candidates so a caller still passing them learns it instead of losing them."""
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """Something the router may put into the agent's context.
 
-    ``tokens`` is the context cost of injecting it; ``metadata`` carries source, timestamps and
-    anything else featurisation may use (``created_at`` as an ISO string, ``source``, ...).
+    ``tokens`` is the context cost of injecting it; ``usage`` is its history in the episode log
+    (``None``: never counted, featurised as never chosen); ``created_at`` gives its age (``None``:
+    unknown); ``metadata`` carries free-form extras (``source``, ``name``, ``owner``, ...).
     """
 
     id: str
@@ -111,6 +132,8 @@ class Candidate:
     text: str
     tokens: int
     metadata: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    usage: CandidateStats | None = None
+    created_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -129,6 +152,22 @@ class Candidate:
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
             raise InvalidRecordError(
                 f"Candidate.tokens must be a non-negative integer, got {self.tokens!r} (id {self.id!r})"
+            )
+        if self.usage is not None and not isinstance(self.usage, CandidateStats):
+            raise InvalidRecordError(
+                f"Candidate.usage must be a CandidateStats or None, got {type(self.usage).__name__} (id {self.id!r})"
+            )
+        if self.created_at is not None:
+            if not isinstance(self.created_at, datetime):
+                raise InvalidRecordError(
+                    f"Candidate.created_at must be a datetime or None, got {self.created_at!r} (id {self.id!r})"
+                )
+            _require_aware(f"Candidate.created_at (id {self.id!r})", self.created_at)
+        legacy = USAGE_METADATA_KEYS.intersection(self.metadata or ())
+        if legacy:
+            raise InvalidRecordError(
+                f"Candidate.metadata key(s) {sorted(legacy)} of {self.id!r} are not read: pass "
+                "usage=CandidateStats(times_chosen, times_helped) and created_at=datetime instead"
             )
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
 

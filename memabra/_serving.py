@@ -100,6 +100,7 @@ class PolicyRuntime:
         if listen and log.engine.dialect.name == "postgresql":
             self._listener = _Listener(self)
         _OPEN.add(self)
+        log.when_closed(self._abandon)
 
     # ------------------------------------------------------------------ serving
 
@@ -167,6 +168,15 @@ class PolicyRuntime:
         return self.watcher.policy_version
 
     def close(self) -> None:
+        """Commit what the learner learned since its last commit and release its lease."""
+        self._shut(save=True)
+
+    def _abandon(self) -> None:
+        # the log was closed under this runtime: nothing can be saved any more (and at exit nothing
+        # is tried); the learner's lease, which holds a connection of that log, is released
+        self._shut(save=False)
+
+    def _shut(self, *, save: bool) -> None:
         if self._closed:
             return
         self._closed = True
@@ -174,7 +184,10 @@ class PolicyRuntime:
             self._listener.stop()
         with self._lock:
             if self.learner is not None:
-                self.learner.close()
+                if save:
+                    self.learner.close()
+                else:
+                    self.learner.abandon()
         _OPEN.discard(self)
 
 

@@ -39,7 +39,7 @@ from memabra._records import (
     Selection,
     SlotDraw,
 )
-from memabra.router._credit import SlotCredit, check_missing, check_outcomes, needed_credit, slot_credits
+from memabra.router._credit import SlotCredit, credit_learning
 from memabra.router._features import FeatureTable, featurize, recall
 from memabra.router._sampling import apply_floor, check_distribution
 from memabra.router._similarity import Similarity
@@ -291,11 +291,9 @@ class Router(ABC):
                     f"selection {selection.id} was not made by this router (or was already learned from, "
                     f"or is older than the last {self.max_pending} decisions)"
                 )
-            checked = None if outcomes is None else check_outcomes(selection, outcomes)
-            needed = check_missing(selection, missing)
-            credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
+            credited = credit_learning(selection, reward, outcomes, local_credit, missing, float(self.unused_penalty))
             del self._pending[selection.id]
-            self._learn_credits(selection, credits, needed_credit(reward) if needed else None, needed)
+            self._learn_credits(selection, *credited)
 
     def learn_logged(
         self,
@@ -312,10 +310,8 @@ class Router(ABC):
             raise RouterError(f"learn_logged needs a Selection, got {type(selection).__name__}")
         with self._lock:
             self._ensure_state()
-            checked = None if outcomes is None else check_outcomes(selection, outcomes)
-            needed = check_missing(selection, missing)
-            credits = slot_credits(selection, reward, checked if local_credit else None, float(self.unused_penalty))
-            self._learn_credits(selection, credits, needed_credit(reward) if needed else None, needed)
+            credited = credit_learning(selection, reward, outcomes, local_credit, missing, float(self.unused_penalty))
+            self._learn_credits(selection, *credited)
 
     def _learn_credits(
         self,

@@ -14,6 +14,7 @@ import math
 import pickle
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from memabra._records import (
     Budget,
     Candidate,
     CandidateKind,
+    CandidateStats,
     PolicySnapshot,
     RewardBreakdown,
     RewardComponents,
@@ -48,14 +50,17 @@ def conformance_candidates() -> tuple[Candidate, ...]:
             CandidateKind.MEMORY,
             "The user lives in Seattle and works as a designer.",
             12,
-            {"times_chosen": 3, "times_helped": 2, "created_at": "2025-01-01T00:00:00+00:00", "source": "chat"},
+            {"source": "chat"},
+            usage=CandidateStats(3, 2),
+            created_at=datetime(2025, 1, 1, tzinfo=UTC),
         ),
         Candidate(
             "m-latte",
             CandidateKind.MEMORY,
             "The user likes oat milk lattes in the morning.",
             10,
-            {"times_chosen": 1, "times_helped": 0, "created_at": "2025-02-01T00:00:00+00:00"},
+            usage=CandidateStats(1, 0),
+            created_at=datetime(2025, 2, 1, tzinfo=UTC),
         ),
         Candidate("m-name", CandidateKind.MEMORY, "The user's first name is Michael.", 8),
         Candidate(
@@ -236,8 +241,8 @@ def check_router(factory: RouterFactory) -> None:
     _expect(RouterError, "duplicate candidate ids", lambda: router.choose(context, [candidates[0], candidates[0]]))
     _expect(RouterError, "a non-Candidate in candidates", lambda: router.choose(context, ["m-seattle"]))  # type: ignore[list-item]
     _expect(RouterError, "a context that is not a RoutingContext", lambda: router.choose("query", candidates))  # type: ignore[arg-type]
-    nan_meta = replace(candidates[0], metadata={"times_chosen": float("nan")})
-    _expect(RouterError, "a NaN usage count", lambda: router.choose(context, [nan_meta, *candidates[1:]]))
+    overhelped = replace(candidates[0], usage=CandidateStats(times_chosen=1, times_helped=2))
+    _expect(RouterError, "more helps than choices", lambda: router.choose(context, [overhelped, *candidates[1:]]))
     bad_matrix = table.matrix.copy()
     bad_matrix[0, 0] = float("nan")
     _expect(RouterError, "NaN features", lambda: FeatureTable(table.candidates, bad_matrix, table.rows))

@@ -40,7 +40,15 @@ from memabra._errors import RouterError
 from memabra._records import STOP_ID, RewardBreakdown, RewardWeights, Selection
 from memabra.router._sampling import finite_reward
 
-__all__ = ["SlotCredit", "check_missing", "check_outcomes", "needed_credit", "reward_total", "slot_credits"]
+__all__ = [
+    "SlotCredit",
+    "check_missing",
+    "check_outcomes",
+    "credit_learning",
+    "needed_credit",
+    "reward_total",
+    "slot_credits",
+]
 
 
 def reward_total(reward: RewardBreakdown | float) -> tuple[float, RewardWeights]:
@@ -132,3 +140,19 @@ def slot_credits(
         kappa = weights.wr * unused_penalty + weights.wx * by_id[draw.chosen_id].tokens / budget_tokens
         credits.append(SlotCredit(outcome * max(total, weights.ws) - (1.0 - outcome) * kappa, stop_credit, True))
     return tuple(credits)
+
+
+def credit_learning(
+    selection: Selection,
+    reward: RewardBreakdown | float,
+    outcomes: Mapping[str, float] | None,
+    local_credit: bool,
+    missing: Sequence[str],
+    unused_penalty: float,
+) -> tuple[tuple[SlotCredit, ...], float | None, tuple[str, ...]]:
+    """What one learning step of a router needs, checked before anything is learned: the slot
+    credits, the credit of a missing candidate (``None`` when none is missing) and the missing ids."""
+    checked = None if outcomes is None else check_outcomes(selection, outcomes)
+    needed = check_missing(selection, missing)
+    credits = slot_credits(selection, reward, checked if local_credit else None, unused_penalty)
+    return credits, needed_credit(reward) if needed else None, needed

@@ -11,7 +11,7 @@ Action features (one row per candidate, numbers keyed by name):
 ``hyb_gap``               ``hyb_z`` minus the best other ``hyb_z`` of the kind (> 0 only for the leader)
 ``tokens_log``            ``ln(1 + tokens)``
 ``tokens_share``          tokens / budget tokens (0 without a token limit)
-``age_log_days``          ``ln(1 + age in days)`` from metadata ``created_at``; ``age_known`` 0/1
+``age_log_days``          ``ln(1 + age in days)`` from ``Candidate.created_at``; ``age_known`` 0/1
 ``chosen_log``            ``ln(1 + times_chosen)``; ``helped_log`` likewise for ``times_helped``
 ``helped_rate``           ``(times_helped + 1) / (times_chosen + 2)`` (a Beta(1, 1) posterior mean)
 ``fresh``                 1 when the candidate was never chosen
@@ -23,8 +23,8 @@ Action features (one row per candidate, numbers keyed by name):
 Context features (:func:`context_features`): ``q=<token>`` counts of the query's tokens, ``user=<id>``,
 ``turn_log`` and ``kinds=<k>`` for every kind requested. Learners hash these; nothing here is learned.
 
-Usage statistics come from ``Candidate.metadata`` (``times_chosen``, ``times_helped``, ``created_at``,
-``source``), which the runtime fills from the episode log; an explicit ``stats`` mapping overrides them.
+Usage statistics come from ``Candidate.usage`` (a :class:`~memabra.CandidateStats` the runtime fills
+from the episode log; ``None`` counts as never chosen); an explicit ``stats`` mapping overrides them.
 The same counts for this request alone (``request``: a router's memory of the outcomes of the same
 user asking the same thing, :meth:`memabra.router.Router.featurize`) give ``failed_here`` and
 ``helped_here``; both are 0 for a request never seen, and in feature rows logged before they existed.
@@ -35,14 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError
-from memabra._records import Budget, Candidate, CandidateKind, RoutingContext
+from memabra._records import Budget, Candidate, CandidateKind, CandidateStats, RoutingContext
 from memabra.router._similarity import Similarity
 from memabra.router._text import analyze
 
@@ -85,20 +85,6 @@ NUMERIC_FEATURES: tuple[str, ...] = SIMILARITY_FEATURES + HISTORY_FEATURES
 
 # added after logs were first written: a stored row without them had no request history
 _DEFAULT_ZERO = frozenset({"failed_here", "helped_here"})
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateStats:
-    """How often a candidate was chosen and how often it helped, from the log."""
-
-    times_chosen: int = 0
-    times_helped: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("times_chosen", "times_helped"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RouterError(f"CandidateStats.{name} must be a non-negative integer, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,16 +147,6 @@ def _finite(value: object, what: str) -> float:
     if not math.isfinite(number):
         raise RouterError(f"{what} is not finite ({number!r})")
     return number
-
-
-def _count(metadata: Mapping[str, object], key: str, candidate_id: str) -> int:
-    value = metadata.get(key, 0)
-    number = _finite(value, f"metadata {key!r} of candidate {candidate_id!r}")
-    if number < 0 or number != int(number):
-        raise RouterError(
-            f"metadata {key!r} of candidate {candidate_id!r} must be a non-negative integer, got {value!r}"
-        )
-    return int(number)
 
 
 def _zscore(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -253,12 +229,8 @@ def featurize(
 
     ages = []
     for i, candidate in enumerate(candidates):
-        meta = candidate.metadata
-        if stats is not None and candidate.id in stats:
-            chosen, helped = stats[candidate.id].times_chosen, stats[candidate.id].times_helped
-        else:
-            chosen = _count(meta, "times_chosen", candidate.id)
-            helped = _count(meta, "times_helped", candidate.id)
+        usage = stats[candidate.id] if stats is not None and candidate.id in stats else candidate.usage
+        chosen, helped = (usage.times_chosen, usage.times_helped) if usage is not None else (0, 0)
         if helped > chosen:
             raise RouterError(f"candidate {candidate.id!r} helped {helped} times but was chosen only {chosen} times")
         matrix[i, col["tokens_log"]] = math.log1p(candidate.tokens)
@@ -276,7 +248,7 @@ def featurize(
                 )
             matrix[i, col["failed_here"]] = math.log1p(here.times_chosen - here.times_helped)
             matrix[i, col["helped_here"]] = math.log1p(here.times_helped)
-        ages.append(_created(meta, candidate.id))
+        ages.append(candidate.created_at)
 
     known = [a for a in ages if a is not None]
     reference = now if now is not None else (max(known) if known else None)
@@ -293,22 +265,6 @@ def featurize(
         row[f"source={candidate.metadata.get('source', 'unknown')}"] = 1.0
         rows.append(MappingProxyType(row))
     return FeatureTable(candidates, matrix, tuple(rows))
-
-
-def _created(metadata: Mapping[str, object], candidate_id: str) -> datetime | None:
-    raw = metadata.get("created_at")
-    if raw is None:
-        return None
-    if isinstance(raw, datetime):
-        created = raw
-    elif isinstance(raw, str):
-        try:
-            created = datetime.fromisoformat(raw)
-        except ValueError:
-            raise RouterError(f"metadata 'created_at' of candidate {candidate_id!r} is not ISO 8601: {raw!r}") from None
-    else:
-        raise RouterError(f"metadata 'created_at' of candidate {candidate_id!r} must be an ISO 8601 string")
-    return created if created.tzinfo is not None else created.replace(tzinfo=UTC)
 
 
 def context_features(context: RoutingContext) -> dict[str, float]:

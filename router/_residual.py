@@ -28,10 +28,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, Selection
+from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
 from memabra.router._exploration import EXPLORATIONS, PriorMixture, explore, prior_share
+from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
@@ -150,6 +151,25 @@ class ResidualRouter(Router):
         mode = int(prior.argmin())
         base = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior, mode=mode)
         return self._mixture.slot(view, own, base, prior_share(self._learned))
+
+    def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
+        """The logged score: each candidate's cost at the first slot of its kind, in the prior's units.
+
+        With every candidate of the kind open and nothing chosen yet, ``c = c0 + r`` gives
+        ``score = -(c + PRIOR_OFFSET) / PRIOR_SCALE = hyb_z - r / PRIOR_SCALE``: the hybrid prior
+        plus what the learner added (0 for a fresh learner). The slot draws' probabilities stay
+        the decision; the score only ranks and explains it (the log, the admin's decision view).
+        """
+        scores = table.column("hyb_z").copy()
+        budget = context.budget
+        slot = 0
+        for kind in context.kinds:
+            rows = tuple(i for i, c in enumerate(table.candidates) if c.kind is kind)
+            if rows:
+                view = SlotView(context, table, kind, slot, 0, rows, (), budget.max_tokens)
+                scores[list(rows)] = -(self._costs(view)[:-1] + PRIOR_OFFSET) / PRIOR_SCALE
+            slot += budget.slots_for(kind)
+        return scores
 
     # ------------------------------------------------------------------------- learning
     def _update(

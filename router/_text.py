@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from sklearn.feature_extraction.text import CountVectorizer
-
 __all__ = ["STOP_WORDS", "analyze", "vw_token"]
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -26,7 +24,9 @@ STOP_WORDS: frozenset[str] = frozenset(
     when where why how not no yes all any each both either neither some such than too very just
     also only own same other s t don now please""".split()
 )
-_ANALYZER = CountVectorizer(lowercase=True, stop_words=sorted(STOP_WORDS)).build_analyzer()
+# scikit-learn's CountVectorizer word analyzer (its default token pattern, lower-cased, stop words
+# dropped), written out: importing scikit-learn for it cost about 2 s at every process start.
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
 _VW_UNSAFE = re.compile(r"[\s|:]+")
 
 
@@ -34,7 +34,7 @@ _VW_UNSAFE = re.compile(r"[\s|:]+")
 def analyze(text: str) -> tuple[str, ...]:
     """Lower-cased word tokens of ``text`` without English stop words (cached by text)."""
     spaced = _SEPARATORS.sub(" ", _CAMEL.sub(" ", text)).replace("_", " ")
-    return tuple(_ANALYZER(spaced))
+    return tuple(t for t in _TOKEN.findall(spaced.lower()) if t not in STOP_WORDS)
 
 
 def vw_token(value: str) -> str:

@@ -92,6 +92,9 @@ class SnapshotWatcher(Router):
         Passed to restored routers (``None``: each restores with the default similarity).
     """
 
+    # Deliberate repeats: choose / learn / learn_logged restate the Router signatures (the watcher
+    # is a Router and forwards to the one it serves).
+
     @property
     def name(self) -> str:  # type: ignore[override]  # read-only on purpose: the serving router's name
         """The serving router's policy name (what its selections record)."""

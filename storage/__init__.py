@@ -21,6 +21,7 @@ from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
 from memabra.storage._open import open_log
 from memabra.storage._rows import clean_text
+from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "LeaseLostError",
     "MemoryRegistry",
     "PolicyVersionStats",
+    "PruneResult",
     "ReadPosition",
     "RevokedSessions",
     "RewardPoint",

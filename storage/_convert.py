@@ -4,11 +4,13 @@ nothing (what a correction is comes from the feedback record)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
 from memabra._records import (
     STOP_ID,
+    Candidate,
     CandidateKind,
     Episode,
     Feedback,
@@ -98,6 +100,17 @@ def slot_values(sel: Selection) -> list[dict[str, Any]]:
 _KIND_TEXT: dict[CandidateKind, str] = {k: k.value for k in CandidateKind}
 
 
+def candidate_metadata(cand: Candidate) -> dict[str, Any]:
+    """The metadata column of a logged candidate: its metadata plus usage counts and creation time
+    under their pre-typed keys, read back by :func:`~memabra.storage._from_rows.candidate_from_row`."""
+    meta: dict[str, Any] = dict(cand.metadata)
+    if cand.usage is not None:
+        meta.update(times_chosen=cand.usage.times_chosen, times_helped=cand.usage.times_helped)
+    if cand.created_at is not None:
+        meta["created_at"] = cand.created_at.isoformat()
+    return meta
+
+
 def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[dict[str, Any]]:
     user_id = sel.context.user_id
     chosen_slot = {d.chosen_id: d for d in sel.slots if d.chosen_id != STOP_ID}
@@ -123,7 +136,7 @@ def candidate_values(sel: Selection, used_ids: frozenset[str] | None) -> list[di
                 "kind": _KIND_TEXT[cand.kind],
                 "text": cand.text,
                 "tokens": cand.tokens,
-                "metadata": dict(cand.metadata) if cand.metadata else {},
+                "metadata": candidate_metadata(cand),
                 "features": dict(sc.features),
                 "score": sc.score,
                 "rank": sc.rank,
@@ -205,46 +218,21 @@ def registry_values(item: RegistryItem) -> dict[str, Any]:
 
 
 def snapshot_values(snapshot: PolicySnapshot) -> dict[str, Any]:
-    return {
-        "version": snapshot.version,
-        "policy": snapshot.policy,
-        "parent": snapshot.parent,
-        "model": snapshot.model,
-        "learner_args": thaw(snapshot.learner_args),
-        "metrics": thaw(snapshot.metrics),
-        "status": snapshot.status,
-        "created_at": snapshot.created_at,
-    }
+    return _by_name(snapshot)
 
 
 def ope_values(r: OPEResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "run_id": r.run_id,
-        "policy": r.policy,
-        "snapshot_version": r.snapshot_version,
-        "estimator": r.estimator,
-        "value": r.value,
-        "ci_low": r.ci_low,
-        "ci_high": r.ci_high,
-        "n_rounds": r.n_rounds,
-        "alpha": r.alpha,
-        "details": thaw(r.details),
-        "created_at": r.created_at,
-    }
+    return _by_name(r)
 
 
 def memory_score_values(q: MemoryQuality) -> dict[str, Any]:
-    return {
-        "decision_id": q.decision_id,
-        "scorer": q.scorer,
-        "p_selected": q.p_selected,
-        "p_all": q.p_all,
-        "difference": q.difference,
-        "reward": q.reward,
-        "answer_tokens": q.answer_tokens,
-        "scored_at": q.scored_at,
-    }
+    return _by_name(q)
+
+
+def _by_name(record: Any) -> dict[str, Any]:
+    """Column values of a record whose fields are its row's columns, name for name (the reverse of
+    :func:`~memabra.storage._from_rows._by_name`); mappings and tuples thawed into JSON."""
+    return {f.name: thaw(getattr(record, f.name)) for f in fields(record)}
 
 
 def thaw(value: Any) -> Any:
@@ -257,6 +245,7 @@ def thaw(value: Any) -> Any:
 
 
 __all__ = [
+    "candidate_metadata",
     "candidate_values",
     "decision_values",
     "episode_values",

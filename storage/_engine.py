@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from memabra._errors import ConfigError
@@ -18,6 +20,11 @@ URL_ENV = "MEMABRA_DATABASE_URL"
 # after the retries, refused with StorageContentionError). Each episode holds the lock for a
 # millisecond or two, so 30 s is hundreds of queued writers: past that, use PostgreSQL.
 SQLITE_BUSY_TIMEOUT_S = 30.0
+
+# A pooled PostgreSQL connection idle for longer than this is pinged before use (a server restart
+# or an idle-killing proxy leaves dead ones); one checked in more recently is taken as alive. A
+# ping on every checkout (SQLAlchemy's pool_pre_ping) cost a round trip per transaction, five per turn.
+PG_PING_IDLE_S = 5.0
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -50,8 +57,27 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         engine = create_engine(resolved, **kwargs)
         _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(resolved, **kwargs)
+    engine = create_engine(resolved, **kwargs)
+    if not kwargs.get("pool_pre_ping"):
+        _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["memabra_checked_in"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("memabra_checked_in")
+        if since is None or time.monotonic() - since < PG_PING_IDLE_S:
+            return  # new, or in use moments ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool discards the connection and checks out (or opens) another.
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
 
 
 def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> None:

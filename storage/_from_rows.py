@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from memabra._records import (
+    USAGE_METADATA_KEYS,
     Budget,
     Candidate,
     CandidateKind,
+    CandidateStats,
     EpisodeSummary,
     Feedback,
     MemoryQuality,
@@ -38,6 +43,30 @@ from memabra.storage._models import (
     StepRow,
 )
 
+_R = TypeVar("_R")
+
+
+def candidate_from_row(c: DecisionCandidateRow) -> Candidate:
+    """A logged candidate. Its usage counts and creation time are stored in the metadata column
+    under the keys of :data:`~memabra._records.USAGE_METADATA_KEYS` (the row format predates the
+    typed fields, so logs written before and after them read the same way)."""
+    meta: dict[str, Any] = dict(c.metadata_ or {})
+    stored = {key: meta.pop(key) for key in USAGE_METADATA_KEYS if key in meta}
+    usage = None
+    if "times_chosen" in stored or "times_helped" in stored:
+        usage = CandidateStats(_count(stored.get("times_chosen", 0)), _count(stored.get("times_helped", 0)))
+    created = stored.get("created_at")
+    created_at = None
+    if isinstance(created, str):
+        created_at = datetime.fromisoformat(created)
+        created_at = created_at if created_at.tzinfo is not None else created_at.replace(tzinfo=UTC)
+    return Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, meta, usage=usage, created_at=created_at)
+
+
+def _count(value: Any) -> int:
+    # JSON may hand back 3.0 for 3; a fractional or negative count is left for CandidateStats to refuse
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
 
 def selection_from_rows(
     decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
@@ -56,7 +85,7 @@ def selection_from_rows(
     )
     offered = tuple(
         ScoredCandidate(
-            candidate=Candidate(c.candidate_id, CandidateKind(c.kind), c.text, c.tokens, c.metadata_ or {}),
+            candidate=candidate_from_row(c),
             features={k: float(v) for k, v in (c.features or {}).items()},
             score=c.score,
             rank=c.rank,
@@ -88,19 +117,7 @@ def selection_from_rows(
 
 
 def step_from_row(row: StepRow) -> Step:
-    return Step(
-        kind=row.kind,  # type: ignore[arg-type]
-        name=row.name,
-        seq=row.seq,
-        arguments=row.arguments or {},
-        result=row.result,
-        status=row.status,
-        error=row.error,
-        latency_ms=row.latency_ms,
-        input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens,
-        started_at=row.started_at,
-    )
+    return _by_name(row, Step, arguments=row.arguments or {})
 
 
 def missed_by_episode(
@@ -124,17 +141,7 @@ def missed_by_episode(
 
 
 def feedback_from_row(row: FeedbackRow) -> Feedback:
-    return Feedback(
-        episode_id=row.episode_id,
-        kind=row.kind,  # type: ignore[arg-type]
-        source=row.source,
-        payload=row.payload or {},
-        decision_id=row.decision_id,
-        idempotency_key=row.idempotency_key,
-        received_at=row.received_at,
-        id=row.id,
-        late=row.late,
-    )
+    return _by_name(row, Feedback, payload=row.payload or {})
 
 
 def reward_from_row(row: RewardRow) -> RewardBreakdown:
@@ -148,58 +155,29 @@ def reward_from_row(row: RewardRow) -> RewardBreakdown:
 
 
 def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:
-    return PolicySnapshot(
-        policy=row.policy,
-        version=row.version,
-        model=bytes(row.model),
-        learner_args=row.learner_args or {},
-        parent=row.parent,
-        created_at=row.created_at,
-        metrics=row.metrics or {},
-        status=row.status,
+    return _by_name(
+        row, PolicySnapshot, model=bytes(row.model), learner_args=row.learner_args or {}, metrics=row.metrics or {}
     )
 
 
 def registry_from_row(row: RegistryRow) -> RegistryItem:
-    return RegistryItem(
-        kind=CandidateKind(row.kind),
-        id=row.id,
-        owner=row.owner,
-        text=row.text,
-        tokens=row.tokens,
-        name=row.name,
-        body=row.body,
-        source=row.source,
-        metadata=row.metadata_ or {},
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_chosen_at=row.last_chosen_at,
-        times_chosen=row.times_chosen,
-        times_used=row.times_used,
-    )
+    # ``metadata`` is the column ``metadata_`` (SQLAlchemy reserves the name on a mapped class)
+    return _by_name(row, RegistryItem, kind=CandidateKind(row.kind), metadata=row.metadata_ or {})
 
 
 def ope_from_row(r: OPERunRow) -> OPEResult:
-    return OPEResult(
-        policy=r.policy,
-        estimator=r.estimator,
-        value=r.value,
-        ci_low=r.ci_low,
-        ci_high=r.ci_high,
-        n_rounds=r.n_rounds,
-        alpha=r.alpha,
-        snapshot_version=r.snapshot_version,
-        details=r.details or {},
-        run_id=r.run_id,
-        created_at=r.created_at,
-        id=r.id,
-    )
+    return _by_name(r, OPEResult, details=r.details or {})
 
 
 def memory_score_from_row(r: MemoryScoreRow) -> MemoryQuality:
-    return MemoryQuality(
-        r.decision_id, r.scorer, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens, r.scored_at
-    )
+    return _by_name(r, MemoryQuality)
+
+
+def _by_name(row: object, record: type[_R], **converted: Any) -> _R:
+    """``record`` with every field read from the same-named attribute of ``row``, except the
+    ``converted`` ones (a column whose name or type differs, or a nullable JSON column)."""
+    names = [f.name for f in fields(record) if f.init and f.name not in converted]  # type: ignore[arg-type]
+    return record(**{name: getattr(row, name) for name in names}, **converted)
 
 
 def summary_from_row(r: EpisodeRow) -> EpisodeSummary:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +48,7 @@ from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._migrate import check_schema
 from memabra.storage._rewards import Scorer
+from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
@@ -78,6 +79,8 @@ class EpisodeLog:
         # A log dropped without close() still closes its pooled connections (psycopg warns, and a
         # server counts them, when a pool is garbage-collected with connections open).
         self._release = weakref.finalize(self, self._engine.dispose) if self._owns_engine else None
+        self._closed = False
+        self._on_close: list[weakref.WeakMethod[Callable[[], object]]] = []
         self._tx = Transactions(self._engine)
         self.feedback_window = feedback_window
         if check:
@@ -100,7 +103,28 @@ class EpisodeLog:
     def url(self) -> str:
         return self._engine.url.render_as_string(hide_password=True)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def when_closed(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (a bound method, held weakly) when this log closes, before its pool
+        goes: what holds a connection of this log (a learner's lease) lets it go with the log."""
+        self._on_close.append(weakref.WeakMethod(callback))
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for ref in self._on_close:
+            callback = ref()
+            if callback is None:
+                continue
+            try:
+                callback()
+            except Exception as exc:  # noqa: BLE001 - closing: the pool must still be released
+                logger.warning("closing what used the log failed: %s", exc)
+        self._on_close.clear()
         if self._release is not None:
             self._release()
 
@@ -183,19 +207,6 @@ class EpisodeLog:
         """Replace stored rewards' totals, Hm, weights and version; returns how many."""
         return _rewards.write_rewards(self._tx, updates, weights, version)
 
-    def recompute_rewards(
-        self,
-        weights: RewardWeights,
-        *,
-        since: datetime | None = None,
-        version: str | None = None,
-        use_memory_scores: bool = False,
-    ) -> int:
-        """Kept for callers of the old API: :meth:`memabra.RewardService.recompute_rewards`."""
-        from memabra._feedback import recompute_rewards  # the rules live with the reward
-
-        return recompute_rewards(self, weights, since=since, version=version, use_memory_scores=use_memory_scores)
-
     # ------------------------------------------------------------------ decisions for offline use
 
     def iter_selections(
@@ -270,6 +281,12 @@ class EpisodeLog:
     def rollback(self, policy: str) -> PolicySnapshot:
         """Re-activate the parent of ``policy``'s active snapshot; returns it."""
         return _snapshots.rollback(self._tx, policy)
+
+    def prune_snapshots(self, keep: int, *, policy: str | None = None, dry_run: bool = False) -> PruneResult:
+        """Retention: delete old snapshots in one transaction, keeping the newest ``keep`` per
+        policy, the active one with ``keep`` generations of ancestors, and every snapshot a
+        learner's checkpoint or an OPE result names (``dry_run``: report only)."""
+        return _snapshots.prune_snapshots(self._tx, keep, policy, dry_run=dry_run)
 
     def update_snapshot_metrics(self, version: str, metrics: Mapping[str, Any]) -> None:
         _snapshots.update_snapshot_metrics(self._tx, version, metrics)

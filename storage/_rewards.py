@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from memabra._errors import FeedbackError, UnknownEpisodeError
@@ -73,20 +74,20 @@ def add_feedback(
                     f"feedback names decision {feedback.decision_id!r}, "
                     f"which is not part of episode {feedback.episode_id!r}"
                 )
-        key = row_values["idempotency_key"]
-        existing = s.scalar(select(FeedbackRow).where(FeedbackRow.idempotency_key == key))
-        if existing is not None:
-            if existing.episode_id != episode.id:
+        late = episode.finalized_at is not None
+        # One statement for the common case (a new key): the insert skips a row whose key (or id)
+        # is already stored, and a concurrent post of the same key waits for the first to commit.
+        table = table_of(FeedbackRow)
+        upsert = pg_insert(table) if s.get_bind().dialect.name == "postgresql" else sqlite_insert(table)
+        stmt = upsert.values({**row_values, "late": late}).on_conflict_do_nothing().returning(table.c.id)
+        if s.execute(stmt).first() is None:
+            key = row_values["idempotency_key"]
+            existing = s.scalar(select(FeedbackRow).where(FeedbackRow.idempotency_key == key))
+            if existing is not None and existing.episode_id != episode.id:
                 raise FeedbackError(
                     f"idempotency key {feedback.idempotency_key!r} was already used for episode {existing.episode_id!r}"
                 )
-            return FeedbackReceipt(existing.id, "duplicate")
-        late = episode.finalized_at is not None
-        try:
-            with s.begin_nested():
-                s.execute(insert(table_of(FeedbackRow)), [{**row_values, "late": late}])
-        except IntegrityError:
-            return FeedbackReceipt(feedback.id, "duplicate")  # a concurrent post with the same key won
+            return FeedbackReceipt(existing.id if existing is not None else feedback.id, "duplicate")
         if feedback.signals.corrects:
             episode.corrected = True
         used = feedback.signals.implicit.used_ids

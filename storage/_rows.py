@@ -239,32 +239,33 @@ def insert_batches(connection: Connection, batches: Sequence[tuple[Table, Sequen
     ``COPY`` per table on PostgreSQL for a large batch, pipelined INSERTs for a small one, one
     ``executemany`` per table on SQLite."""
     dialect = connection.dialect
-    prepared = []
-    for table, rows in batches:
-        if rows:
-            plan = _plan(table, dialect.name, dialect)
-            prepared.append((table, plan, [_as_tuple(table, plan, row) for row in rows]))
-    if not prepared:
+    planned = [(table, _plan(table, dialect.name, dialect), rows) for table, rows in batches if rows]
+    if not planned:
         return
     raw = connection.connection.dbapi_connection
     assert raw is not None  # a connection inside an open transaction is always checked out
     if dialect.name != "postgresql":
         cursor = raw.cursor()
         try:
-            for table, plan, tuples in prepared:
+            for table, plan, rows in planned:
                 marks = ", ".join("?" * len(plan.names))
+                tuples = [_as_tuple(table, plan, row) for row in rows]
                 cursor.executemany(f'INSERT INTO "{table.name}" ({_names(plan)}) VALUES ({marks})', tuples)
         finally:
             cursor.close()
         return
     pg: Any = raw  # psycopg's connection: COPY and pipelines are not in the DB-API
-    if sum(len(t) for _, _, t in prepared) >= COPY_MIN_ROWS:
+    if sum(len(rows) for _, _, rows in planned) >= COPY_MIN_ROWS:
+        # Rows are checked and encoded while COPY streams: the server parses and indexes one chunk
+        # while this process builds the next. A row that fails its check raises inside the COPY,
+        # which aborts it; the transaction around it then rolls back, so nothing is half-written.
         with pg.cursor() as cursor:
-            for table, plan, tuples in prepared:
+            for table, plan, rows in planned:
                 with cursor.copy(f'COPY "{table.name}" ({_names(plan)}) FROM STDIN') as copy:
-                    for values in tuples:
-                        copy.write_row(values)
+                    for row in rows:
+                        copy.write_row(_as_tuple(table, plan, row))
         return
+    prepared = [(table, plan, [_as_tuple(table, plan, row) for row in rows]) for table, plan, rows in planned]
     with pg.pipeline(), pg.cursor() as cursor:
         for table, plan, tuples in prepared:
             jsons = {i for i, _ in plan.jsons}

@@ -1,29 +1,37 @@
-"""Policy snapshots: saved model bytes, promote (make active) and roll back (re-activate the parent).
+"""Policy snapshots: saved model bytes, promote (make active), roll back (re-activate the parent)
+and prune (retention).
 
 At most one snapshot per policy is ``active``: activating one retires the others in the same
-transaction.
+transaction. :func:`prune_snapshots` deletes old snapshots in one transaction; a decision keeps
+its ``policy_version`` string, so what a pruned snapshot served stays in the log and OPE on the
+logged propensities is unaffected; only its model bytes are gone.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError, UnknownSnapshotError
 from memabra._records import PolicySnapshot
 from memabra.storage import _convert as cv
-from memabra.storage._models import PolicySnapshotRow, table_of
+from memabra.storage._learner_models import LearnerStateRow
+from memabra.storage._models import DecisionRow, OPERunRow, PolicySnapshotRow, table_of
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
 
 __all__ = [
     "SNAPSHOT_STATUSES",
+    "PruneResult",
     "get_snapshot",
     "latest_snapshot",
     "list_snapshots",
+    "prune_snapshots",
     "rollback",
     "save_snapshot",
     "set_snapshot_status",
@@ -121,9 +129,72 @@ def update_snapshot_metrics(tx: Transactions, version: str, metrics: Mapping[str
     tx.write(work, what="update_snapshot_metrics")
 
 
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What one retention pass kept and deleted (with ``dry_run``: would delete), oldest first."""
+
+    kept: tuple[str, ...]
+    pruned: tuple[str, ...]
+    dry_run: bool
+
+
+def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run: bool) -> PruneResult:
+    """Delete every snapshot (of ``policy``, or of every policy) that no rule below keeps, in one
+    transaction; the rows are locked first, so a concurrent promote either lands before (and the
+    snapshot it activates is kept) or finds the snapshot gone.
+
+    Kept: the newest ``keep`` per policy; the active one and its ancestors up to ``keep``
+    generations (what a rollback walks); the snapshot a learner's checkpoint holds and the one it
+    last published; any snapshot an OPE result names."""
+    if keep < 1:
+        raise InvalidRecordError(f"keep must be at least 1, got {keep}")
+
+    def work(s: Session) -> PruneResult:
+        stmt = select(PolicySnapshotRow).order_by(PolicySnapshotRow.created_at.desc(), PolicySnapshotRow.version.desc())
+        if policy is not None:
+            stmt = stmt.where(PolicySnapshotRow.policy == clean_text(policy))
+        rows = s.scalars(stmt if dry_run else stmt.with_for_update()).all()
+        by_version = {r.version: r for r in rows}
+        kept: set[str] = set()
+        for state in s.scalars(select(LearnerStateRow)):
+            kept.update(v for v in (state.snapshot_version, state.published) if v is not None)
+        kept.update(v for v in s.scalars(select(OPERunRow.snapshot_version).distinct()) if v is not None)
+        newest: dict[str, list[PolicySnapshotRow]] = defaultdict(list)
+        for row in rows:  # newest first
+            newest[row.policy].append(row)
+        for group in newest.values():
+            kept.update(r.version for r in group[:keep])
+            for active in (r for r in group if r.status == "active"):
+                current: PolicySnapshotRow | None = active
+                for _ in range(keep + 1):  # the active snapshot and `keep` generations above it
+                    if current is None:
+                        break
+                    kept.add(current.version)
+                    current = by_version.get(current.parent) if current.parent is not None else None
+        oldest_first = list(reversed(rows))
+        pruned = tuple(r.version for r in oldest_first if r.version not in kept)
+        if pruned and not dry_run:
+            for start in range(0, len(pruned), _DELETE_CHUNK):
+                chunk = pruned[start : start + _DELETE_CHUNK]
+                s.execute(delete(PolicySnapshotRow).where(PolicySnapshotRow.version.in_(chunk)))
+        return PruneResult(tuple(r.version for r in oldest_first if r.version in kept), pruned, dry_run)
+
+    return tx.write(work, what="prune_snapshots")
+
+
+# Versions per DELETE statement: well under SQLite's limit on bound parameters.
+_DELETE_CHUNK = 500
+
+
 def _row(s: Session, version: str, *, lock: bool = False) -> PolicySnapshotRow:
     row = s.get(PolicySnapshotRow, clean_text(version), with_for_update=lock or None)
     if row is None:
+        served = s.scalar(select(DecisionRow.id).where(DecisionRow.policy_version == clean_text(version)).limit(1))
+        if served is not None:
+            raise UnknownSnapshotError(
+                f"snapshot {version!r} was pruned (memabra policies prune): the decisions it served "
+                "stay in the log, its model does not"
+            )
         raise UnknownSnapshotError(f"no policy snapshot with version {version!r}")
     return row
 

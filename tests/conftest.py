@@ -8,14 +8,17 @@ fails: a silently skipped backend is a backend nobody tested.
 from __future__ import annotations
 
 import os
-import uuid
+import weakref
 from collections.abc import Iterator
-from urllib.parse import quote
+from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.pool import Pool
 
 from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
+from pg_schema import pg_schema
 
 PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 
@@ -37,24 +40,50 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"{PG_ENV} is set to {url!r} but the server is unreachable: {exc}") from exc
 
 
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path; dropped afterwards."""
+    with pg_schema(os.environ[PG_ENV]) as url:
+        yield url
+
+
 @pytest.fixture(params=_backends())
-def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:  # type: ignore[no-untyped-def]
     """A URL to an empty database (no schema yet) on each configured backend."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memabra.db'}"
-        return
-    base = resolve_url(os.environ[PG_ENV])
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+        return f"sqlite:///{tmp_path / 'memabra.db'}"
+    return str(request.getfixturevalue("pg_schema_url"))
+
+
+# Every PostgreSQL connection a pool opens, so a test that leaves one open fails itself instead
+# of psycopg warning from __del__ whenever the garbage collector gets to it, in some later test.
+# Pools that opened connections before the test (a module-scoped log) are not the test's to close.
+_OPENED: list[tuple[weakref.ref[psycopg.Connection[Any]], int]] = []
+_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+@event.listens_for(Pool, "connect")
+def _track_connection(dbapi_connection: object, record: object) -> None:
+    if isinstance(dbapi_connection, psycopg.Connection):
+        pool = getattr(record, "_ConnectionRecord__pool", None)  # SQLAlchemy names no public owner
+        if pool is not None:
+            _POOLS.add(pool)
+        _OPENED.append((weakref.ref(dbapi_connection), id(pool)))
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_connections() -> Iterator[None]:
+    """Fails the test (at teardown, after every other fixture's) that left a PostgreSQL connection
+    open: an engine not disposed, a log, session or agent not closed."""
+    _OPENED.clear()
+    known = {id(pool) for pool in _POOLS}
+    yield
+    leaked = [c for ref, pool in _OPENED if pool not in known and (c := ref()) is not None and not c.closed]
+    _OPENED.clear()
+    if leaked:
+        for conn in leaked:
+            conn.close()
+        pytest.fail(f"{len(leaked)} PostgreSQL connection(s) left open: close or dispose what the test opened")
 
 
 @pytest.fixture

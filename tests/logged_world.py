@@ -3,9 +3,10 @@ that topic is the one that helps; the logging policy chooses at random."""
 
 from __future__ import annotations
 
-from memabra import Budget, Candidate, CandidateKind, RoutingContext, Selection
-from memabra._records import RewardBreakdown, RewardComponents, RewardWeights
+from memabra import Budget, Candidate, CandidateKind, Episode, RoutingContext, Selection
+from memabra._records import RewardBreakdown, RewardComponents, RewardWeights, utcnow
 from memabra.router import Router
+from memabra.storage import EpisodeLog
 
 TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music"]
 BUDGET = Budget(max_tokens=100, slots={CandidateKind.MEMORY: 2})
@@ -35,3 +36,15 @@ def true_value(router: Router, n: int) -> float:
         ctx, cands, relevant = world(i)
         total += reward_of(router.choose(ctx, cands), relevant).total
     return total / n
+
+
+def log_world(log: EpisodeLog, router: Router, n: int) -> None:
+    """Log ``n`` rounds of the world as ``router`` chose them, each with its final reward."""
+    episodes = []
+    for i in range(n):
+        ctx, cands, relevant = world(i)
+        sel = router.choose(ctx, cands)
+        episodes.append(
+            Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
+        )
+    log.log_episodes(episodes)

@@ -3,7 +3,7 @@ composite reward of :mod:`memabra.evals.bench._reward` and learns; ``passes`` pa
 in a seeded shuffled order (the same order for every router).
 
 Candidate usage statistics (``times_chosen``, ``times_helped``) are kept per router, as the episode
-log would, and handed to it through ``Candidate.metadata``.
+log would, and handed to it as ``Candidate.usage``.
 
 Decision times are ``Selection.latency_ms`` (featurisation included) measured after the similarity
 caches were warmed with every round's texts, so the first router timed does not pay for them.
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from memabra._records import Budget, Candidate, RewardBreakdown, RoutingContext, Selection
+from memabra._records import Budget, Candidate, CandidateStats, RewardBreakdown, RoutingContext, Selection
 from memabra.evals.bench._data import BenchRound, split_unseen
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.router import Router
@@ -69,12 +69,8 @@ class _Usage:
         return [
             replace(
                 c,
-                metadata={
-                    **c.metadata,
-                    "times_chosen": self.chosen.get(c.id, 0),
-                    "times_helped": self.helped.get(c.id, 0),
-                    "source": "bench",
-                },
+                metadata={**c.metadata, "source": "bench"},
+                usage=CandidateStats(self.chosen.get(c.id, 0), self.helped.get(c.id, 0)),
             )
             for c in candidates
         ]

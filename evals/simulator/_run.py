@@ -8,7 +8,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from memabra._records import Budget, CandidateKind, RewardBreakdown, RewardComponents, RewardWeights, RoutingContext
+from memabra._records import (
+    Budget,
+    CandidateKind,
+    CandidateStats,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    RoutingContext,
+)
 from memabra.evals.simulator._world import SimRound, World, expected_reward, oracle_value
 from memabra.router import Router
 
@@ -66,11 +74,8 @@ def simulate(
         pool = [
             replace(
                 c,
-                metadata={
-                    "times_chosen": chosen_counts.get(c.id, 0),
-                    "times_helped": helped_counts.get(c.id, 0),
-                    "source": "sim",
-                },
+                metadata={"source": "sim"},
+                usage=CandidateStats(chosen_counts.get(c.id, 0), helped_counts.get(c.id, 0)),
             )
             for c in round_.candidates
         ]

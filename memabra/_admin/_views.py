@@ -1,8 +1,8 @@
 """View models: what the templates show, computed from records, so templates stay logic-free.
 
 The counterfactual of a decision has two parts. *Missed* candidates are high-scoring ones left
-out: those ranked above the worst-ranked chosen candidate of their kind, or, for a kind of which
-nothing was chosen, the kind's best candidate. *Now* is what the current policy (an injected
+out: those the router's logged score ranks above the worst-ranked chosen candidate of their kind,
+or, for a kind of which nothing was chosen, the kind's best candidate. *Now* is what the current policy (an injected
 :data:`CurrentPolicy`) picks for the same context and candidates, compared with what was logged.
 """
 
@@ -49,8 +49,9 @@ class CandidateView:
 
     ``score`` is the router's logged ranking score; ``prior`` its hybrid similarity prior (the
     logged ``hyb_z`` feature, ``None`` when not logged) and ``learner`` what the router added to
-    it (``score - prior``: 0 for routers that log the prior as their score and act through the slot
-    probabilities instead). ``probability`` is the probability of the slot that drew it, or for a
+    it (``score - prior``). A learner (``linear``, ``vw``) logs its cost at the first slot of the
+    candidate's kind in the prior's units, so ``learner`` is its learned residual on that scale;
+    the similarity baselines log the prior itself (``learner`` 0). ``probability`` is the probability of the slot that drew it, or for a
     candidate left out, of the first slot of its kind that offered it (``None`` if no slot did,
     e.g. over budget). ``reason`` says why a candidate was left out (empty when chosen).
     """

@@ -11,10 +11,11 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from memabra._cli._common import CreateDbOption, console, run_guarded
 from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
-from memabra.storage import EpisodeLog, make_engine, resolve_url, upgrade
+from memabra.storage import EpisodeLog, resolve_url, upgrade
 
 
 def demo(
@@ -82,7 +83,7 @@ def demo(
     elapsed = time.perf_counter() - started
     _render(summaries, min(100, episodes // 2))
     console.print(
-        f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_engine(url).url.render_as_string(hide_password=True)}"
+        f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_url(url).render_as_string(hide_password=True)}"
     )
     if online is not None:
         with run_guarded(EpisodeLog, url) as log:

@@ -11,10 +11,11 @@ import typer
 from alembic.util import CommandError
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from memabra._cli._common import CreateDbOption, DbOption, console, fail, plain, run_guarded
 from memabra._config import load_reward_config, parse_weights
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import STOP_ID, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
@@ -38,7 +39,7 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     """Create or migrate the schema to this memabra's version."""
     url = run_guarded(resolve_url, db)
     now = _migrate(upgrade, url, revision)
-    where = make_engine(url).url.render_as_string(hide_password=True)
+    where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
 
 
@@ -255,7 +256,8 @@ def rewards_recompute(
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
         n = run_guarded(
-            log.recompute_rewards,
+            recompute_rewards,
+            log,
             new,
             since=_parse_time(since, "--since"),
             version=version,

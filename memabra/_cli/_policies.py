@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +20,7 @@ from memabra._records import Budget, CandidateKind, RoutingContext
 from memabra.router import learned_model, load_router
 from memabra.storage import EpisodeLog, LearnerStore
 
-policies_app = typer.Typer(help="Policy snapshots: list and export.", no_args_is_help=True)
+policies_app = typer.Typer(help="Policy snapshots: list, export and prune.", no_args_is_help=True)
 
 PolicyOption = Annotated[str, typer.Option("--policy", help="Policy name (the router's name).")]
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON to this file.")]
@@ -88,6 +91,28 @@ def policies_export(
         snapshot = run_guarded(log.get_snapshot, version)
     out.write_bytes(run_guarded(learned_model, snapshot))
     console.print(f"wrote {escape(snapshot.version)} to {escape(str(out))}")
+
+
+@policies_app.command("prune")
+def policies_prune(
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Newest snapshots (and active ancestors) to keep.")],
+    db: DbOption = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="Only this policy's snapshots (default: every policy).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
+    json_out: JsonOption = None,
+) -> None:
+    """Delete old snapshots in one transaction. Kept: the newest N per policy, the active one and
+    N generations of its ancestors, and any snapshot a learner checkpoint or an OPE result names."""
+    _check_out(json_out, "--json")
+    with _open(db) as log:
+        result = run_guarded(log.prune_snapshots, keep, policy=policy, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {len(result.pruned)} snapshot(s), kept {len(result.kept)}")
+    for version in result.pruned:
+        console.print(f"  {verb} {escape(version)}")
+    _write_json(json_out, {"dry_run": result.dry_run, "kept": list(result.kept), "pruned": list(result.pruned)})
 
 
 def route(
@@ -174,7 +199,7 @@ def learner(
         return
     from datetime import timedelta
 
-    with _open(db) as log:
+    with _stop_on_sigterm(), _open(db) as log:
         loop = Learner(
             log,
             lambda: fresh_router(policy, _learner_args(log, policy)),
@@ -197,6 +222,23 @@ def learner(
         finally:
             loop.close()
         console.print(f"learned {n} rewards; position {loop.position.seq}/{escape(loop.position.episode_id)}")
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (what systemd, Kubernetes and ``docker stop`` send) stops the learner like Ctrl-C:
+    it commits what it learned and releases the lease, so the standby takes over at once. SIGINT is
+    set too: a process started in the background by a shell inherits it ignored."""
+
+    def _interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _learner_args(log: EpisodeLog, policy: str) -> dict[str, Any] | None:

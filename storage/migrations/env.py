@@ -1,4 +1,9 @@
-"""Alembic environment shipped inside the wheel; driven by :mod:`memabra.storage._migrate`."""
+"""Alembic environment shipped inside the wheel; driven by :mod:`memabra.storage._migrate`.
+
+The revisions in ``versions/`` are immutable history: each spells out its tables and columns in
+full, as they were when it was written, so they repeat each other and the models on purpose (a
+shared helper would change what an old revision does). ``duplicates`` lists them; leave them.
+"""
 
 from __future__ import annotations
 

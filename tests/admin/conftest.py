@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
-from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
 from memabra import (
@@ -42,7 +39,8 @@ from memabra import (
 from memabra._admin import create_app
 from memabra._feedback import RewardService
 from memabra._records import OPEResult
-from memabra.storage import EpisodeLog, resolve_url, upgrade
+from memabra.storage import EpisodeLog, upgrade
+from pg_schema import pg_schema
 
 TOKEN = "test-admin-token-0123456789"
 PASSWORD = "correct horse battery staple"
@@ -295,20 +293,9 @@ def migrated_database(backend: str, directory: Path) -> Iterator[str]:
         upgrade(url)
         yield url
         return
-    base = resolve_url(os.environ[PG_ENV])
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(base)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        url = f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+    with pg_schema(os.environ[PG_ENV]) as url:
         upgrade(url)
         yield url
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -407,3 +394,21 @@ def explained_episode() -> Episode:
     )
     selection = Selection(context, tuple(offered), draws, policy="vw", policy_version="vw-7+12", seed=3)
     return Episode(user_id="ann", query=query, selections=(selection,), answer="A light jacket: Lyon will be mild.")
+
+
+def learned_episode() -> Episode:
+    """One decision of a numpy learner taught that a weakly similar memory helps and the most
+    similar one does not: its logged scores are its own (prior + a non-zero learner part)."""
+    from memabra.router import LinearRouter
+
+    router = LinearRouter(exploration="greedy")
+    candidates = pool("ann")
+    budget = Budget(slots={CandidateKind.MEMORY: 1, CandidateKind.TOOL: 1})
+    query = "what does ann drink?"
+    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY,), budget=budget)
+    for _ in range(5):
+        selection = router.choose(context, candidates)
+        chosen = selection.chosen_ids
+        router.learn(selection, 1.0, {cid: 1.0 if cid == "mem-ann-0" else 0.0 for cid in chosen})
+    selection = router.choose(context, candidates)
+    return Episode(user_id="ann", query=query, selections=(selection,), answer="Green tea.")

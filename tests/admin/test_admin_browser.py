@@ -33,6 +33,7 @@ from .conftest import (
     XSS_TOOL_RESULT,
     Seeded,
     explained_episode,
+    learned_episode,
     migrated_database,
     record_ope,
     seed_log,
@@ -277,4 +278,30 @@ def test_the_decision_view_reads_without_a_click(
     assert "Ann likes green tea" in slots and "stop" in slots
     decision.screenshot(path=str(artifacts / "admin-decision-view.png"))
     assert (artifacts / "admin-decision-view.png").stat().st_size > 10_000
+    assert watch.dialogs == [] and watch.errors == []
+
+
+def test_a_learned_routers_decision_shows_what_the_learner_added(
+    page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
+    _, log, _ = served
+    episode = learned_episode()  # a real LinearRouter's decision, after it learned
+    RewardService(log).record(episode)
+    watch = _Watch(page)
+    sign_in(page)
+    page.goto(f"/episodes/{episode.id}")
+    decision = page.locator("article.decision").first
+    table = decision.locator("table.decision-view")
+    headers = [h.upper() for h in table.locator("thead th").all_inner_texts()]
+    learner_column = headers.index("LEARNER") + 1
+    parts = []
+    for sc in episode.selections[0].offered:
+        cell = table.locator(f"tr[data-candidate='{sc.candidate.id}'] > td:nth-child({learner_column})")
+        parts.append(float(cell.inner_text().replace("−", "-")))
+        assert abs(parts[-1] - (sc.score - sc.features["hyb_z"])) < 1e-3
+    assert max(abs(p) for p in parts) > 0.1  # the learner part is shown, and is not 0
+    chosen = table.locator("tr.chosen")
+    assert chosen.count() == 1 and "ann likes green tea" in chosen.inner_text()
+    decision.screenshot(path=str(artifacts / "admin-decision-view-learned.png"))
+    assert (artifacts / "admin-decision-view-learned.png").stat().st_size > 10_000
     assert watch.dialogs == [] and watch.errors == []

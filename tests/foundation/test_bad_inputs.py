@@ -29,7 +29,7 @@ from memabra import (
     UnknownSnapshotError,
 )
 from memabra._cli import app
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import PolicySnapshot, RegistryItem, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog
@@ -208,7 +208,7 @@ def test_lookups_with_text_the_database_refuses_find_nothing(log: EpisodeLog) ->
     with pytest.raises(UnknownSnapshotError):
         log.get_snapshot("v\x00")
     assert log.items("u\x00") == []
-    assert log.recompute_rewards(RewardWeights()) == 0
+    assert recompute_rewards(log, RewardWeights()) == 0
 
 
 # ---------------------------------------------------------------- through the agent
@@ -248,3 +248,15 @@ def test_logging_an_episode_twice_is_refused_by_name(log: EpisodeLog) -> None:
     with pytest.raises(InvalidRecordError, match="already in the log, nothing was written"):
         log.log_episodes([episode(), ep])
     assert _count(log, EpisodeRow) == 1
+
+
+def test_a_bad_row_late_in_a_bulk_batch_writes_nothing(log: EpisodeLog) -> None:
+    # 60 episodes of 5 candidates: past COPY_MIN_ROWS, so PostgreSQL streams the batch through COPY
+    # and meets the bad step after every episode, decision and candidate row was already sent.
+    good = [episode(user_id=f"u{i}") for i in range(60)]
+    bad = episode(steps=(Step(StepKind.TOOL, "t" * 201),))
+    with pytest.raises(InvalidRecordError, match=r"steps.name holds at most 200"):
+        log.log_episodes([*good, bad])
+    assert _count(log, EpisodeRow) == 0
+    log.log_episodes(good)  # the connection is usable again and the batch goes in whole
+    assert _count(log, EpisodeRow) == 60

@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 
 from factories import episode
 from memabra import Feedback, FeedbackError, InvalidRecordError, RewardWeights, UnknownEpisodeError
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog
@@ -122,7 +122,7 @@ def test_recompute_rewards_in_the_log(log: EpisodeLog) -> None:
         svc.post_feedback(Feedback(e.id, "explicit", "user", {"correction": True}))
     before = log.get_reward(eps[0].id)
     assert before is not None
-    n = log.recompute_rewards(RewardWeights(wc=1.0), version="v1-heavy-c")
+    n = recompute_rewards(log, RewardWeights(wc=1.0), version="v1-heavy-c")
     assert n == 3
     after = log.get_reward(eps[0].id)
     assert after is not None and after.components == before.components
@@ -144,7 +144,7 @@ def test_mempo_labels_feed_the_memory_hit_term(log: EpisodeLog) -> None:
             MemoryQuality(bad.selections[0].id, "mempo:test", 0.1, 0.8, -0.7, -1, 3),
         ]
     )
-    assert log.recompute_rewards(RewardWeights(), use_memory_scores=True) == 2
+    assert recompute_rewards(log, RewardWeights(), use_memory_scores=True) == 2
     g, b = log.get_reward(good.id), log.get_reward(bad.id)
     assert g is not None and b is not None
     assert (g.components.hm, b.components.hm) == (1.0, -1.0)

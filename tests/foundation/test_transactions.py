@@ -86,3 +86,28 @@ def test_promote_and_rollback(log: EpisodeLog) -> None:
     with pytest.raises(UnknownSnapshotError, match="no policy snapshot with version 'v9'"):
         log.promote("v9")
     assert issubclass(UnknownSnapshotError, UnknownEpisodeError)  # old callers still catch it
+
+
+def test_a_postgres_connection_killed_while_idle_is_replaced_not_raised(
+    migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not migrated_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's pooled connections")
+    from memabra.storage import _engine as engine_module
+
+    engine = make_engine(migrated_url)
+    try:
+        with engine.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        # recently used: no ping, no round trip
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == pid
+        killer = make_engine(migrated_url)
+        with killer.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        killer.dispose()
+        monkeypatch.setattr(engine_module, "PG_PING_IDLE_S", 0.0)  # the pooled connection counts as idle
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
+    finally:
+        engine.dispose()

@@ -4,18 +4,15 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import pytest
 from langgraph.store.memory import InMemoryStore
 from memory_helpers import HashingEncoder, hashing_embed  # noqa: F401  (re-exported for the tests)
-from sqlalchemy import create_engine, text
 
 from memabra import SQLMemory, StoreMemory
 from memabra._memory import MemoryBackend
-from memabra.storage import EpisodeLog, resolve_url, upgrade
+from memabra.storage import EpisodeLog, upgrade
 
 PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 
@@ -25,23 +22,6 @@ def _kinds() -> list[str]:
     if os.environ.get(PG_ENV):
         kinds += ["sql-postgres", "store-postgres"]
     return kinds
-
-
-@pytest.fixture
-def pg_schema_url() -> Iterator[str]:
-    """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path."""
-    base = resolve_url(os.environ[PG_ENV])
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture(params=_kinds())

@@ -8,7 +8,7 @@ from memory_helpers import HashingEncoder
 
 from fakes import ScriptedChatModel
 from memabra import Budget, SQLMemory, create_memabra_agent
-from memabra._recall import RECALL_ALL, RECALL_LIMIT
+from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra.router import CachingEncoder, HybridRouter, Similarity
 from memabra.storage import EmbeddingTable, EpisodeLog
 
@@ -87,3 +87,55 @@ def test_small_pools_go_to_the_router_whole(log: EpisodeLog) -> None:
         ],
     )
     assert len(memory.recall("ann", "anything")) == 10
+
+
+def _straightforward_scores(texts: list[str], query: str, encoder: CachingEncoder) -> np.ndarray:
+    """The hybrid prior written out document by document: z(BM25) + z(cosine), nothing cached."""
+    import math
+
+    from memabra._text import content_words
+
+    k1, b = 1.5, 0.75
+    docs = [content_words(t) for t in texts]
+    lengths = [max(len(d), 1) for d in docs]
+    mean_length = max(sum(lengths) / len(lengths), 1.0)
+    lexical = np.zeros(len(texts))
+    for term in content_words(query):
+        df = sum(term in d for d in docs)
+        if df == 0:
+            continue
+        idf = math.log(1.0 + (len(texts) - df + 0.5) / (df + 0.5))
+        for i, d in enumerate(docs):
+            if term in d:
+                lexical[i] += idf * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * lengths[i] / mean_length))
+    q = encoder.encode([query])[0].astype(np.float64)
+    semantic = np.array([float(encoder.encode([t])[0].astype(np.float64) @ q) for t in texts])
+
+    def z(x: np.ndarray) -> np.ndarray:
+        return (x - x.mean()) / x.std() if x.std() > 1e-12 else np.zeros_like(x)
+
+    return z(lexical) + z(semantic)
+
+
+def test_the_cached_index_recalls_what_the_straightforward_ranking_does(log: EpisodeLog) -> None:
+    encoder = CachingEncoder(HashingEncoder(dim=96))
+    memory = SQLMemory(log, encoder=encoder)
+    things = "kayak violin garden teapot lantern ferry quilt banjo canoe bicycle telescope hammock".split()
+    places = "Lyon Oslo Porto Kyoto Quito Tartu Bergen Cusco Dakar Hobart Lima Riga".split()
+    verbs = "repaired painted borrowed sold visited cleaned".split()
+    memory.remember_many("ann", [f"I {v} the {t} in {p}" for t in things for p in places for v in verbs])
+    queries = ["where did I repair the kayak?", "the violin in Oslo", "what did I sell in Lima", "teapot"]
+    for round_ in range(2):
+        items = memory.items("ann")
+        texts = [i.text for i in items]
+        for query in queries:
+            recalled = memory.recall("ann", query)  # the per-process index, built once per version
+            assert [i.id for i in recalled] == [i.id for i, _ in rank(items, query, encoder)[:RECALL_LIMIT]]
+            exact = dict(zip((i.id for i in items), _straightforward_scores(texts, query, encoder), strict=True))
+            kept = {i.id for i in recalled}
+            worst_kept = min(exact[i] for i in kept)
+            best_left = max(s for i, s in exact.items() if i not in kept)
+            assert worst_kept >= best_left - 1e-9, query  # the same top RECALL_LIMIT (ties aside)
+        if round_ == 0:  # a write moves the version: the next recall sees it at once
+            memory.remember("ann", "I repaired the kayak in Hobart with epoxy")
+            memory.forget("ann", items[0].id)

@@ -6,9 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from logged_world import reward_of, world
-from memabra import Episode
-from memabra._records import utcnow
+from logged_world import log_world
 from memabra.router import RandomRouter, Similarity
 from memabra.storage import EpisodeLog
 
@@ -21,14 +19,6 @@ def lexical() -> Similarity:
 @pytest.fixture
 def fill_log(lexical: Similarity) -> Callable[..., None]:
     def fill(log: EpisodeLog, n: int = 600, seed: int = 1) -> None:
-        router = RandomRouter(similarity=lexical, seed=seed)
-        episodes = []
-        for i in range(n):
-            ctx, cands, relevant = world(i)
-            sel = router.choose(ctx, cands)
-            episodes.append(
-                Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
-            )
-        log.log_episodes(episodes)
+        log_world(log, RandomRouter(similarity=lexical, seed=seed), n)
 
     return fill

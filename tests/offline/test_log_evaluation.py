@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from logged_world import reward_of, true_value, world
-from memabra import ConfigError, Episode, InvalidRecordError, PolicySnapshot, RewardWeights
+from logged_world import log_world, true_value, world
+from memabra import ConfigError, InvalidRecordError, PolicySnapshot, RewardWeights
 from memabra._cli import app
-from memabra._records import STOP_ID, utcnow
+from memabra._records import STOP_ID
 from memabra.evals.offline import (
     RECOMMENDED_ORDER,
     Target,
@@ -21,22 +21,11 @@ from memabra.evals.offline import (
 )
 from memabra.evals.offline._terms import set_equivalent
 from memabra.evals.ope import OPEInputError, SlateTerms, make_slot_estimators
-from memabra.router import FeatureTable, HybridRouter, RandomRouter, Router
+from memabra.router import FeatureTable, HybridRouter, RandomRouter
 from memabra.storage import EpisodeLog
 
 runner = CliRunner(env={"COLUMNS": "240"})
 pytestmark = pytest.mark.slow
-
-
-def _fill(log: EpisodeLog, router: Router, n: int) -> None:
-    episodes = []
-    for i in range(n):
-        ctx, cands, relevant = world(i)
-        sel = router.choose(ctx, cands)
-        episodes.append(
-            Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
-        )
-    log.log_episodes(episodes)
 
 
 def test_the_logging_policy_evaluated_on_its_own_log_is_the_logged_mean(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -113,7 +102,7 @@ def test_slate_weights_on_the_log_match_a_hand_computation(log: EpisodeLog, lexi
     slot whose logged prefix lies in the target's set T the ratio is 1 / p_b(T minus prefix) for a
     draw in T's rest (the stop option once T is complete), 0 otherwise; off T, teacher forcing."""
     logger = RandomRouter(similarity=lexical, seed=4)
-    _fill(log, logger, 60)
+    log_world(log, logger, 60)
     ev = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid", estimators=["sips", "pi"])
     target = HybridRouter(similarity=lexical)
     joint, pseudo = [], []
@@ -155,7 +144,7 @@ def test_the_set_equivalent_policy_draws_the_sets_rest_in_the_loggers_proportion
 
 
 def test_a_logger_that_never_explores_leaves_other_targets_unsupported(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
-    _fill(log, HybridRouter(similarity=lexical, seed=0), 200)  # greedy, no floor: 0 on every other option
+    log_world(log, HybridRouter(similarity=lexical, seed=0), 200)  # greedy, no floor: 0 on every other option
     ev = evaluate_on_log(log, RandomRouter(similarity=lexical), policy="random")
     assert not ev.recommended.supported
     assert "floor" in ev.recommended.reason or "excludes 1" in ev.recommended.reason
@@ -163,7 +152,7 @@ def test_a_logger_that_never_explores_leaves_other_targets_unsupported(log: Epis
 
 
 def test_a_target_outside_the_loggers_support_is_flagged(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
-    _fill(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)  # greedy with a floor
+    log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)  # greedy with a floor
     ev = evaluate_on_log(log, RandomRouter(similarity=lexical), policy="random")
     assert not ev.recommended.supported
     assert "floor" in ev.recommended.reason
@@ -195,7 +184,7 @@ class _NotADistribution(HybridRouter):
 
 
 def test_a_target_whose_probabilities_do_not_sum_to_one_is_refused(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
-    _fill(log, RandomRouter(similarity=lexical), 20)
+    log_world(log, RandomRouter(similarity=lexical), 20)
     with pytest.raises(OPEInputError, match="not a distribution") as caught:
         evaluate_on_log(log, _NotADistribution(similarity=lexical), policy="bad")
     assert caught.value.field == "evaluation_policy_pscore"
@@ -226,7 +215,7 @@ def test_a_policy_that_does_not_beat_the_logger_is_not_saved_unless_forced(log: 
 
 
 def test_an_unsupported_estimate_is_never_promoted(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
-    _fill(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)
+    log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)
     report = train_from_log(log, learner="random", holdout=0.5)
     assert not report.supported and not report.promotable and report.saved_version is None
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
-from memabra import Budget, Candidate, CandidateKind, RouterError, RoutingContext
+from memabra import Budget, Candidate, CandidateKind, InvalidRecordError, RouterError, RoutingContext
 from memabra.router import (
     NUMERIC_FEATURES,
     CandidateStats,
@@ -27,7 +28,9 @@ POOL = (
         CandidateKind.TOOL,
         "lawyer.search: find divorce lawyers in a city",
         10,
-        {"times_chosen": 4, "times_helped": 3, "created_at": "2025-01-01T00:00:00+00:00", "source": "registry"},
+        {"source": "registry"},
+        usage=CandidateStats(4, 3),
+        created_at=datetime(2025, 1, 1, tzinfo=UTC),
     ),
     Candidate("doctor", CandidateKind.TOOL, "doctor.search: find doctors by specialty", 12),
     Candidate(
@@ -35,7 +38,7 @@ POOL = (
         CandidateKind.TOOL,
         "weather.get: forecast for a city",
         8,
-        {"created_at": "2025-01-11T00:00:00+00:00"},
+        created_at=datetime(2025, 1, 11, tzinfo=UTC),
     ),
     Candidate("note", CandidateKind.MEMORY, "The user is going through a divorce in Los Angeles", 9),
 )
@@ -92,27 +95,32 @@ def test_usage_cost_and_age_features() -> None:
     assert table.rows[1]["source=unknown"] == 1.0
 
 
-def test_explicit_stats_override_metadata() -> None:
+def test_explicit_stats_override_usage() -> None:
     table = featurize(CONTEXT, POOL, stats={"lawyer": CandidateStats(10, 1)}, similarity=Similarity())
     assert column(table, "helped_rate")[0] == pytest.approx(2 / 12)
 
 
 @pytest.mark.parametrize(
-    ("metadata", "message"),
+    ("make", "message"),
     [
-        ({"times_chosen": float("nan")}, "times_chosen"),
-        ({"times_chosen": -1}, "times_chosen"),
-        ({"times_chosen": 1, "times_helped": 2}, "helped 2 times"),
-        ({"created_at": "yesterday"}, "ISO 8601"),
-        ({"created_at": 5}, "ISO 8601"),
+        (lambda: CandidateStats(times_chosen=float("nan")), "CandidateStats.times_chosen"),  # type: ignore[arg-type]
+        (lambda: CandidateStats(times_chosen=-1), "CandidateStats.times_chosen"),
+        (lambda: CandidateStats(times_helped=True), "CandidateStats.times_helped"),
+        (lambda: Candidate("x", CandidateKind.TOOL, "x", 1, usage=(1, 0)), "Candidate.usage"),  # type: ignore[arg-type]
+        (lambda: Candidate("x", CandidateKind.TOOL, "x", 1, created_at="yesterday"), "Candidate.created_at"),  # type: ignore[arg-type]
+        (lambda: Candidate("x", CandidateKind.TOOL, "x", 1, created_at=datetime(2025, 1, 1)), "timezone-aware"),
+        (lambda: Candidate("x", CandidateKind.TOOL, "x", 1, {"times_chosen": 3}), "usage=CandidateStats"),
     ],
 )
-def test_bad_metadata_names_the_field(metadata: dict[str, object], message: str) -> None:
-    bad = Candidate("x", CandidateKind.TOOL, "x", 1, metadata)
-    with pytest.raises(RouterError, match=message):
+def test_bad_usage_names_the_field(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(InvalidRecordError, match=message):
+        make()
+
+
+def test_more_helps_than_choices_is_an_error() -> None:
+    bad = Candidate("x", CandidateKind.TOOL, "x", 1, usage=CandidateStats(times_chosen=1, times_helped=2))
+    with pytest.raises(RouterError, match="helped 2 times"):
         featurize(CONTEXT, [bad], similarity=Similarity())
-    with pytest.raises(ValueError):
-        CandidateStats(times_chosen=-1)
 
 
 def test_stored_rows_round_trip_and_missing_features_are_errors() -> None:

@@ -87,6 +87,26 @@ def test_learning_from_a_failure_fixes_the_choice(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_a_learner_logs_its_own_score_in_the_priors_units(name: str) -> None:
+    router = LEARNERS[name](0)
+    fresh = router.choose(TOOL_CONTEXT, TOOLS)
+    assert [sc.score for sc in fresh.offered] == pytest.approx([sc.features["hyb_z"] for sc in fresh.offered])
+    for _ in range(6):
+        selection = router.choose(TOOL_CONTEXT, TOOLS)
+        helped = {cid: float(cid == "lawyer.search") for cid in selection.chosen_ids}
+        router.learn(selection, 1.3 if any(helped.values()) else -0.35, helped)
+    learned = router.choose(TOOL_CONTEXT, TOOLS)
+    # the first (only) slot had every tool open: its distribution ranks them as the logged scores do
+    (draw,) = learned.slots
+    by_score = sorted(learned.offered, key=lambda sc: -sc.score)
+    assert by_score[0].candidate.id == "lawyer.search" == learned.chosen_ids[0]
+    assert [sc.rank for sc in by_score] == [0, 1, 2]
+    assert draw.candidate_ids[int(max(range(3), key=lambda i: draw.probabilities[i]))] == "lawyer.search"
+    learner_parts = [sc.score - sc.features["hyb_z"] for sc in learned.offered]
+    assert max(abs(v) for v in learner_parts) > 0.1
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_it_learns_to_inject_fewer_when_extra_memories_go_unused(name: str) -> None:
     router = LEARNERS[name](0)
     sizes = []

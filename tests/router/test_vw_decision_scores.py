@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memabra import Budget, Candidate, CandidateKind, RoutingContext
+from memabra import Budget, Candidate, CandidateKind, CandidateStats, RoutingContext
 from memabra.router import Similarity, VWRouter
 from memabra.router._base import SlotView
 from memabra.router._vw import IGNORE_LINEAR, INTERACTIONS
@@ -26,7 +26,8 @@ def _pool(rng: np.random.Generator) -> list[Candidate]:
             KINDS[i % 3],
             " ".join(rng.choice(WORDS, size=int(rng.integers(4, 12)))),
             int(rng.integers(20, 150)),
-            {"times_chosen": int(rng.integers(0, 9)), "source": ("notes", "crm")[i % 2]},
+            {"source": ("notes", "crm")[i % 2]},
+            usage=CandidateStats(int(rng.integers(0, 9)), 0),
         )
         for i in range(24)
     ]

@@ -152,3 +152,20 @@ def test_fresh_router_refuses_an_unknown_policy() -> None:
 
     with pytest.raises(ConfigError, match="unknown policy"):
         fresh_router("nope")
+
+
+def test_closing_the_log_releases_the_lease_and_leaves_nothing_for_exit(migrated_url: str) -> None:
+    from memabra._serving import _OPEN, _close_all
+
+    log = EpisodeLog(migrated_url)
+    log_final(log, 6)
+    runtime = PolicyRuntime(log, vw(), commit_every=1000, listen=False)
+    assert runtime.learner is not None and runtime.step() is not None and runtime.learner.learned == 6
+    log.close()  # before the runtime: what was learned since the last commit is not saved
+    assert log.closed and runtime not in _OPEN
+    _close_all()  # the exit hook has nothing left to save (the schema may be gone by then)
+    with EpisodeLog(migrated_url) as reopened:
+        standby = Learner(reopened, vw, commit_every=1000)
+        assert standby.acquire() and standby.learned == 0  # the lease was released, nothing committed
+        drain(standby, 6)
+        standby.close()

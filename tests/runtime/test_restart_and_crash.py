@@ -90,7 +90,8 @@ def test_a_learner_killed_at_random_moments_ends_equal_to_a_replay(migrated_url:
         assert done.returncode == 0, done.stderr
         model, learned = _checkpoint_model(log)
         router, n = replay(log)
+        final = store.count_final()  # inside: after the log closes, its engine would open a new pool
     # most kills land before the learner caught up (the rest right after it did)
     assert kills >= 20 and mid_learning >= 5, (kills, mid_learning)
-    assert learned == n == written == store.count_final()
+    assert learned == n == written == final
     assert model == learned_model(router.snapshot())
