@@ -66,9 +66,9 @@ def build_session(
     """
     log = db if isinstance(db, EpisodeLog) else open_log(db)
     if router is None:
-        from memabra.router import VWRouter
+        from memabra.router import LinearRouter
 
-        router = VWRouter()
+        router = LinearRouter()
     return RoutingSession(
         router=router,
         log=log,

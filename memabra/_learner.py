@@ -40,7 +40,8 @@ __all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_
 
 logger = logging.getLogger("memabra")
 
-DEFAULT_POLICY = "vw"
+# the numpy learner: slate and stop features VW lacks (measured in docs/router.md); "vw" by name
+DEFAULT_POLICY = "linear"
 # Rewards read per query: large enough to amortise the round trips, small enough to commit often.
 READ_BATCH = 500
 # The learner learns from logged features and never featurises: BM25 alone spares it loading the

@@ -139,12 +139,14 @@ def check_selection(router: Router, selection: Selection, candidates: tuple[Cand
 
 
 def check_exploration(router: Router, selection: Selection) -> None:
-    """A learner exploring with ``epsilon`` gives the stop option and at least ``top_m`` candidates
-    (all of them when fewer are open) of every slot the floor ``epsilon / |explored set|``."""
+    """A learner exploring with ``epsilon`` gives the stop option, at least ``top_m`` candidates (all
+    of them when fewer are open) and the prior's ``top_m`` (highest ``hyb_z``) of every slot the
+    floor ``epsilon / (2 top_m + 1)``; and teacher-forced replay reproduces every logged slot."""
     if getattr(router, "exploration", None) != "epsilon":
         return
     explorer: Any = router  # duck-typed: any router exploring with epsilon names these, not only ResidualRouter
     epsilon, top_m = float(explorer.epsilon), int(explorer.top_m)
+    hyb_z = {sc.candidate.id: float(sc.features["hyb_z"]) for sc in selection.offered}
     for draw in selection.slots:
         n_candidates = len(draw.candidate_ids) - 1
         floor = exploration_floor(n_candidates + 1, top_m, epsilon) * (1.0 - 1e-9)
@@ -152,6 +154,15 @@ def check_exploration(router: Router, selection: Selection) -> None:
         explored = sum(1 for p in draw.probabilities[:-1] if p >= floor)
         assert explored >= min(top_m, n_candidates), (
             f"slot {draw.slot}: {explored} candidates at the exploration floor {floor:.4g}, expected {min(top_m, n_candidates)}"
+        )
+        by_prior = sorted(range(n_candidates), key=lambda k: -hyb_z[draw.candidate_ids[k]])[:top_m]
+        assert all(draw.probabilities[k] >= floor for k in by_prior), (
+            f"slot {draw.slot}: a candidate among the prior's top {top_m} is below the exploration floor {floor:.4g}"
+        )
+    replayed = router.slot_probabilities(selection)
+    for draw, probabilities in zip(selection.slots, replayed, strict=True):
+        assert np.allclose(probabilities, draw.probabilities, atol=1e-9), (
+            f"slot {draw.slot}: teacher-forced replay gives {probabilities}, the log {draw.probabilities}"
         )
 
 

@@ -2,16 +2,27 @@
 
 A slot has ``K`` options (the open candidates, then the stop option) with costs ``c`` (lower is
 better) and the best option ``a* = argmin c`` (first of equals). The explored set ``S`` is the
-``top_m`` candidates of lowest cost plus the stop option.
+``top_m`` candidates of lowest cost, the ``top_m`` candidates of lowest *prior* cost (the hybrid
+similarity order, the baseline users compare the learner against) and the stop option, so
+``top_m + 1 <= |S| <= 2 top_m + 1``.
 
 * ``epsilon`` (top-M ε-greedy): ``p(a) = (1 - ε) [a = a*] + ε / |S| [a ∈ S]``. Every option of ``S``
-  keeps at least the floor ``ε / |S|``, so a logged slot's inverse-propensity weight for any policy
-  whose choice lies in ``S`` is at most ``|S| / ε``; options outside ``S`` get only the router's
-  ``min_probability`` (applied afterwards by :func:`memabra.router._sampling.apply_floor`).
-* ``greedy``: all mass on ``a*``. Its logs cannot evaluate any other policy.
+  keeps at least the floor ``ε / |S| >= ε / (2 top_m + 1)``, so a logged slot's inverse-propensity
+  weight for any policy whose choice lies in ``S`` (the hybrid baseline's always does) is at most
+  ``(2 top_m + 1) / ε``; options outside ``S`` get only the router's ``min_probability`` (applied
+  afterwards by :func:`memabra.router._sampling.apply_floor`).
+* Decision-level prior share: a whole decision follows the prior's own choices (the hybrid
+  baseline's selection) with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a
+  fresh router, decaying with the decisions learned), the ε-greedy learner otherwise. Each
+  slot's logged distribution is this mixture's conditional given the slot's prefix
+  (:class:`PriorMixture`; the prior component explores the same set, so the floor holds), the log
+  holds true propensities and the prior's whole selection has probability at least about
+  ``δ``: per-slot exploration alone reaches a selection that
+  differs from the learner's in ``d`` slots only with probability about ``(ε / |S|)^d``.
+* ``greedy``: all mass on ``a*``, no prior share. Its logs cannot evaluate any other policy.
 
-Restricting exploration to the top-M keeps its cost small: an explored draw takes a candidate the
-router itself nearly prefers, not one of a hundred it has already ruled out.
+Restricting exploration to the two top-M keeps its cost small: an explored draw takes a candidate
+the router itself nearly prefers, or one the prior prefers, not one of a hundred both rule out.
 """
 
 from __future__ import annotations
@@ -19,30 +30,111 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["EXPLORATIONS", "explore", "exploration_floor"]
+from memabra.router._slots import SlotView
+
+__all__ = [
+    "EXPLORATIONS",
+    "PRIOR_HORIZON",
+    "PRIOR_SHARE",
+    "PriorMixture",
+    "explore",
+    "exploration_floor",
+    "prior_share",
+]
 
 EXPLORATIONS = ("epsilon", "greedy")
+# the share of a fresh router's decisions that follow the prior: enough to log the baseline's
+# selection dozens of times in a few hundred decisions (measured in docs/router.md)
+PRIOR_SHARE = 0.1
+# the share decays as PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned decisions): the
+# baseline's selection is still logged about 0.1 * 200 * ln(1 + n / 200) times in n decisions (31 in
+# 742), while a router that has learned for thousands of decisions gives up 1% of them or less
+PRIOR_HORIZON = 200
+
+
+def prior_share(learned: int) -> float:
+    """The decision-level prior share after ``learned`` learned decisions."""
+    return PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned)
 
 
 def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
-    """The least probability ``epsilon`` exploration gives each option of the explored set."""
-    size = min(top_m, n_options - 1) + 1
+    """The least probability ``epsilon`` exploration gives each option of the explored set
+    (whatever the learner's and the prior's top-M share)."""
+    size = min(2 * top_m, n_options - 1) + 1
     return epsilon / size if n_options > 1 else 1.0
 
 
-def explore(costs: NDArray[np.float64], exploration: str, epsilon: float, top_m: int) -> NDArray[np.float64]:
-    """The slot's distribution over ``costs`` (candidates, then the stop option last)."""
+def _top(costs: NDArray[np.float64], m: int) -> NDArray[np.intp]:
+    return np.argpartition(costs, m - 1)[:m] if m < costs.size else np.arange(costs.size)
+
+
+def explore(
+    costs: NDArray[np.float64],
+    exploration: str,
+    epsilon: float,
+    top_m: int,
+    prior: NDArray[np.float64] | None = None,
+    mode: int | None = None,
+) -> NDArray[np.float64]:
+    """The slot's distribution over ``costs`` (candidates, then the stop option last); ``prior``,
+    the same options' prior costs, adds its top-M to the explored set; ``mode`` replaces
+    ``argmin costs`` as the option that gets ``1 - ε``."""
     k = costs.size
-    best = int(costs.argmin())
+    best = int(costs.argmin()) if mode is None else mode
     out = np.zeros(k)
     if exploration == "greedy" or k == 1 or epsilon <= 0.0:
         out[best] = 1.0
         return out
-    candidates = k - 1
-    m = min(top_m, candidates)
-    explored = np.argpartition(costs[:-1], m - 1)[:m] if m < candidates else np.arange(candidates)
-    share = epsilon / (m + 1)
-    out[explored] = share
-    out[-1] = share
+    m = min(top_m, k - 1)
+    explored = np.zeros(k, dtype=bool)
+    explored[_top(costs[:-1], m)] = True
+    if prior is not None:
+        explored[_top(prior[:-1], m)] = True
+    explored[-1] = True
+    out[explored] = epsilon / int(explored.sum())
     out[best] += 1.0 - epsilon
     return out
+
+
+class PriorMixture:
+    """Per-slot conditionals of the decision-level mixture ``(1 - δ) learner + δ prior``, both
+    components ε-greedy over the same explored set, the learner's with
+    the lowest-cost option as its mode, the prior's with the lowest prior cost.
+
+    Given the prefix ``h`` of slot ``s``, the prior component's posterior weight is
+    ``λ = δ P(h) / (δ P(h) + (1 - δ) L(h))`` (``P``, ``L``: each component's probability of the
+    draws so far) and the slot's distribution ``λ p_prior + (1 - λ) p_learner``: every option of
+    the explored set keeps its floor ``ε / |S|``. A router calls :meth:`slot` for the slots of one
+    decision in order (choosing and teacher-forced replay both do, under the router's lock): slot 0
+    starts a new decision, and the previous draw is read off the view (a longer ``chosen`` means a
+    candidate was drawn, an equal one the stop option)."""
+
+    __slots__ = ("_chosen", "_eligible", "_learner", "_learner_path", "_prior", "_prior_path")
+
+    def __init__(self) -> None:
+        self._learner_path = self._prior_path = 1.0
+        self._chosen: tuple[int, ...] = ()
+        self._eligible: tuple[int, ...] = ()
+        self._learner: NDArray[np.float64] = np.ones(1)
+        self._prior: NDArray[np.float64] = np.ones(1)
+
+    def slot(
+        self, view: SlotView, learner: NDArray[np.float64], prior: NDArray[np.float64], delta: float = PRIOR_SHARE
+    ) -> NDArray[np.float64]:
+        """The mixture's distribution for ``view``, given each component's (same options) and the
+        prior share ``delta``."""
+        if view.slot == 0:
+            self._learner_path = self._prior_path = 1.0
+        else:
+            drawn = (
+                self._eligible.index(view.chosen[-1])
+                if len(view.chosen) > len(self._chosen) and view.chosen[-1] in self._eligible
+                else len(self._eligible)
+            )
+            self._learner_path *= float(self._learner[drawn])
+            self._prior_path *= float(self._prior[drawn])
+        weight = delta * self._prior_path
+        total = weight + (1.0 - delta) * self._learner_path
+        share = weight / total if total > 0.0 else delta
+        self._chosen, self._eligible, self._learner, self._prior = view.chosen, view.eligible, learner, prior
+        return (1.0 - share) * learner + share * prior

@@ -31,7 +31,7 @@ from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
-from memabra.router._exploration import EXPLORATIONS, explore
+from memabra.router._exploration import EXPLORATIONS, PriorMixture, explore, prior_share
 from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
 
@@ -73,7 +73,8 @@ class ResidualRouter(Router):
     epsilon
         The share of each slot's mass spread over the explored set.
     top_m
-        How many of the lowest-cost candidates are explored, besides the stop option.
+        How many of the lowest-cost candidates are explored, and as many of the lowest prior cost
+        (the hybrid order), besides the stop option.
     """
 
     learns = True
@@ -110,6 +111,7 @@ class ResidualRouter(Router):
 
     def _init_model(self) -> None:
         self._learned = 0
+        self._mixture = PriorMixture()
 
     # ------------------------------------------------------------------------- the model
     @abstractmethod
@@ -132,13 +134,23 @@ class ResidualRouter(Router):
         return costs
 
     def _costs(self, view: SlotView) -> NDArray[np.float64]:
+        return self._prior_and_costs(view)[1]
+
+    def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         residual = np.asarray(self._residuals(view), dtype=np.float64)
         if residual.shape != (view.n_options,) or not np.isfinite(residual).all():
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
-        return self._prior_cost(view) + residual
+        prior = self._prior_cost(view)
+        return prior, prior + residual
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
-        return explore(self._costs(view), self.exploration, float(self.epsilon), int(self.top_m))
+        prior, costs = self._prior_and_costs(view)
+        own = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior)
+        if self.exploration == "greedy" or self.epsilon <= 0.0:
+            return own
+        mode = int(prior.argmin())
+        base = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior, mode=mode)
+        return self._mixture.slot(view, own, base, prior_share(self._learned))
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """The logged score: each candidate's cost at the first slot of its kind, in the prior's units.

@@ -3,6 +3,26 @@
 The logged draws give pi_b; the target router replays them with the logged prefix forced
 (:meth:`Router.slot_probabilities`) for pi_e, and also chooses on its own on the logged candidates
 and features (the rollouts behind q_e). The reward model supplies q on every set the terms need.
+
+A selection is a set: the reward depends on which candidates were injected, not on the order they
+were drawn in. So a target that deterministically selects the set ``T`` on a decision has the value
+of its *set-equivalent* policy, which draws the members of ``T`` not yet chosen in proportion to the
+logger's own probabilities and stops once ``T`` is complete::
+
+    pi~(a | h) = p_b(a | h) / p_b(T minus h | h)   for a in T minus h, when h is a subset of T
+
+It selects ``T`` with probability 1, needs nothing but the logged distributions, and its per-draw
+ratio is ``1 / p_b(T minus h | h)``: a logged decision that reached ``T`` in any order keeps a
+weight near 1 instead of 0 (the teacher-forced target's order must match the logger's draw for
+draw). Where the logged prefix has left ``T`` (or gives ``T``'s rest no probability), the target's
+own teacher-forced distribution stays: the weight is 0 from there on either way.
+
+Cascade DR's model term ``Q(h, a)`` is the model's value of the slate the target completes from
+``h + a``. For a deterministic target every prefix on its path completes to ``T``, so
+``Q = q(T)`` and cascade DR's baseline is ``q(T)`` (the terms between telescope to 0): a logged
+stop where the target would go on is valued at the target's whole set, not at one more candidate.
+For a stochastic target ``Q(h, a)`` stays the one-step ``q(h + a)`` (a rollout per prefix and
+option would multiply the replay's cost); cascade DR is unbiased under support either way.
 """
 
 from __future__ import annotations
@@ -18,7 +38,7 @@ from memabra.evals.offline._support import FLOOR_CEILING, SUPPORT_PROBABILITY
 from memabra.evals.ope import OPEInputError
 from memabra.router import FeatureTable, Router
 
-__all__ = ["DecisionContext", "PendingTerms", "RowBatch", "decision_terms"]
+__all__ = ["DecisionContext", "PendingTerms", "RowBatch", "decision_terms", "set_equivalent"]
 
 # rollouts of a stochastic target per decision for q_e; a deterministic one needs (and gets) one
 STOCHASTIC_ROLLOUTS = 4
@@ -96,6 +116,7 @@ class PendingTerms:
     option_handles: tuple[tuple[int, NDArray[np.float64]] | None, ...]
     rollout_handle: int | None
     floor_share: float
+    deterministic: bool = False
 
     def terms(self, batch: RowBatch) -> tuple[float, ...]:
         """The SlateTerms row (field order) of this decision for this target."""
@@ -136,7 +157,7 @@ class PendingTerms:
             float(values[0] + ratios @ increments),
             float(values[0] + cumulative @ increments),
             float(values[0] + gains.sum()),
-            float(values[0] + before @ gains),
+            float(q_target if self.deterministic and self.rollout_handle is not None else values[0] + before @ gains),
             float(values[-1]),
             q_target,
         )
@@ -175,23 +196,36 @@ def _floor_mass(logged: NDArray[np.float64], target: NDArray[np.float64]) -> flo
     return float(target[at_floor].sum())
 
 
-def _rollouts(context: DecisionContext, router: Router, batch: RowBatch, seed: int) -> int:
-    """Queue q_e: the target's own selections on the logged candidates and features."""
-    selection = context.selection
+def _own_selections(selection: Selection, router: Router, seed: int) -> tuple[list[Selection], frozenset[str] | None]:
+    """The target's own selections on the logged candidates and features (one when deterministic,
+    :data:`STOCHASTIC_ROLLOUTS` otherwise) and, when deterministic, the set it selects."""
     candidates = [sc.candidate for sc in selection.offered]
     features = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
-    rows = []
+    own: list[Selection] = []
     for k in range(STOCHASTIC_ROLLOUTS):
-        own = router.choose(
-            selection.context,
-            candidates,
-            features=features,
-            seed=seed * STOCHASTIC_ROLLOUTS + k,
-        )
-        rows.append(context.table.slate_features(context.table.rows_of(own.chosen_ids)))
-        if all(draw.chosen_probability >= _DETERMINISTIC for draw in own.slots):
-            break
-    return batch.add(context.position, np.vstack(rows))
+        own.append(router.choose(selection.context, candidates, features=features, seed=seed * STOCHASTIC_ROLLOUTS + k))
+        if all(draw.chosen_probability >= _DETERMINISTIC for draw in own[0].slots):
+            return own, frozenset(cid for cid in own[0].chosen_ids if cid != STOP_ID)
+    return own, None
+
+
+def set_equivalent(
+    logged: NDArray[np.float64], candidate_ids: tuple[str, ...], prefix: frozenset[str], target_set: frozenset[str]
+) -> NDArray[np.float64] | None:
+    """``pi~`` of the module docstring on one logged slot, or None where it does not apply (the
+    prefix has left the target's set, or the logger gives the set's rest no probability)."""
+    if not prefix <= target_set:
+        return None
+    rest = target_set - prefix
+    options = [k for k, cid in enumerate(candidate_ids) if cid in rest]
+    if not options:  # the set is complete, or its rest is of another kind: this slot stops
+        options = [k for k, cid in enumerate(candidate_ids) if cid == STOP_ID]
+    mass = float(logged[options].sum()) if options else 0.0
+    if mass <= 0.0:
+        return None
+    out = np.zeros(logged.size)
+    out[options] = logged[options] / mass
+    return out
 
 
 def decision_terms(
@@ -200,6 +234,7 @@ def decision_terms(
     """Replay one decision for one target; the model's rows are queued on ``batch``."""
     selection, table = context.selection, context.table
     target = router.slot_probabilities(selection)
+    own, target_set = _own_selections(selection, router, seed)
     n_draws = len(selection.slots)
     ratios = np.ones(n_draws)
     options: list[tuple[int, NDArray[np.float64]] | None] = []
@@ -208,6 +243,10 @@ def decision_terms(
         logged = np.asarray(draw.probabilities, dtype=np.float64)
         _check_logged(selection, draw.slot, logged, draw.chosen_probability)
         pi_e = _check_target(probabilities, selection, draw.slot)
+        if target_set is not None:
+            prefix = frozenset(d.chosen_id for d in selection.slots[:s] if d.chosen_id != STOP_ID)
+            equivalent = set_equivalent(logged, draw.candidate_ids, prefix, target_set)
+            pi_e = pi_e if equivalent is None else equivalent
         pick = draw.candidate_ids.index(draw.chosen_id)
         ratios[s] = pi_e[pick] / draw.chosen_probability
         floor += _floor_mass(logged, pi_e)
@@ -217,5 +256,11 @@ def decision_terms(
             options.append((batch.add(context.position, rows), pi_e[used]))
         else:
             options.append(None)
-    rollout = _rollouts(context, router, batch, seed) if model else None
-    return PendingTerms(context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0)
+    rollout = (
+        batch.add(context.position, np.vstack([table.slate_features(table.rows_of(o.chosen_ids)) for o in own]))
+        if model
+        else None
+    )
+    return PendingTerms(
+        context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0, target_set is not None
+    )

@@ -58,7 +58,7 @@ def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tupl
 def train_from_log(
     log: EpisodeLog,
     *,
-    learner: str = "vw",
+    learner: str = "linear",
     learner_args: Mapping[str, Any] | None = None,
     since: datetime | None = None,
     holdout: float = 0.2,

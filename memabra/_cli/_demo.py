@@ -48,9 +48,9 @@ def demo(
         )
 
     from memabra.evals.offline import evaluate_on_log, logged_value
-    from memabra.router import HybridRouter, VWRouter
+    from memabra.router import HybridRouter, LinearRouter
 
-    runs: list[tuple[str, object, str]] = [("learned (VW)", VWRouter(seed=seed), url)]
+    runs: list[tuple[str, object, str]] = [("learned (linear)", LinearRouter(seed=seed), url)]
     scratch = tempfile.TemporaryDirectory(prefix="memabra-demo-")
     if baseline:
         runs.append(("similarity top-k", HybridRouter(seed=seed), f"sqlite:///{Path(scratch.name) / 'baseline.db'}"))

@@ -170,7 +170,7 @@ def train(
         typer.Option("--from-log", help="Train from the logged decisions and propensities (the only source so far)."),
     ] = True,
     db: DbOption = None,
-    learner: Annotated[str, typer.Option(help="vw, or another router that learns.")] = "vw",
+    learner: Annotated[str, typer.Option(help="linear, vw, or another router that learns.")] = "linear",
     args: Annotated[
         str | None, typer.Option("--args", help="Learner arguments as JSON, e.g. '{\"epsilon\": 0.05}'.")
     ] = None,

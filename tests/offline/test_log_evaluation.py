@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from logged_world import log_world, true_value, world
 from memabra import ConfigError, InvalidRecordError, PolicySnapshot, RewardWeights
 from memabra._cli import app
+from memabra._records import STOP_ID
 from memabra.evals.offline import (
     RECOMMENDED_ORDER,
     Target,
@@ -18,8 +19,9 @@ from memabra.evals.offline import (
     resolve_policy,
     train_from_log,
 )
+from memabra.evals.offline._terms import set_equivalent
 from memabra.evals.ope import OPEInputError, SlateTerms, make_slot_estimators
-from memabra.router import HybridRouter, RandomRouter
+from memabra.router import FeatureTable, HybridRouter, RandomRouter
 from memabra.storage import EpisodeLog
 
 runner = CliRunner(env={"COLUMNS": "240"})
@@ -96,6 +98,9 @@ def test_estimators_match_hand_computed_terms() -> None:
 
 
 def test_slate_weights_on_the_log_match_a_hand_computation(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    """A deterministic target is replayed as its set-equivalent policy (evals/offline/_terms.py): on a
+    slot whose logged prefix lies in the target's set T the ratio is 1 / p_b(T minus prefix) for a
+    draw in T's rest (the stop option once T is complete), 0 otherwise; off T, teacher forcing."""
     logger = RandomRouter(similarity=lexical, seed=4)
     log_world(log, logger, 60)
     ev = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid", estimators=["sips", "pi"])
@@ -103,14 +108,39 @@ def test_slate_weights_on_the_log_match_a_hand_computation(log: EpisodeLog, lexi
     joint, pseudo = [], []
     for selection, reward in log.iter_selections():
         assert reward is not None
-        ratios = [
-            probs[d.candidate_ids.index(d.chosen_id)] / d.chosen_probability
-            for d, probs in zip(selection.slots, target.slot_probabilities(selection), strict=True)
-        ]
+        offered = [sc.candidate for sc in selection.offered]
+        features = FeatureTable.from_rows(offered, [sc.features for sc in selection.offered])
+        own = set(target.choose(selection.context, offered, features=features).chosen_ids)
+        ratios = []
+        for s, (d, probs) in enumerate(zip(selection.slots, target.slot_probabilities(selection), strict=True)):
+            prefix = {x.chosen_id for x in selection.slots[:s]} - {STOP_ID}
+            rest = own - prefix if prefix <= own else None
+            mass = (
+                sum(p for cid, p in zip(d.candidate_ids, d.probabilities, strict=True) if cid in rest)
+                if rest
+                else d.probabilities[-1]
+            )
+            if rest is None or mass == 0.0:
+                ratios.append(probs[d.candidate_ids.index(d.chosen_id)] / d.chosen_probability)
+            else:
+                on_set = d.chosen_id in rest if rest else d.chosen_id == STOP_ID
+                ratios.append(1.0 / mass if on_set else 0.0)
         joint.append(float(np.prod(ratios)) * reward.total)
         pseudo.append((sum(ratios) - len(ratios) + 1) * reward.total)
     assert ev.estimates["sips"].value == pytest.approx(np.mean(joint))
     assert ev.estimates["pi"].value == pytest.approx(np.mean(pseudo))
+    assert any(w != 0.0 for w in joint)
+
+
+def test_the_set_equivalent_policy_draws_the_sets_rest_in_the_loggers_proportions() -> None:
+    ids = ("a", "b", "c", STOP_ID)
+    logged = np.array([0.5, 0.3, 0.1, 0.1])
+    target = frozenset({"a", "c"})
+    assert set_equivalent(logged, ids, frozenset(), target) == pytest.approx([0.5 / 0.6, 0.0, 0.1 / 0.6, 0.0])
+    assert set_equivalent(logged, ids, frozenset({"a"}), target) == pytest.approx([0.0, 0.0, 1.0, 0.0])
+    assert set_equivalent(logged, ids, frozenset({"a", "c"}), target) == pytest.approx([0.0, 0.0, 0.0, 1.0])
+    assert set_equivalent(logged, ids, frozenset({"b"}), target) is None  # the prefix has left the set
+    assert set_equivalent(np.array([0.0, 0.9, 0.0, 0.1]), ids, frozenset(), target) is None  # no mass on it
 
 
 def test_a_logger_that_never_explores_leaves_other_targets_unsupported(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]

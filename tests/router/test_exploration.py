@@ -40,12 +40,41 @@ def _context(query: str) -> RoutingContext:
 def test_top_m_epsilon_gives_the_explored_set_its_floor() -> None:
     costs = np.array([0.3, -0.2, 0.9, 0.1, 0.5, 0.0])  # five candidates, then stop
     p = explore(costs, "epsilon", 0.1, 2)
-    floor = exploration_floor(costs.size, 2, 0.1)
-    assert p.sum() == pytest.approx(1.0) and floor == pytest.approx(0.1 / 3)
-    assert p[1] == pytest.approx(0.9 + floor)  # the best
-    assert p[3] == pytest.approx(floor) and p[-1] == pytest.approx(floor)  # second best and stop
+    assert p.sum() == pytest.approx(1.0)
+    assert p[1] == pytest.approx(0.9 + 0.1 / 3)  # the best
+    assert p[3] == pytest.approx(0.1 / 3) and p[-1] == pytest.approx(0.1 / 3)  # second best and stop
     assert p[[0, 2, 4]].tolist() == [0.0, 0.0, 0.0]  # outside the top-M: only the router's min_probability
     assert explore(costs, "greedy", 0.1, 2).tolist() == [0, 1, 0, 0, 0, 0]
+
+
+def test_the_priors_top_m_joins_the_explored_set_and_the_floor_bounds_every_member() -> None:
+    costs = np.array([0.3, -0.2, 0.9, 0.1, 0.5, 0.0])
+    prior = np.array([-0.6, -0.5, -0.4, -0.3, -0.2, 0.0])  # the prior prefers candidates 0 and 1
+    p = explore(costs, "epsilon", 0.1, 2, prior=prior)
+    # explored: the learner's top-2 {1, 3}, the prior's top-2 {0, 1}, stop: four options
+    assert p[1] == pytest.approx(0.9 + 0.1 / 4)
+    assert p[[0, 3, 5]].tolist() == pytest.approx([0.025] * 3) and p[[2, 4]].tolist() == [0.0, 0.0]
+    assert min(p[[0, 1, 3, 5]]) >= exploration_floor(costs.size, 2, 0.1) == pytest.approx(0.1 / 5)
+    moded = explore(costs, "epsilon", 0.1, 2, prior=prior, mode=0)
+    assert moded[0] == pytest.approx(0.9 + 0.025) and moded[1] == pytest.approx(0.025)
+
+
+def test_prior_mixture_conditionals_are_the_posterior_weighted_components() -> None:
+    """Hand-computed: two slots, δ = PRIOR_SHARE; after a draw both components agree on, the prior's
+    weight is δ P / (δ P + (1 - δ) L) with each component's probability of that draw."""
+    from memabra.router._exploration import PRIOR_SHARE, PriorMixture
+    from memabra.router._slots import SlotView
+
+    context = _context("move a file")
+    table = LinearRouter(similarity=SIM).featurize(context, TOOLS)
+    mixture = PriorMixture()
+    learner0, prior0 = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.8, 0.1])
+    first = mixture.slot(SlotView(context, table, CandidateKind.TOOL, 0, 0, (0, 1), (), 200), learner0, prior0)
+    assert first == pytest.approx((1 - PRIOR_SHARE) * learner0 + PRIOR_SHARE * prior0)
+    learner1, prior1 = np.array([0.6, 0.4]), np.array([0.2, 0.8])
+    second = mixture.slot(SlotView(context, table, CandidateKind.TOOL, 1, 1, (0,), (1,), 185), learner1, prior1)
+    share = PRIOR_SHARE * 0.8 / (PRIOR_SHARE * 0.8 + (1 - PRIOR_SHARE) * 0.1)  # candidate 1 was drawn
+    assert second == pytest.approx((1 - share) * learner1 + share * prior1)
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))

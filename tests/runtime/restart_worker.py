@@ -11,7 +11,7 @@ import signal
 import sys
 
 from memabra import Budget, CandidateKind, RoutingContext, build_session
-from memabra.router import Similarity, VWRouter
+from memabra.router import LinearRouter, Similarity
 
 QUERY = "suggest a restaurant for dinner"
 
@@ -28,7 +28,7 @@ def decision(session) -> dict:  # type: ignore[no-untyped-def]
 
 
 def main(url: str, mode: str) -> None:
-    router = VWRouter(seed=0, similarity=Similarity(encoder=None), epsilon=0.2)
+    router = LinearRouter(seed=0, similarity=Similarity(encoder=None), epsilon=0.2)
     session = build_session(
         db=url, router=router, budget=Budget(max_tokens=200, slots={CandidateKind.MEMORY: 2}), snapshot_every=1000
     )

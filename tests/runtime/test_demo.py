@@ -68,7 +68,7 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
     assert result.exit_code == 0, result.output
     for needle in (
         "stand-in",
-        "learned (VW)",
+        "learned (linear)",
         "similarity top-k",
         "corrections /100",
         "memabra admin --db",

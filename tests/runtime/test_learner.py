@@ -43,7 +43,7 @@ def test_learner_learns_each_final_reward_once_and_equals_a_replay(log: EpisodeL
     drain(learner, 30)
     learner.close()
     assert learner.learned == 30
-    router, n = replay(log)
+    router, n = replay(log, "vw")
     assert n == 30
     assert checkpoint_model(log) == learned_model(router.snapshot())
 
@@ -61,7 +61,7 @@ def test_a_learner_killed_before_its_commit_resumes_from_the_last_one(log: Episo
     assert second.acquire() and second.learned == 40
     drain(second, 50)
     second.close()
-    router, _ = replay(log)
+    router, _ = replay(log, "vw")
     assert checkpoint_model(log) == learned_model(router.snapshot())
 
 
@@ -75,7 +75,7 @@ def test_a_standby_waits_on_the_lease_and_takes_over(log: EpisodeLog) -> None:
     log_final(log, 6, start=12)
     drain(standby, 18)
     standby.close()
-    router, _ = replay(log)
+    router, _ = replay(log, "vw")
     assert checkpoint_model(log) == learned_model(router.snapshot())
 
 
@@ -108,7 +108,7 @@ def test_a_reward_that_commits_late_is_not_skipped(log: EpisodeLog) -> None:
     slow.close()
     drain(learner, 4)
     learner.close()
-    router, n = replay(log)
+    router, n = replay(log, "vw")
     assert n == 4 and checkpoint_model(log) == learned_model(router.snapshot())
 
 

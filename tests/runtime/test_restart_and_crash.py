@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from runtime.learning_log import log_final
 
-from memabra._learner import replay
+from memabra._learner import DEFAULT_POLICY, replay
 from memabra.router import learned_model
 from memabra.storage import EpisodeLog, LearnerStore
 
@@ -28,13 +28,13 @@ def _env() -> dict[str, str]:
 
 
 def _checkpoint_model(log: EpisodeLog) -> tuple[bytes, int]:
-    state = LearnerStore(log.engine).checkpoint("vw")
+    state = LearnerStore(log.engine).checkpoint(DEFAULT_POLICY)
     assert state is not None and state.snapshot_version is not None
     return learned_model(log.get_snapshot(state.snapshot_version)), state.learned
 
 
 def _learned(store: LearnerStore) -> int:
-    state = store.checkpoint("vw")
+    state = store.checkpoint(DEFAULT_POLICY)
     return state.learned if state is not None else 0
 
 
