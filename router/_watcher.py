@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
@@ -122,7 +123,9 @@ class SnapshotWatcher(Router):
         self._current = initial
         self._loaded_version = initial.policy_version
         self._checked_at: float | None = None
-        self._made_by: OrderedDict[str, Router] = OrderedDict()
+        # weakly: a strong reference would keep every router a hot reload replaced alive (each one a
+        # whole model) for as long as its selections wait for a reward, up to max_pending of them
+        self._made_by: OrderedDict[str, weakref.ref[Router]] = OrderedDict()
         self._swap_lock = threading.Lock()
 
     @classmethod
@@ -202,7 +205,7 @@ class SnapshotWatcher(Router):
         router = self._current
         selection = router.choose(context, candidates, budget, features=features, seed=seed)
         with self._lock:
-            self._made_by[selection.id] = router
+            self._made_by[selection.id] = weakref.ref(router)
             while len(self._made_by) > self.max_pending:
                 self._made_by.popitem(last=False)
         return selection
@@ -217,11 +220,12 @@ class SnapshotWatcher(Router):
         missing: Sequence[str] = (),
     ) -> None:
         with self._lock:
-            maker = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
-        if maker is None:
+            made = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
+        if made is None:
             named = getattr(selection, "id", selection)
             raise RouterError(f"selection {named!r} was not made by this watcher (or was already learned from)")
-        if maker is self._current:
+        maker = made()  # None once the router that made it was replaced and collected
+        if maker is not None and maker is self._current:
             maker.learn(selection, reward, outcomes, local_credit=local_credit, missing=missing)
         else:
             self._current.learn_logged(selection, reward, outcomes, local_credit=local_credit, missing=missing)

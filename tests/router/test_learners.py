@@ -3,7 +3,9 @@ failures, learning to stop, snapshots of learned state, hot swaps, and thread sa
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -211,6 +213,26 @@ def test_watcher_serves_newer_snapshots_and_keeps_old_rewards() -> None:
     with pytest.raises(RouterError):
         watcher.learn(after, 1.0)
     assert watcher.refresh() is False  # same version again: nothing to do
+
+
+def test_a_replaced_router_is_not_kept_alive_by_its_pending_selections() -> None:
+    """A hot reload replaces the serving router; the selections it made and that still wait for a
+    reward must not keep it (a whole model) alive: the in-process learner learns them from the log,
+    so they may wait forever."""
+    published: list[PolicySnapshot | None] = [None]
+    trainer = LinearRouter(similarity=SIM, seed=1)
+    watcher = SnapshotWatcher(LinearRouter(similarity=SIM), lambda: published[0], interval_s=0.0, similarity=SIM)
+    pending = [watcher.choose(TOOL_CONTEXT, TOOLS)]  # by the initial router, which the watcher keeps
+    replaced: weakref.ref[Router] | None = None
+    for _ in range(3):
+        selection = trainer.choose(TOOL_CONTEXT, TOOLS)
+        trainer.learn(selection, -0.3, {cid: 0.0 for cid in selection.chosen_ids})
+        published[0] = trainer.snapshot()
+        pending.append(watcher.choose(TOOL_CONTEXT, TOOLS))
+        replaced = replaced or weakref.ref(watcher.current)  # the first reloaded router
+    gc.collect()
+    assert replaced is not None and replaced() is None
+    watcher.learn(pending[1], 1.0)  # its maker is gone: learned off-policy by the current router
 
 
 def test_watcher_survives_a_failing_source(caplog: pytest.LogCaptureFixture) -> None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from factories import episode
 from memabra._cli._app import app
 from memabra._errors import InvalidRecordError, UnknownSnapshotError
+from memabra._learner import DEFAULT_POLICY
 from memabra._records import OPEResult, PolicySnapshot, utcnow
 from memabra.storage import EpisodeLog, LearnerStore
 
@@ -73,7 +74,7 @@ def test_cli_prune_never_touches_the_learner_checkpoint(migrated_url: str, tmp_p
     assert runner.invoke(app, ["learner", "--once", "--db", migrated_url, "--commit-every", "5"]).exit_code == 0
     with EpisodeLog(migrated_url) as log:
         before = [s.version for s in log.list_snapshots()]
-        checkpoint = LearnerStore(log.engine).checkpoint("vw")
+        checkpoint = LearnerStore(log.engine).checkpoint(DEFAULT_POLICY)
     assert checkpoint is not None and len(before) >= 6
 
     out = tmp_path / "prune.json"
