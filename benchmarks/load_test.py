@@ -49,9 +49,10 @@ TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music", "travel", "book
 def serve(url: str, worker: int, episodes: int, out: Path) -> None:
     """One serving process: learn=False (the learner processes learn), hot reload every 0.5 s."""
     from memabra import Budget, CandidateKind, build_session
-    from memabra.router import Similarity, VWRouter
+    from memabra.router import LinearRouter, Similarity
 
-    router = VWRouter(seed=0, similarity=Similarity(encoder=None))
+    # the learner processes run `memabra learner` with its default policy (linear): serve the same one
+    router = LinearRouter(seed=0, similarity=Similarity(encoder=None))
     budget = Budget(max_tokens=120, slots={CandidateKind.MEMORY: 2})
     session = build_session(db=url, router=router, budget=budget, learn=False, reload_interval_s=0.5)
     users = [f"w{worker}-u{k}" for k in range(4)]
