@@ -20,6 +20,7 @@ from memabra._records_outcomes import (
     RewardBreakdown,
     RewardComponents,
     RewardWeights,
+    Step,
     UsageCounts,
 )
 from memabra._records_routing import (
@@ -36,7 +37,6 @@ from memabra._records_routing import (
     ScoredCandidate,
     Selection,
     SlotDraw,
-    Step,
     StepKind,
     ensure_sequence,
     new_id,

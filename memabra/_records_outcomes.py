@@ -20,15 +20,41 @@ from memabra._records_routing import (
     FeedbackKind,
     JSONValue,
     Selection,
-    Step,
+    StepKind,
     _check_json_finite,
     _frozen_mapping,
     _require_aware,
+    _require_finite,
     _require_id_length,
     new_id,
     utcnow,
 )
 from memabra._signals import FeedbackSignals
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing the agent did during an episode: a tool call or a model call."""
+
+    kind: StepKind
+    name: str
+    seq: int = 0
+    arguments: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    result: str | None = None
+    status: str = "ok"
+    error: str | None = None
+    latency_ms: float = 0.0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    started_at: datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", StepKind(self.kind))
+        object.__setattr__(self, "arguments", _frozen_mapping(self.arguments))
+        _require_finite(f"Step {self.name!r} latency_ms", self.latency_ms)
+        _require_aware("Step.started_at", self.started_at)
+        if self.status not in ("ok", "error", "timeout"):
+            raise InvalidRecordError(f"Step.status must be ok, error or timeout, got {self.status!r}")
 
 
 @dataclass(frozen=True, slots=True)

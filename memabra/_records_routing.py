@@ -1,5 +1,5 @@
-"""Routing records: candidates, budgets, contexts, scored candidates, slot draws, selections and
-steps, plus the checks every record shares. Re-exported by :mod:`memabra._records`."""
+"""Routing records: candidates, budgets, contexts, scored candidates, slot draws and selections,
+plus the checks every record shares. Re-exported by :mod:`memabra._records`."""
 
 from __future__ import annotations
 
@@ -385,28 +385,3 @@ class Selection:
             if sc.candidate.id == candidate_id:
                 return sc
         raise KeyError(candidate_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One thing the agent did during an episode: a tool call or a model call."""
-
-    kind: StepKind
-    name: str
-    seq: int = 0
-    arguments: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
-    result: str | None = None
-    status: str = "ok"
-    error: str | None = None
-    latency_ms: float = 0.0
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    started_at: datetime = field(default_factory=utcnow)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", StepKind(self.kind))
-        object.__setattr__(self, "arguments", _frozen_mapping(self.arguments))
-        _require_finite(f"Step {self.name!r} latency_ms", self.latency_ms)
-        _require_aware("Step.started_at", self.started_at)
-        if self.status not in ("ok", "error", "timeout"):
-            raise InvalidRecordError(f"Step.status must be ok, error or timeout, got {self.status!r}")

@@ -168,6 +168,8 @@ class LinearRouter(ResidualRouter):
 
     name = "linear"
 
+    # Deliberate repeat (ResidualRouter, LinearRouter, VWRouter): each learner spells out its whole
+    # signature, sklearn-style, so help() and parameter introspection show every knob and default.
     def __init__(
         self,
         *,

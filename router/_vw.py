@@ -64,6 +64,8 @@ class VWRouter(ResidualRouter):
 
     name = "vw"
 
+    # Deliberate repeat (ResidualRouter, LinearRouter, VWRouter): each learner spells out its whole
+    # signature, sklearn-style, so help() and parameter introspection show every knob and default.
     def __init__(
         self,
         *,
