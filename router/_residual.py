@@ -148,8 +148,11 @@ class ResidualRouter(Router):
         own = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior)
         if self.exploration == "greedy" or self.epsilon <= 0.0:
             return own
-        mode = int(prior.argmin())
-        base = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior, mode=mode)
+        # the prior component explores the same set: only where its 1 - ε goes differs
+        greedy_mass = 1.0 - float(self.epsilon)
+        base = own.copy()
+        base[int(costs.argmin())] -= greedy_mass
+        base[int(prior.argmin())] += greedy_mass
         return self._mixture.slot(view, own, base, prior_share(self._learned))
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
