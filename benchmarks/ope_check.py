@@ -100,6 +100,7 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
     similarity = Similarity(encoder=None)
     hits: dict[str, dict[str, list[bool]]] = {}
     supported: dict[str, list[bool]] = {}
+    per_seed: list[dict[str, Any]] = []
     for seed in range(seeds):
         world = World(seed=seed)
         with tempfile.TemporaryDirectory() as scratch:
@@ -142,6 +143,17 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
             for name, e in ev.estimates.items():
                 hits.setdefault(ev.policy, {}).setdefault(name, []).append(e.ci_low <= truth <= e.ci_high)
             rec = ev.recommended
+            per_seed.append(
+                {
+                    "seed": seed,
+                    "target": ev.policy,
+                    "truth": truth,
+                    "recommended": rec.as_dict(),
+                    "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
+                    "diagnostics": ev.diagnostics,
+                    "floor_share": ev.floor_share,
+                }
+            )
             hits[ev.policy].setdefault("recommended", []).append(rec.ci_low <= truth <= rec.ci_high)
             supported.setdefault(ev.policy, []).append(rec.supported)
             if rec.supported:
@@ -153,6 +165,7 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
         "epsilon": epsilon,
         "coverage": {p: {k: sum(v) / len(v) for k, v in d.items()} for p, d in hits.items()},
         "supported_share": {p: sum(v) / len(v) for p, v in supported.items()},
+        "per_seed": per_seed,
     }
 
 
@@ -194,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             + " |"
         )
         if args.json is not None:
-            args.json.write_text(json.dumps(result, indent=2) + "\n")
+            args.json.write_text(json.dumps(result, indent=2, default=float) + "\n")
         return 0
     similarity = Similarity(encoder=None) if args.lexical else Similarity.default()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]

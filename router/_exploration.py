@@ -6,19 +6,23 @@ better) and the best option ``a* = argmin c`` (first of equals). The explored se
 similarity order, the baseline users compare the learner against) and the stop option, so
 ``top_m + 1 <= |S| <= 2 top_m + 1``.
 
-* ``epsilon`` (top-M ε-greedy): ``p(a) = (1 - ε) [a = a*] + ε / |S| [a ∈ S]``. Every option of ``S``
-  keeps at least the floor ``ε / |S| >= ε / (2 top_m + 1)``, so a logged slot's inverse-propensity
-  weight for any policy whose choice lies in ``S`` (the hybrid baseline's always does) is at most
-  ``(2 top_m + 1) / ε``; options outside ``S`` get only the router's ``min_probability`` (applied
-  afterwards by :func:`memabra.router._sampling.apply_floor`).
+* ``epsilon`` (top-M ε-greedy): every option of ``S`` gets the floor ``φ = ε / (2 top_m + 1)`` and
+  ``a*`` the rest, ``p(a) = φ [a ∈ S] + (1 - φ |S|) [a = a*]``: ``ε`` is what a full explored set
+  costs, and a small one (a pool of three tools) spends only ``φ`` per member, since its floor is
+  all offline evaluation needs and every draw beyond it is a turn at risk (on a one-slot turn an
+  explored draw is a miss). A logged slot's inverse-propensity weight for any policy whose choice
+  lies in ``S`` (the hybrid baseline's always does) is at most ``1 / φ``; options outside ``S`` get
+  only the router's ``min_probability`` (applied afterwards by
+  :func:`memabra.router._sampling.apply_floor`).
 * Decision-level prior share: a whole decision follows the prior's own choices (the hybrid
   baseline's selection) with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a
-  fresh router, decaying with the decisions learned), the ε-greedy learner otherwise. Each
+  fresh router, decaying with the decisions learned to :data:`PRIOR_FLOOR`), the ε-greedy learner
+  otherwise. Each
   slot's logged distribution is this mixture's conditional given the slot's prefix
   (:class:`PriorMixture`; the prior component explores the same set, so the floor holds), the log
   holds true propensities and the prior's whole selection has probability at least about
   ``δ``: per-slot exploration alone reaches a selection that
-  differs from the learner's in ``d`` slots only with probability about ``(ε / |S|)^d``.
+  differs from the learner's in ``d`` slots only with probability about ``φ^d``.
 * ``greedy``: all mass on ``a*``, no prior share. Its logs cannot evaluate any other policy.
 
 Restricting exploration to the two top-M keeps its cost small: an explored draw takes a candidate
@@ -34,6 +38,7 @@ from memabra.router._slots import SlotView
 
 __all__ = [
     "EXPLORATIONS",
+    "PRIOR_FLOOR",
     "PRIOR_HORIZON",
     "PRIOR_SHARE",
     "PriorMixture",
@@ -50,18 +55,22 @@ PRIOR_SHARE = 0.1
 # baseline's selection is still logged about 0.1 * 200 * ln(1 + n / 200) times in n decisions (31 in
 # 742), while a router that has learned for thousands of decisions gives up 1% of them or less
 PRIOR_HORIZON = 200
+# ...but never below this: the baseline's whole selection keeps a probability of about 5% on every
+# decision, so a log of any length supports it (effective sample size about 5% of the decisions)
+# instead of its weights growing into a tail no log observes once the share has decayed (3% left
+# the hybrid baseline unsupported on the multi-turn bench file, docs/router.md)
+PRIOR_FLOOR = 0.05
 
 
 def prior_share(learned: int) -> float:
     """The decision-level prior share after ``learned`` learned decisions."""
-    return PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned)
+    return max(PRIOR_FLOOR, PRIOR_SHARE * PRIOR_HORIZON / (PRIOR_HORIZON + learned))
 
 
 def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
     """The least probability ``epsilon`` exploration gives each option of the explored set
     (whatever the learner's and the prior's top-M share)."""
-    size = min(2 * top_m, n_options - 1) + 1
-    return epsilon / size if n_options > 1 else 1.0
+    return epsilon / (2 * top_m + 1) if n_options > 1 else 1.0
 
 
 def _top(costs: NDArray[np.float64], m: int) -> NDArray[np.intp]:
@@ -78,7 +87,7 @@ def explore(
 ) -> NDArray[np.float64]:
     """The slot's distribution over ``costs`` (candidates, then the stop option last); ``prior``,
     the same options' prior costs, adds its top-M to the explored set; ``mode`` replaces
-    ``argmin costs`` as the option that gets ``1 - ε``."""
+    ``argmin costs`` as the option that gets what the floors leave."""
     k = costs.size
     best = int(costs.argmin()) if mode is None else mode
     out = np.zeros(k)
@@ -91,8 +100,9 @@ def explore(
     if prior is not None:
         explored[_top(prior[:-1], m)] = True
     explored[-1] = True
-    out[explored] = epsilon / int(explored.sum())
-    out[best] += 1.0 - epsilon
+    floor = epsilon / (2 * top_m + 1)
+    out[explored] = floor
+    out[best] += 1.0 - floor * int(explored.sum())
     return out
 
 
@@ -104,7 +114,7 @@ class PriorMixture:
     Given the prefix ``h`` of slot ``s``, the prior component's posterior weight is
     ``λ = δ P(h) / (δ P(h) + (1 - δ) L(h))`` (``P``, ``L``: each component's probability of the
     draws so far) and the slot's distribution ``λ p_prior + (1 - λ) p_learner``: every option of
-    the explored set keeps its floor ``ε / |S|``. A router calls :meth:`slot` for the slots of one
+    the explored set keeps its floor ``φ``. A router calls :meth:`slot` for the slots of one
     decision in order (choosing and teacher-forced replay both do, under the router's lock): slot 0
     starts a new decision, and the previous draw is read off the view (a longer ``chosen`` means a
     candidate was drawn, an equal one the stop option)."""

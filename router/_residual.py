@@ -31,7 +31,7 @@ from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
-from memabra.router._exploration import EXPLORATIONS, PriorMixture, explore, prior_share
+from memabra.router._exploration import EXPLORATIONS, PriorMixture, exploration_floor, explore, prior_share
 from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
 
@@ -71,7 +71,8 @@ class ResidualRouter(Router):
         ``epsilon`` (top-M ε-greedy, the default) or ``greedy`` (no exploration: its logs cannot
         be evaluated offline).
     epsilon
-        The share of each slot's mass spread over the explored set.
+        The most of each slot's mass spent exploring: each member of the explored set gets
+        ``epsilon / (2 top_m + 1)``.
     top_m
         How many of the lowest-cost candidates are explored, and as many of the lowest prior cost
         (the hybrid order), besides the stop option.
@@ -148,10 +149,11 @@ class ResidualRouter(Router):
         own = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior)
         if self.exploration == "greedy" or self.epsilon <= 0.0:
             return own
-        # the prior component explores the same set: only where its 1 - ε goes differs
-        greedy_mass = 1.0 - float(self.epsilon)
+        # the prior component explores the same set: only where its mode's mass goes differs
+        best = int(costs.argmin())
+        greedy_mass = float(own[best]) - exploration_floor(own.size, int(self.top_m), float(self.epsilon))
         base = own.copy()
-        base[int(costs.argmin())] -= greedy_mass
+        base[best] -= greedy_mass
         base[int(prior.argmin())] += greedy_mass
         return self._mixture.slot(view, own, base, prior_share(self._learned))
 

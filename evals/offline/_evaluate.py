@@ -8,8 +8,9 @@ moments and the support diagnostics. Intervals are normal (delta method).
 
 ``recommended`` is, per target, the first of :data:`RECOMMENDED_ORDER` whose weight passes the
 support verdict (:mod:`memabra.evals.offline._support`): cascade DR (unbiased under support, but
-its joint weight runs out of effective samples as slates lengthen), then PI-DR (additive weights,
-many more effective samples, unbiased when the reward model's residual is additive over slots). When
+its joint weight runs out of effective samples as slates lengthen), then the pseudo-inverse
+estimator PI (additive weights, many more effective samples, unbiased when the reward is additive
+over slots; without a reward model, whose extrapolation PI-DR's non-additive residual leaks). When
 neither passes, the first is reported with ``supported`` false and the first failing rule as the
 reason. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
 ``docs/ope.md``).
@@ -71,7 +72,7 @@ __all__ = [
     "logged_value",
 ]
 
-RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi-dr")
+RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi")
 RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 # decisions reduced per target before their terms are folded into the running moments

@@ -41,8 +41,9 @@ def test_top_m_epsilon_gives_the_explored_set_its_floor() -> None:
     costs = np.array([0.3, -0.2, 0.9, 0.1, 0.5, 0.0])  # five candidates, then stop
     p = explore(costs, "epsilon", 0.1, 2)
     assert p.sum() == pytest.approx(1.0)
-    assert p[1] == pytest.approx(0.9 + 0.1 / 3)  # the best
-    assert p[3] == pytest.approx(0.1 / 3) and p[-1] == pytest.approx(0.1 / 3)  # second best and stop
+    # every explored option gets the floor ε / (2M + 1) = 0.02, whatever the size of the set
+    assert p[1] == pytest.approx(1.0 - 2 * 0.02)  # the best
+    assert p[3] == pytest.approx(0.02) and p[-1] == pytest.approx(0.02)  # second best and stop
     assert p[[0, 2, 4]].tolist() == [0.0, 0.0, 0.0]  # outside the top-M: only the router's min_probability
     assert explore(costs, "greedy", 0.1, 2).tolist() == [0, 1, 0, 0, 0, 0]
 
@@ -52,11 +53,25 @@ def test_the_priors_top_m_joins_the_explored_set_and_the_floor_bounds_every_memb
     prior = np.array([-0.6, -0.5, -0.4, -0.3, -0.2, 0.0])  # the prior prefers candidates 0 and 1
     p = explore(costs, "epsilon", 0.1, 2, prior=prior)
     # explored: the learner's top-2 {1, 3}, the prior's top-2 {0, 1}, stop: four options
-    assert p[1] == pytest.approx(0.9 + 0.1 / 4)
-    assert p[[0, 3, 5]].tolist() == pytest.approx([0.025] * 3) and p[[2, 4]].tolist() == [0.0, 0.0]
+    assert p[1] == pytest.approx(1.0 - 3 * 0.02)
+    assert p[[0, 3, 5]].tolist() == pytest.approx([0.02] * 3) and p[[2, 4]].tolist() == [0.0, 0.0]
     assert min(p[[0, 1, 3, 5]]) >= exploration_floor(costs.size, 2, 0.1) == pytest.approx(0.1 / 5)
     moded = explore(costs, "epsilon", 0.1, 2, prior=prior, mode=0)
-    assert moded[0] == pytest.approx(0.9 + 0.025) and moded[1] == pytest.approx(0.025)
+    assert moded[0] == pytest.approx(1.0 - 3 * 0.02) and moded[1] == pytest.approx(0.02)
+
+
+def test_a_small_explored_set_spends_less_than_epsilon() -> None:
+    """Two candidates and stop: each non-best option keeps the floor, the rest stays on the best."""
+    p = explore(np.array([-0.5, -0.1, 0.0]), "epsilon", 0.01, 4)
+    assert p.tolist() == pytest.approx([1.0 - 2 * 0.01 / 9, 0.01 / 9, 0.01 / 9])
+
+
+def test_the_prior_share_decays_to_its_floor() -> None:
+    from memabra.router._exploration import PRIOR_FLOOR, PRIOR_SHARE, prior_share
+
+    assert prior_share(0) == PRIOR_SHARE
+    assert PRIOR_FLOOR < prior_share(100) < PRIOR_SHARE
+    assert prior_share(10**6) == PRIOR_FLOOR
 
 
 def test_prior_mixture_conditionals_are_the_posterior_weighted_components() -> None:
