@@ -75,6 +75,11 @@ __all__ = [
 RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi")
 RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
+# how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
+# probabilities within the target's set, or in the target's own order
+SET_EQUIVALENT = "set-equivalent"
+OWN_ORDER = "own order"
+_REPLAYS = (SET_EQUIVALENT, OWN_ORDER)
 # decisions reduced per target before their terms are folded into the running moments
 _CHUNK = 512
 _WEIGHT_LABELS = {
@@ -127,6 +132,7 @@ class LogEvaluation:
     floor_share: float
     reward_model: RewardModelReport | None
     results: tuple[OPEResult, ...]
+    replay: str = SET_EQUIVALENT
 
     def as_json(self) -> dict[str, Any]:
         """The per-policy block of ``memabra ope log --json``; other tools read these names."""
@@ -138,6 +144,7 @@ class LogEvaluation:
                 name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
             },
             "diagnostics": {
+                "replay": self.replay,
                 "floor_share": self.floor_share,
                 **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
             },
@@ -212,9 +219,10 @@ def evaluate_policies(
         )
     if model is not None:
         report = model.fit()
-    streams = [[StreamingEstimate(e) for e in chosen] for _ in targets]
-    summaries = [{name: WeightSummary() for name in _WEIGHT_LABELS} for _ in targets]
-    floors = [0.0 for _ in targets]
+    # per target, per replay (set-equivalent, own order): the estimators' moments, weights, floors
+    streams = [[[StreamingEstimate(e) for e in chosen] for _ in _REPLAYS] for _ in targets]
+    summaries = [[{name: WeightSummary() for name in _WEIGHT_LABELS} for _ in _REPLAYS] for _ in targets]
+    floors = [[0.0 for _ in _REPLAYS] for _ in targets]
 
     def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
         rows = RowBatch(model)
@@ -230,13 +238,16 @@ def evaluate_policies(
         ]
         rows.run()
         for t, per_target in enumerate(pending):
-            columns = np.asarray([p.terms(rows) for p in per_target], dtype=np.float64).T
-            batch = SlateTerms(*columns)
-            for stream in streams[t]:
-                stream.update(batch)
-            for name, summary in summaries[t].items():
-                summary.update(getattr(batch, name))
-            floors[t] += sum(p.floor_share for p in per_target)
+            for r in range(len(_REPLAYS)):
+                # a stochastic target has one replay: its own order is its set-equivalent
+                replayed = [pair[r] or pair[0] for pair in per_target]
+                columns = np.asarray([p.terms(rows) for p in replayed], dtype=np.float64).T
+                batch = SlateTerms(*columns)
+                for stream in streams[t][r]:
+                    stream.update(batch)
+                for name, summary in summaries[t][r].items():
+                    summary.update(getattr(batch, name))
+                floors[t][r] += sum(p.floor_share for p in replayed)
 
     chunk: list[tuple[Selection, float]] = []
     done = 0
@@ -256,20 +267,35 @@ def evaluate_policies(
     out = []
     logging_value = total / count
     for t, target in enumerate(targets):
+        r = _pick_replay(summaries[t], [f / count for f in floors[t]], alpha)
         out.append(
             _summarise(
                 target,
-                streams[t],
-                summaries[t],
-                floors[t] / count,
+                streams[t][r],
+                summaries[t][r],
+                floors[t][r] / count,
                 count,
                 logging_value,
                 report,
                 alpha,
                 weights,
+                _REPLAYS[r],
             )
         )
     return tuple(out)
+
+
+def _pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
+    """The replay the estimate uses: the one whose joint weight the support verdict accepts, the
+    larger effective sample size if both are, else the set-equivalent one. Only weights decide,
+    never rewards."""
+    verdicts = [
+        support_verdict(s["joint_weight"], f, alpha, "joint").supported for s, f in zip(summaries, floors, strict=True)
+    ]
+    if verdicts[0] and verdicts[1]:
+        ess = [s["joint_weight"].effective_sample_size for s in summaries]
+        return int(ess[1] > ess[0])
+    return 1 if verdicts[1] else 0
 
 
 def _summarise(
@@ -282,6 +308,7 @@ def _summarise(
     report: RewardModelReport | None,
     alpha: float,
     weights: RewardWeights | None,
+    replay: str = SET_EQUIVALENT,
 ) -> LogEvaluation:
     estimates: dict[str, PolicyValueInterval] = {}
     for stream in streams:
@@ -307,6 +334,7 @@ def _summarise(
         "weights": weights.as_dict() if weights else None,
         "supported": verdict.supported,
         "reason": verdict.reason,
+        "replay": replay,
         "floor_share": floor_share,
         "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
@@ -338,6 +366,7 @@ def _summarise(
         floor_share=floor_share,
         reward_model=report,
         results=results,
+        replay=replay,
     )
 
 

@@ -230,19 +230,49 @@ def set_equivalent(
 
 def decision_terms(
     context: DecisionContext, router: Router, batch: RowBatch, *, seed: int, model: bool
-) -> PendingTerms:
-    """Replay one decision for one target; the model's rows are queued on ``batch``."""
+) -> tuple[PendingTerms, PendingTerms | None]:
+    """Replay one decision for one target; the model's rows are queued on ``batch``.
+
+    Returns the terms of the set-equivalent replay and, for a deterministic target, also those of
+    its own order (teacher forced): both select the target's set, so both have its value, and which
+    has the lighter weight tail depends on the logger (see :func:`set_equivalent`)."""
     selection, table = context.selection, context.table
-    target = router.slot_probabilities(selection)
+    target = tuple(
+        _check_target(probabilities, selection, draw.slot)
+        for draw, probabilities in zip(selection.slots, router.slot_probabilities(selection), strict=True)
+    )
     own, target_set = _own_selections(selection, router, seed)
+    rollout = (
+        batch.add(context.position, np.vstack([table.slate_features(table.rows_of(o.chosen_ids)) for o in own]))
+        if model
+        else None
+    )
+    equivalent = _pending(context, target, target_set, batch, rollout, model=model)
+    if target_set is None:
+        return equivalent, None
+    return equivalent, _pending(context, target, None, batch, rollout, model=model, deterministic=True)
+
+
+def _pending(
+    context: DecisionContext,
+    target: tuple[NDArray[np.float64], ...],
+    target_set: frozenset[str] | None,
+    batch: RowBatch,
+    rollout: int | None,
+    *,
+    model: bool,
+    deterministic: bool = False,
+) -> PendingTerms:
+    """The terms of one replay: ``target_set`` given, the set-equivalent policy; else the target's
+    own teacher-forced distributions."""
+    selection, table = context.selection, context.table
     n_draws = len(selection.slots)
     ratios = np.ones(n_draws)
     options: list[tuple[int, NDArray[np.float64]] | None] = []
     floor = 0.0
-    for s, (draw, probabilities) in enumerate(zip(selection.slots, target, strict=True)):
+    for s, (draw, pi_e) in enumerate(zip(selection.slots, target, strict=True)):
         logged = np.asarray(draw.probabilities, dtype=np.float64)
         _check_logged(selection, draw.slot, logged, draw.chosen_probability)
-        pi_e = _check_target(probabilities, selection, draw.slot)
         if target_set is not None:
             prefix = frozenset(d.chosen_id for d in selection.slots[:s] if d.chosen_id != STOP_ID)
             equivalent = set_equivalent(logged, draw.candidate_ids, prefix, target_set)
@@ -256,11 +286,11 @@ def decision_terms(
             options.append((batch.add(context.position, rows), pi_e[used]))
         else:
             options.append(None)
-    rollout = (
-        batch.add(context.position, np.vstack([table.slate_features(table.rows_of(o.chosen_ids)) for o in own]))
-        if model
-        else None
-    )
     return PendingTerms(
-        context, ratios, tuple(options), rollout, floor / n_draws if n_draws else 0.0, target_set is not None
+        context,
+        ratios,
+        tuple(options),
+        rollout,
+        floor / n_draws if n_draws else 0.0,
+        deterministic or target_set is not None,
     )

@@ -282,3 +282,23 @@ def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
             DecisionContext.of(selection, 1.0, rows, 0), HybridRouter(similarity=lexical), rows, seed=0, model=False
         )
     assert caught.value.field == "pscore"
+
+
+def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
+    """Only weights choose the replay: the supported one, the larger ESS when both are, else the
+    set-equivalent one."""
+    from memabra.evals.offline._evaluate import _pick_replay
+    from memabra.evals.offline._support import WeightSummary
+
+    def summary(weights: list[float]) -> dict[str, WeightSummary]:
+        out = WeightSummary()
+        out.update(np.asarray(weights, dtype=np.float64))
+        return {"joint_weight": out}
+
+    supported = summary([1.0] * 200)
+    tail_unseen = summary([0.5] * 200)  # mean 0.5 with no spread: the tail was never observed
+    wider = summary([0.0, 2.0] * 100)
+    assert _pick_replay([tail_unseen, supported], [0.0, 0.0], 0.05) == 1
+    assert _pick_replay([supported, tail_unseen], [0.0, 0.0], 0.05) == 0
+    assert _pick_replay([wider, supported], [0.0, 0.0], 0.05) == 1  # both supported: the larger ESS
+    assert _pick_replay([tail_unseen, tail_unseen], [0.0, 0.0], 0.05) == 0
