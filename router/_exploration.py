@@ -91,7 +91,7 @@ def explore(
     if prior is not None:
         explored[_top(prior[:-1], m)] = True
     explored[-1] = True
-    out[explored] = epsilon / int(explored.sum())
+    out[explored] = epsilon / np.count_nonzero(explored)
     out[best] += 1.0 - epsilon
     return out
 

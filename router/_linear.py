@@ -60,8 +60,29 @@ _STOP_NUMERIC_INDEX = mix(
 )
 _MAX_POSITION = 4  # positions beyond the fifth pick share one stop feature
 _EMPTY_INDEX = np.zeros(0, dtype=np.int64)
+_NO_VALUES = np.zeros(0)
 _MAX_RANK = 4  # open ranks beyond the fifth share one feature
 _USERS_PER_POOL = 256  # user x candidate indices kept per pool (recomputing one costs ~0.1 ms)
+
+
+@lru_cache(maxsize=1024)
+def _open_log(n: int) -> float:
+    """The stop row's ``open_log`` for ``n`` open candidates (numpy's log1p, as it always was)."""
+    return float(np.log1p(n))
+
+
+class _Slot:
+    """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
+    replayed slot all read them), built once per view."""
+
+    __slots__ = ("best", "rank", "stop_index", "stop_values", "view")
+
+    def __init__(self, view: SlotView, rank: NDArray[np.int64], best: float) -> None:
+        self.view = view
+        self.rank = rank
+        self.best = best
+        self.stop_index: NDArray[np.int64] | None = None
+        self.stop_values: NDArray[np.float64] = _NO_VALUES
 
 
 @lru_cache(maxsize=64)
@@ -75,7 +96,7 @@ class _Pool:
     """What the features of a candidate pool need besides the request (hashes of ids and words),
     kept across decisions over the same pool."""
 
-    __slots__ = ("a_index", "ids", "present", "qa_part", "qw_part", "text", "users")
+    __slots__ = ("a_index", "ids", "present", "qa_part", "qw_part", "text", "users", "values")
 
     def __init__(self, candidates: tuple[Candidate, ...]) -> None:
         n = len(candidates)
@@ -91,6 +112,28 @@ class _Pool:
         self.qa_part = right(GROUPS["qa"], self.ids)[:, None]
         self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
         self.users: dict[str, NDArray[np.int64]] = {}
+        self.values: dict[int, NDArray[np.float64]] = {}
+
+    def values_for(self, query_tokens: int) -> NDArray[np.float64]:
+        """The feature values of every candidate for a query of ``query_tokens`` distinct tokens,
+        the numeric columns left 0 (a request's table fills them): only those differ between
+        requests of the same length."""
+        template = self.values.get(query_tokens)
+        if template is None:
+            n = self.ids.size
+            present = self.present
+            template = self.values[query_tokens] = np.concatenate(
+                [
+                    np.ones((n, 1 + query_tokens)),
+                    np.broadcast_to(present[:, None, :], (n, query_tokens, present.shape[1])).reshape(n, -1),
+                    np.zeros((n, _NUMERIC_COLUMNS.size)),
+                    np.ones((n, 1)),
+                    present,
+                ],
+                axis=1,
+            )
+            template.flags.writeable = False
+        return template
 
     def user_index(self, user: str) -> NDArray[np.int64]:
         """The ``ua`` and ``uw`` indices of every candidate for ``user``."""
@@ -122,13 +165,17 @@ def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
 class _Design:
     """The slot-independent feature indices of one table's candidates under one request."""
 
-    __slots__ = ("ids", "index", "query", "stop", "table", "user", "values")
+    __slots__ = ("hybrid", "ids", "index", "order", "query", "stop", "table", "user", "values")
 
     def __init__(self, table: FeatureTable, query: str, user: str) -> None:
         self.table = table
         self.query = query
         self.user = user
         self.stop: dict[str, NDArray[np.int64]] = {}
+        self.hybrid = table.column("hyb_z")
+        # rows by descending similarity (first of equals first): restricted to a slot's open rows,
+        # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
+        self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
         pool = _pool(table.candidates)
         q = left(query_hashes(query))
         self.ids = pool.ids
@@ -144,17 +191,9 @@ class _Design:
             ],
             axis=1,
         )
-        present = pool.present
-        self.values = np.concatenate(
-            [
-                np.ones((n, 1 + q.size)),
-                np.broadcast_to(present[:, None, :], (n, q.size, present.shape[1])).reshape(n, -1),
-                table.matrix[:, _NUMERIC_COLUMNS],
-                np.ones((n, 1)),
-                present,
-            ],
-            axis=1,
-        )
+        self.values = pool.values_for(q.size).copy()
+        start = 1 + q.size + qw.shape[1]
+        self.values[:, start : start + _NUMERIC_COLUMNS.size] = table.matrix[:, _NUMERIC_COLUMNS]
 
 
 class LinearRouter(ResidualRouter):
@@ -206,6 +245,7 @@ class LinearRouter(ResidualRouter):
         self._design: _Design | None = None
         self._base_scores: NDArray[np.float64] | None = None
         self._pair_scores: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._slot: _Slot | None = None
 
     # ------------------------------------------------------------------------- features
     def _design_of(self, view: SlotView) -> _Design:
@@ -224,34 +264,54 @@ class LinearRouter(ResidualRouter):
     def _pair_index(self, design: _Design, chosen: int, rows: NDArray[np.intp] | list[int]) -> NDArray[np.int64]:
         return mix(GROUPS["ca"], design.ids[[chosen]], design.ids[rows], BITS)
 
+    def _slot_of(self, view: SlotView) -> _Slot:
+        """The cached parts of ``view``'s rows (the cache holds the view, so its id is not reused)."""
+        slot = self._slot
+        if slot is not None and slot.view is view:
+            return slot
+        design = self._design_of(view)
+        # the kr feature of each open candidate: slot position x its open similarity rank; ranks
+        # from _MAX_RANK on share one feature, so only the first _MAX_RANK open rows are looked for
+        features = _rank_features(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")
+        option_of = {row: option for option, row in enumerate(view.eligible)}
+        top: list[int] = []
+        for row in design.order:
+            option = option_of.get(row)
+            if option is not None:
+                top.append(option)
+                if len(top) == _MAX_RANK:
+                    break
+        rank = np.full(len(view.eligible), features[_MAX_RANK], dtype=np.int64)
+        rank[top] = features[: len(top)]
+        # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
+        best = float(design.hybrid[view.eligible[top[0]]]) if top else 0.0
+        slot = self._slot = _Slot(view, rank, best)
+        return slot
+
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        slot = self._slot_of(view)
+        if slot.stop_index is not None:
+            return slot.stop_index, slot.stop_values
         design = self._design_of(view)
         key = f"{view.kind.value}:{min(view.position, _MAX_POSITION)}"
         index = design.stop.get(key)
         if index is None:
-            slot = np.array([token_hash(key)], dtype=np.uint64)
+            code = np.array([token_hash(key)], dtype=np.uint64)
             q = query_hashes(view.context.query)
             index = design.stop[key] = np.concatenate(
                 [
-                    mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS),
-                    mix(GROUPS["qs"], q, slot, BITS),
+                    mix(GROUPS["s"], code, np.zeros(1, np.uint64), BITS),
+                    mix(GROUPS["qs"], q, code, BITS),
                     _STOP_NUMERIC_INDEX,
                 ]
             )
-        hybrid = view.table.column("hyb_z")[list(view.eligible)]
         budget = view.context.budget.max_tokens
         share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
         values = np.ones(index.size)
-        values[-3:] = (share, float(hybrid.max()) if hybrid.size else 0.0, np.log1p(hybrid.size))
+        values[-3:] = (share, slot.best, _open_log(len(view.eligible)))
+        values.flags.writeable = False
+        slot.stop_index, slot.stop_values = index, values
         return index, values
-
-    @staticmethod
-    def _rank_index(view: SlotView) -> NDArray[np.int64]:
-        """The ``kr`` feature of each open candidate: slot position × its open similarity rank."""
-        hybrid = view.table.column("hyb_z")[list(view.eligible)]
-        ranks = np.empty(hybrid.size, dtype=np.int64)
-        ranks[np.argsort(-hybrid, kind="stable")] = np.arange(hybrid.size)
-        return _rank_features(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")[np.minimum(ranks, _MAX_RANK)]
 
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
@@ -259,7 +319,7 @@ class LinearRouter(ResidualRouter):
         pairs = (
             np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else _EMPTY_INDEX
         )
-        rank = self._rank_index(view)[option : option + 1]
+        rank = self._slot_of(view).rank[option : option + 1]
         return (
             np.concatenate([design.index[row], pairs, rank]),
             np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
@@ -277,19 +337,29 @@ class LinearRouter(ResidualRouter):
         self._pair_scores[chosen] = scores
         return scores
 
-    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+    def _open_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        """The open candidates' residuals (the stop option's left out)."""
         design = self._design_of(view)
         if self._base_scores is None:
             self._base_scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
-        rows = list(view.eligible)
-        out = np.empty(view.n_options)
-        out[:-1] = self._base_scores[rows]
+        rows = view.rows
+        out = self._base_scores[rows]
         if view.chosen:
-            out[:-1] += self._pair_scores_for(design, view.chosen)[rows]
-        out[:-1] += self._weights[self._rank_index(view)]
+            out += self._pair_scores_for(design, view.chosen)[rows]
+        out += self._weights[self._slot_of(view).rank]
+        return out
+
+    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        out = np.empty(view.n_options)
+        out[:-1] = self._open_residuals(view)
         index, values = self._stop_row(view)
         out[-1] = float(self._weights[index] @ values)
         return out
+
+    def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
+        # the logged scores need no stop option: its row is the part of a slot's scoring skipped
+        costs: NDArray[np.float64] = self._prior_cost(view)[:-1] + self._open_residuals(view)
+        return costs
 
     def _begin_update(self) -> None:
         self._base_scores = None

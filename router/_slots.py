@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -43,10 +43,22 @@ class SlotView:
     eligible: tuple[int, ...]
     chosen: tuple[int, ...]
     remaining_tokens: int | None
+    _rows: NDArray[np.intp] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_options(self) -> int:
         return len(self.eligible) + 1
+
+    @property
+    def rows(self) -> NDArray[np.intp]:
+        """``eligible`` as a read-only index array, built once: a learner indexes several columns
+        by it per slot, and converting the tuple costs more than the indexing itself."""
+        rows = self._rows
+        if rows is None:
+            rows = np.array(self.eligible, dtype=np.intp)
+            rows.flags.writeable = False
+            object.__setattr__(self, "_rows", rows)
+        return rows
 
     def option_ids(self) -> tuple[str, ...]:
         return tuple(self.table.candidates[i].id for i in self.eligible) + (STOP_ID,)
@@ -139,10 +151,9 @@ def fill_slots(
             if not eligible:
                 break
             view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
-            probabilities = distribution(view)
-            pick = draw_index(probabilities, rng)
+            values = tuple(distribution(view).tolist())
+            pick = draw_index(values, rng)
             option_ids = (*[ids[i] for i in eligible], STOP_ID)
-            values = tuple(probabilities.tolist())
             draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
             if pick == len(eligible):
                 break
