@@ -132,14 +132,18 @@ class ResidualRouter(Router):
         """Called before a selection's fits (subclasses drop caches that read the weights)."""
 
     # ------------------------------------------------------------------------- deciding
-    def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
-        """``c0`` of the open candidates followed by the stop option's 0."""
+    def _open_prior(self, view: SlotView) -> NDArray[np.float64]:
+        """``c0`` of the open candidates."""
         table = view.table
         if self._prior_table is not table:
             # elementwise, so a row's prior is the same number whichever slot reads it
             self._prior_rows = -(PRIOR_OFFSET + PRIOR_SCALE * table.column("hyb_z"))
             self._prior_table = table
-        return np.concatenate((self._prior_rows[view.rows], _STOP_PRIOR))
+        return self._prior_rows[view.rows]
+
+    def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
+        """``c0`` of the open candidates followed by the stop option's 0."""
+        return np.concatenate((self._open_prior(view), _STOP_PRIOR))
 
     def _costs(self, view: SlotView) -> NDArray[np.float64]:
         return self._prior_and_costs(view)[1]

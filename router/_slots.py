@@ -116,18 +116,23 @@ def validate_choice(
 
 def scored_offers(table: FeatureTable, scores: NDArray[np.float64]) -> tuple[ScoredCandidate, ...]:
     """The offered candidates with their (checked, finite) scores and per-kind ranks."""
-    ranks = np.zeros(len(table.candidates), dtype=int)
-    for kind in CandidateKind:
-        idx = np.array([i for i, c in enumerate(table.candidates) if c.kind is kind], dtype=int)
-        if idx.size:
-            order = idx[np.argsort(-scores[idx], kind="stable")]
-            ranks[order] = np.arange(idx.size)
+    values = scores.tolist()
+    negated = [-v for v in values]
+    rows_of: dict[CandidateKind, list[int]] = {}
+    for i, candidate in enumerate(table.candidates):
+        rows_of.setdefault(candidate.kind, []).append(i)
+    ranks = [0] * len(values)
+    for rows in rows_of.values():
+        # sorted is stable, as the argsort(kind="stable") it replaces: equal scores keep table
+        # order; a few dozen Python floats sort faster than numpy sets the arrays up
+        for rank, i in enumerate(sorted(rows, key=negated.__getitem__)):
+            ranks[i] = rank
     # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
     return tuple(
         ScoredCandidate.trusted(c, row, score, rank)
         if type(row) is MappingProxyType
         else ScoredCandidate(c, row, score, rank)
-        for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist(), strict=True)
+        for c, row, score, rank in zip(table.candidates, table.rows, values, ranks, strict=True)
     )
 
 
