@@ -267,9 +267,16 @@ class ScoredCandidate:
         rows, checked when the table was built), skipping the per-feature checks of every
         decision's dozens of records."""
         record = object.__new__(cls)
-        for name, value in (("candidate", candidate), ("features", features), ("score", score), ("rank", rank)):
-            object.__setattr__(record, name, value)
+        # the fields' slot descriptors set them directly (frozen: __setattr__ refuses)
+        set_candidate, set_features, set_score, set_rank = _SCORED_SETTERS
+        set_candidate(record, candidate)
+        set_features(record, features)
+        set_score(record, score)
+        set_rank(record, rank)
         return record
+
+
+_SCORED_SETTERS = tuple(ScoredCandidate.__dict__[name].__set__ for name in ("candidate", "features", "score", "rank"))
 
 
 @dataclass(frozen=True, slots=True)

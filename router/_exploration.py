@@ -102,7 +102,7 @@ def explore(
     explored[-1] = True
     floor = epsilon / (2 * top_m + 1)
     out[explored] = floor
-    out[best] += 1.0 - floor * int(explored.sum())
+    out[best] += 1.0 - floor * np.count_nonzero(explored)
     return out
 
 

@@ -79,9 +79,11 @@ def right(group: int, second: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 def finish(x: NDArray[np.uint64], bits: int) -> NDArray[np.int64]:
     """Indices from summed shares: ``finish(left(a) + right(g, b)) == mix(g, a, b)``."""
-    x = x ^ (x >> _SHIFT)
+    x = x ^ (x >> _SHIFT)  # a new array: the caller's shares stay as they were
     x *= _K1
-    return (x >> np.uint64(64 - bits)).astype(np.int64)
+    x >>= np.uint64(64 - bits)
+    # below 2 ** bits, so the same numbers as int64 without copying them
+    return x.view(np.int64)
 
 
 def mix(group: int, first: NDArray[np.uint64], second: NDArray[np.uint64], bits: int) -> NDArray[np.int64]:

@@ -27,134 +27,29 @@ overshoot).
 from __future__ import annotations
 
 import io
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import Candidate
 from memabra.router._base import SlotView
-from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
-from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
+from memabra.router._hashed_features import finish, left
+from memabra.router._linear_design import (
+    BITS,
+    EMPTY_INDEX,
+    MAX_POSITION,
+    MAX_RANK,
+    Design,
+    Slot,
+    open_log,
+    rank_features,
+    stop_rows,
+)
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
 from memabra.router._similarity import Similarity
 
 __all__ = ["LinearRouter"]
-
-# 2 ** 20 weights (8 MiB): the multi-turn bench's query x text crosses fill about 1.5% of it
-BITS = 20
-# the candidate's usage history and cost; not its similarity, which the prior already carries: the
-# candidates a learner sees outcomes for are the similar ones it chose, and weights fitted on them
-# learned that similarity predicts an unused memory (measured in docs/router.md). The request-memory
-# counts are no longer filled.
-_NUMERIC = tuple(n for n in HISTORY_FEATURES if n not in ("failed_here", "helped_here"))
-_NUMERIC_COLUMNS = np.array([NUMERIC_FEATURES.index(n) for n in _NUMERIC])
-_NUMERIC_INDEX = mix(
-    GROUPS["n"], np.array([token_hash(n) for n in _NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
-)
-_STOP_NUMERIC = ("budget_left", "best_open_hyb", "open_log")
-_STOP_NUMERIC_INDEX = mix(
-    GROUPS["sn"], np.array([token_hash(n) for n in _STOP_NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
-)
-_MAX_POSITION = 4  # positions beyond the fifth pick share one stop feature
-_EMPTY_INDEX = np.zeros(0, dtype=np.int64)
-_MAX_RANK = 4  # open ranks beyond the fifth share one feature
-_USERS_PER_POOL = 256  # user x candidate indices kept per pool (recomputing one costs ~0.1 ms)
-
-
-@lru_cache(maxsize=64)
-def _rank_features(slot: str) -> NDArray[np.int64]:
-    """The ``kr`` indices of one slot kind and position, by open rank."""
-    key = np.array([token_hash(slot)], dtype=np.uint64)
-    return mix(GROUPS["kr"], key, np.arange(_MAX_RANK + 1, dtype=np.uint64), BITS)
-
-
-class _Pool:
-    """What the features of a candidate pool need besides the request (hashes of ids and words),
-    kept across decisions over the same pool."""
-
-    __slots__ = ("a_index", "ids", "present", "qa_part", "qw_part", "text", "users")
-
-    def __init__(self, candidates: tuple[Candidate, ...]) -> None:
-        n = len(candidates)
-        self.ids = np.fromiter((token_hash(c.id) for c in candidates), dtype=np.uint64, count=n)
-        words = [text_hashes(c.text) for c in candidates]
-        width = max(max((w.size for w in words), default=0), 1)
-        self.text = np.zeros((n, width), dtype=np.uint64)
-        self.present = np.zeros((n, width))
-        for i, w in enumerate(words):
-            self.text[i, : w.size] = w
-            self.present[i, : w.size] = 1.0
-        self.a_index = mix(GROUPS["a"], self.ids[:, None], np.zeros((1, 1), np.uint64), BITS)
-        self.qa_part = right(GROUPS["qa"], self.ids)[:, None]
-        self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
-        self.users: dict[str, NDArray[np.int64]] = {}
-
-    def user_index(self, user: str) -> NDArray[np.int64]:
-        """The ``ua`` and ``uw`` indices of every candidate for ``user``."""
-        index = self.users.get(user)
-        if index is None:
-            u = left(np.array([token_hash(user)], dtype=np.uint64))
-            ua = finish(u[None, :] + right(GROUPS["ua"], self.ids)[:, None], BITS)
-            uw = finish(u[None, :] + right(GROUPS["uw"], self.text), BITS)
-            index = self.users[user] = np.concatenate([ua, uw], axis=1)
-            while len(self.users) > _USERS_PER_POOL:
-                del self.users[next(iter(self.users))]
-        return index
-
-
-_POOLS: dict[tuple[tuple[str, str], ...], _Pool] = {}
-_MAX_POOLS = 64  # candidate pools whose hashes are kept (a pool is a user's memories or a registry)
-
-
-def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
-    key = tuple((c.id, c.text) for c in candidates)
-    pool = _POOLS.get(key)
-    if pool is None:
-        pool = _POOLS[key] = _Pool(candidates)
-        while len(_POOLS) > _MAX_POOLS:
-            del _POOLS[next(iter(_POOLS))]
-    return pool
-
-
-class _Design:
-    """The slot-independent feature indices of one table's candidates under one request."""
-
-    __slots__ = ("ids", "index", "query", "stop", "table", "user", "values")
-
-    def __init__(self, table: FeatureTable, query: str, user: str) -> None:
-        self.table = table
-        self.query = query
-        self.user = user
-        self.stop: dict[str, NDArray[np.int64]] = {}
-        pool = _pool(table.candidates)
-        q = left(query_hashes(query))
-        self.ids = pool.ids
-        n = pool.ids.size
-        qw = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
-        self.index = np.concatenate(
-            [
-                pool.a_index,
-                finish(q[None, :] + pool.qa_part, BITS),
-                qw,
-                np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
-                pool.user_index(user),
-            ],
-            axis=1,
-        )
-        present = pool.present
-        self.values = np.concatenate(
-            [
-                np.ones((n, 1 + q.size)),
-                np.broadcast_to(present[:, None, :], (n, q.size, present.shape[1])).reshape(n, -1),
-                table.matrix[:, _NUMERIC_COLUMNS],
-                np.ones((n, 1)),
-                present,
-            ],
-            axis=1,
-        )
 
 
 class LinearRouter(ResidualRouter):
@@ -203,12 +98,13 @@ class LinearRouter(ResidualRouter):
         super()._init_model()
         self._weights = np.zeros(1 << BITS)
         self._squared_gradients = np.zeros(1 << BITS)
-        self._design: _Design | None = None
+        self._design: Design | None = None
         self._base_scores: NDArray[np.float64] | None = None
         self._pair_scores: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._slot: Slot | None = None
 
     # ------------------------------------------------------------------------- features
-    def _design_of(self, view: SlotView) -> _Design:
+    def _design_of(self, view: SlotView) -> Design:
         design = self._design
         context = view.context
         if (
@@ -216,80 +112,112 @@ class LinearRouter(ResidualRouter):
             or design.table is not view.table
             or (design.query, design.user) != (context.query, context.user_id)
         ):
-            design = self._design = _Design(view.table, context.query, context.user_id)
+            design = self._design = Design(view.table, context.query, context.user_id)
             self._base_scores = None
             self._pair_scores = {}
         return design
 
-    def _pair_index(self, design: _Design, chosen: int, rows: NDArray[np.intp] | list[int]) -> NDArray[np.int64]:
-        return mix(GROUPS["ca"], design.ids[[chosen]], design.ids[rows], BITS)
+    def _pair_index(self, design: Design, chosen: int, rows: slice | list[int]) -> NDArray[np.int64]:
+        return finish(left(design.ids[[chosen]]) + design.ca_part[rows], BITS)
+
+    def _slot_of(self, view: SlotView) -> Slot:
+        """The cached parts of ``view``'s rows (the cache holds the view, so its id is not reused)."""
+        slot = self._slot
+        if slot is not None and slot.view is view:
+            return slot
+        design = self._design_of(view)
+        # the kr feature of each open candidate: slot position x its open similarity rank; ranks
+        # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for
+        features = rank_features(f"{view.kind.value}:{min(view.position, MAX_POSITION)}")
+        option_of = {row: option for option, row in enumerate(view.eligible)}
+        top: list[int] = []
+        for row in design.order:
+            option = option_of.get(row)
+            if option is not None:
+                top.append(option)
+                if len(top) == MAX_RANK:
+                    break
+        rank = np.full(len(view.eligible), features[MAX_RANK], dtype=np.int64)
+        rank[top] = features[: len(top)]
+        # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
+        best = float(design.hybrid[view.eligible[top[0]]]) if top else 0.0
+        slot = self._slot = Slot(view, rank, best)
+        return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        slot = self._slot_of(view)
+        if slot.stop_index is not None:
+            return slot.stop_index, slot.stop_values
         design = self._design_of(view)
-        key = f"{view.kind.value}:{min(view.position, _MAX_POSITION)}"
+        key = f"{view.kind.value}:{min(view.position, MAX_POSITION)}"
         index = design.stop.get(key)
         if index is None:
-            slot = np.array([token_hash(key)], dtype=np.uint64)
-            q = query_hashes(view.context.query)
-            index = design.stop[key] = np.concatenate(
-                [
-                    mix(GROUPS["s"], slot, np.zeros(1, np.uint64), BITS),
-                    mix(GROUPS["qs"], q, slot, BITS),
-                    _STOP_NUMERIC_INDEX,
-                ]
-            )
-        hybrid = view.table.column("hyb_z")[list(view.eligible)]
+            # every slot kind and position the request can reach, at once: one hashing pass per
+            # decision instead of one per slot
+            budget_slots = view.context.budget.slots_for
+            keys = [
+                f"{kind.value}:{position}"
+                for kind in view.context.kinds
+                for position in range(min(budget_slots(kind), MAX_POSITION + 1))
+            ]
+            if key not in keys:
+                keys.append(key)
+            design.stop.update(stop_rows(design.q, keys))
+            index = design.stop[key]
         budget = view.context.budget.max_tokens
         share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
         values = np.ones(index.size)
-        values[-3:] = (share, float(hybrid.max()) if hybrid.size else 0.0, np.log1p(hybrid.size))
+        values[-3:] = (share, slot.best, open_log(len(view.eligible)))
+        slot.stop_index, slot.stop_values = index, values
         return index, values
-
-    @staticmethod
-    def _rank_index(view: SlotView) -> NDArray[np.int64]:
-        """The ``kr`` feature of each open candidate: slot position × its open similarity rank."""
-        hybrid = view.table.column("hyb_z")[list(view.eligible)]
-        ranks = np.empty(hybrid.size, dtype=np.int64)
-        ranks[np.argsort(-hybrid, kind="stable")] = np.arange(hybrid.size)
-        return _rank_features(f"{view.kind.value}:{min(view.position, _MAX_POSITION)}")[np.minimum(ranks, _MAX_RANK)]
 
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
         row = view.eligible[option]
         pairs = (
-            np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else _EMPTY_INDEX
+            np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else EMPTY_INDEX
         )
-        rank = self._rank_index(view)[option : option + 1]
+        rank = self._slot_of(view).rank[option : option + 1]
         return (
             np.concatenate([design.index[row], pairs, rank]),
             np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
         )
 
     # ------------------------------------------------------------------------- the model
-    def _pair_scores_for(self, design: _Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
+    def _pair_scores_for(self, design: Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
         """What the candidates already chosen add to every row's score (built one pick at a time)."""
         cached = self._pair_scores.get(chosen)
         if cached is not None:
             return cached
         n = design.ids.size
         parent = self._pair_scores_for(design, chosen[:-1]) if len(chosen) > 1 else np.zeros(n)
-        scores = parent + self._weights[self._pair_index(design, chosen[-1], np.arange(n))]
+        scores = parent + self._weights[self._pair_index(design, chosen[-1], slice(None))]
         self._pair_scores[chosen] = scores
         return scores
 
-    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+    def _open_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        """The open candidates' residuals (the stop option's left out)."""
         design = self._design_of(view)
         if self._base_scores is None:
             self._base_scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
-        rows = list(view.eligible)
-        out = np.empty(view.n_options)
-        out[:-1] = self._base_scores[rows]
+        rows = view.rows
+        out = self._base_scores[rows]
         if view.chosen:
-            out[:-1] += self._pair_scores_for(design, view.chosen)[rows]
-        out[:-1] += self._weights[self._rank_index(view)]
+            out += self._pair_scores_for(design, view.chosen)[rows]
+        out += self._weights[self._slot_of(view).rank]
+        return out
+
+    def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        out = np.empty(view.n_options)
+        out[:-1] = self._open_residuals(view)
         index, values = self._stop_row(view)
         out[-1] = float(self._weights[index] @ values)
         return out
+
+    def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
+        # the logged scores need no stop option: its row is the part of a slot's scoring skipped
+        costs: NDArray[np.float64] = self._open_prior(view) + self._open_residuals(view)
+        return costs
 
     def _begin_update(self) -> None:
         self._base_scores = None

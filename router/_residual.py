@@ -21,6 +21,7 @@ subclass's features (:meth:`_residuals`). The exploration over ``c`` is
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import COMPONENT_RANGES, STOP_ID, RewardWeights, RoutingContext, Selection
+from memabra._records import COMPONENT_RANGES, STOP_ID, CandidateKind, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
 from memabra.router._exploration import EXPLORATIONS, PriorMixture, exploration_floor, explore, prior_share
@@ -42,6 +43,8 @@ __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "R
 PRIOR_OFFSET = 0.5
 # a z-scored similarity spans a few units: the prior orders candidates without outweighing evidence
 PRIOR_SCALE = 0.1
+# the stop option's prior cost, appended to the open candidates'
+_STOP_PRIOR = np.zeros(1)
 # exploration defaults (measured in docs/router.md)
 DEFAULT_EPSILON = 0.01
 DEFAULT_TOP_M = 4
@@ -113,6 +116,9 @@ class ResidualRouter(Router):
     def _init_model(self) -> None:
         self._learned = 0
         self._mixture = PriorMixture()
+        # the prior cost of every row of the last table seen: each slot reads its open rows' share
+        self._prior_table: FeatureTable | None = None
+        self._prior_rows: NDArray[np.float64] = np.zeros(0)
 
     # ------------------------------------------------------------------------- the model
     @abstractmethod
@@ -127,31 +133,47 @@ class ResidualRouter(Router):
         """Called before a selection's fits (subclasses drop caches that read the weights)."""
 
     # ------------------------------------------------------------------------- deciding
-    @staticmethod
-    def _prior_cost(view: SlotView) -> NDArray[np.float64]:
+    def _open_prior(self, view: SlotView) -> NDArray[np.float64]:
+        """``c0`` of the open candidates."""
+        table = view.table
+        if self._prior_table is not table:
+            # elementwise, so a row's prior is the same number whichever slot reads it
+            self._prior_rows = -(PRIOR_OFFSET + PRIOR_SCALE * table.column("hyb_z"))
+            self._prior_table = table
+        return self._prior_rows[view.rows]
+
+    def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
         """``c0`` of the open candidates followed by the stop option's 0."""
-        costs = np.zeros(view.n_options)
-        costs[:-1] = -(PRIOR_OFFSET + PRIOR_SCALE * view.table.column("hyb_z")[list(view.eligible)])
-        return costs
+        return np.concatenate((self._open_prior(view), _STOP_PRIOR))
 
     def _costs(self, view: SlotView) -> NDArray[np.float64]:
         return self._prior_and_costs(view)[1]
 
+    def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
+        """The open candidates' costs without the stop option's (subclasses may skip scoring it)."""
+        return self._costs(view)[:-1]
+
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         residual = np.asarray(self._residuals(view), dtype=np.float64)
-        if residual.shape != (view.n_options,) or not np.isfinite(residual).all():
+        if residual.shape != (view.n_options,):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
         prior = self._prior_cost(view)
-        return prior, prior + residual
+        costs = prior + residual
+        # one reduction instead of isfinite + all: a NaN or an infinity anywhere makes the sum
+        # non-finite (the prior is finite, so any such cost comes from the residual)
+        if not math.isfinite(float(costs.sum())):
+            raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
+        return prior, costs
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
         prior, costs = self._prior_and_costs(view)
-        own = explore(costs, self.exploration, float(self.epsilon), int(self.top_m), prior=prior)
-        if self.exploration == "greedy" or self.epsilon <= 0.0:
-            return own
-        # the prior component explores the same set: only where its mode's mass goes differs
+        epsilon = float(self.epsilon)
+        if self.exploration == "greedy" or epsilon <= 0.0:
+            return explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior)
         best = int(costs.argmin())
-        greedy_mass = float(own[best]) - exploration_floor(own.size, int(self.top_m), float(self.epsilon))
+        own = explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior, mode=best)
+        # the prior component explores the same set: only where its mode's mass goes differs
+        greedy_mass = float(own[best]) - exploration_floor(own.size, int(self.top_m), epsilon)
         base = own.copy()
         base[best] -= greedy_mass
         base[int(prior.argmin())] += greedy_mass
@@ -167,12 +189,15 @@ class ResidualRouter(Router):
         """
         scores = table.column("hyb_z").copy()
         budget = context.budget
+        rows_of: dict[CandidateKind, list[int]] = {}
+        for i, candidate in enumerate(table.candidates):
+            rows_of.setdefault(candidate.kind, []).append(i)
         slot = 0
         for kind in context.kinds:
-            rows = tuple(i for i, c in enumerate(table.candidates) if c.kind is kind)
+            rows = rows_of.get(kind)
             if rows:
-                view = SlotView(context, table, kind, slot, 0, rows, (), budget.max_tokens)
-                scores[list(rows)] = -(self._costs(view)[:-1] + PRIOR_OFFSET) / PRIOR_SCALE
+                view = SlotView(context, table, kind, slot, 0, tuple(rows), (), budget.max_tokens)
+                scores[rows] = -(self._candidate_costs(view) + PRIOR_OFFSET) / PRIOR_SCALE
             slot += budget.slots_for(kind)
         return scores
 

@@ -9,6 +9,9 @@ logged choice stay below ``1 / m``. When ``K m >= 1`` the floor is the uniform d
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,13 +53,18 @@ def apply_floor(probabilities: NDArray[np.float64], min_probability: float) -> N
     return floored
 
 
-def draw_index(probabilities: NDArray[np.float64], rng: np.random.Generator) -> int:
-    """Inverse-CDF draw; never returns an option of probability zero."""
+def draw_index(probabilities: NDArray[np.float64] | Sequence[float], rng: np.random.Generator) -> int:
+    """Inverse-CDF draw; never returns an option of probability zero.
+
+    The CDF is summed left to right in Python floats, exactly as ``np.cumsum`` does, and searched
+    with ``bisect_right`` (``searchsorted(side="right")``): on a slot's few dozen options this is
+    several times cheaper than the two numpy calls and draws the same index.
+    """
+    values = probabilities.tolist() if isinstance(probabilities, np.ndarray) else list(probabilities)
     u = float(rng.random())
-    cumulative = np.cumsum(probabilities)
-    index = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
-    index = min(index, probabilities.size - 1)
-    while probabilities[index] <= 0.0:  # u landed on a zero-width step at the end of the CDF
+    cumulative = list(accumulate(values))
+    index = min(bisect_right(cumulative, u * cumulative[-1]), len(values) - 1)
+    while values[index] <= 0.0:  # u landed on a zero-width step at the end of the CDF
         index -= 1
     return index
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -43,10 +43,22 @@ class SlotView:
     eligible: tuple[int, ...]
     chosen: tuple[int, ...]
     remaining_tokens: int | None
+    _rows: NDArray[np.intp] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_options(self) -> int:
         return len(self.eligible) + 1
+
+    @property
+    def rows(self) -> NDArray[np.intp]:
+        """``eligible`` as a read-only index array, built once: a learner indexes several columns
+        by it per slot, and converting the tuple costs more than the indexing itself."""
+        rows = self._rows
+        if rows is None:
+            rows = np.array(self.eligible, dtype=np.intp)
+            rows.flags.writeable = False
+            object.__setattr__(self, "_rows", rows)
+        return rows
 
     def option_ids(self) -> tuple[str, ...]:
         return tuple(self.table.candidates[i].id for i in self.eligible) + (STOP_ID,)
@@ -104,18 +116,23 @@ def validate_choice(
 
 def scored_offers(table: FeatureTable, scores: NDArray[np.float64]) -> tuple[ScoredCandidate, ...]:
     """The offered candidates with their (checked, finite) scores and per-kind ranks."""
-    ranks = np.zeros(len(table.candidates), dtype=int)
-    for kind in CandidateKind:
-        idx = np.array([i for i, c in enumerate(table.candidates) if c.kind is kind], dtype=int)
-        if idx.size:
-            order = idx[np.argsort(-scores[idx], kind="stable")]
-            ranks[order] = np.arange(idx.size)
+    values = scores.tolist()
+    negated = [-v for v in values]
+    rows_of: dict[CandidateKind, list[int]] = {}
+    for i, candidate in enumerate(table.candidates):
+        rows_of.setdefault(candidate.kind, []).append(i)
+    ranks = [0] * len(values)
+    for rows in rows_of.values():
+        # sorted is stable, as the argsort(kind="stable") it replaces: equal scores keep table
+        # order; a few dozen Python floats sort faster than numpy sets the arrays up
+        for rank, i in enumerate(sorted(rows, key=negated.__getitem__)):
+            ranks[i] = rank
     # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
     return tuple(
         ScoredCandidate.trusted(c, row, score, rank)
         if type(row) is MappingProxyType
         else ScoredCandidate(c, row, score, rank)
-        for c, row, score, rank in zip(table.candidates, table.rows, scores.tolist(), ranks.tolist(), strict=True)
+        for c, row, score, rank in zip(table.candidates, table.rows, values, ranks, strict=True)
     )
 
 
@@ -139,10 +156,9 @@ def fill_slots(
             if not eligible:
                 break
             view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
-            probabilities = distribution(view)
-            pick = draw_index(probabilities, rng)
+            values = tuple(distribution(view).tolist())
+            pick = draw_index(values, rng)
             option_ids = (*[ids[i] for i in eligible], STOP_ID)
-            values = tuple(probabilities.tolist())
             draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
             if pick == len(eligible):
                 break

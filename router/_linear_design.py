@@ -1,0 +1,199 @@
+"""The numpy learner's feature indices (:mod:`memabra.router._linear`): what one candidate pool,
+one request over it (a design) and one slot of it contribute, each built once and reused by every
+slot and fit that reads it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._records import Candidate
+from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
+from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
+from memabra.router._slots import SlotView
+
+__all__ = [
+    "BITS",
+    "EMPTY_INDEX",
+    "MAX_POSITION",
+    "MAX_RANK",
+    "Design",
+    "Slot",
+    "open_log",
+    "rank_features",
+    "stop_rows",
+]
+
+# 2 ** 20 weights (8 MiB): the multi-turn bench's query x text crosses fill about 1.5% of it
+BITS = 20
+# the candidate's usage history and cost; not its similarity, which the prior already carries: the
+# candidates a learner sees outcomes for are the similar ones it chose, and weights fitted on them
+# learned that similarity predicts an unused memory (measured in docs/router.md). The request-memory
+# counts are no longer filled.
+_NUMERIC = tuple(n for n in HISTORY_FEATURES if n not in ("failed_here", "helped_here"))
+_NUMERIC_COLUMNS = np.array([NUMERIC_FEATURES.index(n) for n in _NUMERIC])
+_NUMERIC_INDEX = mix(
+    GROUPS["n"], np.array([token_hash(n) for n in _NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
+)
+_STOP_NUMERIC = ("budget_left", "best_open_hyb", "open_log")
+_STOP_NUMERIC_INDEX = mix(
+    GROUPS["sn"], np.array([token_hash(n) for n in _STOP_NUMERIC], dtype=np.uint64), np.zeros(1, np.uint64), BITS
+)
+MAX_POSITION = 4  # positions beyond the fifth pick share one stop feature
+EMPTY_INDEX = np.zeros(0, dtype=np.int64)
+_NO_VALUES = np.zeros(0)
+MAX_RANK = 4  # open ranks beyond the fifth share one feature
+_USERS_PER_POOL = 256  # user x candidate indices kept per pool (recomputing one costs ~0.1 ms)
+
+
+@lru_cache(maxsize=1024)
+def open_log(n: int) -> float:
+    """The stop row's ``open_log`` for ``n`` open candidates (numpy's log1p, as it always was)."""
+    return float(np.log1p(n))
+
+
+class Slot:
+    """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
+    replayed slot all read them), built once per view."""
+
+    __slots__ = ("best", "rank", "stop_index", "stop_values", "view")
+
+    def __init__(self, view: SlotView, rank: NDArray[np.int64], best: float) -> None:
+        self.view = view
+        self.rank = rank
+        self.best = best
+        self.stop_index: NDArray[np.int64] | None = None
+        self.stop_values: NDArray[np.float64] = _NO_VALUES
+
+
+@lru_cache(maxsize=64)
+def _stop_key(slot: str) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """The ``s`` index of one slot kind and position and its share of the ``qs`` indices."""
+    key = np.array([token_hash(slot)], dtype=np.uint64)
+    return mix(GROUPS["s"], key, np.zeros(1, np.uint64), BITS), right(GROUPS["qs"], key)
+
+
+def stop_rows(q: NDArray[np.uint64], keys: list[str]) -> dict[str, NDArray[np.int64]]:
+    """The stop option's feature indices at each slot kind and position of ``keys`` for the query
+    whose :func:`left` shares are ``q``."""
+    parts = [_stop_key(key) for key in keys]
+    stop = np.concatenate([part[0] for part in parts])
+    qs = finish(q[None, :] + np.concatenate([part[1] for part in parts])[:, None], BITS)
+    numeric = np.broadcast_to(_STOP_NUMERIC_INDEX, (len(keys), _STOP_NUMERIC_INDEX.size))
+    return dict(zip(keys, np.concatenate([stop[:, None], qs, numeric], axis=1), strict=True))
+
+
+@lru_cache(maxsize=64)
+def rank_features(slot: str) -> NDArray[np.int64]:
+    """The ``kr`` indices of one slot kind and position, by open rank."""
+    key = np.array([token_hash(slot)], dtype=np.uint64)
+    return mix(GROUPS["kr"], key, np.arange(MAX_RANK + 1, dtype=np.uint64), BITS)
+
+
+class _Pool:
+    """What the features of a candidate pool need besides the request (hashes of ids and words),
+    kept across decisions over the same pool."""
+
+    __slots__ = ("a_index", "ca_part", "ids", "present", "qa_part", "qw_part", "text", "users", "values")
+
+    def __init__(self, candidates: tuple[Candidate, ...]) -> None:
+        n = len(candidates)
+        self.ids = np.fromiter((token_hash(c.id) for c in candidates), dtype=np.uint64, count=n)
+        words = [text_hashes(c.text) for c in candidates]
+        width = max(max((w.size for w in words), default=0), 1)
+        self.text = np.zeros((n, width), dtype=np.uint64)
+        self.present = np.zeros((n, width))
+        for i, w in enumerate(words):
+            self.text[i, : w.size] = w
+            self.present[i, : w.size] = 1.0
+        self.a_index = mix(GROUPS["a"], self.ids[:, None], np.zeros((1, 1), np.uint64), BITS)
+        self.qa_part = right(GROUPS["qa"], self.ids)[:, None]
+        self.ca_part = right(GROUPS["ca"], self.ids)
+        self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
+        self.users: dict[str, NDArray[np.int64]] = {}
+        self.values: dict[int, NDArray[np.float64]] = {}
+
+    def values_for(self, query_tokens: int) -> NDArray[np.float64]:
+        """The feature values of every candidate for a query of ``query_tokens`` distinct tokens,
+        the numeric columns left 0 (a request's table fills them): only those differ between
+        requests of the same length."""
+        template = self.values.get(query_tokens)
+        if template is None:
+            n = self.ids.size
+            present = self.present
+            template = self.values[query_tokens] = np.concatenate(
+                [
+                    np.ones((n, 1 + query_tokens)),
+                    np.broadcast_to(present[:, None, :], (n, query_tokens, present.shape[1])).reshape(n, -1),
+                    np.zeros((n, _NUMERIC_COLUMNS.size)),
+                    np.ones((n, 1)),
+                    present,
+                ],
+                axis=1,
+            )
+            template.flags.writeable = False
+        return template
+
+    def user_index(self, user: str) -> NDArray[np.int64]:
+        """The ``ua`` and ``uw`` indices of every candidate for ``user``."""
+        index = self.users.get(user)
+        if index is None:
+            u = left(np.array([token_hash(user)], dtype=np.uint64))
+            ua = finish(u[None, :] + right(GROUPS["ua"], self.ids)[:, None], BITS)
+            uw = finish(u[None, :] + right(GROUPS["uw"], self.text), BITS)
+            index = self.users[user] = np.concatenate([ua, uw], axis=1)
+            while len(self.users) > _USERS_PER_POOL:
+                del self.users[next(iter(self.users))]
+        return index
+
+
+_POOLS: dict[tuple[tuple[str, str], ...], _Pool] = {}
+_MAX_POOLS = 64  # candidate pools whose hashes are kept (a pool is a user's memories or a registry)
+
+
+def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
+    key = tuple((c.id, c.text) for c in candidates)
+    pool = _POOLS.get(key)
+    if pool is None:
+        pool = _POOLS[key] = _Pool(candidates)
+        while len(_POOLS) > _MAX_POOLS:
+            del _POOLS[next(iter(_POOLS))]
+    return pool
+
+
+class Design:
+    """The slot-independent feature indices of one table's candidates under one request."""
+
+    __slots__ = ("ca_part", "hybrid", "ids", "index", "order", "q", "query", "stop", "table", "user", "values")
+
+    def __init__(self, table: FeatureTable, query: str, user: str) -> None:
+        self.table = table
+        self.query = query
+        self.user = user
+        self.stop: dict[str, NDArray[np.int64]] = {}
+        self.hybrid = table.column("hyb_z")
+        # rows by descending similarity (first of equals first): restricted to a slot's open rows,
+        # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
+        self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
+        pool = _pool(table.candidates)
+        q = self.q = left(query_hashes(query))
+        self.ids = pool.ids
+        self.ca_part = pool.ca_part
+        n = pool.ids.size
+        qw = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
+        self.index = np.concatenate(
+            [
+                pool.a_index,
+                finish(q[None, :] + pool.qa_part, BITS),
+                qw,
+                np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
+                pool.user_index(user),
+            ],
+            axis=1,
+        )
+        self.values = pool.values_for(q.size).copy()
+        start = 1 + q.size + qw.shape[1]
+        self.values[:, start : start + _NUMERIC_COLUMNS.size] = table.matrix[:, _NUMERIC_COLUMNS]
