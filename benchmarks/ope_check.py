@@ -180,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         help="coverage over this many simulator seeds",
     )
     parser.add_argument("--rounds", type=int, default=300, help="simulator rounds per seed")
-    parser.add_argument("--epsilon", type=float, default=0.5, help="the simulator logger's epsilon")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.9,
+        help="the simulator logger's epsilon (each explored option gets epsilon / 9: 0.1, what 0.5 gave a five-option set before the floor became per option)",
+    )
     parser.add_argument(
         "--logger",
         default="vw",
