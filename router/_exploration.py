@@ -68,8 +68,8 @@ def prior_share(learned: int) -> float:
 
 
 def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
-    """The least probability ``epsilon`` exploration gives each option of the explored set
-    (whatever the learner's and the prior's top-M share)."""
+    """The probability ``epsilon`` exploration gives each option of the explored set (the best
+    option gets the rest), whatever the learner's and the prior's top-M share."""
     return epsilon / (2 * top_m + 1) if n_options > 1 else 1.0
 
 
@@ -100,7 +100,7 @@ def explore(
     if prior is not None:
         explored[_top(prior[:-1], m)] = True
     explored[-1] = True
-    floor = epsilon / (2 * top_m + 1)
+    floor = exploration_floor(k, top_m, epsilon)
     out[explored] = floor
     out[best] += 1.0 - floor * np.count_nonzero(explored)
     return out

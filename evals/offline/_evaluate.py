@@ -238,11 +238,12 @@ def evaluate_policies(
         ]
         rows.run()
         for t, per_target in enumerate(pending):
-            for r in range(len(_REPLAYS)):
-                # a stochastic target has one replay: its own order is its set-equivalent
-                replayed = [pair[r] or pair[0] for pair in per_target]
-                columns = np.asarray([p.terms(rows) for p in replayed], dtype=np.float64).T
-                batch = SlateTerms(*columns)
+            # a stochastic target has one replay: its own order is its set-equivalent (terms once)
+            replays = ([pair[0] for pair in per_target], [pair[1] or pair[0] for pair in per_target])
+            unique = {id(p): p for replayed in replays for p in replayed}
+            terms = {key: p.terms(rows) for key, p in unique.items()}
+            for r, replayed in enumerate(replays):
+                batch = SlateTerms(*np.asarray([terms[id(p)] for p in replayed], dtype=np.float64).T)
                 for stream in streams[t][r]:
                     stream.update(batch)
                 for name, summary in summaries[t][r].items():

@@ -237,6 +237,9 @@ def decision_terms(
     its own order (teacher forced): both select the target's set, so both have its value, and which
     has the lighter weight tail depends on the logger (see :func:`set_equivalent`)."""
     selection, table = context.selection, context.table
+    logged = tuple(np.asarray(draw.probabilities, dtype=np.float64) for draw in selection.slots)
+    for draw, probabilities in zip(selection.slots, logged, strict=True):
+        _check_logged(selection, draw.slot, probabilities, draw.chosen_probability)
     target = tuple(
         _check_target(probabilities, selection, draw.slot)
         for draw, probabilities in zip(selection.slots, router.slot_probabilities(selection), strict=True)
@@ -247,14 +250,15 @@ def decision_terms(
         if model
         else None
     )
-    equivalent = _pending(context, target, target_set, batch, rollout, model=model)
+    equivalent = _pending(context, logged, target, target_set, batch, rollout, model=model)
     if target_set is None:
         return equivalent, None
-    return equivalent, _pending(context, target, None, batch, rollout, model=model, deterministic=True)
+    return equivalent, _pending(context, logged, target, None, batch, rollout, model=model, deterministic=True)
 
 
 def _pending(
     context: DecisionContext,
+    logged: tuple[NDArray[np.float64], ...],
     target: tuple[NDArray[np.float64], ...],
     target_set: frozenset[str] | None,
     batch: RowBatch,
@@ -270,16 +274,14 @@ def _pending(
     ratios = np.ones(n_draws)
     options: list[tuple[int, NDArray[np.float64]] | None] = []
     floor = 0.0
-    for s, (draw, pi_e) in enumerate(zip(selection.slots, target, strict=True)):
-        logged = np.asarray(draw.probabilities, dtype=np.float64)
-        _check_logged(selection, draw.slot, logged, draw.chosen_probability)
+    for s, (draw, pi_b, pi_e) in enumerate(zip(selection.slots, logged, target, strict=True)):
         if target_set is not None:
             prefix = frozenset(d.chosen_id for d in selection.slots[:s] if d.chosen_id != STOP_ID)
-            equivalent = set_equivalent(logged, draw.candidate_ids, prefix, target_set)
+            equivalent = set_equivalent(pi_b, draw.candidate_ids, prefix, target_set)
             pi_e = pi_e if equivalent is None else equivalent
         pick = draw.candidate_ids.index(draw.chosen_id)
         ratios[s] = pi_e[pick] / draw.chosen_probability
-        floor += _floor_mass(logged, pi_e)
+        floor += _floor_mass(pi_b, pi_e)
         used = [k for k in np.flatnonzero(pi_e > 0.0).tolist() if draw.candidate_ids[k] != STOP_ID] if model else []
         if used:
             rows = table.extended_features(context.prefixes[s], [table.index[draw.candidate_ids[k]] for k in used])
