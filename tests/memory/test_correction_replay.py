@@ -11,7 +11,7 @@ import pytest
 from memabra import CandidateKind
 from memabra._demo import run_demo
 from memabra._demo_world import TASKS, World
-from memabra.router import VWRouter
+from memabra.router import LinearRouter
 from memabra.storage import EpisodeLog
 
 EPISODES, USERS, SEED = 300, 10, 0
@@ -39,7 +39,8 @@ def _memory_hits(log: EpisodeLog, rows) -> list[float]:  # type: ignore[no-untyp
 
 @pytest.mark.slow
 def test_three_hundred_episodes_of_corrections_keep_memory_clean(log: EpisodeLog) -> None:
-    rows = run_demo(router=VWRouter(seed=0), log=log, episodes=EPISODES, seed=SEED, users=USERS)
+    # the default router, as the README's flow builds it (create_memabra_agent, memabra demo)
+    rows = run_demo(router=LinearRouter(seed=0), log=log, episodes=EPISODES, seed=SEED, users=USERS)
     hits = _memory_hits(log, rows)
     first, last = statistics.fmean(hits[:50]), statistics.fmean(hits[-50:])
     assert last >= first, (first, last)
