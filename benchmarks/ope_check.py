@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SEEDS",
         help="coverage over this many simulator seeds",
     )
-    parser.add_argument("--rounds", type=int, default=300, help="simulator rounds per seed")
+    parser.add_argument("--rounds", type=int, default=1500, help="simulator rounds per seed")
     parser.add_argument(
         "--epsilon",
         type=float,

@@ -6,7 +6,7 @@ behind its producer's back. Validation happens in ``__post_init__`` and raises
 :class:`~memabra._errors.InvalidRecordError` naming the offending field.
 """
 
-from memabra._records_offline import GoldDecision, MemoryQuality, OPEResult
+from memabra._records_offline import GoldDecision, LoggedDecision, MemoryQuality, OPEResult
 from memabra._records_outcomes import (
     COMPONENT_RANGES,
     Episode,
@@ -60,6 +60,7 @@ __all__ = [
     "FeedbackReceipt",
     "FeedbackSignals",
     "GoldDecision",
+    "LoggedDecision",
     "FeedbackKind",
     "ImplicitSignals",
     "JSONValue",

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memabra._errors import InvalidRecordError
+from memabra._records_outcomes import RewardBreakdown
 from memabra._records_routing import (
     _EMPTY,
     JSONValue,
+    Selection,
     _check_json_finite,
     _frozen_mapping,
     _require_finite,
@@ -40,6 +42,17 @@ class OPEResult:
             _require_finite(f"OPEResult.{name}", getattr(self, name))
         _check_json_finite("OPEResult.details", self.details)
         object.__setattr__(self, "details", _frozen_mapping(self.details))
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedDecision:
+    """A logged decision as offline evaluation reads it: the selection, its episode's reward (None
+    until one is recorded) and the candidates the episode is known to have used (None when no
+    outcome was reported; a chosen candidate outside it was injected but not used)."""
+
+    selection: Selection
+    reward: RewardBreakdown | None
+    used_ids: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from memabra._records import (
     FeedbackReceipt,
     GoldDecision,
     LearningItem,
+    LoggedDecision,
     MemoryQuality,
     OPEResult,
     Page,
@@ -214,6 +215,12 @@ class EpisodeLog:
     ) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
         """Every logged decision in time order with its episode's reward, in flat memory."""
         return _offline.iter_selections(self._tx, since, until, chunk_size)
+
+    def iter_decisions(
+        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = 1000
+    ) -> Iterator[LoggedDecision]:
+        """``iter_selections`` with each episode's used candidates (what offline evaluation reads)."""
+        return _offline.iter_decisions(self._tx, since, until, chunk_size)
 
     def record_ope_results(self, results: Sequence[OPEResult]) -> None:
         _offline.record_ope_results(self._tx, results)

@@ -11,12 +11,13 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
-from memabra._records import GoldDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
+from memabra._records import GoldDecision, LoggedDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import assemble_selections
 from memabra.storage._models import (
     DecisionCandidateRow,
     DecisionRow,
+    EpisodeRow,
     FeedbackRow,
     MemoryScoreRow,
     OPERunRow,
@@ -30,6 +31,7 @@ from memabra.storage._tx import Transactions
 logger = logging.getLogger("memabra")
 
 __all__ = [
+    "iter_decisions",
     "iter_selections",
     "list_ope_runs",
     "memory_scores",
@@ -45,8 +47,16 @@ _CHUNK = 500
 def iter_selections(
     tx: Transactions, since: datetime | None, until: datetime | None, chunk_size: int
 ) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
-    """Every logged decision in time order with its episode's reward, read in chunks through a
-    server-side cursor so memory stays flat however long the log is."""
+    """Every logged decision in time order with its episode's reward (see :func:`iter_decisions`)."""
+    for decision in iter_decisions(tx, since, until, chunk_size, with_used=False):
+        yield decision.selection, decision.reward
+
+
+def iter_decisions(
+    tx: Transactions, since: datetime | None, until: datetime | None, chunk_size: int, *, with_used: bool = True
+) -> Iterator[LoggedDecision]:
+    """Every logged decision in time order with its episode's reward and used candidates, read in
+    chunks through a server-side cursor so memory stays flat however long the log is."""
     stmt = select(DecisionRow).order_by(DecisionRow.created_at, DecisionRow.id)
     if since is not None:
         stmt = stmt.where(DecisionRow.created_at >= since)
@@ -61,9 +71,13 @@ def iter_selections(
                 r.episode_id: cv.reward_from_row(r)
                 for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))
             }
+            used: dict[str, frozenset[str]] = {}
+            if with_used:
+                rows = s.execute(select(EpisodeRow.id, EpisodeRow.used_ids).where(EpisodeRow.id.in_(episode_ids)))
+                used = {eid: frozenset(ids) for eid, ids in rows if ids is not None}
             by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
             for d in chunk:
-                yield by_id[d.id], rewards.get(d.episode_id)
+                yield LoggedDecision(by_id[d.id], rewards.get(d.episode_id), used.get(d.episode_id))
             s.expunge_all()
 
 

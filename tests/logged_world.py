@@ -3,6 +3,8 @@ that topic is the one that helps; the logging policy chooses at random."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from memabra import Budget, Candidate, CandidateKind, Episode, RoutingContext, Selection
 from memabra._records import RewardBreakdown, RewardComponents, RewardWeights, utcnow
 from memabra.router import Router
@@ -38,13 +40,32 @@ def true_value(router: Router, n: int) -> float:
     return total / n
 
 
-def log_world(log: EpisodeLog, router: Router, n: int) -> None:
-    """Log ``n`` rounds of the world as ``router`` chose them, each with its final reward."""
+def additive_reward_of(selection: Selection, relevant: str) -> RewardBreakdown:
+    """A reward that adds up over the picks: a hit per relevant pick, a charge per token."""
+    hits = sum(cid == relevant for cid in selection.chosen_ids)
+    return RewardBreakdown(
+        RewardComponents(hm=float(hits), x=min(1.0, selection.tokens_injected / 100)), RewardWeights()
+    )
+
+
+def log_world(
+    log: EpisodeLog,
+    router: Router,
+    n: int,
+    *,
+    reward: Callable[[Selection, str], RewardBreakdown] = reward_of,
+    with_used: bool = False,
+) -> None:
+    """Log ``n`` rounds of the world as ``router`` chose them, each with its final reward (and, with
+    ``with_used``, the relevant memory as the episode's used candidate when it was chosen)."""
     episodes = []
     for i in range(n):
         ctx, cands, relevant = world(i)
         sel = router.choose(ctx, cands)
+        used = frozenset(sel.chosen_ids) & {relevant} if with_used else None
         episodes.append(
-            Episode("u1", ctx.query, selections=(sel,), reward=reward_of(sel, relevant), finalized_at=utcnow())
+            Episode(
+                "u1", ctx.query, selections=(sel,), reward=reward(sel, relevant), finalized_at=utcnow(), used_ids=used
+            )
         )
     log.log_episodes(episodes)

@@ -10,7 +10,8 @@ moments and the support diagnostics. Intervals are normal (delta method).
 support verdict (:mod:`memabra.evals.offline._support`): cascade DR (unbiased under support, but
 its joint weight runs out of effective samples as slates lengthen), then the pseudo-inverse
 estimator PI (additive weights, many more effective samples, unbiased when the reward is additive
-over slots; without a reward model, whose extrapolation PI-DR's non-additive residual leaks). When
+over slots; without a reward model, whose extrapolation PI-DR's non-additive residual leaks; and only
+where the picks' outcomes do not show the reward is non-additive, :mod:`._additivity`). When
 neither passes, the first is reported with ``supported`` false and the first failing rule as the
 reason. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
 ``docs/ope.md``).
@@ -34,6 +35,7 @@ from memabra._records import (
     Selection,
     new_id,
 )
+from memabra.evals.offline._additivity import AdditivityCheck, AdditivityReport
 from memabra.evals.offline._slate_model import (
     DecisionTable,
     RewardModelReport,
@@ -74,6 +76,9 @@ __all__ = [
 
 RECOMMENDED_ORDER: tuple[str, ...] = ("cdr", "pi")
 RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
+# estimators unbiased only for a reward additive over slots: not recommended where the log shows its
+# reward is not (memabra.evals.offline._additivity)
+ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 # how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
 # probabilities within the target's set, or in the target's own order
@@ -133,6 +138,7 @@ class LogEvaluation:
     reward_model: RewardModelReport | None
     results: tuple[OPEResult, ...]
     replay: str = SET_EQUIVALENT
+    additivity: AdditivityReport | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The per-policy block of ``memabra ope log --json``; other tools read these names."""
@@ -146,6 +152,7 @@ class LogEvaluation:
             "diagnostics": {
                 "replay": self.replay,
                 "floor_share": self.floor_share,
+                "additivity": self.additivity.as_dict() if self.additivity else None,
                 **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
             },
         }
@@ -198,27 +205,31 @@ def evaluate_policies(
     chosen = make_slot_estimators(names)
 
     def rewarded() -> Any:
-        for selection, reward in log.iter_selections(since=since, until=until):
-            if reward is not None:
-                yield selection, _reward(reward, weights)
+        for decision in log.iter_decisions(since=since, until=until):
+            if decision.reward is not None:
+                yield decision.selection, _reward(decision.reward, weights), decision.used_ids
 
     model: SlateRewardModel | None = None
     report: RewardModelReport | None = None
     needs_model = any(name in NEEDS_REWARD_MODEL for name in names)
     if needs_model:
         model = SlateRewardModel(random_state=seed)
+    additivity = AdditivityCheck()
     total, count = 0.0, 0
-    for selection, reward in rewarded():
+    for selection, reward, used_ids in rewarded():
         count += 1
         total += reward
+        table = DecisionTable.of(selection)
+        additivity.observe(selection, reward, table, used_ids, count - 1)
         if model is not None:
-            model.observe(selection, reward, DecisionTable.of(selection), count - 1)
+            model.observe(selection, reward, table, count - 1)
     if count == 0:
         raise InvalidRecordError(
             "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate"
         )
     if model is not None:
         report = model.fit()
+    additive = additivity.fit()
     # per target, per replay (set-equivalent, own order): the estimators' moments, weights, floors
     streams = [[[StreamingEstimate(e) for e in chosen] for _ in _REPLAYS] for _ in targets]
     summaries = [[{name: WeightSummary() for name in _WEIGHT_LABELS} for _ in _REPLAYS] for _ in targets]
@@ -252,8 +263,8 @@ def evaluate_policies(
 
     chunk: list[tuple[Selection, float]] = []
     done = 0
-    for item in rewarded():
-        chunk.append(item)
+    for selection, reward, _ in rewarded():
+        chunk.append((selection, reward))
         if len(chunk) >= _CHUNK:
             fold_in(chunk, done)
             done += len(chunk)
@@ -281,6 +292,7 @@ def evaluate_policies(
                 alpha,
                 weights,
                 _REPLAYS[r],
+                additive,
             )
         )
     return tuple(out)
@@ -299,6 +311,13 @@ def _pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float],
     return 1 if verdicts[1] else 0
 
 
+def _same_rule(reason: str) -> str:
+    """A verdict's reason with the weight's name taken out, to tell a repeated failure from another."""
+    for label in _WEIGHT_LABELS.values():
+        reason = reason.replace(f" {label} weight", " weight")
+    return reason
+
+
 def _summarise(
     target: Target,
     streams: list[StreamingEstimate[SlateTerms]],
@@ -310,6 +329,7 @@ def _summarise(
     alpha: float,
     weights: RewardWeights | None,
     replay: str = SET_EQUIVALENT,
+    additivity: AdditivityReport | None = None,
 ) -> LogEvaluation:
     estimates: dict[str, PolicyValueInterval] = {}
     for stream in streams:
@@ -324,9 +344,21 @@ def _summarise(
         verdict = support_verdict(summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name])
         if not math.isfinite(estimates[name].ci_low):
             verdict = SupportVerdict(False, f"{name} is undefined on this log")
+        elif name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:
+            verdict = SupportVerdict(False, additivity.reason())
         verdicts[name] = verdict
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
+    if not verdict.supported:
+        # the first estimator's failure leads; a fallback's follows where it failed otherwise (one
+        # slot makes every weight the joint one, and the floor rule reads no weight at all)
+        same = {_same_rule(verdict.reason)}
+        others = [
+            f"{name}: {verdicts[name].reason}"
+            for name in RECOMMENDED_ORDER
+            if name != chosen and _same_rule(verdicts[name].reason) not in same
+        ]
+        verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]))
     recommended = Recommended(chosen, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
     diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
     run_id = new_id()
@@ -339,6 +371,7 @@ def _summarise(
         "floor_share": floor_share,
         "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
+        "additivity": additivity.as_dict() if additivity else None,
     }
     results = tuple(
         OPEResult(
@@ -368,6 +401,7 @@ def _summarise(
         reward_model=report,
         results=results,
         replay=replay,
+        additivity=additivity,
     )
 
 

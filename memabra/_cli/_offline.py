@@ -97,6 +97,14 @@ def ope_log(
             f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
         )
     )
+    additivity = first.additivity
+    if additivity is not None:
+        verdict = "adds up over slots" if additivity.additive else "does not add up over slots (PI not recommended)"
+        line = (
+            f"reward {verdict}: held-out RMSE {additivity.additive_rmse:.3f} additive, "
+            f"{additivity.free_rmse:.3f} counting used picks freely"
+        )
+        caption = f"{caption}\n{line}" if caption else line
     table = Table(
         title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}",
         caption=caption,
