@@ -94,10 +94,16 @@ class AdditivityCheck:
     """Feed decisions with :meth:`observe` (``position``: the log order, for the folds), then :meth:`fit`."""
 
     n_folds: int = 2
+    random_state: int = 0
+    _rng: np.random.Generator = field(init=False, repr=False)
+    _seen: int = field(default=0, init=False, repr=False)
     _rows: list[NDArray[np.float64]] = field(default_factory=list, init=False, repr=False)
     _rewards: list[float] = field(default_factory=list, init=False, repr=False)
     _folds: list[int] = field(default_factory=list, init=False, repr=False)
     _multi: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.random_state)
 
     def observe(
         self,
@@ -107,7 +113,7 @@ class AdditivityCheck:
         used_ids: frozenset[str] | None,
         position: int,
     ) -> None:
-        if used_ids is None or len(self._rewards) >= _MAX_DECISIONS:
+        if used_ids is None:
             return
         chosen = selection.chosen_ids
         rows = table.rows_of(chosen)
@@ -119,10 +125,17 @@ class AdditivityCheck:
         row[_COUNTS + 1] = used
         row[_COUNTS + 2 : _COUNTS + 2 + d] = table.matrix[rows].sum(axis=0) if rows else 0.0
         row[_COUNTS + 2 + d + min(used, _COUNTS - 1)] = 1.0
-        self._rows.append(row)
-        self._rewards.append(reward)
-        self._folds.append(position % self.n_folds)
         self._multi += len(rows) > 1
+        # a seeded reservoir sample, so a long log is sampled evenly over its time
+        self._seen += 1
+        if len(self._rewards) < _MAX_DECISIONS:
+            self._rows.append(row)
+            self._rewards.append(reward)
+            self._folds.append(position % self.n_folds)
+            return
+        slot = int(self._rng.integers(0, self._seen))
+        if slot < _MAX_DECISIONS:
+            self._rows[slot], self._rewards[slot], self._folds[slot] = row, reward, position % self.n_folds
 
     def fit(self) -> AdditivityReport | None:
         """The test's result, or None when the log cannot test anything (see the module docstring)."""

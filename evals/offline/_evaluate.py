@@ -12,8 +12,8 @@ its joint weight runs out of effective samples as slates lengthen), then the pse
 estimator PI (additive weights, many more effective samples, unbiased when the reward is additive
 over slots; without a reward model, whose extrapolation PI-DR's non-additive residual leaks; and only
 where the picks' outcomes do not show the reward is non-additive, :mod:`._additivity`). When
-neither passes, the first is reported with ``supported`` false and the first failing rule as the
-reason. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
+neither passes, the first is reported with ``supported`` false and its first failing rule as the
+reason, followed by the fallback's where that differs. The order comes from measurement against on-policy truth (``benchmarks/ope_check.py``,
 ``docs/ope.md``).
 """
 
@@ -214,7 +214,7 @@ def evaluate_policies(
     needs_model = any(name in NEEDS_REWARD_MODEL for name in names)
     if needs_model:
         model = SlateRewardModel(random_state=seed)
-    additivity = AdditivityCheck()
+    additivity = AdditivityCheck(random_state=seed)
     total, count = 0.0, 0
     for selection, reward, used_ids in rewarded():
         count += 1

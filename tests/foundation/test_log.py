@@ -213,6 +213,16 @@ def test_iter_selections_streams_in_time_order(log: EpisodeLog) -> None:
     assert got == want
 
 
+def test_iter_decisions_carries_each_episodes_reward_and_used_candidates(log: EpisodeLog) -> None:
+    used, unknown = episode(used_ids=frozenset({"m2"})), episode()
+    log.log_episodes([used, unknown])
+    got = {d.selection.id: d for d in log.iter_decisions(chunk_size=1)}
+    assert got[used.selections[0].id].used_ids == frozenset({"m2"})
+    assert got[unknown.selections[0].id].used_ids is None
+    assert all(d.reward is None for d in got.values())
+    assert [sel.id for sel, _ in log.iter_selections()] == [d.selection.id for d in log.iter_decisions()]
+
+
 def test_user_scoping_of_decisions() -> None:
     cands = candidates()
     sel = uniform_selection("alice", cands, ["m0"])
