@@ -216,7 +216,9 @@ class LinearRouter(ResidualRouter):
 
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
-        costs: NDArray[np.float64] = self._open_prior(view) + self._open_residuals(view)
+        costs: NDArray[np.float64] = (
+            self._open_prior(view) + self._open_residuals(view) + self._count.predict(view)[:-1]
+        )
         return costs
 
     def _begin_update(self) -> None:

@@ -34,6 +34,7 @@ from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
 from memabra.router._exploration import EXPLORATIONS, PriorMixture, exploration_floor, explore, prior_share
 from memabra.router._features import FeatureTable
+from memabra.router._howmany import CountModel
 from memabra.router._similarity import Similarity
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
@@ -119,6 +120,7 @@ class ResidualRouter(Router):
         # the prior cost of every row of the last table seen: each slot reads its open rows' share
         self._prior_table: FeatureTable | None = None
         self._prior_rows: NDArray[np.float64] = np.zeros(0)
+        self._count = CountModel()
 
     # ------------------------------------------------------------------------- the model
     @abstractmethod
@@ -154,7 +156,7 @@ class ResidualRouter(Router):
         return self._costs(view)[:-1]
 
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        residual = np.asarray(self._residuals(view), dtype=np.float64)
+        residual = np.asarray(self._residuals(view), dtype=np.float64) + self._count.predict(view)
         if residual.shape != (view.n_options,):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
         prior = self._prior_cost(view)
@@ -218,10 +220,10 @@ class ResidualRouter(Router):
             chosen = stop if draw.chosen_id == STOP_ID else option_of[draw.candidate_ids.index(draw.chosen_id)]
             prior = self._prior_cost(view)
             cost = float(np.clip(-credit.credit, low, high))
-            self._fit(view, chosen, cost - float(prior[chosen]))
+            self._backfit(view, chosen, cost - float(prior[chosen]))
             if credit.stop_credit is not None and chosen != stop:
                 stop_cost = float(np.clip(-credit.stop_credit, low, high))
-                self._fit(view, stop, stop_cost - float(prior[stop]))
+                self._backfit(view, stop, stop_cost - float(prior[stop]))
             if missing:
                 ids = view.table.candidates
                 for j, row in enumerate(view.eligible):
@@ -230,14 +232,19 @@ class ResidualRouter(Router):
         if missing_credit is not None:
             cost = float(np.clip(-missing_credit, low, high))
             for view, option in last_open.values():
-                self._fit(view, option, cost - float(self._prior_cost(view)[option]))
+                self._backfit(view, option, cost - float(self._prior_cost(view)[option]))
         self._learned += 1
 
+    def _backfit(self, view: SlotView, option: int, target: float) -> None:
+        """The count model's step on the whole target, then the subclass's on what it leaves."""
+        self._fit(view, option, self._count.fit(view, option, target))
+
     def _extra_state(self) -> dict[str, Any]:
-        return {"learned": self._learned}
+        return {"learned": self._learned, "count_model": self._count.state()}
 
     def _restore_extra_state(self, state: dict[str, Any]) -> None:
         learned = state.get("learned")
         if isinstance(learned, bool) or not isinstance(learned, int) or learned < 0:
             raise SnapshotError(f"{self.name} snapshot state has a bad 'learned' count: {learned!r}")
         self._learned = learned
+        self._count.restore(state.get("count_model"))

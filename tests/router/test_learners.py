@@ -141,6 +141,27 @@ def test_snapshots_keep_learned_state_and_lineage(name: str) -> None:
     assert child.parent == snapshot.version and child.version == f"{snapshot.version}+1"
 
 
+def test_count_model_state_round_trips_and_older_snapshots_restore_it_empty() -> None:
+    router = LEARNERS["linear"](3)
+    for _ in range(3):
+        selection = router.choose(MEMORY_CONTEXT, MEMORIES)
+        router.learn(selection, 0.5, {cid: float(cid == "m0") for cid in selection.chosen_ids})
+    snapshot = router.snapshot()
+    header, payload = decode_envelope(snapshot.model, "linear")
+    assert any(header["state"]["count_model"]["moment"])
+    restored = LinearRouter.restore(snapshot, similarity=SIM)
+    assert (restored._count.weights == router._count.weights).all()  # type: ignore[attr-defined]
+
+    def rewrapped(state: dict[str, object]) -> PolicySnapshot:
+        body = {k: v for k, v in header.items() if k != "policy"}
+        return replace(snapshot, model=encode_envelope("linear", {**body, "state": state}, payload))
+
+    older = {k: v for k, v in header["state"].items() if k != "count_model"}
+    assert not LinearRouter.restore(rewrapped(older), similarity=SIM)._count.weights.any()  # type: ignore[attr-defined]
+    with pytest.raises(SnapshotError, match="count model"):
+        LinearRouter.restore(rewrapped({**older, "count_model": {"gram": [1.0], "moment": []}}), similarity=SIM)
+
+
 def test_vw_rejects_a_well_wrapped_but_broken_model() -> None:
     snapshot = VWRouter(similarity=SIM).snapshot()
     header, _ = decode_envelope(snapshot.model, "vw")

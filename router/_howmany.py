@@ -1,0 +1,115 @@
+"""The request-independent part of a learner's residual: how many candidates a slot is worth.
+
+The residual of an option is ``r = r_base + r_cross``: ``r_cross`` is the subclass's model
+(hashed, mostly request-specific features), ``r_base`` this one, a ridge regression on a few
+dense features that mean the same for every request. With ``lead`` the ``hyb_z`` of the kind's
+best pick so far (of the best open candidate before the first pick):
+
+* a candidate: an intercept per slot kind and position, ``lead`` (how strong the slot's evidence
+  is) and how far its own ``hyb_z`` lies below ``lead``;
+* the stop option: an intercept per slot kind and position and how far the best open candidate
+  lies below ``lead``.
+
+Both parts are fitted by backfitting: ``r_base`` on the whole target (its exact least-squares fit
+on the requests seen is what it predicts for a request never seen), ``r_cross`` on what ``r_base``
+leaves. A fresh model predicts 0, so a fresh learner still ranks as hybrid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from memabra._errors import SnapshotError
+from memabra._records import CandidateKind
+from memabra.router._slots import SlotView
+
+__all__ = ["CountModel"]
+
+_KINDS = {kind: i for i, kind in enumerate(CandidateKind)}
+_POSITIONS = 5  # positions beyond the fifth pick share the last block
+_BLOCKS = len(_KINDS) * _POSITIONS
+_CAP = 5.0  # gaps in hyb_z units (standard deviations of the kind's similarity) beyond 5 count as 5
+_LEAD = 2 * _BLOCKS
+_GAP = _LEAD + 1
+_STOP_GAP = _GAP + 1
+WIDTH = _STOP_GAP + 1
+# the ridge penalty, in squared feature units: it keeps the per-block intercepts (0/1 features,
+# a few hundred examples each) near 0 and leaves the fit to the shared lead and gap slopes (whose
+# features reach 5-12, so the same penalty hardly binds them); 30-300 let the memory bench's first
+# pass fall 3-7 points below hybrid's (measured in docs/router.md)
+RIDGE = 1000.0
+
+
+class CountModel:
+    """Ridge regression of the residual target on the dense features above (sufficient statistics
+    ``A = sum x x^T`` and ``b = sum x t``; weights ``(A + RIDGE I)^-1 b``)."""
+
+    __slots__ = ("_gram", "_moment", "weights")
+
+    def __init__(self) -> None:
+        self._gram: NDArray[np.float64] = np.zeros((WIDTH, WIDTH))
+        self._moment: NDArray[np.float64] = np.zeros(WIDTH)
+        self.weights: NDArray[np.float64] = np.zeros(WIDTH)
+
+    @staticmethod
+    def rows(view: SlotView) -> NDArray[np.float64]:
+        """The dense features of every option of ``view`` (candidates, then stop)."""
+        block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
+        hyb = view.table.column("hyb_z")
+        open_z = hyb[list(view.eligible)]
+        x = np.zeros((open_z.size + 1, WIDTH))
+        x[:-1, block] = 1.0
+        x[-1, _BLOCKS + block] = 1.0
+        if open_z.size == 0:
+            return x
+        candidates = view.table.candidates
+        picked = [hyb[i] for i in view.chosen if candidates[i].kind is view.kind]
+        top = float(open_z.max())
+        lead = max(picked) if picked else top
+        x[:-1, _LEAD] = lead
+        x[:-1, _GAP] = np.clip(lead - open_z, 0.0, _CAP)
+        x[-1, _STOP_GAP] = np.clip(lead - top, 0.0, _CAP)
+        return x
+
+    def predict(self, view: SlotView) -> NDArray[np.float64]:
+        """``r_base`` of every option of ``view`` (candidates, then stop)."""
+        return self.rows(view) @ self.weights
+
+    def fit(self, view: SlotView, option: int, target: float) -> float:
+        """Add one example (``option`` indexes ``view``'s options); returns what the refitted
+        ``r_base`` leaves of ``target``."""
+        x = self.rows(view)[option]
+        self._gram += np.outer(x, x)
+        self._moment += target * x
+        self.weights = np.asarray(np.linalg.solve(self._gram + RIDGE * np.eye(WIDTH), self._moment), dtype=np.float64)
+        return target - float(self.weights @ x)
+
+    # ------------------------------------------------------------------------- snapshots
+    def state(self) -> dict[str, Any]:
+        """JSON state: the upper triangle of ``A`` and ``b``."""
+        upper = np.triu_indices(WIDTH)
+        return {"gram": self._gram[upper].tolist(), "moment": self._moment.tolist()}
+
+    def restore(self, state: Any) -> None:
+        """Inverse of :meth:`state`; ``None`` (a snapshot from before this model) restores it empty."""
+        if state is None:
+            state = CountModel().state()
+        upper = np.triu_indices(WIDTH)
+        try:
+            gram = np.asarray(state["gram"], dtype=np.float64)
+            moment = np.asarray(state["moment"], dtype=np.float64)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise SnapshotError(f"snapshot's count model is unreadable: {exc!r}") from None
+        if gram.shape != upper[0].shape or moment.shape != (WIDTH,):
+            raise SnapshotError("snapshot's count model has the wrong shape")
+        if not (np.isfinite(gram).all() and np.isfinite(moment).all()):
+            raise SnapshotError("snapshot's count model is not finite")
+        full = np.zeros((WIDTH, WIDTH))
+        full[upper] = gram
+        full.T[upper] = gram
+        self._gram = full
+        self._moment = moment
+        self.weights = np.asarray(np.linalg.solve(full + RIDGE * np.eye(WIDTH), moment), dtype=np.float64)
