@@ -59,7 +59,7 @@ class CountModel:
         """The dense features of every option of ``view`` (candidates, then stop)."""
         block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
         hyb = view.table.column("hyb_z")
-        open_z = hyb[list(view.eligible)]
+        open_z = hyb[view.rows]
         x = np.zeros((open_z.size + 1, WIDTH))
         x[:-1, block] = 1.0
         x[-1, _BLOCKS + block] = 1.0

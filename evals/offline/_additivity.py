@@ -11,7 +11,7 @@ cross-fitted on the same folds:
   did" costs it nothing.
 
 With ``d_i = (R_i - q_add(S_i))^2 - (R_i - q_free(S_i))^2`` on held-out decisions, the reward is
-called non-additive when the lower end of the 95% interval of ``mean(d)`` exceeds
+called non-additive when the lower end of the interval of ``mean(d)`` (95% by default) exceeds
 :data:`NON_ADDITIVE_SHARE` of the reward's variance, and PI is then not recommended
 (:mod:`memabra.evals.offline._evaluate`). Outcomes make the test sharp where a model of the slate's
 features alone is not: on the simulator the boosted slate model predicts held-out rewards worse
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,6 +35,7 @@ from sklearn.preprocessing import StandardScaler
 
 from memabra._records import Selection
 from memabra.evals.offline._slate_model import DecisionTable
+from memabra.evals.offline._support import finite_or_none
 
 __all__ = ["NON_ADDITIVE_SHARE", "AdditivityCheck", "AdditivityReport"]
 
@@ -44,8 +47,6 @@ NON_ADDITIVE_SHARE = 0.01
 _COUNTS = 8
 # ridge penalty on standardised features: keeps collinear counts stable on a few hundred decisions
 _RIDGE = 1.0
-# the normal quantile of the two-sided 95% interval
-_Z = 1.959963984540054
 # below this many decisions with known outcomes per fold the test cannot reject anything
 _MIN_DECISIONS = 40
 # a bounded sample, as for the reward model: the test's power saturates long before
@@ -68,16 +69,13 @@ class AdditivityReport:
         """False only when the log shows the reward is not additive over its picks."""
         return not self.gap_low > NON_ADDITIVE_SHARE * self.reward_variance
 
-    def as_dict(self) -> dict[str, float | int | bool | None]:
-        def finite(v: float) -> float | None:
-            return v if math.isfinite(v) else None
-
+    def as_dict(self) -> dict[str, Any]:
         return {
             "n_decisions": self.n_decisions,
-            "additive_rmse": finite(self.additive_rmse),
-            "free_rmse": finite(self.free_rmse),
-            "gap_low": finite(self.gap_low),
-            "gap_high": finite(self.gap_high),
+            "additive_rmse": finite_or_none(self.additive_rmse),
+            "free_rmse": finite_or_none(self.free_rmse),
+            "gap_low": finite_or_none(self.gap_low),
+            "gap_high": finite_or_none(self.gap_high),
             "additive": self.additive,
         }
 
@@ -137,8 +135,9 @@ class AdditivityCheck:
         if slot < _MAX_DECISIONS:
             self._rows[slot], self._rewards[slot], self._folds[slot] = row, reward, position % self.n_folds
 
-    def fit(self) -> AdditivityReport | None:
-        """The test's result, or None when the log cannot test anything (see the module docstring)."""
+    def fit(self, alpha: float = 0.05) -> AdditivityReport | None:
+        """The test's result at level ``alpha``, or None when the log cannot test anything (see
+        the module docstring)."""
         n = len(self._rewards)
         if self._multi == 0 or n < _MIN_DECISIONS * self.n_folds:
             return None
@@ -154,7 +153,7 @@ class AdditivityCheck:
                 model.fit(x[train][:, columns], y[train])
                 held[name][~train] = model.predict(x[~train][:, columns])
         gap = (y - held["additive"]) ** 2 - (y - held["free"]) ** 2
-        half = _Z * float(gap.std(ddof=1)) / math.sqrt(n)
+        half = NormalDist().inv_cdf(1 - alpha / 2) * float(gap.std(ddof=1)) / math.sqrt(n)
         mean = float(gap.mean())
         return AdditivityReport(
             n_decisions=n,

@@ -20,8 +20,7 @@ reason, followed by the fallback's where that differs. The order comes from meas
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +35,7 @@ from memabra._records import (
     new_id,
 )
 from memabra.evals.offline._additivity import AdditivityCheck, AdditivityReport
+from memabra.evals.offline._evaluation_records import OWN_ORDER, SET_EQUIVALENT, LogEvaluation, Recommended, Target
 from memabra.evals.offline._slate_model import (
     DecisionTable,
     RewardModelReport,
@@ -80,10 +80,6 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
-# how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
-# probabilities within the target's set, or in the target's own order
-SET_EQUIVALENT = "set-equivalent"
-OWN_ORDER = "own order"
 _REPLAYS = (SET_EQUIVALENT, OWN_ORDER)
 # decisions reduced per target before their terms are folded into the running moments
 _CHUNK = 512
@@ -92,70 +88,6 @@ _WEIGHT_LABELS = {
     "pi_weight": "pseudo-inverse",
     "slot_weight": "per-slot",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A policy to evaluate: its display name, the router and the snapshot it came from."""
-
-    policy: str
-    router: Router
-    snapshot_version: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Recommended:
-    estimator: str
-    value: float
-    ci_low: float
-    ci_high: float
-    supported: bool
-    reason: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "estimator": self.estimator,
-            "value": self.value,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "supported": self.supported,
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class LogEvaluation:
-    """Every estimate of one target on a slice of the log, its diagnostics and the recommendation."""
-
-    policy: str
-    snapshot_version: str | None
-    n_rounds: int
-    logging_value: float
-    estimates: Mapping[str, PolicyValueInterval]
-    recommended: Recommended
-    diagnostics: Mapping[str, Mapping[str, float]]
-    floor_share: float
-    reward_model: RewardModelReport | None
-    results: tuple[OPEResult, ...]
-    replay: str = SET_EQUIVALENT
-    additivity: AdditivityReport | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The per-policy block of ``memabra ope log --json``; other tools read these names."""
-        return {
-            "snapshot_version": self.snapshot_version,
-            "n_rounds": self.n_rounds,
-            "recommended": self.recommended.as_dict(),
-            "estimates": {
-                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
-            },
-            "diagnostics": {
-                "replay": self.replay,
-                "floor_share": self.floor_share,
-                "additivity": self.additivity.as_dict() if self.additivity else None,
-                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
-            },
-        }
 
 
 def _reward(reward: RewardBreakdown, weights: RewardWeights | None) -> float:
@@ -229,7 +161,7 @@ def evaluate_policies(
         )
     if model is not None:
         report = model.fit()
-    additive = additivity.fit()
+    additive = additivity.fit(alpha)
     # per target, per replay (set-equivalent, own order): the estimators' moments, weights, floors
     streams = [[[StreamingEstimate(e) for e in chosen] for _ in _REPLAYS] for _ in targets]
     summaries = [[{name: WeightSummary() for name in _WEIGHT_LABELS} for _ in _REPLAYS] for _ in targets]
@@ -311,13 +243,6 @@ def _pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float],
     return 1 if verdicts[1] else 0
 
 
-def _same_rule(reason: str) -> str:
-    """A verdict's reason with the weight's name taken out, to tell a repeated failure from another."""
-    for label in _WEIGHT_LABELS.values():
-        reason = reason.replace(f" {label} weight", " weight")
-    return reason
-
-
 def _summarise(
     target: Target,
     streams: list[StreamingEstimate[SlateTerms]],
@@ -343,22 +268,16 @@ def _summarise(
         weight_name = SlotEstimator(estimator_name=name).weight_name
         verdict = support_verdict(summaries[weight_name], floor_share, alpha, _WEIGHT_LABELS[weight_name])
         if not math.isfinite(estimates[name].ci_low):
-            verdict = SupportVerdict(False, f"{name} is undefined on this log")
+            verdict = SupportVerdict(False, f"{name} is undefined on this log", "undefined")
         elif name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:
-            verdict = SupportVerdict(False, additivity.reason())
+            verdict = SupportVerdict(False, additivity.reason(), "additivity")
         verdicts[name] = verdict
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
     if not verdict.supported:
-        # the first estimator's failure leads; a fallback's follows where it failed otherwise (one
-        # slot makes every weight the joint one, and the floor rule reads no weight at all)
-        same = {_same_rule(verdict.reason)}
-        others = [
-            f"{name}: {verdicts[name].reason}"
-            for name in RECOMMENDED_ORDER
-            if name != chosen and _same_rule(verdicts[name].reason) not in same
-        ]
-        verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]))
+        # the first estimator's failure leads; a fallback's follows where it failed on another rule
+        others = [f"{n}: {verdicts[n].reason}" for n in RECOMMENDED_ORDER if verdicts[n].rule != verdict.rule]
+        verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]), verdict.rule)
     recommended = Recommended(chosen, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
     diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
     run_id = new_id()

@@ -111,6 +111,9 @@ class WeightSummary:
 class SupportVerdict:
     supported: bool
     reason: str
+    # the rule that failed ("floor", "mean weight", "effective sample size"; the evaluation adds
+    # "undefined" and "additivity"), so two estimators' verdicts can be told apart by rule
+    rule: str = ""
 
 
 def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, weight_label: str) -> SupportVerdict:
@@ -120,6 +123,7 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             False,
             f"{floor_share:.0%} of the target's probability falls where the logger put only its floor "
             f"(more than {MAX_FLOOR_SHARE:.0%})",
+            "floor",
         )
     low, high = weight.mean_interval(alpha)
     if high < 1.0 - MEAN_WEIGHT_TOLERANCE or low > 1.0 + MEAN_WEIGHT_TOLERANCE:
@@ -127,11 +131,13 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             False,
             f"mean {weight_label} weight {weight.mean:.3g} [{low:.3g}, {high:.3g}] excludes 1: the log does not "
             "cover this target (or its propensities are wrong)",
+            "mean weight",
         )
     if weight.effective_sample_size < MIN_EFFECTIVE_SAMPLE_SIZE:
         return SupportVerdict(
             False,
             f"effective sample size {weight.effective_sample_size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}",
+            "effective sample size",
         )
     return SupportVerdict(True, "")
 

@@ -1,0 +1,86 @@
+"""What an offline evaluation returns: the targets, each one's estimates, diagnostics and the
+recommended estimate (:mod:`memabra.evals.offline._evaluate` computes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memabra._records import OPEResult
+from memabra.evals.offline._additivity import AdditivityReport
+from memabra.evals.offline._slate_model import RewardModelReport
+from memabra.evals.offline._support import finite_or_none
+from memabra.evals.ope import PolicyValueInterval
+from memabra.router import Router
+
+__all__ = ["OWN_ORDER", "SET_EQUIVALENT", "LogEvaluation", "Recommended", "Target"]
+
+# how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
+# probabilities within the target's set, or in the target's own order
+SET_EQUIVALENT = "set-equivalent"
+OWN_ORDER = "own order"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A policy to evaluate: its display name, the router and the snapshot it came from."""
+
+    policy: str
+    router: Router
+    snapshot_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recommended:
+    estimator: str
+    value: float
+    ci_low: float
+    ci_high: float
+    supported: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.estimator,
+            "value": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "supported": self.supported,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvaluation:
+    """Every estimate of one target on a slice of the log, its diagnostics and the recommendation."""
+
+    policy: str
+    snapshot_version: str | None
+    n_rounds: int
+    logging_value: float
+    estimates: Mapping[str, PolicyValueInterval]
+    recommended: Recommended
+    diagnostics: Mapping[str, Mapping[str, float]]
+    floor_share: float
+    reward_model: RewardModelReport | None
+    results: tuple[OPEResult, ...]
+    replay: str = SET_EQUIVALENT
+    additivity: AdditivityReport | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The per-policy block of ``memabra ope log --json``; other tools read these names."""
+        return {
+            "snapshot_version": self.snapshot_version,
+            "n_rounds": self.n_rounds,
+            "recommended": self.recommended.as_dict(),
+            "estimates": {
+                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
+            },
+            "diagnostics": {
+                "replay": self.replay,
+                "floor_share": self.floor_share,
+                "additivity": self.additivity.as_dict() if self.additivity else None,
+                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
+            },
+        }
