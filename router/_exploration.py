@@ -107,44 +107,47 @@ def explore(
 
 
 class PriorMixture:
-    """Per-slot conditionals of the decision-level mixture ``(1 - δ) learner + δ prior``, both
-    components ε-greedy over the same explored set, the learner's with
-    the lowest-cost option as its mode, the prior's with the lowest prior cost.
+    """Per-slot conditionals of the decision-level mixture ``(1 - Σ δ_r) learner + Σ_r δ_r
+    reference_r``, every component ε-greedy over the same explored set: the learner's with the
+    lowest-cost option as its mode, each reference's with its own choice (the hybrid baseline's,
+    the BM25 baseline's).
 
-    Given the prefix ``h`` of slot ``s``, the prior component's posterior weight is
-    ``λ = δ P(h) / (δ P(h) + (1 - δ) L(h))`` (``P``, ``L``: each component's probability of the
-    draws so far) and the slot's distribution ``λ p_prior + (1 - λ) p_learner``: every option of
-    the explored set keeps its floor ``φ``. A router calls :meth:`slot` for the slots of one
-    decision in order (choosing and teacher-forced replay both do, under the router's lock): slot 0
-    starts a new decision, and the previous draw is read off the view (a longer ``chosen`` means a
-    candidate was drawn, an equal one the stop option)."""
+    Given the prefix ``h`` of slot ``s``, component ``k``'s posterior weight is
+    ``λ_k = δ_k P_k(h) / Σ_j δ_j P_j(h)`` (``P_k``: the component's probability of the draws so
+    far) and the slot's distribution ``Σ_k λ_k p_k``: every option of the explored set keeps its
+    floor ``φ``. A router calls :meth:`slot` for the slots of one decision in order (choosing and
+    teacher-forced replay both do, under the router's lock): slot 0 starts a new decision, and
+    the previous draw is read off the view (a longer ``chosen`` means a candidate was drawn, an
+    equal one the stop option)."""
 
-    __slots__ = ("_chosen", "_eligible", "_learner", "_learner_path", "_prior", "_prior_path")
+    __slots__ = ("_chosen", "_components", "_eligible", "_paths")
 
     def __init__(self) -> None:
-        self._learner_path = self._prior_path = 1.0
+        self._paths: list[float] = []
         self._chosen: tuple[int, ...] = ()
         self._eligible: tuple[int, ...] = ()
-        self._learner: NDArray[np.float64] = np.ones(1)
-        self._prior: NDArray[np.float64] = np.ones(1)
+        self._components: tuple[NDArray[np.float64], ...] = ()
 
     def slot(
-        self, view: SlotView, learner: NDArray[np.float64], prior: NDArray[np.float64], delta: float = PRIOR_SHARE
+        self, view: SlotView, components: tuple[NDArray[np.float64], ...], shares: tuple[float, ...]
     ) -> NDArray[np.float64]:
-        """The mixture's distribution for ``view``, given each component's (same options) and the
-        prior share ``delta``."""
-        if view.slot == 0:
-            self._learner_path = self._prior_path = 1.0
+        """The mixture's distribution for ``view``, given each component's (same options, the
+        learner's first) and its decision-level share (``shares`` sums to 1)."""
+        if view.slot == 0 or len(self._paths) != len(components):
+            self._paths = [1.0] * len(components)
         else:
             drawn = (
                 self._eligible.index(view.chosen[-1])
                 if len(view.chosen) > len(self._chosen) and view.chosen[-1] in self._eligible
                 else len(self._eligible)
             )
-            self._learner_path *= float(self._learner[drawn])
-            self._prior_path *= float(self._prior[drawn])
-        weight = delta * self._prior_path
-        total = weight + (1.0 - delta) * self._learner_path
-        share = weight / total if total > 0.0 else delta
-        self._chosen, self._eligible, self._learner, self._prior = view.chosen, view.eligible, learner, prior
-        return (1.0 - share) * learner + share * prior
+            self._paths = [path * float(p[drawn]) for path, p in zip(self._paths, self._components, strict=True)]
+        weights = [share * path for share, path in zip(shares, self._paths, strict=True)]
+        total = sum(weights)
+        posterior = [w / total for w in weights] if total > 0.0 else list(shares)
+        self._chosen, self._eligible, self._components = view.chosen, view.eligible, components
+        out = posterior[0] * components[0]
+        for weight, p in zip(posterior[1:], components[1:], strict=True):
+            if weight > 0.0:
+                out = out + weight * p
+        return out

@@ -174,12 +174,29 @@ class ResidualRouter(Router):
             return explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior)
         best = int(costs.argmin())
         own = explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior, mode=best)
-        # the prior component explores the same set: only where its mode's mass goes differs
+        # each reference component explores the same set: only where its mode's mass goes differs
         greedy_mass = float(own[best]) - exploration_floor(own.size, int(self.top_m), epsilon)
-        base = own.copy()
-        base[best] -= greedy_mass
-        base[int(prior.argmin())] += greedy_mass
-        return self._mixture.slot(view, own, base, prior_share(self._learned))
+        components = [own]
+        for mode in self._reference_modes(view, prior):
+            reference = own.copy()
+            reference[best] -= greedy_mass
+            reference[mode] += greedy_mass
+            components.append(reference)
+        # the references split the prior share: the learner's own share, and so its regret, is
+        # what it was with one reference (two full shares failed tests/router/test_simulator.py)
+        references = len(components) - 1
+        share = prior_share(self._learned)
+        shares = (1.0 - share,) + (share / references,) * references
+        return self._mixture.slot(view, tuple(components), shares)
+
+    def _reference_modes(self, view: SlotView, prior: NDArray[np.float64]) -> tuple[int, int]:
+        """Each reference baseline's choice among ``view``'s options: hybrid top-k's (the lowest
+        prior cost; it never stops) and BM25 top-k's (the highest ``lex``, first of equals, as
+        :class:`~memabra.router.LexicalRouter` picks)."""
+        if len(view.eligible) == 0:
+            return (0, 0)
+        lexical = view.table.column("lex")[view.rows]
+        return int(prior[:-1].argmin()), int(lexical.argmax())
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """The logged score: each candidate's cost at the first slot of its kind, in the prior's units.

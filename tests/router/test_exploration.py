@@ -75,21 +75,26 @@ def test_the_prior_share_decays_to_its_floor() -> None:
 
 
 def test_prior_mixture_conditionals_are_the_posterior_weighted_components() -> None:
-    """Hand-computed: two slots, δ = PRIOR_SHARE; after a draw both components agree on, the prior's
-    weight is δ P / (δ P + (1 - δ) L) with each component's probability of that draw."""
+    """Hand-computed: two slots, a learner and two references of share δ each; after a draw the
+    components give different probabilities, each one's weight is δ_k P_k / Σ_j δ_j P_j with each
+    component's probability P_k of that draw."""
     from memabra.router._exploration import PRIOR_SHARE, PriorMixture
     from memabra.router._slots import SlotView
 
     context = _context("move a file")
     table = LinearRouter(similarity=SIM).featurize(context, TOOLS)
     mixture = PriorMixture()
-    learner0, prior0 = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.8, 0.1])
-    first = mixture.slot(SlotView(context, table, CandidateKind.TOOL, 0, 0, (0, 1), (), 200), learner0, prior0)
-    assert first == pytest.approx((1 - PRIOR_SHARE) * learner0 + PRIOR_SHARE * prior0)
-    learner1, prior1 = np.array([0.6, 0.4]), np.array([0.2, 0.8])
-    second = mixture.slot(SlotView(context, table, CandidateKind.TOOL, 1, 1, (0,), (1,), 185), learner1, prior1)
-    share = PRIOR_SHARE * 0.8 / (PRIOR_SHARE * 0.8 + (1 - PRIOR_SHARE) * 0.1)  # candidate 1 was drawn
-    assert second == pytest.approx((1 - share) * learner1 + share * prior1)
+    shares = (1 - 2 * PRIOR_SHARE, PRIOR_SHARE, PRIOR_SHARE)
+    learner0, prior0, lexical0 = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.8, 0.1]), np.array([0.1, 0.1, 0.8])
+    view0 = SlotView(context, table, CandidateKind.TOOL, 0, 0, (0, 1), (), 200)
+    first = mixture.slot(view0, (learner0, prior0, lexical0), shares)
+    assert first == pytest.approx(shares[0] * learner0 + PRIOR_SHARE * (prior0 + lexical0))
+    learner1, prior1, lexical1 = np.array([0.6, 0.4]), np.array([0.2, 0.8]), np.array([0.5, 0.5])
+    view1 = SlotView(context, table, CandidateKind.TOOL, 1, 1, (0,), (1,), 185)
+    second = mixture.slot(view1, (learner1, prior1, lexical1), shares)
+    weights = np.array([shares[0] * 0.1, PRIOR_SHARE * 0.8, PRIOR_SHARE * 0.1])  # candidate 1 was drawn
+    weights /= weights.sum()
+    assert second == pytest.approx(weights[0] * learner1 + weights[1] * prior1 + weights[2] * lexical1)
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
