@@ -14,15 +14,15 @@ similarity order, the baseline users compare the learner against) and the stop o
   lies in ``S`` (the hybrid baseline's always does) is at most ``1 / φ``; options outside ``S`` get
   only the router's ``min_probability`` (applied afterwards by
   :func:`memabra.router._sampling.apply_floor`).
-* Decision-level prior share: a whole decision follows the prior's own choices (the hybrid
-  baseline's selection) with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a
-  fresh router, decaying with the decisions learned to :data:`PRIOR_FLOOR`), the ε-greedy learner
-  otherwise. Each
-  slot's logged distribution is this mixture's conditional given the slot's prefix
-  (:class:`PriorMixture`; the prior component explores the same set, so the floor holds), the log
-  holds true propensities and the prior's whole selection has probability at least about
-  ``δ``: per-slot exploration alone reaches a selection that
-  differs from the learner's in ``d`` slots only with probability about ``φ^d``.
+* Decision-level reference share: a whole decision follows a reference baseline's own choices
+  with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a fresh router, decaying
+  with the decisions learned to :data:`PRIOR_FLOOR`), split evenly between hybrid top-k's
+  selection and BM25 top-k's, the ε-greedy learner otherwise. Each slot's logged distribution is
+  this mixture's conditional given the slot's prefix (:class:`PriorMixture`; every reference
+  component explores the same set, so the floor holds), the log holds true propensities and each
+  baseline's whole selection has probability at least about ``δ / 2``: per-slot exploration alone
+  reaches a selection that differs from the learner's in ``d`` slots only with probability about
+  ``φ^d``.
 * ``greedy``: all mass on ``a*``, no prior share. Its logs cannot evaluate any other policy.
 
 Restricting exploration to the two top-M keeps its cost small: an explored draw takes a candidate
