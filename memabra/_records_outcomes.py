@@ -82,6 +82,13 @@ class RewardWeights:
     def as_dict(self) -> dict[str, float]:
         return {n: float(getattr(self, n)) for n in ("ws", "wr", "we", "wc", "wl", "wx", "wu")}
 
+    def total_range(self) -> tuple[float, float]:
+        """The lowest and highest total these weights allow, from the components' ranges (H's
+        kinds enter as their mean, so H spans one kind's range)."""
+        signed = {"s": self.ws, "hm": self.wr, "e": -self.we, "c": -self.wc, "l": -self.wl, "x": -self.wx, "u": self.wu}
+        ends = [sorted((w * COMPONENT_RANGES[c][0], w * COMPONENT_RANGES[c][1])) for c, w in signed.items()]
+        return sum(low for low, _ in ends), sum(high for _, high in ends)
+
 
 # Component ranges: the reward stays bounded so learners can be given a fixed cost range.
 COMPONENT_RANGES: Mapping[str, tuple[float, float]] = MappingProxyType(

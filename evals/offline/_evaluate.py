@@ -46,6 +46,8 @@ from memabra.evals.offline._support import (
     WeightSummary,
     finite_or_none,
     support_verdict,
+    unreached_bounds,
+    unreached_share,
 )
 from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
 from memabra.evals.ope import (
@@ -148,9 +150,11 @@ def evaluate_policies(
         model = SlateRewardModel(random_state=seed)
     additivity = AdditivityCheck(random_state=seed)
     total, count = 0.0, 0
+    lowest, highest = math.inf, -math.inf
     for selection, reward, used_ids in rewarded():
         count += 1
         total += reward
+        lowest, highest = min(lowest, reward), max(highest, reward)
         table = DecisionTable.of(selection)
         additivity.observe(selection, reward, table, used_ids, count - 1)
         if model is not None:
@@ -210,6 +214,9 @@ def evaluate_policies(
             progress(done)
     out = []
     logging_value = total / count
+    # what a target's unreached share could have earned: anything the reward allows, or the log held
+    allowed = (weights or RewardWeights()).total_range()
+    reward_range = (min(allowed[0], lowest), max(allowed[1], highest))
     for t, target in enumerate(targets):
         r = _pick_replay(summaries[t], [f / count for f in floors[t]], alpha)
         out.append(
@@ -223,6 +230,7 @@ def evaluate_policies(
                 report,
                 alpha,
                 weights,
+                reward_range,
                 _REPLAYS[r],
                 additive,
             )
@@ -253,6 +261,7 @@ def _summarise(
     report: RewardModelReport | None,
     alpha: float,
     weights: RewardWeights | None,
+    reward_range: tuple[float, float],
     replay: str = SET_EQUIVALENT,
     additivity: AdditivityReport | None = None,
 ) -> LogEvaluation:
@@ -278,7 +287,19 @@ def _summarise(
         # the first estimator's failure leads; a fallback's follows where it failed on another rule
         others = [f"{n}: {verdicts[n].reason}" for n in RECOMMENDED_ORDER if verdicts[n].rule != verdict.rule]
         verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]), verdict.rule)
-    recommended = Recommended(chosen, value.value, value.ci_low, value.ci_high, verdict.supported, verdict.reason)
+    ci_low, ci_high = value.ci_low, value.ci_high
+    unreached = 0.0
+    if not verdict.supported:
+        weight_name = SlotEstimator(estimator_name=chosen).weight_name
+        unreached = unreached_share(summaries[weight_name], floor_share, alpha)
+        ci_low, ci_high = unreached_bounds(ci_low, ci_high, unreached, reward_range)
+        verdict = SupportVerdict(
+            False,
+            f"{verdict.reason}; interval widened to the reward range for the {unreached:.0%} of the target's "
+            "probability the log may not have reached",
+            verdict.rule,
+        )
+    recommended = Recommended(chosen, value.value, ci_low, ci_high, verdict.supported, verdict.reason)
     diagnostics = {_WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
     run_id = new_id()
     details: dict[str, Any] = {
@@ -288,6 +309,7 @@ def _summarise(
         "reason": verdict.reason,
         "replay": replay,
         "floor_share": floor_share,
+        "unreached_share": unreached,
         "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
         "additivity": additivity.as_dict() if additivity else None,
@@ -297,8 +319,9 @@ def _summarise(
             policy=target.policy,
             estimator=name,
             value=e.value,
-            ci_low=e.ci_low,
-            ci_high=e.ci_high,
+            # the recommended row carries the recommendation's interval (bounds where unsupported)
+            ci_low=ci_low if name == chosen else e.ci_low,
+            ci_high=ci_high if name == chosen else e.ci_high,
             n_rounds=count,
             alpha=alpha,
             snapshot_version=target.snapshot_version,
@@ -321,6 +344,7 @@ def _summarise(
         results=results,
         replay=replay,
         additivity=additivity,
+        unreached_share=unreached,
     )
 
 

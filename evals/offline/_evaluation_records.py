@@ -67,6 +67,9 @@ class LogEvaluation:
     results: tuple[OPEResult, ...]
     replay: str = SET_EQUIVALENT
     additivity: AdditivityReport | None = None
+    # where unsupported: the share of the target's probability the recommended interval's bounds
+    # allow for (memabra.evals.offline._support.unreached_share); 0 where supported
+    unreached_share: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         """The per-policy block of ``memabra ope log --json``; other tools read these names."""
@@ -80,6 +83,7 @@ class LogEvaluation:
             "diagnostics": {
                 "replay": self.replay,
                 "floor_share": self.floor_share,
+                "unreached_share": self.unreached_share,
                 "additivity": self.additivity.as_dict() if self.additivity else None,
                 **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
             },

@@ -17,6 +17,16 @@ A target is ``unsupported`` when any of:
 2. the mean of the recommended estimator's weight has a ``1 - alpha`` interval that excludes 1
    by more than :data:`MEAN_WEIGHT_TOLERANCE`;
 3. that weight's effective sample size is below :data:`MIN_EFFECTIVE_SAMPLE_SIZE`.
+
+An unsupported target's interval is widened to what the log can still say (:func:`unreached_bounds`):
+a share ``m`` of the target's probability the log did not reach could have earned anything in the
+logged reward range ``[r_min, r_max]``, so the value lies in
+``[ci_low - m (r_max - r_min), ci_high + m (r_max - r_min)]`` clipped to that range (worst-case
+bounds in Manski's sense), with ``m = max(floor share, 1 - mean weight's ci_low, mean weight's
+ci_high - 1)`` clipped to ``[0, 1]``: ``E_b[W] = 1 - m`` for the mass the logger never gives a
+draw, and a weight whose interval strays from 1 says by how much the sample missed (or
+over-drew) the target's tail. A narrow interval around an unsupported estimate would read as
+knowledge the log does not hold.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ __all__ = [
     "SupportVerdict",
     "WeightSummary",
     "support_verdict",
+    "unreached_bounds",
+    "unreached_share",
 ]
 
 # a fifth of the target's choices resting on options the logger hardly ever tried is too much to
@@ -140,6 +152,24 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             "effective sample size",
         )
     return SupportVerdict(True, "")
+
+
+def unreached_share(weight: WeightSummary, floor_share: float, alpha: float) -> float:
+    """The share ``m`` of the target's probability the log may not have reached (module docstring)."""
+    low, high = weight.mean_interval(alpha)
+    share = max(floor_share, 1.0 - low, high - 1.0)
+    return min(max(share, 0.0), 1.0) if math.isfinite(share) else 1.0
+
+
+def unreached_bounds(
+    ci_low: float, ci_high: float, share: float, reward_range: tuple[float, float]
+) -> tuple[float, float]:
+    """``[ci_low, ci_high]`` widened by ``share`` times the reward range, clipped to that range."""
+    r_min, r_max = reward_range
+    spread = share * (r_max - r_min)
+    low = ci_low - spread if math.isfinite(ci_low) else r_min
+    high = ci_high + spread if math.isfinite(ci_high) else r_max
+    return max(low, r_min), min(high, r_max)
 
 
 def finite_or_none(value: float) -> Any:

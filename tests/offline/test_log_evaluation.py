@@ -160,6 +160,26 @@ def test_a_target_outside_the_loggers_support_is_flagged(log: EpisodeLog, lexica
     assert same.recommended.supported, same.recommended.reason
 
 
+def test_an_unsupported_target_gets_bounds_that_cover_its_truth(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 200)  # greedy with a floor
+    ev = evaluate_on_log(log, RandomRouter(similarity=lexical, seed=5), policy="random")
+    rec, raw = ev.recommended, ev.estimates[ev.recommended.estimator]
+    assert not rec.supported and "widened" in rec.reason
+    assert ev.unreached_share > 0.5  # random's mass lies almost all where the greedy logger never went
+    assert rec.ci_low < raw.ci_low and rec.ci_high > raw.ci_high and rec.value == raw.value
+    truth = true_value(RandomRouter(similarity=lexical, seed=5), 200)
+    assert rec.ci_low <= truth <= rec.ci_high
+    assert RewardWeights().total_range() == pytest.approx((-1.9, 1.6))
+    assert rec.ci_low >= -1.9 - 1e-9 and rec.ci_high <= 1.6 + 1e-9  # bounds never leave what the reward allows
+    stored = next(r for r in ev.results if r.details["recommended"])
+    assert (stored.ci_low, stored.ci_high) == (rec.ci_low, rec.ci_high)
+    assert stored.details["unreached_share"] == ev.unreached_share
+    assert ev.as_json()["diagnostics"]["unreached_share"] == ev.unreached_share
+    supported = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid")
+    assert supported.unreached_share == 0.0
+    assert supported.recommended.ci_low == supported.estimates[supported.recommended.estimator].ci_low
+
+
 def test_bad_input_names_the_problem(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidRecordError, match="reward: .*no rewarded decisions"):
         evaluate_on_log(log, HybridRouter(similarity=lexical), policy="h")
@@ -302,3 +322,17 @@ def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
     assert _pick_replay([supported, tail_unseen], [0.0, 0.0], 0.05) == 0
     assert _pick_replay([wider, supported], [0.0, 0.0], 0.05) == 1  # both supported: the larger ESS
     assert _pick_replay([tail_unseen, tail_unseen], [0.0, 0.0], 0.05) == 0
+
+
+def test_unreached_share_and_bounds_by_hand() -> None:
+    from memabra.evals.offline._support import WeightSummary, unreached_bounds, unreached_share
+
+    weights = WeightSummary()
+    weights.update(np.array([0.0, 0.5, 1.0, 1.5] * 50))  # mean 0.75, half-width about 0.077
+    low, high = weights.mean_interval(0.05)
+    assert unreached_share(weights, 0.1, 0.05) == pytest.approx(1.0 - low)
+    assert unreached_share(weights, 0.9, 0.05) == pytest.approx(0.9)  # the floor share when larger
+    assert unreached_bounds(0.2, 0.4, 0.1, (-1.0, 1.0)) == pytest.approx((0.0, 0.6))
+    assert unreached_bounds(0.2, 0.4, 1.0, (-1.0, 1.0)) == pytest.approx((-1.0, 1.0))  # clipped to the range
+    assert unreached_bounds(float("nan"), float("nan"), 0.0, (-1.0, 1.0)) == (-1.0, 1.0)
+    assert high > 0.75
