@@ -2,6 +2,7 @@
 
 from memabra.evals.offline._evaluate import (
     DEFAULT_ESTIMATORS,
+    LOGGING_POLICY,
     RECOMMENDED_ESTIMATOR,
     RECOMMENDED_ORDER,
     LogEvaluation,
@@ -28,6 +29,7 @@ from memabra.evals.offline._train import TrainReport, train_from_log
 
 __all__ = [
     "DEFAULT_ESTIMATORS",
+    "LOGGING_POLICY",
     "MAX_FLOOR_SHARE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
     "RECOMMENDED_ESTIMATOR",

@@ -4,7 +4,7 @@ recommended estimate (:mod:`memabra.evals.offline._evaluate` computes them)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memabra._records import OPEResult
@@ -14,12 +14,14 @@ from memabra.evals.offline._support import finite_or_none
 from memabra.evals.ope import PolicyValueInterval
 from memabra.router import Router
 
-__all__ = ["OWN_ORDER", "SET_EQUIVALENT", "LogEvaluation", "Recommended", "Target"]
+__all__ = ["LOGGING_POLICY", "OWN_ORDER", "SET_EQUIVALENT", "LogEvaluation", "Recommended", "Target"]
 
 # how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
 # probabilities within the target's set, or in the target's own order
 SET_EQUIVALENT = "set-equivalent"
 OWN_ORDER = "own order"
+# the key of a target's paired difference against the policy that wrote the log
+LOGGING_POLICY = "logging policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ class LogEvaluation:
     # where unsupported: the share of the target's probability the recommended interval's bounds
     # allow for (memabra.evals.offline._support.unreached_share); 0 where supported
     unreached_share: float = 0.0
+    # this target's recommended value minus each other supported target's and the logging policy's,
+    # paired on the same decisions (memabra.evals.offline._paired); empty where unsupported
+    versus: Mapping[str, PolicyValueInterval] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         """The per-policy block of ``memabra ope log --json``; other tools read these names."""
@@ -79,6 +84,10 @@ class LogEvaluation:
             "recommended": self.recommended.as_dict(),
             "estimates": {
                 name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
+            },
+            "versus": {
+                name: {"difference": d.value, "ci_low": d.ci_low, "ci_high": d.ci_high}
+                for name, d in self.versus.items()
             },
             "diagnostics": {
                 "replay": self.replay,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import (
@@ -21,6 +22,9 @@ from memabra._cli._common import DbOption, check_output_path, console, fail, run
 from memabra._cli._log import _parse_time
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
+
+if TYPE_CHECKING:  # the offline package imports scikit-learn: loaded only when a command needs it
+    from memabra.evals.offline import LogEvaluation
 
 
 def _fmt(x: float) -> str:
@@ -121,8 +125,8 @@ def ope_log(
                 ev.policy,
                 f"[bold]{name} *[/]" if is_rec else name,
                 _fmt(e.value),
-                _fmt(e.ci_low),
-                _fmt(e.ci_high),
+                _fmt(rec.ci_low if is_rec else e.ci_low),  # an unsupported recommendation's bounds
+                _fmt(rec.ci_high if is_rec else e.ci_high),
                 f"{weight['effective_sample_size']:.0f}",
                 f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
                 f"{ev.floor_share:.0%}",
@@ -132,6 +136,7 @@ def ope_log(
     console.print(
         "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
     )
+    console.print(_paired_table(evaluations, alpha))
     if json_out is not None:
         doc = {
             "n_rounds": first.n_rounds,
@@ -159,6 +164,31 @@ _WEIGHT_OF = {
     "snpi": "pseudo-inverse",
     "pi-dr": "pseudo-inverse",
 }
+
+
+def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
+    """Each supported target against every later supported one and the logging policy."""
+    from memabra.evals.offline import LOGGING_POLICY
+
+    table = Table(
+        title=f"paired differences of the recommended estimates on the same decisions ({1 - alpha:.0%} intervals)",
+        caption="only supported targets are compared: an unsupported one's bounds say all the log can",
+    )
+    for col in ("policy", "minus", "difference", "ci low", "ci high", "verdict"):
+        table.add_column(col, justify="left" if col in ("policy", "minus", "verdict") else "right")
+    supported = [ev for ev in evaluations if ev.recommended.supported]
+    for i, ev in enumerate(supported):
+        others = [o.policy for o in supported[i + 1 :] if o.policy in ev.versus] + [LOGGING_POLICY]
+        for other in others:
+            d = ev.versus[other]
+            if d.ci_low > 0:
+                verdict = f"{ev.policy} better"
+            elif d.ci_high < 0:
+                verdict = f"{other} better"
+            else:
+                verdict = "not distinguishable on this log"
+            table.add_row(ev.policy, other, _fmt(d.value), _fmt(d.ci_low), _fmt(d.ci_high), verdict)
+    return table
 
 
 def _finite(value: object) -> object:

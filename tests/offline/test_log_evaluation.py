@@ -11,6 +11,7 @@ from memabra import ConfigError, InvalidRecordError, PolicySnapshot, RewardWeigh
 from memabra._cli import app
 from memabra._records import STOP_ID
 from memabra.evals.offline import (
+    LOGGING_POLICY,
     RECOMMENDED_ORDER,
     Target,
     evaluate_on_log,
@@ -307,7 +308,7 @@ def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
 def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
     """Only weights choose the replay: the supported one, the larger ESS when both are, else the
     set-equivalent one."""
-    from memabra.evals.offline._evaluate import _pick_replay
+    from memabra.evals.offline._recommend import pick_replay
     from memabra.evals.offline._support import WeightSummary
 
     def summary(weights: list[float]) -> dict[str, WeightSummary]:
@@ -318,10 +319,10 @@ def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
     supported = summary([1.0] * 200)
     tail_unseen = summary([0.5] * 200)  # mean 0.5 with no spread: the tail was never observed
     wider = summary([0.0, 2.0] * 100)
-    assert _pick_replay([tail_unseen, supported], [0.0, 0.0], 0.05) == 1
-    assert _pick_replay([supported, tail_unseen], [0.0, 0.0], 0.05) == 0
-    assert _pick_replay([wider, supported], [0.0, 0.0], 0.05) == 1  # both supported: the larger ESS
-    assert _pick_replay([tail_unseen, tail_unseen], [0.0, 0.0], 0.05) == 0
+    assert pick_replay([tail_unseen, supported], [0.0, 0.0], 0.05) == 1
+    assert pick_replay([supported, tail_unseen], [0.0, 0.0], 0.05) == 0
+    assert pick_replay([wider, supported], [0.0, 0.0], 0.05) == 1  # both supported: the larger ESS
+    assert pick_replay([tail_unseen, tail_unseen], [0.0, 0.0], 0.05) == 0
 
 
 def test_unreached_share_and_bounds_by_hand() -> None:
@@ -336,3 +337,48 @@ def test_unreached_share_and_bounds_by_hand() -> None:
     assert unreached_bounds(0.2, 0.4, 1.0, (-1.0, 1.0)) == pytest.approx((-1.0, 1.0))  # clipped to the range
     assert unreached_bounds(float("nan"), float("nan"), 0.0, (-1.0, 1.0)) == (-1.0, 1.0)
     assert high > 0.75
+
+
+def test_paired_differences_by_hand() -> None:
+    from statistics import NormalDist
+
+    from memabra.evals.offline._paired import PairedMoments
+
+    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    b = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
+    moments = PairedMoments(3)
+    moments.update(np.column_stack([a[:2], b[:2], a[:2] * 0]))
+    moments.update(np.column_stack([a[2:], b[2:], a[2:] * 0]))
+    d = moments.difference(0, 1, 0.05)
+    half = NormalDist().inv_cdf(0.975) * np.std(a - b, ddof=1) / np.sqrt(5)
+    assert d.value == pytest.approx(-0.2) and d.ci_low == pytest.approx(-0.2 - half)
+    assert d.ci_high == pytest.approx(-0.2 + half)
+    same = moments.difference(0, 0, 0.05)
+    assert (same.value, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="3 columns"):
+        moments.update(np.zeros((2, 2)))
+
+
+def test_two_supported_targets_get_a_paired_difference_narrower_than_their_intervals(
+    log: EpisodeLog, fill_log, lexical
+) -> None:  # type: ignore[no-untyped-def]
+    fill_log(log, n=600)
+    hybrid, again, random = evaluate_policies(
+        log,
+        [
+            Target("hybrid", HybridRouter(similarity=lexical, seed=2)),
+            Target("hybrid-2", HybridRouter(similarity=lexical, seed=3)),
+            Target("random", RandomRouter(similarity=lexical, seed=3)),
+        ],
+    )
+    assert hybrid.recommended.supported and again.recommended.supported
+    same = hybrid.versus["hybrid-2"]  # the same policy twice: identical terms, a zero-width difference
+    assert same.value == pytest.approx(0.0, abs=1e-12) and same.ci_high - same.ci_low == pytest.approx(0.0, abs=1e-9)
+    logger = hybrid.versus[LOGGING_POLICY]
+    assert logger.value == pytest.approx(hybrid.recommended.value - hybrid.logging_value)
+    if random.recommended.supported:
+        d = hybrid.versus["random"]
+        assert d.value == pytest.approx(hybrid.recommended.value - random.recommended.value)
+    else:
+        assert "random" not in hybrid.versus and random.versus == {}
+    assert set(hybrid.as_json()["versus"]) == set(hybrid.versus)
