@@ -91,9 +91,40 @@ def check_file(
                 "diagnostics": ev.diagnostics,
                 "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
                 "ope_seconds": seconds,
+                # paired on the same decisions, against the other supported targets' truths
+                "versus": {
+                    other: {
+                        "difference": d.value,
+                        "ci_low": d.ci_low,
+                        "ci_high": d.ci_high,
+                        "truth": truth - report["routers"][other]["reward_mean"],
+                    }
+                    for other, d in ev.versus.items()
+                    if other in report["routers"]
+                },
             }
         )
     return rows
+
+
+def print_paired(rows: list[dict[str, Any]]) -> None:
+    """Each supported pair once: the paired difference, the true difference, and whether the
+    log ranks the two as the truth does (or says it cannot)."""
+    print("\n| file | difference | paired estimate | 95% interval | truth | covered | ranking |")
+    print("|---|---|---:|---|---:|---|---|")
+    for row in rows:
+        for other, d in row["versus"].items():
+            if (row["target"], other) > (other, row["target"]):
+                continue
+            if d["ci_low"] > 0 or d["ci_high"] < 0:
+                ranked = "as the truth" if (d["ci_low"] > 0) == (d["truth"] > 0) else "WRONG"
+            else:
+                ranked = "not distinguishable"
+            covered = d["ci_low"] <= d["truth"] <= d["ci_high"]
+            print(
+                f"| {row['file']} | {row['target']} - {other} | {d['difference']:+.3f} "
+                f"| {d['ci_low']:+.3f} … {d['ci_high']:+.3f} | {d['truth']:+.3f} | {'yes' if covered else 'NO'} | {ranked} |"
+            )
 
 
 def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, Any]:
@@ -247,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {'yes' if row['covered'] else 'NO'} | {verdict} |",
                 flush=True,
             )
+    print_paired(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2, default=float) + "\n")
     return 0
