@@ -109,6 +109,8 @@ def main() -> None:
         options.repeats,
     )
     print(f"all three in one streamed pass (with normal intervals): {all_three:.3f}s")
+    if theirs is not None:
+        print("obp/memabra above 1x: memabra is faster (memabra also checks finiteness, ranges and q_hat)")
     if theirs is None:
         print("obp is not importable here; run with an interpreter that has obp to compare")
 
