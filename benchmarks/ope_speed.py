@@ -6,7 +6,8 @@ chunks, and obp 0.5.7 on the same arrays when it is importable.
 obp is not a memabra dependency; to include it, run this with the interpreter of a throwaway
 environment that has obp and memabra (see tests/ope/make_obp_reference.py), e.g.
 ``/tmp/obpenv/bin/python benchmarks/ope_speed.py``. Each figure is the median wall time of
-``--repeats`` runs, input validation included; the ratio is obp's time over memabra's.
+``--repeats`` runs, input validation included, memabra's and obp's runs taking turns; the ratio
+is obp's time over memabra's.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ import numpy as np
 from memabra.evals import ope
 
 
-def _median_seconds(run: Callable[[], float], repeats: int) -> tuple[float, float]:
-    times, value = [], float("nan")
+def _median_seconds(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, tuple[float, float]]:
+    """Median wall time and value of each run. The runs take turns, repeat by repeat, so a burst of
+    load on a shared machine slows all of them alike instead of one whole column."""
+    times: dict[str, list[float]] = {key: [] for key in runs}
+    values = dict.fromkeys(runs, float("nan"))
     for _ in range(repeats):
-        start = time.perf_counter()
-        value = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), value
+        for key, run in runs.items():
+            start = time.perf_counter()
+            values[key] = run()
+            times[key].append(time.perf_counter() - start)
+    return {key: (statistics.median(times[key]), values[key]) for key in runs}
 
 
 def _arrays(n_rounds: int, n_actions: int) -> dict[str, np.ndarray]:
@@ -82,33 +87,32 @@ def main() -> None:
         return stream.estimate_policy_value()
 
     for name, estimator in ours.items():
-        in_memory, value = _median_seconds(lambda e=estimator: e.estimate_policy_value(**arrays), options.repeats)
-        chunked, _ = _median_seconds(lambda e=estimator: streamed(e), options.repeats)
-        row = f"{name:<10}{in_memory:>11.3f}s{chunked:>11.3f}s"
+        runs: dict[str, Callable[[], float]] = {
+            "memabra": lambda e=estimator: e.estimate_policy_value(**arrays),
+            "streamed": lambda e=estimator: streamed(e),
+        }
         if theirs is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                obp_time, obp_value = _median_seconds(
-                    lambda e=theirs[name]: float(e.estimate_policy_value(**arrays)), options.repeats
-                )
+            runs["obp"] = lambda e=theirs[name]: float(e.estimate_policy_value(**arrays))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # obp under new numpy and pandas
+            timed = _median_seconds(runs, options.repeats)
+        (in_memory, value), (chunked, _) = timed["memabra"], timed["streamed"]
+        row = f"{name:<10}{in_memory:>11.3f}s{chunked:>11.3f}s"
+        if "obp" in timed:
+            obp_time, obp_value = timed["obp"]
             row += f"{obp_time:>11.3f}s{obp_time / in_memory:>12.2f}x{abs(obp_value - value):>10.1e}"
         else:
             row += f"{'n/a':>12}{'n/a':>13}{'n/a':>10}"
         print(row)
 
-    all_three, _ = _median_seconds(
-        lambda: (
-            next(
-                iter(
-                    ope.estimate_streaming(
-                        list(ours.values()), ope.iter_round_batches(ope.BanditArrays(**arrays), options.chunk)
-                    ).values()
-                )
-            ).value
-        ),
-        options.repeats,
-    )
-    print(f"all three in one streamed pass (with normal intervals): {all_three:.3f}s")
+    def all_three() -> float:
+        batches = ope.iter_round_batches(ope.BanditArrays(**arrays), options.chunk)
+        return next(iter(ope.estimate_streaming(list(ours.values()), batches).values())).value
+
+    one_pass, _ = _median_seconds({"all": all_three}, options.repeats)["all"]
+    print(f"all three in one streamed pass (with normal intervals): {one_pass:.3f}s")
+    if theirs is not None:
+        print("obp/memabra above 1x: memabra is faster (memabra also checks finiteness, ranges and q_hat)")
     if theirs is None:
         print("obp is not importable here; run with an interpreter that has obp to compare")
 

@@ -10,7 +10,7 @@ from full ``(n, n_actions, len_list)`` arrays or straight from rows of the decis
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +44,8 @@ class RoundBatch:
     evaluation_policy_pscore: NDArray[np.float64] | None = None
     estimated_reward_factual: NDArray[np.float64] | None = None
     estimated_reward_policy: NDArray[np.float64] | None = None
+    # w_i, computed on first use and shared by every estimator (and the diagnostics) reading this batch
+    _importance_weight: NDArray[np.float64] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         present = {name: getattr(self, name) for name in _ROUND_FIELDS if getattr(self, name) is not None}
@@ -59,6 +61,28 @@ class RoundBatch:
         check_same_length(reference, checked[reference].shape[0], dict(checked))
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    @classmethod
+    def _from_checked(
+        cls,
+        *,
+        reward: NDArray[np.float64] | None,
+        pscore: NDArray[np.float64] | None,
+        evaluation_policy_pscore: NDArray[np.float64] | None,
+        estimated_reward_factual: NDArray[np.float64] | None,
+        estimated_reward_policy: NDArray[np.float64] | None,
+    ) -> RoundBatch:
+        """A batch cut from a :class:`BanditArrays`, whose construction already checked every input
+        these arrays come from; checking the cut again would only repeat those passes."""
+        batch = object.__new__(cls)
+        set_ = object.__setattr__
+        set_(batch, "reward", reward)
+        set_(batch, "pscore", pscore)
+        set_(batch, "evaluation_policy_pscore", evaluation_policy_pscore)
+        set_(batch, "estimated_reward_factual", estimated_reward_factual)
+        set_(batch, "estimated_reward_policy", estimated_reward_policy)
+        set_(batch, "_importance_weight", None)
+        return batch
 
     @property
     def n_rounds(self) -> int:
@@ -76,10 +100,25 @@ class RoundBatch:
         return value
 
     def importance_weight(self) -> NDArray[np.float64] | None:
-        """w_i = pi_e(a_i|x_i) / pi_b(a_i|x_i), or ``None`` when either propensity is missing."""
+        """w_i = pi_e(a_i|x_i) / pi_b(a_i|x_i), or ``None`` when either propensity is missing.
+
+        Computed once per batch and returned read-only, since every caller shares the array.
+        """
         if self.pscore is None or self.evaluation_policy_pscore is None:
             return None
-        return self.evaluation_policy_pscore / self.pscore
+        if self._importance_weight is None:
+            weight = self.evaluation_policy_pscore / self.pscore
+            weight.flags.writeable = False
+            object.__setattr__(self, "_importance_weight", weight)
+        return self._importance_weight
+
+    def require_importance_weight(self, estimator_name: str) -> NDArray[np.float64]:
+        """w_i as :meth:`importance_weight` gives it, or an error naming the missing propensity."""
+        weight = self.importance_weight()
+        if weight is None:
+            missing = "evaluation_policy_pscore" if self.evaluation_policy_pscore is None else "pscore"
+            raise OPEInputError(missing, f"{estimator_name} needs {missing}, which was not given")
+        return weight
 
 
 _PROBABILITY_FIELDS = ("pscore", "evaluation_policy_pscore")
@@ -114,14 +153,18 @@ class BanditArrays:
     estimated_rewards_by_reg_model: NDArray[np.float64] | None = None
     context: NDArray[np.float64] | None = None
     action_context: NDArray[np.float64] | None = None
+    # sum_a pi_e(a|x_i, k) for each round and position, from validation; the reward model's policy
+    # average divides by it, as obp's np.average does
+    _action_dist_sums: NDArray[np.float64] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        action_dist = as_distribution_array("action_dist", self.action_dist)
+        action_dist, sums = as_distribution_array("action_dist", self.action_dist)
         n_rounds, n_actions, len_list = action_dist.shape
         if n_rounds == 0:
             raise OPEInputError("action", "the log is empty: action_dist has 0 rounds")
         set_ = object.__setattr__
         set_(self, "action_dist", action_dist)
+        set_(self, "_action_dist_sums", sums)
         if self.action is not None:
             set_(self, "action", as_index_array("action", self.action, n_actions, "action_dist.shape[1]"))
         for name, ndim in (("reward", 1), ("context", 2), ("estimated_rewards_by_reg_model", 3)):
@@ -193,38 +236,60 @@ class BanditArrays:
             action_context=self.action_context,
         )
 
-    def round_batch(self, start: int = 0, stop: int | None = None) -> RoundBatch:
-        """The rounds ``[start, stop)`` reduced to a :class:`RoundBatch` (the per-round gather)."""
+    def round_batch(self, start: int = 0, stop: int | None = None, *, with_reward_model: bool = True) -> RoundBatch:
+        """The rounds ``[start, stop)`` reduced to a :class:`RoundBatch` (the per-round gather).
+
+        ``with_reward_model=False`` leaves out the two q_hat terms, for estimators that read none
+        (q_hat, when given, was still checked on construction).
+        """
         stop = self.n_rounds if stop is None else min(stop, self.n_rounds)
         action_dist = self.action_dist[start:stop]
-        n, n_actions, len_list = action_dist.shape
-        position = np.zeros(n, dtype=np.int64) if self.position is None else self.position[start:stop]
-        evaluation_pscore = factual = None
+        _, n_actions, len_list = action_dist.shape
+        position = None if self.position is None else self.position[start:stop]
+        flat = None
+        evaluation_pscore = factual = policy = None
         if self.action is not None:
-            # one flat take is several times faster than action_dist[arange, action, position]
-            flat = (np.arange(n, dtype=np.int64) * n_actions + self.action[start:stop]) * len_list + position
-            evaluation_pscore = action_dist.reshape(-1).take(flat)
-        policy = None
+            flat = _flat_index(self.action[start:stop], position, n_actions, len_list)
+            # construction checked action and position, so 'clip' never clips: it only spares
+            # take its per-element bounds check
+            evaluation_pscore = action_dist.reshape(-1).take(flat, mode="clip")
         q_hat = self.estimated_rewards_by_reg_model
-        if q_hat is not None:
+        if q_hat is not None and with_reward_model:
             q_hat = q_hat[start:stop]
-            if len_list == 1:
-                pi_at_position, q_at_position = action_dist[:, :, 0], q_hat[:, :, 0]
+            sums = self._action_dist_sums[start:stop]
+            if position is None:  # len_list == 1
+                pi_at_position, q_at_position, pi_sum = action_dist[:, :, 0], q_hat[:, :, 0], sums[:, 0]
             else:
                 index = position[:, None, None]
                 pi_at_position = np.take_along_axis(action_dist, index, axis=2)[:, :, 0]
                 q_at_position = np.take_along_axis(q_hat, index, axis=2)[:, :, 0]
+                pi_sum = np.take_along_axis(sums, position[:, None], axis=1)[:, 0]
             # obp takes np.average(q, weights=pi), i.e. divides by the row sum; so do we
-            policy = np.einsum("ij,ij->i", q_at_position, pi_at_position) / np.einsum("ij->i", pi_at_position)
-            if self.action is not None:
-                factual = q_hat.reshape(-1).take(flat)
-        return RoundBatch(
+            policy = np.einsum("ij,ij->i", q_at_position, pi_at_position) / pi_sum
+            if flat is not None:
+                factual = q_hat.reshape(-1).take(flat, mode="clip")
+        return RoundBatch._from_checked(
             reward=None if self.reward is None else self.reward[start:stop],
             pscore=None if self.pscore is None else self.pscore[start:stop],
             evaluation_policy_pscore=evaluation_pscore,
             estimated_reward_factual=factual,
             estimated_reward_policy=policy,
         )
+
+
+def _flat_index(
+    action: NDArray[np.int64], position: NDArray[np.int64] | None, n_actions: int, len_list: int
+) -> NDArray[np.int64]:
+    """Index of (i, a_i, k_i) in an ``(n, n_actions, len_list)`` array flattened in C order:
+    (i n_actions + a_i) len_list + k_i. One flat take is several times faster than
+    ``array[arange, action, position]``; built in place, so no temporaries of length n."""
+    flat = np.arange(action.shape[0], dtype=np.int64)
+    flat *= n_actions
+    flat += action
+    if position is not None:
+        flat *= len_list
+        flat += position
+    return flat
 
 
 def iter_round_batches(arrays: BanditArrays, batch_size: int) -> Iterator[RoundBatch]:

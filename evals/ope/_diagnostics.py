@@ -52,7 +52,7 @@ class WeightTally:
             return
         self._count += int(weights.size)
         self._total += float(weights.sum())
-        self._total_squared += float(weights @ weights)
+        self._total_squared += float(np.einsum("i,i->", weights, weights))  # no BLAS thread pool (see _moments)
         self._max = max(self._max, float(weights.max()))
         self._zeros += int(np.count_nonzero(weights == 0.0))
 

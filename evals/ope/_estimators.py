@@ -56,7 +56,7 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
     ) -> float:
         """The estimated policy value of the evaluation policy ``action_dist``."""
         return self.policy_value_from_batch(
-            _gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
         )
 
     def estimate_round_rewards(
@@ -71,7 +71,7 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
     ) -> NDArray[np.float64]:
         """Per-round terms whose mean is the estimate (obp's ``_estimate_round_rewards``)."""
         return self.round_rewards_from_batch(
-            _gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
         )
 
     def estimate_interval(
@@ -91,38 +91,53 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
         """The estimate with a ``1 - alpha`` interval, by percentile bootstrap over rounds
         (seeded by ``random_state``) or by the normal approximation (delta method)."""
         return self.interval_from_batch(
-            _gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model),
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model),
             alpha=alpha,
             n_bootstrap_samples=n_bootstrap_samples,
             random_state=random_state,
             method=method,
         )
 
-
-def _gather(
-    action_dist: NDArray[np.float64],
-    action: NDArray[np.int64] | None,
-    reward: NDArray[np.float64] | None,
-    pscore: NDArray[np.float64] | None,
-    position: NDArray[np.int64] | None,
-    estimated_rewards_by_reg_model: NDArray[np.float64] | None,
-) -> RoundBatch:
-    return BanditArrays(
-        action_dist=action_dist,
-        action=action,
-        reward=reward,
-        pscore=pscore,
-        position=position,
-        estimated_rewards_by_reg_model=estimated_rewards_by_reg_model,
-    ).round_batch()
+    def _gather(
+        self,
+        action_dist: NDArray[np.float64],
+        action: NDArray[np.int64] | None,
+        reward: NDArray[np.float64] | None,
+        pscore: NDArray[np.float64] | None,
+        position: NDArray[np.int64] | None,
+        estimated_rewards_by_reg_model: NDArray[np.float64] | None,
+    ) -> RoundBatch:
+        """Check every array given (q_hat too, even when this estimator ignores it) and cut the
+        per-round terms this estimator reads."""
+        arrays = BanditArrays(
+            action_dist=action_dist,
+            action=action,
+            reward=reward,
+            pscore=pscore,
+            position=position,
+            estimated_rewards_by_reg_model=estimated_rewards_by_reg_model,
+        )
+        return arrays.round_batch(with_reward_model=self.needs_reward_model)
 
 
 def _weight(batch: RoundBatch, name: str) -> NDArray[np.float64]:
-    return batch.require("evaluation_policy_pscore", name) / batch.require("pscore", name)
+    return batch.require_importance_weight(name)
 
 
 def _residual(batch: RoundBatch, name: str) -> NDArray[np.float64]:
     return batch.require("reward", name) - batch.require("estimated_reward_factual", name)
+
+
+def _clipped(weight: NDArray[np.float64], lambda_: float) -> NDArray[np.float64]:
+    """min(w_i, lambda_); with lambda_ = inf (the default) the weights as they are, sparing a pass."""
+    return weight if math.isinf(lambda_) else np.minimum(weight, lambda_)
+
+
+def _components(n_rounds: int, n_components: int) -> NDArray[np.float64]:
+    """An empty ``(m, k)`` component matrix in Fortran order: each component's column is
+    contiguous, so the means over rounds are k fast contiguous reductions (over a C-ordered
+    ``column_stack`` the same means are several times slower), and columns can be written in place."""
+    return np.empty((n_rounds, n_components), order="F")
 
 
 @dataclass(frozen=True)
@@ -141,7 +156,7 @@ class InverseProbabilityWeighting(BanditEstimator):
         check_lambda(self.lambda_, type(self).__name__)
 
     def round_components(self, batch: RoundBatch) -> NDArray[np.float64]:
-        weight = np.minimum(_weight(batch, self.estimator_name), self.lambda_)
+        weight = _clipped(_weight(batch, self.estimator_name), self.lambda_)
         return (batch.require("reward", self.estimator_name) * weight)[:, None]
 
 
@@ -159,7 +174,10 @@ class SelfNormalizedInverseProbabilityWeighting(BanditEstimator):
 
     def round_components(self, batch: RoundBatch) -> NDArray[np.float64]:
         weight = _weight(batch, self.estimator_name)
-        return np.column_stack((batch.require("reward", self.estimator_name) * weight, weight))
+        components = _components(weight.shape[0], 2)
+        np.multiply(batch.require("reward", self.estimator_name), weight, out=components[:, 0])
+        components[:, 1] = weight
+        return components
 
     def value_from_means(self, means: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.asarray(means[..., 0] / means[..., 1])
@@ -199,7 +217,7 @@ class DoublyRobust(BanditEstimator):
         check_lambda(self.lambda_, type(self).__name__)
 
     def round_components(self, batch: RoundBatch) -> NDArray[np.float64]:
-        weight = np.minimum(_weight(batch, self.estimator_name), self.lambda_)
+        weight = _clipped(_weight(batch, self.estimator_name), self.lambda_)
         return self._terms(batch, weight * _residual(batch, self.estimator_name))
 
     def _terms(self, batch: RoundBatch, correction: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -219,13 +237,11 @@ class SelfNormalizedDoublyRobust(BanditEstimator):
 
     def round_components(self, batch: RoundBatch) -> NDArray[np.float64]:
         weight = _weight(batch, self.estimator_name)
-        return np.column_stack(
-            (
-                batch.require("estimated_reward_policy", self.estimator_name),
-                weight * _residual(batch, self.estimator_name),
-                weight,
-            )
-        )
+        components = _components(weight.shape[0], 3)
+        components[:, 0] = batch.require("estimated_reward_policy", self.estimator_name)
+        np.multiply(weight, _residual(batch, self.estimator_name), out=components[:, 1])
+        components[:, 2] = weight
+        return components
 
     def value_from_means(self, means: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.asarray(means[..., 0] + means[..., 1] / means[..., 2])

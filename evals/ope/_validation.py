@@ -63,21 +63,33 @@ def as_float_array(
     array = np.ascontiguousarray(array, dtype=np.float64)
     if array.size == 0:
         return array
+    if low is None or high is None:
+        # one pass settles finiteness: a NaN or an inf makes the sum NaN or inf (einsum's plain
+        # sum is faster than np.sum's pairwise one, and its rounding does not matter here)
+        if not math.isfinite(float(np.einsum("i->", array.reshape(-1)))):
+            _check_finite(name, array)  # passes when finite values merely overflowed the sum
+        return array
     # min and max propagate NaN and expose inf, so two fast reductions settle finiteness and range
     # at once; the offending rounds are located only when something is wrong
     smallest, largest = float(array.min()), float(array.max())
     if not (math.isfinite(smallest) and math.isfinite(largest)):
-        finite = np.isfinite(array)
-        per_round = finite.reshape(finite.shape[0], -1).all(axis=1)
-        bad_value = float(array[~finite].flat[0])
-        raise OPEInputError(name, f"{name} must be finite; got {bad_value!r} at rounds {_rounds(~per_round)}")
-    if low is not None and high is not None:
-        below = smallest <= low if low_open else smallest < low
-        if below or largest > high:
-            rows = array.reshape(array.shape[0], -1)
-            check_in_range(name, rows.min(axis=1), low=low, high=high, low_open=low_open)
-            check_in_range(name, rows.max(axis=1), low=low, high=high, low_open=low_open)
+        _check_finite(name, array)
+    below = smallest <= low if low_open else smallest < low
+    if below or largest > high:
+        rows = array.reshape(array.shape[0], -1)
+        check_in_range(name, rows.min(axis=1), low=low, high=high, low_open=low_open)
+        check_in_range(name, rows.max(axis=1), low=low, high=high, low_open=low_open)
     return array
+
+
+def _check_finite(name: str, array: NDArray[Any]) -> None:
+    """Raise naming the first non-finite value and the rounds that hold one, if any."""
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    per_round = finite.reshape(finite.shape[0], -1).all(axis=1)
+    bad_value = float(array[~finite].flat[0])
+    raise OPEInputError(name, f"{name} must be finite; got {bad_value!r} at rounds {_rounds(~per_round)}")
 
 
 def as_index_array(name: str, value: object, upper: int, upper_name: str) -> NDArray[np.int64]:
@@ -88,6 +100,8 @@ def as_index_array(name: str, value: object, upper: int, upper_name: str) -> NDA
     if not np.issubdtype(array.dtype, np.integer):
         raise OPEInputError(name, f"{name} must hold integers; got dtype {array.dtype}")
     array = array.astype(np.int64, copy=False)
+    if array.size == 0 or (array.min() >= 0 and array.max() < upper):  # two reductions, no masks
+        return array
     outside = (array < 0) | (array >= upper)
     if outside.any():
         raise OPEInputError(
@@ -119,12 +133,15 @@ def check_same_length(reference: str, n_rounds: int, arrays: dict[str, NDArray[A
             )
 
 
-def as_distribution_array(name: str, value: object) -> NDArray[np.float64]:
+def as_distribution_array(name: str, value: object) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``value`` as a contiguous float64 array ``(n_rounds, n_actions, len_list)`` holding, at every
-    round and position, a distribution over actions (entries >= 0 summing to 1).
+    round and position, a distribution over actions (entries >= 0 summing to 1), and those sums
+    over actions, shape ``(n_rounds, len_list)`` (the reward model's policy average divides by them).
 
     Two passes over the array: the minimum (which NaN and -inf also fail) and the sums over
-    actions (which +inf fails); entries >= 0 that sum to 1 cannot exceed 1.
+    actions (which +inf fails); entries >= 0 that sum to 1 cannot exceed 1 (by more than the
+    tolerance). The sums are then judged by their own minimum and maximum, so no temporary of the
+    sums' size is made unless a row is off.
     """
     array = np.asarray(value)
     if array.ndim != 3:
@@ -134,16 +151,17 @@ def as_distribution_array(name: str, value: object) -> NDArray[np.float64]:
     if array.shape[1] == 0 or array.shape[2] == 0:
         raise OPEInputError(name, f"{name} needs at least one action and one position; got shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float64)
+    sums = np.einsum("nak->nk", array)  # the sum over actions; several times faster than .sum(axis=1)
     if array.size == 0:
-        return array
+        return array, sums
     smallest = float(array.min())
     if not smallest >= 0.0:  # also true for NaN
         rows = array.reshape(array.shape[0], -1)
         as_float_array(name, rows, 2)  # names NaN and -inf rounds first
         check_in_range(name, rows.min(axis=1), low=0.0, high=1.0, low_open=False)
-    sums = np.einsum("nak->nk", array)  # the sum over actions; faster than .sum(axis=1)
-    off = ~(np.abs(sums - 1.0) <= _SUM_TOLERANCE)
-    if off.any():
+    low, high = 1.0 - _SUM_TOLERANCE, 1.0 + _SUM_TOLERANCE
+    if not (low <= float(sums.min()) and float(sums.max()) <= high):  # a NaN sum fails both
+        off = ~((sums >= low) & (sums <= high))
         if not np.isfinite(sums).all():
             as_float_array(name, array, 3)
         raise OPEInputError(
@@ -151,4 +169,4 @@ def as_distribution_array(name: str, value: object) -> NDArray[np.float64]:
             f"{name} must sum to 1 over actions at every round and position; got {float(sums[off][0])!r} "
             f"at rounds {_rounds(off.any(axis=1))}",
         )
-    return array
+    return array, sums

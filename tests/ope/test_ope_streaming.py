@@ -147,6 +147,44 @@ def test_memory_stays_flat_in_the_number_of_rounds() -> None:
     assert peak(100) < 1.5 * peak(5)
 
 
+def test_several_estimators_in_one_pass_keep_memory_flat() -> None:
+    import tracemalloc
+
+    def batches(n_batches: int):  # type: ignore[no-untyped-def]
+        rng = np.random.default_rng(0)
+        for _ in range(n_batches):  # what a database cursor yields, chunk by chunk
+            yield ope.RoundBatch(
+                reward=rng.random(2000),
+                pscore=np.full(2000, 0.5),
+                evaluation_policy_pscore=rng.random(2000),
+                estimated_reward_factual=rng.random(2000),
+                estimated_reward_policy=rng.random(2000),
+            )
+
+    def peak(n_batches: int) -> int:
+        estimators = [
+            ope.InverseProbabilityWeighting(),
+            ope.SelfNormalizedInverseProbabilityWeighting(),
+            ope.DoublyRobust(),
+        ]
+        tracemalloc.start()
+        results = ope.estimate_streaming(estimators, batches(n_batches))
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert list(results) == ["ipw", "snipw", "dr"]
+        return top
+
+    assert peak(100) < 1.5 * peak(5)
+
+
+def test_a_batch_computes_its_importance_weights_once_and_shares_them_read_only(arrays: ope.BanditArrays) -> None:
+    batch = arrays.round_batch()
+    weights = batch.importance_weight()
+    assert weights is not None and batch.importance_weight() is weights
+    assert not weights.flags.writeable
+    assert ope.InverseProbabilityWeighting().importance_weights(batch) is weights
+
+
 def test_slate_intervals_resample_whole_slates() -> None:
     batch = ope.SyntheticSlateBandit().sample(300, random_state=1)
     arrays = {name: getattr(batch, name) for name in ope.SlateBatch.__dataclass_fields__}

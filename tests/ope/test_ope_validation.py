@@ -102,6 +102,37 @@ def test_nan_in_the_reward_model_is_rejected() -> None:
     )
 
 
+def test_the_reward_model_is_checked_even_by_estimators_that_do_not_read_it() -> None:
+    q_hat = np.zeros((20, 3, 1))
+    q_hat[2, 0, 0] = np.nan
+    with pytest.raises(ope.OPEInputError, match=r"must be finite; got nan at rounds \[2\]") as caught:
+        ope.InverseProbabilityWeighting().estimate_policy_value(
+            **{**_arrays(), "estimated_rewards_by_reg_model": q_hat}
+        )
+    assert caught.value.field == "estimated_rewards_by_reg_model"
+
+
+def test_huge_but_finite_values_are_not_mistaken_for_infinite_ones() -> None:
+    # the finiteness check sums the array once; a sum that overflows must not reject finite entries
+    q_hat = np.full((20, 3, 1), 1e308)
+    arrays = ope.BanditArrays(**{**_arrays(), "estimated_rewards_by_reg_model": q_hat})
+    assert arrays.estimated_rewards_by_reg_model is not None
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_action_dist_names_the_rounds(bad: float) -> None:
+    dist = _arrays()["action_dist"].copy()
+    dist[[6, 11], 1, 0] = bad
+    _raises("action_dist", rf"action_dist must be finite; got {bad!r} at rounds \[6, 11\]", action_dist=dist)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_pscore_is_rejected(bad: float) -> None:
+    _raises(
+        "pscore", rf"pscore must be finite; got {bad!r} at rounds \[9\]", pscore=np.where(np.arange(20) == 9, bad, 0.5)
+    )
+
+
 def test_an_empty_log_is_rejected() -> None:
     with pytest.raises(ope.OPEInputError, match="the log is empty") as caught:
         ope.InverseProbabilityWeighting().estimate_policy_value(
