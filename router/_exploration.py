@@ -75,8 +75,9 @@ def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
     return epsilon / (2 * top_m + 1) if n_options > 1 else 1.0
 
 
-def _top(costs: NDArray[np.float64], m: int) -> NDArray[np.intp]:
-    return np.argpartition(costs, m - 1)[:m] if m < costs.size else np.arange(costs.size)
+def _top(costs: NDArray[np.float64], m: int) -> list[int]:
+    # the method, not np.argpartition: the same indices without the wrapper's dispatch
+    return costs.argpartition(m - 1)[:m].tolist() if m < costs.size else list(range(costs.size))
 
 
 def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float64] | None = None) -> set[int]:
@@ -84,9 +85,9 @@ def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float
     excluded from both), and the stop option."""
     k = costs.size
     m = min(top_m, k - 1)
-    explored = set(_top(costs[:-1], m).tolist())
+    explored = set(_top(costs[:-1], m))
     if prior is not None:
-        explored.update(_top(prior[:-1], m).tolist())
+        explored.update(_top(prior[:-1], m))
     explored.add(k - 1)
     return explored
 
@@ -128,17 +129,20 @@ class EpsilonGreedy:
     def mixture(self, weights: list[float]) -> NDArray[np.float64]:
         """``Σ_k weights[k] p_k`` summed component by component (components of weight 0 after the
         first skipped)."""
-        terms = [(k, w) for k, w in enumerate(weights) if k == 0 or w > 0.0]
-        common = 0.0
-        for k, w in terms:
-            common = w * self.floor if k == 0 else common + w * self.floor
+        floor = self.floor
+        explored = self.explored
+        terms = [(self.exceptions[0], weights[0])]
+        terms += [(exceptions, w) for exceptions, w in zip(self.exceptions[1:], weights[1:], strict=True) if w > 0.0]
+        common = terms[0][1] * floor
+        for _, w in terms[1:]:
+            common = common + w * floor
         out = np.zeros(self.size)
-        out[list(self.explored)] = common
+        out[list(explored)] = common
         for option in {option for exceptions in self.exceptions for option in exceptions}:
-            value = 0.0
-            for k, w in terms:
-                p = self.probability(k, option)
-                value = w * p if k == 0 else value + w * p
+            default = floor if option in explored else 0.0
+            value = terms[0][1] * terms[0][0].get(option, default)
+            for exceptions, w in terms[1:]:
+                value = value + w * exceptions.get(option, default)
             out[option] = value
         return out
 

@@ -59,11 +59,12 @@ class Slot:
     """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
     replayed slot all read them), built once per view."""
 
-    __slots__ = ("best", "rank", "stop_index", "stop_values", "view")
+    __slots__ = ("best", "key", "stop_index", "stop_values", "top", "view")
 
-    def __init__(self, view: SlotView, rank: NDArray[np.int64], best: float) -> None:
+    def __init__(self, view: SlotView, key: str, top: list[int], best: float) -> None:
         self.view = view
-        self.rank = rank
+        self.key = key  # the slot's kind and position, as the rank and stop features name it
+        self.top = top  # the options of the first MAX_RANK open rows by similarity, in that order
         self.best = best
         self.stop_index: NDArray[np.int64] | None = None
         self.stop_values: NDArray[np.float64] = _NO_VALUES
