@@ -189,6 +189,7 @@ class LinearRouter(ResidualRouter):
         cached = self._scores_by_chosen.get(chosen)
         if cached is not None:
             return cached
+        scores: NDArray[np.float64]
         if not chosen:
             scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
         else:
