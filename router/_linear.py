@@ -34,7 +34,6 @@ from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra.router._base import SlotView
-from memabra.router._hashed_features import finish, left
 from memabra.router._linear_design import (
     BITS,
     EMPTY_INDEX,
@@ -113,12 +112,9 @@ class LinearRouter(ResidualRouter):
             or design.table is not view.table
             or (design.query, design.user) != (context.query, context.user_id)
         ):
-            design = self._design = Design(view.table, context.query, context.user_id)
+            design = self._design = Design(view.table, context.query, context.user_id, design)
             self._drop_scores()
         return design
-
-    def _pair_index(self, design: Design, chosen: int, rows: slice | list[int]) -> NDArray[np.int64]:
-        return finish(left(design.ids[[chosen]]) + design.ca_part[rows], BITS)
 
     def _slot_of(self, view: SlotView) -> Slot:
         """The cached parts of ``view``'s rows (the cache holds the view, so its id is not reused)."""
@@ -172,9 +168,7 @@ class LinearRouter(ResidualRouter):
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
         row = view.eligible[option]
-        pairs = (
-            np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else EMPTY_INDEX
-        )
+        pairs = np.concatenate([design.pool.pair_index(c)[[row]] for c in view.chosen]) if view.chosen else EMPTY_INDEX
         slot = self._slot_of(view)
         rank = rank_features(slot.key)[[slot.top.index(option) if option in slot.top else MAX_RANK]]
         return (
@@ -196,7 +190,7 @@ class LinearRouter(ResidualRouter):
             self._chosen_scores(design, chosen[:-1])  # fills _pair_sums[chosen[:-1]]
             # the pair terms summed pick by pick and added to the base score last, the order the
             # scores have always been summed in
-            pairs = self._weights[self._pair_index(design, chosen[-1], slice(None))]
+            pairs = self._weights[design.pool.pair_index(chosen[-1])]
             if len(chosen) > 1:
                 pairs += self._pair_sums[chosen[:-1]]
             self._pair_sums[chosen] = pairs
