@@ -188,6 +188,7 @@ class Design:
     objects (a serving process's registry): the pool cache's key costs ~10 µs to build."""
 
     __slots__ = ("hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
+    pool: _Pool
 
     def __init__(self, table: FeatureTable, query: str, user: str, previous: Design | None = None) -> None:
         self.table = table
