@@ -41,8 +41,10 @@ __all__ = [
     "PRIOR_FLOOR",
     "PRIOR_HORIZON",
     "PRIOR_SHARE",
+    "EpsilonGreedy",
     "PriorMixture",
     "explore",
+    "explored_set",
     "exploration_floor",
     "prior_share",
 ]
@@ -73,8 +75,76 @@ def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
     return epsilon / (2 * top_m + 1) if n_options > 1 else 1.0
 
 
-def _top(costs: NDArray[np.float64], m: int) -> NDArray[np.intp]:
-    return np.argpartition(costs, m - 1)[:m] if m < costs.size else np.arange(costs.size)
+def _top(costs: NDArray[np.float64], m: int) -> list[int]:
+    # the method, not np.argpartition: the same indices without the wrapper's dispatch
+    return costs.argpartition(m - 1)[:m].tolist() if m < costs.size else list(range(costs.size))
+
+
+def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float64] | None = None) -> set[int]:
+    """``S``: the ``top_m`` options of lowest cost and of lowest prior cost (the stop option
+    excluded from both), and the stop option."""
+    k = costs.size
+    m = min(top_m, k - 1)
+    explored = set(_top(costs[:-1], m))
+    if prior is not None:
+        explored.update(_top(prior[:-1], m))
+    explored.add(k - 1)
+    return explored
+
+
+class EpsilonGreedy:
+    """ε-greedy components over one explored set ``S``: each gives the floor ``φ`` to the options
+    of ``S`` and 0 to the others, except at its own few options (its mode's mass), kept in
+    ``exceptions``, one dict per component. The first component's mode is ``best``; each
+    reference's is ``modes[r]`` and it moves the first component's greedy mass there.
+
+    Held this way, a slot's mixture is a few float operations instead of one array per component;
+    every exceptional probability is computed by the same operations, in the same order, as the
+    array updates it stands for (``own[best] += ...``, ``reference[best] -= greedy_mass``, ...),
+    so the numbers are the same to the last bit."""
+
+    __slots__ = ("exceptions", "explored", "floor", "size")
+
+    def __init__(self, size: int, explored: set[int], floor: float, best: int, modes: tuple[int, ...] = ()) -> None:
+        self.size = size
+        self.explored = explored
+        self.floor = floor
+        own_best = (floor if best in explored else 0.0) + (1.0 - floor * len(explored))
+        greedy_mass = own_best - floor
+        self.exceptions: list[dict[int, float]] = [{best: own_best}]
+        for mode in modes:
+            if mode == best:
+                self.exceptions.append({best: (own_best - greedy_mass) + greedy_mass})
+            else:
+                mode_floor = floor if mode in explored else 0.0
+                self.exceptions.append({best: own_best - greedy_mass, mode: mode_floor + greedy_mass})
+
+    def probability(self, component: int, option: int) -> float:
+        """Component ``component``'s probability of ``option``."""
+        value = self.exceptions[component].get(option)
+        if value is not None:
+            return value
+        return self.floor if option in self.explored else 0.0
+
+    def mixture(self, weights: list[float]) -> NDArray[np.float64]:
+        """``Σ_k weights[k] p_k`` summed component by component (components of weight 0 after the
+        first skipped)."""
+        floor = self.floor
+        explored = self.explored
+        terms = [(self.exceptions[0], weights[0])]
+        terms += [(exceptions, w) for exceptions, w in zip(self.exceptions[1:], weights[1:], strict=True) if w > 0.0]
+        common = terms[0][1] * floor
+        for _, w in terms[1:]:
+            common = common + w * floor
+        out = np.zeros(self.size)
+        out[list(explored)] = common
+        for option in {option for exceptions in self.exceptions for option in exceptions}:
+            default = floor if option in explored else 0.0
+            value = terms[0][1] * terms[0][0].get(option, default)
+            for exceptions, w in terms[1:]:
+                value = value + w * exceptions.get(option, default)
+            out[option] = value
+        return out
 
 
 def explore(
@@ -90,27 +160,19 @@ def explore(
     ``argmin costs`` as the option that gets what the floors leave."""
     k = costs.size
     best = int(costs.argmin()) if mode is None else mode
-    out = np.zeros(k)
     if exploration == "greedy" or k == 1 or epsilon <= 0.0:
+        out = np.zeros(k)
         out[best] = 1.0
         return out
-    m = min(top_m, k - 1)
-    explored = np.zeros(k, dtype=bool)
-    explored[_top(costs[:-1], m)] = True
-    if prior is not None:
-        explored[_top(prior[:-1], m)] = True
-    explored[-1] = True
     floor = exploration_floor(k, top_m, epsilon)
-    out[explored] = floor
-    out[best] += 1.0 - floor * np.count_nonzero(explored)
-    return out
+    return EpsilonGreedy(k, explored_set(costs, top_m, prior), floor, best).mixture([1.0])
 
 
 class PriorMixture:
     """Per-slot conditionals of the decision-level mixture ``(1 - Σ δ_r) learner + Σ_r δ_r
-    reference_r``, every component ε-greedy over the same explored set: the learner's with the
-    lowest-cost option as its mode, each reference's with its own choice (the hybrid baseline's,
-    the BM25 baseline's).
+    reference_r``, every component ε-greedy over the same explored set (:class:`EpsilonGreedy`):
+    the learner's with the lowest-cost option as its mode, each reference's with its own choice
+    (the hybrid baseline's, the BM25 baseline's).
 
     Given the prefix ``h`` of slot ``s``, component ``k``'s posterior weight is
     ``λ_k = δ_k P_k(h) / Σ_j δ_j P_j(h)`` (``P_k``: the component's probability of the draws so
@@ -126,28 +188,23 @@ class PriorMixture:
         self._paths: list[float] = []
         self._chosen: tuple[int, ...] = ()
         self._eligible: tuple[int, ...] = ()
-        self._components: tuple[NDArray[np.float64], ...] = ()
+        self._components: EpsilonGreedy | None = None
 
-    def slot(
-        self, view: SlotView, components: tuple[NDArray[np.float64], ...], shares: tuple[float, ...]
-    ) -> NDArray[np.float64]:
-        """The mixture's distribution for ``view``, given each component's (same options, the
-        learner's first) and its decision-level share (``shares`` sums to 1)."""
-        if view.slot == 0 or len(self._paths) != len(components):
-            self._paths = [1.0] * len(components)
+    def slot(self, view: SlotView, components: EpsilonGreedy, shares: tuple[float, ...]) -> NDArray[np.float64]:
+        """The mixture's distribution for ``view``, given its components (the learner's first) and
+        each one's decision-level share (``shares`` sums to 1)."""
+        previous = self._components
+        if view.slot == 0 or previous is None or len(self._paths) != len(shares):
+            self._paths = [1.0] * len(shares)
         else:
             drawn = (
                 self._eligible.index(view.chosen[-1])
                 if len(view.chosen) > len(self._chosen) and view.chosen[-1] in self._eligible
                 else len(self._eligible)
             )
-            self._paths = [path * float(p[drawn]) for path, p in zip(self._paths, self._components, strict=True)]
+            self._paths = [path * previous.probability(k, drawn) for k, path in enumerate(self._paths)]
         weights = [share * path for share, path in zip(shares, self._paths, strict=True)]
         total = sum(weights)
         posterior = [w / total for w in weights] if total > 0.0 else list(shares)
         self._chosen, self._eligible, self._components = view.chosen, view.eligible, components
-        out = posterior[0] * components[0]
-        for weight, p in zip(posterior[1:], components[1:], strict=True):
-            if weight > 0.0:
-                out = out + weight * p
-        return out
+        return components.mixture(posterior)

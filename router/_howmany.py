@@ -66,12 +66,15 @@ class CountModel:
         if open_z.size == 0:
             return x
         candidates = view.table.candidates
-        picked = [hyb[i] for i in view.chosen if candidates[i].kind is view.kind]
+        kind = view.kind
+        picked = [hyb[i] for i in view.chosen if candidates[i].kind is kind]
         top = float(open_z.max())
         lead = max(picked) if picked else top
         x[:-1, _LEAD] = lead
-        x[:-1, _GAP] = np.clip(lead - open_z, 0.0, _CAP)
-        x[-1, _STOP_GAP] = np.clip(lead - top, 0.0, _CAP)
+        # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
+        # (a few microseconds a slot)
+        x[:-1, _GAP] = np.minimum(np.maximum(lead - open_z, 0.0), _CAP)
+        x[-1, _STOP_GAP] = min(max(lead - top, 0.0), _CAP)
         return x
 
     def predict(self, view: SlotView) -> NDArray[np.float64]:

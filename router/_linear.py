@@ -34,7 +34,6 @@ from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra.router._base import SlotView
-from memabra.router._hashed_features import finish, left
 from memabra.router._linear_design import (
     BITS,
     EMPTY_INDEX,
@@ -99,8 +98,9 @@ class LinearRouter(ResidualRouter):
         self._weights = np.zeros(1 << BITS)
         self._squared_gradients = np.zeros(1 << BITS)
         self._design: Design | None = None
-        self._base_scores: NDArray[np.float64] | None = None
-        self._pair_scores: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        # read the weights, so dropped by every fit (_drop_scores), and by a new design
+        self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._slot: Slot | None = None
 
     # ------------------------------------------------------------------------- features
@@ -112,13 +112,9 @@ class LinearRouter(ResidualRouter):
             or design.table is not view.table
             or (design.query, design.user) != (context.query, context.user_id)
         ):
-            design = self._design = Design(view.table, context.query, context.user_id)
-            self._base_scores = None
-            self._pair_scores = {}
+            design = self._design = Design(view.table, context.query, context.user_id, design)
+            self._drop_scores()
         return design
-
-    def _pair_index(self, design: Design, chosen: int, rows: slice | list[int]) -> NDArray[np.int64]:
-        return finish(left(design.ids[[chosen]]) + design.ca_part[rows], BITS)
 
     def _slot_of(self, view: SlotView) -> Slot:
         """The cached parts of ``view``'s rows (the cache holds the view, so its id is not reused)."""
@@ -126,10 +122,10 @@ class LinearRouter(ResidualRouter):
         if slot is not None and slot.view is view:
             return slot
         design = self._design_of(view)
+        key = f"{view.kind.value}:{min(view.position, MAX_POSITION)}"
         # the kr feature of each open candidate: slot position x its open similarity rank; ranks
         # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for
-        features = rank_features(f"{view.kind.value}:{min(view.position, MAX_POSITION)}")
-        option_of = {row: option for option, row in enumerate(view.eligible)}
+        option_of = dict(zip(view.eligible, range(len(view.eligible)), strict=True))
         top: list[int] = []
         for row in design.order:
             option = option_of.get(row)
@@ -137,11 +133,9 @@ class LinearRouter(ResidualRouter):
                 top.append(option)
                 if len(top) == MAX_RANK:
                     break
-        rank = np.full(len(view.eligible), features[MAX_RANK], dtype=np.int64)
-        rank[top] = features[: len(top)]
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
         best = float(design.hybrid[view.eligible[top[0]]]) if top else 0.0
-        slot = self._slot = Slot(view, rank, best)
+        slot = self._slot = Slot(view, key, top, best)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -149,7 +143,7 @@ class LinearRouter(ResidualRouter):
         if slot.stop_index is not None:
             return slot.stop_index, slot.stop_values
         design = self._design_of(view)
-        key = f"{view.kind.value}:{min(view.position, MAX_POSITION)}"
+        key = slot.key
         index = design.stop.get(key)
         if index is None:
             # every slot kind and position the request can reach, at once: one hashing pass per
@@ -174,64 +168,75 @@ class LinearRouter(ResidualRouter):
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
         row = view.eligible[option]
-        pairs = (
-            np.concatenate([self._pair_index(design, c, [row]) for c in view.chosen]) if view.chosen else EMPTY_INDEX
-        )
-        rank = self._slot_of(view).rank[option : option + 1]
+        pairs = np.concatenate([design.pool.pair_index(c)[[row]] for c in view.chosen]) if view.chosen else EMPTY_INDEX
+        slot = self._slot_of(view)
+        rank = rank_features(slot.key)[[slot.top.index(option) if option in slot.top else MAX_RANK]]
         return (
             np.concatenate([design.index[row], pairs, rank]),
             np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
         )
 
     # ------------------------------------------------------------------------- the model
-    def _pair_scores_for(self, design: Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
-        """What the candidates already chosen add to every row's score (built one pick at a time)."""
-        cached = self._pair_scores.get(chosen)
+    def _chosen_scores(self, design: Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
+        """Every row's score without its slot's rank feature: the slot-independent features plus
+        what the candidates already chosen add (built one pick at a time)."""
+        cached = self._scores_by_chosen.get(chosen)
         if cached is not None:
             return cached
-        n = design.ids.size
-        parent = self._pair_scores_for(design, chosen[:-1]) if len(chosen) > 1 else np.zeros(n)
-        scores = parent + self._weights[self._pair_index(design, chosen[-1], slice(None))]
-        self._pair_scores[chosen] = scores
+        scores: NDArray[np.float64]
+        if not chosen:
+            scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
+        else:
+            self._chosen_scores(design, chosen[:-1])  # fills _pair_sums[chosen[:-1]]
+            # the pair terms summed pick by pick and added to the base score last, the order the
+            # scores have always been summed in
+            pairs = self._weights[design.pool.pair_index(chosen[-1])]
+            if len(chosen) > 1:
+                pairs += self._pair_sums[chosen[:-1]]
+            self._pair_sums[chosen] = pairs
+            scores = self._scores_by_chosen[()] + pairs
+        self._scores_by_chosen[chosen] = scores
         return scores
 
-    def _open_residuals(self, view: SlotView) -> NDArray[np.float64]:
-        """The open candidates' residuals (the stop option's left out)."""
-        design = self._design_of(view)
-        if self._base_scores is None:
-            self._base_scores = np.einsum("ij,ij->i", self._weights[design.index], design.values)
-        rows = view.rows
-        out = self._base_scores[rows]
-        if view.chosen:
-            out += self._pair_scores_for(design, view.chosen)[rows]
-        out += self._weights[self._slot_of(view).rank]
-        return out
+    def _open_residuals(self, view: SlotView, out: NDArray[np.float64]) -> None:
+        """Write the open candidates' residuals (the stop option's left out) into ``out``."""
+        slot = self._slot_of(view)
+        scores = self._chosen_scores(self._design_of(view), view.chosen)
+        scores.take(view.rows, out=out)
+        # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
+        rank_weights = self._weights[rank_features(slot.key)].tolist()
+        out += rank_weights[MAX_RANK]
+        eligible = view.eligible
+        for rank, option in enumerate(slot.top):
+            out[option] = scores[eligible[option]] + rank_weights[rank]
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         out = np.empty(view.n_options)
-        out[:-1] = self._open_residuals(view)
+        self._open_residuals(view, out[:-1])
         index, values = self._stop_row(view)
         out[-1] = float(self._weights[index] @ values)
         return out
 
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
-        costs: NDArray[np.float64] = (
-            self._open_prior(view) + self._open_residuals(view) + self._count.predict(view)[:-1]
-        )
+        residuals = np.empty(len(view.eligible))
+        self._open_residuals(view, residuals)
+        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count.predict(view)[:-1]
         return costs
 
+    def _drop_scores(self) -> None:
+        self._scores_by_chosen = {}
+        self._pair_sums = {}
+
     def _begin_update(self) -> None:
-        self._base_scores = None
-        self._pair_scores = {}
+        self._drop_scores()
 
     def _fit(self, view: SlotView, option: int, target: float) -> None:
         if option < len(view.eligible):
             index, values = self._candidate_row(view, option)
         else:
             index, values = self._stop_row(view)
-        self._base_scores = None
-        self._pair_scores = {}
+        self._drop_scores()
         keep = values != 0.0
         index, inverse = np.unique(index[keep], return_inverse=True)
         if index.size == 0:
@@ -268,5 +273,4 @@ class LinearRouter(ResidualRouter):
         self._weights[index] = arrays["weights"]
         self._squared_gradients[index] = arrays["squared_gradients"]
         self._design = None
-        self._base_scores = None
-        self._pair_scores = {}
+        self._drop_scores()

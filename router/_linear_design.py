@@ -5,6 +5,7 @@ slot and fit that reads it.
 
 from __future__ import annotations
 
+import operator
 from functools import lru_cache
 
 import numpy as np
@@ -59,11 +60,12 @@ class Slot:
     """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
     replayed slot all read them), built once per view."""
 
-    __slots__ = ("best", "rank", "stop_index", "stop_values", "view")
+    __slots__ = ("best", "key", "stop_index", "stop_values", "top", "view")
 
-    def __init__(self, view: SlotView, rank: NDArray[np.int64], best: float) -> None:
+    def __init__(self, view: SlotView, key: str, top: list[int], best: float) -> None:
         self.view = view
-        self.rank = rank
+        self.key = key  # the slot's kind and position, as the rank and stop features name it
+        self.top = top  # the options of the first MAX_RANK open rows by similarity, in that order
         self.best = best
         self.stop_index: NDArray[np.int64] | None = None
         self.stop_values: NDArray[np.float64] = _NO_VALUES
@@ -80,10 +82,11 @@ def stop_rows(q: NDArray[np.uint64], keys: list[str]) -> dict[str, NDArray[np.in
     """The stop option's feature indices at each slot kind and position of ``keys`` for the query
     whose :func:`left` shares are ``q``."""
     parts = [_stop_key(key) for key in keys]
-    stop = np.concatenate([part[0] for part in parts])
-    qs = finish(q[None, :] + np.concatenate([part[1] for part in parts])[:, None], BITS)
-    numeric = np.broadcast_to(_STOP_NUMERIC_INDEX, (len(keys), _STOP_NUMERIC_INDEX.size))
-    return dict(zip(keys, np.concatenate([stop[:, None], qs, numeric], axis=1), strict=True))
+    rows = np.empty((len(keys), 1 + q.size + _STOP_NUMERIC_INDEX.size), dtype=np.int64)
+    rows[:, 0] = [part[0][0] for part in parts]
+    rows[:, 1 : 1 + q.size] = finish(q[None, :] + np.array([part[1][0] for part in parts])[:, None], BITS)
+    rows[:, 1 + q.size :] = _STOP_NUMERIC_INDEX
+    return dict(zip(keys, rows, strict=True))
 
 
 @lru_cache(maxsize=64)
@@ -97,7 +100,7 @@ class _Pool:
     """What the features of a candidate pool need besides the request (hashes of ids and words),
     kept across decisions over the same pool."""
 
-    __slots__ = ("a_index", "ca_part", "ids", "present", "qa_part", "qw_part", "text", "users", "values")
+    __slots__ = ("a_index", "ca_part", "ids", "pairs", "present", "qa_part", "qw_part", "text", "users", "values")
 
     def __init__(self, candidates: tuple[Candidate, ...]) -> None:
         n = len(candidates)
@@ -115,6 +118,16 @@ class _Pool:
         self.qw_part = right(GROUPS["qw"], self.text)[:, None, :]
         self.users: dict[str, NDArray[np.int64]] = {}
         self.values: dict[int, NDArray[np.float64]] = {}
+        self.pairs: dict[int, NDArray[np.int64]] = {}
+
+    def pair_index(self, chosen: int) -> NDArray[np.int64]:
+        """The ``ca`` indices of every candidate once candidate ``chosen`` is chosen (at most one
+        row of indices per candidate, so kept: every pick of every decision reads one)."""
+        index = self.pairs.get(chosen)
+        if index is None:
+            index = self.pairs[chosen] = finish(left(self.ids[[chosen]]) + self.ca_part, BITS)
+            index.flags.writeable = False
+        return index
 
     def values_for(self, query_tokens: int) -> NDArray[np.float64]:
         """The feature values of every candidate for a query of ``query_tokens`` distinct tokens,
@@ -164,12 +177,20 @@ def _pool(candidates: tuple[Candidate, ...]) -> _Pool:
     return pool
 
 
+def _same_objects(a: tuple[Candidate, ...], b: tuple[Candidate, ...]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 class Design:
-    """The slot-independent feature indices of one table's candidates under one request."""
+    """The slot-independent feature indices of one table's candidates under one request.
 
-    __slots__ = ("ca_part", "hybrid", "ids", "index", "order", "q", "query", "stop", "table", "user", "values")
+    ``previous``, the last decision's design, lends its pool when the candidates are the same
+    objects (a serving process's registry): the pool cache's key costs ~10 µs to build."""
 
-    def __init__(self, table: FeatureTable, query: str, user: str) -> None:
+    __slots__ = ("hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
+    pool: _Pool
+
+    def __init__(self, table: FeatureTable, query: str, user: str, previous: Design | None = None) -> None:
         self.table = table
         self.query = query
         self.user = user
@@ -178,22 +199,23 @@ class Design:
         # rows by descending similarity (first of equals first): restricted to a slot's open rows,
         # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
         self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
-        pool = _pool(table.candidates)
+        if previous is not None and _same_objects(previous.table.candidates, table.candidates):
+            pool = self.pool = previous.pool
+        else:
+            pool = self.pool = _pool(table.candidates)
         q = self.q = left(query_hashes(query))
-        self.ids = pool.ids
-        self.ca_part = pool.ca_part
-        n = pool.ids.size
-        qw = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
-        self.index = np.concatenate(
-            [
-                pool.a_index,
-                finish(q[None, :] + pool.qa_part, BITS),
-                qw,
-                np.broadcast_to(_NUMERIC_INDEX, (n, _NUMERIC_INDEX.size)),
-                pool.user_index(user),
-            ],
-            axis=1,
-        )
+        n, width = pool.text.shape
+        users = pool.user_index(user)
+        # the row layout: id, query x id, query x text, numeric, user x id and text; written in
+        # place rather than concatenated (the numeric block would be a broadcast copy)
+        qw_start = 1 + q.size
+        numeric_start = qw_start + q.size * width
+        users_start = numeric_start + _NUMERIC_INDEX.size
+        index = self.index = np.empty((n, users_start + users.shape[1]), dtype=np.int64)
+        index[:, :1] = pool.a_index
+        index[:, 1:qw_start] = finish(q[None, :] + pool.qa_part, BITS)
+        index[:, qw_start:numeric_start] = finish(q[None, :, None] + pool.qw_part, BITS).reshape(n, -1)
+        index[:, numeric_start:users_start] = _NUMERIC_INDEX
+        index[:, users_start:] = users
         self.values = pool.values_for(q.size).copy()
-        start = 1 + q.size + qw.shape[1]
-        self.values[:, start : start + _NUMERIC_COLUMNS.size] = table.matrix[:, _NUMERIC_COLUMNS]
+        self.values[:, numeric_start:users_start] = table.matrix[:, _NUMERIC_COLUMNS]

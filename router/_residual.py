@@ -32,7 +32,15 @@ from memabra._errors import RouterError, SnapshotError
 from memabra._records import COMPONENT_RANGES, STOP_ID, CandidateKind, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
-from memabra.router._exploration import EXPLORATIONS, PriorMixture, exploration_floor, explore, prior_share
+from memabra.router._exploration import (
+    EXPLORATIONS,
+    EpsilonGreedy,
+    PriorMixture,
+    exploration_floor,
+    explore,
+    explored_set,
+    prior_share,
+)
 from memabra.router._features import FeatureTable
 from memabra.router._howmany import CountModel
 from memabra.router._similarity import Similarity
@@ -173,21 +181,17 @@ class ResidualRouter(Router):
         if self.exploration == "greedy" or epsilon <= 0.0:
             return explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior)
         best = int(costs.argmin())
-        own = explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior, mode=best)
+        top_m = int(self.top_m)
+        modes = self._reference_modes(view, prior)
         # each reference component explores the same set: only where its mode's mass goes differs
-        greedy_mass = float(own[best]) - exploration_floor(own.size, int(self.top_m), epsilon)
-        components = [own]
-        for mode in self._reference_modes(view, prior):
-            reference = own.copy()
-            reference[best] -= greedy_mass
-            reference[mode] += greedy_mass
-            components.append(reference)
+        components = EpsilonGreedy(
+            costs.size, explored_set(costs, top_m, prior), exploration_floor(costs.size, top_m, epsilon), best, modes
+        )
         # the references split the prior share: the learner's own share, and so its regret, is
         # what it was with one reference (two full shares failed tests/router/test_simulator.py)
-        references = len(components) - 1
         share = prior_share(self._learned)
-        shares = (1.0 - share,) + (share / references,) * references
-        return self._mixture.slot(view, tuple(components), shares)
+        shares = (1.0 - share,) + (share / len(modes),) * len(modes)
+        return self._mixture.slot(view, components, shares)
 
     def _reference_modes(self, view: SlotView, prior: NDArray[np.float64]) -> tuple[int, int]:
         """Each reference baseline's choice among ``view``'s options: hybrid top-k's (the lowest

@@ -78,23 +78,49 @@ def test_prior_mixture_conditionals_are_the_posterior_weighted_components() -> N
     """Hand-computed: two slots, a learner and two references of share δ each; after a draw the
     components give different probabilities, each one's weight is δ_k P_k / Σ_j δ_j P_j with each
     component's probability P_k of that draw."""
-    from memabra.router._exploration import PRIOR_SHARE, PriorMixture
+    from memabra.router._exploration import PRIOR_SHARE, EpsilonGreedy, PriorMixture
     from memabra.router._slots import SlotView
 
     context = _context("move a file")
     table = LinearRouter(similarity=SIM).featurize(context, TOOLS)
     mixture = PriorMixture()
     shares = (1 - 2 * PRIOR_SHARE, PRIOR_SHARE, PRIOR_SHARE)
+    # floor 0.1 on all three options; the learner's mode is option 0, the references' 1 and 2
+    slot0 = EpsilonGreedy(3, {0, 1, 2}, 0.1, 0, (1, 2))
     learner0, prior0, lexical0 = np.array([0.8, 0.1, 0.1]), np.array([0.1, 0.8, 0.1]), np.array([0.1, 0.1, 0.8])
+    for k, expected in enumerate((learner0, prior0, lexical0)):
+        assert [slot0.probability(k, option) for option in range(3)] == pytest.approx(expected)
     view0 = SlotView(context, table, CandidateKind.TOOL, 0, 0, (0, 1), (), 200)
-    first = mixture.slot(view0, (learner0, prior0, lexical0), shares)
+    first = mixture.slot(view0, slot0, shares)
     assert first == pytest.approx(shares[0] * learner0 + PRIOR_SHARE * (prior0 + lexical0))
-    learner1, prior1, lexical1 = np.array([0.6, 0.4]), np.array([0.2, 0.8]), np.array([0.5, 0.5])
+    # floor 0.4 on both options; the learner's and the BM25 reference's mode is option 0, hybrid's 1
+    slot1 = EpsilonGreedy(2, {0, 1}, 0.4, 0, (1, 0))
+    learner1, prior1, lexical1 = np.array([0.6, 0.4]), np.array([0.4, 0.6]), np.array([0.6, 0.4])
     view1 = SlotView(context, table, CandidateKind.TOOL, 1, 1, (0,), (1,), 185)
-    second = mixture.slot(view1, (learner1, prior1, lexical1), shares)
+    second = mixture.slot(view1, slot1, shares)
     weights = np.array([shares[0] * 0.1, PRIOR_SHARE * 0.8, PRIOR_SHARE * 0.1])  # candidate 1 was drawn
     weights /= weights.sum()
     assert second == pytest.approx(weights[0] * learner1 + weights[1] * prior1 + weights[2] * lexical1)
+
+
+def test_epsilon_greedy_mixture_matches_the_component_arrays_bit_for_bit() -> None:
+    """The compact mixture equals the sum of the components' arrays taken in order, including a
+    mode outside the explored set and a component of weight 0."""
+    from memabra.router._exploration import EpsilonGreedy
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        size = int(rng.integers(2, 12))
+        explored = {int(i) for i in rng.choice(size, size=int(rng.integers(1, size + 1)), replace=False)}
+        best, hybrid_mode, lexical_mode = (int(i) for i in rng.integers(0, size, size=3))
+        components = EpsilonGreedy(size, explored, 0.01 / 9, best, (hybrid_mode, lexical_mode))
+        arrays = [np.array([components.probability(k, option) for option in range(size)]) for k in range(3)]
+        weights = [float(rng.random()), float(rng.random()), 0.0]
+        expected = weights[0] * arrays[0]
+        for weight, array in zip(weights[1:], arrays[1:], strict=True):
+            if weight > 0.0:
+                expected = expected + weight * array
+        assert components.mixture(weights).tolist() == expected.tolist()
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
