@@ -4,8 +4,10 @@ The log is split in time: decisions before the split train a fresh learner from 
 propensities (:meth:`Router.learn_logged`); decisions after it evaluate the result against the
 logging policy. The gate reads the evaluation's ``recommended`` estimate: the new policy is saved
 as a snapshot only when that estimate is supported (:mod:`memabra.evals.offline._support`) and
-the lower end of its ``1 - alpha`` interval beats the logging policy's mean reward on the same
-held-out slice (or when forced); the verdict, the estimate and the split are stored with the
+the lower end of the ``1 - alpha`` interval of its difference from the logging policy, paired on
+the same held-out decisions (:mod:`memabra.evals.offline._paired`), is above 0 (or when forced):
+the logging policy's own mean is an estimate too, and pairing keeps the decisions where both
+would have done the same from adding noise to the comparison; the verdict, the estimate and the split are stored with the
 snapshot's metrics and every estimate in the log's OPE results.
 """
 
@@ -20,8 +22,9 @@ from typing import Any
 
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import OPEResult, RewardWeights
-from memabra.evals.offline._evaluate import LogEvaluation, evaluate_on_log, logged_value
+from memabra.evals.offline._evaluate import LOGGING_POLICY, LogEvaluation, evaluate_on_log, logged_value
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
+from memabra.evals.ope import PolicyValueInterval
 from memabra.storage import EpisodeLog
 
 __all__ = ["TrainReport", "train_from_log"]
@@ -43,6 +46,8 @@ class TrainReport:
     promotable: bool
     saved_version: str | None
     evaluation: LogEvaluation
+    # the new policy minus the logging policy on the held-out decisions, paired; None where unsupported
+    improvement: PolicyValueInterval | None = None
 
 
 def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
@@ -95,7 +100,8 @@ def train_from_log(
         )
     estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
     value, stderr, _ = logged_value(log, since=split_at, weights=weights)
-    promotable = recommended.supported and math.isfinite(estimate.ci_low) and estimate.ci_low > value
+    improvement = evaluation.versus.get(LOGGING_POLICY)  # present exactly when supported
+    promotable = improvement is not None and math.isfinite(improvement.ci_low) and improvement.ci_low > 0.0
     if not recommended.supported:
         verdict = f"unsupported: {recommended.reason}"
     elif promotable:
@@ -114,6 +120,9 @@ def train_from_log(
             "ci_low": estimate.ci_low,
             "ci_high": estimate.ci_high,
             "logging_value": value,
+            "improvement": None if improvement is None else improvement.value,
+            "improvement_ci_low": None if improvement is None else improvement.ci_low,
+            "improvement_ci_high": None if improvement is None else improvement.ci_high,
             "n_train": n_train,
             "n_holdout": n_holdout,
             "split_at": split_at.isoformat(),
@@ -149,4 +158,5 @@ def train_from_log(
         promotable=promotable,
         saved_version=saved,
         evaluation=evaluation,
+        improvement=improvement,
     )

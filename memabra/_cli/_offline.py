@@ -268,6 +268,11 @@ def train(
         f"{e.estimator}: new policy {e.value:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] vs logging policy "
         f"{report.logging_value:+.4f} ± {report.logging_stderr:.4f}"
     )
+    if report.improvement is not None:
+        d = report.improvement
+        console.print(
+            f"new minus logging policy, paired on the held-out decisions: {d.value:+.4f} [{d.ci_low:+.4f}, {d.ci_high:+.4f}]"
+        )
     if report.saved_version:
         verdict = "beats the logging policy" if report.promotable else "forced, does NOT beat the logging policy"
         console.print(
@@ -277,6 +282,6 @@ def train(
         why = (
             "the log does not support its estimate"
             if not report.supported
-            else "its lower confidence bound does not beat the logging policy"
+            else "the lower bound of its paired difference from the logging policy is not above 0"
         )
         console.print(f"not saved: {why} (use --force to keep it anyway)")
