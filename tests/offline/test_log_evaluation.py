@@ -269,6 +269,13 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     assert set(hybrid["estimates"]["sips"]) == {"value", "ci_low", "ci_high"}
     assert set(hybrid["recommended"]) == {"estimator", "value", "ci_low", "ci_high", "supported", "reason"}
     assert "floor_share" in hybrid["diagnostics"] and "mean_weight_ci_low" in hybrid["diagnostics"]["pseudo-inverse"]
+    assert "unreached_share" in hybrid["diagnostics"]
+    assert "paired differences" in result.output
+    for policy in doc["policies"].values():  # only a supported target is compared, always with the logger
+        if policy["recommended"]["supported"]:
+            assert set(policy["versus"][LOGGING_POLICY]) == {"difference", "ci_low", "ci_high"}
+        else:
+            assert policy["versus"] == {}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with EpisodeLog(migrated_url) as log:
         assert len(log.list_ope_runs(policy="hybrid")) == len(hybrid["estimates"])
