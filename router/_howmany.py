@@ -55,8 +55,9 @@ class CountModel:
         self.weights: NDArray[np.float64] = np.zeros(WIDTH)
 
     @staticmethod
-    def rows(view: SlotView) -> NDArray[np.float64]:
-        """The dense features of every option of ``view`` (candidates, then stop)."""
+    def rows(view: SlotView, top: float | None = None) -> NDArray[np.float64]:
+        """The dense features of every option of ``view`` (candidates, then stop); ``top``, the
+        open candidates' highest ``hyb_z`` where the caller already knows it, saves a reduction."""
         block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
         hyb = view.table.column("hyb_z")
         open_z = hyb[view.rows]
@@ -68,7 +69,8 @@ class CountModel:
         candidates = view.table.candidates
         kind = view.kind
         picked = [hyb[i] for i in view.chosen if candidates[i].kind is kind]
-        top = float(open_z.max())
+        if top is None:
+            top = float(open_z.max())
         lead = max(picked) if picked else top
         x[:-1, _LEAD] = lead
         # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
@@ -77,9 +79,9 @@ class CountModel:
         x[-1, _STOP_GAP] = min(max(lead - top, 0.0), _CAP)
         return x
 
-    def predict(self, view: SlotView) -> NDArray[np.float64]:
-        """``r_base`` of every option of ``view`` (candidates, then stop)."""
-        return self.rows(view) @ self.weights
+    def predict(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
+        """``r_base`` of every option of ``view`` (candidates, then stop); ``top`` as for :meth:`rows`."""
+        return self.rows(view, top) @ self.weights
 
     def fit(self, view: SlotView, option: int, target: float) -> float:
         """Add one example (``option`` indexes ``view``'s options); returns what the refitted

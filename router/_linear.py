@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
+from memabra._records import RoutingContext
 from memabra.router._base import SlotView
 from memabra.router._linear_design import (
     BITS,
@@ -43,9 +44,11 @@ from memabra.router._linear_design import (
     Slot,
     open_log,
     rank_features,
+    slot_key,
     stop_rows,
 )
-from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
+from memabra.router._features import FeatureTable
+from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, PRIOR_OFFSET, PRIOR_SCALE, ResidualRouter
 from memabra.router._similarity import Similarity
 
 __all__ = ["LinearRouter"]
@@ -105,14 +108,12 @@ class LinearRouter(ResidualRouter):
 
     # ------------------------------------------------------------------------- features
     def _design_of(self, view: SlotView) -> Design:
+        return self._design_for(view.table, view.context)
+
+    def _design_for(self, table: FeatureTable, context: RoutingContext) -> Design:
         design = self._design
-        context = view.context
-        if (
-            design is None
-            or design.table is not view.table
-            or (design.query, design.user) != (context.query, context.user_id)
-        ):
-            design = self._design = Design(view.table, context.query, context.user_id, design)
+        if design is None or design.table is not table or (design.query, design.user) != (context.query, context.user_id):
+            design = self._design = Design(table, context.query, context.user_id, design)
             self._drop_scores()
         return design
 
@@ -122,27 +123,29 @@ class LinearRouter(ResidualRouter):
         if slot is not None and slot.view is view:
             return slot
         design = self._design_of(view)
-        key = f"{view.kind.value}:{min(view.position, MAX_POSITION)}"
+        eligible = view.eligible
         # the kr feature of each open candidate: slot position x its open similarity rank; ranks
-        # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for
-        option_of = dict(zip(view.eligible, range(len(view.eligible)), strict=True))
+        # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for.
+        # A slot's open rows are of its kind (a foreign log's may not be: then all rows are walked)
+        order, of_kind = design.kind_order(view.kind)
+        if not of_kind.issuperset(eligible):
+            order = design.order
         top: list[int] = []
-        for row in design.order:
-            option = option_of.get(row)
-            if option is not None:
-                top.append(option)
+        for row in order:
+            if row in eligible:
+                top.append(eligible.index(row))
                 if len(top) == MAX_RANK:
                     break
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
-        best = float(design.hybrid[view.eligible[top[0]]]) if top else 0.0
-        slot = self._slot = Slot(view, key, top, best)
+        best = float(design.hybrid[eligible[top[0]]]) if top else 0.0
+        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top, best)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         slot = self._slot_of(view)
         if slot.stop_index is not None:
             return slot.stop_index, slot.stop_values
-        design = self._design_of(view)
+        design = slot.design
         key = slot.key
         index = design.stop.get(key)
         if index is None:
@@ -150,7 +153,7 @@ class LinearRouter(ResidualRouter):
             # decision instead of one per slot
             budget_slots = view.context.budget.slots_for
             keys = [
-                f"{kind.value}:{position}"
+                slot_key(kind, position)
                 for kind in view.context.kinds
                 for position in range(min(budget_slots(kind), MAX_POSITION + 1))
             ]
@@ -161,7 +164,10 @@ class LinearRouter(ResidualRouter):
         budget = view.context.budget.max_tokens
         share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
         values = np.ones(index.size)
-        values[-3:] = (share, slot.best, open_log(len(view.eligible)))
+        # item by item: cheaper than converting a tuple of three for a slice
+        values[-3] = share
+        values[-2] = slot.best
+        values[-1] = open_log(len(view.eligible))
         slot.stop_index, slot.stop_values = index, values
         return index, values
 
@@ -201,7 +207,7 @@ class LinearRouter(ResidualRouter):
     def _open_residuals(self, view: SlotView, out: NDArray[np.float64]) -> None:
         """Write the open candidates' residuals (the stop option's left out) into ``out``."""
         slot = self._slot_of(view)
-        scores = self._chosen_scores(self._design_of(view), view.chosen)
+        scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
         rank_weights = self._weights[rank_features(slot.key)].tolist()
@@ -217,12 +223,44 @@ class LinearRouter(ResidualRouter):
         out[-1] = float(self._weights[index] @ values)
         return out
 
+    def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        # the slot already knows its best open similarity: the count model need not reduce for it
+        slot = self._slot_of(view)
+        return self._count.predict(view, slot.best if slot.top else None)
+
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
         residuals = np.empty(len(view.eligible))
         self._open_residuals(view, residuals)
-        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count.predict(view)[:-1]
+        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count_residuals(view)[:-1]
         return costs
+
+    def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
+        """:meth:`ResidualRouter._scores` (each candidate's cost at the first slot of its kind, in the
+        prior's units) for every kind in one pass: the numbers a first-slot view per kind gives,
+        each summed in the same order."""
+        design = self._design_for(table, context)
+        base = self._chosen_scores(design, ())
+        hybrid = table.column("hyb_z")
+        rank_terms = np.zeros(hybrid.size)
+        counts = np.zeros(hybrid.size)
+        scored = np.zeros(hybrid.size, dtype=bool)
+        for kind in context.kinds:
+            order = design.kind_order(kind)[0]
+            if not order:
+                continue
+            rows = sorted(order)
+            view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
+            # the count model's rows in table order, as the kind's first slot builds them: a row's
+            # product can differ in the last bit with its place in the matrix
+            counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
+            rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
+            rank_terms[rows] = rank_weights[MAX_RANK]
+            for rank, row in enumerate(order[:MAX_RANK]):
+                rank_terms[row] = rank_weights[rank]
+            scored[rows] = True
+        costs = (self._table_prior(table) + (base + rank_terms)) + counts
+        return np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
 
     def _drop_scores(self) -> None:
         self._scores_by_chosen = {}

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from memabra._records import Candidate
+from memabra._records import Candidate, CandidateKind
 from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
 from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._slots import SlotView
@@ -25,6 +25,7 @@ __all__ = [
     "Slot",
     "open_log",
     "rank_features",
+    "slot_key",
     "stop_rows",
 ]
 
@@ -56,14 +57,21 @@ def open_log(n: int) -> float:
     return float(np.log1p(n))
 
 
+@lru_cache(maxsize=64)
+def slot_key(kind: CandidateKind, position: int) -> str:
+    """A slot's kind and position as the rank and stop features name it."""
+    return f"{kind.value}:{min(position, MAX_POSITION)}"
+
+
 class Slot:
     """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
     replayed slot all read them), built once per view."""
 
-    __slots__ = ("best", "key", "stop_index", "stop_values", "top", "view")
+    __slots__ = ("best", "design", "key", "stop_index", "stop_values", "top", "view")
 
-    def __init__(self, view: SlotView, key: str, top: list[int], best: float) -> None:
+    def __init__(self, view: SlotView, design: Design, key: str, top: list[int], best: float) -> None:
         self.view = view
+        self.design = design
         self.key = key  # the slot's kind and position, as the rank and stop features name it
         self.top = top  # the options of the first MAX_RANK open rows by similarity, in that order
         self.best = best
@@ -187,7 +195,7 @@ class Design:
     ``previous``, the last decision's design, lends its pool when the candidates are the same
     objects (a serving process's registry): the pool cache's key costs ~10 µs to build."""
 
-    __slots__ = ("hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
+    __slots__ = ("_kind_orders", "hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
     pool: _Pool
 
     def __init__(self, table: FeatureTable, query: str, user: str, previous: Design | None = None) -> None:
@@ -199,6 +207,7 @@ class Design:
         # rows by descending similarity (first of equals first): restricted to a slot's open rows,
         # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
         self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
+        self._kind_orders: dict[CandidateKind, tuple[list[int], frozenset[int]]] = {}
         if previous is not None and _same_objects(previous.table.candidates, table.candidates):
             pool = self.pool = previous.pool
         else:
@@ -219,3 +228,13 @@ class Design:
         index[:, users_start:] = users
         self.values = pool.values_for(q.size).copy()
         self.values[:, numeric_start:users_start] = table.matrix[:, _NUMERIC_COLUMNS]
+
+    def kind_order(self, kind: CandidateKind) -> tuple[list[int], frozenset[int]]:
+        """The rows of ``kind`` in :attr:`order`, and as a set: every slot of the kind walks them for
+        its ranks and the offer scores take the first ones."""
+        found = self._kind_orders.get(kind)
+        if found is None:
+            candidates = self.table.candidates
+            rows = [row for row in self.order if candidates[row].kind is kind]
+            found = self._kind_orders[kind] = (rows, frozenset(rows))
+        return found
