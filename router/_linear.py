@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import RoutingContext
 from memabra.router._base import SlotView
+from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
     EMPTY_INDEX,
@@ -47,7 +48,6 @@ from memabra.router._linear_design import (
     slot_key,
     stop_rows,
 )
-from memabra.router._features import FeatureTable
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, PRIOR_OFFSET, PRIOR_SCALE, ResidualRouter
 from memabra.router._similarity import Similarity
 
@@ -112,7 +112,11 @@ class LinearRouter(ResidualRouter):
 
     def _design_for(self, table: FeatureTable, context: RoutingContext) -> Design:
         design = self._design
-        if design is None or design.table is not table or (design.query, design.user) != (context.query, context.user_id):
+        if (
+            design is None
+            or design.table is not table
+            or (design.query, design.user) != (context.query, context.user_id)
+        ):
             design = self._design = Design(table, context.query, context.user_id, design)
             self._drop_scores()
         return design
