@@ -323,11 +323,40 @@ class SlotDraw:
                 f"distribution ({expected!r}) or is not positive"
             )
 
+    @classmethod
+    def trusted(
+        cls,
+        slot: int,
+        kind: CandidateKind,
+        candidate_ids: tuple[str, ...],
+        probabilities: tuple[float, ...],
+        chosen: int,
+    ) -> SlotDraw:
+        """Internal: the draw of option ``chosen`` from a distribution the router has already
+        validated (finite, non-negative, summing to 1, the chosen option's probability positive),
+        skipping the checks every slot of every decision would repeat."""
+        record = object.__new__(cls)
+        # the fields' slot descriptors set them directly (frozen: __setattr__ refuses)
+        set_slot, set_kind, set_ids, set_probabilities, set_chosen, set_chosen_probability = _DRAW_SETTERS
+        set_slot(record, slot)
+        set_kind(record, kind)
+        set_ids(record, candidate_ids)
+        set_probabilities(record, probabilities)
+        set_chosen(record, candidate_ids[chosen])
+        set_chosen_probability(record, probabilities[chosen])
+        return record
+
     def probability_of(self, candidate_id: str) -> float:
         try:
             return self.probabilities[self.candidate_ids.index(candidate_id)]
         except ValueError:
             return 0.0
+
+
+_DRAW_SETTERS = tuple(
+    SlotDraw.__dict__[name].__set__
+    for name in ("slot", "kind", "candidate_ids", "probabilities", "chosen_id", "chosen_probability")
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,18 +33,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import RoutingContext
+from memabra._records import CandidateKind, RoutingContext
 from memabra.router._base import SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
     EMPTY_INDEX,
-    MAX_POSITION,
     MAX_RANK,
     Design,
     Slot,
     open_log,
     rank_features,
+    reachable_slots,
     slot_key,
     stop_rows,
 )
@@ -104,6 +104,9 @@ class LinearRouter(ResidualRouter):
         # read the weights, so dropped by every fit (_drop_scores), and by a new design
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        # each kind's first-slot count residuals (the count model's weights, the open rows, the
+        # residuals): the offer scores' view of a kind is that slot's when every row was open
+        self._first_counts: dict[CandidateKind, tuple[NDArray[np.float64], tuple[int, ...], NDArray[np.float64]]] = {}
         self._slot: Slot | None = None
 
     # ------------------------------------------------------------------------- features
@@ -134,15 +137,15 @@ class LinearRouter(ResidualRouter):
         order, of_kind = design.kind_order(view.kind)
         if not of_kind.issuperset(eligible):
             order = design.order
-        top: list[int] = []
+        top_rows: list[int] = []
         for row in order:
             if row in eligible:
-                top.append(eligible.index(row))
-                if len(top) == MAX_RANK:
+                top_rows.append(row)
+                if len(top_rows) == MAX_RANK:
                     break
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
-        best = float(design.hybrid[eligible[top[0]]]) if top else 0.0
-        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top, best)
+        best = float(design.hybrid[top_rows[0]]) if top_rows else 0.0
+        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -155,14 +158,10 @@ class LinearRouter(ResidualRouter):
         if index is None:
             # every slot kind and position the request can reach, at once: one hashing pass per
             # decision instead of one per slot
-            budget_slots = view.context.budget.slots_for
-            keys = [
-                slot_key(kind, position)
-                for kind in view.context.kinds
-                for position in range(min(budget_slots(kind), MAX_POSITION + 1))
-            ]
+            kinds = view.context.kinds
+            keys = reachable_slots(kinds, tuple(map(view.context.budget.slots_for, kinds)))
             if key not in keys:
-                keys.append(key)
+                keys += (key,)
             design.stop.update(stop_rows(design.q, keys))
             index = design.stop[key]
         budget = view.context.budget.max_tokens
@@ -214,11 +213,10 @@ class LinearRouter(ResidualRouter):
         scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
-        rank_weights = self._weights[rank_features(slot.key)].tolist()
+        rank_weights = self._weights[rank_features(slot.key)]
         out += rank_weights[MAX_RANK]
-        eligible = view.eligible
-        for rank, option in enumerate(slot.top):
-            out[option] = scores[eligible[option]] + rank_weights[rank]
+        if slot.top:
+            out[slot.top] = scores[slot.top_rows] + rank_weights[: len(slot.top)]
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         out = np.empty(view.n_options)
@@ -230,7 +228,10 @@ class LinearRouter(ResidualRouter):
     def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
         # the slot already knows its best open similarity: the count model need not reduce for it
         slot = self._slot_of(view)
-        return self._count.predict(view, slot.best if slot.top else None)
+        counts = self._count.predict(view, slot.best if slot.top else None)
+        if view.position == 0:
+            self._first_counts[view.kind] = (self._count.weights, view.eligible, counts)
+        return counts
 
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
@@ -254,10 +255,17 @@ class LinearRouter(ResidualRouter):
             if not order:
                 continue
             rows = sorted(order)
-            view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
-            # the count model's rows in table order, as the kind's first slot builds them: a row's
-            # product can differ in the last bit with its place in the matrix
-            counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
+            eligible = tuple(rows)
+            first = self._first_counts.get(kind)
+            if first is not None and first[0] is self._count.weights and first[1] == eligible:
+                # the same matrix (the kind's rows, position 0, nothing of the kind chosen)
+                kind_counts = first[2]
+            else:
+                view = SlotView(context, table, kind, 0, 0, eligible, (), context.budget.max_tokens)
+                # the count model's rows in table order, as the kind's first slot builds them: a
+                # row's product can differ in the last bit with its place in the matrix
+                kind_counts = self._count.predict(view, float(hybrid[order[0]]))
+            counts[rows] = kind_counts[:-1]
             rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
             rank_terms[rows] = rank_weights[MAX_RANK]
             for rank, row in enumerate(order[:MAX_RANK]):
@@ -269,6 +277,7 @@ class LinearRouter(ResidualRouter):
     def _drop_scores(self) -> None:
         self._scores_by_chosen = {}
         self._pair_sums = {}
+        self._first_counts = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()

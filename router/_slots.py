@@ -143,7 +143,8 @@ def fill_slots(
     rng: np.random.Generator,
     distribution: Callable[[SlotView], NDArray[np.float64]],
 ) -> list[SlotDraw]:
-    """Draw slot after slot from ``table`` within ``budget``, each from ``distribution(view)``."""
+    """Draw slot after slot from ``table`` within ``budget``, each from ``distribution(view)``, a
+    checked distribution over the view's options (:meth:`Router._distribution`'s)."""
     draws: list[SlotDraw] = []
     chosen: list[int] = []
     remaining = budget.max_tokens
@@ -159,7 +160,9 @@ def fill_slots(
             values = tuple(distribution(view).tolist())
             pick = draw_index(values, rng)
             option_ids = (*[ids[i] for i in eligible], STOP_ID)
-            draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
+            # the distribution was checked by the router's _distribution and draw_index never picks
+            # an option of probability 0: the record's own checks would only repeat that
+            draws.append(SlotDraw.trusted(len(draws), kind, option_ids, values, pick))
             if pick == len(eligible):
                 break
             chosen.append(eligible[pick])
