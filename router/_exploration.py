@@ -199,16 +199,24 @@ class PriorMixture:
         """The mixture's distribution for ``view``, given its components (the learner's first) and
         each one's decision-level share (``shares`` sums to 1)."""
         previous = self._components
-        if view.slot == 0 or previous is None or len(self._paths) != len(shares):
-            self._paths = [1.0] * len(shares)
+        paths = self._paths
+        if view.slot == 0 or previous is None or len(paths) != len(shares):
+            paths = [1.0] * len(shares)
         else:
+            chosen, eligible = view.chosen, self._eligible
             drawn = (
-                self._eligible.index(view.chosen[-1])
-                if len(view.chosen) > len(self._chosen) and view.chosen[-1] in self._eligible
-                else len(self._eligible)
+                eligible.index(chosen[-1])
+                if len(chosen) > len(self._chosen) and chosen[-1] in eligible
+                else len(eligible)
             )
-            self._paths = [path * previous.probability(k, drawn) for k, path in enumerate(self._paths)]
-        weights = [share * path for share, path in zip(shares, self._paths, strict=True)]
+            # EpsilonGreedy.probability of each component, inlined (a call per component per slot)
+            default = previous.floor if drawn in previous.explored else 0.0
+            paths = [
+                path * exceptions.get(drawn, default)
+                for path, exceptions in zip(paths, previous.exceptions, strict=True)
+            ]
+        self._paths = paths
+        weights = [share * path for share, path in zip(shares, paths, strict=True)]
         total = sum(weights)
         posterior = [w / total for w in weights] if total > 0.0 else list(shares)
         self._chosen, self._eligible, self._components = view.chosen, view.eligible, components

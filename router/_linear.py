@@ -225,6 +225,12 @@ class LinearRouter(ResidualRouter):
         out[-1] = float(self._weights[index] @ values)
         return out
 
+    def _residual(self, view: SlotView) -> NDArray[np.float64]:
+        # _residuals builds a fresh array: the count residuals are added in place (the same sums)
+        residual = self._residuals(view)
+        residual += self._count_residuals(view)
+        return residual
+
     def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
         # the slot already knows its best open similarity: the count model need not reduce for it
         slot = self._slot_of(view)

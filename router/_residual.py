@@ -170,8 +170,12 @@ class ResidualRouter(Router):
         """``r_base`` of ``view``'s options (:mod:`memabra.router._howmany`)."""
         return self._count.predict(view)
 
+    def _residual(self, view: SlotView) -> NDArray[np.float64]:
+        """``r`` of ``view``'s options: the subclass's residuals plus the count model's."""
+        return np.asarray(self._residuals(view), dtype=np.float64) + self._count_residuals(view)
+
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        residual = np.asarray(self._residuals(view), dtype=np.float64) + self._count_residuals(view)
+        residual = self._residual(view)
         if residual.shape != (view.n_options,):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
         prior = self._prior_cost(view)
