@@ -275,6 +275,28 @@ class ScoredCandidate:
         set_rank(record, rank)
         return record
 
+    @classmethod
+    def trusted_many(
+        cls,
+        candidates: Sequence[Candidate],
+        features: Sequence[Mapping[str, float]],
+        scores: Sequence[float],
+        ranks: Sequence[int],
+    ) -> tuple[ScoredCandidate, ...]:
+        """Internal: :meth:`trusted` over aligned sequences in one loop (a decision's offers); the
+        caller guarantees what :meth:`trusted` needs, read-only feature rows included."""
+        new = object.__new__
+        set_candidate, set_features, set_score, set_rank = _SCORED_SETTERS
+        records = []
+        for candidate, row, score, rank in zip(candidates, features, scores, ranks, strict=True):
+            record = new(cls)
+            set_candidate(record, candidate)
+            set_features(record, row)
+            set_score(record, score)
+            set_rank(record, rank)
+            records.append(record)
+        return tuple(records)
+
 
 _SCORED_SETTERS = tuple(ScoredCandidate.__dict__[name].__set__ for name in ("candidate", "features", "score", "rank"))
 

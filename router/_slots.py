@@ -128,6 +128,8 @@ def scored_offers(table: FeatureTable, scores: NDArray[np.float64]) -> tuple[Sco
         for rank, i in enumerate(sorted(rows, key=negated.__getitem__)):
             ranks[i] = rank
     # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
+    if all(type(row) is MappingProxyType for row in table.rows):
+        return ScoredCandidate.trusted_many(table.candidates, table.rows, values, ranks)
     return tuple(
         ScoredCandidate.trusted(c, row, score, rank)
         if type(row) is MappingProxyType
