@@ -259,47 +259,6 @@ class ScoredCandidate:
                 _require_finite(f"feature {name!r} of candidate {self.candidate.id!r}", value)
         object.__setattr__(self, "features", _frozen_mapping(self.features))
 
-    @classmethod
-    def trusted(
-        cls, candidate: Candidate, features: MappingProxyType[str, float], score: float, rank: int
-    ) -> ScoredCandidate:
-        """Internal: a record from fields the caller has already validated (a router's feature
-        rows, checked when the table was built), skipping the per-feature checks of every
-        decision's dozens of records."""
-        record = object.__new__(cls)
-        # the fields' slot descriptors set them directly (frozen: __setattr__ refuses)
-        set_candidate, set_features, set_score, set_rank = _SCORED_SETTERS
-        set_candidate(record, candidate)
-        set_features(record, features)
-        set_score(record, score)
-        set_rank(record, rank)
-        return record
-
-    @classmethod
-    def trusted_many(
-        cls,
-        candidates: Sequence[Candidate],
-        features: Sequence[Mapping[str, float]],
-        scores: Sequence[float],
-        ranks: Sequence[int],
-    ) -> tuple[ScoredCandidate, ...]:
-        """Internal: :meth:`trusted` over aligned sequences in one loop (a decision's offers); the
-        caller guarantees what :meth:`trusted` needs, read-only feature rows included."""
-        new = object.__new__
-        set_candidate, set_features, set_score, set_rank = _SCORED_SETTERS
-        records = []
-        for candidate, row, score, rank in zip(candidates, features, scores, ranks, strict=True):
-            record = new(cls)
-            set_candidate(record, candidate)
-            set_features(record, row)
-            set_score(record, score)
-            set_rank(record, rank)
-            records.append(record)
-        return tuple(records)
-
-
-_SCORED_SETTERS = tuple(ScoredCandidate.__dict__[name].__set__ for name in ("candidate", "features", "score", "rank"))
-
 
 @dataclass(frozen=True, slots=True)
 class SlotDraw:
@@ -345,40 +304,11 @@ class SlotDraw:
                 f"distribution ({expected!r}) or is not positive"
             )
 
-    @classmethod
-    def trusted(
-        cls,
-        slot: int,
-        kind: CandidateKind,
-        candidate_ids: tuple[str, ...],
-        probabilities: tuple[float, ...],
-        chosen: int,
-    ) -> SlotDraw:
-        """Internal: the draw of option ``chosen`` from a distribution the router has already
-        validated (finite, non-negative, summing to 1, the chosen option's probability positive),
-        skipping the checks every slot of every decision would repeat."""
-        record = object.__new__(cls)
-        # the fields' slot descriptors set them directly (frozen: __setattr__ refuses)
-        set_slot, set_kind, set_ids, set_probabilities, set_chosen, set_chosen_probability = _DRAW_SETTERS
-        set_slot(record, slot)
-        set_kind(record, kind)
-        set_ids(record, candidate_ids)
-        set_probabilities(record, probabilities)
-        set_chosen(record, candidate_ids[chosen])
-        set_chosen_probability(record, probabilities[chosen])
-        return record
-
     def probability_of(self, candidate_id: str) -> float:
         try:
             return self.probabilities[self.candidate_ids.index(candidate_id)]
         except ValueError:
             return 0.0
-
-
-_DRAW_SETTERS = tuple(
-    SlotDraw.__dict__[name].__set__
-    for name in ("slot", "kind", "candidate_ids", "probabilities", "chosen_id", "chosen_probability")
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from memabra._records import (
 )
 from memabra.router._features import FeatureTable
 from memabra.router._sampling import draw_index
+from memabra.router._trusted_records import trusted_draw, trusted_offers
 
 __all__ = ["SlotView", "fill_slots", "replay_slots", "scored_offers", "validate_choice"]
 
@@ -129,11 +130,9 @@ def scored_offers(table: FeatureTable, scores: NDArray[np.float64]) -> tuple[Sco
             ranks[i] = rank
     # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
     if all(type(row) is MappingProxyType for row in table.rows):
-        return ScoredCandidate.trusted_many(table.candidates, table.rows, values, ranks)
+        return trusted_offers(table.candidates, table.rows, values, ranks)
     return tuple(
-        ScoredCandidate.trusted(c, row, score, rank)
-        if type(row) is MappingProxyType
-        else ScoredCandidate(c, row, score, rank)
+        ScoredCandidate(c, row, score, rank)
         for c, row, score, rank in zip(table.candidates, table.rows, values, ranks, strict=True)
     )
 
@@ -164,7 +163,7 @@ def fill_slots(
             option_ids = (*[ids[i] for i in eligible], STOP_ID)
             # the distribution was checked by the router's _distribution and draw_index never picks
             # an option of probability 0: the record's own checks would only repeat that
-            draws.append(SlotDraw.trusted(len(draws), kind, option_ids, values, pick))
+            draws.append(trusted_draw(len(draws), kind, option_ids, values, pick))
             if pick == len(eligible):
                 break
             chosen.append(eligible[pick])
