@@ -259,25 +259,6 @@ class ScoredCandidate:
                 _require_finite(f"feature {name!r} of candidate {self.candidate.id!r}", value)
         object.__setattr__(self, "features", _frozen_mapping(self.features))
 
-    @classmethod
-    def trusted(
-        cls, candidate: Candidate, features: MappingProxyType[str, float], score: float, rank: int
-    ) -> ScoredCandidate:
-        """Internal: a record from fields the caller has already validated (a router's feature
-        rows, checked when the table was built), skipping the per-feature checks of every
-        decision's dozens of records."""
-        record = object.__new__(cls)
-        # the fields' slot descriptors set them directly (frozen: __setattr__ refuses)
-        set_candidate, set_features, set_score, set_rank = _SCORED_SETTERS
-        set_candidate(record, candidate)
-        set_features(record, features)
-        set_score(record, score)
-        set_rank(record, rank)
-        return record
-
-
-_SCORED_SETTERS = tuple(ScoredCandidate.__dict__[name].__set__ for name in ("candidate", "features", "score", "rank"))
-
 
 @dataclass(frozen=True, slots=True)
 class SlotDraw:

@@ -103,7 +103,7 @@ class EpsilonGreedy:
     array updates it stands for (``own[best] += ...``, ``reference[best] -= greedy_mass``, ...),
     so the numbers are the same to the last bit."""
 
-    __slots__ = ("exceptions", "explored", "floor", "size")
+    __slots__ = ("exceptions", "explored", "floor", "options", "size")
 
     def __init__(self, size: int, explored: set[int], floor: float, best: int, modes: tuple[int, ...] = ()) -> None:
         self.size = size
@@ -118,6 +118,8 @@ class EpsilonGreedy:
             else:
                 mode_floor = floor if mode in explored else 0.0
                 self.exceptions.append({best: own_best - greedy_mass, mode: mode_floor + greedy_mass})
+        # the options some component does not give its default (the floor in S, 0 outside)
+        self.options = {best, *modes}
 
     def probability(self, component: int, option: int) -> float:
         """Component ``component``'s probability of ``option``."""
@@ -131,17 +133,20 @@ class EpsilonGreedy:
         first skipped)."""
         floor = self.floor
         explored = self.explored
-        terms = [(self.exceptions[0], weights[0])]
-        terms += [(exceptions, w) for exceptions, w in zip(self.exceptions[1:], weights[1:], strict=True) if w > 0.0]
-        common = terms[0][1] * floor
-        for _, w in terms[1:]:
+        first = self.exceptions[0]
+        own = weights[0]
+        terms = [(exceptions, w) for exceptions, w in zip(self.exceptions[1:], weights[1:], strict=True) if w > 0.0]
+        common = own * floor
+        for _, w in terms:
             common = common + w * floor
         out = np.zeros(self.size)
-        out[list(explored)] = common
-        for option in {option for exceptions in self.exceptions for option in exceptions}:
+        # item by item: for a set of at most 2 top_m + 1 options, cheaper than a fancy index
+        for option in explored:
+            out[option] = common
+        for option in self.options:
             default = floor if option in explored else 0.0
-            value = terms[0][1] * terms[0][0].get(option, default)
-            for exceptions, w in terms[1:]:
+            value = own * first.get(option, default)
+            for exceptions, w in terms:
                 value = value + w * exceptions.get(option, default)
             out[option] = value
         return out
@@ -194,16 +199,24 @@ class PriorMixture:
         """The mixture's distribution for ``view``, given its components (the learner's first) and
         each one's decision-level share (``shares`` sums to 1)."""
         previous = self._components
-        if view.slot == 0 or previous is None or len(self._paths) != len(shares):
-            self._paths = [1.0] * len(shares)
+        paths = self._paths
+        if view.slot == 0 or previous is None or len(paths) != len(shares):
+            paths = [1.0] * len(shares)
         else:
+            chosen, eligible = view.chosen, self._eligible
             drawn = (
-                self._eligible.index(view.chosen[-1])
-                if len(view.chosen) > len(self._chosen) and view.chosen[-1] in self._eligible
-                else len(self._eligible)
+                eligible.index(chosen[-1])
+                if len(chosen) > len(self._chosen) and chosen[-1] in eligible
+                else len(eligible)
             )
-            self._paths = [path * previous.probability(k, drawn) for k, path in enumerate(self._paths)]
-        weights = [share * path for share, path in zip(shares, self._paths, strict=True)]
+            # EpsilonGreedy.probability of each component, inlined (a call per component per slot)
+            default = previous.floor if drawn in previous.explored else 0.0
+            paths = [
+                path * exceptions.get(drawn, default)
+                for path, exceptions in zip(paths, previous.exceptions, strict=True)
+            ]
+        self._paths = paths
+        weights = [share * path for share, path in zip(shares, paths, strict=True)]
         total = sum(weights)
         posterior = [w / total for w in weights] if total > 0.0 else list(shares)
         self._chosen, self._eligible, self._components = view.chosen, view.eligible, components

@@ -82,6 +82,8 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "helped_here",
 )
 NUMERIC_FEATURES: tuple[str, ...] = SIMILARITY_FEATURES + HISTORY_FEATURES
+# a learner reads columns by name several times a slot
+_COLUMN_OF = {name: j for j, name in enumerate(NUMERIC_FEATURES)}
 
 # added after logs were first written: a stored row without them had no request history
 _DEFAULT_ZERO = frozenset({"failed_here", "helped_here"})
@@ -111,7 +113,7 @@ class FeatureTable:
             )
 
     def column(self, name: str) -> NDArray[np.float64]:
-        return self.matrix[:, NUMERIC_FEATURES.index(name)]
+        return self.matrix[:, _COLUMN_OF[name]]
 
     def subset(self, indices: Sequence[int]) -> FeatureTable:
         idx = list(indices)

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from memabra._errors import SnapshotError
 from memabra._records import CandidateKind
+from memabra.router._features import FeatureTable
 from memabra.router._slots import SlotView
 
 __all__ = ["CountModel"]
@@ -47,39 +48,57 @@ class CountModel:
     """Ridge regression of the residual target on the dense features above (sufficient statistics
     ``A = sum x x^T`` and ``b = sum x t``; weights ``(A + RIDGE I)^-1 b``)."""
 
-    __slots__ = ("_gram", "_moment", "weights")
+    __slots__ = ("_gram", "_leads", "_moment", "_table", "weights")
 
     def __init__(self) -> None:
         self._gram: NDArray[np.float64] = np.zeros((WIDTH, WIDTH))
         self._moment: NDArray[np.float64] = np.zeros(WIDTH)
         self.weights: NDArray[np.float64] = np.zeros(WIDTH)
+        # features, not weights: the lead and gap columns of every row of the last table seen, by
+        # lead (a kind's slots mostly share one), so a slot gathers its rows instead of computing
+        self._table: FeatureTable | None = None
+        self._leads: dict[float, NDArray[np.float64]] = {}
 
-    @staticmethod
-    def rows(view: SlotView) -> NDArray[np.float64]:
-        """The dense features of every option of ``view`` (candidates, then stop)."""
+    def _lead_rows(self, table: FeatureTable, hyb: NDArray[np.float64], lead: float) -> NDArray[np.float64]:
+        """Every row of ``table`` with the ``lead`` and gap features of a slot led by ``lead`` (the
+        block columns 0)."""
+        if self._table is not table:
+            self._table = table
+            self._leads = {}
+        x = self._leads.get(lead)
+        if x is None:
+            x = self._leads[lead] = np.zeros((hyb.size, WIDTH))
+            x[:, _LEAD] = lead
+            # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
+            x[:, _GAP] = np.minimum(np.maximum(lead - hyb, 0.0), _CAP)
+        return x
+
+    def rows(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
+        """The dense features of every option of ``view`` (candidates, then stop); ``top``, the
+        open candidates' highest ``hyb_z`` where the caller already knows it, saves a reduction."""
         block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
-        hyb = view.table.column("hyb_z")
-        open_z = hyb[view.rows]
-        x = np.zeros((open_z.size + 1, WIDTH))
-        x[:-1, block] = 1.0
+        n_open = len(view.eligible)
+        x = np.zeros((n_open + 1, WIDTH))
         x[-1, _BLOCKS + block] = 1.0
-        if open_z.size == 0:
+        if n_open == 0:
             return x
-        candidates = view.table.candidates
+        table = view.table
+        hyb = table.column("hyb_z")
+        candidates = table.candidates
         kind = view.kind
         picked = [hyb[i] for i in view.chosen if candidates[i].kind is kind]
-        top = float(open_z.max())
+        if top is None:
+            top = float(hyb[view.rows].max())
         lead = max(picked) if picked else top
-        x[:-1, _LEAD] = lead
-        # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
-        # (a few microseconds a slot)
-        x[:-1, _GAP] = np.minimum(np.maximum(lead - open_z, 0.0), _CAP)
+        # "clip" never clips (the view's rows index its table) but spares take's buffered copy
+        self._lead_rows(table, hyb, lead).take(view.rows, axis=0, out=x[:-1], mode="clip")
+        x[:-1, block] = 1.0
         x[-1, _STOP_GAP] = min(max(lead - top, 0.0), _CAP)
         return x
 
-    def predict(self, view: SlotView) -> NDArray[np.float64]:
-        """``r_base`` of every option of ``view`` (candidates, then stop)."""
-        return self.rows(view) @ self.weights
+    def predict(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
+        """``r_base`` of every option of ``view`` (candidates, then stop); ``top`` as for :meth:`rows`."""
+        return self.rows(view, top) @ self.weights
 
     def fit(self, view: SlotView, option: int, target: float) -> float:
         """Add one example (``option`` indexes ``view``'s options); returns what the refitted

@@ -33,19 +33,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
+from memabra._records import CandidateKind, RoutingContext
 from memabra.router._base import SlotView
+from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
     EMPTY_INDEX,
-    MAX_POSITION,
     MAX_RANK,
     Design,
     Slot,
     open_log,
     rank_features,
+    reachable_slots,
+    slot_key,
     stop_rows,
 )
-from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, ResidualRouter
+from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, PRIOR_OFFSET, PRIOR_SCALE, ResidualRouter
 from memabra.router._similarity import Similarity
 
 __all__ = ["LinearRouter"]
@@ -101,18 +104,23 @@ class LinearRouter(ResidualRouter):
         # read the weights, so dropped by every fit (_drop_scores), and by a new design
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        # each kind's first-slot count residuals (the count model's weights, the open rows, the
+        # residuals): the offer scores' view of a kind is that slot's when every row was open
+        self._first_counts: dict[CandidateKind, tuple[NDArray[np.float64], tuple[int, ...], NDArray[np.float64]]] = {}
         self._slot: Slot | None = None
 
     # ------------------------------------------------------------------------- features
     def _design_of(self, view: SlotView) -> Design:
+        return self._design_for(view.table, view.context)
+
+    def _design_for(self, table: FeatureTable, context: RoutingContext) -> Design:
         design = self._design
-        context = view.context
         if (
             design is None
-            or design.table is not view.table
+            or design.table is not table
             or (design.query, design.user) != (context.query, context.user_id)
         ):
-            design = self._design = Design(view.table, context.query, context.user_id, design)
+            design = self._design = Design(table, context.query, context.user_id, design)
             self._drop_scores()
         return design
 
@@ -122,46 +130,47 @@ class LinearRouter(ResidualRouter):
         if slot is not None and slot.view is view:
             return slot
         design = self._design_of(view)
-        key = f"{view.kind.value}:{min(view.position, MAX_POSITION)}"
+        eligible = view.eligible
         # the kr feature of each open candidate: slot position x its open similarity rank; ranks
-        # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for
-        option_of = dict(zip(view.eligible, range(len(view.eligible)), strict=True))
-        top: list[int] = []
-        for row in design.order:
-            option = option_of.get(row)
-            if option is not None:
-                top.append(option)
-                if len(top) == MAX_RANK:
+        # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for.
+        # A slot's open rows are of its kind (a foreign log's may not be: then all rows are walked)
+        order, of_kind = design.kind_order(view.kind)
+        if not of_kind.issuperset(eligible):
+            order = design.order
+        top_rows: list[int] = []
+        for row in order:
+            if row in eligible:
+                top_rows.append(row)
+                if len(top_rows) == MAX_RANK:
                     break
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
-        best = float(design.hybrid[view.eligible[top[0]]]) if top else 0.0
-        slot = self._slot = Slot(view, key, top, best)
+        best = float(design.hybrid[top_rows[0]]) if top_rows else 0.0
+        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         slot = self._slot_of(view)
         if slot.stop_index is not None:
             return slot.stop_index, slot.stop_values
-        design = self._design_of(view)
+        design = slot.design
         key = slot.key
         index = design.stop.get(key)
         if index is None:
             # every slot kind and position the request can reach, at once: one hashing pass per
             # decision instead of one per slot
-            budget_slots = view.context.budget.slots_for
-            keys = [
-                f"{kind.value}:{position}"
-                for kind in view.context.kinds
-                for position in range(min(budget_slots(kind), MAX_POSITION + 1))
-            ]
+            kinds = view.context.kinds
+            keys = reachable_slots(kinds, tuple(map(view.context.budget.slots_for, kinds)))
             if key not in keys:
-                keys.append(key)
+                keys += (key,)
             design.stop.update(stop_rows(design.q, keys))
             index = design.stop[key]
         budget = view.context.budget.max_tokens
         share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
         values = np.ones(index.size)
-        values[-3:] = (share, slot.best, open_log(len(view.eligible)))
+        # item by item: cheaper than converting a tuple of three for a slice
+        values[-3] = share
+        values[-2] = slot.best
+        values[-1] = open_log(len(view.eligible))
         slot.stop_index, slot.stop_values = index, values
         return index, values
 
@@ -201,14 +210,13 @@ class LinearRouter(ResidualRouter):
     def _open_residuals(self, view: SlotView, out: NDArray[np.float64]) -> None:
         """Write the open candidates' residuals (the stop option's left out) into ``out``."""
         slot = self._slot_of(view)
-        scores = self._chosen_scores(self._design_of(view), view.chosen)
+        scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
-        rank_weights = self._weights[rank_features(slot.key)].tolist()
+        rank_weights = self._weights[rank_features(slot.key)]
         out += rank_weights[MAX_RANK]
-        eligible = view.eligible
-        for rank, option in enumerate(slot.top):
-            out[option] = scores[eligible[option]] + rank_weights[rank]
+        if slot.top:
+            out[slot.top] = scores[slot.top_rows] + rank_weights[: len(slot.top)]
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         out = np.empty(view.n_options)
@@ -217,16 +225,65 @@ class LinearRouter(ResidualRouter):
         out[-1] = float(self._weights[index] @ values)
         return out
 
+    def _residual(self, view: SlotView) -> NDArray[np.float64]:
+        # _residuals builds a fresh array: the count residuals are added in place (the same sums)
+        residual = self._residuals(view)
+        residual += self._count_residuals(view)
+        return residual
+
+    def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        # the slot already knows its best open similarity: the count model need not reduce for it
+        slot = self._slot_of(view)
+        counts = self._count.predict(view, slot.best if slot.top else None)
+        if view.position == 0:
+            self._first_counts[view.kind] = (self._count.weights, view.eligible, counts)
+        return counts
+
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
         residuals = np.empty(len(view.eligible))
         self._open_residuals(view, residuals)
-        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count.predict(view)[:-1]
+        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count_residuals(view)[:-1]
         return costs
+
+    def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
+        """:meth:`ResidualRouter._scores` (each candidate's cost at the first slot of its kind, in the
+        prior's units) for every kind in one pass: the numbers a first-slot view per kind gives,
+        each summed in the same order."""
+        design = self._design_for(table, context)
+        base = self._chosen_scores(design, ())
+        hybrid = table.column("hyb_z")
+        rank_terms = np.zeros(hybrid.size)
+        counts = np.zeros(hybrid.size)
+        scored = np.zeros(hybrid.size, dtype=bool)
+        for kind in context.kinds:
+            order = design.kind_order(kind)[0]
+            if not order:
+                continue
+            rows = sorted(order)
+            eligible = tuple(rows)
+            first = self._first_counts.get(kind)
+            if first is not None and first[0] is self._count.weights and first[1] == eligible:
+                # the same matrix (the kind's rows, position 0, nothing of the kind chosen)
+                kind_counts = first[2]
+            else:
+                view = SlotView(context, table, kind, 0, 0, eligible, (), context.budget.max_tokens)
+                # the count model's rows in table order, as the kind's first slot builds them: a
+                # row's product can differ in the last bit with its place in the matrix
+                kind_counts = self._count.predict(view, float(hybrid[order[0]]))
+            counts[rows] = kind_counts[:-1]
+            rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
+            rank_terms[rows] = rank_weights[MAX_RANK]
+            for rank, row in enumerate(order[:MAX_RANK]):
+                rank_terms[row] = rank_weights[rank]
+            scored[rows] = True
+        costs = (self._table_prior(table) + (base + rank_terms)) + counts
+        return np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
 
     def _drop_scores(self) -> None:
         self._scores_by_chosen = {}
         self._pair_sums = {}
+        self._first_counts = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()

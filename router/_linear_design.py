@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from memabra._records import Candidate
+from memabra._records import Candidate, CandidateKind
 from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
 from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._slots import SlotView
@@ -25,6 +25,8 @@ __all__ = [
     "Slot",
     "open_log",
     "rank_features",
+    "reachable_slots",
+    "slot_key",
     "stop_rows",
 ]
 
@@ -56,16 +58,24 @@ def open_log(n: int) -> float:
     return float(np.log1p(n))
 
 
+@lru_cache(maxsize=64)
+def slot_key(kind: CandidateKind, position: int) -> str:
+    """A slot's kind and position as the rank and stop features name it."""
+    return f"{kind.value}:{min(position, MAX_POSITION)}"
+
+
 class Slot:
     """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
     replayed slot all read them), built once per view."""
 
-    __slots__ = ("best", "key", "stop_index", "stop_values", "top", "view")
+    __slots__ = ("best", "design", "key", "stop_index", "stop_values", "top", "top_rows", "view")
 
-    def __init__(self, view: SlotView, key: str, top: list[int], best: float) -> None:
+    def __init__(self, view: SlotView, design: Design, key: str, top_rows: list[int], best: float) -> None:
         self.view = view
+        self.design = design
         self.key = key  # the slot's kind and position, as the rank and stop features name it
-        self.top = top  # the options of the first MAX_RANK open rows by similarity, in that order
+        self.top_rows = top_rows  # the first MAX_RANK open rows by similarity, in that order
+        self.top = list(map(view.eligible.index, top_rows))  # and their options
         self.best = best
         self.stop_index: NDArray[np.int64] | None = None
         self.stop_values: NDArray[np.float64] = _NO_VALUES
@@ -78,13 +88,30 @@ def _stop_key(slot: str) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     return mix(GROUPS["s"], key, np.zeros(1, np.uint64), BITS), right(GROUPS["qs"], key)
 
 
-def stop_rows(q: NDArray[np.uint64], keys: list[str]) -> dict[str, NDArray[np.int64]]:
+@lru_cache(maxsize=64)
+def _stop_keys(keys: tuple[str, ...]) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """:func:`_stop_key` of each of ``keys``, stacked: the ``s`` column and the ``qs`` shares."""
+    parts = [_stop_key(key) for key in keys]
+    return np.array([part[0][0] for part in parts]), np.array([part[1][0] for part in parts])[:, None]
+
+
+@lru_cache(maxsize=64)
+def reachable_slots(kinds: tuple[CandidateKind, ...], slots: tuple[int, ...]) -> tuple[str, ...]:
+    """The :func:`slot_key` of every slot a request filling ``slots[i]`` slots of ``kinds[i]`` can reach."""
+    return tuple(
+        slot_key(kind, position)
+        for kind, count in zip(kinds, slots, strict=True)
+        for position in range(min(count, MAX_POSITION + 1))
+    )
+
+
+def stop_rows(q: NDArray[np.uint64], keys: tuple[str, ...]) -> dict[str, NDArray[np.int64]]:
     """The stop option's feature indices at each slot kind and position of ``keys`` for the query
     whose :func:`left` shares are ``q``."""
-    parts = [_stop_key(key) for key in keys]
+    slot_column, query_shares = _stop_keys(keys)
     rows = np.empty((len(keys), 1 + q.size + _STOP_NUMERIC_INDEX.size), dtype=np.int64)
-    rows[:, 0] = [part[0][0] for part in parts]
-    rows[:, 1 : 1 + q.size] = finish(q[None, :] + np.array([part[1][0] for part in parts])[:, None], BITS)
+    rows[:, 0] = slot_column
+    rows[:, 1 : 1 + q.size] = finish(q[None, :] + query_shares, BITS)
     rows[:, 1 + q.size :] = _STOP_NUMERIC_INDEX
     return dict(zip(keys, rows, strict=True))
 
@@ -187,7 +214,7 @@ class Design:
     ``previous``, the last decision's design, lends its pool when the candidates are the same
     objects (a serving process's registry): the pool cache's key costs ~10 µs to build."""
 
-    __slots__ = ("hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
+    __slots__ = ("_kind_orders", "hybrid", "index", "order", "pool", "q", "query", "stop", "table", "user", "values")
     pool: _Pool
 
     def __init__(self, table: FeatureTable, query: str, user: str, previous: Design | None = None) -> None:
@@ -199,6 +226,7 @@ class Design:
         # rows by descending similarity (first of equals first): restricted to a slot's open rows,
         # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
         self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
+        self._kind_orders: dict[CandidateKind, tuple[list[int], frozenset[int]]] = {}
         if previous is not None and _same_objects(previous.table.candidates, table.candidates):
             pool = self.pool = previous.pool
         else:
@@ -219,3 +247,13 @@ class Design:
         index[:, users_start:] = users
         self.values = pool.values_for(q.size).copy()
         self.values[:, numeric_start:users_start] = table.matrix[:, _NUMERIC_COLUMNS]
+
+    def kind_order(self, kind: CandidateKind) -> tuple[list[int], frozenset[int]]:
+        """The rows of ``kind`` in :attr:`order`, and as a set: every slot of the kind walks them for
+        its ranks and the offer scores take the first ones."""
+        found = self._kind_orders.get(kind)
+        if found is None:
+            candidates = self.table.candidates
+            rows = [row for row in self.order if candidates[row].kind is kind]
+            found = self._kind_orders[kind] = (rows, frozenset(rows))
+        return found

@@ -143,14 +143,17 @@ class ResidualRouter(Router):
         """Called before a selection's fits (subclasses drop caches that read the weights)."""
 
     # ------------------------------------------------------------------------- deciding
-    def _open_prior(self, view: SlotView) -> NDArray[np.float64]:
-        """``c0`` of the open candidates."""
-        table = view.table
+    def _table_prior(self, table: FeatureTable) -> NDArray[np.float64]:
+        """``c0`` of every row of ``table``."""
         if self._prior_table is not table:
             # elementwise, so a row's prior is the same number whichever slot reads it
             self._prior_rows = -(PRIOR_OFFSET + PRIOR_SCALE * table.column("hyb_z"))
             self._prior_table = table
-        return self._prior_rows[view.rows]
+        return self._prior_rows
+
+    def _open_prior(self, view: SlotView) -> NDArray[np.float64]:
+        """``c0`` of the open candidates."""
+        return self._table_prior(view.table)[view.rows]
 
     def _prior_cost(self, view: SlotView) -> NDArray[np.float64]:
         """``c0`` of the open candidates followed by the stop option's 0."""
@@ -163,8 +166,16 @@ class ResidualRouter(Router):
         """The open candidates' costs without the stop option's (subclasses may skip scoring it)."""
         return self._costs(view)[:-1]
 
+    def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
+        """``r_base`` of ``view``'s options (:mod:`memabra.router._howmany`)."""
+        return self._count.predict(view)
+
+    def _residual(self, view: SlotView) -> NDArray[np.float64]:
+        """``r`` of ``view``'s options: the subclass's residuals plus the count model's."""
+        return np.asarray(self._residuals(view), dtype=np.float64) + self._count_residuals(view)
+
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        residual = np.asarray(self._residuals(view), dtype=np.float64) + self._count.predict(view)
+        residual = self._residual(view)
         if residual.shape != (view.n_options,):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
         prior = self._prior_cost(view)

@@ -22,6 +22,7 @@ from memabra._records import (
 )
 from memabra.router._features import FeatureTable
 from memabra.router._sampling import draw_index
+from memabra.router._trusted_records import trusted_draw, trusted_offers
 
 __all__ = ["SlotView", "fill_slots", "replay_slots", "scored_offers", "validate_choice"]
 
@@ -128,10 +129,10 @@ def scored_offers(table: FeatureTable, scores: NDArray[np.float64]) -> tuple[Sco
         for rank, i in enumerate(sorted(rows, key=negated.__getitem__)):
             ranks[i] = rank
     # a FeatureTable's read-only rows hold its matrix's (finite) numbers; scores are checked above
+    if all(type(row) is MappingProxyType for row in table.rows):
+        return trusted_offers(table.candidates, table.rows, values, ranks)
     return tuple(
-        ScoredCandidate.trusted(c, row, score, rank)
-        if type(row) is MappingProxyType
-        else ScoredCandidate(c, row, score, rank)
+        ScoredCandidate(c, row, score, rank)
         for c, row, score, rank in zip(table.candidates, table.rows, values, ranks, strict=True)
     )
 
@@ -143,7 +144,8 @@ def fill_slots(
     rng: np.random.Generator,
     distribution: Callable[[SlotView], NDArray[np.float64]],
 ) -> list[SlotDraw]:
-    """Draw slot after slot from ``table`` within ``budget``, each from ``distribution(view)``."""
+    """Draw slot after slot from ``table`` within ``budget``, each from ``distribution(view)``, a
+    checked distribution over the view's options (:meth:`Router._distribution`'s)."""
     draws: list[SlotDraw] = []
     chosen: list[int] = []
     remaining = budget.max_tokens
@@ -159,7 +161,9 @@ def fill_slots(
             values = tuple(distribution(view).tolist())
             pick = draw_index(values, rng)
             option_ids = (*[ids[i] for i in eligible], STOP_ID)
-            draws.append(SlotDraw(len(draws), kind, option_ids, values, option_ids[pick], values[pick]))
+            # the distribution was checked by the router's _distribution and draw_index never picks
+            # an option of probability 0: the record's own checks would only repeat that
+            draws.append(trusted_draw(len(draws), kind, option_ids, values, pick))
             if pick == len(eligible):
                 break
             chosen.append(eligible[pick])
