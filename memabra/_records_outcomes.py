@@ -84,10 +84,20 @@ class RewardWeights:
 
     def total_range(self) -> tuple[float, float]:
         """The lowest and highest total these weights allow, from the components' ranges (H's
-        kinds enter as their mean, so H spans one kind's range)."""
-        signed = {"s": self.ws, "hm": self.wr, "e": -self.we, "c": -self.wc, "l": -self.wl, "x": -self.wx, "u": self.wu}
-        ends = [sorted((w * COMPONENT_RANGES[c][0], w * COMPONENT_RANGES[c][1])) for c, w in signed.items()]
-        return sum(low for low, _ in ends), sum(high for _, high in ends)
+        kinds enter as their mean, so H spans one kind's range; the weights are non-negative, so
+        each term's end is its weight times its component's end)."""
+        lo = {k: v[0] for k, v in COMPONENT_RANGES.items()}
+        hi = {k: v[1] for k, v in COMPONENT_RANGES.items()}
+        highest = self.ws * hi["s"] + self.wr * hi["hm"] + self.wu * hi["u"]
+        lowest = (
+            self.ws * lo["s"]
+            + self.wr * lo["hm"]
+            - self.we * hi["e"]
+            - self.wc * hi["c"]
+            - self.wl * hi["l"]
+            - self.wx * hi["x"]
+        )
+        return lowest, highest
 
 
 # Component ranges: the reward stays bounded so learners can be given a fixed cost range.

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import COMPONENT_RANGES, STOP_ID, CandidateKind, RewardWeights, RoutingContext, Selection
+from memabra._records import STOP_ID, CandidateKind, RewardWeights, RoutingContext, Selection
 from memabra.router._base import Router, SlotView
 from memabra.router._credit import SlotCredit
 from memabra.router._exploration import (
@@ -60,19 +60,9 @@ DEFAULT_TOP_M = 4
 
 
 def cost_range(weights: RewardWeights) -> tuple[float, float]:
-    """Bounds of ``-R`` for the composite reward with ``weights`` (from the components' ranges)."""
-    lo = {k: v[0] for k, v in COMPONENT_RANGES.items()}
-    hi = {k: v[1] for k, v in COMPONENT_RANGES.items()}
-    best = weights.ws * hi["s"] + weights.wr * hi["hm"] + weights.wu * hi["u"]
-    worst = (
-        weights.ws * lo["s"]
-        + weights.wr * lo["hm"]
-        - weights.we * hi["e"]
-        - weights.wc * hi["c"]
-        - weights.wl * hi["l"]
-        - weights.wx * hi["x"]
-    )
-    return -best, -worst
+    """Bounds of ``-R`` for the composite reward with ``weights``."""
+    lowest, highest = weights.total_range()
+    return -highest, -lowest
 
 
 class ResidualRouter(Router):
