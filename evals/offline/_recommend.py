@@ -99,19 +99,17 @@ def summarise(
         verdicts[name] = verdict
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
+    ci_low, ci_high, unreached = value.ci_low, value.ci_high, 0.0
     if not verdict.supported:
         # the first estimator's failure leads; a fallback's follows where it failed on another rule
         others = [f"{n}: {verdicts[n].reason}" for n in RECOMMENDED_ORDER if verdicts[n].rule != verdict.rule]
-        verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]), verdict.rule)
-    ci_low, ci_high = value.ci_low, value.ci_high
-    unreached = 0.0
-    if not verdict.supported:
+        # and the interval becomes the bounds of what the log may not have reached (._support)
         weight_name = SlotEstimator(estimator_name=chosen).weight_name
         unreached = unreached_share(summaries[weight_name], floor_share, alpha)
-        ci_low, ci_high = unreached_bounds(ci_low, ci_high, unreached, reward_range)
+        ci_low, ci_high = unreached_bounds(value.ci_low, value.ci_high, unreached, reward_range)
         verdict = SupportVerdict(
             False,
-            f"{verdict.reason}; interval widened to the reward range for the {unreached:.0%} of the target's "
+            f"{'; '.join([verdict.reason, *others])}; interval widened to the reward range for the {unreached:.0%} of the target's "
             "probability the log may not have reached",
             verdict.rule,
         )
