@@ -48,57 +48,72 @@ class CountModel:
     """Ridge regression of the residual target on the dense features above (sufficient statistics
     ``A = sum x x^T`` and ``b = sum x t``; weights ``(A + RIDGE I)^-1 b``)."""
 
-    __slots__ = ("_gram", "_leads", "_moment", "_table", "weights")
+    __slots__ = ("_gaps_by_lead", "_gram", "_moment", "_table", "weights")
 
     def __init__(self) -> None:
         self._gram: NDArray[np.float64] = np.zeros((WIDTH, WIDTH))
         self._moment: NDArray[np.float64] = np.zeros(WIDTH)
         self.weights: NDArray[np.float64] = np.zeros(WIDTH)
-        # features, not weights: the lead and gap columns of every row of the last table seen, by
-        # lead (a kind's slots mostly share one), so a slot gathers its rows instead of computing
+        # features, not weights: the gap column of every row of the last table seen, by lead
         self._table: FeatureTable | None = None
-        self._leads: dict[float, NDArray[np.float64]] = {}
+        self._gaps_by_lead: dict[float, NDArray[np.float64]] = {}
 
-    def _lead_rows(self, table: FeatureTable, hyb: NDArray[np.float64], lead: float) -> NDArray[np.float64]:
-        """Every row of ``table`` with the ``lead`` and gap features of a slot led by ``lead`` (the
-        block columns 0)."""
+    def _gaps(self, table: FeatureTable, hyb: NDArray[np.float64], lead: float) -> NDArray[np.float64]:
+        """Every row's gap below ``lead`` (capped): a kind's slots mostly share one lead, so a slot
+        gathers its rows' gaps instead of computing them."""
         if self._table is not table:
             self._table = table
-            self._leads = {}
-        x = self._leads.get(lead)
-        if x is None:
-            x = self._leads[lead] = np.zeros((hyb.size, WIDTH))
-            x[:, _LEAD] = lead
+            self._gaps_by_lead = {}
+        gaps = self._gaps_by_lead.get(lead)
+        if gaps is None:
             # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
-            x[:, _GAP] = np.minimum(np.maximum(lead - hyb, 0.0), _CAP)
-        return x
+            gaps = self._gaps_by_lead[lead] = np.minimum(np.maximum(lead - hyb, 0.0), _CAP)
+        return gaps
 
-    def rows(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
-        """The dense features of every option of ``view`` (candidates, then stop); ``top``, the
-        open candidates' highest ``hyb_z`` where the caller already knows it, saves a reduction."""
+    def _slot_features(self, view: SlotView, top: float | None) -> tuple[int, float, float]:
+        """The slot's block column, its lead and the stop option's gap."""
         block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
-        n_open = len(view.eligible)
-        x = np.zeros((n_open + 1, WIDTH))
-        x[-1, _BLOCKS + block] = 1.0
-        if n_open == 0:
-            return x
-        table = view.table
-        hyb = table.column("hyb_z")
-        candidates = table.candidates
+        if not view.eligible:
+            return block, 0.0, 0.0
+        hyb = view.table.column("hyb_z")
+        candidates = view.table.candidates
         kind = view.kind
         picked = [hyb[i] for i in view.chosen if candidates[i].kind is kind]
         if top is None:
             top = float(hyb[view.rows].max())
         lead = max(picked) if picked else top
-        # "clip" never clips (the view's rows index its table) but spares take's buffered copy
-        self._lead_rows(table, hyb, lead).take(view.rows, axis=0, out=x[:-1], mode="clip")
+        return block, lead, min(max(lead - top, 0.0), _CAP)
+
+    def rows(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
+        """The dense features of every option of ``view`` (candidates, then stop); ``top``, the
+        open candidates' highest ``hyb_z`` where the caller already knows it, saves a reduction."""
+        block, lead, stop_gap = self._slot_features(view, top)
+        x = np.zeros((len(view.eligible) + 1, WIDTH))
+        x[-1, _BLOCKS + block] = 1.0
+        if not view.eligible:
+            return x
         x[:-1, block] = 1.0
-        x[-1, _STOP_GAP] = min(max(lead - top, 0.0), _CAP)
+        x[:-1, _LEAD] = lead
+        x[:-1, _GAP] = self._gaps(view.table, view.table.column("hyb_z"), lead)[view.rows]
+        x[-1, _STOP_GAP] = stop_gap
         return x
 
     def predict(self, view: SlotView, top: float | None = None) -> NDArray[np.float64]:
-        """``r_base`` of every option of ``view`` (candidates, then stop); ``top`` as for :meth:`rows`."""
-        return self.rows(view, top) @ self.weights
+        """``r_base`` of every option of ``view`` (candidates, then stop); ``top`` as for :meth:`rows`.
+
+        Written out term by term rather than as ``rows(view) @ weights``: a matrix product's last
+        bit can depend on a row's place in the matrix, and a candidate's prediction must not
+        (the offer scores read a kind's first slot from the whole table)."""
+        block, lead, stop_gap = self._slot_features(view, top)
+        w = self.weights
+        out = np.empty(len(view.eligible) + 1)
+        out[-1] = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
+        if view.eligible:
+            gaps = self._gaps(view.table, view.table.column("hyb_z"), lead)
+            gaps.take(view.rows, out=out[:-1])
+            out[:-1] *= w[_GAP]
+            out[:-1] += w[block] + lead * w[_LEAD]
+        return out
 
     def fit(self, view: SlotView, option: int, target: float) -> float:
         """Add one example (``option`` indexes ``view``'s options); returns what the refitted

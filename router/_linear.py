@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import CandidateKind, RoutingContext
+from memabra._records import RoutingContext
 from memabra.router._base import SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
@@ -104,9 +104,6 @@ class LinearRouter(ResidualRouter):
         # read the weights, so dropped by every fit (_drop_scores), and by a new design
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
-        # each kind's first-slot count residuals (the count model's weights, the open rows, the
-        # residuals): the offer scores' view of a kind is that slot's when every row was open
-        self._first_counts: dict[CandidateKind, tuple[NDArray[np.float64], tuple[int, ...], NDArray[np.float64]]] = {}
         self._slot: Slot | None = None
 
     # ------------------------------------------------------------------------- features
@@ -234,10 +231,7 @@ class LinearRouter(ResidualRouter):
     def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
         # the slot already knows its best open similarity: the count model need not reduce for it
         slot = self._slot_of(view)
-        counts = self._count.predict(view, slot.best if slot.top else None)
-        if view.position == 0:
-            self._first_counts[view.kind] = (self._count.weights, view.eligible, counts)
-        return counts
+        return self._count.predict(view, slot.best if slot.top else None)
 
     def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
         # the logged scores need no stop option: its row is the part of a slot's scoring skipped
@@ -261,17 +255,8 @@ class LinearRouter(ResidualRouter):
             if not order:
                 continue
             rows = sorted(order)
-            eligible = tuple(rows)
-            first = self._first_counts.get(kind)
-            if first is not None and first[0] is self._count.weights and first[1] == eligible:
-                # the same matrix (the kind's rows, position 0, nothing of the kind chosen)
-                kind_counts = first[2]
-            else:
-                view = SlotView(context, table, kind, 0, 0, eligible, (), context.budget.max_tokens)
-                # the count model's rows in table order, as the kind's first slot builds them: a
-                # row's product can differ in the last bit with its place in the matrix
-                kind_counts = self._count.predict(view, float(hybrid[order[0]]))
-            counts[rows] = kind_counts[:-1]
+            view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
+            counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
             rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
             rank_terms[rows] = rank_weights[MAX_RANK]
             for rank, row in enumerate(order[:MAX_RANK]):
@@ -283,7 +268,6 @@ class LinearRouter(ResidualRouter):
     def _drop_scores(self) -> None:
         self._scores_by_chosen = {}
         self._pair_sums = {}
-        self._first_counts = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()

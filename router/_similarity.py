@@ -69,7 +69,9 @@ class BM25:
     def scores(self, query: str, documents: Sequence[str]) -> NDArray[np.float64]:
         n_docs = len(documents)
         out = np.zeros(n_docs, dtype=np.float64)
-        terms = set(analyze(query))
+        # distinct terms in query order: summed in a set's order, a score's last bit (and so a tie
+        # between two candidates) would change with the process's string hash seed
+        terms = dict.fromkeys(analyze(query))
         if not terms or n_docs == 0:
             return out
         counts = [_term_counts(doc) for doc in documents]

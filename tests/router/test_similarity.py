@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -44,6 +47,29 @@ def test_bm25_matches_the_formula() -> None:
     ]
     np.testing.assert_allclose(scores, expected)
     assert not BM25().scores("", docs).any()
+
+
+def test_bm25_scores_do_not_depend_on_the_string_hash_seed() -> None:
+    # a score summed in a set's order changes in its last bit with PYTHONHASHSEED, and a tie between
+    # two candidates with it: a seeded bench or OPE run would not repeat in another process
+    program = (
+        "from memabra.router import BM25; "
+        "docs = ['rain forecast burr descale espresso espresso grinder', 'forecast shipping burr refund rain "
+        "espresso', 'grinder espresso refund espresso forecast espresso burr weather', 'weather espresso "
+        "grinder espresso', 'forecast rain burr rain invoice descale weather', 'refund shipping descale rain']; "
+        "print([s.hex() for s in BM25().scores('espresso grinder burr descale weather forecast rain', docs)])"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for hash_seed in range(6)
+    }
+    assert len(outputs) == 1
 
 
 def test_caching_encoder_embeds_each_text_once() -> None:
