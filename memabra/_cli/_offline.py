@@ -136,7 +136,16 @@ def ope_log(
     console.print(
         "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
     )
-    console.print(_paired_table(evaluations, alpha))
+    paired = _paired_table(evaluations, alpha)
+    if paired.row_count:
+        console.print(paired)
+    else:
+        # an empty table with a caption reads as a failure to compute; say why there is none
+        console.print(
+            "paired differences: none, no target is supported on this log "
+            "(an unsupported target's bounds say all the log can)",
+            highlight=False,
+        )
     if json_out is not None:
         doc = {
             "n_rounds": first.n_rounds,

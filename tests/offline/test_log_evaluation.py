@@ -286,6 +286,15 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output
 
 
+def test_cli_ope_log_says_why_there_are_no_paired_differences(migrated_url: str, lexical) -> None:  # type: ignore[no-untyped-def]
+    with EpisodeLog(migrated_url) as log:
+        log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 120)  # never explores
+    result = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "random"])
+    assert result.exit_code == 0, result.output
+    assert "UNSUPPORTED" in result.output
+    assert "paired differences: none, no target is supported on this log" in result.output
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
