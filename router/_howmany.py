@@ -58,7 +58,7 @@ class CountModel:
         self._table: FeatureTable | None = None
         self._gaps_by_lead: dict[float, NDArray[np.float64]] = {}
 
-    def _gaps(self, table: FeatureTable, hyb: NDArray[np.float64], lead: float) -> NDArray[np.float64]:
+    def _gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
         """Every row's gap below ``lead`` (capped): a kind's slots mostly share one lead, so a slot
         gathers its rows' gaps instead of computing them."""
         if self._table is not table:
@@ -67,7 +67,7 @@ class CountModel:
         gaps = self._gaps_by_lead.get(lead)
         if gaps is None:
             # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
-            gaps = self._gaps_by_lead[lead] = np.minimum(np.maximum(lead - hyb, 0.0), _CAP)
+            gaps = self._gaps_by_lead[lead] = np.minimum(np.maximum(lead - table.column("hyb_z"), 0.0), _CAP)
         return gaps
 
     def _slot_features(self, view: SlotView, top: float | None) -> tuple[int, float, float]:
@@ -94,7 +94,7 @@ class CountModel:
             return x
         x[:-1, block] = 1.0
         x[:-1, _LEAD] = lead
-        x[:-1, _GAP] = self._gaps(view.table, view.table.column("hyb_z"), lead)[view.rows]
+        x[:-1, _GAP] = self._gaps(view.table, lead)[view.rows]
         x[-1, _STOP_GAP] = stop_gap
         return x
 
@@ -109,7 +109,7 @@ class CountModel:
         out = np.empty(len(view.eligible) + 1)
         out[-1] = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
         if view.eligible:
-            gaps = self._gaps(view.table, view.table.column("hyb_z"), lead)
+            gaps = self._gaps(view.table, lead)
             gaps.take(view.rows, out=out[:-1])
             out[:-1] *= w[_GAP]
             out[:-1] += w[block] + lead * w[_LEAD]
