@@ -86,17 +86,10 @@ class RewardWeights:
         """The lowest and highest total these weights allow, from the components' ranges (H's
         kinds enter as their mean, so H spans one kind's range; the weights are non-negative, so
         each term's end is its weight times its component's end)."""
-        lo = {k: v[0] for k, v in COMPONENT_RANGES.items()}
-        hi = {k: v[1] for k, v in COMPONENT_RANGES.items()}
-        highest = self.ws * hi["s"] + self.wr * hi["hm"] + self.wu * hi["u"]
-        lowest = (
-            self.ws * lo["s"]
-            + self.wr * lo["hm"]
-            - self.we * hi["e"]
-            - self.wc * hi["c"]
-            - self.wl * hi["l"]
-            - self.wx * hi["x"]
-        )
+        r = COMPONENT_RANGES
+        highest = self.ws * r["s"][1] + self.wr * r["hm"][1] + self.wu * r["u"][1]
+        lowest = self.ws * r["s"][0] + self.wr * r["hm"][0] - self.we * r["e"][1] - self.wc * r["c"][1]
+        lowest = lowest - self.wl * r["l"][1] - self.wx * r["x"][1]
         return lowest, highest
 
 

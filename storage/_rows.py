@@ -90,7 +90,7 @@ def dump_json(value: Any, where: str) -> str:
         text = _encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRecordError(f"{where} is not JSON-serialisable: {exc}") from None
-    # ensure_ascii (the default) writes NUL as \u0000 and any surrogate as \udXXX: one C-level
+    # ensure_ascii (the default) writes NUL as \u0000 and a surrogate as \ud800-\udfff: one C-level
     # substring scan rules out both for almost every value.
     if "\\u0000" in text or "\\ud" in text:
         text = _encode(clean_json(value))
