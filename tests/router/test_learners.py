@@ -175,9 +175,8 @@ def test_count_model_prediction_is_its_features_times_its_weights_wherever_a_row
     rows = tuple(range(len(MEMORIES)))
     full = SlotView(MEMORY_CONTEXT, table, CandidateKind.MEMORY, 1, 1, rows, (), None)
     assert np.allclose(count.predict(full), count.rows(full) @ count.weights, rtol=0.0, atol=1e-12)
-    # a row's prediction is the same number in a slot that leaves others out (the offer scores
-    # read a kind's first slot off the whole table)
-    # under the same lead (the best open similarity, given here)
+    # under the same lead (the best open similarity, given here), a row's prediction is the same
+    # number in a slot that leaves others out: the offer scores read a kind's first slot off the table
     part = SlotView(MEMORY_CONTEXT, table, CandidateKind.MEMORY, 1, 1, rows[1:], (), None)
     top = float(table.column("hyb_z").max())
     assert count.predict(part, top)[:-1].tolist() == count.predict(full, top)[1:-1].tolist()
