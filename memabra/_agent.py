@@ -330,7 +330,7 @@ def create_memabra_agent(
     ``tools`` and ``skills`` are the candidates shared by every user; memories come from
     ``memory`` — memabra's SQL registry by default, or a LangGraph ``BaseStore`` (the ``store``
     passed at compile time is used when ``memory`` is omitted and ``store`` is given).
-    ``router`` defaults to :class:`memabra.router.VWRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
+    ``router`` defaults to :class:`memabra.router.LinearRouter`; ``db`` to ``$MEMABRA_DATABASE_URL``
     or ``sqlite:///memabra.db`` (a new SQLite database gets its schema on first use; other databases
     are migrated with ``memabra db upgrade``). ``extract_with_model`` has the chat model extract
     memories from user messages instead of the rules, and decide which stored memories a new fact

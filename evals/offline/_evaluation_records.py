@@ -10,11 +10,11 @@ from typing import Any
 from memabra._records import OPEResult
 from memabra.evals.offline._additivity import AdditivityReport
 from memabra.evals.offline._slate_model import RewardModelReport
-from memabra.evals.offline._support import finite_or_none
-from memabra.evals.ope import PolicyValueInterval
+from memabra.evals.offline._support import SupportVerdict, finite_or_none
+from memabra.evals.ope import PolicyValueInterval, SlotEstimator
 from memabra.router import Router
 
-__all__ = ["LOGGING_POLICY", "OWN_ORDER", "SET_EQUIVALENT", "LogEvaluation", "Recommended", "Target"]
+__all__ = ["LOGGING_POLICY", "OWN_ORDER", "SET_EQUIVALENT", "WEIGHT_LABELS", "LogEvaluation", "Recommended", "Target"]
 
 # how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
 # probabilities within the target's set, or in the target's own order
@@ -22,6 +22,12 @@ SET_EQUIVALENT = "set-equivalent"
 OWN_ORDER = "own order"
 # the key of a target's paired difference against the policy that wrote the log
 LOGGING_POLICY = "logging policy"
+# each importance weight's name in the diagnostics, the table and the verdicts' reasons
+WEIGHT_LABELS = {
+    "joint_weight": "joint",
+    "pi_weight": "pseudo-inverse",
+    "slot_weight": "per-slot",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,22 @@ class LogEvaluation:
     # this target's recommended value minus each other supported target's and the logging policy's,
     # paired on the same decisions (memabra.evals.offline._paired); empty where unsupported
     versus: Mapping[str, PolicyValueInterval] = field(default_factory=dict)
+    # each estimator's own support verdict (its weight's; the recommended one's, before widening)
+    verdicts: Mapping[str, SupportVerdict] = field(default_factory=dict)
+
+    def weight_diagnostics(self, estimator: str) -> Mapping[str, float]:
+        """The diagnostics of the importance weight ``estimator`` leans on."""
+        return self.diagnostics[WEIGHT_LABELS[SlotEstimator(estimator_name=estimator).weight_name]]
+
+    def _estimate_json(self, name: str, estimate: PolicyValueInterval) -> dict[str, Any]:
+        verdict = self.verdicts.get(name)
+        return {
+            "value": estimate.value,
+            "ci_low": estimate.ci_low,
+            "ci_high": estimate.ci_high,
+            "supported": None if verdict is None else verdict.supported,
+            "reason": None if verdict is None else verdict.reason,
+        }
 
     def as_json(self) -> dict[str, Any]:
         """The per-policy block of ``memabra ope log --json``; other tools read these names."""
@@ -82,9 +104,7 @@ class LogEvaluation:
             "snapshot_version": self.snapshot_version,
             "n_rounds": self.n_rounds,
             "recommended": self.recommended.as_dict(),
-            "estimates": {
-                name: {"value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high} for name, e in self.estimates.items()
-            },
+            "estimates": {name: self._estimate_json(name, e) for name, e in self.estimates.items()},
             "versus": {
                 name: {"difference": d.value, "ci_low": d.ci_low, "ci_high": d.ci_high}
                 for name, d in self.versus.items()

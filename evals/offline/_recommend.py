@@ -21,7 +21,13 @@ from typing import Any
 from memabra._errors import InvalidRecordError
 from memabra._records import OPEResult, RewardWeights, new_id
 from memabra.evals.offline._additivity import AdditivityReport
-from memabra.evals.offline._evaluation_records import SET_EQUIVALENT, LogEvaluation, Recommended, Target
+from memabra.evals.offline._evaluation_records import (
+    SET_EQUIVALENT,
+    WEIGHT_LABELS,
+    LogEvaluation,
+    Recommended,
+    Target,
+)
 from memabra.evals.offline._slate_model import RewardModelReport
 from memabra.evals.offline._support import (
     SupportVerdict,
@@ -47,11 +53,6 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # estimators unbiased only for a reward additive over slots: not recommended where the log shows its
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
-WEIGHT_LABELS = {
-    "joint_weight": "joint",
-    "pi_weight": "pseudo-inverse",
-    "slot_weight": "per-slot",
-}
 
 
 def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
@@ -88,15 +89,11 @@ def summarise(
             estimates[name] = stream.estimate_interval(alpha)
         except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
             estimates[name] = PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
-    verdicts = {}
-    for name in RECOMMENDED_ORDER:
-        weight_name = SlotEstimator(estimator_name=name).weight_name
-        verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])
-        if not math.isfinite(estimates[name].ci_low):
-            verdict = SupportVerdict(False, f"{name} is undefined on this log", "undefined")
-        elif name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:
-            verdict = SupportVerdict(False, additivity.reason(), "additivity")
-        verdicts[name] = verdict
+    # every estimator's own verdict (its weight, its definedness, additivity where it assumes it):
+    # the recommendation reads the first ones, and the other rows are not left to look supported
+    verdicts = {
+        name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity) for name in estimates
+    }
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
     ci_low, ci_high, unreached = value.ci_low, value.ci_high, 0.0
@@ -139,7 +136,12 @@ def summarise(
             n_rounds=count,
             alpha=alpha,
             snapshot_version=target.snapshot_version,
-            details={**details, "recommended": name == chosen},
+            details={
+                **details,
+                "recommended": name == chosen,
+                "estimator_supported": verdicts[name].supported,
+                "estimator_reason": verdicts[name].reason,
+            },
             run_id=run_id,
         )
         for name, e in estimates.items()
@@ -159,4 +161,23 @@ def summarise(
         replay=replay,
         additivity=additivity,
         unreached_share=unreached,
+        verdicts=verdicts,
     )
+
+
+def _estimator_verdict(
+    name: str,
+    estimate: PolicyValueInterval,
+    summaries: dict[str, WeightSummary],
+    floor_share: float,
+    alpha: float,
+    additivity: AdditivityReport | None,
+) -> SupportVerdict:
+    """The support verdict of one estimator's weight, or why the estimator cannot be read here."""
+    weight_name = SlotEstimator(estimator_name=name).weight_name
+    verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])
+    if not math.isfinite(estimate.ci_low):
+        return SupportVerdict(False, f"{name} is undefined on this log", "undefined")
+    if name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:
+        return SupportVerdict(False, additivity.reason(), "additivity")
+    return verdict

@@ -118,9 +118,13 @@ def ope_log(
     for ev in evaluations:
         rec = ev.recommended
         for name, e in ev.estimates.items():
-            weight = ev.diagnostics[_WEIGHT_OF.get(name, "per-slot")]
+            weight = ev.weight_diagnostics(name)
             is_rec = name == rec.estimator
-            verdict = ("supported" if rec.supported else f"UNSUPPORTED: {rec.reason}") if is_rec else ""
+            if is_rec:
+                verdict = "supported" if rec.supported else f"UNSUPPORTED: {rec.reason}"
+            else:  # its own weight's verdict, in brief: the recommended row carries the reasons
+                own = ev.verdicts[name]
+                verdict = "[dim]supported[/]" if own.supported else f"[dim]unsupported ({own.rule})[/]"
             table.add_row(
                 ev.policy,
                 f"[bold]{name} *[/]" if is_rec else name,
@@ -161,18 +165,6 @@ def ope_log(
             plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
         )
         console.print(f"wrote {plot}")
-
-
-_WEIGHT_OF = {
-    "sips": "joint",
-    "snsips": "joint",
-    "rips": "joint",
-    "dr": "joint",
-    "cdr": "joint",
-    "pi": "pseudo-inverse",
-    "snpi": "pseudo-inverse",
-    "pi-dr": "pseudo-inverse",
-}
 
 
 def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:

@@ -53,3 +53,27 @@ def test_an_unsupported_estimate_shows_its_reason(client: TestClient, seeded: Se
     section = page.split('id="ope"', 1)[1].split("</section>", 1)[0]
     assert "unsupported" in section and "only its floor" in section
     assert "supported</span>" in section and "recommended" in section
+
+
+def test_a_non_recommended_row_shows_its_own_estimators_verdict(
+    client: TestClient, seeded: Seeded, log: EpisodeLog
+) -> None:
+    own = "effective sample size 3.0 is below 20"
+    target = {"supported": True, "reason": ""}
+    log.record_ope_results(
+        [
+            OPEResult("hybrid", "cdr", 0.8, 0.7, 0.9, 100, details={**target, "recommended": True}),
+            OPEResult(
+                "hybrid",
+                "pi",
+                4.2,
+                -9.0,
+                18.0,
+                100,
+                details={**target, "recommended": False, "estimator_supported": False, "estimator_reason": own},
+            ),
+        ]
+    )
+    section = client.get("/policies").text.split('id="ope"', 1)[1].split("</section>", 1)[0]
+    pi_row = next(row for row in section.split("<tr") if ">pi<" in row or ">pi " in row)
+    assert "unsupported" in pi_row and own in pi_row  # not the target's "supported"

@@ -157,8 +157,16 @@ def test_a_target_outside_the_loggers_support_is_flagged(log: EpisodeLog, lexica
     ev = evaluate_on_log(log, RandomRouter(similarity=lexical), policy="random")
     assert not ev.recommended.supported
     assert "floor" in ev.recommended.reason
+    # every estimator's own verdict, in the record, the JSON and the stored runs: none reads as supported
+    assert set(ev.verdicts) == set(ev.estimates)
+    assert not any(v.supported for v in ev.verdicts.values())
+    assert all(e["supported"] is False and e["reason"] for e in ev.as_json()["estimates"].values())
+    assert all(r.details["estimator_supported"] is False for r in ev.results)
     same = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid")
     assert same.recommended.supported, same.recommended.reason
+    assert same.verdicts["sips"].supported and same.verdicts[same.recommended.estimator].supported
+    sips = same.as_json()["estimates"]["sips"]
+    assert (sips["supported"], sips["reason"]) == (True, "")
 
 
 def test_an_unsupported_target_gets_bounds_that_cover_its_truth(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
@@ -266,7 +274,7 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     doc = json.loads(out.read_text())
     assert set(doc["policies"]) == {"hybrid", "random"}
     hybrid = doc["policies"]["hybrid"]
-    assert set(hybrid["estimates"]["sips"]) == {"value", "ci_low", "ci_high"}
+    assert set(hybrid["estimates"]["sips"]) == {"value", "ci_low", "ci_high", "supported", "reason"}
     assert set(hybrid["recommended"]) == {"estimator", "value", "ci_low", "ci_high", "supported", "reason"}
     assert "floor_share" in hybrid["diagnostics"] and "mean_weight_ci_low" in hybrid["diagnostics"]["pseudo-inverse"]
     assert "unreached_share" in hybrid["diagnostics"]
@@ -292,6 +300,7 @@ def test_cli_ope_log_says_why_there_are_no_paired_differences(migrated_url: str,
     result = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "random"])
     assert result.exit_code == 0, result.output
     assert "UNSUPPORTED" in result.output
+    assert "unsupported (floor)" in result.output  # the other estimators' rows do not read as supported
     assert "paired differences: none, no target is supported on this log" in result.output
 
 
