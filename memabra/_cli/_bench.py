@@ -28,9 +28,10 @@ def bench(
     routers: Annotated[
         str,
         typer.Option(
-            help="Comma-separated routers: vw, linear (alias sklearn), hybrid, bm25, embedding, random, fixed."
+            help="Comma-separated routers: linear (alias sklearn), vw, hybrid, bm25, embedding, random, fixed; "
+            "the first one writes --log-db."
         ),
-    ] = "vw,linear,hybrid,bm25,embedding,random",
+    ] = "linear,vw,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
     json_out: Annotated[
@@ -152,7 +153,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 def simulate_command(
     rounds: Annotated[int, typer.Option(min=100, help="Rounds per router.")] = 2000,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the simulated users and the routers.")] = 0,
-    routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "vw,linear,hybrid,random",
+    routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "linear,vw,hybrid,random",
     lexical: Annotated[bool, typer.Option("--lexical/--embeddings", help="BM25-only prior, or BM25 + MiniLM.")] = True,
     window: Annotated[int, typer.Option(min=10, help="Final window the table reports.")] = 500,
 ) -> None:

@@ -36,7 +36,7 @@ def ope_log(
         list[str],
         typer.Option(
             "--policy",
-            help="snapshot:VERSION, active, or a router (vw, hybrid, bm25, embedding, random[:JSON args]); repeatable.",
+            help="snapshot:VERSION, active, or a router (linear, vw, hybrid, bm25, embedding, random[:JSON args]); repeatable.",
         ),
     ],
     db: DbOption = None,
