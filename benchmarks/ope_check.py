@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--logger",
-        default="vw",
+        default="linear",
         help="NAME or NAME:{json constructor args}; the logging router",
     )
     parser.add_argument("--targets", default="hybrid,bm25,random")

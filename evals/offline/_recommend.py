@@ -33,6 +33,7 @@ from memabra.evals.offline._support import (
     SupportVerdict,
     WeightSummary,
     finite_or_none,
+    floor_verdict,
     support_verdict,
     unreached_bounds,
     unreached_share,
@@ -43,6 +44,7 @@ __all__ = [
     "ASSUMES_ADDITIVE",
     "RECOMMENDED_ESTIMATOR",
     "RECOMMENDED_ORDER",
+    "WEIGHTLESS",
     "WEIGHT_LABELS",
     "pick_replay",
     "summarise",
@@ -53,6 +55,8 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # estimators unbiased only for a reward additive over slots: not recommended where the log shows its
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
+# estimators that weight no decision (the direct method): their verdict is the floor rule's alone
+WEIGHTLESS = frozenset({"dm"})
 
 
 def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
@@ -174,8 +178,11 @@ def _estimator_verdict(
     additivity: AdditivityReport | None,
 ) -> SupportVerdict:
     """The support verdict of one estimator's weight, or why the estimator cannot be read here."""
-    weight_name = SlotEstimator(estimator_name=name).weight_name
-    verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])
+    if name in WEIGHTLESS:
+        verdict = floor_verdict(floor_share)
+    else:
+        weight_name = SlotEstimator(estimator_name=name).weight_name
+        verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])
     if not math.isfinite(estimate.ci_low):
         return SupportVerdict(False, f"{name} is undefined on this log", "undefined")
     if name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:

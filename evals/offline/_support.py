@@ -47,6 +47,7 @@ __all__ = [
     "SUPPORT_PROBABILITY",
     "SupportVerdict",
     "WeightSummary",
+    "floor_verdict",
     "support_verdict",
     "unreached_bounds",
     "unreached_share",
@@ -128,8 +129,9 @@ class SupportVerdict:
     rule: str = ""
 
 
-def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, weight_label: str) -> SupportVerdict:
-    """The rules of the module docstring, first failing rule first; the reason says why in numbers."""
+def floor_verdict(floor_share: float) -> SupportVerdict:
+    """Rule 1 alone: all an estimate that weights nothing (the direct method) can fail, since its
+    reward model extrapolates to where the logger hardly went."""
     if floor_share > MAX_FLOOR_SHARE:
         return SupportVerdict(
             False,
@@ -137,6 +139,14 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             f"(more than {MAX_FLOOR_SHARE:.0%})",
             "floor",
         )
+    return SupportVerdict(True, "")
+
+
+def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, weight_label: str) -> SupportVerdict:
+    """The rules of the module docstring, first failing rule first; the reason says why in numbers."""
+    floor = floor_verdict(floor_share)
+    if not floor.supported:
+        return floor
     low, high = weight.mean_interval(alpha)
     if high < 1.0 - MEAN_WEIGHT_TOLERANCE or low > 1.0 + MEAN_WEIGHT_TOLERANCE:
         return SupportVerdict(

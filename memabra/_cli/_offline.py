@@ -123,8 +123,10 @@ def ope_log(
             if is_rec:
                 verdict = "supported" if rec.supported else f"UNSUPPORTED: {rec.reason}"
             else:  # its own weight's verdict, in brief: the recommended row carries the reasons
-                own = ev.verdicts[name]
-                verdict = "[dim]supported[/]" if own.supported else f"[dim]unsupported ({own.rule})[/]"
+                own = ev.verdicts.get(name)
+                verdict = (
+                    "" if own is None else "[dim]supported[/]" if own.supported else f"[dim]unsupported ({own.rule})[/]"
+                )
             table.add_row(
                 ev.policy,
                 f"[bold]{name} *[/]" if is_rec else name,

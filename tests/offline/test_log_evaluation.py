@@ -364,6 +364,22 @@ def test_unreached_share_and_bounds_by_hand() -> None:
     assert high > 0.75
 
 
+def test_the_direct_method_is_judged_on_the_floor_alone() -> None:
+    from memabra.evals.offline._recommend import _estimator_verdict
+    from memabra.evals.offline._support import WeightSummary
+    from memabra.evals.ope import IntervalMethod, PolicyValueInterval
+
+    few = WeightSummary()
+    few.update(np.array([0.0] * 97 + [33.0] * 3))  # a weight with about 3 effective decisions
+    summaries = {"joint_weight": few, "pi_weight": few, "slot_weight": few}
+    estimate = PolicyValueInterval(0.5, 0.4, 0.6, 0.05, IntervalMethod.NORMAL)
+    # the weighting estimators fail on their weight; the model-only estimate weights nothing
+    assert _estimator_verdict("dr", estimate, summaries, 0.0, 0.05, None).rule == "effective sample size"
+    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None).supported
+    # but it extrapolates where the logger hardly went, as every estimator does
+    assert _estimator_verdict("dm", estimate, summaries, 0.5, 0.05, None).rule == "floor"
+
+
 def test_paired_differences_by_hand() -> None:
     from statistics import NormalDist
 
