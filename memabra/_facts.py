@@ -45,6 +45,23 @@ _FACT = re.compile(
 _QUESTION_START = re.compile(
     r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I
 )
+# A task for the assistant ("Draft a message telling my team I am away", "Tell them I live in
+# Paris") states no lasting fact of its own: stored whole it would be offered as a memory in every
+# later turn, and its first-person clause is as often a passing state ("I am away") as a fact
+_REQUEST_START = re.compile(
+    r"^\s*(?:please\s+|kindly\s+)?(?:draft|write|compose|send|email|text|message|tell|ask|book|reserve|"
+    r"order|buy|find|search|look\s+up|check|translate|convert|set|schedule|plan|make|create|prepare|"
+    r"suggest|recommend|give|show|list|summari[sz]e|explain|help|let\s+me\s+know|reply|answer|call)\b",
+    re.I,
+)
+_CLAUSE = re.compile(r"\s*[,;]\s*")
+_FIRST_PERSON = re.compile(r"(?:i|i'm|my|our)\b", re.I)
+# ...unless it asks to be remembered: then its clause is the fact ("remember that I'm vegetarian")
+_REMEMBER_CLAUSE = re.compile(
+    r"^\s*(?:please\s+)?(?:remember|note|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|remind\s+me)"
+    r"(?:\s+that)?[\s:,]+(?P<fact>.+)$",
+    re.I,
+)
 
 # The complaint around a restated fact: "I already told you: ...", "..., as I said."
 _COMPLAINT_HEAD = re.compile(
@@ -115,17 +132,33 @@ def fact_subject(text: str) -> str | None:
 def extract_facts(text: str) -> list[str]:
     """First-person statements of lasting facts in ``text`` ("I am vegetarian", "my dog is Rex").
 
-    Questions are skipped; a correction's complaint is cut off; otherwise a sentence is kept whole
-    so the memory reads as the user said it.
+    Questions and tasks for the assistant ("draft a message telling my team I am away") are
+    skipped; a correction's complaint is cut off, and so is a request to remember ("remember that
+    I'm vegetarian" keeps "I'm vegetarian"); otherwise a sentence is kept whole so the memory reads
+    as the user said it.
     """
     facts = []
     for raw in _SENTENCE.split(strip_complaint(text) if _COMPLAINT_HEAD.match(text) else text):
         sentence = strip_complaint(raw.strip().strip('"'))
-        if len(sentence) < 6 or sentence.endswith("?") or _QUESTION_START.match(sentence):
+        remembered = _REMEMBER_CLAUSE.match(sentence)
+        if remembered is not None:
+            clause = remembered.group("fact").strip()
+            sentence = clause[0].upper() + clause[1:] if clause[:2].lower() != "i'" else "I" + clause[1:]
+        elif _REQUEST_START.match(sentence):
+            # a statement after the task, in a clause of its own, still counts ("plan a trip, I hate flying")
+            clauses = [c[0].upper() + c[1:] for c in _CLAUSE.split(sentence)[1:] if _FIRST_PERSON.match(c)]
+            facts.extend(_facts_of(clauses))
             continue
-        if _FACT.search(sentence):
-            facts.append(sentence.rstrip(".!; "))
+        facts.extend(_facts_of([sentence]))
     return facts
+
+
+def _facts_of(sentences: list[str]) -> list[str]:
+    return [
+        s.rstrip(".!; ")
+        for s in sentences
+        if len(s) >= 6 and not s.endswith("?") and not _QUESTION_START.match(s) and _FACT.search(s)
+    ]
 
 
 class RuleFactExtractor:

@@ -55,6 +55,16 @@ def test_a_correction_refreshes_the_fact_and_never_stores_the_complaint(memory_l
     assert change.action.value == "refreshed" and change.episode_id == out["memabra_episode_id"]
 
 
+def test_a_task_for_the_assistant_is_not_stored_as_a_memory(memory_log) -> None:  # type: ignore[no-untyped-def]
+    memory, log = memory_log
+    agent, _ = _agent(memory, log, [AIMessage("Drafted."), AIMessage("Noted."), AIMessage("Planned.")])
+    _ask(agent, "Draft a message telling my team I am away")
+    _ask(agent, "Please remember that I'm allergic to nuts", thread="t2")
+    _ask(agent, "Plan a trip for me, I hate flying", thread="t3")
+    # the task itself is no fact; an asked-for memory and a statement beside a task are
+    assert sorted(i.text for i in memory.items("ann")) == ["I hate flying", "I'm allergic to nuts"]
+
+
 def test_moving_retires_the_old_city_from_the_next_turn_on(memory_log) -> None:  # type: ignore[no-untyped-def]
     memory, log = memory_log
     agent, model = _agent(memory, log, [AIMessage("Noted."), AIMessage("Hobart weather")])
