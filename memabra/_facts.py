@@ -182,7 +182,8 @@ class LLMFactExtractor:
     PROMPT = (
         "Extract durable facts the user states about themselves (identity, preferences, constraints, "
         "circumstances) from the message. A complaint such as 'I already told you' is not a fact: keep only "
-        "the fact it restates. Reply with a JSON list of short first-person sentences, or [] if there are none."
+        "the fact it restates; a task for the assistant ('draft a message saying I am away') is not a fact either. "
+        "Reply with a JSON list of short first-person sentences, or [] if there are none."
     )
     SUPERSEDE_PROMPT = (
         "The user has these stored memories, one per line as 'id: text'. A new fact arrived. Which stored "
