@@ -93,7 +93,7 @@ def demo(
         console.print(
             f"similarity top-k offline, from the learned router's log ({offline.estimator}): {offline.value:+.3f} "
             f"[{offline.ci_low:+.3f}, {offline.ci_high:+.3f}] ({verdict}); online: {online[0]:+.3f} per decision "
-            f"({'inside' if inside else 'OUTSIDE'} the interval)"
+            f"({'inside' if inside else 'OUTSIDE'} the {'interval' if offline.supported else 'bounds, which say the log cannot tell'})"
         )
     console.print("\nnext:")
     console.print(f"  memabra episodes list --db {url}")
