@@ -148,6 +148,17 @@ def route(
         "policy_version": selection.policy_version,
         "seed": selection.seed,
         "injected": [{"id": c.id, "kind": c.kind.value, "text": c.text} for c in selection.chosen],
+        # why: the similarity prior's z-score next to the router's score (the prior plus what it learned)
+        "offered": [
+            {
+                "id": sc.candidate.id,
+                "kind": sc.candidate.kind.value,
+                "similarity": sc.features.get("hyb_z"),
+                "score": sc.score,
+                "rank": sc.rank,
+            }
+            for sc in selection.offered
+        ],
         "slots": [
             {
                 "slot": d.slot,

@@ -59,6 +59,8 @@ def test_route_prints_one_decision_with_its_distributions(migrated_url: str, tmp
     assert "[/]" in first.output  # user text is shown, not parsed as markup
     decision = json.loads(out.read_text())
     assert decision["seed"] == 7 and decision["slots"]
+    assert {o["id"] for o in decision["offered"]} == {"m1", "m2"}  # every candidate, with the prior's z and the score
+    assert all(isinstance(o["similarity"], float) and isinstance(o["score"], float) for o in decision["offered"])
     assert all(abs(sum(s["distribution"].values()) - 1.0) < 1e-9 for s in decision["slots"])
     assert runner.invoke(app, args).exit_code == 0 and json.loads(out.read_text()) == decision  # same seed, same draw
     with EpisodeLog(migrated_url) as log:
