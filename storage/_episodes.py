@@ -80,6 +80,10 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
     feedback_rows: list[dict[str, Any]] = []
     reward_rows: list[dict[str, Any]] = []
     chosen_counts: Counter[tuple[str, str, str]] = Counter()
+    # the chosen candidates the episode already knows were used, counted as set_used counts a later
+    # report (once per decision that chose them); without this the runtime's counter, whose uses
+    # arrive with the episode, stayed at 0
+    used_counts: Counter[tuple[str, str, str]] = Counter()
     last_chosen: dict[tuple[str, str, str], datetime] = {}
     for episode in episodes:
         episode_rows.append(cv.episode_values(episode, episode.created_at + feedback_window))
@@ -94,6 +98,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                     clean_text(cand.id),
                 )
                 chosen_counts[key] += 1
+                if episode.used_ids and cand.id in episode.used_ids:
+                    used_counts[key] += 1
                 last_chosen[key] = max(last_chosen.get(key, sel.created_at), sel.created_at)
         step_rows.extend(cv.step_values(episode.id, episode.steps))
         feedback_rows.extend(cv.feedback_values(f, late=False) for f in episode.feedback)
@@ -102,7 +108,14 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
             reward_rows.append(cv.reward_values(episode.id, episode.reward, final=final, at=episode.created_at))
     # Fixed order: two batches touching the same registry rows lock them in the same sequence.
     counter_params = [
-        {"b_kind": k, "b_owner": o, "b_id": i, "b_n": n, "b_at": last_chosen[(k, o, i)]}
+        {
+            "b_kind": k,
+            "b_owner": o,
+            "b_id": i,
+            "b_n": n,
+            "b_used": used_counts[(k, o, i)],
+            "b_at": last_chosen[(k, o, i)],
+        }
         for (k, o, i), n in sorted(chosen_counts.items())
     ]
 
@@ -128,7 +141,11 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                     registry.c.owner == bindparam("b_owner"),
                     registry.c.id == bindparam("b_id"),
                 )
-                .values(times_chosen=registry.c.times_chosen + bindparam("b_n"), last_chosen_at=bindparam("b_at")),
+                .values(
+                    times_chosen=registry.c.times_chosen + bindparam("b_n"),
+                    times_used=registry.c.times_used + bindparam("b_used"),
+                    last_chosen_at=bindparam("b_at"),
+                ),
                 counter_params,
             )
 

@@ -189,6 +189,17 @@ def test_usage_counters_follow_decisions_and_outcomes(log: EpisodeLog) -> None:
     assert log.candidate_stats("someone-else", ["m2"]) == {}
 
 
+def test_uses_known_when_the_episode_is_logged_are_counted_once(log: EpisodeLog) -> None:
+    log.put_items([RegistryItem(CandidateKind.MEMORY, f"m{i}", "u1", f"memory {i}", 10) for i in range(5)])
+    ep = episode(chosen=("m0", "m2"), used_ids=frozenset({"m2"}))  # the runtime's path: uses arrive with it
+    log.log_episode(ep)
+    log.set_used(ep.id, ["m2", "m0"])  # a later report: only m0 is new
+    by_id = {i.id: i for i in log.items("u1")}
+    assert (by_id["m2"].times_chosen, by_id["m2"].times_used) == (1, 1)
+    assert (by_id["m0"].times_chosen, by_id["m0"].times_used) == (1, 1)
+    assert by_id["m2"].as_candidate().usage.times_helped == 1
+
+
 def test_policy_snapshots_round_trip_and_promotion(log: EpisodeLog) -> None:
     a = PolicySnapshot("vw", "vw-1", b"\x00model-a", {"args": "--cb_explore_adf"}, status="active")
     b = PolicySnapshot("vw", "vw-2", b"\x00model-b", parent="vw-1", metrics={"ips": 0.4})
