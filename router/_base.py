@@ -188,7 +188,7 @@ class Router(ABC):
             self._decisions += 1
             rng = np.random.default_rng(seed)
             draws = self._fill_slots(context, table, budget, rng)
-            offered = self._offered(context, table)
+            offered = self._offered(context, table, draws)
             selection = Selection(
                 context=context,
                 offered=offered,
@@ -217,11 +217,20 @@ class Router(ABC):
             )
         return apply_floor(probabilities, float(self.min_probability))
 
-    def _offered(self, context: RoutingContext, table: FeatureTable) -> tuple[ScoredCandidate, ...]:
-        scores = np.asarray(self._scores(context, table), dtype=np.float64)
+    def _offered(
+        self, context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]
+    ) -> tuple[ScoredCandidate, ...]:
+        scores = np.asarray(self._decision_scores(context, table, draws), dtype=np.float64)
         if scores.shape != (len(table.candidates),) or not np.all(np.isfinite(scores)):
             raise RouterError(f"{type(self).__name__} produced unusable candidate scores: {scores}")
         return scored_offers(table, scores)
+
+    def _decision_scores(
+        self, context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]
+    ) -> NDArray[np.float64]:
+        """The scores recorded in ``Selection.offered`` for the decision that drew ``draws``:
+        :meth:`_scores`, unless a router's scores depend on what earlier slots picked."""
+        return self._scores(context, table)
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """Per-candidate scores recorded in ``Selection.offered`` (higher is better); the hybrid

@@ -27,13 +27,14 @@ overshoot).
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import RoutingContext
+from memabra._records import STOP_ID, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
@@ -241,13 +242,38 @@ class LinearRouter(ResidualRouter):
         return costs
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
+        """Each candidate's score at the first slot of its kind with nothing chosen before it."""
+        return self._first_slot_scores(context, table, {})
+
+    def _decision_scores(
+        self, context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]
+    ) -> NDArray[np.float64]:
+        """Each candidate's score at the first slot of its kind *in this decision*: the picks of the
+        kinds filled before it add their pair terms there, as they did to the draw (without them a
+        skill's logged score contradicted the skill slot's own distribution)."""
+        row_of = {candidate.id: row for row, candidate in enumerate(table.candidates)}
+        picks: dict[CandidateKind, list[int]] = {}
+        for draw in draws:
+            if draw.chosen_id != STOP_ID:
+                picks.setdefault(draw.kind, []).append(row_of[draw.chosen_id])
+        before: dict[CandidateKind, tuple[int, ...]] = {}
+        earlier: list[int] = []
+        # the slot loop fills the kinds in this order, so these are the rows a kind's first slot saw
+        for kind in context.kinds:
+            before[kind] = tuple(earlier)
+            earlier += picks.get(kind, ())
+        return self._first_slot_scores(context, table, before)
+
+    def _first_slot_scores(
+        self, context: RoutingContext, table: FeatureTable, before: Mapping[CandidateKind, tuple[int, ...]]
+    ) -> NDArray[np.float64]:
         """:meth:`ResidualRouter._scores` (each candidate's cost at the first slot of its kind, in the
-        prior's units) for every kind in one pass: the numbers a first-slot view per kind gives,
-        each summed in the same order."""
+        prior's units, every candidate of the kind open) for every kind in one pass, with ``before``
+        the rows chosen ahead of each kind's first slot (none where absent); each summed in the order
+        the slot loop sums it."""
         design = self._design_for(table, context)
-        base = self._chosen_scores(design, ())
         hybrid = table.column("hyb_z")
-        rank_terms = np.zeros(hybrid.size)
+        residuals = np.zeros(hybrid.size)
         counts = np.zeros(hybrid.size)
         scored = np.zeros(hybrid.size, dtype=bool)
         for kind in context.kinds:
@@ -255,14 +281,17 @@ class LinearRouter(ResidualRouter):
             if not order:
                 continue
             rows = sorted(order)
+            base = self._chosen_scores(design, before.get(kind, ()))
             view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
             counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
             rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
-            rank_terms[rows] = rank_weights[MAX_RANK]
+            rank_terms = np.full(len(rows), rank_weights[MAX_RANK])
+            position = {row: i for i, row in enumerate(rows)}
             for rank, row in enumerate(order[:MAX_RANK]):
-                rank_terms[row] = rank_weights[rank]
+                rank_terms[position[row]] = rank_weights[rank]
+            residuals[rows] = base[rows] + rank_terms
             scored[rows] = True
-        costs = (self._table_prior(table) + (base + rank_terms)) + counts
+        costs = (self._table_prior(table) + residuals) + counts
         return np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
 
     def _drop_scores(self) -> None:

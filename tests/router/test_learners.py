@@ -110,6 +110,40 @@ def test_a_learner_logs_its_own_score_in_the_priors_units(name: str) -> None:
     assert max(abs(v) for v in learner_parts) > 0.1
 
 
+def test_the_logged_score_is_the_score_of_the_first_slot_of_the_kind_in_that_decision() -> None:
+    # the linear learner scores what earlier slots picked into a candidate (co-needed items): a
+    # tool's logged score must carry the memories picked before the tool slots, as its draw did
+    from memabra.router._residual import PRIOR_OFFSET, PRIOR_SCALE
+
+    router = LinearRouter(seed=0, similarity=SIM, exploration="greedy")
+    pool = MEMORIES + TOOLS
+    context = RoutingContext(
+        "which lawyer in Seattle should the user call",
+        "u1",
+        kinds=(CandidateKind.MEMORY, CandidateKind.TOOL),
+        budget=Budget(max_tokens=10_000, slots={CandidateKind.MEMORY: 2, CandidateKind.TOOL: 2}),
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        selection = router.choose(context, pool)
+        outcomes = {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids}
+        router.learn(selection, float(rng.normal()), outcomes)
+    checked = 0
+    for _ in range(5):
+        selection = router.choose(context, pool)
+        score_of = {sc.candidate.id: sc.score for sc in selection.offered}
+        seen: set[CandidateKind] = set()
+        for view, _draw, _options in router._replay(selection):
+            if view.kind in seen:
+                continue
+            seen.add(view.kind)
+            costs = router._candidate_costs(view)
+            ids = [view.table.candidates[row].id for row in view.eligible]
+            assert [score_of[cid] for cid in ids] == pytest.approx(list(-(costs + PRIOR_OFFSET) / PRIOR_SCALE))
+            checked += bool(view.chosen)
+    assert checked > 0  # some tool slot came after picked memories
+
+
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_it_learns_to_inject_fewer_when_extra_memories_go_unused(name: str) -> None:
     router = LEARNERS[name](0)
