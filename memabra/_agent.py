@@ -9,16 +9,17 @@ The graph::
 
 ``route`` asks the router which memories, skills and tools enter the context; ``agent`` calls the
 chat model with the chosen memories and skill instructions in its system prompt and only the
-chosen tools bound; ``tools`` runs the model's tool calls, recording arguments, result, error and
-latency; ``finish`` logs the episode with its immediate reward terms and learns from every reward
-that has become final. The per-run user comes through LangGraph's ``Runtime`` context
-(``context={"user_id": ...}``); the thread id from ``config["configurable"]["thread_id"]``, as
-checkpointers expect.
+chosen tools bound; ``tools`` runs the model's tool calls as LangGraph's ``ToolNode`` does
+(:mod:`memabra._agent_tools`), recording arguments, result, error and latency; ``finish`` answers
+any call left unrun (over ``max_tool_rounds``), logs the episode with its immediate reward terms
+and learns from every reward that has become final. A chat model that raises ends the run with its
+exception, after the turn is logged as failed. The per-run user comes through LangGraph's
+``Runtime`` context (``context={"user_id": ...}``); the thread id from
+``config["configurable"]["thread_id"]``, as checkpointers expect.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,22 +29,26 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
 
+from memabra._agent_tools import ToolRunner
 from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
-from memabra._errors import InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
+from memabra._graph_steps import close_failed_turn, cut_off_error, error_text, refuse
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession
 from memabra._settings import SessionSettings
-from memabra._tool_search import FIND_TOOLS, ToolSearch
+from memabra._tool_search import ToolSearch
+from memabra._turns import model_step
 from memabra.router import Router
 from memabra.storage import EpisodeLog
 
@@ -61,12 +66,7 @@ class MemabraState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     memabra_turn: str
     memabra_episode_id: str
-    memabra_tool_rounds: int
-
-
-def _bind(turn: Any, names: Sequence[str]) -> None:
-    """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
-    turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
+    memabra_tool_rounds: int  # replies of this turn that asked for tools
 
 
 class _Graph:
@@ -87,6 +87,7 @@ class _Graph:
         )
         self.model = model
         self.tools = {t.name: t for t in tools}
+        self.runner = ToolRunner(session, tools, self.tool_search)
         self.system_prompt = system_prompt
         self.max_tool_rounds = max_tool_rounds
         self.model_name = getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
@@ -111,12 +112,12 @@ class _Graph:
         system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
         chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
         if self.tool_search is not None:
-            chosen.append(self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names)))
+            chosen.append(self.runner.find_tools(self.tool_search, turn))
         bound = self.model.bind_tools(chosen) if chosen else self.model
         conversation = [m for m in state.get("messages", []) if not isinstance(m, SystemMessage)]
         return bound, ([SystemMessage(system)] if system else []) + conversation
 
-    def _record_model(self, state: MemabraState, reply: AIMessage, started: float) -> None:
+    def _replied(self, state: MemabraState, reply: AIMessage, started: float) -> dict[str, Any]:
         inp, out = token_usage(reply)
         self.session.record_model_call(
             state["memabra_turn"],
@@ -125,114 +126,77 @@ class _Graph:
             input_tokens=inp,
             output_tokens=out,
         )
+        update: dict[str, Any] = {"messages": [reply]}
+        if reply.tool_calls:  # a round the model asked for; after_agent runs it while within the limit
+            update["memabra_tool_rounds"] = state.get("memabra_tool_rounds", 0) + 1
+        return update
 
+    def _failed(self, state: MemabraState, exc: Exception, started: float) -> None:
+        # The exception still reaches the caller; the turn is logged first, as a failure.
+        turn_id = state["memabra_turn"]
+        ms = (time.perf_counter() - started) * 1000.0
+        step = model_step(str(self.model_name), ms, None, None, status="error", error=error_text(exc))
+        if self.tool_search is not None:
+            self.tool_search.end(turn_id)
+        close_failed_turn(self.session, turn_id, step)
+
+    # agent and aagent differ only in ``invoke`` vs ``await ainvoke`` (a deliberate repeat).
     def agent(self, state: MemabraState) -> dict[str, Any]:
-        bound, messages = self._prepare(state)
         started = time.perf_counter()
-        reply = bound.invoke(messages)
-        self._record_model(state, reply, started)
-        return {"messages": [reply]}
+        try:
+            bound, messages = self._prepare(state)
+            reply = bound.invoke(messages)
+        except GraphBubbleUp:  # an interrupt pauses the run; the turn stays in flight for the resume
+            raise
+        except Exception as exc:
+            self._failed(state, exc, started)
+            raise
+        return self._replied(state, reply, started)
 
     async def aagent(self, state: MemabraState) -> dict[str, Any]:
-        bound, messages = self._prepare(state)
         started = time.perf_counter()
-        reply = await bound.ainvoke(messages)
-        self._record_model(state, reply, started)
-        return {"messages": [reply]}
-
-    # --- tools
-    def _calls(self, state: MemabraState) -> list[dict[str, Any]]:
-        last = state["messages"][-1]
-        return list(getattr(last, "tool_calls", []) or [])
-
-    def _tool(self, state: MemabraState, name: str) -> BaseTool:
-        if name == FIND_TOOLS and self.tool_search is not None:
-            turn = self.session.get_turn(state["memabra_turn"])
-            return self.tool_search.tool(turn.id, turn.tool_names, lambda names: _bind(turn, names))
-        return self.tools[name]
-
-    def _unavailable(self, state: MemabraState, call: dict[str, Any]) -> ToolMessage | None:
-        turn = self.session.get_turn(state["memabra_turn"])
-        name = call["name"]
-        if (name in turn.tool_names and name in self.tools) or (name == FIND_TOOLS and self.tool_search is not None):
-            return None
-        error = f"tool {name!r} is not available in this turn"
-        self.session.record_tool_call(turn.id, name, call.get("args") or {}, result=None, status="error", error=error)
-        return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
-
-    def _done(self, state: MemabraState, call: dict[str, Any], output: Any, started: float) -> ToolMessage:
-        text = output if isinstance(output, str) else json.dumps(output, default=str)
-        ms = (time.perf_counter() - started) * 1000.0
-        self.session.record_tool_call(
-            state["memabra_turn"], call["name"], call.get("args") or {}, result=text, latency_ms=ms
-        )
-        if self.tool_search is not None:
-            turn = self.session.get_turn(state["memabra_turn"])
-            self.tool_search.used(turn.id, turn.episode_id, call["name"], turn.feedback)
-        return ToolMessage(content=text, tool_call_id=call["id"], name=call["name"])
-
-    def _failed(self, state: MemabraState, call: dict[str, Any], exc: Exception, started: float) -> ToolMessage:
-        # A failing tool is an outcome to log and show the model, not a crash.
-        error = f"{type(exc).__name__}: {exc}"
-        ms = (time.perf_counter() - started) * 1000.0
-        self.session.record_tool_call(
-            state["memabra_turn"],
-            call["name"],
-            call.get("args") or {},
-            result=None,
-            status="error",
-            error=error,
-            latency_ms=ms,
-        )
-        return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=call["name"], status="error")
-
-    # run_tools and arun_tools differ only in ``invoke`` vs ``await ainvoke`` (a deliberate repeat:
-    # one loop for both would need a generator protocol that reads worse than the two copies).
-    def run_tools(self, state: MemabraState) -> dict[str, Any]:
-        results = []
-        for call in self._calls(state):
-            refused = self._unavailable(state, call)
-            if refused is not None:
-                results.append(refused)
-                continue
-            started = time.perf_counter()
-            try:
-                output = self._tool(state, call["name"]).invoke(call.get("args") or {})
-            except Exception as exc:
-                results.append(self._failed(state, call, exc, started))
-            else:
-                results.append(self._done(state, call, output, started))
-        return {"messages": results, "memabra_tool_rounds": state.get("memabra_tool_rounds", 0) + 1}
-
-    async def arun_tools(self, state: MemabraState) -> dict[str, Any]:
-        results = []
-        for call in self._calls(state):
-            refused = self._unavailable(state, call)
-            if refused is not None:
-                results.append(refused)
-                continue
-            started = time.perf_counter()
-            try:
-                output = await self._tool(state, call["name"]).ainvoke(call.get("args") or {})
-            except Exception as exc:
-                results.append(self._failed(state, call, exc, started))
-            else:
-                results.append(self._done(state, call, output, started))
-        return {"messages": results, "memabra_tool_rounds": state.get("memabra_tool_rounds", 0) + 1}
+        try:
+            bound, messages = self._prepare(state)
+            reply = await bound.ainvoke(messages)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            self._failed(state, exc, started)
+            raise
+        return self._replied(state, reply, started)
 
     def after_agent(self, state: MemabraState) -> str:
-        if self._calls(state) and state.get("memabra_tool_rounds", 0) < self.max_tool_rounds:
+        last = state["messages"][-1]
+        if getattr(last, "tool_calls", None) and state.get("memabra_tool_rounds", 0) <= self.max_tool_rounds:
             return "tools"
         return "finish"
 
     # --- finish
+    def _unanswered(self, state: MemabraState, last: AnyMessage) -> list[ToolMessage]:
+        """Answers to the calls of a last reply that no tool ran: over the round limit, or with
+        arguments that did not parse. A thread whose tool call has no answer is refused by the chat
+        APIs on every later turn; each answer is logged as a failed tool step (E in the reward)."""
+        if not isinstance(last, AIMessage):
+            return []
+        turn_id = state["memabra_turn"]
+        answers = [refuse(self.session, turn_id, c, cut_off_error(self.max_tool_rounds)) for c in last.tool_calls]
+        for bad in last.invalid_tool_calls:
+            if bad.get("id"):
+                error = f"not run: its arguments could not be parsed ({bad.get('error') or 'invalid JSON'})"
+                answers.append(refuse(self.session, turn_id, {"name": bad.get("name"), "id": bad["id"]}, error))
+        return answers
+
     def finish(self, state: MemabraState) -> dict[str, Any]:
         last = state["messages"][-1]
-        answer = message_text(last) if isinstance(last, AIMessage) else ""
+        answers = self._unanswered(state, last)
+        answer = message_text(last) if isinstance(last, AIMessage) and not answers else ""
         if self.tool_search is not None:
             self.tool_search.end(state["memabra_turn"])
         episode_id = self.session.finish(state["memabra_turn"], answer)
-        return {"memabra_episode_id": episode_id}
+        update: dict[str, Any] = {"memabra_episode_id": episode_id}
+        if answers:
+            update["messages"] = answers
+        return update
 
 
 class MemabraAgent:
@@ -335,17 +299,24 @@ def create_memabra_agent(
     are migrated with ``memabra db upgrade``). ``extract_with_model`` has the chat model extract
     memories from user messages instead of the rules, and decide which stored memories a new fact
     supersedes. ``tool_search`` binds a ``find_tools`` tool next to the routed ones, so the model can
-    fetch a tool the router left out (recorded as needed and missed). ``settings`` (a
-    :class:`~memabra.SessionSettings`) holds how to route and learn; ``budget``, ``reward``, ``learn``,
-    ``snapshot_every`` and ``local_credit`` given here replace its fields.
+    fetch a tool the router left out (recorded as needed and missed). ``max_tool_rounds`` caps the
+    rounds of tool calls one turn runs: calls made past it are answered "not run" and logged as
+    failed tool steps; 0 makes an agent that runs no tools (they are neither routed nor bound).
+    ``settings`` (a :class:`~memabra.SessionSettings`) holds how to route and learn; ``budget``,
+    ``reward``, ``learn``, ``snapshot_every`` and ``local_credit`` given here replace its fields.
 
     On a log that already holds an active snapshot of the router's policy, the agent resumes it; a
     promote or rollback reaches it within ``settings.reload_interval_s`` seconds; ``close()`` (or
     ``with create_memabra_agent(...) as agent:``, or process exit) saves what it learned since the
     last snapshot.
     """
+    if isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 0:
+        raise ConfigError(f"max_tool_rounds must be a non-negative integer (0: run no tools), got {max_tool_rounds!r}")
+    if max_tool_rounds == 0 and tool_search:
+        raise ConfigError("tool_search=True needs max_tool_rounds of at least 1: find_tools is a tool call")
     chat = resolve_model(model)
-    tool_list = as_tools(tools)
+    given = as_tools(tools)  # checked even when unused: a bad tool is a mistake either way
+    tool_list = given if max_tool_rounds > 0 else []
     session = build_session(
         tools=tool_list,
         skills=skills,
@@ -366,7 +337,7 @@ def create_memabra_agent(
     # langgraph runs a node taking (state, config, runtime), but no add_node overload spells that shape
     builder.add_node("route", nodes.route)  # type: ignore[call-overload, unused-ignore]
     builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))
-    builder.add_node("tools", RunnableLambda(nodes.run_tools, afunc=nodes.arun_tools, name="tools"))
+    builder.add_node("tools", nodes.runner.node())
     builder.add_node("finish", nodes.finish)
     builder.add_edge(START, "route")
     builder.add_edge("route", "agent")

@@ -11,14 +11,17 @@ from langgraph.runtime import Runtime
 
 from memabra._errors import InvalidRecordError
 
-__all__ = ["message_text", "run_thread_id", "run_user_id", "token_usage"]
+__all__ = ["content_text", "message_text", "run_thread_id", "run_user_id", "token_usage"]
 
 
-def message_text(message: AnyMessage) -> str:
-    content = message.content
+def content_text(content: str | list[Any]) -> str:
     if isinstance(content, str):
         return content
     return " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+
+
+def message_text(message: AnyMessage) -> str:
+    return content_text(message.content)
 
 
 def run_user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = None) -> str:

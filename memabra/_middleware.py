@@ -2,9 +2,9 @@
 
 :class:`MemabraMiddleware` plugs into ``langchain.agents.create_agent``: before the agent runs it
 routes the user's message; each model call gets the chosen memories and skill instructions
-appended to its system prompt and only the chosen tools; tool calls are timed and logged; after
-the agent finishes the episode is logged and learned from — the same loop as
-:func:`memabra.create_memabra_agent`.
+appended to its system prompt and only the chosen tools; a call to a tool the turn was not given
+is refused, the others are timed and logged; after the agent finishes the episode is logged and
+learned from — the same loop as :func:`memabra.create_memabra_agent`.
 
 :class:`MemabraNodes` gives the same loop as two nodes (``route`` and ``finish``) for any
 ``StateGraph`` whose state has ``messages``; your own model node reads the chosen context with
@@ -24,12 +24,14 @@ from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
+from memabra._graph_steps import close_failed_turn, record_raised, record_result, refuse, unavailable_error
 from memabra._session import RoutingSession
 
 __all__ = ["MemabraMiddleware", "MemabraNodeState", "MemabraNodes", "create_memabra_middleware"]
@@ -124,64 +126,58 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         self._record_model(request, response, started)
         return response
 
-    def _record_tool(self, request: ToolCallRequest, result: Any, started: float, error: Exception | None) -> None:
-        call = request.tool_call
-        ms = (time.perf_counter() - started) * 1000.0
+    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
+        """A call to a tool this turn was not given is refused, as the built-in agent refuses it:
+        hiding a tool from the model must not leave it runnable."""
         turn_id = request.state["memabra_turn"]
-        if error is not None:
-            self.session.record_tool_call(
-                turn_id,
-                call["name"],
-                call.get("args") or {},
-                result=None,
-                status="error",
-                error=f"{type(error).__name__}: {error}",
-                latency_ms=ms,
-            )
-            return
-        failed = isinstance(result, ToolMessage) and result.status == "error"
-        text = message_text(result) if isinstance(result, ToolMessage) else str(result)
-        self.session.record_tool_call(
-            turn_id,
-            call["name"],
-            call.get("args") or {},
-            result=None if failed else text,
-            status="error" if failed else "ok",
-            error=text if failed else None,
-            latency_ms=ms,
-        )
+        name = request.tool_call["name"]
+        if name in self.session.get_turn(turn_id).tool_names:
+            return None
+        return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
 
     def _tool_raised(self, request: ToolCallRequest, started: float, exc: Exception) -> None:
         # The exception ends the agent's run before after_agent: log the failed step and the
-        # episode now, as the built-in agent does, so the turn is not lost.
-        self._record_tool(request, None, started, exc)
+        # episode (as a failed turn) now, so the turn is neither lost nor left in flight.
         turn_id = request.state["memabra_turn"]
-        episode_id = self.session.finish(turn_id, "")
+        record_raised(self.session, turn_id, request.tool_call, exc, started)
+        episode_id = close_failed_turn(self.session, turn_id)
+        if episode_id is None:
+            return
         with self._lock:
             self._ended[turn_id] = episode_id
             while len(self._ended) > _MAX_ENDED:
                 self._ended.popitem(last=False)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused
         started = time.perf_counter()
         try:
             result = handler(request)
+        except GraphBubbleUp:  # an interrupt pauses the run; the turn stays in flight for the resume
+            raise
         except Exception as exc:
             self._tool_raised(request, started, exc)
             raise
-        self._record_tool(request, result, started, None)
+        record_result(self.session, request.state["memabra_turn"], request.tool_call, result, started)
         return result
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> Any:
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused
         started = time.perf_counter()
         try:
             result = await handler(request)
+        except GraphBubbleUp:
+            raise
         except Exception as exc:
             self._tool_raised(request, started, exc)
             raise
-        self._record_tool(request, result, started, None)
+        record_result(self.session, request.state["memabra_turn"], request.tool_call, result, started)
         return result
 
     def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:

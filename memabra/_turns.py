@@ -77,8 +77,24 @@ class TurnTable:
             self._turns.pop(turn_id, None)
 
 
-def model_step(name: str, latency_ms: float, input_tokens: int | None, output_tokens: int | None) -> Step:
-    return Step(StepKind.MODEL, name, latency_ms=latency_ms, input_tokens=input_tokens, output_tokens=output_tokens)
+def model_step(
+    name: str,
+    latency_ms: float,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    *,
+    status: str = "ok",
+    error: str | None = None,
+) -> Step:
+    return Step(
+        StepKind.MODEL,
+        name,
+        status=status,
+        error=error,
+        latency_ms=latency_ms,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+    )
 
 
 def tool_step(

@@ -90,3 +90,38 @@ def test_a_raising_tool_is_logged_with_its_episode(log: EpisodeLog, tools, lexic
     ]
     assert "ValueError: city is required" in (ep.steps[1].error or "")
     assert ep.reward is not None and ep.reward.components.e > 0
+    assert ep.reward.components.s == 0.0  # a turn ended by an exception is a failed turn
+
+
+def test_a_tool_the_turn_was_not_given_is_refused_not_run(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    """The middleware hides unrouted tools from the model; a call to one anyway is refused as the
+    built-in agent refuses it (sync and async), never run and logged as ok."""
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    ran: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather forecast for a city."""
+        ran.append(city)
+        return "rain"
+
+    no_tools = Budget(max_tokens=400, slots={CandidateKind.MEMORY: 2})
+    session = build_session(tools=[get_weather], db=log, router=HybridRouter(similarity=lexical), budget=no_tools)
+    call = AIMessage("", tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "c3"}])
+    model = ScriptedChatModel(replies=[call, AIMessage("ok"), call, AIMessage("ok")])
+    agent = create_agent(model, tools=[get_weather], middleware=[MemabraMiddleware(session)])
+    text = {"messages": [HumanMessage("umbrella in Oslo?")]}
+    for out in (
+        agent.invoke(text, context={"user_id": "ann"}),
+        asyncio.run(agent.ainvoke(text, context={"user_id": "ann"})),
+    ):
+        assert model.calls[-2][1] == []  # hidden from the model
+        (reply,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert reply.status == "error" and reply.content == "Error: tool 'get_weather' is not available in this turn"
+        ep = session.log.get_episode(out["memabra_episode_id"])
+        assert [(s.name, s.status, s.result, s.error) for s in ep.steps if s.kind.value == "tool"] == [
+            ("get_weather", "error", None, "tool 'get_weather' is not available in this turn")
+        ]
+    assert ran == []

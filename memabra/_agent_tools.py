@@ -1,0 +1,116 @@
+"""The built-in agent's ``tools`` node: LangGraph's ``ToolNode`` with memabra's checks and logging
+around each call.
+
+``ToolNode`` runs the calls as every LangGraph agent does: in parallel, each tool invoked with the
+full tool call, so ``InjectedToolCallId``, ``InjectedState``, ``InjectedStore`` and ``ToolRuntime``
+are filled in, a ``content_and_artifact`` tool keeps its artifact, a tool's handled
+``ToolException`` comes back as an error ToolMessage, and a tool may return a ``Command``. Around
+each call memabra refuses a tool the router did not give this turn, hands ``find_tools`` its
+per-turn tool, and logs the outcome; a tool that raises is shown to the model as an error (an
+outcome, not a crash), an interrupt still propagates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from memabra._graph_steps import record_raised, record_result, refuse, unavailable_error
+from memabra._session import RoutingSession, Turn
+from memabra._tool_search import FIND_TOOLS, ToolSearch
+
+__all__ = ["ToolRunner", "bind_fetched"]
+
+ToolOutcome = ToolMessage | Command[Any]
+
+# ToolNode runs a round's calls on threads: two find_tools calls must not lose each other's tools.
+_BIND_LOCK = threading.Lock()
+
+
+def bind_fetched(turn: Turn, names: Sequence[str]) -> None:
+    """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
+    with _BIND_LOCK:
+        turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
+
+
+class ToolRunner:
+    """Checks and logs each tool call of a turn; :meth:`node` is the graph's ``tools`` node."""
+
+    def __init__(self, session: RoutingSession, tools: Sequence[BaseTool], tool_search: ToolSearch | None) -> None:
+        self.session = session
+        self.tools = list(tools)
+        self.tool_search = tool_search
+
+    def node(self) -> ToolNode:
+        # handle_tool_errors=False: a raising tool reaches the wrappers below, which log it and
+        # answer the model in memabra's words.
+        return ToolNode(
+            self.tools,
+            name="tools",
+            handle_tool_errors=False,
+            wrap_tool_call=self.wrap,
+            awrap_tool_call=self.awrap,
+        )
+
+    @staticmethod
+    def find_tools(search: ToolSearch, turn: Turn) -> BaseTool:
+        """The ``find_tools`` tool of one turn."""
+        return search.tool(turn.id, turn.tool_names, lambda names: bind_fetched(turn, names))
+
+    def _admit(self, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
+        """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
+        turn_id: str = request.state["memabra_turn"]
+        turn = self.session.get_turn(turn_id)
+        name = request.tool_call["name"]
+        if name == FIND_TOOLS and self.tool_search is not None:
+            return request.override(tool=self.find_tools(self.tool_search, turn))
+        if name in turn.tool_names and request.tool is not None:
+            return request
+        return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
+
+    def _done(self, request: ToolCallRequest, result: ToolOutcome, started: float) -> None:
+        turn_id: str = request.state["memabra_turn"]
+        ok = record_result(self.session, turn_id, request.tool_call, result, started)
+        if ok and self.tool_search is not None:
+            turn = self.session.get_turn(turn_id)
+            self.tool_search.used(turn.id, turn.episode_id, request.tool_call["name"], turn.feedback)
+
+    # wrap and awrap differ only in ``execute`` vs ``await execute`` (a deliberate repeat, as in ToolNode).
+    def wrap(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]) -> ToolOutcome:
+        admitted = self._admit(request)
+        if isinstance(admitted, ToolMessage):
+            return admitted
+        started = time.perf_counter()
+        try:
+            result = execute(admitted)
+        except GraphBubbleUp:  # an interrupt: the run pauses, the turn stays in flight
+            raise
+        except Exception as exc:
+            return record_raised(self.session, admitted.state["memabra_turn"], admitted.tool_call, exc, started)
+        self._done(admitted, result, started)
+        return result
+
+    async def awrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
+    ) -> ToolOutcome:
+        admitted = self._admit(request)
+        if isinstance(admitted, ToolMessage):
+            return admitted
+        started = time.perf_counter()
+        try:
+            result = await execute(admitted)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return record_raised(self.session, admitted.state["memabra_turn"], admitted.tool_call, exc, started)
+        self._done(admitted, result, started)
+        return result

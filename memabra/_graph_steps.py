@@ -1,0 +1,153 @@
+"""What the built-in agent and the middleware log beyond the session's ``record_*`` calls: a tool
+call's outcome as LangGraph's ``ToolNode`` reports it, a call refused or cut off, and a turn that
+ended in an exception. Both entry points use these, so a log reads the same whichever built it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import ToolCall, ToolMessage
+
+from memabra._errors import InvalidRecordError
+from memabra._graph_io import content_text
+from memabra._records import Feedback, FeedbackKind, Step
+from memabra._session import RoutingSession
+from memabra._turns import jsonable
+
+__all__ = [
+    "FAILED_TURN_SOURCE",
+    "close_failed_turn",
+    "cut_off_error",
+    "error_text",
+    "log_text",
+    "record_raised",
+    "record_result",
+    "refuse",
+    "unavailable_error",
+]
+
+logger = logging.getLogger("memabra")
+
+# The feedback source of the ``accepted: false`` a turn ended by an exception is logged with.
+FAILED_TURN_SOURCE = "memabra.failed_turn"
+
+
+def unavailable_error(name: str) -> str:
+    return f"tool {name!r} is not available in this turn"
+
+
+def cut_off_error(limit: int) -> str:
+    return f"not run: this turn's limit of {limit} tool round{'' if limit == 1 else 's'} was reached"
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _args(call: ToolCall | Mapping[str, Any]) -> Mapping[str, Any]:
+    args = call.get("args")
+    return args if isinstance(args, Mapping) else {}
+
+
+def refuse(session: RoutingSession, turn_id: str, call: ToolCall | Mapping[str, Any], error: str) -> ToolMessage:
+    """Log a call that was not run as a failed step; the error ToolMessage that answers it."""
+    name = str(call.get("name") or "")
+    session.record_tool_call(turn_id, name, _args(call), result=None, status="error", error=error)
+    return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
+
+
+def record_raised(
+    session: RoutingSession, turn_id: str, call: ToolCall, exc: BaseException, started: float
+) -> ToolMessage:
+    """Log a tool that raised; the error ToolMessage shown to the model instead (an outcome, not a crash)."""
+    error = error_text(exc)
+    session.record_tool_call(
+        turn_id, call["name"], _args(call), result=None, status="error", error=error, latency_ms=_ms(started)
+    )
+    return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def _answer_to(result: Any, call_id: str | None) -> ToolMessage | None:
+    """The ToolMessage answering ``call_id`` in what a tool gave: the message itself, or one a
+    ``Command`` (or a list of them) carries in its update."""
+    if isinstance(result, ToolMessage):
+        return result if result.tool_call_id == call_id else None
+    if isinstance(result, Sequence) and not isinstance(result, str):
+        return next((m for m in (_answer_to(r, call_id) for r in result) if m is not None), None)
+    update = getattr(result, "update", None)
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    return _answer_to(messages, call_id) if messages is not None else None
+
+
+def record_result(session: RoutingSession, turn_id: str, call: ToolCall, result: Any, started: float) -> bool:
+    """Log a tool call's outcome (a ToolMessage, or a Command carrying one); a ToolMessage with
+    ``status="error"`` (e.g. a tool's handled ToolException) is a failed step. True when it succeeded."""
+    answer = _answer_to(result, call["id"])
+    failed = answer is not None and answer.status == "error"
+    text = log_text(answer.content) if answer is not None else repr(result)
+    session.record_tool_call(
+        turn_id,
+        call["name"],
+        _args(call),
+        result=None if failed else text,
+        status="error" if failed else "ok",
+        error=text if failed else None,
+        latency_ms=_ms(started),
+    )
+    return not failed
+
+
+def log_text(content: str | list[Any]) -> str:
+    """A ToolMessage's content as the log keeps it: its text, as standard JSON where it is JSON.
+
+    A tool's non-text output reaches the model as ``json.dumps`` writes it (what ToolNode sends),
+    which spells non-finite floats ``NaN`` / ``Infinity``: no JSON reader accepts those, so the log
+    writes them as strings, the way it logs tool arguments."""
+    text = content_text(content)
+    if "NaN" not in text and "Infinity" not in text:
+        return text
+    constants: list[str] = []
+
+    def constant(name: str) -> float:
+        constants.append(name)
+        return float(name)
+
+    try:
+        value = json.loads(text, parse_constant=constant)
+    except ValueError:
+        return text
+    # A bare "NaN" is text as much as JSON: kept as the model saw it.
+    if not constants or not isinstance(value, (dict, list)):
+        return text
+    return json.dumps(jsonable(value), ensure_ascii=False)
+
+
+def close_failed_turn(session: RoutingSession, turn_id: str, failure: Step | None = None) -> str | None:
+    """Log a turn that ended in an exception, so it neither stays in flight nor vanishes from the log.
+
+    The episode keeps its selection and propensities (an offline evaluation that lost failing
+    turns would be biased), ``failure`` as its last step, and ``accepted: false`` feedback, so S is
+    0 until someone's verdict says otherwise; the facts the user stated are stored. Returns the
+    episode id, or ``None`` when nothing was in flight or logging failed (then the turn is dropped
+    and a warning logged: the caller is already raising the turn's own exception)."""
+    try:
+        turn = session.get_turn(turn_id)
+    except InvalidRecordError:
+        return None
+    if failure is not None:
+        turn.steps.append(failure)
+    turn.feedback.append(Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, FAILED_TURN_SOURCE, {"accepted": False}))
+    try:
+        return session.finish(turn_id, "")
+    except Exception:
+        session.abandon(turn_id)
+        logger.warning("could not log the failed turn %s (episode %s)", turn_id, turn.episode_id, exc_info=True)
+        return None
