@@ -1,8 +1,10 @@
 """The next message as feedback on the previous turn: corrections, repeats, a wrong tool.
 
-:class:`PreviousTurns` remembers each conversation's last turn (falling back on the log for a thread
-this process has not seen); :func:`correction_feedback` turns what :func:`detect_correction` finds in
-the new message into implicit feedback on that turn (one per turn, by idempotency key).
+:class:`PreviousTurns` finds each conversation's last turn: for a thread, the latest episode of the
+thread in the log, since the turns of one thread may be served by several processes sharing the log
+(what this process remembers only saves reading back the turn's injected ids);
+:func:`correction_feedback` turns what :func:`detect_correction` finds in the new message into
+implicit feedback on that turn (one per turn, by idempotency key).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memabra._corrections import detect_correction, verdict_of
+from memabra._errors import UnknownEpisodeError
 from memabra._records import Feedback, FeedbackKind, RegistryItem
 from memabra.storage import EpisodeFilter, EpisodeLog
 
@@ -39,13 +42,22 @@ class PreviousTurns:
     def get(self, user_id: str, thread_id: str | None) -> PreviousTurn | None:
         with self._lock:
             found = self._last.get((user_id, thread_id))
-        if found is not None or thread_id is None:
+        if thread_id is None:
+            # No thread, no conversation another process could continue: this process's last turn.
             return found
+        # One indexed read per turn: another worker may have served the thread's last turn.
         page = self._log.list_episodes(EpisodeFilter(user_id=user_id, thread_id=thread_id), limit=1)
         if not page.items:
             return None
         last = page.items[0]
-        return PreviousTurn(last.id, last.query)  # injected unknown: only a complaint counts then
+        if found is not None and found.episode_id == last.id:
+            return found
+        try:
+            episode = self._log.get_episode(last.id)
+        except UnknownEpisodeError:  # erased since the listing
+            return None
+        injected = frozenset(cid for selection in episode.selections for cid in selection.chosen_ids)
+        return PreviousTurn(last.id, last.query, injected)
 
     def remember(self, user_id: str, thread_id: str | None, turn: PreviousTurn) -> None:
         key = (user_id, thread_id)

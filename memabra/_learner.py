@@ -6,7 +6,9 @@ closes due feedback windows, reads final rewards in commit order, learns each on
 propensities (:meth:`Router.learn_logged`), and commits the model bytes together with the position
 it has read to, in one transaction (:meth:`memabra.storage.LearnerStore.commit`). A learner killed
 at any instant resumes from its last commit; uncommitted progress is simply learned again. Its
-model is therefore byte-identical to :func:`replay` of the same rewards from scratch.
+model is therefore byte-identical to :func:`~memabra._replay.replay` of the same rewards, from
+scratch or from the base the learner started from (a trained router an agent was given, stored in
+the log first and named in every snapshot's metadata, so that the replay starts where it did).
 
 The same loop runs in-process in every agent (the embedded default): a process that takes the lease
 learns, one that cannot only serves and reloads what the holder publishes.
@@ -16,14 +18,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from memabra._errors import ConfigError
 from memabra._feedback import RewardService
-from memabra._records import LearningItem, PolicySnapshot
+from memabra._records import PolicySnapshot
+from memabra._replay import (
+    DEFAULT_POLICY,
+    LEARNER_SIMILARITY,
+    META_KEY,
+    READ_BATCH,
+    fresh_router,
+    learn_item,
+    learner_meta,
+    replay,
+)
 from memabra._reward import RewardConfig
 from memabra.router import Router, Similarity, load_router
 from memabra.storage import (
@@ -36,97 +48,16 @@ from memabra.storage import (
     ReadPosition,
 )
 
-__all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_item", "replay"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "Learner",
+    "LearnerStatus",
+    "fresh_router",
+    "learn_item",
+    "replay",
+]
 
 logger = logging.getLogger("memabra")
-
-# the numpy learner: slate and stop features VW lacks (measured in docs/router.md); "vw" by name
-DEFAULT_POLICY = "linear"
-# Rewards read per query: large enough to amortise the round trips, small enough to commit often.
-READ_BATCH = 500
-# The learner learns from logged features and never featurises: BM25 alone spares it loading the
-# embedding model (seconds at start-up, which a restarted learner should not wait for).
-LEARNER_SIMILARITY = Similarity(encoder=None)
-# The snapshot metrics key under which the learner records how its model was made.
-_META = "learner"
-
-
-def fresh_router(
-    policy: str, learner_args: dict[str, Any] | None = None, *, similarity: Similarity | None = None
-) -> Router:
-    """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained."""
-    from memabra.router import (
-        EmbeddingRouter,
-        FixedListRouter,
-        HybridRouter,
-        LexicalRouter,
-        LinearRouter,
-        RandomRouter,
-        VWRouter,
-    )
-
-    classes: dict[str, type[Router]] = {
-        cls.name: cls
-        for cls in (VWRouter, LinearRouter, HybridRouter, LexicalRouter, EmbeddingRouter, RandomRouter, FixedListRouter)
-    }
-    cls = classes.get(policy)
-    if cls is None:
-        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(classes))}")
-    return cls(**(learner_args or {}), similarity=similarity if similarity is not None else LEARNER_SIMILARITY)
-
-
-def learn_item(router: Router, item: LearningItem, *, local_credit: bool) -> int:
-    """Teach ``router`` one final reward with each selection's logged propensities; returns how
-    many selections it learned from. The learner and the replay share this, so they cannot drift."""
-    for selection in item.selections:
-        chosen = set(selection.chosen_ids)
-        outcomes = {cid: value for cid, value in item.outcomes.items() if cid in chosen}
-        missing = tuple(cid for cid in item.missing if cid not in chosen)
-        router.learn_logged(selection, item.reward, outcomes, local_credit=local_credit, missing=missing)
-    return len(item.selections)
-
-
-def iter_final(store: LearnerStore, after: ReadPosition = START) -> Iterator[tuple[ReadPosition, LearningItem]]:
-    position = after
-    while True:
-        batch = store.read_final(position, limit=READ_BATCH)
-        if not batch:
-            return
-        for final in batch:
-            yield final.position, final.item
-        position = batch[-1].position
-
-
-def replay(
-    log: EpisodeLog,
-    policy: str = DEFAULT_POLICY,
-    *,
-    learner_args: dict[str, Any] | None = None,
-    local_credit: bool | None = None,
-) -> tuple[Router, int]:
-    """A fresh router taught every final reward of the log in commit order, from scratch; returns it
-    and the number of rewards. ``learner_args`` and ``local_credit`` default to what the policy's
-    learner recorded in its checkpoint (else the policy's defaults and ``False``)."""
-    store = LearnerStore(log.engine)
-    recorded = _recorded(log, store, policy)
-    args = learner_args if learner_args is not None else recorded[0]
-    credit = local_credit if local_credit is not None else recorded[1]
-    router = fresh_router(policy, args)
-    n = 0
-    for _, item in iter_final(store):
-        learn_item(router, item, local_credit=credit)
-        n += 1
-    return router, n
-
-
-def _recorded(log: EpisodeLog, store: LearnerStore, policy: str) -> tuple[dict[str, Any] | None, bool]:
-    checkpoint = store.checkpoint(policy)
-    if checkpoint is None or checkpoint.snapshot_version is None:
-        return None, False
-    snapshot = log.get_snapshot(checkpoint.snapshot_version)
-    meta = snapshot.metrics.get(_META)
-    credit = bool(meta.get("local_credit", False)) if isinstance(meta, dict) else False
-    return dict(snapshot.learner_args), credit
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +75,10 @@ class Learner:
     make_router
         Builds the fresh router a learner with no checkpoint starts from (its class must be the
         policy's); a checkpoint, when the log has one, is restored instead.
+    base
+        When given and it returns a snapshot (stored in the log), a learner with no checkpoint
+        starts from a copy of it instead of ``make_router()``, and records its version in every
+        snapshot it commits (``metrics["learner"]["base"]``) for :func:`replay`.
     commit_every, commit_interval_s
         Commit after that many new rewards, or that many seconds after the first uncommitted one.
     reward_config
@@ -165,9 +100,11 @@ class Learner:
         similarity: Similarity | None = None,
         on_commit: Callable[[PolicySnapshot], None] | None = None,
         lease_ttl: timedelta = SQLITE_LEASE_TTL,
+        base: Callable[[], PolicySnapshot | None] | None = None,
     ) -> None:
         self.log = log
         self.make_router = make_router
+        self.base = base
         self.policy = policy or make_router().name
         self.local_credit = local_credit
         self.commit_every = commit_every
@@ -179,6 +116,7 @@ class Learner:
         self._lease = LearnerLease(log.engine, self.policy, ttl=lease_ttl)
         self._router: Router | None = None
         self._root = ""
+        self._base: str | None = None
         self._committed = START
         self._position = START
         self._learned = 0
@@ -301,9 +239,18 @@ class Learner:
             raise LeaseLostError(f"the learner of {self.policy!r} does not hold the lease")
         snap = self._router.snapshot()
         position = [self._position.seq, self._position.episode_id]
-        meta = {"root": self._root, "local_credit": self.local_credit, "learned": self._learned, "position": position}
+        meta: dict[str, Any] = {
+            "root": self._root,
+            "local_credit": self.local_credit,
+            "learned": self._learned,
+            "position": position,
+        }
+        if self._base is not None:
+            meta["base"] = self._base
         version = f"{self._root}+{self._learned}" if self._learned else self._root
-        return replace(snap, version=version, parent=self._last_snapshot, metrics={**snap.metrics, _META: meta})
+        # the first commit's parent is the base: a rollback from it returns to the router given
+        parent = self._last_snapshot or self._base
+        return replace(snap, version=version, parent=parent, metrics={**snap.metrics, META_KEY: meta})
 
     def close(self) -> None:
         """Commit what was learned since the last commit, then release the lease."""
@@ -331,19 +278,22 @@ class Learner:
     def _resume(self) -> None:
         checkpoint = self._store.checkpoint(self.policy)
         if checkpoint is None or checkpoint.snapshot_version is None:
-            router = self.make_router()
+            start = self.base() if self.base is not None else None
+            router = load_router(start, similarity=self.similarity) if start is not None else self.make_router()
             if router.name != self.policy:
                 raise ConfigError(f"the learner of policy {self.policy!r} was given a {router.name!r} router")
             self._router = router
             self._root = router.policy_version
+            self._base = start.version if start is not None else None
             self._committed = self._position = START
             self._learned = self._committed_learned = 0
             self._last_snapshot = None
         else:
             snapshot = self.log.get_snapshot(checkpoint.snapshot_version)
             self._router = load_router(snapshot, similarity=self.similarity)
-            meta = snapshot.metrics.get(_META)
-            meta = meta if isinstance(meta, dict) else {}
+            meta = learner_meta(snapshot)
+            base = meta.get("base")
+            self._base = str(base) if base else None
             # Versions stay "<root>+<rewards learned>" across restarts instead of growing a suffix each time.
             self._root = str(meta.get("root", snapshot.version))
             self.local_credit = bool(meta.get("local_credit", self.local_credit))
@@ -354,7 +304,7 @@ class Learner:
         logger.info(
             "learner %s holds the lease from %s (%d rewards learned)",
             self.policy,
-            self._last_snapshot or "scratch",
+            self._last_snapshot or self._base or "scratch",
             self._learned,
         )
 

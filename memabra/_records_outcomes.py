@@ -372,9 +372,9 @@ class Page:
 
 @dataclass(frozen=True, slots=True)
 class FeedbackReceipt:
-    """What happened to posted feedback: ``stored`` (applies to the reward), ``late`` (stored,
-    but the episode's reward was already final and learned from) or ``duplicate`` (an earlier
-    post had the same idempotency key; nothing written)."""
+    """What happened to posted feedback: ``stored`` (applies to the reward), ``late`` (stored
+    for review, never applied: the episode's reward was already final or its feedback window had
+    closed) or ``duplicate`` (an earlier post had the same idempotency key; nothing written)."""
 
     feedback_id: str
     status: str

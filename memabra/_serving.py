@@ -4,6 +4,9 @@
 
 * **Resume**: the router that serves first is the log's active snapshot of the policy (by the
   router's name), restored; the router given by the user serves only while the log has none.
+* **Start**: a log with no learner checkpoint yet is learned from the given router: a fresh copy of
+  its parameters when it never learned, else its learned state, stored in the log as the learner's
+  base (a retired snapshot) so that :func:`~memabra._replay.replay` starts from it too.
 * **Hot reload**: serving goes through a :class:`~memabra.router.SnapshotWatcher` that asks the log
   for the active version every :data:`RELOAD_INTERVAL_S` seconds (one indexed query, no model
   bytes) and, on PostgreSQL, at once when a ``memabra_policy`` NOTIFY arrives. A promote or a
@@ -21,12 +24,15 @@ import logging
 import threading
 import time
 import weakref
+from dataclasses import replace
 
+from memabra._errors import ConfigError, UnknownSnapshotError
 from memabra._learner import Learner, LearnerStatus, fresh_router
-from memabra._records import PolicySnapshot
+from memabra._records import PolicySnapshot, utcnow
+from memabra._replay import recorded
 from memabra._reward import RewardConfig
 from memabra._settings import RELOAD_INTERVAL_S
-from memabra.router import Router, SnapshotWatcher, load_router
+from memabra.router import Router, SnapshotWatcher, learned_model, load_router
 from memabra.storage import EpisodeLog, LearnerStore
 
 __all__ = ["NOTIFY_CHANNEL", "RELOAD_INTERVAL_S", "PolicyRuntime"]
@@ -74,7 +80,11 @@ class PolicyRuntime:
         self.policy = router.name
         self._store = LearnerStore(log.engine)
         self._given = router
+        # Taken before the given router serves a turn: what it had learned when it was handed over.
+        self._base = _learned_state(router) if learn else None
         active = self._store.active_version(self.policy)
+        if self._base is not None:
+            self._note_set_aside(active)
         initial = load_router(log.get_snapshot(active), similarity=router.similarity) if active is not None else router
         self.watcher = SnapshotWatcher(
             initial, self._source, interval_s=reload_interval_s, similarity=router.similarity
@@ -91,6 +101,7 @@ class PolicyRuntime:
                 reward_config=reward_config,
                 similarity=router.similarity,
                 on_commit=self._committed,
+                base=self._store_base if self._base is not None else None,
             )
         self._lock = threading.RLock()
         self._following: str | None = None
@@ -115,9 +126,50 @@ class PolicyRuntime:
         return self.log.get_snapshot(version)
 
     def _make_router(self) -> Router:
-        # A log with no learner yet: a fresh router with the parameters of the one the user built.
+        # A log with no learner yet and an untrained router given: a fresh one with its parameters.
         given = self._given
         return fresh_router(self.policy, given.get_params(), similarity=given.similarity)
+
+    def _store_base(self) -> PolicySnapshot:
+        """The given router's learned state as stored in the log (stored now unless it already is):
+        the start of a learner with no checkpoint, which :func:`replay` must be able to read."""
+        base = self._base
+        assert base is not None
+        version, n = base.version, 1
+        while (stored := self._stored(version)) is not None:
+            if stored.policy == base.policy and learned_model(stored) == learned_model(base):
+                return stored
+            n += 1  # the same name learned differently elsewhere: store it under a free one
+            version = f"{base.version}~{n}"
+        parent = base.parent if base.parent is not None and self._stored(base.parent) is not None else None
+        # retired: it served (the turns before the learner started) and is not the policy's active one
+        record = replace(base, version=version, parent=parent, status="retired", created_at=utcnow())
+        self.log.save_snapshot(record)
+        logger.info("stored the router given to policy %s as %s, the learner's starting point", self.policy, version)
+        return record
+
+    def _stored(self, version: str) -> PolicySnapshot | None:
+        try:
+            return self.log.get_snapshot(version)
+        except UnknownSnapshotError:
+            return None
+
+    def _note_set_aside(self, active: str | None) -> None:
+        """Say so when a trained router is passed to a log whose learner already has a lineage:
+        the log's own model wins (silent when the router is that lineage's start or head)."""
+        assert self._base is not None
+        checkpoint = self._store.checkpoint(self.policy)
+        if checkpoint is None or checkpoint.snapshot_version is None:
+            return
+        given = self._base.version
+        if given not in (active, checkpoint.snapshot_version, recorded(self.log, self.policy).base):
+            logger.warning(
+                "policy %s: the learner resumes from the log's checkpoint %s; the trained router passed in (%s) "
+                "is not used",
+                self.policy,
+                checkpoint.snapshot_version,
+                given,
+            )
 
     def _committed(self, stored: PolicySnapshot) -> None:
         if stored.status == "active":
@@ -231,3 +283,15 @@ class _Listener:
             logger.warning(
                 "LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, RELOAD_INTERVAL_S, exc_info=True
             )
+
+
+def _learned_state(router: Router) -> PolicySnapshot | None:
+    """``router``'s snapshot when it has learned anything (its version is not the one its
+    parameters alone give), else ``None``: an untrained router adds nothing to a fresh learner."""
+    try:
+        untrained = fresh_router(router.name, router.get_params(), similarity=router.similarity)
+    except ConfigError:  # not a policy a learner can run: the learner says so when it starts
+        return None
+    if router.policy_version == untrained.policy_version:
+        return None
+    return router.snapshot()

@@ -165,7 +165,8 @@ class EpisodeLog:
     def add_feedback(self, feedback: Feedback, score: Scorer | None = None, *, final: bool = False) -> FeedbackReceipt:
         """Store feedback against its episode; with ``score``, also the reward it gives, in the
         same transaction (``final`` closes the window). ``duplicate`` when the idempotency key was
-        seen before (nothing written), ``late`` when the reward is already final, else ``stored``."""
+        seen before (nothing written), ``late`` when the reward is already final or the episode's
+        feedback deadline has passed (stored, never applied), else ``stored``."""
         return _rewards.add_feedback(self._tx, feedback, score, final=final)
 
     def rescore(self, episode_id: str, score: Scorer, *, final: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -9,10 +10,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
-from memabra._errors import SchemaError
-from memabra.storage._engine import make_engine, resolve_url
+from memabra._errors import SchemaError, StorageContentionError
+from memabra.storage._engine import is_postgres, make_engine, resolve_url
+from memabra.storage._tx import WRITE_OPTION, is_transient
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -40,10 +43,31 @@ def known_revisions() -> frozenset[str]:
 
 
 def _run(engine: Engine, action: str, revision: str) -> None:
+    """Run one Alembic command in one transaction that first takes the database's migration lock:
+    processes that all find a new database (or all run ``db upgrade`` at a deploy) then queue, and
+    each finds the schema where the one before left it instead of creating the same tables again."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        getattr(command, action)(config, revision)
+    try:
+        # WRITE_OPTION makes SQLite begin with BEGIN IMMEDIATE: the write lock, waited for up to
+        # the busy timeout, before Alembic reads the current revision.
+        with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
+            if is_postgres(engine):
+                connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _migration_key(connection)})
+            config.attributes["connection"] = connection
+            getattr(command, action)(config, revision)
+    except OperationalError as exc:
+        if not is_transient(exc):
+            raise
+        where = engine.url.render_as_string(hide_password=True)
+        raise StorageContentionError(
+            f"the schema {action} of {where} waited too long for another process's write lock: {exc.orig}"
+        ) from None
+
+
+def _migration_key(connection: Connection) -> int:
+    schema = connection.execute(text("SELECT current_schema()")).scalar_one()
+    digest = hashlib.blake2b(f"memabra-migrate:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -> str:

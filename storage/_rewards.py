@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +61,9 @@ def add_feedback(
 ) -> FeedbackReceipt:
     """Store feedback and, when ``score`` is given and the window is open, the reward it yields,
     in one transaction. ``duplicate``: the idempotency key was seen (nothing written); ``late``:
-    the reward was already final (stored for review, never applied); else ``stored``."""
+    the reward was already final or the episode's feedback window had closed (stored for review,
+    never applied; with ``score``, a reward still open is made final with what it had); else
+    ``stored``."""
     row_values = prepare(table_of(FeedbackRow), [cv.feedback_values(feedback, late=False)])[0]
 
     def work(s: Session) -> FeedbackReceipt:
@@ -74,7 +77,10 @@ def add_feedback(
                     f"feedback names decision {feedback.decision_id!r}, "
                     f"which is not part of episode {feedback.episode_id!r}"
                 )
-        late = episode.finalized_at is not None
+        now = utcnow()
+        # The window is the stored deadline, not whether a finalise pass happened to run yet:
+        # otherwise what is learned would depend on when the pass last ran.
+        late = episode.finalized_at is not None or now > episode.feedback_due_at
         # One statement for the common case (a new key): the insert skips a row whose key (or id)
         # is already stored, and a concurrent post of the same key waits for the first to commit.
         table = table_of(FeedbackRow)
@@ -88,15 +94,20 @@ def add_feedback(
                     f"idempotency key {feedback.idempotency_key!r} was already used for episode {existing.episode_id!r}"
                 )
             return FeedbackReceipt(existing.id if existing is not None else feedback.id, "duplicate")
+        if late:
+            if score is not None and episode.finalized_at is None:
+                s.flush()
+                _store_reward(s, episode, score(_scored_view(s, episode.id)), final=True, at=now)
+            return FeedbackReceipt(feedback.id, "late")
         if feedback.signals.corrects:
             episode.corrected = True
         used = feedback.signals.implicit.used_ids
-        if used is not None and not late:
+        if used is not None:
             _set_used(s, episode, list(used))
-        if score is not None and not late:
+        if score is not None:
             s.flush()
-            _store_reward(s, episode, score(load_episode(s, episode.id)), final=final, at=utcnow())
-        return FeedbackReceipt(feedback.id, "late" if late else "stored")
+            _store_reward(s, episode, score(_scored_view(s, episode.id)), final=final, at=now)
+        return FeedbackReceipt(feedback.id, "stored")
 
     return tx.write(work, what="add_feedback")
 
@@ -112,9 +123,18 @@ def rescore(tx: Transactions, episode_id: str, score: Scorer, *, final: bool) ->
         existing = s.get(RewardRow, episode.id)
         if existing is not None and existing.final:
             return False
-        return _store_reward(s, episode, score(load_episode(s, episode.id)), final=final, at=utcnow())
+        return _store_reward(s, episode, score(_scored_view(s, episode.id)), final=final, at=utcnow())
 
     return tx.write(work, what="rescore")
+
+
+def _scored_view(s: Session, episode_id: str) -> Episode:
+    """The episode as its reward sees it: late feedback is kept for review but never scored (an
+    episode can hold some before it is finalised, when feedback arrived after its deadline)."""
+    episode = load_episode(s, episode_id)
+    if not any(f.late for f in episode.feedback):
+        return episode
+    return replace(episode, feedback=tuple(f for f in episode.feedback if not f.late))
 
 
 def put_reward(tx: Transactions, episode_id: str, reward: RewardBreakdown, *, final: bool, at: datetime | None) -> bool:

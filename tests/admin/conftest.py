@@ -39,6 +39,7 @@ from memabra import (
 from memabra._admin import create_app
 from memabra._feedback import RewardService
 from memabra._records import OPEResult
+from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, upgrade
 from pg_schema import pg_schema
 
@@ -128,7 +129,9 @@ class Seeded:
 
 
 def seed_log(log: EpisodeLog) -> Seeded:
-    service = RewardService(log)
+    # The episodes are backdated up to ten days; a window longer than that keeps the ones the tests
+    # post feedback to open (feedback after an episode's deadline is late).
+    service = RewardService(log, RewardConfig(feedback_window=timedelta(days=30)))
     seeded = Seeded()
     episodes: list[Episode] = []
     for i in range(24):

@@ -10,7 +10,7 @@ from memabra import Feedback, FeedbackError, InvalidRecordError, RewardWeights, 
 from memabra._feedback import RewardService, recompute_rewards
 from memabra._records import utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeFilter, EpisodeLog
 from memabra.storage._models import FeedbackRow
 
 
@@ -69,6 +69,51 @@ def test_late_feedback_is_stored_marked_and_never_learned(log: EpisodeLog) -> No
     assert len(stored) == 1 and stored[0].late
 
 
+def test_feedback_after_the_deadline_is_late_before_any_finalise_pass(log: EpisodeLog) -> None:
+    """The window is the episode's stored deadline: feedback after it is late even though no
+    finalise pass closed the episode yet, and the reward is made final with what it had."""
+    svc = _service(log)
+    ep = episode(chosen=("m0",), created_at=utcnow() - timedelta(minutes=11))
+    provisional = svc.record(ep)
+    late = Feedback(ep.id, "explicit", "user", {"correct": False, "correction": True, "relevant_ids": ["m3"]})
+    receipt = svc.post_feedback(late)
+    assert receipt.status == "late" and not receipt.applied
+    final = log.get_episode(ep.id)
+    assert final.finalized_at is not None
+    assert final.reward is not None and final.reward.components == provisional.components
+    assert len(final.feedback) == 1 and final.feedback[0].late
+    assert not log.list_episodes().items[0].corrected
+    assert svc.finalize_due(utcnow() + timedelta(minutes=30)) == 0  # already final
+    (item,) = svc.claim_learning()
+    assert item.reward.components == provisional.components and item.missing == ()
+
+
+def test_late_feedback_without_a_scorer_is_never_scored(log: EpisodeLog) -> None:
+    svc = _service(log)
+    ep = episode(created_at=utcnow() - timedelta(minutes=11))
+    provisional = svc.record(ep)
+    receipt = log.add_feedback(Feedback(ep.id, "explicit", "user", {"correct": False, "correction": True}))
+    assert receipt.status == "late"
+    assert log.get_episode(ep.id).finalized_at is None  # closed by the next finalise pass
+    assert svc.finalize_due() == 1
+    final = log.get_reward(ep.id)
+    assert final is not None and final.components == provisional.components
+    assert not log.list_episodes().items[0].corrected
+
+
+def test_a_late_correction_does_not_mark_the_episode_corrected(log: EpisodeLog) -> None:
+    svc = _service(log)
+    ep = episode()
+    svc.record(ep)
+    assert svc.post_feedback(Feedback(ep.id, "explicit", "user", {"success": 1.0, "final": True})).applied
+    receipt = svc.post_feedback(Feedback(ep.id, "explicit", "user", {"correction": "I said Lyon"}))
+    assert receipt.status == "late"
+    reward = log.get_reward(ep.id)
+    assert reward is not None and reward.components.c == 0.0
+    assert not log.list_episodes().items[0].corrected
+    assert log.list_episodes(EpisodeFilter(corrected=True)).items == ()
+
+
 def test_the_same_feedback_twice_is_a_no_op(log: EpisodeLog) -> None:
     svc = _service(log)
     ep = episode()
@@ -105,11 +150,11 @@ def test_bad_feedback_writes_nothing(log: EpisodeLog) -> None:
 
 
 def test_used_ids_feedback_sets_local_outcomes(log: EpisodeLog) -> None:
-    svc = _service(log, minutes=0)
+    svc = _service(log)
     ep = episode(chosen=("m0", "m2"))
     svc.record(ep)
     svc.post_feedback(Feedback(ep.id, "implicit", "runtime", {"used_ids": ["m2"]}))
-    svc.finalize_due(utcnow() + timedelta(seconds=1))
+    svc.finalize_due(utcnow() + timedelta(minutes=11))
     (item,) = svc.claim_learning()
     assert item.outcomes == {"m0": 0.0, "m2": 1.0}
 

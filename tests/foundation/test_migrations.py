@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import multiprocessing
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from memabra import SchemaError
-from memabra.storage import EpisodeLog, check_schema, downgrade, head_revision, upgrade
+from memabra import ConfigError, SchemaError
+from memabra.storage import EpisodeLog, check_schema, current_revision, downgrade, head_revision, open_log, upgrade
 from memabra.storage._models import Base
 
 TABLES = {
@@ -89,3 +94,55 @@ def test_postgres_json_columns_are_jsonb(engine) -> None:  # type: ignore[no-unt
     assert type(cols["features"]).__name__ == "JSONB"
     ts = {c["name"]: c["type"] for c in inspect(engine).get_columns("episodes")}
     assert ts["created_at"].timezone is True
+
+
+_fork = multiprocessing.get_context("fork")
+
+
+def _first_open(url: str, how: str, start: Barrier, results: Queue[str]) -> None:
+    start.wait()
+    try:
+        if how == "open_log":
+            open_log(url).close()
+        else:
+            upgrade(url)
+        results.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which names it
+        results.put(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+
+
+def _at_once(url: str, how: str, processes: int) -> list[str]:
+    start = _fork.Barrier(processes)
+    results: Queue[str] = _fork.Queue()
+    workers = [_fork.Process(target=_first_open, args=(url, how, start, results)) for _ in range(processes)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    return [results.get(timeout=5) for _ in workers]
+
+
+def test_processes_opening_one_new_sqlite_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """The embedded default: several agents started together on a file nobody created yet. The
+    schema upgrade takes the file's write lock, so the others wait and find the schema made."""
+    for round_ in range(4):
+        url = f"sqlite:///{tmp_path / f'new-{round_}.db'}"
+        assert _at_once(url, "open_log", 4) == ["ok"] * 4
+        with EpisodeLog(url) as log:
+            check_schema(log.engine)
+
+
+def test_concurrent_upgrades_of_one_database_serialise(db_url: str) -> None:
+    """``memabra db upgrade`` run by several deploy jobs at once (an advisory lock on PostgreSQL)."""
+    assert _at_once(db_url, "upgrade", 3) == ["ok"] * 3
+    with EpisodeLog(db_url) as log:
+        assert current_revision(log.engine) == head_revision()
+
+
+def test_opening_a_sqlite_file_in_a_missing_directory_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "x.db"
+    with pytest.raises(ConfigError, match=f"cannot open the SQLite database {missing}: the directory"):
+        open_log(f"sqlite:///{missing}")
+    with pytest.raises(ConfigError, match="it is a directory"):
+        open_log(f"sqlite:///{tmp_path}")
+    assert not missing.parent.exists()

@@ -8,13 +8,15 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
+from runtime.learning_log import log_final
 
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind, InvalidRecordError
 from memabra._agent import create_memabra_agent
 from memabra._catalog import Skill
-from memabra.router import HybridRouter
-from memabra.storage import EpisodeLog
+from memabra._learner import learn_item, replay
+from memabra.router import HybridRouter, LinearRouter, learned_model, load_router
+from memabra.storage import EpisodeLog, LearnerStore, upgrade
 
 USER = {"user_id": "ann"}
 
@@ -102,6 +104,63 @@ def test_a_correction_in_the_next_turn_raises_c(log: EpisodeLog, tools, lexical)
     implicit = [f for f in after.feedback if f.source == "memabra.corrections"]
     assert implicit and implicit[0].payload["correction"] is True
     assert agent.log.list_episodes().items[-1].corrected
+
+
+def test_a_correction_is_charged_to_the_thread_s_last_turn_whichever_worker_served_it(
+    migrated_url: str, tools, lexical
+) -> None:  # type: ignore[no-untyped-def]
+    """Two workers (two agents, each with its own connection to one log) share a thread: the
+    correction A reads is about the turn B served last, not about A's own earlier turn."""
+
+    def worker():  # type: ignore[no-untyped-def]
+        model = ScriptedChatModel(replies=[AIMessage("How about a steak house?")])
+        return create_memabra_agent(model, tools=tools, db=migrated_url, router=HybridRouter(similarity=lexical))
+
+    with worker() as a, worker() as b:
+        a.session.memory.remember("ann", "I am vegetarian and never eat meat")
+        first = ask(a, "What is the capital of France?", thread="shared")["memabra_episode_id"]
+        second = ask(b, "Suggest a restaurant for tonight", thread="shared")["memabra_episode_id"]
+        ask(a, "I already told you I'm vegetarian, no meat!", thread="shared")
+        charged = {e: a.log.get_reward(e) for e in (first, second)}
+        assert charged[second] is not None and charged[second].components.c == 1.0
+        assert charged[first] is not None and charged[first].components.c == 0.0
+        assert not [f for f in a.log.get_episode(first).feedback if f.source == "memabra.corrections"]
+
+
+def test_a_trained_router_keeps_serving_and_learning_across_turns_and_restarts(
+    migrated_url: str, tools, lexical, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A router trained elsewhere, given to an agent on a new log: every turn is decided by it or by
+    the learner continuing it (never a fresh model), a restart resumes that lineage, and a replay
+    of the log reproduces the exported model."""
+    other_url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    upgrade(other_url)
+    trained = LinearRouter(similarity=lexical)
+    with EpisodeLog(other_url) as other:
+        log_final(other, 20)
+        for final in LearnerStore(other.engine).read_final():
+            learn_item(trained, final.item, local_credit=False)
+    given = trained.policy_version
+
+    def build():  # type: ignore[no-untyped-def]
+        router = load_router(trained.snapshot(), similarity=lexical)
+        model = ScriptedChatModel(replies=[AIMessage("Noted.")])
+        return create_memabra_agent(model, tools=tools, db=migrated_url, router=router, snapshot_every=2)
+
+    for run, turns in enumerate((4, 2)):
+        with build() as agent:
+            if run == 0:
+                agent.session.memory.remember("ann", "I live in Lyon")
+            for i in range(turns):
+                out = ask(agent, "Where do I live?", thread=f"r{run}-{i}")
+                ep = agent.log.get_episode(out["memabra_episode_id"])
+                assert ep.selections[0].policy_version.startswith(given), (run, i, ep.selections[0].policy_version)
+                agent.feedback(ep.id, correct=True, final=True)
+    with EpisodeLog(migrated_url) as log:
+        active = LearnerStore(log.engine).active_version("linear")
+        assert active is not None and active.startswith(f"{given}+")
+        router, n = replay(log, "linear")
+        assert n == 6 and learned_model(log.get_snapshot(active)) == learned_model(router.snapshot())
 
 
 def test_an_injected_but_unused_memory_raises_x(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]

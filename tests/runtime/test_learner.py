@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from runtime.learning_log import log_final
 from sqlalchemy import text
 
-from memabra._learner import Learner, fresh_router, replay
+from memabra._learner import Learner, fresh_router, learn_item, replay
 from memabra._serving import PolicyRuntime
-from memabra.router import VWRouter, learned_model
-from memabra.storage import EpisodeLog, LearnerStore
+from memabra.router import Router, VWRouter, learned_model, load_router
+from memabra.storage import EpisodeLog, LearnerStore, upgrade
 
 
 def vw() -> VWRouter:
@@ -169,3 +170,85 @@ def test_closing_the_log_releases_the_lease_and_leaves_nothing_for_exit(migrated
         assert standby.acquire() and standby.learned == 0  # the lease was released, nothing committed
         drain(standby, 6)
         standby.close()
+
+
+def trained_elsewhere(directory: Path, n: int = 25) -> Router:
+    """A VW router taught ``n`` final rewards of another log (a model built offline, say)."""
+    url = f"sqlite:///{directory / 'elsewhere.db'}"
+    upgrade(url)
+    router = vw()
+    with EpisodeLog(url) as other:
+        log_final(other, n, start=1000)
+        for final in LearnerStore(other.engine).read_final():
+            learn_item(router, final.item, local_credit=False)
+    assert router.policy_version.endswith(f"+{n}")
+    return router
+
+
+def run_runtime(runtime: PolicyRuntime, expected: int) -> None:
+    assert runtime.learner is not None
+    deadline = time.monotonic() + 30
+    while runtime.learner.learned < expected:
+        assert time.monotonic() < deadline, f"learned {runtime.learner.learned} of {expected}"
+        runtime.step()
+
+
+def test_a_trained_router_given_to_a_new_log_is_what_its_learner_continues(log: EpisodeLog, tmp_path: Path) -> None:
+    trained = trained_elsewhere(tmp_path)
+    given = trained.policy_version
+    log_final(log, 12)
+    first = PolicyRuntime(log, load_router(trained.snapshot()), commit_every=5, listen=False)
+    assert first.router.policy_version == given
+    run_runtime(first, 12)
+    assert first.router.policy_version.startswith(f"{given}+")  # serving the learner that started there
+    base = log.get_snapshot(given)  # stored as the learner's start, never made active
+    assert base.status == "retired" and learned_model(base) == learned_model(trained.snapshot())
+    first.close()  # commits the last two
+    expected = load_router(trained.snapshot())
+    for final in LearnerStore(log.engine).read_final():
+        learn_item(expected, final.item, local_credit=False)
+    assert checkpoint_model(log) == learned_model(expected.snapshot())
+
+    # a restart with the same router resumes the log's lineage, and replay starts from the base too
+    log_final(log, 6, start=12)
+    second = PolicyRuntime(log, load_router(trained.snapshot()), commit_every=5, listen=False)
+    state = LearnerStore(log.engine).checkpoint("vw")
+    assert state is not None and second.router.policy_version == state.snapshot_version
+    run_runtime(second, 18)
+    second.close()
+    router, n = replay(log, "vw")
+    assert n == 18 and checkpoint_model(log) == learned_model(router.snapshot())
+    scratch, _ = replay(log, "vw", learner_args=dict(trained.get_params()))
+    assert learned_model(scratch.snapshot()) != checkpoint_model(log)
+    versions = [s.version for s in log.list_snapshots("vw")]
+    assert versions.count(given) == 1  # stored once, not again at the restart
+
+    # retention never takes the replay's starting point away
+    log.prune_snapshots(1, policy="vw")
+    assert log.get_snapshot(given).version == given
+    router, _ = replay(log, "vw")
+    assert checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_a_given_router_never_trained_starts_the_learner_from_scratch_as_before(log: EpisodeLog) -> None:
+    log_final(log, 10)
+    runtime = PolicyRuntime(log, vw(), commit_every=5, listen=False)
+    run_runtime(runtime, 10)
+    runtime.close()
+    first, *_ = log.list_snapshots("vw")
+    assert first.version.endswith("+5") and first.parent is None  # no base stored before it
+    assert "base" not in first.metrics["learner"]  # type: ignore[operator]
+    router, _ = replay(log, "vw")
+    assert checkpoint_model(log) == learned_model(router.snapshot())
+
+
+def test_a_trained_router_set_aside_for_the_log_s_own_lineage_is_reported(
+    log: EpisodeLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_final(log, 5)
+    learner = Learner(log, vw, commit_every=1000)
+    drain(learner, 5)
+    learner.close()
+    with caplog.at_level("WARNING", logger="memabra"):
+        PolicyRuntime(log, trained_elsewhere(tmp_path), learn=True, listen=False).close()
+    assert "is not used" in caplog.text
