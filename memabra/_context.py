@@ -2,19 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from memabra._catalog import Skill
+from memabra._errors import RouterError
 from memabra._records import Candidate, CandidateKind, RegistryItem, Selection
 from memabra._usage import tool_name
 
-__all__ = ["assemble", "gather_candidates"]
+__all__ = ["assemble", "gather_candidates", "own_items"]
+
+
+def own_items(own: Sequence[RegistryItem], registered: Sequence[RegistryItem]) -> list[RegistryItem]:
+    """The session's own skills and tools, each with the usage counters the registry keeps for it.
+
+    The registry is shared by every app and version on the database: an item some other
+    deployment registered cannot be bound or injected here, so offering it would log a choice (and
+    a propensity) for context the model never had. The stored row still lends its counters and age,
+    and one deleted from the registry is not offered."""
+    rows = {i.id: i for i in registered if i.kind is not CandidateKind.MEMORY and not i.owner}
+    out = []
+    for item in own:
+        row = rows.get(item.id)
+        if row is not None:
+            # what this session binds, weighed with what the log learned about it
+            out.append(
+                replace(
+                    item,
+                    created_at=row.created_at,
+                    updated_at=row.updated_at,
+                    last_chosen_at=row.last_chosen_at,
+                    times_chosen=row.times_chosen,
+                    times_used=row.times_used,
+                )
+            )
+    return out
 
 
 def gather_candidates(
     memories: Sequence[RegistryItem], shared: Sequence[RegistryItem], kinds: Sequence[CandidateKind]
 ) -> list[Candidate]:
-    """The user's memories and the shared skills and tools, once each, of the offered kinds."""
+    """The user's memories and the session's skills and tools, once each, of the offered kinds."""
     out: dict[str, Candidate] = {}
     for item in list(memories) + [i for i in shared if i.kind is not CandidateKind.MEMORY]:
         if item.kind in kinds:
@@ -22,14 +50,30 @@ def gather_candidates(
     return list(out.values())
 
 
-def assemble(selection: Selection, skills: Mapping[str, Skill]) -> tuple[str, tuple[str, ...]]:
-    """The system-prompt text (chosen memories and skill instructions) and the chosen tools' names."""
+def assemble(selection: Selection, skills: Mapping[str, Skill], tools: Collection[str]) -> tuple[str, tuple[str, ...]]:
+    """The system-prompt text (chosen memories and skill instructions) and the chosen tools' names.
+
+    ``skills`` and ``tools`` (ids) are what this session can put in the context; a chosen skill or
+    tool outside them is a router bug (it chose what it was not offered) and raises
+    :class:`~memabra._errors.RouterError` before the turn runs, rather than being dropped while the
+    log says it was injected."""
+    missing = [
+        c.id
+        for c in selection.chosen
+        if (c.kind is CandidateKind.SKILL and c.id not in skills)
+        or (c.kind is CandidateKind.TOOL and c.id not in tools)
+    ]
+    if missing:
+        raise RouterError(
+            f"the router chose {', '.join(map(repr, missing))}, which this session was not built with "
+            "and cannot put in the model's context"
+        )
     memories = [c for c in selection.chosen if c.kind is CandidateKind.MEMORY]
-    chosen_skills = [skills[c.id] for c in selection.chosen if c.kind is CandidateKind.SKILL and c.id in skills]
-    tools = tuple(tool_name(c.id, c.metadata) for c in selection.chosen if c.kind is CandidateKind.TOOL)
+    chosen_skills = [skills[c.id] for c in selection.chosen if c.kind is CandidateKind.SKILL]
+    chosen_tools = tuple(tool_name(c.id, c.metadata) for c in selection.chosen if c.kind is CandidateKind.TOOL)
     parts = []
     if memories:
         parts.append("What you know about the user:\n" + "\n".join(f"- {m.text}" for m in memories))
     for skill in chosen_skills:
         parts.append(f"Skill '{skill.name}' ({skill.description}):\n{skill.body}")
-    return "\n\n".join(parts), tools
+    return "\n\n".join(parts), chosen_tools

@@ -1,13 +1,18 @@
 """What the user states about themselves, turned into facts worth remembering.
 
 Rules by default (:func:`extract_facts`); a chat model when one is given
-(:class:`LLMFactExtractor`). Three things happen on the way in:
+(:class:`LLMFactExtractor`). Four things happen on the way in:
 
 * a correction's complaint is cut off, so "I already told you: I'm vegetarian" yields the fact
   "I'm vegetarian", never the complaint's wording (:func:`strip_complaint`);
+* a sentence joining independent facts ("I live in Lyon and my dog is called Rex") becomes one
+  fact per clause (:func:`split_facts`), so a later change to one of them cannot retire the other;
+  "I like salt and pepper" stays whole;
 * every fact gets a *subject* when it states something that has one current value — where the
-  user lives, their name, their job, their diet, how they take their coffee, "my X is ..." —
-  so a new fact on that subject can supersede the old one (:func:`fact_subject`);
+  user lives, their name, their job, their diet, how they take their coffee, a pet's or
+  relative's name, "my email / birthday / favourite X is ..." — so a new fact on that subject can
+  supersede the old one (:func:`fact_subject`). A passing state or event ("my dog is sick", "my
+  sister is visiting next week") has none, so it never retires a standing fact;
 * questions and small talk without a first-person statement are skipped.
 """
 
@@ -17,6 +22,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
 from langchain_core.language_models import BaseChatModel
@@ -28,6 +34,9 @@ __all__ = [
     "RuleFactExtractor",
     "extract_facts",
     "fact_subject",
+    "fact_subjects",
+    "join_facts",
+    "split_facts",
     "strip_complaint",
 ]
 
@@ -78,6 +87,29 @@ _COMPLAINT_TAIL = re.compile(
     re.IGNORECASE,
 )
 
+# Where a sentence may join two facts: "..., and my dog ...", "... but I ...", "..., I ...". A cut
+# is only tried where a first-person clause starts, so "I like salt and pepper" is never cut.
+_JOIN = re.compile(r"\s*,\s*(?:(?:and|but)\s+)?(?=(?:i|my|our)\b)|\s+(?:and|but)\s+(?=(?:i|my|our)\b)", re.I)
+# A clause leaning on the one before ("... and I love it", "... and my wife is too") is no fact of
+# its own: it stays joined to what it refers to.
+_BACK_REFERENCE = re.compile(
+    r"\b(?:it|its|that|this|there|them|those|these|he|she|him|his|her|they|their|one|too|either|same|as well)\b", re.I
+)
+
+# A passing state or event: it has no single current value to replace, and replaces none.
+_TEMPORARY = re.compile(
+    r"\b(?:today|tonight|tomorrow|yesterday|(?:right|just) now|at the moment|for now|for the time being"
+    r"|temporarily|until|this (?:morning|afternoon|evening|week|weekend|month|year|summer|winter|spring|autumn|fall)"
+    r"|next (?:week|weekend|month|year|summer|winter|spring|autumn|fall|time"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+    r"|for (?:a|the|two|three|few|a few|a couple of) (?:few )?(?:days?|weeks?|months?|while|nights?))\b",
+    re.I,
+)
+
+# After "my name is" or "my X is": "... spelled with two n's", "... not Anna" say something about
+# the value, not a new one.
+_A_VALUE = r"(?!\s+(?:not|never|spelled|spelt|pronounced|written|short for|hard|difficult|easy|unusual|common|too)\b)"
+
 # Subjects with a single current value. Order matters: the first match names the subject.
 _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -88,8 +120,21 @@ _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    ("name", re.compile(r"\bmy name is\b|\bcall me\b|\bi(?:'m| am) called\b", re.I)),
-    ("work", re.compile(r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b|\bmy job is\b|\bi(?:'m| am) employed\b", re.I)),
+    (
+        "name",
+        re.compile(
+            r"\bmy name(?: is|'s)\b"
+            + _A_VALUE
+            + r"|\bcall me\b(?!\s+(?:back|later|when|if|at|on|after|before|anytime|any time)\b)|\bi(?:'m| am) called\b",
+            re.I,
+        ),
+    ),
+    (
+        "work",
+        re.compile(
+            r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b(?!\s+home\b)|\bmy job is\b|\bi(?:'m| am) employed\b", re.I
+        ),
+    ),
     (
         "diet",
         re.compile(
@@ -100,7 +145,36 @@ _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("coffee", re.compile(r"\b(?:take|have|drink|like) my coffee\b|\bmy (?:usual )?coffee(?: order)? is\b", re.I)),
     ("units", re.compile(r"\b(?:metric|imperial)\s+units\b", re.I)),
 )
-_MY_THING = re.compile(r"\bmy\s+((?:favou?rite\s+)?[a-z]+(?:\s+[a-z]+)?)\s+(?:is|are)\b", re.I)
+# "my dog is called Rex" is about the dog's name: the dog may be sick, old or a labrador as well.
+_CALLED = re.compile(r"\b(my|our)\s+([a-z']+(?:\s+[a-z']+)?)\s+(?:is|are)\s+(?:called|named)\b", re.I)
+_MY_THING = re.compile(r"\b(my|our)\s+((?:favou?rite\s+)?[a-z']+(?:\s+[a-z']+)?)\s+(?:is|are)\b" + _A_VALUE, re.I)
+# What "my X is ..." names that has one current value. Anything else ("my dog is sick", "my sister
+# is a doctor", "my car is red") may hold alongside other facts about X, so it supersedes nothing.
+_SINGLE_VALUED = frozenset(
+    {
+        "address",
+        "age",
+        "anniversary",
+        "birthday",
+        "email",
+        "employer",
+        "handle",
+        "language",
+        "name",
+        "nationality",
+        "number",
+        "occupation",
+        "postcode",
+        "profession",
+        "pronouns",
+        "role",
+        "timezone",
+        "title",
+        "username",
+        "zone",
+        "zip",
+    }
+)
 
 
 class FactExtractor(Protocol):
@@ -117,16 +191,75 @@ def strip_complaint(sentence: str) -> str:
 
 
 def fact_subject(text: str) -> str | None:
-    """The single-valued subject a fact is about ("residence", "name", "work", "diet",
-    "coffee", "units", "my <thing>"), or None when facts like it may coexist (allergies,
-    likes)."""
+    """The single-valued subject a fact is about ("residence", "name", "work", "diet", "coffee",
+    "units", "my dog's name", "my email", "my favourite colour", ...), or None when facts like it
+    may coexist (allergies, likes, "my sister is a doctor") or it states a passing state or event
+    ("my dog is sick", "I'm living in Paris this summer")."""
+    if _TEMPORARY.search(text):
+        return None
     for subject, pattern in _SUBJECTS:
         if pattern.search(text):
             return subject
+    called = _CALLED.search(text)
+    if called is not None:
+        return f"{called.group(1).lower()} {called.group(2).lower()}'s name"
     mine = _MY_THING.search(text)
-    if mine is not None:
-        return "my " + mine.group(1).lower()
+    if mine is None:
+        return None
+    thing = " ".join(mine.group(2).lower().replace("favorite", "favourite").split())
+    if thing.startswith("favourite ") or thing.split()[-1] in _SINGLE_VALUED:
+        return f"{mine.group(1).lower()} {thing}"
     return None
+
+
+@lru_cache(maxsize=65_536)
+def fact_subjects(text: str) -> frozenset[str]:
+    """The subjects of every fact ``text`` states (a memory stored whole may join several)."""
+    return frozenset(s for s in map(fact_subject, split_facts(text)) if s is not None)
+
+
+def split_facts(sentence: str) -> list[str]:
+    """``sentence`` cut into the independent facts it joins: "My name is Ann and I'm allergic to
+    nuts" gives "My name is Ann" and "I'm allergic to nuts". A cut is made only where a
+    first-person clause starts and both sides are facts of their own, so "I like salt and pepper",
+    "My wife and I live in Lyon" and "I live in Lyon and I love it" stay whole."""
+    pieces: list[str] = []
+    seps: list[str] = []
+    start = 0
+    for m in _JOIN.finditer(sentence):
+        pieces.append(sentence[start : m.start()])
+        seps.append(m.group())
+        start = m.end()
+    pieces.append(sentence[start:])
+    if len(pieces) == 1:
+        return [sentence]
+    out: list[str] = []
+    lead = ""  # text before the first fact ("Hi, I'm Ann") stays with it
+    for sep, piece in zip(("", *seps), pieces, strict=True):
+        if out and _is_fact(piece) and not _BACK_REFERENCE.search(piece):
+            out.append(_capitalised(piece))
+        elif out:
+            out[-1] += sep + piece
+        else:
+            lead += sep + piece
+            if _is_fact(lead):
+                out.append(lead)
+    return out if len(out) > 1 else [sentence]
+
+
+def join_facts(facts: Sequence[str]) -> str:
+    """``facts`` as one sentence, the inverse of :func:`split_facts`."""
+    rest = [f[0].lower() + f[1:] if _FIRST_PERSON.match(f) and not f.startswith("I") else f for f in facts[1:]]
+    return " and ".join([facts[0], *rest])
+
+
+def _capitalised(clause: str) -> str:
+    return clause[0].upper() + clause[1:] if _FIRST_PERSON.match(clause) else clause
+
+
+def _is_fact(s: str) -> bool:
+    s = s.strip()
+    return len(s) >= 6 and not s.endswith("?") and not _QUESTION_START.match(s) and bool(_FACT.search(s))
 
 
 def extract_facts(text: str) -> list[str]:
@@ -134,8 +267,9 @@ def extract_facts(text: str) -> list[str]:
 
     Questions and tasks for the assistant ("draft a message telling my team I am away") are
     skipped; a correction's complaint is cut off, and so is a request to remember ("remember that
-    I'm vegetarian" keeps "I'm vegetarian"); otherwise a sentence is kept whole so the memory reads
-    as the user said it.
+    I'm vegetarian" keeps "I'm vegetarian"); a sentence joining independent facts gives one fact
+    each (:func:`split_facts`); otherwise a sentence is kept whole so the memory reads as the user
+    said it.
     """
     facts = []
     for raw in _SENTENCE.split(strip_complaint(text) if _COMPLAINT_HEAD.match(text) else text):
@@ -154,11 +288,7 @@ def extract_facts(text: str) -> list[str]:
 
 
 def _facts_of(sentences: list[str]) -> list[str]:
-    return [
-        s.rstrip(".!; ")
-        for s in sentences
-        if len(s) >= 6 and not s.endswith("?") and not _QUESTION_START.match(s) and _FACT.search(s)
-    ]
+    return [f.rstrip(".!; ") for s in sentences if _is_fact(s) for f in split_facts(s)]
 
 
 class RuleFactExtractor:
@@ -168,11 +298,13 @@ class RuleFactExtractor:
         return extract_facts(text)
 
     def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
-        """Ids among ``existing`` (id, text) that ``fact`` replaces: same subject, other text."""
-        subject = fact_subject(fact)
-        if subject is None:
+        """Ids among ``existing`` (id, text) that ``fact`` replaces: a subject in common, other
+        text. A memory joining several facts is named when any of them is replaced (the write path
+        keeps the others: :meth:`~memabra._memory.MemoryBackend.remember`)."""
+        subjects = fact_subjects(fact)
+        if not subjects:
             return []
-        return [mid for mid, text in existing if fact_subject(text) == subject and text.strip() != fact.strip()]
+        return [mid for mid, text in existing if subjects & fact_subjects(text) and text.strip() != fact.strip()]
 
 
 class LLMFactExtractor:
@@ -183,12 +315,17 @@ class LLMFactExtractor:
         "Extract durable facts the user states about themselves (identity, preferences, constraints, "
         "circumstances) from the message. A complaint such as 'I already told you' is not a fact: keep only "
         "the fact it restates; a task for the assistant ('draft a message saying I am away') is not a fact either. "
+        "Give each independent fact its own sentence: 'I live in Lyon and my dog is called Rex' is two facts, "
+        "'I like salt and pepper' is one. "
         "Reply with a JSON list of short first-person sentences, or [] if there are none."
     )
     SUPERSEDE_PROMPT = (
         "The user has these stored memories, one per line as 'id: text'. A new fact arrived. Which stored "
-        "memories does the new fact make outdated (the same subject with a different, now wrong, value)? Reply "
-        "with a JSON list of ids, or [] if none."
+        "memories does the new fact make outdated (the same subject, one that has a single current value, with "
+        "a different, now wrong, value: where the user lives, their name, their job, a pet's name)? A passing "
+        "state or event ('my dog is sick', 'my sister is visiting next week') makes no standing fact outdated, "
+        "and facts that can hold together (allergies, likes, 'my sister is a doctor') do not replace each other. "
+        "Reply with a JSON list of ids, or [] if none."
     )
 
     def __init__(self, model: BaseChatModel) -> None:
@@ -207,7 +344,8 @@ class LLMFactExtractor:
         if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
             logger.info("fact extraction reply was not a JSON list of strings; using the rules")
             return extract_facts(text)
-        return [strip_complaint(f.strip()) for f in facts if f.strip()]
+        # a model that joins facts anyway gets them cut as the rules would
+        return [part for f in facts if f.strip() for part in split_facts(strip_complaint(f.strip()))]
 
     def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
         if not existing:

@@ -14,9 +14,10 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from memabra._errors import MemabraError
+from memabra._errors import InvalidFeedbackError, MemabraError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra._reward import CompositeReward, RewardConfig, rescored
+from memabra._signals import FEEDBACK_KEYS
 from memabra.storage import EpisodeLog
 
 __all__ = ["RewardService", "recompute_rewards"]
@@ -49,7 +50,14 @@ class RewardService:
 
     def post_feedback(self, feedback: Feedback) -> FeedbackReceipt:
         """Store feedback and fold it into the episode's reward, in one transaction, while the
-        window is open (``Feedback`` validated its payload when it was built)."""
+        window is open (``Feedback`` validated its payload when it was built). Feedback with no
+        signal in it raises :class:`~memabra._errors.InvalidFeedbackError` and nothing is stored
+        (an empty call is a caller's mistake, not a verdict on the episode)."""
+        if not feedback.signals.as_payload():
+            raise InvalidFeedbackError(
+                f"feedback on episode {feedback.episode_id!r} carries no signal; give at least one of "
+                f"{', '.join(sorted(FEEDBACK_KEYS))}"
+            )
         receipt = self.log.add_feedback(feedback, self._score, final=feedback.signals.final)
         if receipt.status == "late":
             logger.info("late feedback %s for episode %s stored, not learned", receipt.feedback_id, feedback.episode_id)

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memabra._catalog import Skill, skill_items, tool_items
-from memabra._context import assemble, gather_candidates
+from memabra._context import assemble, gather_candidates, own_items
 from memabra._correction_scan import PreviousTurn, PreviousTurns, correction_feedback
 from memabra._embeddings import prepare_encoder, warm
-from memabra._errors import InvalidRecordError
+from memabra._errors import InvalidFeedbackError, InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._records import (
@@ -56,7 +56,8 @@ class RoutingSession:
 
     ``router`` is the policy to serve and learn while the log has no snapshot of it (once it has,
     the active snapshot is resumed); ``log`` stores; ``memory`` holds the users' memories (memabra's
-    SQL registry by default); ``skills`` and ``tool_items_`` are registered as shared candidates;
+    SQL registry by default); ``skills`` and ``tool_items_`` are registered as shared candidates and
+    are the only skills and tools this session offers (the registry's others belong to other apps);
     ``settings`` says how to route and learn (:class:`~memabra._settings.SessionSettings`); keyword
     ``overrides`` replace single settings.
 
@@ -95,6 +96,7 @@ class RoutingSession:
             self.memory.supersession = self.extractor  # type: ignore[assignment]
         self.kinds = self.settings.offered_kinds
         self._shared = skill_items(skills) + list(tool_items_)
+        self._tool_ids = frozenset(i.id for i in tool_items_)
         if self._shared:
             log.put_items(self._shared)
         every = self.settings.snapshot_every
@@ -144,7 +146,7 @@ class RoutingSession:
         on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
-        shared = self.log.items(user_id) if self._shared else []
+        shared = own_items(self._shared, self.log.items(user_id)) if self._shared else []
         candidates = gather_candidates(memory_items, shared, self.kinds)
         turn_no = turn if turn is not None else 0
         selection: Selection | None = None
@@ -155,7 +157,7 @@ class RoutingSession:
             )
             warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
-            system_prompt, tool_names = assemble(selection, self.skills)
+            system_prompt, tool_names = assemble(selection, self.skills, self._tool_ids)
         t = Turn(new_id(), user_id, thread_id, turn_no, query, selection, system_prompt, tool_names)
         self._turns.add(t)
         return t
@@ -237,7 +239,12 @@ class RoutingSession:
         **payload: Any,
     ) -> FeedbackReceipt:
         extra: dict[str, Any] = {"idempotency_key": idempotency_key} if idempotency_key else {}
-        receipt = self.rewards.post_feedback(Feedback(episode_id, FeedbackKind(kind), source, payload, **extra))
+        try:
+            parsed = FeedbackKind(kind)
+        except ValueError:
+            accepted = ", ".join(k.value for k in FeedbackKind)
+            raise InvalidFeedbackError(f"feedback kind must be one of {accepted}; got {kind!r}") from None
+        receipt = self.rewards.post_feedback(Feedback(episode_id, parsed, source, payload, **extra))
         if self.learn_online:
             self.learn_pending()
         return receipt

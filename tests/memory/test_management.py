@@ -62,6 +62,45 @@ def test_facts_that_may_coexist_do_not_retire_each_other(memory: MemoryBackend) 
     assert len(memory.items("ann")) == 3
 
 
+def test_a_passing_state_or_event_never_retires_a_standing_fact(memory: MemoryBackend) -> None:
+    memory.remember("ann", "My dog is called Rex")
+    memory.remember("ann", "My sister is a doctor")
+    memory.remember("ann", "My dog is sick")
+    memory.remember("ann", "My sister is visiting next week")
+    assert texts(memory) == [
+        "My dog is called Rex",
+        "My dog is sick",
+        "My sister is a doctor",
+        "My sister is visiting next week",
+    ]
+    assert {r.status for r in memory.list("ann")} == {MemoryStatus.ACTIVE}
+
+
+def test_a_new_fact_replaces_only_its_part_of_a_memory_stored_whole(memory: MemoryBackend) -> None:
+    # stored before facts were split, or through remember() as one text
+    both = memory.remember("ann", "I live in Lyon and my dog is called Rex")
+    hobart = memory.remember("ann", "I moved to Hobart", episode_id="ep-move")
+    assert texts(memory) == ["I moved to Hobart", "My dog is called Rex"]
+    last = memory.history("ann", both.id)[-1]
+    assert (last.action, last.old_text, last.new_text, last.episode_id, last.reason) == (
+        MemoryAction.UPDATED,
+        "I live in Lyon and my dog is called Rex",
+        "My dog is called Rex",
+        "ep-move",
+        f"part superseded by {hobart.id}",
+    )
+    # the rest stays the same memory, with its id and history; a fact replacing all of it retires it
+    memory.remember("ann", "My dog is called Max")
+    assert memory.get("ann", both.id).status is MemoryStatus.RETIRED
+    assert texts(memory) == ["I moved to Hobart", "My dog is called Max"]
+
+
+def test_restating_one_part_of_a_memory_stored_whole_loses_nothing(memory: MemoryBackend) -> None:
+    memory.remember("ann", "My name is Ann and I live in Lyon")
+    memory.remember("ann", "I live in Lyon")
+    assert texts(memory) == ["I live in Lyon", "My name is Ann and I live in Lyon"]
+
+
 def test_update_keeps_history_of_what_changed_when_and_from_which_episode(memory: MemoryBackend) -> None:
     item = memory.remember("ann", "My dog is called Rex")
     updated = memory.update("ann", item.id, "My dog is called Luna", episode_id="ep-7")
@@ -131,6 +170,12 @@ def test_import_many_skips_restatements(memory: MemoryBackend) -> None:
     )
     assert [i.text for i in added] == ["My dog is called Rex", "I live in Lyon"]
     assert len(memory.items("ann")) == 3
+
+
+def test_import_that_supersedes_part_of_a_memory_stored_whole_keeps_the_rest(memory: MemoryBackend) -> None:
+    memory.remember("ann", "My name is Ann and I'm allergic to nuts")
+    memory.remember_many("ann", ["My name is Annabel", "I like jazz"])
+    assert texts(memory) == ["I like jazz", "I'm allergic to nuts", "My name is Annabel"]
 
 
 def test_import_that_supersedes_retires_the_old_fact(memory: MemoryBackend) -> None:

@@ -75,6 +75,26 @@ def test_moving_retires_the_old_city_from_the_next_turn_on(memory_log) -> None: 
     assert "Hobart" in system and "Lyon" not in system
 
 
+def test_a_sentence_of_two_facts_is_two_memories_and_a_move_keeps_the_dogs_name(memory_log) -> None:  # type: ignore[no-untyped-def]
+    memory, log = memory_log
+    agent, model = _agent(memory, log, [AIMessage("Noted."), AIMessage("Noted."), AIMessage("Rex.")])
+    _ask(agent, "I live in Lyon and my dog is called Rex.")
+    assert sorted(i.text for i in memory.items("ann")) == ["I live in Lyon", "My dog is called Rex"]
+    _ask(agent, "I moved to Hobart", thread="t2")
+    assert sorted(i.text for i in memory.items("ann")) == ["I moved to Hobart", "My dog is called Rex"]
+    _ask(agent, "what is my dog called?", thread="t3")
+    system = model.calls[-1][0][0].content
+    assert "Rex" in system and "Lyon" not in system
+
+
+def test_a_new_name_keeps_the_allergy_said_with_the_old_one(memory_log) -> None:  # type: ignore[no-untyped-def]
+    memory, log = memory_log
+    agent, _ = _agent(memory, log, [AIMessage("Noted."), AIMessage("Noted.")])
+    _ask(agent, "My name is Ann and I'm allergic to nuts.")
+    _ask(agent, "My name is Annabel", thread="t2")
+    assert sorted(i.text for i in memory.items("ann")) == ["I'm allergic to nuts", "My name is Annabel"]
+
+
 def test_the_readme_embedding_example_runs_as_written_on_a_new_sqlite_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     model = ScriptedChatModel(replies=[AIMessage("Take an umbrella.")])

@@ -1,0 +1,103 @@
+"""The session's candidate pool and its input checks: a session offers only the skills and tools it
+was built with (plus the user's memories), whatever else the shared registry holds; feedback names
+a known kind and carries a signal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+
+from fakes import ScriptedChatModel
+from memabra._agent import MemabraAgent, create_memabra_agent
+from memabra._catalog import Skill
+from memabra._context import assemble
+from memabra._errors import InvalidFeedbackError, RouterError
+from memabra._feedback import RewardService
+from memabra._records import Feedback, FeedbackKind
+from memabra.router import HybridRouter, Similarity
+from memabra.storage import EpisodeLog
+
+USER = {"user_id": "ann"}
+
+
+@tool
+def delete_account(user: str) -> str:
+    """Delete the user's account permanently."""
+    return "deleted"
+
+
+def _agent(log: EpisodeLog, replies: list[AIMessage], tools: list[Any], skills: Sequence[Skill] = ()) -> MemabraAgent:
+    return create_memabra_agent(
+        ScriptedChatModel(replies=replies),
+        tools=tools,
+        skills=skills,
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        learn=False,
+    )
+
+
+def _ask(agent: MemabraAgent, text: str, thread: str = "t1") -> str:
+    out = agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context=USER)
+    return str(out["memabra_episode_id"])
+
+
+def test_two_apps_on_one_database_offer_only_their_own_tools_and_skills(migrated_url: str, tools: list[Any]) -> None:
+    get_weather, convert_units, _ = tools
+    pirate = Skill("pirate", "talk like a pirate", "Arr!")
+    with EpisodeLog(migrated_url) as log_v1, EpisodeLog(migrated_url) as log_v2:
+        v1 = _agent(log_v1, [AIMessage("ok")], [get_weather, delete_account], [pirate])
+        first = log_v1.get_episode(_ask(v1, "weather in Paris, pirate style, then delete my account"))
+        v1.close()
+        v2 = _agent(log_v2, [AIMessage("ok")], [convert_units])
+        v2.session.memory.remember("ann", "I live in Lyon")
+        ep = log_v2.get_episode(_ask(v2, "weather in Paris? also delete my account; talk like a pirate"))
+        v2.close()
+        offered = {sc.candidate.id for sc in ep.selections[0].offered}
+        assert offered - {i.id for i in v2.session.memory.items("ann")} == {"tool:convert_units"}
+        assert set(ep.selections[0].chosen_ids) <= offered
+        # v1's items keep their rows and what the log learned of them, for when v1 runs again
+        registry = {i.id: i for i in log_v2.items("ann")}
+        assert {"skill:pirate", "tool:get_weather", "tool:delete_account"} <= registry.keys()
+        v1_again = _agent(log_v1, [AIMessage("ok")], [get_weather, delete_account], [pirate])
+        again = log_v1.get_episode(_ask(v1_again, "weather in Paris, pirate style", thread="t2"))
+        v1_again.close()
+        offered_again = [sc.candidate for sc in again.selections[0].offered]
+        assert {c.id for c in offered_again} == {"skill:pirate", "tool:get_weather", "tool:delete_account"} | {
+            i.id for i in v2.session.memory.items("ann")
+        }
+        chosen_before = set(first.selections[0].chosen_ids)
+        assert chosen_before & {"skill:pirate", "tool:get_weather"}
+        assert all(c.usage.times_chosen >= 1 for c in offered_again if c.id in chosen_before)
+
+
+def test_a_chosen_skill_or_tool_the_session_cannot_provide_is_a_router_error(log: EpisodeLog, tools: list[Any]) -> None:
+    agent = _agent(log, [AIMessage("ok")], [tools[0]], [Skill("pirate", "talk like a pirate", "Arr!")])
+    selection = log.get_episode(_ask(agent, "weather in Paris, pirate style")).selections[0]
+    agent.close()
+    assert {"skill:pirate", "tool:get_weather"} <= set(selection.chosen_ids)
+    with pytest.raises(RouterError, match="'skill:pirate'.*not built with"):
+        assemble(selection, {}, frozenset({"tool:get_weather"}))
+    with pytest.raises(RouterError, match="'tool:get_weather'"):
+        assemble(selection, agent.session.skills, frozenset())
+
+
+def test_feedback_of_an_unknown_kind_or_with_no_signal_is_refused_and_nothing_stored(log: EpisodeLog) -> None:
+    agent = _agent(log, [AIMessage("ok")], [])
+    eid = _ask(agent, "hello")
+    with pytest.raises(InvalidFeedbackError, match="kind must be one of explicit, implicit, programmatic; got 'weird'"):
+        agent.feedback(eid, kind="weird", success=1.0)
+    with pytest.raises(InvalidFeedbackError, match="carries no signal; give at least one of .*success"):
+        agent.feedback(eid)
+    with pytest.raises(InvalidFeedbackError, match="carries no signal"):
+        agent.feedback(eid, final=False)
+    # the CLI and the admin post through the same service
+    with pytest.raises(InvalidFeedbackError, match="carries no signal"):
+        RewardService(log).post_feedback(Feedback(eid, FeedbackKind.EXPLICIT, "cli", {}))
+    assert log.feedback_for(eid) == ()
+    assert agent.feedback(eid, kind="programmatic", accepted=True).status != "late"
+    agent.close()
