@@ -47,12 +47,14 @@ class OPEResult:
 @dataclass(frozen=True, slots=True)
 class LoggedDecision:
     """A logged decision as offline evaluation reads it: the selection, its episode's reward (None
-    until one is recorded) and the candidates the episode is known to have used (None when no
-    outcome was reported; a chosen candidate outside it was injected but not used)."""
+    until one is recorded), the candidates the episode is known to have used (None when no
+    outcome was reported; a chosen candidate outside it was injected but not used) and whether the
+    reward is final (a provisional one may still change as feedback arrives)."""
 
     selection: Selection
     reward: RewardBreakdown | None
     used_ids: frozenset[str] | None = None
+    final: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from memabra._errors import InvalidRecordError
 from memabra._records import (
     USAGE_METADATA_KEYS,
     Budget,
@@ -68,7 +69,30 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _at_row(exc: ValueError, where: str) -> InvalidRecordError:
+    """``exc`` with the ids of the row at fault in front, of the same class when it is a record
+    error: a corrupted row in a log of thousands is found by its ids, not by what it held."""
+    message = f"{where}: {exc}"
+    if isinstance(exc, InvalidRecordError):
+        try:
+            return type(exc)(message)
+        except TypeError:  # a subclass whose constructor takes more than the message
+            pass
+    return InvalidRecordError(message)
+
+
 def selection_from_rows(
+    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
+) -> Selection:
+    """The logged selection; a row that no longer makes a valid record raises
+    :class:`~memabra.InvalidRecordError` naming the decision and its episode."""
+    try:
+        return _selection(decision, slots, candidates)
+    except ValueError as exc:  # InvalidRecordError, or an unknown kind's enum error
+        raise _at_row(exc, f"decision {decision.id} of episode {decision.episode_id}") from exc
+
+
+def _selection(
     decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
 ) -> Selection:
     budget = Budget(
@@ -123,9 +147,12 @@ def step_from_row(row: StepRow) -> Step:
 def missed_by_episode(
     rows: Iterable[FeedbackRow], selections: Mapping[str, Sequence[Selection]]
 ) -> dict[str, tuple[str, ...]]:
-    """Per episode, the ``relevant_ids`` of its feedback that none of its selections chose."""
+    """Per episode, the ``relevant_ids`` of its feedback that none of its selections chose (late
+    feedback is never learned from)."""
     wanted: dict[str, set[str]] = {}
     for row in rows:
+        if row.late:
+            continue
         try:
             relevant = feedback_from_row(row).signals.implicit.relevant_ids or ()
         except Exception:  # one poisoned row must not stop learning from the rest
@@ -145,13 +172,18 @@ def feedback_from_row(row: FeedbackRow) -> Feedback:
 
 
 def reward_from_row(row: RewardRow) -> RewardBreakdown:
-    return RewardBreakdown(
-        components=RewardComponents(
-            s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u
-        ),
-        weights=RewardWeights(**row.weights),
-        version=row.reward_version,
-    )
+    """The stored reward; a row that no longer makes a valid record raises
+    :class:`~memabra.InvalidRecordError` naming its episode."""
+    try:
+        return RewardBreakdown(
+            components=RewardComponents(
+                s=row.s, hm=row.hm, hs=row.hs, ht=row.ht, e=row.e, c=row.c, l=row.l, x=row.x, u=row.u
+            ),
+            weights=RewardWeights(**row.weights),
+            version=row.reward_version,
+        )
+    except ValueError as exc:
+        raise _at_row(exc, f"reward of episode {row.episode_id}") from exc
 
 
 def snapshot_from_row(row: PolicySnapshotRow) -> PolicySnapshot:

@@ -67,8 +67,8 @@ def iter_decisions(
         for chunk in result.partitions():
             assembled = assemble_selections(s, chunk)
             episode_ids = list({d.episode_id for d in chunk})
-            rewards = {
-                r.episode_id: cv.reward_from_row(r)
+            rewards: dict[str, tuple[RewardBreakdown, bool]] = {
+                r.episode_id: (cv.reward_from_row(r), bool(r.final))
                 for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))
             }
             used: dict[str, frozenset[str]] = {}
@@ -77,7 +77,8 @@ def iter_decisions(
                 used = {eid: frozenset(ids) for eid, ids in rows if ids is not None}
             by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
             for d in chunk:
-                yield LoggedDecision(by_id[d.id], rewards.get(d.episode_id), used.get(d.episode_id))
+                reward, final = rewards.get(d.episode_id, (None, False))
+                yield LoggedDecision(by_id[d.id], reward, used.get(d.episode_id), final)
             s.expunge_all()
 
 

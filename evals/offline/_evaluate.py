@@ -6,6 +6,10 @@ and sums the logged rewards; the second reduces each decision, for every target 
 terms of :class:`~memabra.evals.ope.SlateTerms` and folds them into every estimator's running
 moments and the support diagnostics. Intervals are normal (delta method).
 
+Only final rewards are read unless ``include_provisional``: a provisional reward may still change
+as feedback arrives, and the learner reads final ones only too. A stochastic target's rollouts on
+the decision at position ``i`` are seeded from ``(seed, i)``, so one seed gives one estimate.
+
 ``recommended`` and its rule live in :mod:`memabra.evals.offline._recommend`; paired differences
 between targets in :mod:`memabra.evals.offline._paired`.
 """
@@ -21,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from memabra._errors import InvalidRecordError
-from memabra._records import RewardBreakdown, RewardWeights, Selection
+from memabra._records import LoggedDecision, OPEResult, RewardBreakdown, RewardWeights, Selection
 from memabra.evals.offline._additivity import AdditivityCheck
 from memabra.evals.offline._evaluation_records import (
     LOGGING_POLICY,
@@ -31,7 +35,7 @@ from memabra.evals.offline._evaluation_records import (
     Recommended,
     Target,
 )
-from memabra.evals.offline._paired import PairedMoments
+from memabra.evals.offline._paired import PairedMoments, widen
 from memabra.evals.offline._recommend import (
     RECOMMENDED_ESTIMATOR,
     RECOMMENDED_ORDER,
@@ -45,6 +49,7 @@ from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_ter
 from memabra.evals.ope import (
     NEEDS_REWARD_MODEL,
     SLOT_ESTIMATOR_NAMES,
+    PolicyValueInterval,
     SlateTerms,
     StreamingEstimate,
     check_alpha,
@@ -61,9 +66,11 @@ __all__ = [
     "LogEvaluation",
     "Recommended",
     "Target",
+    "check_window",
     "evaluate_on_log",
     "evaluate_policies",
     "logged_value",
+    "rollout_seed",
 ]
 
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
@@ -76,20 +83,50 @@ def _reward(reward: RewardBreakdown, weights: RewardWeights | None) -> float:
     return reward.reweighted(weights).total if weights is not None else reward.total
 
 
+def check_window(since: datetime | None, until: datetime | None) -> None:
+    """``since`` and ``until`` must be timezone-aware datetimes (the log keeps UTC instants, and a
+    naive time names none), ``since`` before ``until``."""
+    for name, value in (("since", since), ("until", until)):
+        if value is None:
+            continue
+        if not isinstance(value, datetime):
+            raise InvalidRecordError(f"{name} must be a datetime, got {type(value).__name__}")
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidRecordError(
+                f"{name} is a naive datetime ({value.isoformat()}): pass a timezone-aware one "
+                "(for a UTC time, .replace(tzinfo=datetime.timezone.utc))"
+            )
+    if since is not None and until is not None and since >= until:
+        raise InvalidRecordError(f"since ({since.isoformat()}) must be before until ({until.isoformat()})")
+
+
+def rollout_seed(seed: int, position: int) -> int:
+    """The seed of a target's rollouts on the decision at ``position``: one stream per (seed,
+    position), so the evaluation's ``seed`` decides every rollout and another seed redraws them."""
+    return int(np.random.SeedSequence([seed, position]).generate_state(1)[0])
+
+
+def _readable(decision: LoggedDecision, include_provisional: bool) -> bool:
+    return decision.reward is not None and (decision.final or include_provisional)
+
+
 def logged_value(
     log: EpisodeLog,
     *,
     since: datetime | None = None,
     until: datetime | None = None,
     weights: RewardWeights | None = None,
+    include_provisional: bool = False,
 ) -> tuple[float, float, int]:
-    """Mean logged reward, its standard error and the number of rewarded decisions (one pass)."""
+    """Mean logged reward, its standard error and the number of rewarded decisions (one pass);
+    final rewards only unless ``include_provisional``."""
+    check_window(since, until)
     n, mean, m2 = 0, 0.0, 0.0
-    for _, reward in log.iter_selections(since=since, until=until):
-        if reward is None:
+    for decision in log.iter_decisions(since=since, until=until):
+        if decision.reward is None or not _readable(decision, include_provisional):
             continue
         n += 1
-        x = _reward(reward, weights)
+        x = _reward(decision.reward, weights)
         delta = x - mean
         mean += delta / n
         m2 += delta * (x - mean)
@@ -109,19 +146,32 @@ def evaluate_policies(
     alpha: float = 0.05,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    include_provisional: bool = False,
 ) -> tuple[LogEvaluation, ...]:
-    """Estimate every target's value on the rewarded decisions between ``since`` and ``until``."""
+    """Estimate every target's value on the rewarded decisions between ``since`` and ``until``
+    (``[since, until)``, timezone-aware): those with a final reward, and with
+    ``include_provisional`` those whose reward may still change too. ``seed`` seeds the reward
+    model and the target's rollouts."""
     check_alpha(alpha)
+    check_window(since, until)
     if not targets:
         raise InvalidRecordError("name at least one policy to evaluate")
     names = list(estimators)
     names.extend(name for name in RECOMMENDED_ORDER if name not in names)
     chosen = make_slot_estimators(names)
 
+    provisional = 0
+
     def rewarded() -> Any:
+        nonlocal provisional
+        provisional = 0
         for decision in log.iter_decisions(since=since, until=until):
-            if decision.reward is not None:
-                yield decision.selection, _reward(decision.reward, weights), decision.used_ids
+            if decision.reward is None:
+                continue
+            if not _readable(decision, include_provisional):
+                provisional += 1
+                continue
+            yield decision.selection, _reward(decision.reward, weights), decision.used_ids
 
     model: SlateRewardModel | None = None
     report: RewardModelReport | None = None
@@ -130,9 +180,13 @@ def evaluate_policies(
         model = SlateRewardModel(random_state=seed)
     additivity = AdditivityCheck(random_state=seed)
     total, count = 0.0, 0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
     lowest, highest = math.inf, -math.inf
     for selection, reward, used_ids in rewarded():
         count += 1
+        first_at = selection.created_at if first_at is None else min(first_at, selection.created_at)
+        last_at = selection.created_at if last_at is None else max(last_at, selection.created_at)
         total += reward
         lowest, highest = min(lowest, reward), max(highest, reward)
         table = DecisionTable.of(selection)
@@ -140,8 +194,14 @@ def evaluate_policies(
         if model is not None:
             model.observe(selection, reward, table, count - 1)
     if count == 0:
+        left_out = (
+            f" ({provisional} {'decision has' if provisional == 1 else 'decisions have'} a provisional reward "
+            "only: pass include_provisional=True, or --include-provisional, to evaluate them)"
+            if provisional
+            else ""
+        )
         raise InvalidRecordError(
-            "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate"
+            "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate" + left_out
         )
     if model is not None:
         report = model.fit()
@@ -165,7 +225,7 @@ def evaluate_policies(
         ]
         pending = [
             [
-                decision_terms(c, target.router, rows, seed=start + i, model=model is not None)
+                decision_terms(c, target.router, rows, seed=rollout_seed(seed, start + i), model=model is not None)
                 for i, c in enumerate(contexts)
             ]
             for target in targets
@@ -230,24 +290,50 @@ def evaluate_policies(
             )
         )
     # paired differences only between supported recommendations: an unsupported one's bounds already
-    # say all the log can about it
+    # say all the log can about it. Each side's unreached share widens the difference as it widens
+    # that side's own interval (the logged mean reached everything it averages)
     own = [column(t, picked[t], ev.recommended.estimator) for t, ev in enumerate(out)]
+    span = reward_range[1] - reward_range[0]
+
+    def versus(t: int) -> dict[str, PolicyValueInterval]:
+        mine = out[t].unreached_share
+        return {
+            **{
+                other.policy: widen(paired.difference(own[t], own[u], alpha), (mine + other.unreached_share) * span)
+                for u, other in enumerate(out)
+                if u != t and other.policy != out[t].policy and other.recommended.supported
+            },
+            LOGGING_POLICY: widen(paired.difference(own[t], paired.n_columns - 1, alpha), mine * span),
+        }
+
     return tuple(
         replace(
             ev,
-            versus={
-                **{
-                    other.policy: paired.difference(own[t], own[u], alpha)
-                    for u, other in enumerate(out)
-                    if u != t and other.policy != ev.policy and other.recommended.supported
-                },
-                LOGGING_POLICY: paired.difference(own[t], paired.n_columns - 1, alpha),
-            },
+            versus=versus(t) if ev.recommended.supported else {},
+            n_provisional=provisional,
+            results=_with_window(ev.results, since, until, first_at, last_at),
         )
-        if ev.recommended.supported
-        else ev
         for t, ev in enumerate(out)
     )
+
+
+def _with_window(
+    results: Sequence[OPEResult],
+    since: datetime | None,
+    until: datetime | None,
+    first_at: datetime | None,
+    last_at: datetime | None,
+) -> tuple[OPEResult, ...]:
+    """The stored rows with the data they were computed on: the range asked for (``None``:
+    unbounded) and the first and last decision read, so a run restricted with ``until`` does not
+    read like one on the whole log (the number of decisions is each row's ``n_rounds``)."""
+    window = {
+        "since": since.isoformat() if since is not None else None,
+        "until": until.isoformat() if until is not None else None,
+        "first_decision_at": first_at.isoformat() if first_at is not None else None,
+        "last_decision_at": last_at.isoformat() if last_at is not None else None,
+    }
+    return tuple(replace(r, details={**r.details, "window": window}) for r in results)
 
 
 def evaluate_on_log(
@@ -262,6 +348,7 @@ def evaluate_on_log(
     weights: RewardWeights | None = None,
     alpha: float = 0.05,
     seed: int = 0,
+    include_provisional: bool = False,
 ) -> LogEvaluation:
     """One target's evaluation (see :func:`evaluate_policies`)."""
     return evaluate_policies(
@@ -273,4 +360,5 @@ def evaluate_on_log(
         weights=weights,
         alpha=alpha,
         seed=seed,
+        include_provisional=include_provisional,
     )[0]

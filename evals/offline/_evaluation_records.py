@@ -75,14 +75,17 @@ class LogEvaluation:
     results: tuple[OPEResult, ...]
     replay: str = SET_EQUIVALENT
     additivity: AdditivityReport | None = None
-    # where unsupported: the share of the target's probability the recommended interval's bounds
-    # allow for (memabra.evals.offline._support.unreached_share); 0 where supported
+    # the share of the target's probability the recommended interval is widened for: where
+    # unsupported the bounds' share (memabra.evals.offline._support.unreached_share), where supported
+    # the share its sample shows unreached (missing_share)
     unreached_share: float = 0.0
     # this target's recommended value minus each other supported target's and the logging policy's,
     # paired on the same decisions (memabra.evals.offline._paired); empty where unsupported
     versus: Mapping[str, PolicyValueInterval] = field(default_factory=dict)
     # each estimator's own support verdict (its weight's; the recommended one's, before widening)
     verdicts: Mapping[str, SupportVerdict] = field(default_factory=dict)
+    # rewarded decisions left out because their reward is provisional (0 with include_provisional)
+    n_provisional: int = 0
 
     def weight_diagnostics(self, estimator: str) -> Mapping[str, float]:
         """The diagnostics of the importance weight ``estimator`` leans on."""
@@ -103,6 +106,7 @@ class LogEvaluation:
         return {
             "snapshot_version": self.snapshot_version,
             "n_rounds": self.n_rounds,
+            "n_provisional_left_out": self.n_provisional,
             "recommended": self.recommended.as_dict(),
             "estimates": {name: self._estimate_json(name, e) for name, e in self.estimates.items()},
             "versus": {

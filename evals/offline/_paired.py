@@ -16,7 +16,7 @@ replay each target's recommendation uses are chosen only then).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from memabra.evals.ope import IntervalMethod, PolicyValueInterval
 
-__all__ = ["PairedMoments"]
+__all__ = ["PairedMoments", "widen"]
 
 
 @dataclass(slots=True)
@@ -62,3 +62,11 @@ class PairedMoments:
         variance = max(squares - n * mean * mean, 0.0) / (n - 1)
         half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * math.sqrt(variance / n)
         return PolicyValueInterval(mean, mean - half, mean + half, alpha, IntervalMethod.NORMAL)
+
+
+def widen(difference: PolicyValueInterval, spread: float) -> PolicyValueInterval:
+    """``difference`` with its interval widened by ``spread`` on both sides (the bias the two
+    targets' unreached shares allow, :mod:`memabra.evals.offline._support`)."""
+    if spread <= 0.0:
+        return difference
+    return replace(difference, ci_low=difference.ci_low - spread, ci_high=difference.ci_high + spread)

@@ -27,8 +27,9 @@ def plot_estimates(
         raise ConfigError("no estimates to plot")
     labels = [f"{r.policy} · {r.estimator}" for r in results]
     values = [r.value for r in results]
-    lows = [r.value - r.ci_low for r in results]
-    highs = [r.ci_high - r.value for r in results]
+    # an estimate outside its bounds (an unsupported target's raw value) draws no negative bar
+    lows = [max(r.value - r.ci_low, 0.0) for r in results]
+    highs = [max(r.ci_high - r.value, 0.0) for r in results]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(results) + 1.6))
     ys = list(range(len(results)))
     ax.errorbar(values, ys, xerr=[lows, highs], fmt="o", color="#2b6cb0", ecolor="#90cdf4", elinewidth=3, capsize=4)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from memabra._errors import ConfigError, SnapshotError, UnknownEpisodeError
+from memabra._errors import ConfigError, RouterError, SnapshotError, UnknownEpisodeError
 from memabra._records import PolicySnapshot
 from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
 from memabra.storage import EpisodeLog
@@ -44,6 +44,10 @@ def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
     try:
         return cls.restore(snapshot)
     except SnapshotError as exc:
+        # restore raises SnapshotError from the constructor's TypeError or RouterError when the
+        # stored arguments are at fault, and on its own when the model bytes are
+        if isinstance(exc.__cause__, TypeError | RouterError):
+            raise ConfigError(f"snapshot {snapshot.version} no longer loads (learner_args): {exc.__cause__}") from None
         raise ConfigError(f"snapshot {snapshot.version} no longer loads (model): {exc}") from None
 
 
@@ -72,9 +76,13 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
             if not isinstance(kwargs, dict):
                 raise ConfigError(f"router arguments in {spec!r} must be a JSON object")
         try:
-            return ResolvedPolicy(spec, ROUTERS[head](**kwargs), None)
-        except TypeError as exc:
+            router = ROUTERS[head](**kwargs)
+            # a router checks its arguments when it first builds its state; build it now, so a bad
+            # value fails here and not after a full pass over the log
+            _ = router.policy_version
+        except (TypeError, RouterError) as exc:
             raise ConfigError(f"bad arguments for router {head!r}: {exc}") from None
+        return ResolvedPolicy(spec, router, None)
     try:
         snap = log.get_snapshot(spec)
     except UnknownEpisodeError:

@@ -9,7 +9,9 @@ reward model, whose extrapolation PI-DR's non-additive residual leaks; and only 
 outcomes do not show the reward is non-additive, :mod:`._additivity`). When neither passes, the
 first is reported with ``supported`` false and its first failing rule as the reason, followed by
 the fallback's where that differs, and its interval widened to worst-case bounds
-(:func:`~memabra.evals.offline._support.unreached_bounds`). The order comes from measurement
+(:func:`~memabra.evals.offline._support.unreached_bounds`). A supported recommendation's interval
+is widened the same way by the share of the target's probability its sample shows unreached
+(:func:`~memabra.evals.offline._support.missing_share`). The order comes from measurement
 against on-policy truth (``benchmarks/ope_check.py``, ``docs/ope.md``).
 """
 
@@ -34,6 +36,7 @@ from memabra.evals.offline._support import (
     WeightSummary,
     finite_or_none,
     floor_verdict,
+    missing_share,
     support_verdict,
     unreached_bounds,
     unreached_share,
@@ -57,6 +60,8 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
 # estimators that weight no decision (the direct method): their verdict is the floor rule's alone
 WEIGHTLESS = frozenset({"dm"})
+# a sample variance, and so any interval, needs two decisions
+MIN_DECISIONS = 2
 
 
 def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
@@ -86,35 +91,39 @@ def summarise(
     replay: str = SET_EQUIVALENT,
     additivity: AdditivityReport | None = None,
 ) -> LogEvaluation:
-    estimates: dict[str, PolicyValueInterval] = {}
-    for stream in streams:
-        name = stream.estimator.estimator_name
-        try:
-            estimates[name] = stream.estimate_interval(alpha)
-        except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
-            estimates[name] = PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
+    estimates = {stream.estimator.estimator_name: _estimate(stream, alpha) for stream in streams}
     # every estimator's own verdict (its weight, its definedness, additivity where it assumes it):
     # the recommendation reads the first ones, and the other rows are not left to look supported
     verdicts = {
-        name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity) for name in estimates
+        name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count)
+        for name in estimates
     }
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
-    ci_low, ci_high, unreached = value.ci_low, value.ci_high, 0.0
+    weight = summaries[SlotEstimator(estimator_name=chosen).weight_name]
+    if verdict.supported:
+        # what the sample shows unreached biases the estimate as much as it would an unsupported
+        # one's: the tolerance of rule 2 decides the verdict, not how wide the interval is
+        unreached = missing_share(weight, alpha)
+    else:
+        # the bounds of what the log may not have reached (._support)
+        unreached = unreached_share(weight, floor_share, alpha)
+    ci_low, ci_high = value.ci_low, value.ci_high
+    if unreached > 0.0 or not verdict.supported:  # a supported interval the log shows complete stays as it is
+        ci_low, ci_high = unreached_bounds(value.ci_low, value.ci_high, unreached, reward_range)
     if not verdict.supported:
         # the first estimator's failure leads; a fallback's follows where it failed on another rule
         others = [f"{n}: {verdicts[n].reason}" for n in RECOMMENDED_ORDER if verdicts[n].rule != verdict.rule]
-        # and the interval becomes the bounds of what the log may not have reached (._support)
-        weight_name = SlotEstimator(estimator_name=chosen).weight_name
-        unreached = unreached_share(summaries[weight_name], floor_share, alpha)
-        ci_low, ci_high = unreached_bounds(value.ci_low, value.ci_high, unreached, reward_range)
-        verdict = SupportVerdict(
-            False,
-            f"{'; '.join([verdict.reason, *others])}; interval widened to the reward range for the {unreached:.0%} of the target's "
-            "probability the log may not have reached",
-            verdict.rule,
-        )
-    recommended = Recommended(chosen, value.value, ci_low, ci_high, verdict.supported, verdict.reason)
+        bounded = math.isfinite(value.ci_low) and math.isfinite(value.ci_high)
+        note = _widened(unreached) if bounded else "; its bounds are the reward's whole range"
+        verdict = SupportVerdict(False, "; ".join([verdict.reason, *others]) + note, verdict.rule)
+    # an unsupported target's raw estimate may lie beyond its own bounds (large weights on a log that
+    # barely reaches it; above the most any policy can earn): it is reported at the bounds' edge,
+    # the raw one kept in details. A supported one stays raw, as its paired differences use it.
+    point = value.value
+    if not verdict.supported and math.isfinite(point) and ci_low <= ci_high:
+        point = min(max(point, ci_low), ci_high)
+    recommended = Recommended(chosen, point, ci_low, ci_high, verdict.supported, verdict.reason)
     diagnostics = {WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
     run_id = new_id()
     details: dict[str, Any] = {
@@ -125,18 +134,20 @@ def summarise(
         "replay": replay,
         "floor_share": floor_share,
         "unreached_share": unreached,
+        "unclipped_value": finite_or_none(value.value) if point != value.value else None,
         "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
         "additivity": additivity.as_dict() if additivity else None,
     }
+    # the recommended row carries the recommendation's interval (widened, or bounds where unsupported)
+    intervals = {name: (ci_low, ci_high) if name == chosen else (e.ci_low, e.ci_high) for name, e in estimates.items()}
     results = tuple(
         OPEResult(
             policy=target.policy,
             estimator=name,
-            value=e.value,
-            # the recommended row carries the recommendation's interval (bounds where unsupported)
-            ci_low=ci_low if name == chosen else e.ci_low,
-            ci_high=ci_high if name == chosen else e.ci_high,
+            value=point if name == chosen else e.value,
+            ci_low=intervals[name][0],
+            ci_high=intervals[name][1],
             n_rounds=count,
             alpha=alpha,
             snapshot_version=target.snapshot_version,
@@ -149,7 +160,7 @@ def summarise(
             run_id=run_id,
         )
         for name, e in estimates.items()
-        if math.isfinite(e.value) and math.isfinite(e.ci_low) and math.isfinite(e.ci_high)
+        if math.isfinite(e.value) and all(math.isfinite(x) for x in intervals[name])
     )
     return LogEvaluation(
         policy=target.policy,
@@ -169,6 +180,32 @@ def summarise(
     )
 
 
+def _estimate(stream: StreamingEstimate[SlateTerms], alpha: float) -> PolicyValueInterval:
+    """The estimator's value and normal interval; an unbounded interval around the point estimate
+    below :data:`MIN_DECISIONS`, NaN where the estimate is undefined."""
+    try:
+        if stream.n_rounds < MIN_DECISIONS:
+            return PolicyValueInterval(
+                stream.estimate_policy_value(), -math.inf, math.inf, alpha, IntervalMethod.NORMAL
+            )
+        return stream.estimate_interval(alpha)
+    except InvalidRecordError:  # a self-normalised estimate over all-zero weights is undefined
+        return PolicyValueInterval(math.nan, math.nan, math.nan, alpha, IntervalMethod.NORMAL)
+
+
+def _widened(unreached: float) -> str:
+    """The reason's note on the bounds; none where nothing was widened."""
+    if unreached <= 0.0:
+        return ""
+    if unreached >= 1.0:
+        return "; interval widened to the reward's whole range (the log may not have reached any of the target's probability)"
+    share = f"{unreached:.0%}" if unreached >= 0.1 else f"{unreached:.1%}" if unreached >= 0.001 else "under 0.1%"
+    return (
+        f"; interval widened to the reward range for the {share} of the target's probability "
+        "the log may not have reached"
+    )
+
+
 def _estimator_verdict(
     name: str,
     estimate: PolicyValueInterval,
@@ -176,15 +213,24 @@ def _estimator_verdict(
     floor_share: float,
     alpha: float,
     additivity: AdditivityReport | None,
+    count: int,
 ) -> SupportVerdict:
     """The support verdict of one estimator's weight, or why the estimator cannot be read here."""
+    if count < MIN_DECISIONS:
+        return SupportVerdict(
+            False,
+            f"an interval needs at least {MIN_DECISIONS} decisions; the log has {count} (the point estimate stands)",
+            "too few decisions",
+        )
     if name in WEIGHTLESS:
         verdict = floor_verdict(floor_share)
     else:
         weight_name = SlotEstimator(estimator_name=name).weight_name
         verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])
-    if not math.isfinite(estimate.ci_low):
-        return SupportVerdict(False, f"{name} is undefined on this log", "undefined")
+    if not math.isfinite(estimate.value):
+        return SupportVerdict(
+            False, f"{name} is undefined on this log (every weight it normalises by is 0)", "undefined"
+        )
     if name in ASSUMES_ADDITIVE and verdict.supported and additivity is not None and not additivity.additive:
         return SupportVerdict(False, additivity.reason(), "additivity")
     return verdict

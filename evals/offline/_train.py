@@ -8,7 +8,8 @@ the lower end of the ``1 - alpha`` interval of its difference from the logging p
 the same held-out decisions (:mod:`memabra.evals.offline._paired`), is above 0 (or when forced):
 the logging policy's own mean is an estimate too, and pairing keeps the decisions where both
 would have done the same from adding noise to the comparison; the verdict, the estimate and the split are stored with the
-snapshot's metrics and every estimate in the log's OPE results.
+snapshot's metrics and every estimate in the log's OPE results. Like the online learner, it
+trains and evaluates on final rewards only unless ``include_provisional``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ from datetime import datetime
 from typing import Any
 
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._records import OPEResult, RewardWeights
-from memabra.evals.offline._evaluate import LOGGING_POLICY, LogEvaluation, evaluate_on_log, logged_value
+from memabra._records import LoggedDecision, OPEResult, RewardWeights
+from memabra.evals.offline._evaluate import (
+    LOGGING_POLICY,
+    LogEvaluation,
+    check_window,
+    evaluate_on_log,
+    logged_value,
+)
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.evals.ope import PolicyValueInterval
 from memabra.storage import EpisodeLog
@@ -50,11 +57,18 @@ class TrainReport:
     improvement: PolicyValueInterval | None = None
 
 
-def _split_time(log: EpisodeLog, since: datetime | None, holdout: float) -> tuple[datetime, int, int]:
-    times = [sel.created_at for sel, reward in log.iter_selections(since=since) if reward is not None]
+def _usable(decision: LoggedDecision, include_provisional: bool) -> bool:
+    return decision.reward is not None and (decision.final or include_provisional)
+
+
+def _split_time(
+    log: EpisodeLog, since: datetime | None, holdout: float, include_provisional: bool
+) -> tuple[datetime, int, int]:
+    times = [d.selection.created_at for d in log.iter_decisions(since=since) if _usable(d, include_provisional)]
     if len(times) < 10:
+        kind = "rewarded" if include_provisional else "finally rewarded"
         raise InvalidRecordError(
-            f"the episode log holds {len(times)} rewarded decisions; off-policy training needs at least 10"
+            f"the episode log holds {len(times)} {kind} decisions; off-policy training needs at least 10"
         )
     k = min(len(times) - 1, max(1, int(round(len(times) * (1.0 - holdout)))))
     return times[k], k, len(times) - k
@@ -71,18 +85,21 @@ def train_from_log(
     weights: RewardWeights | None = None,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    include_provisional: bool = False,
 ) -> TrainReport:
     learner = ROUTER_ALIASES.get(learner, learner)
     if learner not in ROUTERS:
         raise ConfigError(f"unknown learner {learner!r}; choose from {', '.join(sorted(ROUTERS))}")
     if not 0.0 < holdout < 1.0:
         raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
-    split_at, n_train, n_holdout = _split_time(log, since, holdout)
+    check_window(since, None)
+    split_at, n_train, n_holdout = _split_time(log, since, holdout, include_provisional)
     router = ROUTERS[learner](**dict(learner_args or {}))
-    for i, (selection, reward) in enumerate(log.iter_selections(since=since, until=split_at)):
-        if reward is None:
+    for i, decision in enumerate(log.iter_decisions(since=since, until=split_at)):
+        reward = decision.reward
+        if reward is None or not _usable(decision, include_provisional):
             continue
-        router.learn_logged(selection, reward.reweighted(weights) if weights is not None else reward)
+        router.learn_logged(decision.selection, reward.reweighted(weights) if weights is not None else reward)
         if progress is not None:
             progress(i + 1)
     evaluation = evaluate_on_log(
@@ -92,14 +109,15 @@ def train_from_log(
         since=split_at,
         weights=weights,
         alpha=alpha,
+        include_provisional=include_provisional,
     )
     recommended = evaluation.recommended
-    if not math.isfinite(recommended.ci_low):
+    if not math.isfinite(recommended.value):
         raise InvalidRecordError(
             f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}"
         )
     estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
-    value, stderr, _ = logged_value(log, since=split_at, weights=weights)
+    value, stderr, _ = logged_value(log, since=split_at, weights=weights, include_provisional=include_provisional)
     improvement = evaluation.versus.get(LOGGING_POLICY)  # present exactly when supported
     promotable = improvement is not None and math.isfinite(improvement.ci_low) and improvement.ci_low > 0.0
     if not recommended.supported:

@@ -93,12 +93,12 @@ class EstimatorBase(ABC, Generic[BatchT]):
 
     def policy_value_from_batch(self, batch: BatchT) -> float:
         """The estimate on an already-built batch."""
-        components = self.round_components(batch)
+        components = self._nonempty_components(batch)
         return float(self._checked_value(components.mean(axis=0)))
 
     def round_rewards_from_batch(self, batch: BatchT) -> NDArray[np.float64]:
         """obp's per-round rewards on an already-built batch."""
-        components = self.round_components(batch)
+        components = self._nonempty_components(batch)
         self._checked_value(components.mean(axis=0))
         return self.round_rewards_from_components(components)
 
@@ -114,7 +114,7 @@ class EstimatorBase(ABC, Generic[BatchT]):
         """The estimate and its interval on an already-built batch."""
         check_interval_arguments(alpha, n_bootstrap_samples)
         method = parse_interval_method(method)
-        components = self.round_components(batch)
+        components = self._nonempty_components(batch)
         full_value = float(self._checked_value(components.mean(axis=0)))
         if method is IntervalMethod.NORMAL:
             moments = RunningMoments(self.n_components)
@@ -135,6 +135,13 @@ class EstimatorBase(ABC, Generic[BatchT]):
             n_bootstrap_samples=n_bootstrap_samples,
             random_state=random_state,
         )
+
+    def _nonempty_components(self, batch: BatchT) -> NDArray[np.float64]:
+        """The batch's components; an empty batch has no estimate (its mean would be 0/0)."""
+        components = self.round_components(batch)
+        if components.shape[0] == 0:
+            raise OPEInputError("reward", f"the log is empty: {self.estimator_name} got a batch of 0 rounds")
+        return components
 
     def _checked_value(self, means: NDArray[np.float64]) -> NDArray[np.float64]:
         with np.errstate(divide="ignore", invalid="ignore"):

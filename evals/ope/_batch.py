@@ -46,6 +46,8 @@ class RoundBatch:
     estimated_reward_policy: NDArray[np.float64] | None = None
     # w_i, computed on first use and shared by every estimator (and the diagnostics) reading this batch
     _importance_weight: NDArray[np.float64] | None = field(default=None, init=False, repr=False, compare=False)
+    # cut from obp-style arrays: a missing term is then named by the argument the caller left out
+    _from_arrays: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         present = {name: getattr(self, name) for name in _ROUND_FIELDS if getattr(self, name) is not None}
@@ -82,6 +84,7 @@ class RoundBatch:
         set_(batch, "estimated_reward_factual", estimated_reward_factual)
         set_(batch, "estimated_reward_policy", estimated_reward_policy)
         set_(batch, "_importance_weight", None)
+        set_(batch, "_from_arrays", True)
         return batch
 
     @property
@@ -93,11 +96,17 @@ class RoundBatch:
         return 0
 
     def require(self, name: str, estimator_name: str) -> NDArray[np.float64]:
-        """The field ``name``, or an error saying that ``estimator_name`` needs it."""
+        """The field ``name``, or an error saying that ``estimator_name`` needs it (named as the
+        caller passed it: the obp-style argument when the batch was cut from arrays)."""
         value: NDArray[np.float64] | None = getattr(self, name)
         if value is None:
-            raise OPEInputError(name, f"{estimator_name} needs {name}, which was not given")
+            raise self._missing(name, estimator_name)
         return value
+
+    def _missing(self, name: str, estimator_name: str) -> OPEInputError:
+        argument = _ARGUMENTS.get(name, name) if self._from_arrays else name
+        verb = "were" if " and " in argument else "was"
+        return OPEInputError(argument.split(",")[0], f"{estimator_name} needs {argument}, which {verb} not given")
 
     def importance_weight(self) -> NDArray[np.float64] | None:
         """w_i = pi_e(a_i|x_i) / pi_b(a_i|x_i), or ``None`` when either propensity is missing.
@@ -116,12 +125,22 @@ class RoundBatch:
         """w_i as :meth:`importance_weight` gives it, or an error naming the missing propensity."""
         weight = self.importance_weight()
         if weight is None:
-            missing = "evaluation_policy_pscore" if self.evaluation_policy_pscore is None else "pscore"
-            raise OPEInputError(missing, f"{estimator_name} needs {missing}, which was not given")
+            raise self._missing(
+                "evaluation_policy_pscore" if self.evaluation_policy_pscore is None else "pscore", estimator_name
+            )
         return weight
 
 
 _PROBABILITY_FIELDS = ("pscore", "evaluation_policy_pscore")
+# the obp-style argument each term of a batch cut from arrays comes from (pi_e(a_i) from action
+# and action_dist; a BanditArrays has action, reward and pscore together or none of them)
+_ARGUMENTS = {
+    "reward": "action, reward and pscore",
+    "pscore": "action, reward and pscore",
+    "evaluation_policy_pscore": "action, reward and pscore",
+    "estimated_reward_factual": "estimated_rewards_by_reg_model",
+    "estimated_reward_policy": "estimated_rewards_by_reg_model",
+}
 _ROUND_FIELDS = (
     "reward",
     "pscore",

@@ -7,14 +7,16 @@ q_hat(x_i, pi_e) = sum_a pi_e(a|x_i, k_i) q_hat(x_i, a, k_i). E_n is the mean ov
 
 Every method takes obp's keyword arrays: ``action (n,)``, ``reward (n,)``, ``pscore (n,)``,
 ``action_dist (n, n_actions, len_list)``, ``position (n,)`` (needed when len_list > 1) and
-``estimated_rewards_by_reg_model (n, n_actions, len_list)``.
+``estimated_rewards_by_reg_model (n, n_actions, len_list)``; obp's other keyword arguments are
+accepted where memabra can honour them and refused by name where it cannot
+(:mod:`memabra.evals.ope._obp_arguments`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,6 +24,7 @@ from numpy.typing import NDArray
 from memabra.evals.ope._base import EstimatorBase, check_lambda
 from memabra.evals.ope._batch import BanditArrays, RoundBatch
 from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval
+from memabra.evals.ope._obp_arguments import bandit_extras
 
 __all__ = [
     "BanditEstimator",
@@ -53,10 +56,11 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
         pscore: NDArray[np.float64] | None = None,
         position: NDArray[np.int64] | None = None,
         estimated_rewards_by_reg_model: NDArray[np.float64] | None = None,
+        **kwargs: Any,
     ) -> float:
         """The estimated policy value of the evaluation policy ``action_dist``."""
         return self.policy_value_from_batch(
-            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model, kwargs)
         )
 
     def estimate_round_rewards(
@@ -68,10 +72,11 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
         pscore: NDArray[np.float64] | None = None,
         position: NDArray[np.int64] | None = None,
         estimated_rewards_by_reg_model: NDArray[np.float64] | None = None,
+        **kwargs: Any,
     ) -> NDArray[np.float64]:
         """Per-round terms whose mean is the estimate (obp's ``_estimate_round_rewards``)."""
         return self.round_rewards_from_batch(
-            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model)
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model, kwargs)
         )
 
     def estimate_interval(
@@ -87,11 +92,12 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
         n_bootstrap_samples: int = 10000,
         random_state: int | None = None,
         method: IntervalMethod | str = IntervalMethod.BOOTSTRAP,
+        **kwargs: Any,
     ) -> PolicyValueInterval:
         """The estimate with a ``1 - alpha`` interval, by percentile bootstrap over rounds
         (seeded by ``random_state``) or by the normal approximation (delta method)."""
         return self.interval_from_batch(
-            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model),
+            self._gather(action_dist, action, reward, pscore, position, estimated_rewards_by_reg_model, kwargs),
             alpha=alpha,
             n_bootstrap_samples=n_bootstrap_samples,
             random_state=random_state,
@@ -106,6 +112,7 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
         pscore: NDArray[np.float64] | None,
         position: NDArray[np.int64] | None,
         estimated_rewards_by_reg_model: NDArray[np.float64] | None,
+        extras: dict[str, Any],
     ) -> RoundBatch:
         """Check every array given (q_hat too, even when this estimator ignores it) and cut the
         per-round terms this estimator reads."""
@@ -116,6 +123,7 @@ class BanditEstimator(EstimatorBase[RoundBatch]):
             pscore=pscore,
             position=position,
             estimated_rewards_by_reg_model=estimated_rewards_by_reg_model,
+            **bandit_extras(self.estimator_name, extras),
         )
         return arrays.round_batch(with_reward_model=self.needs_reward_model)
 

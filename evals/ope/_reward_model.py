@@ -9,7 +9,9 @@ term unbiased given the model). Features per (round, action, position):
   slope per action) and, when len_list > 1, a one-hot of the position. The default learner is
   standardised logistic regression (predicted P(r = 1)) when every reward is 0 or 1 and ridge
   regression otherwise: linear, single-threaded and fast; pass any scikit-learn regressor or
-  binary classifier as ``base_model`` for more capacity;
+  classifier as ``base_model`` for more capacity. A classifier's q_hat is the expected reward
+  sum_k P(r = c_k) c_k over its classes c_k (the reward values it saw), so rewards in {0, 1, 2}
+  are valued as rewards, not as the probability of one class;
 - without ``context``: q_hat(x, a, k) is the out-of-fold mean reward of action a at position k
   (the out-of-fold overall mean for a pair never logged in the other folds). No learner is fitted.
 """
@@ -25,6 +27,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import KFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.multiclass import type_of_target
 
 from memabra.evals.ope._batch import BanditArrays
 from memabra.evals.ope._validation import OPEInputError
@@ -34,8 +37,9 @@ __all__ = ["CrossFittedRewardModel"]
 
 @dataclass(frozen=True)
 class CrossFittedRewardModel:
-    """K-fold cross-fitted q_hat; ``base_model`` is any scikit-learn regressor or binary
-    classifier (cloned per fold), ``None`` for the default described in the module docstring."""
+    """K-fold cross-fitted q_hat; ``base_model`` is any scikit-learn regressor or classifier
+    (cloned per fold; a classifier's prediction is its expected reward over the reward values it
+    was fitted on), ``None`` for the default described in the module docstring."""
 
     base_model: BaseEstimator | None = None
     n_folds: int = 2
@@ -82,13 +86,39 @@ class CrossFittedRewardModel:
             return np.full(shape, reward[0])
         binary = bool(np.isin(reward, (0.0, 1.0)).all())
         model = clone(self.base_model) if self.base_model is not None else _default_model(binary)
+        if is_classifier(model) and type_of_target(reward) == "continuous":
+            raise OPEInputError(
+                "base_model",
+                f"{type(model).__name__} is a classifier, but the rewards are continuous "
+                f"({np.unique(reward).size} distinct values, e.g. {float(reward[reward != np.round(reward)][0])!r}); "
+                "pass a regressor, or a classifier only for rewards with a few discrete values",
+            )
         model.fit(features, reward)
         per_round = encode.n_actions * encode.len_list
         action = np.tile(np.repeat(np.arange(encode.n_actions), encode.len_list), n_held_out)
         slot = np.tile(np.arange(encode.len_list), n_held_out * encode.n_actions)
         grid = encode(np.repeat(held_out_context, per_round, axis=0), action, slot)
-        predicted = model.predict_proba(grid)[:, 1] if is_classifier(model) else model.predict(grid)
+        predicted = _expected_reward(model, grid) if is_classifier(model) else model.predict(grid)
         return np.asarray(predicted, dtype=np.float64).reshape(shape)
+
+
+def _expected_reward(model: BaseEstimator, grid: NDArray[np.float64]) -> NDArray[np.float64]:
+    """sum_k P(c_k | row) c_k over the classifier's classes c_k: the expected reward, whatever
+    values the rewards take (P(r = 1) is that only for 0/1 rewards)."""
+    classes = np.asarray(getattr(model, "classes_", None))
+    if classes.ndim != 1 or classes.size == 0 or not np.issubdtype(classes.dtype, np.number):
+        raise OPEInputError(
+            "base_model",
+            f"{type(model).__name__}'s classes_ must be the numeric reward values; got {classes!r}",
+        )
+    probabilities = np.asarray(model.predict_proba(grid), dtype=np.float64)
+    if probabilities.shape != (grid.shape[0], classes.size):
+        raise OPEInputError(
+            "base_model",
+            f"{type(model).__name__}.predict_proba returned shape {probabilities.shape}; "
+            f"expected ({grid.shape[0]}, {classes.size}), one column per class",
+        )
+    return np.asarray(probabilities @ classes.astype(np.float64))
 
 
 def _default_model(binary: bool) -> BaseEstimator:

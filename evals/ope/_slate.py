@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from memabra.evals.ope._base import EstimatorBase
 from memabra.evals.ope._interval import IntervalMethod, PolicyValueInterval
+from memabra.evals.ope._obp_arguments import slate_arrays
 from memabra.evals.ope._validation import (
     OPEInputError,
     as_float_array,
@@ -131,17 +132,21 @@ class SlateEstimator(EstimatorBase[SlateBatch]):
     def importance_weights(self, batch: SlateBatch) -> NDArray[np.float64] | None:
         return self._row_weights(batch)
 
+    def _batch(self, arrays: dict[str, NDArray[np.float64] | None]) -> SlateBatch:
+        """The batch of obp-style keyword arrays, a missing or unknown one refused by name."""
+        return SlateBatch(**slate_arrays(self.estimator_name, arrays))
+
     def _row_weights(self, batch: SlateBatch) -> NDArray[np.float64]:
         behaviour, evaluation = batch.require_pair(self._pscore_field, self.estimator_name)
         return evaluation / behaviour
 
     def estimate_policy_value(self, **arrays: NDArray[np.float64] | None) -> float:
         """Keyword arrays as in :class:`SlateBatch` (obp's names); unused pairs may be omitted."""
-        return self.policy_value_from_batch(SlateBatch(**arrays))  # type: ignore[arg-type]
+        return self.policy_value_from_batch(self._batch(arrays))
 
     def estimate_round_rewards(self, **arrays: NDArray[np.float64] | None) -> NDArray[np.float64]:
         """Per-slate terms sum_l w_i(l) r_i(l), in ascending ``slate_id`` order."""
-        return self.round_rewards_from_batch(SlateBatch(**arrays))  # type: ignore[arg-type]
+        return self.round_rewards_from_batch(self._batch(arrays))
 
     def estimate_interval(
         self,
@@ -154,7 +159,7 @@ class SlateEstimator(EstimatorBase[SlateBatch]):
     ) -> PolicyValueInterval:
         """The estimate with a ``1 - alpha`` interval; the bootstrap resamples whole slates."""
         return self.interval_from_batch(
-            SlateBatch(**arrays),  # type: ignore[arg-type]
+            self._batch(arrays),
             alpha=alpha,
             n_bootstrap_samples=n_bootstrap_samples,
             random_state=random_state,

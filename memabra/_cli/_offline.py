@@ -53,6 +53,13 @@ def ope_log(
     ] = None,
     alpha: Annotated[float, typer.Option(min=0.001, max=0.5, help="1 - confidence of the intervals.")] = 0.05,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the reward model and the target rollouts.")] = 0,
+    include_provisional: Annotated[
+        bool,
+        typer.Option(
+            "--include-provisional",
+            help="Also evaluate decisions whose reward is still provisional (default: final rewards only).",
+        ),
+    ] = False,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)
     ] = None,
@@ -87,6 +94,7 @@ def ope_log(
             weights=reweight,
             alpha=alpha,
             seed=seed,
+            include_provisional=include_provisional,
         )
         if store:
             for evaluation in evaluations:
@@ -122,6 +130,10 @@ def ope_log(
             is_rec = name == rec.estimator
             if is_rec:
                 verdict = "supported" if rec.supported else f"UNSUPPORTED: {rec.reason}"
+                if rec.supported and ev.unreached_share > 0:
+                    verdict += (
+                        f" (interval widened for the {ev.unreached_share:.1%} of its probability the log did not reach)"
+                    )
             else:  # its own weight's verdict, in brief: the recommended row carries the reasons
                 own = ev.verdicts.get(name)
                 verdict = (
@@ -130,7 +142,7 @@ def ope_log(
             table.add_row(
                 ev.policy,
                 f"[bold]{name} *[/]" if is_rec else name,
-                _fmt(e.value),
+                _fmt(rec.value if is_rec else e.value),  # clipped to the reward's range
                 _fmt(rec.ci_low if is_rec else e.ci_low),  # an unsupported recommendation's bounds
                 _fmt(rec.ci_high if is_rec else e.ci_high),
                 f"{weight['effective_sample_size']:.0f}",
@@ -142,6 +154,12 @@ def ope_log(
     console.print(
         "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
     )
+    if first.n_provisional:
+        console.print(
+            f"left out {first.n_provisional} decisions whose reward is still provisional (--include-provisional "
+            "evaluates them too)",
+            highlight=False,
+        )
     paired = _paired_table(evaluations, alpha)
     if paired.row_count:
         console.print(paired)
@@ -155,6 +173,7 @@ def ope_log(
     if json_out is not None:
         doc = {
             "n_rounds": first.n_rounds,
+            "n_provisional_left_out": first.n_provisional,
             "logging_value": first.logging_value,
             "alpha": alpha,
             "reward_model": None if model is None else model.as_dict(),
@@ -226,6 +245,13 @@ def train(
     force: Annotated[
         bool, typer.Option("--force", help="Save the snapshot even if it does not beat the logging policy.")
     ] = False,
+    include_provisional: Annotated[
+        bool,
+        typer.Option(
+            "--include-provisional",
+            help="Also train and evaluate on decisions whose reward is still provisional (default: final only).",
+        ),
+    ] = False,
 ) -> None:
     """Fit a new policy from the log; keep it only if it beats the logging policy offline."""
     from memabra.evals.offline import train_from_log
@@ -260,6 +286,7 @@ def train(
             weights=reweight,
             force=force,
             progress=lambda i: bar.update(task, completed=i),
+            include_provisional=include_provisional,
         )
     e = report.estimate
     if not report.supported:

@@ -374,10 +374,10 @@ def test_the_direct_method_is_judged_on_the_floor_alone() -> None:
     summaries = {"joint_weight": few, "pi_weight": few, "slot_weight": few}
     estimate = PolicyValueInterval(0.5, 0.4, 0.6, 0.05, IntervalMethod.NORMAL)
     # the weighting estimators fail on their weight; the model-only estimate weights nothing
-    assert _estimator_verdict("dr", estimate, summaries, 0.0, 0.05, None).rule == "effective sample size"
-    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None).supported
+    assert _estimator_verdict("dr", estimate, summaries, 0.0, 0.05, None, 100).rule == "effective sample size"
+    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100).supported
     # but it extrapolates where the logger hardly went, as every estimator does
-    assert _estimator_verdict("dm", estimate, summaries, 0.5, 0.05, None).rule == "floor"
+    assert _estimator_verdict("dm", estimate, summaries, 0.5, 0.05, None, 100).rule == "floor"
 
 
 def test_paired_differences_by_hand() -> None:
@@ -413,10 +413,21 @@ def test_two_supported_targets_get_a_paired_difference_narrower_than_their_inter
         ],
     )
     assert hybrid.recommended.supported and again.recommended.supported
-    same = hybrid.versus["hybrid-2"]  # the same policy twice: identical terms, a zero-width difference
-    assert same.value == pytest.approx(0.0, abs=1e-12) and same.ci_high - same.ci_low == pytest.approx(0.0, abs=1e-9)
+    # the same policy twice: identical terms, a zero-width paired interval, widened only by what
+    # each side's sample left unreached (the bias each side's estimate may carry)
+    same = hybrid.versus["hybrid-2"]
+    span = 1.6 - -1.9  # RewardWeights().total_range()
+    spread = (hybrid.unreached_share + again.unreached_share) * span
+    assert same.value == pytest.approx(0.0, abs=1e-12)
+    assert same.ci_high - same.ci_low == pytest.approx(2 * spread, abs=1e-9)
     logger = hybrid.versus[LOGGING_POLICY]
     assert logger.value == pytest.approx(hybrid.recommended.value - hybrid.logging_value)
+    # against the logged mean, which reached everything it averages, only the target's own share
+    rec = hybrid.recommended
+    raw = hybrid.estimates[rec.estimator]
+    assert (rec.ci_low, rec.ci_high) == pytest.approx(
+        (raw.ci_low - hybrid.unreached_share * span, raw.ci_high + hybrid.unreached_share * span)
+    )
     if random.recommended.supported:
         d = hybrid.versus["random"]
         assert d.value == pytest.approx(hybrid.recommended.value - random.recommended.value)

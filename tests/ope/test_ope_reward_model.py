@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
-from sklearn.linear_model import Ridge
+from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 
 from memabra.evals import ope
@@ -75,3 +77,62 @@ def test_bad_settings_are_rejected() -> None:
     )
     with pytest.raises(ope.OPEInputError, match="needs at least 2 rounds"):
         ope.CrossFittedRewardModel().fit_predict(arrays)
+
+
+def _three_valued(n: int = 400) -> ope.BanditArrays:
+    rng = np.random.default_rng(0)
+    return ope.BanditArrays(
+        action_dist=np.full((n, 3, 1), 1 / 3),
+        action=rng.integers(0, 3, n),
+        reward=rng.choice([0.0, 1.0, 2.0], size=n, p=[0.1, 0.2, 0.7]),
+        pscore=np.full(n, 1 / 3),
+        context=rng.normal(size=(n, 2)),
+    )
+
+
+def test_a_classifier_predicts_the_expected_reward_over_its_classes() -> None:
+    # rewards in {0, 1, 2}: P(r = 1) (column 1 of predict_proba) is not the reward; the expected
+    # value over the classes is, and DM with a classifier must agree with the default regressor
+    arrays = _three_valued()
+    truth = float(arrays.reward.mean())  # about 1.6; the context carries no signal
+    dm = ope.DirectMethod()
+    for model in (None, LogisticRegression(max_iter=1000)):
+        q_hat = ope.CrossFittedRewardModel(base_model=model).fit_predict(arrays)
+        value = dm.estimate_policy_value(action_dist=arrays.action_dist, estimated_rewards_by_reg_model=q_hat)
+        assert value == pytest.approx(truth, abs=0.05), type(model).__name__
+        if model is not None:  # an expectation over the classes stays within them
+            assert ((q_hat >= 0.0) & (q_hat <= 2.0)).all()
+
+
+def test_a_binary_classifier_still_predicts_the_probability_of_reward_one() -> None:
+    log = ope.SyntheticBandit(n_actions=3).sample(600, random_state=4)
+    q_hat = ope.CrossFittedRewardModel(base_model=LogisticRegression(max_iter=1000)).fit_predict(log.arrays)
+    assert ((q_hat >= 0) & (q_hat <= 1)).all()
+    assert np.abs(q_hat - log.expected_reward).mean() < 0.1
+
+
+def test_a_classifier_on_continuous_rewards_or_without_numeric_classes_is_refused() -> None:
+    arrays = _three_valued()
+    continuous = ope.BanditArrays(
+        action_dist=arrays.action_dist,
+        action=arrays.action,
+        reward=arrays.reward + 0.25 * np.random.default_rng(1).random(arrays.n_rounds),
+        pscore=arrays.pscore,
+        context=arrays.context,
+    )
+    with pytest.raises(
+        ope.OPEInputError, match="LogisticRegression is a classifier, but the rewards are continuous"
+    ) as caught:
+        ope.CrossFittedRewardModel(base_model=LogisticRegression()).fit_predict(continuous)
+    assert caught.value.field == "base_model"
+
+    class Labelled(LogisticRegression):  # type: ignore[misc]
+        """A classifier that reports its classes as labels, not reward values."""
+
+        def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Labelled:
+            super().fit(X, y, sample_weight)
+            self.classes_ = np.array([f"r{c:g}" for c in self.classes_])
+            return self
+
+    with pytest.raises(ope.OPEInputError, match="classes_ must be the numeric reward values"):
+        ope.CrossFittedRewardModel(base_model=Labelled()).fit_predict(arrays)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +166,91 @@ def test_position_is_required_and_checked_when_len_list_exceeds_one() -> None:
 def test_a_missing_array_is_named_after_the_estimator_that_needs_it() -> None:
     arrays = _arrays()
     del arrays["estimated_rewards_by_reg_model"]
-    with pytest.raises(ope.OPEInputError, match="dr needs estimated_reward_factual"):
+    with pytest.raises(ope.OPEInputError, match="dr needs estimated_rewards_by_reg_model, which was not given") as dr:
         ope.DoublyRobust().estimate_policy_value(**arrays)
+    assert dr.value.field == "estimated_rewards_by_reg_model"
     with pytest.raises(ope.OPEInputError, match="pscore is missing"):
         ope.InverseProbabilityWeighting().estimate_policy_value(
             action=arrays["action"], reward=arrays["reward"], action_dist=arrays["action_dist"]
         )
+
+
+def test_a_missing_array_is_named_as_the_method_takes_it_not_by_an_internal_term() -> None:
+    # the arrays' methods take action, reward, pscore and estimated_rewards_by_reg_model; the
+    # batch's internal terms (estimated_reward_policy, evaluation_policy_pscore, ...) are not theirs
+    arrays = _arrays()
+    with pytest.raises(ope.OPEInputError, match="dm needs estimated_rewards_by_reg_model, which was not given") as dm:
+        ope.DirectMethod().estimate_policy_value(action_dist=arrays["action_dist"])
+    assert dm.value.field == "estimated_rewards_by_reg_model"
+    with pytest.raises(ope.OPEInputError, match="ipw needs action, reward and pscore, which were not given") as ipw:
+        ope.InverseProbabilityWeighting().estimate_policy_value(action_dist=arrays["action_dist"])
+    assert ipw.value.field == "action"
+    with pytest.raises(ope.OPEInputError, match="dr needs action, reward and pscore"):
+        ope.DoublyRobust().estimate_interval(
+            action_dist=arrays["action_dist"],
+            estimated_rewards_by_reg_model=arrays["estimated_rewards_by_reg_model"],
+            method="normal",
+        )
+    # a RoundBatch built by hand is named by its own fields, which are what its caller passed
+    with pytest.raises(ope.OPEInputError, match="dm needs estimated_reward_policy") as batch:
+        ope.DirectMethod().policy_value_from_batch(ope.RoundBatch(reward=np.ones(3)))
+    assert batch.value.field == "estimated_reward_policy"
+
+
+def test_an_empty_round_batch_says_the_log_is_empty_without_numpy_warnings() -> None:
+    empty = ope.RoundBatch(reward=np.zeros(0), pscore=np.zeros(0), evaluation_policy_pscore=np.zeros(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Mean of empty slice" on the way to the error
+        for call in (
+            ope.InverseProbabilityWeighting().policy_value_from_batch,
+            ope.SelfNormalizedInverseProbabilityWeighting().round_rewards_from_batch,
+        ):
+            with pytest.raises(ope.OPEInputError, match="the log is empty: .* 0 rounds") as caught:
+                call(empty)
+            assert "importance weight" not in str(caught.value)
+        with pytest.raises(ope.OPEInputError, match="the log is empty"):
+            ope.InverseProbabilityWeighting().interval_from_batch(
+                empty, alpha=0.05, n_bootstrap_samples=10, random_state=0, method="normal"
+            )
+
+
+def test_obp_keyword_arguments_are_accepted_where_they_mean_something_supported() -> None:
+    arrays = _arrays()
+    plain = ope.DoublyRobust().estimate_policy_value(**arrays)
+    # obp 0.5.7 hands these to every estimator; None (obp's default) means "not used"
+    for name in ("estimated_pscore", "estimated_importance_weights", "action_embed", "pi_b", "p_e_a"):
+        assert ope.DoublyRobust().estimate_policy_value(**arrays, **{name: None}) == plain
+        assert ope.InverseProbabilityWeighting().estimate_round_rewards(**arrays, **{name: None}).shape == (20,)
+    context = np.random.default_rng(1).random((20, 2))
+    assert ope.DoublyRobust().estimate_policy_value(**arrays, context=context, action_context=np.eye(3)) == plain
+    interval = ope.InverseProbabilityWeighting().estimate_interval(
+        **arrays, estimated_pscore=None, method="normal", alpha=0.1
+    )
+    assert interval.value == ope.InverseProbabilityWeighting().estimate_policy_value(**arrays)
+    with pytest.raises(ope.OPEInputError, match="context must be a 2-D array") as bad_context:
+        ope.DoublyRobust().estimate_policy_value(**arrays, context=np.zeros(20))
+    assert bad_context.value.field == "context"
+
+
+def test_obp_keyword_arguments_memabra_cannot_honour_are_refused_by_name() -> None:
+    arrays = _arrays()
+    with pytest.raises(ope.OPEInputError, match="ipw does not read estimated_pscore .*pass the propensities") as caught:
+        ope.InverseProbabilityWeighting().estimate_policy_value(**arrays, estimated_pscore=np.full(20, 0.3))
+    assert caught.value.field == "estimated_pscore"
+    with pytest.raises(ope.OPEInputError, match="unknown argument 'pscores'") as typo:
+        ope.InverseProbabilityWeighting().estimate_policy_value(**arrays, pscores=arrays["pscore"])
+    assert typo.value.field == "pscores" and not isinstance(typo.value, TypeError)
+    slates = ope.SyntheticSlateBandit().sample(10, random_state=0)
+    slate_arrays = {name: getattr(slates, name) for name in ope.SlateBatch.__dataclass_fields__}
+    value = ope.SlateStandardIPS().estimate_policy_value(**slate_arrays)
+    assert ope.SlateStandardIPS().estimate_policy_value(**slate_arrays, q_hat=None) == value
+    with pytest.raises(ope.OPEInputError, match="unknown argument 'slate'") as slate_typo:
+        ope.SlateStandardIPS().estimate_policy_value(**slate_arrays, slate=slate_arrays["slate_id"])
+    assert slate_typo.value.field == "slate"
+    without_id = {k: v for k, v in slate_arrays.items() if k != "slate_id"}
+    with pytest.raises(ope.OPEInputError, match="sips needs slate_id, which was not given") as missing:
+        ope.SlateStandardIPS().estimate_interval(**without_id, method="normal")
+    assert missing.value.field == "slate_id"
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, "2"])

@@ -1,0 +1,184 @@
+"""A supported target's interval accounts for the share of its probability the log shows unreached.
+
+Rule 2 of the support verdict lets a mean weight whose interval falls short of 1 by less than
+``MEAN_WEIGHT_TOLERANCE`` pass; such a sample has still not reached ``1 - mean weight`` of the
+target's probability, and the estimate is biased by up to that share times the reward range. The
+reviewer's ``tools_multiple`` log showed it: hybrid supported at +1.158 [+1.145, +1.171], mean
+joint weight 0.987 [0.977, 0.997], exact value +1.140. A mean weight whose interval holds 1 shows
+no shortfall, only noise, and widens nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memabra._records import RewardWeights
+from memabra.evals.offline import LOGGING_POLICY, Target, evaluate_policies
+from memabra.evals.offline._paired import widen
+from memabra.evals.offline._recommend import summarise
+from memabra.evals.offline._support import (
+    MEAN_WEIGHT_TOLERANCE,
+    WeightSummary,
+    missing_share,
+    support_verdict,
+    unreached_share,
+)
+from memabra.evals.ope import (
+    IntervalMethod,
+    PolicyValueInterval,
+    SlateTerms,
+    StreamingEstimate,
+    make_slot_estimators,
+)
+from memabra.router import HybridRouter, RandomRouter
+from memabra.storage import EpisodeLog
+
+pytestmark = pytest.mark.slow
+
+REWARD_RANGE = RewardWeights().total_range()
+SPAN = REWARD_RANGE[1] - REWARD_RANGE[0]
+
+
+def _grazing_log() -> tuple[SlateTerms, float]:
+    """600 decisions of a target worth exactly 1.0 on each (0.9 or 1.1 as drawn), 8 of which the
+    logger could not reach (weight 0): the sample's mean weight is 0.987, its interval reaches
+    within the tolerance of 1, and the raw estimate sits below the truth."""
+    n, unreached = 600, 8
+    reward = np.where(np.arange(n) % 2 == 0, 0.9, 1.1)
+    weight = np.ones(n)
+    weight[np.arange(unreached) * 75] = 0.0  # spread over both reward values
+    zeros = np.zeros(n)
+    terms = SlateTerms(
+        reward=reward,
+        joint_weight=weight,
+        pi_weight=weight,
+        slot_weight=weight,
+        last_weight=weight,
+        independent_ips=weight * reward,
+        cascade_ips=weight * reward,
+        independent_baseline=zeros,
+        cascade_baseline=zeros,
+        q_logged=zeros,
+        q_target=zeros,
+    )
+    return terms, float(reward.mean())
+
+
+def test_missing_share_is_the_point_estimate_of_the_unreached_mass_the_log_shows() -> None:
+    terms, _ = _grazing_log()
+    weight = WeightSummary()
+    weight.update(terms.joint_weight)
+    low, high = weight.mean_interval(0.05)
+    assert weight.mean == pytest.approx(592 / 600)
+    assert high < 1.0 and high >= 1.0 - MEAN_WEIGHT_TOLERANCE  # grazes 1: rule 2 lets it through
+    assert support_verdict(weight, 0.0, 0.05, "joint").supported
+    assert missing_share(weight, 0.05) == pytest.approx(8 / 600)
+    assert missing_share(weight, 0.05) < unreached_share(weight, 0.0, 0.05)  # the bounds' share is the far edge
+    over = WeightSummary()
+    over.update(np.array([1.2, 0.9, 1.1]))  # a mean above 1 is no missing mass
+    assert missing_share(over, 0.05) == 0.0
+    # a heavy-tailed weight whose sample mean is below 1 by chance: its interval holds 1
+    noisy = WeightSummary()
+    noisy.update(np.array([0.0] * 290 + [40.0] * 6 + [1.0] * 4))
+    low, high = noisy.mean_interval(0.05)
+    assert noisy.mean < 0.85 and low < 1.0 < high
+    assert missing_share(noisy, 0.05) == 0.0
+
+
+def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
+    terms, truth = _grazing_log()
+    streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "sips"])]
+    summaries = {name: WeightSummary() for name in ("joint_weight", "pi_weight", "slot_weight")}
+    for stream in streams:
+        stream.update(terms)
+    for name, summary in summaries.items():
+        summary.update(getattr(terms, name))
+    ev = summarise(
+        Target("t", RandomRouter()),
+        streams,
+        summaries,
+        0.0,
+        terms.n_rounds,
+        truth,
+        None,
+        0.05,
+        None,
+        REWARD_RANGE,
+    )
+    rec, raw = ev.recommended, ev.estimates["cdr"]
+    assert rec.supported and rec.estimator == "cdr" and rec.reason == ""
+    assert not raw.ci_low <= truth <= raw.ci_high  # the defect: a confident interval beside the truth
+    assert ev.unreached_share == pytest.approx(8 / 600)
+    spread = 8 / 600 * SPAN
+    assert (rec.ci_low, rec.ci_high) == pytest.approx((raw.ci_low - spread, raw.ci_high + spread))
+    assert rec.ci_low <= truth <= rec.ci_high
+    stored = next(r for r in ev.results if r.details["recommended"])
+    assert (stored.ci_low, stored.ci_high) == (rec.ci_low, rec.ci_high)
+    assert stored.details["unreached_share"] == pytest.approx(8 / 600)
+    assert ev.as_json()["diagnostics"]["unreached_share"] == pytest.approx(8 / 600)
+    # the other rows keep their own intervals
+    assert ev.estimates["sips"].ci_high == pytest.approx(raw.ci_high)
+
+
+def test_on_a_real_log_a_mean_weight_below_1_by_noise_alone_widens_nothing(log: EpisodeLog, fill_log, lexical) -> None:  # type: ignore[no-untyped-def]
+    # a uniform logger covers every set hybrid selects, so E_b[W] = 1 exactly; the sample's mean
+    # weight misses 1 only by chance, and its interval holds 1
+    fill_log(log, n=300)
+    (ev,) = evaluate_policies(log, [Target("hybrid", HybridRouter(similarity=lexical, seed=2))])
+    rec = ev.recommended
+    assert rec.supported, rec.reason
+    weight = ev.weight_diagnostics(rec.estimator)
+    assert weight["mean_weight"] < 1.0 < weight["mean_weight_ci_high"]
+    assert ev.unreached_share == 0.0
+    raw = ev.estimates[rec.estimator]
+    assert (rec.ci_low, rec.ci_high) == (raw.ci_low, raw.ci_high)
+    stored = next(r for r in ev.results if r.details["recommended"])
+    assert (stored.ci_low, stored.ci_high) == (raw.ci_low, raw.ci_high)
+    assert ev.versus[LOGGING_POLICY].value == pytest.approx(rec.value - ev.logging_value)
+
+
+def test_a_paired_difference_is_widened_by_both_sides_shares() -> None:
+    difference = PolicyValueInterval(0.1, 0.0, 0.2, 0.05, IntervalMethod.NORMAL)
+    assert widen(difference, 0.0) is difference
+    widened = widen(difference, (0.01 + 0.02) * SPAN)
+    assert (widened.value, widened.ci_low, widened.ci_high) == pytest.approx((0.1, -0.105, 0.305))
+
+
+def test_an_unsupported_estimate_beyond_its_bounds_is_reported_at_their_edge_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # five decisions of weight 40 and the rest unreached: the raw estimates land far above the
+    # most any policy can earn, and an unsupported target's bounds are the reward's range
+    from memabra.evals.offline import plot_estimates
+
+    n = 100
+    reward = np.full(n, 1.5)
+    weight = np.where(np.arange(n) < 5, 40.0, 0.0)
+    zeros = np.zeros(n)
+    terms = SlateTerms(
+        reward=reward,
+        joint_weight=weight,
+        pi_weight=weight,
+        slot_weight=weight,
+        last_weight=weight,
+        independent_ips=weight * reward,
+        cascade_ips=weight * reward,
+        independent_baseline=zeros,
+        cascade_baseline=zeros,
+        q_logged=zeros,
+        q_target=zeros,
+    )
+    streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "sips"])]
+    summaries = {name: WeightSummary() for name in ("joint_weight", "pi_weight", "slot_weight")}
+    for stream in streams:
+        stream.update(terms)
+    for name, summary in summaries.items():
+        summary.update(getattr(terms, name))
+    ev = summarise(Target("t", RandomRouter()), streams, summaries, 0.0, n, 1.5, None, 0.05, None, REWARD_RANGE)
+    rec = ev.recommended
+    raw = ev.estimates[rec.estimator].value
+    assert not rec.supported and raw > REWARD_RANGE[1]
+    assert rec.value == REWARD_RANGE[1] and rec.ci_low <= rec.value <= rec.ci_high
+    stored = next(r for r in ev.results if r.details["recommended"])
+    assert stored.value == rec.value and stored.details["unclipped_value"] == pytest.approx(raw)
+    # a non-recommended row's raw value may lie outside its interval: the plot draws no negative bar
+    assert plot_estimates(ev.results, tmp_path / "p.png", logging_value=1.5).exists()
