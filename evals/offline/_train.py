@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from memabra._errors import ConfigError, InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError, RouterError
 from memabra._records import LoggedDecision, OPEResult, RewardWeights
 from memabra.evals.offline._evaluate import (
     LOGGING_POLICY,
@@ -94,7 +94,12 @@ def train_from_log(
         raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
     check_window(since, None)
     split_at, n_train, n_holdout = _split_time(log, since, holdout, include_provisional)
-    router = ROUTERS[learner](**dict(learner_args or {}))
+    try:
+        router = ROUTERS[learner](**dict(learner_args or {}))
+        # a router checks its arguments when it first builds its state: before the pass over the log
+        _ = router.policy_version
+    except (TypeError, RouterError) as exc:
+        raise ConfigError(f"bad arguments for learner {learner!r}: {exc}") from None
     for i, decision in enumerate(log.iter_decisions(since=since, until=split_at)):
         reward = decision.reward
         if reward is None or not _usable(decision, include_provisional):

@@ -233,6 +233,14 @@ def test_off_policy_training_saves_only_a_supported_policy_that_beats_the_logger
     assert report.estimate.estimator in {r.estimator for r in stored}
 
 
+def test_off_policy_training_refuses_bad_learner_arguments_before_reading_the_log(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
+    fill_log(log, n=20)
+    with pytest.raises(ConfigError, match="bad arguments for learner 'linear'.*bogus"):
+        train_from_log(log, learner="linear", learner_args={"bogus": 1})
+    with pytest.raises(ConfigError, match="learning_rate"):
+        train_from_log(log, learner="linear", learner_args={"learning_rate": 2.0})
+
+
 def test_a_policy_that_does_not_beat_the_logger_is_not_saved_unless_forced(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
     fill_log(log, n=200)
     zero = RewardWeights(ws=0, wr=0, we=0, wc=0, wl=0, wx=0, wu=0)
