@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -25,6 +26,8 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 # or an idle-killing proxy leaves dead ones); one checked in more recently is taken as alive. A
 # ping on every checkout (SQLAlchemy's pool_pre_ping) cost a round trip per transaction, five per turn.
 PG_PING_IDLE_S = 5.0
+# the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
+_WAL_RETRY_S = 0.01
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -87,11 +90,11 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> No
         # SAVEPOINTs and the one-transaction-per-episode rule hold.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         if wal:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(cursor, busy_timeout_s)
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -100,6 +103,23 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> No
         # the read-to-write upgrade; reads stay deferred and, in WAL mode, never wait.
         immediate = connection.get_execution_options().get("memabra_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
+    """``PRAGMA journal_mode=WAL``, retried: on a new file that another process is writing (its
+    schema being created), SQLite refuses the switch at once instead of calling the busy handler
+    (it would deadlock waiting on a reader), so the wait the busy timeout promises is done here."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = _WAL_RETRY_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def is_postgres(engine: Engine) -> bool:
