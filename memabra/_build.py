@@ -64,18 +64,27 @@ def build_session(
     ``overrides`` (``budget``, ``reward``, ``learn``, ``snapshot_every``, ``local_credit``, ``kinds``,
     ``reload_interval_s``, ``commit_interval_s``) replace single fields of it.
     """
-    log = db if isinstance(db, EpisodeLog) else open_log(db)
-    if router is None:
-        from memabra.router import LinearRouter
+    if isinstance(db, EpisodeLog):
+        log, owns_log = db, False
+    else:
+        log, owns_log = open_log(db), True
+    try:
+        if router is None:
+            from memabra.router import LinearRouter
 
-        router = LinearRouter()
-    return RoutingSession(
-        router=router,
-        log=log,
-        memory=_memory_backend(memory, store, log),
-        skills=skills,
-        tool_items_=tool_items(as_tools(tools)),
-        extractor=extractor,
-        settings=settings,
-        **overrides,
-    )
+            router = LinearRouter()
+        return RoutingSession(
+            router=router,
+            log=log,
+            memory=_memory_backend(memory, store, log),
+            skills=skills,
+            tool_items_=tool_items(as_tools(tools)),
+            extractor=extractor,
+            settings=settings,
+            owns_log=owns_log,
+            **overrides,
+        )
+    except BaseException:
+        if owns_log:
+            log.close()
+        raise

@@ -249,6 +249,7 @@ class _Listener:
     def __init__(self, runtime: PolicyRuntime) -> None:
         self._runtime = weakref.ref(runtime)
         self._stop = threading.Event()
+        self._reloading = threading.Lock()
         url = runtime.log.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
         self._policy = runtime.policy
@@ -256,14 +257,20 @@ class _Listener:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop listening and wait for a reload in flight: it reads through the log's pool, which
+        the caller may be about to dispose."""
         self._stop.set()
+        if threading.current_thread() is not self._thread:
+            with self._reloading:  # the thread itself exits at its next wake, on its own connection
+                pass
 
     def _reload(self) -> bool:
-        runtime = self._runtime()
-        if runtime is None:
-            return False
-        runtime.watcher.refresh(force=True)
-        return True
+        with self._reloading:
+            runtime = self._runtime()
+            if runtime is None or self._stop.is_set():
+                return False
+            runtime.watcher.refresh(force=True)
+            return True
 
     def _run(self) -> None:
         try:

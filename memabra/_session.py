@@ -76,8 +76,11 @@ class RoutingSession:
         tool_items_: Sequence[RegistryItem] = (),
         extractor: FactExtractor | None = None,
         settings: SessionSettings | None = None,
+        owns_log: bool = False,
         **overrides: Any,
     ) -> None:
+        # a log the session opened itself (from a URL) is closed with it; one passed in is the caller's
+        self._owns_log = owns_log
         if "reward_config" in overrides:
             overrides["reward"] = overrides.pop("reward_config")
         self.settings = (settings or SessionSettings()).updated(**overrides)
@@ -261,8 +264,11 @@ class RoutingSession:
         return self.runtime.commit()
 
     def close(self) -> None:
-        """Commit what was learned since the last snapshot and release the learner lease."""
+        """Commit what was learned since the last snapshot and release the learner lease; a log the
+        session opened from a URL is closed too (its connection pool released)."""
         self.runtime.close()
+        if self._owns_log:
+            self.log.close()
 
     def __enter__(self) -> RoutingSession:
         return self
