@@ -26,6 +26,7 @@ from memabra.storage._convert import summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
+from memabra.storage._snapshot_audit import StatusChange, status_history
 
 __all__ = [
     "DEFAULT_SAMPLE",
@@ -35,6 +36,7 @@ __all__ = [
     "PolicyVersionStats",
     "RewardPoint",
     "SnapshotInfo",
+    "VersionCount",
 ]
 
 # A draw whose chosen probability is below the slot's maximum by more than this explored.
@@ -58,7 +60,8 @@ class ConversationTurn:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
-    """A policy snapshot without its model bytes (only their size)."""
+    """A policy snapshot without its model bytes (only their size); ``history`` is its audit trail
+    of status changes made through :class:`~memabra.storage._snapshot_audit.SnapshotAudit`, oldest first."""
 
     version: str
     policy: str
@@ -67,6 +70,16 @@ class SnapshotInfo:
     created_at: datetime
     model_size: int
     metrics: Mapping[str, JSONValue]
+    history: tuple[StatusChange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCount:
+    """A policy version the episodes were logged with, how many and when it last routed one."""
+
+    policy_version: str
+    episodes: int
+    last_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +188,33 @@ class AdminQueries:
                 created_at=r[4],
                 model_size=int(r[5] or 0),
                 metrics=dict(r[6] or {}),
+                history=status_history(r[6] or {}),
             )
             for r in rows
         ]
+
+    def policy_versions(self, *, limit: int = 100, recent: int = 5_000) -> list[VersionCount]:
+        """The policy versions the latest ``recent`` episodes were logged with, most recently used
+        first (at most ``limit``): values the episode filter's exact match finds. Bounded like the
+        draw aggregates, so the episodes page does not scan a long log for its suggestions."""
+        e = EpisodeRow
+        latest = (
+            select(e.policy_version, e.created_at)
+            .where(e.policy_version.is_not(None))
+            .order_by(e.created_at.desc())
+            .limit(recent)
+            .subquery("latest")
+        )
+        last = func.max(latest.c.created_at)
+        stmt = (
+            select(latest.c.policy_version, func.count(), last)
+            .group_by(latest.c.policy_version)
+            .order_by(last.desc(), latest.c.policy_version)
+            .limit(limit)
+        )
+        with self._session() as s:
+            rows = s.execute(stmt).all()
+        return [VersionCount(str(v), int(n), _aware(at)) for v, n, at in rows]
 
     # ------------------------------------------------------------------ rewards
 

@@ -1,4 +1,5 @@
-"""The admin web view: review routing decisions, record feedback, promote or roll back snapshots.
+"""The admin web view: review routing decisions, record feedback, promote or roll back snapshots,
+review and edit each user's memories.
 
 Needs the ``admin`` extra (Starlette via FastAPI, Jinja2, itsdangerous, python-multipart, uvicorn).
 ``memabra admin --db URL`` serves it; :func:`create_app` builds the ASGI app for embedding.

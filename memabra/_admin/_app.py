@@ -1,4 +1,5 @@
-"""The admin web app: review routing decisions, record feedback, promote or roll back snapshots.
+"""The admin web app: review routing decisions, record feedback, promote or roll back snapshots,
+review and edit each user's memories.
 
 Pages are server-rendered with Jinja2 (autoescape on: every memory, message and tool output is
 text, never markup) and served with a Content-Security-Policy that allows scripts from the app's
@@ -6,7 +7,8 @@ own ``/static`` only, so even a missed escape could not run an injected script. 
 vendored Chart.js file in ``static/``; nothing is fetched from elsewhere.
 
 Writes go through the library: feedback through :class:`memabra._feedback.RewardService`,
-snapshot status through :class:`memabra.storage.EpisodeLog`. Each write is a POST that needs a
+snapshot status through :class:`memabra.storage._snapshot_audit.SnapshotAudit` (with who and
+when), memories through :class:`memabra._sql_memory.SQLMemory`. Each write is a POST that needs a
 signed-in session and its CSRF token (or an ``Authorization: Bearer`` admin token, which a
 browser never sends on its own), and is refused with 403 when the app is read-only.
 """
@@ -14,9 +16,9 @@ browser never sends on its own), and is refused with 403 when the app is read-on
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
-from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -41,30 +43,25 @@ from memabra._admin._auth import (
     SessionState,
     WebSession,
 )
-from memabra._admin._forms import (
-    FILTER_FIELDS,
-    parse_episode_filter,
-    parse_feedback_form,
-    parse_limit,
-    parse_window,
-)
+from memabra._admin._forms import FILTER_FIELDS, parse_episode_filter, parse_feedback_form, parse_limit
+from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._plumbing import (
     _NOTICES,
-    _AdminBase,
     _Auth,
     _client,
     _HttpError,
     _locked_out,
-    _required,
+    _path_id,
     _safe_next,
     _SecurityHeaders,
 )
-from memabra._admin._policy import CurrentPolicy, group_by_snapshot
-from memabra._errors import InvalidRecordError, SnapshotError
+from memabra._admin._policy import CurrentPolicy
+from memabra._admin._policy_pages import PolicyPages
+from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
-from memabra._records import Feedback, FeedbackKind, utcnow
+from memabra._records import Feedback, FeedbackKind
 from memabra._reward import RewardConfig
-from memabra.storage import DEFAULT_SAMPLE, EpisodeLog, RevokedSessions
+from memabra.storage import EpisodeLog, RevokedSessions
 
 __all__ = ["create_app"]
 
@@ -74,8 +71,9 @@ _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
 
 
-class _Admin(_AdminBase):
-    """Endpoints; :func:`create_app` wires them into a Starlette app."""
+class _Admin(PolicyPages, MemoryPages):
+    """Endpoints (the policies and memories pages' in their own modules); :func:`create_app`
+    wires them into a Starlette app."""
 
     # ------------------------------------------------------------------ sign-in
 
@@ -132,11 +130,12 @@ class _Admin(_AdminBase):
             return self._login_page(
                 next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
             )
-        if not self.credentials.accepts(form.get("secret", "")):
+        principal = self.credentials.principal_of(form.get("secret", ""))
+        if principal is None:
             await asyncio.sleep(self.throttle.failed(client, "sign-in"))
             return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
         self.throttle.succeeded(client)
-        cookie, _ = self.codec.issue(authenticated=True)
+        cookie, _ = self.codec.issue(authenticated=True, principal=principal)
         response = RedirectResponse(_safe_next(next_url), status_code=303)
         self._set_session(response, cookie)
         return response
@@ -169,7 +168,7 @@ class _Admin(_AdminBase):
             except InvalidRecordError as exc:
                 # Show the form again as it was sent, with the message naming the bad field.
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}
-                snapshots = await run_in_threadpool(self.queries.snapshots)
+                versions = await run_in_threadpool(self.queries.policy_versions)
                 return self._render(
                     "episodes.html",
                     400,
@@ -179,10 +178,10 @@ class _Admin(_AdminBase):
                     error=str(exc),
                     limit=50,
                     cursor=None,
-                    snapshots=snapshots,
+                    versions=versions,
                     section="episodes",
                 )
-            snapshots = await run_in_threadpool(self.queries.snapshots)
+            versions = await run_in_threadpool(self.queries.policy_versions)
             return self._render(
                 "episodes.html",
                 auth=auth,
@@ -191,19 +190,18 @@ class _Admin(_AdminBase):
                 error="",
                 limit=limit,
                 cursor=cursor,
-                snapshots=snapshots,
+                versions=versions,
                 section="episodes",
             )
 
         return await self._page(request, build)
 
     async def episode(self, request: Request) -> Response:
-        episode_id = request.path_params["episode_id"]
-
         async def build(auth: _Auth) -> Response:
+            episode_id = _path_id(request, "episodes")
             context = await run_in_threadpool(self._episode_context, episode_id)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
-            return self._render("episode.html", auth=auth, notice=notice, section="episodes", **context)
+            return self._render("episode.html", auth=auth, notice=notice, error="", section="episodes", **context)
 
         return await self._page(request, build)
 
@@ -224,57 +222,11 @@ class _Admin(_AdminBase):
             "idempotency_key": secrets.token_urlsafe(16),
         }
 
-    async def policies(self, request: Request) -> Response:
-        async def build(auth: _Auth) -> Response:
-            window, since = parse_window(request.query_params.get("window"), utcnow())
-            context = await run_in_threadpool(self._policies_context, since)
-            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
-            return self._render("policies.html", auth=auth, window=window, notice=notice, section="policies", **context)
-
-        return await self._page(request, build)
-
-    def _policies_context(self, since: Any) -> dict[str, Any]:
-        q = self.queries
-        first, last = q.time_span(since=since)
-        points = q.reward_over_time(since=since, bucket=views.choose_bucket(first, last))
-        stats = q.policy_version_stats(since=since)
-        shares = q.kind_shares(since=since)
-        ope = q.ope_results()
-        snapshots = q.snapshots()
-        # one row and one chart series per snapshot, however many online updates each made
-        points, stats, shares = group_by_snapshot(points, stats, shares, {s.version for s in snapshots})
-        reward_sum: dict[str, float] = defaultdict(float)
-        rewarded: dict[str, int] = defaultdict(int)
-        episodes: dict[str, int] = defaultdict(int)
-        for p in points:
-            episodes[p.policy_version] += p.episodes
-            if p.mean_reward is not None:
-                reward_sum[p.policy_version] += p.mean_reward * p.rewarded
-                rewarded[p.policy_version] += p.rewarded
-        mean_reward = {v: reward_sum[v] / n for v, n in rewarded.items() if n}
-        shares_by_version: dict[str, dict[str, float]] = defaultdict(dict)
-        for share in shares:
-            shares_by_version[share.policy_version][share.kind] = share.share
-        snapshot_versions = {s.version for s in snapshots}
-        return {
-            "snapshots": snapshots,
-            "stats": stats,
-            "stats_by_version": {s.policy_version: s for s in stats},
-            "episodes_by_version": dict(episodes),
-            "mean_reward": mean_reward,
-            "shares": shares_by_version,
-            "ope": ope,
-            "has_snapshot": snapshot_versions,
-            "chart_data": views.chart_payload(points, stats, shares, ope),
-            "sample": DEFAULT_SAMPLE,
-        }
-
     # ------------------------------------------------------------------ writes
 
     async def post_feedback(self, request: Request) -> Response:
-        episode_id = request.path_params["episode_id"]
-
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            episode_id = _path_id(request, "episodes", suffix="feedback")
             parsed = parse_feedback_form(form)
             feedback = Feedback(
                 episode_id=episode_id,
@@ -286,39 +238,40 @@ class _Admin(_AdminBase):
             )
             service = RewardService(self.log, self.reward_config)
             receipt = await run_in_threadpool(service.post_feedback, feedback)
+            if receipt.status == "duplicate":
+                earlier = await run_in_threadpool(self._stored_feedback, episode_id, receipt.feedback_id)
+                if earlier is not None and not _same_submission(earlier, feedback):
+                    return await self._feedback_conflict(auth, episode_id, earlier)
             return RedirectResponse(
-                f"/episodes/{quote(episode_id)}?notice=feedback-{receipt.status}#feedback", status_code=303
+                f"/episodes/{quote(episode_id, safe='')}?notice=feedback-{receipt.status}#feedback", status_code=303
             )
 
         return await self._write(request, apply)
 
-    async def promote(self, request: Request) -> Response:
-        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
-            version = _required(form, "version")
-            await run_in_threadpool(self.log.set_snapshot_status, version, "active")
-            return RedirectResponse("/policies?notice=promoted", status_code=303)
+    def _stored_feedback(self, episode_id: str, feedback_id: str) -> Feedback | None:
+        return next((f for f in self.log.get_episode(episode_id).feedback if f.id == feedback_id), None)
 
-        return await self._write(request, apply)
+    async def _feedback_conflict(self, auth: _Auth, episode_id: str, earlier: Feedback) -> Response:
+        """409: the form was already submitted with other values. The idempotency key makes a form
+        record once (a resubmission is a no-op), so the earlier values stand; the page comes back
+        with fresh forms for a new rating or correction."""
+        what = "correction" if "correction" in earlier.payload else "rating"
+        message = (
+            f"This form was already submitted: its earlier {what} {views.feedback_summary(earlier)} "
+            f"(recorded {views.format_time(earlier.received_at)} UTC) stands and nothing changed. "
+            f"A form records once; to record a new {what}, use the fresh form below."
+        )
+        context = await run_in_threadpool(self._episode_context, episode_id)
+        return self._render("episode.html", 409, auth=auth, notice="", error=message, section="episodes", **context)
 
-    async def rollback(self, request: Request) -> Response:
-        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
-            version = _required(form, "version")
-            await run_in_threadpool(self._rollback, version)
-            return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
-        return await self._write(request, apply)
+def _same_submission(earlier: Feedback, now: Feedback) -> bool:
+    """Whether a resubmitted form carries what was stored under its key (an idempotent repeat)."""
 
-    def _rollback(self, version: str) -> None:
-        """Make the active snapshot's parent active again and retire the snapshot."""
-        snapshot = self.log.get_snapshot(version)
-        if snapshot.status != "active":
-            raise SnapshotError(f"snapshot {version} is not active ({snapshot.status}); only the active one rolls back")
-        if snapshot.parent is None:
-            raise SnapshotError(f"snapshot {version} has no parent to roll back to")
-        # Promoting the parent retires every other active snapshot of its policy in one transaction.
-        self.log.set_snapshot_status(snapshot.parent, "active")
-        if self.log.get_snapshot(version).status == "active":
-            self.log.set_snapshot_status(version, "retired")
+    def canonical(feedback: Feedback) -> str:
+        return json.dumps(dict(feedback.payload), sort_keys=True, default=str)
+
+    return earlier.decision_id == now.decision_id and canonical(earlier) == canonical(now)
 
 
 def create_app(
@@ -378,11 +331,17 @@ def create_app(
         Route("/login", admin.login, methods=["POST"]),
         Route("/logout", admin.logout, methods=["POST"]),
         Route("/episodes", admin.episodes, methods=["GET"]),
-        Route("/episodes/{episode_id}", admin.episode, methods=["GET"]),
-        Route("/episodes/{episode_id}/feedback", admin.post_feedback, methods=["POST"]),
+        # ":path": an id may hold an encoded "/"; the handlers read it from the raw path (_path_id)
+        Route("/episodes/{episode_id:path}/feedback", admin.post_feedback, methods=["POST"]),
+        Route("/episodes/{episode_id:path}", admin.episode, methods=["GET"]),
         Route("/policies", admin.policies, methods=["GET"]),
         Route("/policies/promote", admin.promote, methods=["POST"]),
         Route("/policies/rollback", admin.rollback, methods=["POST"]),
+        Route("/memories", admin.memories, methods=["GET"]),
+        Route("/memories/item", admin.memory, methods=["GET"]),
+        Route("/memories/update", admin.update_memory, methods=["POST"]),
+        Route("/memories/retire", admin.retire_memory, methods=["POST"]),
+        Route("/memories/restore", admin.restore_memory, methods=["POST"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -95,10 +95,18 @@ class Credentials:
 
     def accepts(self, secret: str) -> bool:
         """Whether ``secret`` is the token or the password (compared in constant time)."""
+        return self.principal_of(secret) is not None
+
+    def principal_of(self, secret: str) -> str | None:
+        """Which credential ``secret`` is (``token`` or ``password``), or ``None``; both are
+        compared, in constant time, whichever matches."""
         given = secret.encode()
-        known_secrets = (self.token, self.password)
-        matches = [hmac.compare_digest(given, known.encode()) for known in known_secrets if known is not None]
-        return any(matches)
+        matches = {
+            name: hmac.compare_digest(given, known.encode())
+            for name, known in (("token", self.token), ("password", self.password))
+            if known is not None
+        }
+        return next((name for name, matched in matches.items() if matched), None)
 
     def accepts_bearer(self, token: str) -> bool:
         """Whether ``token`` is the admin token (an ``Authorization: Bearer`` header)."""
@@ -227,6 +235,8 @@ class WebSession:
     csrf: str
     expires_at: float
     id: str = ""
+    # what the session signed in with ("token" or "password"): the audit trail's "who"
+    principal: str = ""
 
     @property
     def expires(self) -> datetime:
@@ -246,15 +256,16 @@ class SessionCodec:
         self.ttl = ttl
         self._clock = clock
 
-    def issue(self, *, authenticated: bool) -> tuple[str, WebSession]:
+    def issue(self, *, authenticated: bool, principal: str = "") -> tuple[str, WebSession]:
         session = WebSession(
             authenticated=authenticated,
             csrf=secrets.token_urlsafe(32),
             expires_at=self._clock() + self.ttl.total_seconds(),
             id=secrets.token_urlsafe(16),
+            principal=principal,
         )
         cookie = self._serializer.dumps(
-            {"a": session.authenticated, "c": session.csrf, "e": session.expires_at, "i": session.id}
+            {"a": session.authenticated, "c": session.csrf, "e": session.expires_at, "i": session.id, "p": principal}
         )
         return cookie, session
 
@@ -264,7 +275,11 @@ class SessionCodec:
         try:
             data = self._serializer.loads(cookie)
             session = WebSession(
-                authenticated=bool(data["a"]), csrf=str(data["c"]), expires_at=float(data["e"]), id=str(data["i"])
+                authenticated=bool(data["a"]),
+                csrf=str(data["c"]),
+                expires_at=float(data["e"]),
+                id=str(data["i"]),
+                principal=str(data.get("p", "")),  # cookies signed before sign-ins were named lack it
             )
         except (BadSignature, KeyError, TypeError, ValueError):
             return SessionState.INVALID, None

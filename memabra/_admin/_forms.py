@@ -6,21 +6,29 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from memabra._errors import InvalidRecordError
+from memabra._memory_records import MemoryStatus
 from memabra._records import CandidateKind, JSONValue
 from memabra.storage import EpisodeFilter
+from memabra.storage._admin_memories import MAX_PAGE, MemorySort, MemoryUsage
 
 __all__ = [
     "FILTER_FIELDS",
+    "MEMORY_FIELDS",
     "FeedbackForm",
     "FormError",
+    "MemoryQuery",
     "parse_episode_filter",
     "parse_feedback_form",
     "parse_limit",
+    "parse_memory_edit",
+    "parse_memory_query",
     "parse_window",
 ]
 
+MEMORY_FIELDS = ("user", "q", "status", "usage", "sort", "limit")
 FILTER_FIELDS = ("since", "until", "user", "thread", "policy_version", "kind", "reward_min", "reward_max", "corrected")
 WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
 MAX_TEXT = 10_000
@@ -33,10 +41,13 @@ class FormError(InvalidRecordError):
 def _time(field: str, raw: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(raw)
+        # Times without an offset are UTC, as everywhere else in the log.
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except ValueError:
         raise FormError(f"{field} must be a date or time like 2025-01-31 or 2025-01-31T13:45, got {raw!r}") from None
-    # Times without an offset are UTC, as everywhere else in the log.
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:
+        # an offset that moves the year below 1 or above 9999 in UTC
+        raise FormError(f"{field} is out of range: {raw!r} is not a time between the years 1 and 9999 in UTC") from None
 
 
 def _number(field: str, raw: str) -> float:
@@ -146,3 +157,75 @@ def parse_feedback_form(form: Mapping[str, str]) -> FeedbackForm:
         payload["comment"] = comment
     decision_id = form.get("decision_id", "").strip() or None
     return FeedbackForm(payload, key, decision_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryQuery:
+    """The memories page's query: whose memories (none: the list of users), which, in what order."""
+
+    user: str
+    search: str
+    status: MemoryStatus | None
+    usage: MemoryUsage | None
+    sort: MemorySort
+    offset: int
+    limit: int
+
+    def query(self, **overrides: str | None) -> dict[str, str]:
+        """The non-default values as query parameters (for links that keep the view)."""
+        values = {
+            "user": self.user,
+            "q": self.search,
+            "status": self.status.value if self.status else "",
+            "usage": self.usage.value if self.usage else "",
+            "sort": self.sort.value if self.sort is not MemorySort.NEWEST else "",
+            "limit": str(self.limit) if self.limit != 50 else "",
+        }
+        return {k: v for k, v in {**values, **overrides}.items() if v}
+
+
+def _choice(field: str, raw: str, allowed: type[MemoryStatus] | type[MemoryUsage] | type[MemorySort]) -> Any:
+    try:
+        return allowed(raw)
+    except ValueError:
+        raise FormError(f"{field} must be one of {', '.join(m.value for m in allowed)}, got {raw!r}") from None
+
+
+def parse_memory_query(params: Mapping[str, str]) -> MemoryQuery:
+    raw = {name: params.get(name, "").strip() for name in (*MEMORY_FIELDS, "offset")}
+    if len(raw["q"]) > 200:
+        raise FormError("q is longer than 200 characters")
+    offset = 0
+    if raw["offset"]:
+        try:
+            offset = int(raw["offset"])
+        except ValueError:
+            raise FormError(f"offset must be an integer, got {raw['offset']!r}") from None
+        if offset < 0:
+            raise FormError(f"offset must not be negative, got {offset}")
+    limit = parse_limit(raw["limit"])
+    if limit > MAX_PAGE:
+        raise FormError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+    return MemoryQuery(
+        user=raw["user"],
+        search=raw["q"],
+        status=_choice("status", raw["status"], MemoryStatus) if raw["status"] else None,
+        usage=_choice("usage", raw["usage"], MemoryUsage) if raw["usage"] else None,
+        sort=_choice("sort", raw["sort"], MemorySort) if raw["sort"] else MemorySort.NEWEST,
+        offset=offset,
+        limit=limit,
+    )
+
+
+def parse_memory_edit(form: Mapping[str, str]) -> tuple[str, str, str]:
+    """The ``user``, ``memory_id`` and (for an edit) ``text`` fields of a memory write."""
+    user = form.get("user", "").strip()
+    memory_id = form.get("memory_id", "").strip()
+    if not user:
+        raise FormError("user is required")
+    if not memory_id:
+        raise FormError("memory_id is required")
+    text = form.get("text", "").strip()
+    if len(text) > MAX_TEXT:
+        raise FormError(f"text is longer than {MAX_TEXT} characters")
+    return user, memory_id, text

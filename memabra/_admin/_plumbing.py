@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlparse
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -30,6 +30,11 @@ from memabra._admin._policy import CurrentPolicy
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._reward import RewardConfig
 from memabra.storage import AdminQueries, EpisodeLog
+from memabra.storage._admin_memories import AdminMemories
+from memabra.storage._snapshot_audit import SnapshotAudit
+
+if TYPE_CHECKING:
+    from memabra._sql_memory import SQLMemory
 
 _HERE = Path(__file__).parent
 
@@ -46,10 +51,13 @@ _SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 _NOTICES = {
     "feedback-stored": "Feedback recorded; the episode's reward was recomputed.",
-    "feedback-late": "Feedback recorded as late: the reward was already final and learned from, so it is kept for review only.",
+    "feedback-late": "Feedback recorded as late: the episode's reward was already final (learned from, or its feedback window had closed), so it is kept for review and never applied.",
     "feedback-duplicate": "This feedback was already recorded; nothing changed.",
     "promoted": "Snapshot promoted: it is now the active policy.",
     "rolled-back": "Rolled back: the parent snapshot is active again.",
+    "memory-updated": "Memory updated; its old text is in its history.",
+    "memory-retired": "Memory retired: it is no longer recalled. Restore it to recall it again.",
+    "memory-restored": "Memory restored: it is recalled again.",
     "signed-out": "Signed out.",
 }
 
@@ -83,6 +91,15 @@ class _Auth:
     @property
     def ok(self) -> bool:
         return self.bearer or (self.session is not None and self.session.authenticated)
+
+    @property
+    def principal(self) -> str:
+        """Who makes a write, for the audit trail: the credential the session signed in with."""
+        if self.bearer:
+            return "bearer token"
+        if self.session is not None and self.session.principal:
+            return f"{self.session.principal} sign-in"
+        return "signed-in session"
 
 
 class _HttpError(Exception):
@@ -128,6 +145,9 @@ class _AdminBase:
         self.revocations = revocations
         self.throttle = throttle
         self.queries = AdminQueries(log)
+        self.memory_queries = AdminMemories(log)
+        self.audit = SnapshotAudit(log)
+        self._memories: SQLMemory | None = None
         self.credentials = credentials
         self.codec = codec
         self.read_only = read_only
@@ -146,7 +166,17 @@ class _AdminBase:
             num=views.format_number,
             truncate_text=views.truncate,
         )
+        self.templates.filters.update(urlpart=views.url_part)
         self.templates.globals.update(filters_query=views.filters_query)
+
+    def _memory_backend(self) -> SQLMemory:
+        """The registry's memories, as ``memabra memories`` edits them (built on first use: it
+        imports the router package, which the other pages do not need)."""
+        if self._memories is None:
+            from memabra._sql_memory import SQLMemory
+
+            self._memories = SQLMemory(self.log)
+        return self._memories
 
     # ------------------------------------------------------------------ plumbing
 
@@ -215,7 +245,7 @@ class _AdminBase:
         )
 
     def _login_redirect(self, request: Request, auth: _Auth) -> Response:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = _raw_path(request) + (f"?{request.url.query}" if request.url.query else "")
         query = f"next={quote(target, safe='')}"
         if auth.state is SessionState.EXPIRED:
             query += "&expired=1"
@@ -294,3 +324,23 @@ def _safe_next(target: str | None) -> str:
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
         return "/episodes"
     return target
+
+
+def _raw_path(request: Request) -> str:
+    """The path as the client sent it, still percent-encoded: an id holding an encoded ``/``
+    stays one segment (the decoded ``request.url.path`` would split it)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.url.path)
+
+
+def _path_id(request: Request, parent: str, *, suffix: str | None = None) -> str:
+    """The id in ``.../{parent}/{id}`` (or ``.../{parent}/{id}/{suffix}``), decoded from its one
+    raw path segment; 404 when the path has more segments (an unencoded ``/`` in the id)."""
+    segments = _raw_path(request).split("/")
+    if suffix is not None:
+        if not segments or segments[-1] != suffix:
+            raise _HttpError(404, "Not found", "No such page.")
+        segments = segments[:-1]
+    if len(segments) < 2 or segments[-2] != parent or not segments[-1]:
+        raise _HttpError(404, "Not found", "No such page: encode a '/' in an id as %2F.")
+    return unquote(segments[-1])

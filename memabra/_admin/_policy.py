@@ -1,9 +1,12 @@
-"""What the current policy would choose now, for a decision that was logged earlier.
+"""What the current policy would choose now, for a decision that was logged earlier, and which
+snapshot each logged policy version belongs to.
 
-The admin app takes this as an injected callable (:data:`CurrentPolicy`) so it does not depend on
-router internals; :class:`ActiveSnapshotPolicy` is the one the CLI injects. It restores the active
-snapshot (again whenever another one is promoted) and replays the logged decision through it: the
-same context, the same offered candidates with their logged features, the same seed.
+The admin app takes the former as an injected callable (:data:`CurrentPolicy`) so it does not
+depend on router internals; :class:`ActiveSnapshotPolicy` is the one the CLI injects. It restores
+the active snapshot (again whenever another one is promoted) and shows its *most probable* slate
+for the logged context and offered candidates (with their logged features): at each slot the option
+it finds most probable, given the slots before it. Not a draw: a replay with the logged seed would
+repeat the logged decision's exploration and show an explored pick as the policy's choice.
 """
 
 from __future__ import annotations
@@ -15,10 +18,17 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
-from memabra._records import PolicySnapshot, Selection
-from memabra.storage import AdminQueries, EpisodeLog
+from memabra._records import STOP_ID, PolicySnapshot, Selection, SlotDraw
+from memabra.storage import AdminQueries, EpisodeLog, SnapshotIndex, snapshot_group
 
-__all__ = ["ActiveSnapshotPolicy", "CurrentPolicy", "group_by_snapshot", "snapshot_group"]
+__all__ = [
+    "ActiveSnapshotPolicy",
+    "CurrentPolicy",
+    "SnapshotIndex",
+    "group_by_snapshot",
+    "most_probable_slate",
+    "snapshot_group",
+]
 
 CurrentPolicy: TypeAlias = Callable[[Selection], tuple[str, ...]]
 """Chosen candidate ids, in slot order, that the current policy would pick for a logged decision.
@@ -26,7 +36,8 @@ Raises a :class:`~memabra.MemabraError` when it cannot say (no active snapshot, 
 
 
 class ActiveSnapshotPolicy:
-    """The active snapshot of ``policy`` (of any policy when ``None``) as a :data:`CurrentPolicy`."""
+    """The active snapshot of ``policy`` (of any policy when ``None``) as a :data:`CurrentPolicy`:
+    its most probable slate (:func:`most_probable_slate`) for the logged decision."""
 
     def __init__(self, log: EpisodeLog, policy: str | None = None) -> None:
         self.log = log
@@ -36,13 +47,7 @@ class ActiveSnapshotPolicy:
         self._router: Any = None
 
     def __call__(self, selection: Selection) -> tuple[str, ...]:
-        from memabra.router import FeatureTable
-
-        router = self._current_router()
-        candidates = tuple(sc.candidate for sc in selection.offered)
-        table = FeatureTable.from_rows(candidates, [sc.features for sc in selection.offered])
-        replayed = router.choose(selection.context, candidates, features=table, seed=selection.seed)
-        return tuple(replayed.chosen_ids)
+        return most_probable_slate(self._current_router(), selection)
 
     def _current_router(self) -> Any:
         version = AdminQueries(self.log).active_version(self.policy)
@@ -53,6 +58,42 @@ class ActiveSnapshotPolicy:
                 self._router = _restore(self.log.get_snapshot(version))
                 self._version = version
             return self._router
+
+
+def most_probable_slate(router: Any, selection: Selection) -> tuple[str, ...]:
+    """The slate ``router`` finds most probable for ``selection``'s context and offered candidates:
+    slot after slot (in the context's kind order, within the budget's slots and tokens, as the
+    router fills them) the option of highest probability given the picks before it, until it
+    finds stopping most probable. Ties go to the option listed first (the router's order).
+
+    Only the :class:`~memabra.router.Router` contract's ``slot_probabilities`` is used: each slot is
+    asked as a logged slot whose earlier picks are forced to the modes found so far."""
+    offered = [sc.candidate for sc in selection.offered]
+    tokens = {c.id: c.tokens for c in offered}
+    budget = selection.context.budget
+    remaining = budget.max_tokens
+    draws: list[SlotDraw] = []
+    picks: list[str] = []
+    for kind in selection.context.kinds:
+        open_ids = [c.id for c in offered if c.kind is kind]
+        for _ in range(budget.slots_for(kind)):
+            eligible = [cid for cid in open_ids if remaining is None or tokens[cid] <= remaining]
+            if not eligible:
+                break
+            options = (*eligible, STOP_ID)
+            # placeholder probabilities: the record needs a valid distribution, the router ignores it
+            flat = tuple(1.0 / len(options) for _ in options)
+            probe = SlotDraw(len(draws), kind, options, flat, STOP_ID, flat[-1])
+            probabilities = router.slot_probabilities(replace(selection, slots=(*draws, probe)))[-1]
+            best = max(range(len(options)), key=lambda i: (probabilities[i], -i))
+            draws.append(SlotDraw(len(draws), kind, options, flat, options[best], flat[best]))
+            if options[best] == STOP_ID:
+                break
+            picks.append(options[best])
+            open_ids.remove(options[best])
+            if remaining is not None:
+                remaining -= tokens[options[best]]
+    return tuple(picks)
 
 
 def _restore(snapshot: PolicySnapshot) -> Any:
@@ -76,30 +117,17 @@ def _restore(snapshot: PolicySnapshot) -> Any:
     )
 
 
-def snapshot_group(policy_version: str, snapshot_versions: Collection[str]) -> str:
-    """The snapshot a logged policy version grew from: every online update makes a new version
-    ``V+n`` of the snapshot (or router configuration) ``V`` it started from, and a person promotes
-    or rolls back ``V``, not its updates. The longest saved snapshot version that ``policy_version``
-    extends wins; without one, the configuration before the first ``+``."""
-    best = None
-    for version in snapshot_versions:
-        if (policy_version == version or policy_version.startswith(version + "+")) and (
-            best is None or len(version) > len(best)
-        ):
-            best = version
-    return best if best is not None else policy_version.split("+", 1)[0]
-
-
 def group_by_snapshot(
     points: Sequence[Any], stats: Sequence[Any], shares: Sequence[Any], snapshot_versions: Collection[str]
 ) -> tuple[list[Any], list[Any], list[Any]]:
     """The policies page's reward points, version stats and kind shares merged per snapshot group,
     so the page lists (and the chart's legend holds) one entry per snapshot, however many updates."""
+    index = SnapshotIndex(snapshot_versions)
     cache: dict[str, str] = {}
 
     def group(version: str) -> str:
         if version not in cache:
-            cache[version] = snapshot_group(version, snapshot_versions)
+            cache[version] = index.group(version)
         return cache[version]
 
     merged_points: dict[tuple[str, str], list[Any]] = {}

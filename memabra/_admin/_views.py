@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
+from memabra._admin._ope_views import ope_chart, ope_rows, ope_target
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import MemabraError
 from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, OPEResult, RewardBreakdown, Selection, Step
@@ -38,6 +39,7 @@ __all__ = [
     "reward_lines",
     "step_arguments",
     "truncate",
+    "url_part",
 ]
 
 logger = logging.getLogger("memabra")
@@ -319,19 +321,7 @@ def chart_payload(
         "exploration": [st.exploration_rate for st in ordered_stats],
         "min_propensity": [st.min_propensity for st in ordered_stats],
     }
-    # Oldest first, so each target policy's bars read left to right in the order they were run.
-    ordered_ope = sorted(ope, key=lambda r: (r.created_at, ope_target(r), r.estimator))
-    ope_chart = {
-        "labels": [f"{ope_target(r)} · {r.estimator}" for r in ordered_ope],
-        "value": [r.value for r in ordered_ope],
-        "interval": [[r.ci_low, r.ci_high] for r in ordered_ope],
-    }
-    return {"reward": reward, "kinds": kind_chart, "exploration": exploration, "ope": ope_chart}
-
-
-def ope_target(result: OPEResult) -> str:
-    """What an evaluation run evaluated: its snapshot, else the policy specification."""
-    return result.snapshot_version or result.policy
+    return {"reward": reward, "kinds": kind_chart, "exploration": exploration, "ope": ope_chart(ope_rows(ope))}
 
 
 def format_time(value: datetime | None) -> str:
@@ -356,3 +346,9 @@ def filters_query(values: Mapping[str, str], **overrides: str | None) -> str:
     """A query string of the non-empty filter values (for the next-page link)."""
     merged = {**values, **overrides}
     return urlencode({k: v for k, v in merged.items() if v})
+
+
+def url_part(value: object) -> str:
+    """``value`` as one URL path segment or query value: every reserved character encoded, ``/``,
+    ``?`` and ``#`` included (ids may hold any of them)."""
+    return quote(str(value), safe="")

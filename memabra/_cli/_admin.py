@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import secrets
+import socket
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,16 +40,20 @@ def admin(
         ),
     ] = None,
     read_only: Annotated[
-        bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back).")
+        bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back, memory edits).")
     ] = False,
     session_minutes: Annotated[int, typer.Option(min=1, help="Minutes a sign-in lasts.")] = 480,
     policy: Annotated[
         str | None,
-        typer.Option(help="Policy whose active snapshot answers 'what would it choose now' (default: newest active)."),
+        typer.Option(
+            help="Policy whose active snapshot shows its most probable slate as 'what would it choose now' "
+            "(default: newest active)."
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log requests and library events.")] = False,
 ) -> None:
-    """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots."""
+    """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots,
+    review and edit each user's memories."""
     configure_logging(verbose)
     try:
         import uvicorn
@@ -76,14 +81,38 @@ def admin(
             session_ttl=timedelta(minutes=session_minutes),
             current_policy=_current_policy(log, policy),
         )
+        # bound before the banner, so a taken port is a clear error, never an address that is not served
+        listening = _bind(host, port)
         where = f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
         mode = " (read-only)" if read_only else ""
         console.print(f"memabra admin on [bold]{escape(where)}[/] for {escape(log.url)}{mode}")
         if generated:
             console.print(f"sign in with this one-time token: [bold]{token}[/]")
-        uvicorn.run(app, host=host, port=port, log_level="info" if verbose else "warning")
+        config = uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")
+        try:
+            uvicorn.Server(config).run(sockets=[listening])
+        finally:
+            listening.close()
     finally:
         log.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        fail(f"cannot listen on host {host!r}: {exc.strerror}")
+    listening = socket.socket(family, kind, proto)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        fail(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server using that port? pick one with --port)"
+        )
+    listening.set_inheritable(True)
+    return listening
 
 
 def _current_policy(log: EpisodeLog, policy: str | None) -> CurrentPolicy | None:

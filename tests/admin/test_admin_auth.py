@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -193,21 +194,47 @@ def test_cli_serves_loopback_with_a_one_time_token(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cli_admin.console, "print", lambda *objects, **_: printed.append(" ".join(map(str, objects))))
     served: dict[str, Any] = {}
 
-    def fake_run(app: Any, **kwargs: Any) -> None:
+    def fake_run(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
         match = re.search(r"one-time token: \[bold\]([\w-]+)\[/\]", " ".join(printed))
         assert match, printed
-        with TestClient(app) as client:
+        # the banner comes only once the port is bound
+        assert [s.getsockname()[:2] for s in sockets] == [("127.0.0.1", port)]
+        with TestClient(server.config.app) as client:
             served["status"] = client.get(
                 "/episodes", headers={"Authorization": f"Bearer {match.group(1)}"}
             ).status_code
             served["denied"] = client.get("/episodes", headers={"Authorization": f"Bearer {TOKEN}"}).status_code
-        served.update(kwargs)
+        served.update(host=server.config.host, port=server.config.port)
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(uvicorn.Server, "run", fake_run)
+    port = _free_port()
     app = Typer()
     app.command()(admin)
     url = log.engine.url.render_as_string(hide_password=False)
-    result = CliRunner().invoke(app, ["--db", url, "--port", "8799", "--read-only"])
+    result = CliRunner().invoke(app, ["--db", url, "--port", str(port), "--read-only"])
     assert result.exit_code == 0, result.output
-    assert (served["host"], served["port"], served["status"], served["denied"]) == ("127.0.0.1", 8799, 200, 401)
+    assert (served["host"], served["port"], served["status"], served["denied"]) == ("127.0.0.1", port, 200, 401)
     assert "(read-only)" in " ".join(printed)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_cli_refuses_a_taken_port_before_announcing_it(monkeypatch: pytest.MonkeyPatch, log: EpisodeLog) -> None:
+    monkeypatch.setenv("MEMABRA_ADMIN_TOKEN", TOKEN)
+    app = Typer()
+    app.command()(admin)
+    url = log.engine.url.render_as_string(hide_password=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["--db", url, "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert f"cannot listen on 127.0.0.1:{port}" in output and "--port" in output
+    assert "memabra admin on" not in output and "Traceback" not in output

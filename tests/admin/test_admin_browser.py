@@ -305,3 +305,84 @@ def test_a_learned_routers_decision_shows_what_the_learner_added(
     decision.screenshot(path=str(artifacts / "admin-decision-view-learned.png"))
     assert (artifacts / "admin-decision-view-learned.png").stat().st_size > 10_000
     assert watch.dialogs == [] and watch.errors == []
+
+
+def test_memories_list_search_and_retire(page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path) -> None:
+    from memabra import MemoryStatus, SQLMemory
+
+    _, log, _ = served
+    memory = SQLMemory(log)
+    kept = memory.remember("dora", "I drink rooibos in the evening")
+    doomed = memory.remember("dora", "My bike is red")
+    watch = _Watch(page, dialogs=False)
+    sign_in(page)
+    page.click("nav.nav a[href='/memories']")
+    page.wait_for_url("**/memories")
+    page.click("#memory-users a[href='/memories?user=dora']")
+    page.wait_for_url("**/memories?user=dora")
+    rows = page.locator("#memory-table tbody tr")
+    assert rows.count() == 2
+    assert "never used" in rows.first.inner_text()
+    page.fill("input[name=q]", "bike")
+    page.click("#memory-filters button[type=submit]")
+    page.wait_for_url("**/memories?*q=bike*")
+    assert page.locator("#memory-table tbody tr").count() == 1
+    page.screenshot(path=str(artifacts / "admin-memories.png"), full_page=True)
+    page.click("#memory-table tbody tr a.cand-text")
+    page.wait_for_url("**/memories/item?*")
+    assert page.locator("#memory-text").inner_text() == "My bike is red"
+    confirmations: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        confirmations.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    page.click("#memory-retire-form button[type=submit]")
+    page.wait_for_url("**/memories/item?*notice=memory-retired*")
+    assert confirmations and "Retire this memory" in confirmations[0]
+    assert page.locator("#memory-status").inner_text() == "retired"
+    assert "retired in the admin (token sign-in)" in page.locator("#memory-history").inner_text()
+    assert memory.get("dora", doomed.id).status is MemoryStatus.RETIRED
+    assert memory.get("dora", kept.id).status is MemoryStatus.ACTIVE
+    page.screenshot(path=str(artifacts / "admin-memory-retired.png"), full_page=True)
+    assert watch.errors == []
+
+
+def test_the_ope_chart_marks_untrusted_and_recommended_estimates(
+    page: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
+    from memabra._records import OPEResult
+
+    _, log, _ = served
+    verdict = {"supported": False, "reason": "the log does not cover this target", "unreached_share": 0.99}
+    log.record_ope_results(
+        [
+            OPEResult(
+                "uncovered", "cdr", 1.7, -1.9, 1.6, 190, details={**verdict, "logging_value": 0.88, "recommended": True}
+            ),
+            OPEResult(
+                "uncovered",
+                "dm",
+                0.93,
+                0.87,
+                0.98,
+                190,
+                details={**verdict, "logging_value": 0.88, "recommended": False, "estimator_supported": True},
+            ),
+        ]
+    )
+    watch = _Watch(page, dialogs=False)
+    sign_in(page)
+    page.goto("/policies?window=all")
+    canvas = page.locator("#chart-ope")
+    canvas.wait_for()
+    datasets = canvas.evaluate(
+        "c => c.chart.data.datasets.map(d => ({label: d.label, points: d.data.filter(v => v !== null).length}))"
+    )
+    by_label = {d["label"]: d["points"] for d in datasets}
+    assert by_label["recommended"] >= 1 and by_label["estimate not to be trusted"] >= 1
+    assert by_label["logging policy"] >= 2
+    assert "target unsupported" in page.locator("#ope tr.ope-muted").first.inner_text()
+    page.locator("#chart-ope").screenshot(path=str(artifacts / "admin-ope-chart.png"))
+    assert watch.errors == []

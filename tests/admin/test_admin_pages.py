@@ -102,6 +102,11 @@ def test_episode_list_keyset_pages(client: TestClient, seeded: Seeded) -> None:
         ("since=yesterday", "since"),
         ("limit=0", "limit"),
         ("cursor=%21%21", "cursor"),
+        # an offset that moves the time out of datetime's range in UTC (was a 500: OverflowError)
+        ("since=0001-01-01T00:00:00%2B01:00", "since"),
+        ("until=9999-12-31T23:59:59-01:00", "until"),
+        # a hand-made cursor with a naive time (was a 500: the time column refused it mid-query)
+        ("cursor=WyIyMDI2LTEyLTAzVDA4OjI0OjI2IiwgImUiXQ", "cursor"),
     ],
 )
 def test_episode_list_bad_filters_name_the_field(client: TestClient, seeded: Seeded, query: str, field: str) -> None:

@@ -132,12 +132,14 @@ def _router_module():  # type: ignore[no-untyped-def]
     return routers
 
 
-def test_active_snapshot_policy_replays_a_logged_decision(sqlite_log: EpisodeLog) -> None:
+def test_active_snapshot_policy_shows_its_most_probable_slate_not_the_logged_draw(sqlite_log: EpisodeLog) -> None:
     from memabra import Budget, Candidate, CandidateKind, Episode, RoutingContext
+    from memabra.router import FeatureTable
 
     log = sqlite_log
     routers = _router_module()
-    router = routers.LexicalRouter(seed=3, min_probability=0.05, similarity=routers.Similarity())
+    # a high floor makes exploration common: the logged decision below drew an explored first pick
+    router = routers.LexicalRouter(seed=3, min_probability=0.15, similarity=routers.Similarity())
     pool = [
         Candidate(f"m{i}", CandidateKind.MEMORY, text, 10)
         for i, text in enumerate(["tea", "green tea daily", "chess", "lyon"])
@@ -145,14 +147,29 @@ def test_active_snapshot_policy_replays_a_logged_decision(sqlite_log: EpisodeLog
     context = RoutingContext(
         query="which tea?", user_id="u1", kinds=(CandidateKind.MEMORY,), budget=Budget(slots={CandidateKind.MEMORY: 2})
     )
-    selection = router.choose(context, pool)
+    selection = next(
+        s
+        for s in (router.choose(context, pool, seed=seed) for seed in range(500))
+        if s.slots[0].chosen_id != STOP_ID and s.slots[0].chosen_probability < max(s.slots[0].probabilities) - 1e-9
+    )
     snapshot = router.snapshot()
     log.save_snapshot(
         PolicySnapshot(snapshot.policy, snapshot.version, snapshot.model, snapshot.learner_args, status="active")
     )
     log.log_episode(Episode(user_id="u1", query=context.query, selections=(selection,)))
-    policy = ActiveSnapshotPolicy(log)
-    assert policy(log.get_episode(log.list_episodes().items[0].id).selections[0]) == selection.chosen_ids
+    logged = log.get_episode(log.list_episodes().items[0].id).selections[0]
+    now = ActiveSnapshotPolicy(log)(logged)
+    first = logged.slots[0]
+    mode = first.candidate_ids[max(range(len(first.probabilities)), key=first.probabilities.__getitem__)]
+    assert now[0] == mode != logged.chosen_ids[0]  # the explored pick does not come back as "now"
+    # and each later pick is the one the policy draws most often after the picks before it
+    table = FeatureTable.from_rows(tuple(sc.candidate for sc in logged.offered), [sc.features for sc in logged.offered])
+    draws = [
+        router.choose(context, [sc.candidate for sc in logged.offered], features=table, seed=seed).chosen_ids
+        for seed in range(2000)
+    ]
+    after_mode = Counter(ids[1] if len(ids) > 1 else STOP_ID for ids in draws if ids[:1] == now[:1])
+    assert (now[1] if len(now) > 1 else STOP_ID) == after_mode.most_common(1)[0][0]
     assert ActiveSnapshotPolicy(log, "some-other-policy") is not None
     with pytest.raises(SnapshotError, match="no policy snapshot is active"):
         ActiveSnapshotPolicy(log, "some-other-policy")(selection)

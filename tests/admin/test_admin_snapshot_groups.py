@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 from starlette.testclient import TestClient
 
+from memabra import Episode
 from memabra._admin._policy import group_by_snapshot, snapshot_group
 from memabra._records import OPEResult
 from memabra.storage import EpisodeLog
 from memabra.storage._admin_queries import KindShare, PolicyVersionStats, RewardPoint
 
-from .conftest import Seeded
+from .conftest import ClientFactory, Seeded
 
 
 def test_versions_fold_into_the_snapshot_they_grew_from() -> None:
     snapshots = {"vw-abc", "vw-abc+500"}
     assert snapshot_group("vw-abc+17", snapshots) == "vw-abc"
     assert snapshot_group("vw-abc+500+3", snapshots) == "vw-abc+500"
-    assert snapshot_group("vw-abc+5000", snapshots) == "vw-abc"
+    # the latest snapshot of the root at or below the version's update count: the model it grew from
+    assert snapshot_group("vw-abc+5000", snapshots) == "vw-abc+500"
     assert snapshot_group("hybrid-1f2e", snapshots) == "hybrid-1f2e"
     assert snapshot_group("linear-9+4", snapshots) == "linear-9"
 
@@ -77,3 +80,79 @@ def test_a_non_recommended_row_shows_its_own_estimators_verdict(
     section = client.get("/policies").text.split('id="ope"', 1)[1].split("</section>", 1)[0]
     pi_row = next(row for row in section.split("<tr") if ">pi<" in row or ">pi " in row)
     assert "unsupported" in pi_row and own in pi_row  # not the target's "supported"
+
+
+def test_an_online_learners_versions_belong_to_the_snapshot_they_grew_from() -> None:
+    # the online learner logs "<root>+<updates in the lineage>" and saves snapshots of the same form
+    snapshots = {"linear-71c5+100", "linear-71c5+170", "linear-71c5+236"}
+    assert snapshot_group("linear-71c5+150", snapshots) == "linear-71c5+100"
+    assert snapshot_group("linear-71c5+170", snapshots) == "linear-71c5+170"
+    assert snapshot_group("linear-71c5+204", snapshots) == "linear-71c5+170"
+    assert snapshot_group("linear-71c5+900", snapshots) == "linear-71c5+236"
+    assert snapshot_group("linear-71c5+88", snapshots) == "linear-71c5"  # before the first snapshot
+    assert snapshot_group("linear-71c5", snapshots) == "linear-71c5"
+    assert snapshot_group("linear-71c5+100+4", snapshots) == "linear-71c5+100"  # restored from +100
+    assert snapshot_group("linear-99ff+150", snapshots) == "linear-99ff"  # another root shares nothing
+
+
+def _online_log(log: EpisodeLog) -> None:
+    """190 decisions of one online learner (versions root+0..root+189) and its snapshots at +100
+    and +170, as the demo's log holds them."""
+    from memabra import PolicySnapshot
+    from memabra._feedback import RewardService
+
+    from .conftest import NOW, pool, slate
+
+    service = RewardService(log)
+    episodes = []
+    for n in range(190):
+        version = "linear-71c5" if n == 0 else f"linear-71c5+{n}"
+        at = NOW - timedelta(minutes=200 - n)
+        sel = slate("ann", pool("ann", tools=False), ["mem-ann-0"], version=version, query=f"q{n}", created_at=at)
+        episodes.append(Episode(user_id="ann", query=f"q{n}", selections=(sel,), created_at=at))
+    log.log_episodes([service.scored(e) for e in episodes])
+    log.save_snapshot(PolicySnapshot("linear", "linear-71c5+100", b"x", created_at=NOW - timedelta(minutes=100)))
+    log.save_snapshot(
+        PolicySnapshot(
+            "linear",
+            "linear-71c5+170",
+            b"x",
+            parent="linear-71c5+100",
+            status="active",
+            created_at=NOW - timedelta(minutes=30),
+        )
+    )
+
+
+def test_the_policies_page_counts_an_online_learners_decisions_per_snapshot(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    _online_log(log)
+    client = make_client()
+    page = client.get("/policies?window=all").text
+    snapshots = page.split('id="snapshots"', 1)[1].split("</section>", 1)[0]
+    row = {
+        version: re.search(rf'data-version="{re.escape(version)}">(.*?)</tr>', snapshots, re.S).group(1)  # type: ignore[union-attr]
+        for version in ("linear-71c5+100", "linear-71c5+170")
+    }
+    cells = {v: re.findall(r'<td class="num">([^<]*)</td>', r) for v, r in row.items()}
+    assert cells["linear-71c5+100"][0] == "70" and cells["linear-71c5+170"][0] == "20"
+    versions = page.split('id="versions"', 1)[1].split("</section>", 1)[0]
+    assert "latest saved snapshot of the same root whose update count is at most n" in versions
+    decisions = dict(
+        re.findall(
+            r'<td class="mono">([^<]+?)(?: <span[^>]*>\(no snapshot\)</span>)?</td>\s*<td class="num">(\d+)', versions
+        )
+    )
+    assert decisions == {"linear-71c5+170": "20", "linear-71c5+100": "70", "linear-71c5": "100"}
+
+
+def test_the_episode_filter_suggests_the_versions_episodes_were_logged_with(client: TestClient, seeded: Seeded) -> None:
+    page = client.get("/episodes").text
+    datalist = page.split('<datalist id="versions">', 1)[1].split("</datalist>", 1)[0]
+    suggested = re.findall(r'<option value="([^"]+)">(\d+) recent episodes?</option>', datalist)
+    assert dict(suggested) == {"test-v2": "13", "test-v1": "12"}
+    # each suggestion finds what it says
+    for version, count in suggested:
+        listed = client.get(f"/episodes?policy_version={version}&limit=500").text
+        assert listed.count('<td class="nowrap"><a href="/episodes/') == int(count)

@@ -102,17 +102,45 @@
     }
   });
 
+  // Untrusted estimates (unsupported, or of an unsupported target) are grey bars with red crosses,
+  // the recommended estimate of each run a star; the dashed line is the logging policy's value.
+  var ope = data.ope;
+  function pick(values, keep) {
+    return values.map(function (v, i) { return keep(i) ? v : null; });
+  }
   draw("chart-ope", {
     type: "bar",
     data: {
-      labels: data.ope.labels,
+      labels: ope.labels,
       datasets: [
-        { type: "bar", label: "confidence interval", data: data.ope.interval, backgroundColor: "rgba(37, 99, 235, 0.25)",
-          borderColor: "#2563eb", borderWidth: 1, barPercentage: 0.5 },
-        { type: "line", label: "estimate", data: data.ope.value, showLine: false, pointRadius: 5,
-          pointStyle: "rectRot", backgroundColor: "#db2777", borderColor: "#db2777" }
+        { type: "bar", label: "confidence interval", data: ope.interval,
+          backgroundColor: ope.trusted.map(function (t) { return t !== false ? "rgba(37, 99, 235, 0.25)" : "rgba(148, 163, 184, 0.25)"; }),
+          borderColor: ope.trusted.map(function (t) { return t !== false ? "#2563eb" : "#94a3b8"; }),
+          borderWidth: 1, barPercentage: 0.5 },
+        { type: "line", label: "estimate", data: pick(ope.value, function (i) { return ope.trusted[i] !== false && !ope.recommended[i]; }),
+          showLine: false, pointRadius: 5, pointStyle: "rectRot", backgroundColor: "#2563eb", borderColor: "#2563eb" },
+        { type: "line", label: "estimate not to be trusted", data: pick(ope.value, function (i) { return ope.trusted[i] === false && !ope.recommended[i]; }),
+          showLine: false, pointRadius: 6, pointStyle: "crossRot", borderWidth: 2, backgroundColor: "#dc2626", borderColor: "#dc2626" },
+        { type: "line", label: "recommended", data: pick(ope.value, function (i) { return ope.recommended[i]; }),
+          showLine: false, pointRadius: 9, pointStyle: "star", borderWidth: 2,
+          backgroundColor: ope.trusted.map(function (t) { return t !== false ? "#16a34a" : "#dc2626"; }),
+          borderColor: ope.trusted.map(function (t) { return t !== false ? "#16a34a" : "#dc2626"; }) },
+        { type: "line", label: "logging policy", data: ope.logging_value, stepped: "middle", spanGaps: false,
+          pointRadius: 0, borderDash: [6, 4], borderWidth: 2, borderColor: "#475569", backgroundColor: "#475569" }
       ]
     },
-    options: { scales: { y: { title: { display: true, text: "estimated policy value" } } } }
+    options: {
+      scales: { y: { title: { display: true, text: "estimated policy value" } } },
+      plugins: {
+        tooltip: {
+          callbacks: {
+            afterBody: function (items) {
+              var note = items.length ? ope.note[items[0].dataIndex] : "";
+              return note ? [note] : [];
+            }
+          }
+        }
+      }
+    }
   });
 })();

@@ -1,0 +1,135 @@
+"""The memories pages: each user's memories with their usage, one memory's history, and the
+writes a reviewer makes to them (edit, retire, restore).
+
+Writes go through :class:`memabra._sql_memory.SQLMemory`, the backend ``memabra memories`` uses, so
+each one lands in the memory's history like any other change and the router's recall sees it on
+its next turn. Listing reads :class:`~memabra.storage._admin_memories.AdminMemories`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from memabra._admin._forms import MemoryQuery, parse_memory_edit, parse_memory_query
+from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
+from memabra._errors import InvalidRecordError
+from memabra._memory_records import MemoryStatus
+from memabra._memory_restore import restore_memory
+
+__all__ = ["MemoryPages"]
+
+_RECENT_USES = 20
+
+
+class MemoryPages(_AdminBase):
+    """``GET /memories`` (users, or one user's memories), ``GET /memories/item`` (one memory) and
+    ``POST /memories/update|retire|restore``."""
+
+    async def memories(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            try:
+                query = parse_memory_query(request.query_params)
+            except InvalidRecordError as exc:
+                return self._render(
+                    "memories.html", 400, auth=auth, query=None, error=str(exc), section="memories", **_empty()
+                )
+            context = await run_in_threadpool(self._memories_context, query)
+            return self._render("memories.html", auth=auth, query=query, error="", section="memories", **context)
+
+        return await self._page(request, build)
+
+    def _memories_context(self, query: MemoryQuery) -> dict[str, Any]:
+        if not query.user:
+            return {**_empty(), "users": self.memory_queries.users(search=query.search or None)}
+        page = self.memory_queries.memories(
+            query.user,
+            search=query.search or None,
+            status=query.status,
+            usage=query.usage,
+            sort=query.sort,
+            offset=query.offset,
+            limit=query.limit,
+        )
+        return {**_empty(), "page": page}
+
+    async def memory(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            user = request.query_params.get("user", "")
+            memory_id = request.query_params.get("id", "")
+            if not user or not memory_id:
+                raise _HttpError(400, "Bad request", "user and id are required: /memories/item?user=…&id=…")
+            context = await run_in_threadpool(self._memory_context, user, memory_id)
+            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            return self._render("memory.html", auth=auth, notice=notice, section="memories", **context)
+
+        return await self._page(request, build)
+
+    def _memory_context(self, user: str, memory_id: str) -> dict[str, Any]:
+        backend = self._memory_backend()
+        try:
+            record = backend.get(user, memory_id)
+        except InvalidRecordError as exc:
+            raise _HttpError(404, "Not found", str(exc)) from None
+        return {
+            "record": record,
+            "history": backend.history(user, memory_id),
+            "uses": self.memory_queries.uses(user, memory_id, limit=_RECENT_USES),
+            "list_query": urlencode({"user": user}),
+        }
+
+    async def update_memory(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            user, memory_id, text = parse_memory_edit(form)
+            if not text:
+                raise InvalidRecordError("text is required: a memory needs non-empty text (retire it instead)")
+            await run_in_threadpool(self._update, user, memory_id, text)
+            return _to_memory(user, memory_id, "memory-updated")
+
+        return await self._write(request, apply)
+
+    def _update(self, user: str, memory_id: str, text: str) -> None:
+        backend = self._memory_backend()
+        if backend.get(user, memory_id).status is MemoryStatus.RETIRED:
+            # the backend's update would restore it as a side effect: make that a deliberate step
+            raise InvalidRecordError(f"memory {memory_id!r} is retired: restore it first, then edit it")
+        backend.update(user, memory_id, text)
+
+    async def retire_memory(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            user, memory_id, _ = parse_memory_edit(form)
+            backend = self._memory_backend()
+            await run_in_threadpool(backend.retire, user, memory_id, reason=f"retired in the admin ({auth.principal})")
+            return _to_memory(user, memory_id, "memory-retired")
+
+        return await self._write(request, apply)
+
+    async def restore_memory(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            user, memory_id, _ = parse_memory_edit(form)
+            backend = self._memory_backend()
+            # the same rule as `memabra memories restore`: never two current values of one subject
+            await run_in_threadpool(
+                restore_memory,
+                backend,
+                user,
+                memory_id,
+                replace=form.get("replace") == "on",
+                reason=f"restored in the admin ({auth.principal})",
+            )
+            return _to_memory(user, memory_id, "memory-restored")
+
+        return await self._write(request, apply)
+
+
+def _empty() -> dict[str, Any]:
+    return {"users": [], "page": None}
+
+
+def _to_memory(user: str, memory_id: str, notice: str) -> Response:
+    query = urlencode({"user": user, "id": memory_id, "notice": notice})
+    return RedirectResponse(f"/memories/item?{query}", status_code=303)

@@ -1,0 +1,109 @@
+"""Feedback forms: an id with URL-reserved characters opens and takes feedback, and a form submitted
+twice with different values is a conflict (the first stands), not a silent no-op."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from starlette.testclient import TestClient
+
+from memabra import Episode
+from memabra._feedback import RewardService
+from memabra.storage import EpisodeLog
+
+from .conftest import ClientFactory, Seeded, feedback_form, pool, slate
+
+ODD_ID = "odd/id?x=1#h"  # the library allows any id up to 32 characters
+
+
+def _odd_episode(log: EpisodeLog, episode_id: str = ODD_ID) -> Episode:
+    from .conftest import NOW
+
+    sel = slate("zed", pool("zed"), ["mem-zed-0"], version="test-v2", query="odd one", created_at=NOW)
+    episode = Episode(user_id="zed", query="odd one", selections=(sel,), id=episode_id, created_at=NOW)
+    RewardService(log).record(episode)
+    return episode
+
+
+def _hrefs(page: str) -> list[str]:
+    return [html.unescape(h) for h in re.findall(r'href="(/episodes/[^"]+)"', page)]
+
+
+def test_an_id_with_reserved_characters_opens_from_the_list_and_takes_feedback(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    _odd_episode(log)
+    _odd_episode(log, "a/feedback")  # an id that ends like the feedback route
+    client = make_client()
+    links = {h for h in _hrefs(client.get("/episodes").text) if "odd" in h or "feedback" in h}
+    assert links == {"/episodes/odd%2Fid%3Fx%3D1%23h", "/episodes/a%2Ffeedback"}
+    page = client.get("/episodes/odd%2Fid%3Fx%3D1%23h")
+    assert page.status_code == 200 and "odd one" in page.text
+    actions = set(re.findall(r'<form method="post" action="([^"]+)"', page.text))
+    assert "/episodes/odd%2Fid%3Fx%3D1%23h/feedback" in actions
+    fields = feedback_form(client, "odd%2Fid%3Fx%3D1%23h", "rating-form")
+    response = client.post("/episodes/odd%2Fid%3Fx%3D1%23h/feedback", data={**fields, "rating": "4"})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/episodes/odd%2Fid%3Fx%3D1%23h?notice=feedback-stored#feedback"
+    assert [dict(f.payload) for f in log.get_episode(ODD_ID).feedback] == [{"rating": 4}]
+    assert client.get("/episodes/a%2Ffeedback").status_code == 200
+    # a "/" sent unencoded is a path, not an id: no such page (never another episode)
+    assert client.get("/episodes/odd/id").status_code == 404
+
+
+def test_signing_in_returns_to_an_encoded_episode_url(make_client: ClientFactory, log: EpisodeLog) -> None:
+    _odd_episode(log)
+    client = make_client(signed_in=False)
+    response = client.get("/episodes/odd%2Fid%3Fx%3D1%23h")
+    assert response.status_code == 303
+    assert "next=%2Fepisodes%2Fodd%252Fid%253Fx%253D1%2523h" in response.headers["location"]
+
+
+def test_a_form_resubmitted_with_another_rating_is_a_conflict(
+    client: TestClient, seeded: Seeded, log: EpisodeLog
+) -> None:
+    episode_id = seeded.episodes[11]
+    fields = feedback_form(client, episode_id, "rating-form")
+    first = client.post(f"/episodes/{episode_id}/feedback", data={**fields, "rating": "5"})
+    assert first.headers["location"].endswith("notice=feedback-stored#feedback")
+    reward = log.get_reward(episode_id)
+    # Back, change the rating, add a comment, submit the same form again
+    again = client.post(f"/episodes/{episode_id}/feedback", data={**fields, "rating": "1", "comment": "actually bad"})
+    assert again.status_code == 409
+    notice = html.unescape(re.search(r'id="feedback-conflict">([^<]+)<', again.text).group(1))  # type: ignore[union-attr]
+    assert "already submitted" in notice and '{"rating": 5}' in notice and "stands" in notice
+    assert "fresh form below" in notice
+    assert [dict(f.payload) for f in log.get_episode(episode_id).feedback] == [{"rating": 5}]
+    assert log.get_reward(episode_id) == reward
+    # the page it answers with carries a new form, which records
+    fresh = dict(
+        re.findall(
+            r'<input type="hidden" name="([^"]+)" value="([^"]*)"',
+            again.text.split('id="rating-form"', 1)[1].split("</form>", 1)[0],
+        )
+    )
+    assert fresh["idempotency_key"] != fields["idempotency_key"]
+    second = client.post(f"/episodes/{episode_id}/feedback", data={**fresh, "rating": "1", "comment": "actually bad"})
+    assert second.headers["location"].endswith("notice=feedback-stored#feedback")
+    assert [dict(f.payload) for f in log.get_episode(episode_id).feedback][-1] == {
+        "rating": 1,
+        "comment": "actually bad",
+    }
+
+
+def test_the_same_form_with_the_same_values_stays_a_no_op(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
+    episode_id = seeded.episodes[12]
+    fields = feedback_form(client, episode_id, "rating-form")
+    for expected in ("stored", "duplicate", "duplicate"):
+        response = client.post(f"/episodes/{episode_id}/feedback", data={**fields, "rating": "2", "comment": "meh"})
+        assert response.status_code == 303 and response.headers["location"].endswith(
+            f"notice=feedback-{expected}#feedback"
+        )
+    assert len(log.get_episode(episode_id).feedback) == 1
+    # a correction form resubmitted with other text conflicts the same way
+    correction = feedback_form(client, episode_id, "correction-form")
+    client.post(f"/episodes/{episode_id}/feedback", data={**correction, "correction": "I live in Paris"})
+    conflict = client.post(f"/episodes/{episode_id}/feedback", data={**correction, "correction": "I live in Rome"})
+    assert conflict.status_code == 409 and "earlier correction" in html.unescape(conflict.text)
+    assert [dict(f.payload) for f in log.get_episode(episode_id).feedback][-1] == {"correction": "I live in Paris"}
