@@ -6,8 +6,9 @@ primitives; two backends ship: :class:`SQLMemory`, memabra's own registry table,
 
 Writing (``remember``): a correction's complaint is cut off (the fact is kept, not "I already told
 you"); a restatement of a stored memory refreshes it; a new fact on a single-valued subject ("I
-moved to Hobart") retires the memory it replaces ("I live in Lyon") — by rules, or by the chat
-model when the agent was built with ``extract_with_model=True``. Retired memories stay in
+moved to Hobart") retires the memory it replaces ("I live in Lyon"; a memory joining several facts
+loses only the replaced one) — by rules, or by the chat model when the agent was built with
+``extract_with_model=True``. Retired memories stay in
 ``list`` and ``history``, never in recall. Managing: ``list``, ``search`` (the router's own
 recall), ``update`` (with history: what, when, from which episode), ``forget`` one or all.
 """
@@ -29,7 +30,9 @@ from memabra._facts import (
     LLMFactExtractor,
     RuleFactExtractor,
     extract_facts,
-    fact_subject,
+    fact_subjects,
+    join_facts,
+    split_facts,
     strip_complaint,
 )
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
@@ -177,7 +180,8 @@ class MemoryBackend(ABC):
         episode_id: str | None = None,
     ) -> RegistryItem:
         """Store the fact in ``text`` for ``user_id``; a restatement refreshes the stored memory
-        and a fact on a subject with one current value retires the one it replaces."""
+        and a fact on a subject with one current value retires the one it replaces (of a memory
+        joining several facts, only the replaced one is cut out)."""
         fact = _clean(text)
         now = at or utcnow()
         active = self._active_pairs(user_id)
@@ -190,19 +194,40 @@ class MemoryBackend(ABC):
                 return self._item(user_id, mid, include_retired=False)
         item = _new_item(user_id, fact, source, now)
         retire_ids = self.supersession.superseded(fact, active) if active else []
-        retire = [
-            MemoryChange(
-                mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, f"superseded by {item.id}"
-            )
-            for mid in dict.fromkeys(retire_ids)
-            if mid in texts
-        ]
+        retire: builtins.list[MemoryChange] = []
+        trimmed: builtins.list[tuple[str, str]] = []
+        for mid in dict.fromkeys(retire_ids):
+            if mid not in texts:
+                continue
+            rest = self._left_standing(fact, texts[mid])
+            if rest is None:
+                why = f"superseded by {item.id}"
+                retire.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, why))
+            elif rest:
+                trimmed.append((mid, rest))
         self._store(
             item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
         )
         if retire:
             logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
+        # Only after the new fact is stored: a failure here leaves the outdated part in place, never
+        # loses the facts it was stored with.
+        for mid, rest in trimmed:
+            self._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
+            logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
         return item
+
+    def _left_standing(self, fact: str, text: str) -> str | None:
+        """What stays true of a memory ``fact`` supersedes: None when all of it is replaced, else
+        the facts it joins that ``fact`` leaves standing ("" when it replaces none of them)."""
+        parts = split_facts(text)
+        if len(parts) < 2:
+            return None
+        replaced = set(self.supersession.superseded(fact, [(str(i), p) for i, p in enumerate(parts)]))
+        rest = [p for i, p in enumerate(parts) if str(i) not in replaced]
+        if not rest:
+            return None
+        return join_facts(rest) if len(rest) < len(parts) else ""
 
     def remember_many(
         self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
@@ -215,18 +240,17 @@ class MemoryBackend(ABC):
         seen = _RestatementIndex(text for _, text in active)
         plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
         out: builtins.list[RegistryItem] = []
-        subjects = {fact_subject(text) for _, text in active} - {None}
+        subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
         for fact in facts:
             if not seen.add(fact):
                 continue
-            subject = fact_subject(fact)
-            if subject is not None and subject in subjects:
+            found = fact_subjects(fact)
+            if found & subjects:
                 self._store_many(plain)
                 plain = []
                 out.append(self.remember(user_id, fact, source=source, at=now))
                 continue
-            if subject is not None:
-                subjects.add(subject)
+            subjects |= found
             item = _new_item(user_id, fact, source, now)
             plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
             out.append(item)
@@ -240,10 +264,21 @@ class MemoryBackend(ABC):
         return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
 
     def update(self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None) -> MemoryRecord:
-        """Replace a memory's text; the old text goes into its history."""
-        fact = _clean(text)
+        """Replace an active memory's text; the old text goes into its history. A retired memory
+        is refused: rewriting it would make it current again beside the fact that replaced it."""
+        record = self.get(user_id, memory_id)
+        if record.status is MemoryStatus.RETIRED:
+            by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
+            raise InvalidRecordError(
+                f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
+            )
+        self._rewrite(user_id, memory_id, _clean(text), episode_id, "update", utcnow())
+        return self.get(user_id, memory_id)
+
+    def _rewrite(
+        self, user_id: str, memory_id: str, fact: str, episode_id: str | None, reason: str, now: datetime
+    ) -> None:
         old = self._item(user_id, memory_id, include_retired=True)
-        now = utcnow()
         item = RegistryItem(
             kind=CandidateKind.MEMORY,
             id=old.id,
@@ -260,9 +295,8 @@ class MemoryBackend(ABC):
             times_used=old.times_used,
         )
         self._store(
-            item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, "update")
+            item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, reason)
         )
-        return self.get(user_id, memory_id)
 
     def forget(self, user_id: str, memory_id: str) -> None:
         """Delete one memory and its history; it leaves every future candidate set."""

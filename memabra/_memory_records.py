@@ -21,6 +21,7 @@ class MemoryAction(StrEnum):
     UPDATED = "updated"
     REFRESHED = "refreshed"
     RETIRED = "retired"
+    RESTORED = "restored"
 
 
 @dataclass(frozen=True, slots=True)

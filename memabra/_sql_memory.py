@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
-from memabra._records import RegistryItem
+from memabra._records import RegistryItem, utcnow
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, MemoryRegistry
@@ -41,6 +42,28 @@ class SQLMemory(MemoryBackend):
     def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
         self._registry.record(user_id, memory_id)
         return self._registry.history(user_id, memory_id)
+
+    def retire(
+        self, user_id: str, memory_id: str, *, reason: str = "retired by hand", at: datetime | None = None
+    ) -> MemoryRecord:
+        """Stop recalling a memory without forgetting it: it keeps its text, counters and history
+        and can be restored. Raises :class:`~memabra.InvalidRecordError` if it is already retired."""
+        return self._set_retired(user_id, memory_id, MemoryAction.RETIRED, reason, at)
+
+    def restore(
+        self, user_id: str, memory_id: str, *, reason: str = "restored by hand", at: datetime | None = None
+    ) -> MemoryRecord:
+        """Recall a retired memory again (a supersession is undone, the newer fact stays).
+        Raises :class:`~memabra.InvalidRecordError` if it is not retired."""
+        return self._set_retired(user_id, memory_id, MemoryAction.RESTORED, reason, at)
+
+    def _set_retired(
+        self, user_id: str, memory_id: str, action: MemoryAction, reason: str, at: datetime | None
+    ) -> MemoryRecord:
+        text = self.get(user_id, memory_id).text
+        change = MemoryChange(memory_id, user_id, action, at or utcnow(), text, text, None, reason)
+        self._registry.set_retired(change, retired=action is MemoryAction.RETIRED)
+        return self.get(user_id, memory_id)
 
     def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
         self._index.encoder = self.encoder

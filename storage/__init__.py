@@ -14,12 +14,21 @@ from memabra.storage._admin_queries import (
 )
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
-from memabra.storage._learner import START, FinalReward, LearnerCheckpoint, LearnerStore, LeaseLostError, ReadPosition
+from memabra.storage._learner import (
+    START,
+    FinalReward,
+    LearnerCheckpoint,
+    LearnerStore,
+    LeaseHolder,
+    LeaseLostError,
+    ReadPosition,
+)
 from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
 from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_log, last_chosen
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
 from memabra.storage._open import open_log
+from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
 from memabra.storage._rows import clean_text
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
@@ -39,6 +48,7 @@ __all__ = [
     "LearnerCheckpoint",
     "LearnerLease",
     "LearnerStore",
+    "LeaseHolder",
     "LeaseLostError",
     "MemoryRegistry",
     "PolicyVersionStats",
@@ -49,6 +59,7 @@ __all__ = [
     "SQLITE_LEASE_TTL",
     "START",
     "Scorer",
+    "SnapshotIndex",
     "SnapshotInfo",
     "Transactions",
     "clean_text",
@@ -62,5 +73,7 @@ __all__ = [
     "make_engine",
     "open_log",
     "resolve_url",
+    "snapshot_group",
+    "unused_snapshot_version",
     "upgrade",
 ]

@@ -14,7 +14,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, or_, select, update
@@ -283,6 +283,11 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         at, episode_id = json.loads(base64.urlsafe_b64decode(padded))
-        return datetime.fromisoformat(at), clean_text(str(episode_id))
+        when = datetime.fromisoformat(at)
+        # every cursor this module writes carries its offset: a naive time was made by hand, and
+        # the log's time columns would refuse it only once the query ran
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        return when.astimezone(UTC), clean_text(str(episode_id))
     except Exception:
-        raise InvalidRecordError(f"not a valid page cursor: {cursor!r}") from None
+        raise InvalidRecordError(f"cursor is not a page cursor of this listing: {cursor!r}") from None

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, func, insert, or_, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from memabra._errors import MemabraError
@@ -29,7 +29,8 @@ from memabra._records import LearningItem, PolicySnapshot, Selection, utcnow
 from memabra.storage._engine import is_postgres
 from memabra.storage._episodes import assemble_selections
 from memabra.storage._from_rows import missed_by_episode, reward_from_row
-from memabra.storage._learner_models import LearnerStateRow
+from memabra.storage._learner_lease import LearnerLease
+from memabra.storage._learner_models import LearnerLeaseRow, LearnerStateRow
 from memabra.storage._models import (
     DecisionCandidateRow,
     DecisionRow,
@@ -38,12 +39,14 @@ from memabra.storage._models import (
     RewardRow,
     table_of,
 )
+from memabra.storage._policy_versions import SnapshotIndex
 
 __all__ = [
     "START",
     "FinalReward",
     "LearnerCheckpoint",
     "LearnerStore",
+    "LeaseHolder",
     "LeaseLostError",
     "ReadPosition",
 ]
@@ -84,6 +87,39 @@ class LearnerCheckpoint:
     learned: int
     published: str | None
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a policy's learner lease, as far as the database can tell: on SQLite the holder's
+    id and when its lease lapses unless renewed; on PostgreSQL the server process holding the
+    advisory lock, its client and since when (``None`` where the server does not say)."""
+
+    policy: str
+    holder: str
+    until: datetime | None = None
+    client: str | None = None
+    since: datetime | None = None
+
+    def describe(self) -> str:
+        parts = [self.holder]
+        if self.client:
+            parts.append(f"from {self.client}")
+        if self.since is not None:
+            parts.append(f"since {self.since.isoformat(timespec='seconds')}")
+        if self.until is not None:
+            parts.append(f"lease lapses at {self.until.isoformat(timespec='seconds')} unless renewed")
+        return ", ".join(parts)
+
+
+# The server process holding a learner's advisory lock (a bigint key: classid high, objid low).
+_PG_HOLDER = text(
+    "SELECT l.pid, host(a.client_addr), a.application_name, a.backend_start FROM pg_locks l "
+    "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1"
+)
 
 
 class LearnerStore:
@@ -163,10 +199,39 @@ class LearnerStore:
             return int(s.scalar(select(func.count()).select_from(RewardRow).where(RewardRow.final.is_(True))) or 0)
 
     def decisions_served(self) -> dict[str, int]:
-        """How many logged decisions each policy version made."""
+        """How many logged decisions each snapshot served, by :func:`snapshot_group`: a decision
+        counts for the snapshot its model grew from (online updates are not each saved). Decisions
+        that grew from no snapshot count under their configuration, a key no snapshot has."""
         stmt = select(DecisionRow.policy_version, func.count()).group_by(DecisionRow.policy_version)
         with self._session() as s, s.begin():
-            return {str(version): int(n) for version, n in s.execute(stmt)}
+            per_version = [(str(version), int(n)) for version, n in s.execute(stmt)]
+            index = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all())
+        served: dict[str, int] = defaultdict(int)
+        for version, n in per_version:
+            served[index.group(version)] += n
+        return dict(served)
+
+    def lease_holder(self, policy: str) -> LeaseHolder | None:
+        """Who holds ``policy``'s learner lease now (``None``: nobody)."""
+        if not is_postgres(self._engine):
+            with self._session() as s, s.begin():
+                row = s.get(LearnerLeaseRow, policy)
+                if row is None or row.expires_at <= utcnow():
+                    return None
+                return LeaseHolder(policy, f"learner {row.holder}", until=row.expires_at)
+        try:
+            with self._engine.connect() as conn:
+                # the key the lease itself locks (schema and policy), read the way it computes it
+                key = LearnerLease(self._engine, policy)._key(conn) & 0xFFFFFFFFFFFFFFFF
+                found = conn.execute(_PG_HOLDER, {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).first()
+        except DBAPIError as exc:  # pg_locks unreadable: the holder is only context for a message
+            logger.debug("cannot look up the learner lease holder of %s: %s", policy, exc)
+            return LeaseHolder(policy, "another process")
+        if found is None:
+            return None
+        pid, client, application, since = found
+        where = " ".join(str(v) for v in (application, client) if v) or None
+        return LeaseHolder(policy, f"server process {pid}", client=where, since=since)
 
     def active_version(self, policy: str) -> str | None:
         """The active snapshot's version, without its model bytes (cheap enough to poll)."""

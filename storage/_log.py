@@ -215,12 +215,14 @@ class EpisodeLog:
         self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = 1000
     ) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
         """Every logged decision in time order with its episode's reward, in flat memory."""
+        _offline.check_window(since, until, chunk_size)
         return _offline.iter_selections(self._tx, since, until, chunk_size)
 
     def iter_decisions(
         self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = 1000
     ) -> Iterator[LoggedDecision]:
         """``iter_selections`` with each episode's used candidates (what offline evaluation reads)."""
+        _offline.check_window(since, until, chunk_size)
         return _offline.iter_decisions(self._tx, since, until, chunk_size)
 
     def record_ope_results(self, results: Sequence[OPEResult]) -> None:
@@ -233,6 +235,7 @@ class EpisodeLog:
 
     def mempo_items(self, *, since: datetime | None = None) -> Iterator[GoldDecision]:
         """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback."""
+        _offline.check_window(since, None)
         return _offline.mempo_items(self._tx, since)
 
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:

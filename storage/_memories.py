@@ -7,6 +7,9 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
-from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
+from memabra._records import CandidateKind, RegistryItem, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, table_of
@@ -184,6 +187,20 @@ class MemoryRegistry:
             s.add(_history_row(change))
             _bump(s.connection(), change.user_id)
 
+    def set_retired(self, change: MemoryChange, *, retired: bool) -> None:
+        """Retire a memory by hand (kept with its history, never recalled) or restore a retired one
+        (recalled again, no longer superseded), recording ``change`` in the same transaction."""
+        with self._session() as s:
+            row = _row(s, change.user_id, change.memory_id)
+            if (row.retired_at is not None) == retired:
+                state = "retired" if retired else "active"
+                raise InvalidRecordError(f"memory {change.memory_id!r} is already {state}; nothing changed")
+            row.retired_at = change.at if retired else None
+            if not retired:
+                row.superseded_by = None
+            s.add(_history_row(change))
+            _bump(s.connection(), change.user_id)
+
     def forget(self, user_id: str, memory_ids: Sequence[str] | None = None) -> int:
         """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
         the episode log keeps their ids for the decisions that offered them, not their text."""
@@ -325,11 +342,27 @@ def _record(r: RegistryRow) -> MemoryRecord:
     )
 
 
+# History rows are listed by time, then by id: ids that grow in the order they are made keep
+# changes of one instant in order (an import creates a memory and supersedes it at the same time).
+_SEQ_LOCK = threading.Lock()
+_last_seq = 0
+
+
+def _history_id() -> str:
+    """32 characters: 20 digits that only grow within a process (nanoseconds, bumped past the last
+    one), then 12 random hex digits so two processes never collide."""
+    global _last_seq
+    with _SEQ_LOCK:
+        _last_seq = max(_last_seq + 1, time.time_ns())
+        seq = _last_seq
+    return f"{seq:020d}{secrets.token_hex(6)}"
+
+
 def _history_values(c: MemoryChange) -> dict[str, object]:
     return _clean_row(
         MemoryHistoryRow,
         {
-            "id": new_id(),
+            "id": _history_id(),
             "owner": c.user_id,
             "memory_id": c.memory_id,
             "action": c.action.value,

@@ -52,6 +52,15 @@ def iter_selections(
         yield decision.selection, decision.reward
 
 
+def check_window(since: datetime | None, until: datetime | None, chunk_size: int = 1) -> None:
+    """Refuse, before any read, a window the database would only reject mid-stream."""
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and value.tzinfo is None:
+            raise InvalidRecordError(f"{name} must be timezone-aware (UTC), got a naive datetime {value.isoformat()}")
+    if chunk_size < 1:
+        raise InvalidRecordError(f"chunk_size must be at least 1, got {chunk_size}")
+
+
 def iter_decisions(
     tx: Transactions, since: datetime | None, until: datetime | None, chunk_size: int, *, with_used: bool = True
 ) -> Iterator[LoggedDecision]:

@@ -22,6 +22,7 @@ from memabra._records import PolicySnapshot
 from memabra.storage import _convert as cv
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._models import DecisionRow, OPERunRow, PolicySnapshotRow, table_of
+from memabra.storage._policy_versions import SnapshotIndex
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
 
@@ -144,8 +145,9 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
     snapshot it activates is kept) or finds the snapshot gone.
 
     Kept: the newest ``keep`` per policy; the active one and its ancestors up to ``keep``
-    generations (what a rollback walks); the snapshot a learner's checkpoint holds and the one it
-    last published; any snapshot an OPE result names."""
+    generations (what a rollback walks); the snapshot a learner's checkpoint holds, the one it
+    last published and the base it started from (a replay starts there); any snapshot an OPE
+    result names."""
     if keep < 1:
         raise InvalidRecordError(f"keep must be at least 1, got {keep}")
 
@@ -158,6 +160,9 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
         kept: set[str] = set()
         for state in s.scalars(select(LearnerStateRow)):
             kept.update(v for v in (state.snapshot_version, state.published) if v is not None)
+            checkpoint = by_version.get(state.snapshot_version) if state.snapshot_version is not None else None
+            if checkpoint is not None and (base := _learner_base(checkpoint)) is not None:
+                kept.add(base)
         kept.update(v for v in s.scalars(select(OPERunRow.snapshot_version).distinct()) if v is not None)
         newest: dict[str, list[PolicySnapshotRow]] = defaultdict(list)
         for row in rows:  # newest first
@@ -189,14 +194,33 @@ _DELETE_CHUNK = 500
 def _row(s: Session, version: str, *, lock: bool = False) -> PolicySnapshotRow:
     row = s.get(PolicySnapshotRow, clean_text(version), with_for_update=lock or None)
     if row is None:
-        served = s.scalar(select(DecisionRow.id).where(DecisionRow.policy_version == clean_text(version)).limit(1))
-        if served is not None:
-            raise UnknownSnapshotError(
-                f"snapshot {version!r} was pruned (memabra policies prune): the decisions it served "
-                "stay in the log, its model does not"
-            )
-        raise UnknownSnapshotError(f"no policy snapshot with version {version!r}")
+        raise UnknownSnapshotError(_no_snapshot(s, clean_text(version)))
     return row
+
+
+def _no_snapshot(s: Session, version: str) -> str:
+    """Why ``version`` has no snapshot. Most versions decisions carry were never saved (an online
+    learner saves one model in many), so say which snapshot they grew from rather than guess."""
+    served = s.scalar(select(DecisionRow.id).where(DecisionRow.policy_version == version).limit(1))
+    if served is None:
+        return f"no policy snapshot with version {version!r}, and no logged decision names it"
+    grew_from = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all()).snapshot_of(version)
+    if grew_from is not None:
+        return (
+            f"no snapshot of version {version!r}: it is an online update of snapshot {grew_from!r}, "
+            "which its decisions grew from (not every update is saved)"
+        )
+    return (
+        f"no snapshot of version {version!r}: its decisions stay in the log, but no saved snapshot "
+        "holds its model or one it grew from (never saved, or removed by memabra policies prune)"
+    )
+
+
+def _learner_base(row: PolicySnapshotRow) -> str | None:
+    """The snapshot a learner's model started from, as its metadata records it (memabra._replay)."""
+    meta = (row.metrics or {}).get("learner")
+    base = meta.get("base") if isinstance(meta, dict) else None
+    return str(base) if base else None
 
 
 def _retire_others(s: Session, policy: str, version: str) -> None:

@@ -32,7 +32,7 @@ from memabra.evals.offline._evaluate import (
 )
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.evals.ope import PolicyValueInterval
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, unused_snapshot_version
 
 __all__ = ["TrainReport", "train_from_log"]
 
@@ -150,18 +150,15 @@ def train_from_log(
             "n_holdout": n_holdout,
             "split_at": split_at.isoformat(),
         }
+        # trained apart from the online lineage, it may reach the same "root+n" as a model whose
+        # decisions are logged: a fresh name keeps the log from attributing those to this one
         snapshot = replace(
             snapshot,
+            version=unused_snapshot_version(log, snapshot.version),
             parent=active.version if active else None,
             metrics=metrics,
             status="candidate",
         )
-        existing = {s.version for s in log.list_snapshots()}
-        if snapshot.version in existing:
-            snapshot = replace(
-                snapshot,
-                version=f"{snapshot.version}-{split_at.strftime('%Y%m%d%H%M%S')}",
-            )
         log.save_snapshot(snapshot)
         saved = snapshot.version
         logger.info("saved snapshot %s (%s)", saved, metrics["verdict"])

@@ -15,7 +15,8 @@ from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
-from memabra._cli._policies import learner, policies_app, route
+from memabra._cli._policies import policies_app
+from memabra._cli._production import learner, route
 
 app = typer.Typer(
     name="memabra",

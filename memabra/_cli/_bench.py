@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import io
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,8 +16,17 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
-from memabra._cli._common import check_output_path, console, fail, run_guarded
+from memabra._cli._common import (
+    JsonOutOption,
+    check_output_path,
+    console,
+    fail,
+    run_guarded,
+    write_json,
+    write_output,
+)
 
 
 def bench(
@@ -34,10 +43,7 @@ def bench(
     ] = "linear,vw,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", help="Write the report here (JSON).", show_default=False, callback=check_output_path),
-    ] = None,
+    json_out: JsonOutOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -59,9 +65,7 @@ def bench(
     from memabra.evals.bench import load_rounds, router_factories, run_bench
 
     logging.getLogger("memabra").setLevel(logging.WARNING)
-    names = [n.strip() for n in routers.split(",") if n.strip()]
-    if not names:
-        fail("--routers names no router")
+    names = _router_names(routers)
     rounds = run_guarded(load_rounds, file)
     factories = run_guarded(router_factories, names)
     with Progress(
@@ -87,12 +91,17 @@ def bench(
     _render(report)
     if writer is not None:
         console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
-    if json_out is not None:
-        json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        console.print(f"report: {json_out}")
+    write_json(json_out, report)
     if plot is not None:
         _plot(report, plot)
-        console.print(f"plot: {plot}")
+        console.print(Text(f"wrote {plot}"), highlight=False)
+
+
+def _router_names(routers: str) -> list[str]:
+    names = [n.strip() for n in routers.split(",") if n.strip()]
+    if not names:
+        fail(f"--routers names no router (got {routers!r}); give a comma-separated list, e.g. linear,hybrid")
+    return names
 
 
 def _render(report: dict[str, Any]) -> None:
@@ -146,8 +155,14 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize="small")
     figure.suptitle(f"{report['file']}: {report['passes']} passes, seed {report['seed']}")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110)
     plt.close(figure)
+    write_output(path, png.getvalue())
+
+
+# Rounds the simulator's table averages over when --window is not given (fewer when the run is shorter).
+_DEFAULT_WINDOW = 500
 
 
 def simulate_command(
@@ -155,7 +170,12 @@ def simulate_command(
     seed: Annotated[int, typer.Option(min=0, help="Seeds the simulated users and the routers.")] = 0,
     routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "linear,vw,hybrid,random",
     lexical: Annotated[bool, typer.Option("--lexical/--embeddings", help="BM25-only prior, or BM25 + MiniLM.")] = True,
-    window: Annotated[int, typer.Option(min=10, help="Final window the table reports.")] = 500,
+    window: Annotated[
+        int | None,
+        typer.Option(
+            min=10, help="Final window the table reports (default: the last 500 rounds, or all).", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Simulated users whose preferences similarity misses, a drift halfway, costly decoys: each
     router's expected reward against the oracle's over the final window."""
@@ -164,7 +184,11 @@ def simulate_command(
     from memabra.router import Similarity
 
     logging.getLogger("memabra").setLevel(logging.WARNING)
-    names = [n.strip() for n in routers.split(",") if n.strip()]
+    if window is None:
+        window = min(_DEFAULT_WINDOW, rounds)
+    elif window > rounds:
+        fail(f"--window {window} is longer than the run (--rounds {rounds}); give a window of at most {rounds}")
+    names = _router_names(routers)
     factories = run_guarded(router_factories, names, Similarity() if lexical else None)
     world = World(seed=seed)
     played = world.rounds(rounds)

@@ -7,9 +7,18 @@ like ``a[/]b`` would otherwise crash the command or restyle its output.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import logging
+import math
 import os
-from collections.abc import Callable
+import stat
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from datetime import date, datetime
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -21,17 +30,25 @@ from sqlalchemy.engine import make_url
 from memabra._errors import MemabraError
 
 __all__ = [
+    "STDOUT",
     "CreateDbOption",
     "DbOption",
     "JsonOutOption",
+    "OutFileOption",
+    "check_json_output",
     "check_output_path",
     "configure_logging",
     "console",
+    "database_url",
     "err_console",
     "existing_database",
     "fail",
+    "jsonable",
+    "migrate",
     "plain",
     "run_guarded",
+    "write_json",
+    "write_output",
 ]
 
 # Output to a pipe or file is not cut to a terminal's width: tables keep their natural width up to
@@ -98,36 +115,187 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _resolved_url(db: str | None) -> str:
+    """``resolve_url(db)`` as a usage error that names where the bad URL came from: ``--db``, or
+    ``$MEMABRA_DATABASE_URL`` when no ``--db`` was given."""
+    from memabra.storage import URL_ENV, resolve_url
+
+    try:
+        return resolve_url(db)
+    except MemabraError as exc:
+        given = db or os.environ.get(URL_ENV, "")
+        hint = ""
+        if given and "://" not in given:
+            slashes = " (four slashes before an absolute path)" if given.startswith("/") else ""
+            hint = f"; a SQLite file is written sqlite:///{given}{slashes}"
+        raise typer.BadParameter(f"{exc}{hint}", param_hint=_db_source(db)) from None
+
+
+def _db_source(db: str | None) -> str:
+    from memabra.storage import URL_ENV
+
+    return "'--db'" if db else f"${URL_ENV} (no --db given)"
+
+
+def database_url(db: str | None) -> str | None:
+    """Typer callback of a ``--db`` that may create the database: the URL must parse."""
+    _resolved_url(db)
+    return db
+
+
 def existing_database(db: str | None) -> str | None:
     """Typer callback of ``--db``: refuse a SQLite file that does not exist rather than create an
     empty one (only ``memabra db upgrade`` and ``memabra demo`` create databases)."""
-    from memabra.storage import resolve_url
-
-    try:
-        url = resolve_url(db)
-    except MemabraError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    url = _resolved_url(db)
     path = _sqlite_file(url)
     if path is not None and not path.exists():
         raise typer.BadParameter(
-            f"no database at {path}; create it with `memabra db upgrade --db {url}` (or check the path)"
+            f"no database at {path}; create it with `memabra db upgrade --db {url}` (or check the path)",
+            param_hint=_db_source(db),
         )
     return db
 
 
+def migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
+    """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
+    revision that does not exist) in one line instead of Alembic's traceback."""
+    from alembic.util import CommandError
+
+    from memabra.storage import current_revision, head_revision, known_revisions, make_engine
+
+    try:
+        return run_guarded(action, url, revision)
+    except CommandError as exc:
+        engine = make_engine(url)
+        try:
+            current = current_revision(engine)
+        except Exception:  # the database's own state is only context for the message
+            current = None
+        finally:
+            engine.dispose()
+        known = known_revisions()
+        if current is not None and current not in known:
+            fail(
+                f"the database is at schema revision {current}, newer than this memabra "
+                f"(which knows up to {head_revision()}); upgrade memabra instead"
+            )
+        if revision not in known and revision not in ("head", "base", "heads") and not revision.startswith(("+", "-")):
+            fail(f"unknown schema revision {revision!r}; known: {', '.join(sorted(known))}, head or base")
+        fail(f"cannot migrate to {revision!r}: {exc}")
+
+
+# ---------------------------------------------------------------------------------- output files
+
+STDOUT = Path("-")
+
+
 def check_output_path(path: Path | None) -> Path | None:
-    """Typer callback of an output option (``--json``, ``--plot``, ``--out``): the folder must
-    exist and be writable and the path must not be a folder, checked before the work starts."""
+    """Typer callback of every option that names an output file (``--json``, ``--out``,
+    ``--plot``): the folder must exist and be writable and the path must not be a folder, checked
+    while the command line is parsed, so a bad path costs no work and changes nothing."""
     if path is None:
         return None
+    if path == STDOUT:
+        raise typer.BadParameter("'-' (standard output) is not a file name here; give a file name")
     if path.is_dir():
         raise typer.BadParameter(f"{path} is a folder; give a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise typer.BadParameter(f"the folder {folder} does not exist; create it first")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise typer.BadParameter(f"{path} is not writable")
     return path
+
+
+def check_json_output(ctx: typer.Context, path: Path | None) -> Path | None:
+    """:func:`check_output_path` for ``--json``, which also takes ``-``: the JSON goes to standard
+    output alone (what a pipe into ``jq`` needs) and the command's tables and notes go to stderr."""
+    if path != STDOUT:
+        return check_output_path(path)
+    console.stderr = True
+    ctx.call_on_close(_console_to_stdout)
+    return path
+
+
+def _console_to_stdout() -> None:
+    console.stderr = False
+
+
+def write_output(path: Path, data: str | bytes) -> None:
+    """Write a command's output: ``-`` to standard output, else atomically (a temporary file in
+    the same folder, then a rename), so a failure leaves the previous file or none, never half of
+    one. A failure is one line and exit 1."""
+    if path == STDOUT:
+        try:
+            sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader stopped early (`| head`). Say so instead of exiting quietly, and point
+            # stdout at /dev/null so the interpreter's last flush does not fail a second time.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            fail("standard output was closed before all of the JSON was written (broken pipe)", code=141)
+        return
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _NEW_FILE_MODE
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)  # mkstemp makes it private; the file gets what a plain write would give it
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        fail(f"could not write {path}: {exc.strerror or exc}")
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON values: records and mappings to objects, times to ISO strings,
+    enums to their values, and NaN or infinities to ``null`` (JSON has no such numbers)."""
+    if isinstance(value, Enum):
+        return jsonable(value.value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k.value if isinstance(k, Enum) else k): jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # a numpy scalar
+        return jsonable(value.item())
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def write_json(path: Path | None, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` (see :func:`write_output`); nothing when ``None``."""
+    if path is None:
+        return
+    write_output(path, json.dumps(jsonable(value), indent=2, allow_nan=False) + "\n")
+    if path != STDOUT:
+        console.print(Text(f"wrote {path}"), highlight=False)
 
 
 DbOption = Annotated[
@@ -146,11 +314,23 @@ CreateDbOption = Annotated[
         "--db",
         help="Database URL (default: $MEMABRA_DATABASE_URL, else sqlite:///memabra.db); created if missing.",
         show_default=False,
+        callback=database_url,
     ),
 ]
 
 JsonOutOption = Annotated[
     Path | None,
-    typer.Option("--json", help="Also write the result here (JSON).", show_default=False, callback=check_output_path),
+    typer.Option(
+        "--json",
+        help="Also write the result here as JSON ('-': to standard output, the tables to stderr).",
+        show_default=False,
+        callback=check_json_output,
+    ),
 ]
-"""``--json FILE`` for any command: its folder is checked before the command does any work."""
+"""``--json FILE`` for any command: checked before the command does any work."""
+
+OutFileOption = Annotated[
+    Path | None,
+    typer.Option("--out", help="File to write.", show_default=False, callback=check_output_path),
+]
+"""``--out FILE``: checked before the command does any work."""

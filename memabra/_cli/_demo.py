@@ -6,16 +6,20 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from memabra._cli._common import CreateDbOption, console, run_guarded
+from memabra._cli._common import CreateDbOption, console, fail, migrate, run_guarded
 from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
 from memabra.storage import EpisodeLog, resolve_url, upgrade
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 
 def demo(
@@ -34,14 +38,12 @@ def demo(
     """Simulated users with preferences, tasks that need tools and skills, corrections and a drift:
     the learned router against similarity top-k, logged to the episode log."""
     logging.getLogger("memabra").setLevel(logging.WARNING)
-    url = resolve_url(db)
-    run_guarded(upgrade, url)
-    chat = None
+    url = run_guarded(resolve_url, db)  # checked by --db already; this only names the default
+    # The model first: a bad one must not leave a new, empty database behind.
+    chat = _chat_model(model) if model is not None else None
+    migrate(upgrade, url, "head")
     if model is not None:
-        from memabra._agent import _resolve_model
-
-        chat = run_guarded(_resolve_model, model)
-        console.print(f"chat model: [bold]{model}[/]")
+        console.print(f"chat model: [bold]{escape(model)}[/]")
     else:
         console.print(
             "chat model: [bold]offline extractive stand-in[/] (deterministic; answers only from injected context; --model provider:name for a real one)"
@@ -63,7 +65,7 @@ def demo(
         ) as bar:
             for name, router, run_url in runs:
                 task = bar.add_task(f"{name:>18}", total=episodes)
-                run_guarded(upgrade, run_url)
+                migrate(upgrade, run_url, "head")
                 with run_guarded(EpisodeLog, run_url) as log:
                     rows = run_guarded(
                         run_demo,
@@ -99,6 +101,20 @@ def demo(
     console.print(f"  memabra episodes list --db {url}")
     console.print(f"  memabra admin --db {url}")
     console.print(f"  memabra ope log --db {url} --policy hybrid --json ope.json")
+
+
+def _chat_model(model: str) -> BaseChatModel:
+    """The chat model ``--model`` names, or one line saying why there is none: an unknown provider,
+    its integration package not installed, or the provider refusing its settings (no API key)."""
+    from memabra._build import resolve_model
+
+    try:
+        return resolve_model(model)
+    except ImportError as exc:
+        fail(f"--model {model}: {exc}".splitlines()[0])
+    except Exception as exc:  # init_chat_model and the providers raise their own types (ValueError, ...)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fail(f"--model {model}: {reason} (give provider:name, e.g. openai:gpt-4.1-mini)")
 
 
 def _render(summaries: list[DemoSummary], window: int) -> None:

@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from alembic.util import CommandError
 from rich.markup import escape
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from memabra._cli._common import CreateDbOption, DbOption, console, fail, plain, run_guarded
+from memabra._cli._common import (
+    CreateDbOption,
+    DbOption,
+    JsonOutOption,
+    console,
+    fail,
+    migrate,
+    plain,
+    run_guarded,
+    write_json,
+)
 from memabra._config import load_reward_config, parse_weights
 from memabra._feedback import RewardService, recompute_rewards
-from memabra._records import STOP_ID, Feedback, FeedbackKind, RewardBreakdown, Selection
+from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
     EpisodeLog,
     current_revision,
     downgrade,
     head_revision,
-    known_revisions,
     make_engine,
     resolve_url,
     upgrade,
@@ -38,7 +45,7 @@ rewards_app = typer.Typer(help="Re-weight and finalise stored rewards.", no_args
 def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or migrate the schema to this memabra's version."""
     url = run_guarded(resolve_url, db)
-    now = _migrate(upgrade, url, revision)
+    now = migrate(upgrade, url, revision)
     where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
 
@@ -48,32 +55,8 @@ def db_downgrade(
     revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None
 ) -> None:
     """Migrate the schema down (``base`` drops every memabra table)."""
-    now = _migrate(downgrade, run_guarded(resolve_url, db), revision)
+    now = migrate(downgrade, run_guarded(resolve_url, db), revision)
     console.print(f"schema revision is now [bold]{escape(now)}[/]")
-
-
-def _migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
-    """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
-    revision that does not exist) in one line instead of Alembic's traceback."""
-    try:
-        return run_guarded(action, url, revision)
-    except CommandError as exc:
-        engine = make_engine(url)
-        try:
-            current = current_revision(engine)
-        except Exception:  # the database's own state is only context for the message
-            current = None
-        finally:
-            engine.dispose()
-        known = known_revisions()
-        if current is not None and current not in known:
-            fail(
-                f"the database is at schema revision {current}, newer than this memabra "
-                f"(which knows up to {head_revision()}); upgrade memabra instead"
-            )
-        if revision not in known and revision not in ("head", "base", "heads") and not revision.startswith(("+", "-")):
-            fail(f"unknown schema revision {revision!r}; known: {', '.join(sorted(known))}, head or base")
-        fail(f"cannot migrate to {revision!r}: {exc}")
 
 
 @db_app.command("current")
@@ -110,6 +93,7 @@ def episodes_list(
     corrected: bool | None = typer.Option(None, "--corrected/--not-corrected", show_default=False),
     limit: int = typer.Option(20, min=1, max=1000),
     cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
+    json_out: JsonOutOption = None,
 ) -> None:
     """List episodes, newest first."""
     with _open(db) as log:
@@ -143,13 +127,32 @@ def episodes_list(
     console.print(table)
     if page.next_cursor:
         console.print(f"next page: --cursor {page.next_cursor}")
+    rows = [
+        {
+            "id": e.id,
+            "created": e.created_at.isoformat(),
+            "user": e.user_id,
+            "query": e.query,
+            "policy_version": e.policy_version,
+            "reward": e.reward_total,
+            "corrected": e.corrected,
+            "final": e.finalized,
+        }
+        for e in page.items
+    ]
+    write_json(json_out, {"episodes": rows, "next_cursor": page.next_cursor})
 
 
 @episodes_app.command("show")
-def episodes_show(episode_id: str, db: DbOption = None) -> None:
+def episodes_show(episode_id: str, db: DbOption = None, json_out: JsonOutOption = None) -> None:
     """One episode: its decisions with every candidate, steps, feedback and reward."""
     with _open(db) as log:
         ep = run_guarded(log.get_episode, episode_id)
+    _print_episode(ep)
+    write_json(json_out, _episode_json(ep))
+
+
+def _print_episode(ep: Episode) -> None:
     console.print(
         f"[bold]episode {ep.id}[/]  user {escape(ep.user_id)}  thread {escape(ep.thread_id or '-')}  turn {ep.turn}",
         highlight=False,
@@ -186,6 +189,87 @@ def episodes_show(episode_id: str, db: DbOption = None) -> None:
         _print_reward(ep.reward, final=ep.finalized_at is not None)
 
 
+def _episode_json(ep: Episode) -> dict[str, object]:
+    """What ``episodes show`` prints, as JSON: every decision with every candidate, the steps, the
+    feedback and the reward with its terms."""
+    decisions = []
+    for sel in ep.selections:
+        chosen_slot = {d.chosen_id: d for d in sel.slots}
+        candidates = []
+        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+            draw = chosen_slot.get(sc.candidate.id)
+            candidates.append(
+                {
+                    "id": sc.candidate.id,
+                    "kind": sc.candidate.kind.value,
+                    "text": sc.candidate.text,
+                    "tokens": sc.candidate.tokens,
+                    "score": sc.score,
+                    "rank": sc.rank,
+                    "p": _probability(sel, sc.candidate.id, sc.candidate.kind),
+                    "slot": draw.slot if draw else None,
+                    "chosen": draw is not None,
+                }
+            )
+        decisions.append(
+            {
+                "id": sel.id,
+                "policy": sel.policy,
+                "policy_version": sel.policy_version,
+                "seed": sel.seed,
+                "propensity": sel.propensity,
+                "candidates": candidates,
+                "stopped": [
+                    {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
+                    for d in sel.slots
+                    if d.chosen_id == STOP_ID
+                ],
+            }
+        )
+    return {
+        "id": ep.id,
+        "created": ep.created_at.isoformat(),
+        "user": ep.user_id,
+        "thread": ep.thread_id,
+        "turn": ep.turn,
+        "query": ep.query,
+        "answer": ep.answer,
+        "decisions": decisions,
+        "steps": [
+            {"kind": st.kind.value, "name": st.name, "status": st.status, "ms": st.latency_ms, "error": st.error}
+            for st in ep.steps
+        ],
+        "feedback": [
+            {"kind": f.kind.value, "source": f.source, "late": f.late, "payload": dict(f.payload)} for f in ep.feedback
+        ],
+        "reward": None if ep.reward is None else _reward_json(ep.reward, final=ep.finalized_at is not None),
+    }
+
+
+def _reward_json(reward: RewardBreakdown, *, final: bool) -> dict[str, object]:
+    c = reward.components
+    return {
+        "total": reward.total,
+        "version": reward.version,
+        "final": final,
+        "terms": [
+            {"term": name, "value": value, "weight": weight, "contribution": contribution}
+            for name, value, weight, contribution in _reward_terms(reward)
+        ],
+        "h_by_kind": {"memory": c.hm, "skill": c.hs, "tool": c.ht},
+    }
+
+
+def _probability(sel: Selection, candidate_id: str, kind: CandidateKind) -> float:
+    """The probability the decision table shows: of the draw that chose it, else of the first
+    draw of its kind."""
+    draw = next((d for d in sel.slots if d.chosen_id == candidate_id), None)
+    if draw is not None:
+        return draw.chosen_probability
+    first = next((d for d in sel.slots if d.kind is kind), None)
+    return first.probability_of(candidate_id) if first else 0.0
+
+
 # A candidate's text in the decision table: enough to recognise it, short enough to keep one row.
 _TEXT_WIDTH = 80
 
@@ -203,8 +287,7 @@ def _decision_table(sel: Selection) -> Table:
     chosen_slot = {d.chosen_id: d for d in sel.slots}
     for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
         draw = chosen_slot.get(sc.candidate.id)
-        first = next((d for d in sel.slots if d.kind is sc.candidate.kind), None)
-        p = draw.chosen_probability if draw else (first.probability_of(sc.candidate.id) if first else 0.0)
+        p = _probability(sel, sc.candidate.id, sc.candidate.kind)
         table.add_row(
             plain(sc.candidate.id),
             sc.candidate.kind.value,
@@ -219,13 +302,11 @@ def _decision_table(sel: Selection) -> Table:
     return table
 
 
-def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
+def _reward_terms(reward: RewardBreakdown) -> list[tuple[str, float, float, float]]:
+    """Each term of the composite reward: name, value, weight and signed contribution."""
     c = reward.components
     w = reward.weights
-    table = Table(title=f"reward {reward.total:+.4f} ({escape(reward.version)}, {'final' if final else 'provisional'})")
-    for col in ("term", "value", "weight", "contribution"):
-        table.add_column(col)
-    rows = [
+    return [
         ("S", c.s, w.ws, w.ws * c.s),
         ("H", c.h, w.wr, w.wr * c.h),
         ("E", c.e, w.we, -w.we * c.e),
@@ -234,7 +315,14 @@ def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
         ("X", c.x, w.wx, -w.wx * c.x),
         ("U", c.u, w.wu, w.wu * c.u),
     ]
-    for name, value, weight, contrib in rows:
+
+
+def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
+    c = reward.components
+    table = Table(title=f"reward {reward.total:+.4f} ({escape(reward.version)}, {'final' if final else 'provisional'})")
+    for col in ("term", "value", "weight", "contribution"):
+        table.add_column(col)
+    for name, value, weight, contrib in _reward_terms(reward):
         table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
     console.print(table)
     console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")

@@ -1,4 +1,5 @@
-"""``memabra memories list|search|add|import|update|forget|history``: one user's memories."""
+"""``memabra memories list|search|add|import|update|retire|restore|forget|history``: one user's
+memories."""
 
 from __future__ import annotations
 
@@ -6,30 +7,31 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import DbOption, console, fail, run_guarded
-from memabra._memory import MemoryBackend
+from memabra._cli._common import DbOption, JsonOutOption, console, fail, run_guarded, write_json
 from memabra._memory_records import MemoryChange, MemoryRecord
+from memabra._memory_restore import restore_memory
 from memabra._sql_memory import SQLMemory
 from memabra.router import CachingEncoder, default_encoder
 from memabra.storage import EmbeddingTable, EpisodeLog
 
-memories_app = typer.Typer(help="List, search, add, import, update and forget a user's memories.", no_args_is_help=True)
+memories_app = typer.Typer(
+    help="List, search, add, import, update, retire, restore and forget a user's memories.", no_args_is_help=True
+)
 
 UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]
-JsonOption = Annotated[
-    Path | None, typer.Option("--json", help="Also write the result to this JSON file.", show_default=False)
-]
+JsonOption = JsonOutOption
 
 
 @contextmanager
-def _backend(db: str | None, *, semantic: bool = False) -> Iterator[MemoryBackend]:
+def _backend(db: str | None, *, semantic: bool = False) -> Iterator[SQLMemory]:
     log: EpisodeLog = run_guarded(EpisodeLog, db)
     try:
         encoder: CachingEncoder | None = default_encoder() if semantic else None
@@ -40,24 +42,7 @@ def _backend(db: str | None, *, semantic: bool = False) -> Iterator[MemoryBacken
         log.close()
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
-        return value.value
-    return value
-
-
-def _write_json(path: Path | None, payload: Any) -> None:
-    if path is not None:
-        path.write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
-
-
-def _when(value: Any) -> str:
+def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value is not None else "never"
 
 
@@ -83,7 +68,7 @@ def list_memories(
     """Every memory of the user: id, text, status (active / retired), created, last used."""
     with _backend(db) as memory:
         records = run_guarded(memory.list, user, include_retired=not active)
-        _write_json(json_out, [asdict(r) for r in records])
+        write_json(json_out, [asdict(r) for r in records])
         console.print(_table(records))
         console.print(f"{len(records)} memories")
 
@@ -101,7 +86,7 @@ def search_memories(
         fail(f"--limit must be at least 1, got {limit}")
     with _backend(db, semantic=True) as memory:
         hits = run_guarded(memory.search, user, query, limit=limit)
-        _write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
+        write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
         console.print(_table([h.memory for h in hits], [h.score for h in hits]))
 
 
@@ -116,15 +101,21 @@ def add_memory(
     with _backend(db) as memory:
         item = run_guarded(memory.remember, user, text, source="cli")
         record = run_guarded(memory.get, user, item.id)
-        _write_json(json_out, asdict(record))
+        write_json(json_out, asdict(record))
         console.print(f"remembered {record.id}: {record.text}", markup=False, highlight=False)
 
 
 def _read_facts(path: Path) -> list[str]:
     if not path.is_file():
         fail(f"no such file: {path}")
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors add
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = data.count(b"\n", 0, exc.start) + 1
+        fail(f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8; nothing was imported")
     facts = []
-    for n, raw in enumerate(path.read_text().splitlines(), start=1):
+    for n, raw in enumerate(content.splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
@@ -153,7 +144,7 @@ def import_memories(
     facts = _read_facts(file)
     with _backend(db) as memory:
         items = run_guarded(memory.remember_many, user, facts)
-        _write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
+        write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
         console.print(f"imported {len(items)} of {len(facts)} facts for {user}", markup=False, highlight=False)
 
 
@@ -165,11 +156,52 @@ def update_memory(
     db: DbOption = None,
     json_out: JsonOption = None,
 ) -> None:
-    """Replace a memory's text; the old one stays in its history."""
+    """Replace an active memory's text; the old one stays in its history (a retired memory is
+    refused: restore it first)."""
     with _backend(db) as memory:
         record = run_guarded(memory.update, user, memory_id, text)
-        _write_json(json_out, asdict(record))
+        write_json(json_out, asdict(record))
         console.print(f"updated {record.id}: {record.text}", markup=False, highlight=False)
+
+
+@memories_app.command("retire")
+def retire_memory(
+    memory_id: Annotated[str, typer.Argument(help="The memory's id.")],
+    user: UserOption,
+    db: DbOption = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "retired by hand",
+    json_out: JsonOption = None,
+) -> None:
+    """Stop recalling a memory without deleting it: it keeps its text and history, and
+    `memabra memories restore` brings it back."""
+    with _backend(db) as memory:
+        record = run_guarded(memory.retire, user, memory_id, reason=reason)
+        write_json(json_out, asdict(record))
+        console.print(f"retired {record.id}: {record.text}", markup=False, highlight=False)
+
+
+@memories_app.command("restore")
+def restore_memory_command(
+    memory_id: Annotated[str, typer.Argument(help="The retired memory's id.")],
+    user: UserOption,
+    db: DbOption = None,
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="Retire the current memories it contradicts, in the same step."),
+    ] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "restored by hand",
+    json_out: JsonOption = None,
+) -> None:
+    """Recall a retired memory again. Refused while a current memory states another value of its
+    subject (two current cities), unless --replace retires that one."""
+    with _backend(db) as memory:
+        done = run_guarded(restore_memory, memory, user, memory_id, replace=replace, reason=reason)
+        write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
+        console.print(f"restored {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
+        for mid in done.retired:
+            console.print(f"  retired {mid} (superseded by {done.memory.id})", markup=False, highlight=False)
+        for mid in done.trimmed:
+            console.print(f"  cut the contradicted fact out of {mid}", markup=False, highlight=False)
 
 
 @memories_app.command("forget")
@@ -190,7 +222,7 @@ def forget_memory(
             assert memory_id is not None
             run_guarded(memory.forget, user, memory_id)
             n = 1
-        _write_json(json_out, {"forgotten": n})
+        write_json(json_out, {"forgotten": n})
         console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
 
 
@@ -204,7 +236,7 @@ def memory_history(
     """What changed in a memory, when, and from which episode."""
     with _backend(db) as memory:
         changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id)
-        _write_json(json_out, [asdict(c) for c in changes])
+        write_json(json_out, [asdict(c) for c in changes])
         table = Table()
         for column in ("when", "action", "old text", "new text", "episode", "reason"):
             table.add_column(column, overflow="fold")

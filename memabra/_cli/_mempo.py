@@ -29,7 +29,14 @@ def score(
         typer.Option("--model", help="Local directory of a saved causal LM and its tokenizer.", show_default=False),
     ],
     db: DbOption = None,
-    since: Annotated[str | None, typer.Option("--since", help="Only decisions at or after this ISO time.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only decisions whose gold answer arrived (as feedback) at or after this ISO time; "
+            "the decisions themselves may be older.",
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass.")] = 16,
     device: Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu, cuda or cuda:N.")] = "auto",
     eps: Annotated[float, typer.Option("--eps", min=0.0, help="Tolerance: +1 when P(selected) >= P(all) - eps.")] = 0.0,

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 import time
+import typing
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from click.testing import Result
 from sqlalchemy import text
+from typer.models import OptionInfo, ParameterInfo
 from typer.testing import CliRunner
 
 from factories import candidates, episode, uniform_selection
@@ -284,3 +290,210 @@ def test_a_file_that_is_not_a_database_is_one_line(
     assert exited.value.code == 1
     err = capsys.readouterr().err
     assert "database error" in err and "not a database" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ output options of every command
+
+
+def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Callable[..., Any]]]:
+    for info in group.registered_commands:
+        assert info.callback is not None
+        yield (*prefix, info.name or info.callback.__name__.replace("_", "-")), info.callback
+    for sub in group.registered_groups:
+        assert sub.typer_instance is not None and sub.name is not None
+        yield from _commands(sub.typer_instance, (*prefix, sub.name))
+
+
+def _params(callback: Callable[..., Any]) -> Iterator[tuple[str, Any, Any, Any]]:
+    """Each parameter of a command: name, type, its typer info (OptionInfo or ArgumentInfo), default."""
+    hints = typing.get_type_hints(callback, include_extras=True)
+    for name, param in inspect.signature(callback).parameters.items():
+        hint = hints[name]
+        info = param.default if isinstance(param.default, ParameterInfo) else None
+        kind = hint
+        if typing.get_origin(hint) is typing.Annotated:
+            kind, *extras = typing.get_args(hint)
+            info = next((e for e in extras if isinstance(e, ParameterInfo)), info)
+        default = param.default if not isinstance(param.default, ParameterInfo) else param.default.default
+        yield name, kind, info, default
+
+
+# The flags of options that name a file a command writes (every other Path option is read).
+OUTPUT_FLAGS = ("--json", "--out", "--plot")
+
+
+def _flag(name: str, info: Any) -> str:
+    decls = list(getattr(info, "param_decls", None) or ())
+    default = getattr(info, "default", None)
+    if isinstance(default, str) and default.startswith("--"):  # typer.Option("--json") inside Annotated
+        decls.insert(0, default)
+    return next((d for d in decls if d.startswith("--")), None) or "--" + name.replace("_", "-")
+
+
+def _output_options() -> list[tuple[tuple[str, ...], str, Any]]:
+    found = []
+    for path, callback in _commands(app):
+        for name, _kind, info, _ in _params(callback):
+            if isinstance(info, OptionInfo) and _flag(name, info) in OUTPUT_FLAGS:
+                found.append((path, _flag(name, info), info))
+    return found
+
+
+def test_every_output_option_is_checked_by_the_shared_helper() -> None:
+    from memabra._cli._common import check_json_output, check_output_path
+
+    options = _output_options()
+    commands = {p for p, _, _ in options}
+    assert {("memories", "add"), ("memories", "forget"), ("policies", "export"), ("route",), ("learner",)} <= commands
+    assert {("episodes", "list"), ("episodes", "show"), ("bench",), ("ope", "log"), ("ope", "arrays")} <= commands
+    for path, flag, info in options:
+        assert info.callback in (check_output_path, check_json_output), (path, flag)
+
+
+def _dummy_args(path: tuple[str, ...], skip: str, db: str) -> list[str]:
+    """Values for a command's required parameters (and its --db), enough to get through parsing."""
+    callback = dict(_commands(app))[path]
+    positional, options = [], []
+    for name, kind, info, default in _params(callback):
+        flag = _flag(name, info)
+        base = next((a for a in (kind, *typing.get_args(kind)) if a is not type(None)), str)
+        value = "1" if base in (int, float) else db if name == "db" else "x"
+        if name == "db":
+            options += [flag, value]
+        elif default is inspect.Parameter.empty or default is ...:
+            if isinstance(info, OptionInfo):
+                if flag != skip:
+                    options += [flag, value]
+            else:
+                positional.append(value)
+    return [*path, *positional, *options]
+
+
+@pytest.mark.parametrize("where", ["folder", "missing"])
+def test_every_output_option_refuses_a_bad_path_before_any_work(where: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    bad = str(tmp_path) if where == "folder" else str(tmp_path / "no-such-dir" / "out")
+    for path, flag, _ in _output_options():
+        args = [*_dummy_args(path, flag, url), flag, bad]
+        result = runner.invoke(app, args)
+        message = " ".join(result.output.split())
+        assert result.exit_code == 2, (args, result.output)
+        assert f"Invalid value for '{flag}'" in message, (args, result.output)
+        assert "is a folder" in message or "does not exist; create it first" in message, (args, result.output)
+        _no_traceback(result)
+
+
+def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memabra._cli._common import write_output
+
+    target = tmp_path / "report.json"
+    target.write_text("previous\n")
+    target.chmod(0o640)
+    write_output(target, '{"a": 1}\n')
+    assert target.read_text() == '{"a": 1}\n' and (target.stat().st_mode & 0o777) == 0o640
+
+    def full_disk(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("memabra._cli._common.os.fsync", full_disk)
+    with pytest.raises(typer.Exit) as failed:
+        write_output(target, '{"a": 2, "half": "written"}\n')
+    assert failed.value.exit_code == 1
+    assert target.read_text() == '{"a": 1}\n'  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary file left
+
+
+def test_json_has_no_nan_and_takes_records() -> None:
+    from memabra._cli._common import jsonable
+
+    assert jsonable({"v": float("nan"), "w": [float("inf"), 1.5], "k": CandidateKind.TOOL}) == {
+        "v": None,
+        "w": [None, 1.5],
+        "k": "tool",
+    }
+
+
+# ------------------------------------------------------------------ databases, models, episodes
+
+
+def test_a_bad_database_url_names_where_it_came_from(tmp_path: Path) -> None:
+    from_env = CliRunner(env={"COLUMNS": "200", "MEMABRA_DATABASE_URL": "sqlit:///x.db"}).invoke(app, ["demo"])
+    message = " ".join(from_env.output.split())
+    assert from_env.exit_code == 2 and "$MEMABRA_DATABASE_URL (no --db given)" in message
+    assert "unsupported database 'sqlit'" in message and "'--db'" not in message
+    _no_traceback(from_env)
+    for command in (["demo"], ["episodes", "list"]):
+        path = runner.invoke(app, [*command, "--db", str(tmp_path / "x.db")])
+        message = " ".join(path.output.split())
+        assert path.exit_code == 2 and "Invalid value for '--db'" in message, path.output
+        assert f"sqlite:///{tmp_path / 'x.db'} (four slashes before an absolute path)" in message
+        _no_traceback(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_checks_the_model_before_it_creates_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    result = runner.invoke(app, ["demo", "--db", f"sqlite:///{db}", "--model", "garbage"])
+    assert result.exit_code == 1 and "--model garbage:" in result.output and "provider:name" in result.output
+    _no_traceback(result)
+    missing = runner.invoke(app, ["demo", "--db", f"sqlite:///{db}", "--model", "no_such_provider:x"])
+    assert missing.exit_code == 1 and "--model no_such_provider:x" in missing.output
+    _no_traceback(missing)
+    assert not db.exists()
+
+
+def test_demo_on_a_newer_schema_says_to_upgrade_memabra(db_url: str) -> None:
+    assert runner.invoke(app, ["db", "upgrade", "--db", db_url]).exit_code == 0
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    finally:
+        engine.dispose()
+    result = runner.invoke(app, ["demo", "--db", db_url, "--episodes", "20"])
+    assert result.exit_code == 1 and "newer than this memabra" in result.output
+    _no_traceback(result)
+
+
+def test_episodes_list_and_show_write_the_table_as_json(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    runner.invoke(app, ["db", "upgrade", "--db", url])
+    ep = episode()
+    with EpisodeLog(url) as log:
+        RewardService(log).record(ep)
+    listed = runner.invoke(app, ["episodes", "list", "--db", url, "--json", "-"])
+    assert listed.exit_code == 0, listed.output
+    page = json.loads(listed.stdout)
+    assert page["next_cursor"] is None
+    [row] = page["episodes"]
+    assert row["id"] == ep.id and row["query"] == ep.query and row["final"] is False
+    assert ep.id in listed.stderr  # the table went to stderr
+    out = tmp_path / "show.json"
+    shown = runner.invoke(app, ["episodes", "show", ep.id, "--db", url, "--json", str(out)])
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    [decision] = doc["decisions"]
+    assert {c["id"] for c in decision["candidates"]} == {sc.candidate.id for sc in ep.selections[0].offered}
+    assert [c["id"] for c in decision["candidates"] if c["chosen"]] == ["m0", "m2"]
+    assert decision["stopped"] and decision["stopped"][0]["slot"] == 2
+    assert doc["reward"]["terms"][0]["term"] == "S" and "h_by_kind" in doc["reward"]
+    assert doc["steps"][0]["name"] == "fake-model"
+
+
+def test_simulate_refuses_a_window_longer_than_the_run_and_no_routers() -> None:
+    long = runner.invoke(app, ["simulate", "--rounds", "100", "--window", "500", "--routers", "random"])
+    assert long.exit_code == 1 and "--window 500 is longer than the run (--rounds 100)" in long.output
+    empty = runner.invoke(app, ["simulate", "--rounds", "100", "--window", "50", "--routers", ","])
+    assert empty.exit_code == 1 and "--routers names no router" in empty.output
+    short = runner.invoke(app, ["simulate", "--rounds", "100", "--routers", "random"])
+    assert (
+        short.exit_code == 0 and "simulator: 100 rounds, seed 0, last 100 rounds" in short.output
+    )  # the default window fits
+    bench = runner.invoke(app, ["bench", "/no/such.jsonl", "--routers", ","])
+    assert bench.exit_code == 1 and "--routers names no router" in bench.output
+
+
+def test_mempo_since_says_it_filters_by_feedback_time() -> None:
+    help_text = " ".join(runner.invoke(app, ["mempo", "score", "--help"]).output.split())
+    assert "gold answer arrived" in help_text

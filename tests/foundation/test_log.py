@@ -234,6 +234,18 @@ def test_iter_decisions_carries_each_episodes_reward_and_used_candidates(log: Ep
     assert [sel.id for sel, _ in log.iter_selections()] == [d.selection.id for d in log.iter_decisions()]
 
 
+def test_a_naive_or_empty_read_window_is_refused_before_any_read(log: EpisodeLog) -> None:
+    naive = utcnow().replace(tzinfo=None)
+    with pytest.raises(InvalidRecordError, match="since must be timezone-aware"):
+        log.iter_decisions(since=naive)
+    with pytest.raises(InvalidRecordError, match="until must be timezone-aware"):
+        log.iter_selections(until=naive)
+    with pytest.raises(InvalidRecordError, match="since must be timezone-aware"):
+        log.mempo_items(since=naive)
+    with pytest.raises(InvalidRecordError, match="chunk_size must be at least 1"):
+        log.iter_decisions(chunk_size=0)
+
+
 def test_user_scoping_of_decisions() -> None:
     cands = candidates()
     sel = uniform_selection("alice", cands, ["m0"])

@@ -249,6 +249,10 @@ def test_a_policy_that_does_not_beat_the_logger_is_not_saved_unless_forced(log: 
     forced = train_from_log(log, learner="random", weights=zero, force=True)
     assert forced.saved_version is not None
     assert log.get_snapshot(forced.saved_version).metrics["verdict"].startswith("forced")
+    # the same training again reaches the same model version: saved under a fresh name
+    again = train_from_log(log, learner="random", weights=zero, force=True)
+    assert again.saved_version == f"{forced.saved_version}~2"
+    assert log.get_snapshot(forced.saved_version).version == forced.saved_version
 
 
 def test_an_unsupported_estimate_is_never_promoted(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]

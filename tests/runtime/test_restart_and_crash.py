@@ -52,7 +52,11 @@ def test_a_new_process_makes_the_same_decisions_and_relearns_what_the_killed_one
     assert after == before  # same version, same draw, same distributions
     # a learner resumes from the last commit and learns the 5 rewards the killed process never saved
     done = subprocess.run(
-        [str(MEMABRA), "learner", "--once", "--db", migrated_url], capture_output=True, text=True, env=_env()
+        # the killed process's lease lapses after its TTL: --once waits for it rather than give up
+        [str(MEMABRA), "learner", "--once", "--wait", "30", "--db", migrated_url],
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     assert done.returncode == 0, done.stderr
     with EpisodeLog(migrated_url) as log:
@@ -86,7 +90,9 @@ def test_a_learner_killed_at_random_moments_ends_equal_to_a_replay(migrated_url:
                 mid_learning += 1
             log_final(log, 100, start=written)
             written += 100
-        done = subprocess.run([*learner, "--once"], env=_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [*learner, "--once", "--wait", "30"], env=_env(), capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         model, learned = _checkpoint_model(log)
         router, n = replay(log)

@@ -58,13 +58,14 @@ def test_prune_keeps_newest_active_ancestors_and_ope_targets(log: EpisodeLog) ->
         log.prune_snapshots(0)
 
 
-def test_a_pruned_version_that_served_decisions_says_it_was_pruned(log: EpisodeLog) -> None:
+def test_a_pruned_version_that_served_decisions_says_its_model_is_gone(log: EpisodeLog) -> None:
     # the factory's decisions carry policy_version "test-1"
     log.save_snapshot(PolicySnapshot("test", "test-1", b"m", created_at=utcnow() - timedelta(minutes=5)))
     log.save_snapshot(PolicySnapshot("test", "test-2", b"n", status="active"))
     log.log_episode(episode())
     assert log.prune_snapshots(1).pruned == ("test-1",)
-    with pytest.raises(UnknownSnapshotError, match="was pruned"):
+    # the log cannot tell a pruned snapshot from a model never saved: it says both, and what stays
+    with pytest.raises(UnknownSnapshotError, match="its decisions stay in the log.*removed by memabra policies prune"):
         log.get_snapshot("test-1")
 
 

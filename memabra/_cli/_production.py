@@ -1,0 +1,275 @@
+"""``memabra route`` and ``memabra learner``: the production loop by hand."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memabra._cli._common import (
+    DbOption,
+    JsonOutOption,
+    check_output_path,
+    configure_logging,
+    console,
+    fail,
+    run_guarded,
+    write_json,
+    write_output,
+)
+from memabra._cli._policies import PolicyOption, open_log
+from memabra._config import load_reward_config
+from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
+from memabra._records import Budget, CandidateKind, RoutingContext
+from memabra.router import learned_model, load_router
+from memabra.storage import EpisodeLog, LearnerStore
+
+# `memabra learner --once` when another learner holds the lease: not a failure of this run, but
+# nothing was learned, and a script must be able to tell that apart from an error (exit 1).
+LEASE_HELD_EXIT = 3
+
+
+def _describe(budget: Budget) -> str:
+    tokens = "no token limit" if budget.max_tokens is None else f"{budget.max_tokens} tokens"
+    slots = ", ".join(f"{k.value} {budget.slots_for(k)}" for k in CandidateKind if budget.slots_for(k))
+    return f"{tokens}; slots: {slots or 'none'}"
+
+
+def route(
+    query: Annotated[str, typer.Argument(help="The user's message.")],
+    user: Annotated[str, typer.Option("--user", help="Whose memories to route over.")],
+    db: DbOption = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", min=0, help="Seed of the draw (default: the router's own).")
+    ] = None,
+    policy: PolicyOption = DEFAULT_POLICY,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Token budget of the context (default: memabra's default Budget(), what an agent built "
+            "without a budget routes with).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOutOption = None,
+) -> None:
+    """One routing decision from the command line: what would be injected, by which policy
+    version, with each slot's distribution. Nothing is logged."""
+    budget = Budget() if max_tokens is None else Budget(max_tokens=max_tokens)
+    with open_log(db) as log:
+        version = LearnerStore(log.engine).active_version(policy)
+        if version is not None:
+            router = run_guarded(load_router, run_guarded(log.get_snapshot, version))
+        else:
+            router = run_guarded(fresh_router, policy)
+        items = run_guarded(log.items, user)
+    candidates = [item.as_candidate() for item in items]
+    if not candidates:
+        fail(f"user {user!r} has no memories and the log holds no shared skills or tools")
+    kinds = tuple(k for k in CandidateKind if budget.slots_for(k) > 0)
+    selection = run_guarded(
+        router.choose, RoutingContext(query=query, user_id=user, kinds=kinds, budget=budget), candidates, seed=seed
+    )
+    text_of = {c.id: c.text for c in candidates}
+    result = {
+        "policy_version": selection.policy_version,
+        "seed": selection.seed,
+        "budget": {"max_tokens": budget.max_tokens, "slots": {k.value: n for k, n in budget.slots.items()}},
+        "injected": [{"id": c.id, "kind": c.kind.value, "text": c.text} for c in selection.chosen],
+        # why: the similarity prior's z-score next to the router's score (the prior plus what it learned)
+        "offered": [
+            {
+                "id": sc.candidate.id,
+                "kind": sc.candidate.kind.value,
+                "similarity": sc.features.get("hyb_z"),
+                "score": sc.score,
+                "rank": sc.rank,
+            }
+            for sc in selection.offered
+        ],
+        "slots": [
+            {
+                "slot": d.slot,
+                "kind": d.kind.value,
+                "chosen": d.chosen_id,
+                "distribution": dict(zip(d.candidate_ids, d.probabilities, strict=True)),
+            }
+            for d in selection.slots
+        ],
+    }
+    console.print(f"policy version [bold]{escape(selection.policy_version)}[/] (seed {selection.seed})")
+    console.print(f"budget: {_describe(budget)}")
+    for c in selection.chosen:
+        console.print(f"  inject {c.kind.value} {escape(c.id)}: {escape(text_of[c.id])}")
+    for d in selection.slots:
+        table = Table(f"slot {d.slot} ({d.kind.value})", "p", "chosen")
+        for cid, p in sorted(zip(d.candidate_ids, d.probabilities, strict=True), key=lambda t: -t[1]):
+            table.add_row(escape(cid), f"{p:.3f}", "*" if cid == d.chosen_id else "")
+        console.print(table)
+    write_json(json_out, result)
+
+
+def learner(
+    db: DbOption = None,
+    policy: PolicyOption = DEFAULT_POLICY,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help=f"Learn what is final and not yet learned, then exit (exit {LEASE_HELD_EXIT}, learning "
+            "nothing, when another learner holds the lease past --wait).",
+        ),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0.0,
+            help="With --once: seconds to wait for a lease held elsewhere (a crashed learner's lapses "
+            "after its --lease-ttl on SQLite) before giving up.",
+        ),
+    ] = 0.0,
+    do_replay: Annotated[
+        bool, typer.Option("--replay", help="Write the model a from-scratch replay of the log produces.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="With --replay: the file to write.", show_default=False, callback=check_output_path),
+    ] = None,
+    commit_every: Annotated[int, typer.Option("--commit-every", min=1, help="Commit after this many rewards.")] = 100,
+    commit_interval: Annotated[float, typer.Option("--commit-interval", min=0.0, help="Or this many seconds.")] = 5.0,
+    lease_ttl: Annotated[
+        float, typer.Option("--lease-ttl", min=0.5, help="SQLite: seconds a dead learner's lease outlives it.")
+    ] = 10.0,
+    poll: Annotated[float, typer.Option("--poll", min=0.05, help="Seconds between looks at the log when idle.")] = 1.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the policy's learner: take the lease (or stand by until it is free), learn final
+    rewards in commit order, commit model and read position together."""
+    configure_logging(verbose)
+    if do_replay:
+        if out is None:
+            fail("--replay needs --out FILE")
+        with open_log(db) as log:
+            router, n = run_guarded(replay, log, policy)
+        write_output(out, learned_model(router.snapshot()))
+        console.print(f"replayed {n} final rewards into {escape(str(out))}")
+        return
+    if out is not None:
+        fail("--out is only for --replay")
+    with _stop_on_sigterm(), open_log(db) as log:
+        store = LearnerStore(log.engine)
+        loop = Learner(
+            log,
+            lambda: fresh_router(policy, _learner_args(log, policy)),
+            policy=policy,
+            commit_every=commit_every,
+            commit_interval_s=commit_interval,
+            reward_config=run_guarded(load_reward_config),
+            lease_ttl=timedelta(seconds=lease_ttl),
+        )
+        try:
+            if once:
+                _lease_for_once(loop, store, policy, wait=wait, poll=poll)
+            n = _learn(loop, store, policy, once=once, poll=poll)
+        finally:
+            loop.close()
+        console.print(
+            f"learned {n} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
+            f"position {loop.position.seq}/{escape(loop.position.episode_id)}"
+        )
+
+
+def _lease_for_once(loop: Learner, store: LearnerStore, policy: str, *, wait: float, poll: float) -> None:
+    """Take the lease for ``--once``, waiting at most ``wait`` seconds; one line and exit
+    :data:`LEASE_HELD_EXIT` when another learner still holds it."""
+    deadline = time.monotonic() + wait
+    said = False
+    while not run_guarded(loop.acquire):
+        holder = _holder(store, policy)
+        if time.monotonic() >= deadline:
+            waited = f" after waiting {wait:g} s" if wait else " (--wait SECONDS waits for it)"
+            fail(
+                f"the learner lease of policy {policy!r} is held by {holder}; nothing was learned{waited}",
+                code=LEASE_HELD_EXIT,
+            )
+        if not said:
+            console.print(
+                f"waiting up to {wait:g} s for the learner lease of policy {escape(policy)}, held by {escape(holder)}"
+            )
+            said = True
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def _holder(store: LearnerStore, policy: str) -> str:
+    holder = store.lease_holder(policy)
+    return holder.describe() if holder is not None else "another learner (released a moment ago)"
+
+
+def _learn(loop: Learner, store: LearnerStore, policy: str, *, once: bool, poll: float) -> int:
+    """Learner.run, counting what this process learned: ``loop.learned`` counts the lineage,
+    earlier runs included. Stops on Ctrl-C (or SIGTERM) with what the interrupted step learned
+    counted too; says once when it stands by for a lease held elsewhere, and when it takes over."""
+    learned = 0
+    standing_by = False
+    mark: int | None = None
+    try:
+        while True:
+            if not loop.acquire():
+                if not standing_by:
+                    console.print(
+                        f"standing by: the learner lease of policy {escape(policy)} is held by "
+                        f"{escape(_holder(store, policy))}; taking over when it is released or lapses"
+                    )
+                    standing_by = True
+                time.sleep(poll)
+                continue
+            if standing_by:
+                console.print(f"took over the learner lease of policy {escape(policy)}")
+                standing_by = False
+            mark = loop.learned
+            status = loop.step()
+            mark = None
+            learned += status.learned
+            if once and status.holds_lease and status.learned == 0:
+                loop.commit(force=True)
+                return learned
+            if status.learned == 0 or not status.holds_lease:
+                time.sleep(poll)
+    except KeyboardInterrupt:
+        if mark is not None and loop.holds_lease:
+            learned += loop.learned - mark
+        return learned
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (what systemd, Kubernetes and ``docker stop`` send) stops the learner like Ctrl-C:
+    it commits what it learned and releases the lease, so the standby takes over at once. SIGINT is
+    set too: a process started in the background by a shell inherits it ignored."""
+
+    def _interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _learner_args(log: EpisodeLog, policy: str) -> dict[str, Any] | None:
+    """A new learner takes the parameters of the policy's newest snapshot, if the log has one."""
+    latest = log.latest_snapshot(policy)
+    return dict(latest.learner_args) if latest is not None else None

@@ -1,0 +1,108 @@
+"""Restoring a retired memory without leaving a user two current values of one subject.
+
+A memory is retired when a newer fact replaced it ("I moved to Bergen" by "I live in Lyon") or by
+hand. Making it current again beside the fact that replaced it would have the router offer both,
+so :func:`restore_memory` refuses while such a memory is current, or, with ``replace=True``,
+retires it in the same write (of a memory joining several facts only the contradicted one goes,
+as when a new fact arrives). Works on every :class:`~memabra._memory.MemoryBackend`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from memabra._errors import InvalidRecordError
+from memabra._memory import MemoryBackend, _is_restatement
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._records import CandidateKind, RegistryItem, utcnow
+from memabra._text import approx_tokens
+
+__all__ = ["RestoredMemory", "conflicting_memories", "restore_memory"]
+
+logger = logging.getLogger("memabra")
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredMemory:
+    """A restored memory and what restoring it changed: the current memories it retired and
+    those it cut its contradicted fact out of."""
+
+    memory: MemoryRecord
+    retired: tuple[str, ...] = ()
+    trimmed: tuple[str, ...] = ()
+
+
+def conflicting_memories(backend: MemoryBackend, user_id: str, memory_id: str) -> list[MemoryRecord]:
+    """The user's current memories that ``memory_id`` contradicts (it states another value of
+    their subject) or restates (restoring it would duplicate them), oldest first."""
+    record = backend.get(user_id, memory_id)
+    current = [r for r in backend.list(user_id, include_retired=False) if r.id != memory_id]
+    if not current:
+        return []
+    pairs = [(r.id, r.text) for r in current]
+    clashing = set(backend.supersession.superseded(record.text, pairs))
+    clashing.update(r.id for r in current if _is_restatement(record.text, r.text))
+    return [r for r in current if r.id in clashing]
+
+
+def restore_memory(
+    backend: MemoryBackend,
+    user_id: str,
+    memory_id: str,
+    *,
+    replace: bool = False,
+    reason: str = "restored by hand",
+    at: datetime | None = None,
+) -> RestoredMemory:
+    """Make a retired memory current again, with a ``restored`` entry in its history.
+
+    Raises :class:`~memabra.InvalidRecordError` when it is not retired, or when a current memory
+    contradicts it and ``replace`` is false (nothing is written). With ``replace``, the
+    contradicting memories are retired ("superseded by" the restored one) in the same write."""
+    record = backend.get(user_id, memory_id)
+    if record.status is not MemoryStatus.RETIRED:
+        raise InvalidRecordError(f"memory {memory_id!r} is already active; nothing changed")
+    clashing = conflicting_memories(backend, user_id, memory_id)
+    if clashing and not replace:
+        listing = ", ".join(f"{c.id} ({c.text!r})" for c in clashing)
+        raise InvalidRecordError(
+            f"memory {memory_id!r} ({record.text!r}) contradicts the current {listing}; restoring it would "
+            "leave both current: retire that first, or restore with replace (--replace) to retire it in the same step"
+        )
+    now = at or utcnow()
+    whole: list[MemoryChange] = []
+    trimmed: list[tuple[str, str]] = []
+    for c in clashing:
+        # _left_standing: None retires the whole memory, a text keeps the facts not contradicted
+        rest = None if _is_restatement(record.text, c.text) else backend._left_standing(record.text, c.text)
+        if rest is None:
+            why = f"superseded by {memory_id} (restored)"
+            whole.append(MemoryChange(c.id, user_id, MemoryAction.RETIRED, now, c.text, None, None, why))
+        elif rest:
+            trimmed.append((c.id, rest))
+    item = RegistryItem(
+        kind=CandidateKind.MEMORY,
+        id=record.id,
+        owner=user_id,
+        text=record.text,
+        tokens=approx_tokens(record.text),
+        name=record.text[:60],
+        source=record.source,
+        created_at=record.created_at,
+        updated_at=now,
+        last_chosen_at=record.last_used_at,
+        times_chosen=record.times_chosen,
+        times_used=record.times_used,
+    )
+    change = MemoryChange(memory_id, user_id, MemoryAction.RESTORED, now, record.text, record.text, None, reason)
+    backend._store(item, change, whole)  # the restore and the retirements: one write, all or nothing
+    for mid, rest in trimmed:
+        backend._rewrite(user_id, mid, rest, None, f"part superseded by {memory_id} (restored)", now)
+    if whole or trimmed:
+        replaced = ", ".join([c.memory_id for c in whole] + [mid for mid, _ in trimmed])
+        logger.info("restored memory %s of user %s replaces %s", memory_id, user_id, replaced)
+    return RestoredMemory(
+        backend.get(user_id, memory_id), tuple(c.memory_id for c in whole), tuple(mid for mid, _ in trimmed)
+    )

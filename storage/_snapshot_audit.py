@@ -1,0 +1,166 @@
+"""Promote and roll back policy snapshots with an audit trail.
+
+Each status change a person makes is appended to the ``admin_history`` list in the metrics of
+every snapshot it touches (the one promoted, the one it retired, the parent a rollback re-activates),
+in the same transaction as the change itself: a snapshot never changes status without its entry,
+and an entry never describes a change that did not happen. The newest :data:`MAX_HISTORY` entries
+per snapshot are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError, SnapshotError
+from memabra._records import JSONValue, utcnow
+from memabra.storage._log import EpisodeLog
+from memabra.storage._models import PolicySnapshotRow, table_of
+from memabra.storage._rows import prepare
+from memabra.storage._snapshots import _row
+
+__all__ = ["HISTORY_KEY", "MAX_HISTORY", "SnapshotAudit", "StatusChange", "status_history"]
+
+HISTORY_KEY = "admin_history"
+# a snapshot promoted and rolled back every day keeps a quarter of a year of entries
+MAX_HISTORY = 100
+_MAX_TEXT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """One entry of a snapshot's audit trail: what happened to it, who did it, when and from where.
+
+    ``action`` is ``promoted``, ``rolled back`` (retired by a rollback), ``re-activated`` (the parent a
+    rollback made active) or ``retired`` (the previously active snapshot a promotion replaced);
+    ``by`` names the signed-in principal (empty when unknown); ``note`` says what caused it."""
+
+    action: str
+    by: str
+    at: datetime
+    client: str = ""
+    note: str = ""
+
+    def as_json(self) -> dict[str, JSONValue]:
+        return {
+            "action": self.action,
+            "by": self.by,
+            "at": self.at.isoformat(),
+            "client": self.client,
+            "note": self.note,
+        }
+
+
+def status_history(metrics: Mapping[str, Any]) -> tuple[StatusChange, ...]:
+    """A snapshot's audit trail from its metrics, oldest first; malformed entries are skipped."""
+    raw = metrics.get(HISTORY_KEY)
+    if not isinstance(raw, (list, tuple)):
+        return ()
+    out = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        try:
+            at = datetime.fromisoformat(str(entry["at"]))
+        except (KeyError, ValueError):
+            continue
+        out.append(
+            StatusChange(
+                action=str(entry.get("action", "")),
+                by=str(entry.get("by", "")),
+                at=at if at.tzinfo is not None else at.replace(tzinfo=UTC),
+                client=str(entry.get("client", "") or ""),
+                note=str(entry.get("note", "") or ""),
+            )
+        )
+    return tuple(out)
+
+
+class SnapshotAudit:
+    """Status changes of an :class:`EpisodeLog`'s snapshots, each recorded with who made it."""
+
+    def __init__(self, log: EpisodeLog) -> None:
+        self._tx = log.transactions
+
+    def promote(self, version: str, *, by: str, client: str = "", at: datetime | None = None) -> None:
+        """Make ``version`` its policy's active snapshot and retire the one active before.
+        :class:`SnapshotError` when it is already active (nothing is written)."""
+        when = _when(at)
+
+        def work(s: Session) -> None:
+            row = _row(s, version, lock=True)
+            if row.status == "active":
+                raise SnapshotError(f"snapshot {row.version} is already the active one; nothing changed")
+            row.status = "active"
+            _append(row, StatusChange("promoted", _text(by), when, _text(client)))
+            _retire_others(s, row, StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted"))
+
+        self._tx.write(work, what="promote")
+
+    def rollback(self, version: str, *, by: str, client: str = "", at: datetime | None = None) -> str:
+        """Retire the active snapshot ``version`` and make its parent active again; returns the
+        parent's version. :class:`SnapshotError` when ``version`` is not active or has no parent."""
+        when = _when(at)
+
+        def work(s: Session) -> str:
+            row = _row(s, version, lock=True)
+            if row.status != "active":
+                raise SnapshotError(
+                    f"snapshot {row.version} is not active ({row.status}); only the active one rolls back"
+                )
+            if row.parent is None:
+                raise SnapshotError(f"snapshot {row.version} has no parent to roll back to")
+            parent = _row(s, row.parent, lock=True)
+            row.status = "retired"
+            _append(row, StatusChange("rolled back", _text(by), when, _text(client), f"{parent.version} re-activated"))
+            parent.status = "active"
+            _append(parent, StatusChange("re-activated", _text(by), when, _text(client), f"rollback of {row.version}"))
+            _retire_others(
+                s, parent, StatusChange("retired", _text(by), when, _text(client), f"rollback to {parent.version}")
+            )
+            return parent.version
+
+        return self._tx.write(work, what="rollback")
+
+
+def _when(at: datetime | None) -> datetime:
+    when = at or utcnow()
+    if when.tzinfo is None:
+        raise InvalidRecordError("at must be timezone-aware")
+    return when.astimezone(UTC)
+
+
+def _text(value: str) -> str:
+    return str(value)[:_MAX_TEXT]
+
+
+def _append(row: PolicySnapshotRow, change: StatusChange) -> None:
+    metrics = dict(row.metrics or {})
+    history = (
+        [e for e in metrics.get(HISTORY_KEY, []) if isinstance(e, dict)]
+        if isinstance(metrics.get(HISTORY_KEY), list)
+        else []
+    )
+    metrics[HISTORY_KEY] = [*history, change.as_json()][-MAX_HISTORY:]
+    # a new dict, not a mutated one: the JSON column only notices an assignment
+    row.metrics = prepare(table_of(PolicySnapshotRow), [{"metrics": metrics}])[0]["metrics"]
+
+
+def _retire_others(s: Session, active: PolicySnapshotRow, change: StatusChange) -> None:
+    others = s.scalars(
+        select(PolicySnapshotRow)
+        .where(
+            PolicySnapshotRow.policy == active.policy,
+            PolicySnapshotRow.status == "active",
+            PolicySnapshotRow.version != active.version,
+        )
+        .with_for_update()
+    ).all()
+    for other in others:
+        other.status = "retired"
+        _append(other, change)

@@ -1,0 +1,80 @@
+"""One rule attributes a logged policy version to the snapshot it grew from (storage's
+``snapshot_group``): ``policies list`` counts decisions with it and a missing snapshot is explained
+with it; a model trained apart gets a version no decision or snapshot of the log already uses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from factories import candidates, uniform_selection
+from memabra import Episode, PolicySnapshot, UnknownSnapshotError
+from memabra.storage import EpisodeLog, LearnerStore, SnapshotIndex, snapshot_group, unused_snapshot_version
+
+
+def test_a_version_belongs_to_the_latest_snapshot_of_its_root_at_or_below_its_updates() -> None:
+    snapshots = {"linear-71c5+100", "linear-71c5+170"}
+    assert snapshot_group("linear-71c5+100", snapshots) == "linear-71c5+100"
+    assert snapshot_group("linear-71c5+150", snapshots) == "linear-71c5+100"
+    assert snapshot_group("linear-71c5+169", snapshots) == "linear-71c5+100"
+    assert snapshot_group("linear-71c5+5000", snapshots) == "linear-71c5+170"
+    # before any snapshot: the configuration, which is no snapshot
+    assert snapshot_group("linear-71c5+99", snapshots) == "linear-71c5"
+    assert snapshot_group("linear-71c5", snapshots) == "linear-71c5"
+    # a router restored from snapshot V logs V+1, V+2, ...
+    assert snapshot_group("linear-71c5+170+3", snapshots) == "linear-71c5+170"
+    assert snapshot_group("vw-abc+17", {"vw-abc"}) == "vw-abc"
+    index = SnapshotIndex(snapshots)
+    assert index.snapshot_of("linear-71c5+150") == "linear-71c5+100"
+    assert index.snapshot_of("linear-71c5+3") is None
+
+
+def _log_versions(log: EpisodeLog, versions: list[str]) -> None:
+    offered = candidates(n=3)
+    episodes = []
+    for v in versions:
+        sel = replace(uniform_selection("ann", offered, ["m0"]), policy="linear", policy_version=v)
+        episodes.append(Episode(user_id="ann", query=sel.context.query, selections=(sel,)))
+    log.log_episodes(episodes)
+
+
+def _online_log(log: EpisodeLog) -> None:
+    """An online learner's log: 190 decisions, +0 to +169 (some twice), snapshots at +100 and +170."""
+    versions = (
+        ["linear-71c5"] + [f"linear-71c5+{n}" for n in range(1, 170)] + [f"linear-71c5+{n}" for n in range(150, 170)]
+    )
+    _log_versions(log, versions)
+    log.save_snapshot(PolicySnapshot("linear", "linear-71c5+100", b"x", status="retired"))
+    log.save_snapshot(PolicySnapshot("linear", "linear-71c5+170", b"y", parent="linear-71c5+100", status="active"))
+
+
+def test_decisions_served_count_for_the_snapshot_they_grew_from(log: EpisodeLog) -> None:
+    _online_log(log)
+    served = LearnerStore(log.engine).decisions_served()
+    assert served == {"linear-71c5": 100, "linear-71c5+100": 90}
+    assert sum(served.values()) == log.count_episodes() == 190
+
+
+def test_a_missing_snapshot_says_which_snapshot_its_decisions_grew_from(log: EpisodeLog) -> None:
+    _online_log(log)
+    with pytest.raises(UnknownSnapshotError, match="online update of snapshot 'linear-71c5\\+100'") as raised:
+        log.get_snapshot("linear-71c5+169")
+    assert "pruned" not in str(raised.value)
+    with pytest.raises(UnknownSnapshotError, match="no saved snapshot holds its model"):
+        log.get_snapshot("linear-71c5+50")
+    with pytest.raises(
+        UnknownSnapshotError, match="no policy snapshot with version 'linear-9', and no logged decision"
+    ):
+        log.get_snapshot("linear-9")
+
+
+def test_a_model_trained_apart_gets_a_version_nothing_in_the_log_uses(log: EpisodeLog) -> None:
+    _online_log(log)
+    assert unused_snapshot_version(log, "linear-71c5+152") == "linear-71c5+152~2"  # decisions use it
+    assert unused_snapshot_version(log, "linear-71c5+170") == "linear-71c5+170~2"  # a snapshot uses it
+    assert unused_snapshot_version(log, "linear-71c5+900") == "linear-71c5+900"
+    log.save_snapshot(PolicySnapshot("linear", "linear-71c5+152~2", b"z"))
+    assert unused_snapshot_version(log, "linear-71c5+152") == "linear-71c5+152~3"
+    # the suffixed name never captures the lineage's decisions
+    assert snapshot_group("linear-71c5+152", {s.version for s in log.list_snapshots()}) == "linear-71c5+100"
