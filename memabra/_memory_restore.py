@@ -9,6 +9,7 @@ as when a new fact arrives). Works on every :class:`~memabra._memory.MemoryBacke
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,8 +17,7 @@ from datetime import datetime
 from memabra._errors import InvalidRecordError
 from memabra._memory import MemoryBackend, _is_restatement
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
-from memabra._records import CandidateKind, RegistryItem, utcnow
-from memabra._text import approx_tokens
+from memabra._records import utcnow
 
 __all__ = ["RestoredMemory", "conflicting_memories", "restore_memory"]
 
@@ -82,20 +82,7 @@ def restore_memory(
             whole.append(MemoryChange(c.id, user_id, MemoryAction.RETIRED, now, c.text, None, None, why))
         elif rest:
             trimmed.append((c.id, rest))
-    item = RegistryItem(
-        kind=CandidateKind.MEMORY,
-        id=record.id,
-        owner=user_id,
-        text=record.text,
-        tokens=approx_tokens(record.text),
-        name=record.text[:60],
-        source=record.source,
-        created_at=record.created_at,
-        updated_at=now,
-        last_chosen_at=record.last_used_at,
-        times_chosen=record.times_chosen,
-        times_used=record.times_used,
-    )
+    item = dataclasses.replace(backend._item(user_id, memory_id, include_retired=True), updated_at=now)
     change = MemoryChange(memory_id, user_id, MemoryAction.RESTORED, now, record.text, record.text, None, reason)
     backend._store(item, change, whole)  # the restore and the retirements: one write, all or nothing
     for mid, rest in trimmed:
