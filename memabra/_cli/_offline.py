@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from memabra._cli._common import DbOption, check_output_path, console, fail, run_guarded
+from memabra._cli._common import DbOption, check_output_path, console, fail, run_guarded, write_output
 from memabra._cli._log import _parse_time
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
@@ -179,7 +179,7 @@ def ope_log(
             "reward_model": None if model is None else model.as_dict(),
             "policies": {ev.policy: ev.as_json() for ev in evaluations},
         }
-        json_out.write_text(json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
+        write_output(json_out, json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_out}")
     if plot is not None:
         run_guarded(

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from memabra._cli._common import check_output_path, console, fail
+from memabra._cli._common import check_output_path, console, fail, write_output
 from memabra._errors import MemabraError
 from memabra.evals.ope import (
     ESTIMATOR_NAMES,
@@ -83,7 +83,7 @@ def ope_arrays(
         fail(str(exc))
     _render(report, file)
     if json_out is not None:
-        json_out.write_text(json.dumps(report.to_json_dict(), indent=2, allow_nan=False) + "\n")
+        write_output(json_out, json.dumps(report.to_json_dict(), indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_out}")
 
 
