@@ -22,6 +22,7 @@ app = typer.Typer(
     name="memabra",
     help="Learned, logged, evaluable context routing for LangGraph agents.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
 app.add_typer(db_app, name="db")

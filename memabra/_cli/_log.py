@@ -36,9 +36,11 @@ from memabra.storage import (
     upgrade,
 )
 
-db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True)
-episodes_app = typer.Typer(help="Browse logged episodes.", no_args_is_help=True)
-rewards_app = typer.Typer(help="Re-weight and finalise stored rewards.", no_args_is_help=True)
+db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True, rich_markup_mode="markdown")
+episodes_app = typer.Typer(help="Browse logged episodes.", no_args_is_help=True, rich_markup_mode="markdown")
+rewards_app = typer.Typer(
+    help="Re-weight and finalise stored rewards.", no_args_is_help=True, rich_markup_mode="markdown"
+)
 
 
 @db_app.command("upgrade")

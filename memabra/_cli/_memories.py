@@ -23,7 +23,9 @@ from memabra.router import CachingEncoder, default_encoder
 from memabra.storage import EmbeddingTable, EpisodeLog
 
 memories_app = typer.Typer(
-    help="List, search, add, import, update, retire, restore and forget a user's memories.", no_args_is_help=True
+    help="List, search, add, import, update, retire, restore and forget a user's memories.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]

@@ -18,7 +18,9 @@ from memabra._records import MemoryQuality
 from memabra.storage import EpisodeLog
 
 mempo_app = typer.Typer(
-    help="Memory-quality labels from a local language model (the mempo extra).", no_args_is_help=True
+    help="Memory-quality labels from a local language model (the mempo extra).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 

@@ -24,7 +24,11 @@ from memabra.evals.ope import (
     make_estimators,
 )
 
-ope_app = typer.Typer(help="Offline policy evaluation (Open Bandit Pipeline estimators).", no_args_is_help=True)
+ope_app = typer.Typer(
+    help="Offline policy evaluation (Open Bandit Pipeline estimators).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 
 
 @ope_app.command("arrays")

@@ -26,7 +26,11 @@ from memabra.router import learned_model
 from memabra.storage import EpisodeLog, LearnerStore
 from memabra.storage._snapshot_audit import SnapshotAudit
 
-policies_app = typer.Typer(help="Policy snapshots: list, export, promote, roll back and prune.", no_args_is_help=True)
+policies_app = typer.Typer(
+    help="Policy snapshots: list, export, promote, roll back and prune.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 
 PolicyOption = Annotated[str, typer.Option("--policy", help="Policy name (the router's name).")]
 
