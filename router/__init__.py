@@ -16,6 +16,7 @@ from memabra.router._conformance import check_router
 from memabra.router._credit import SlotCredit, slot_credits
 from memabra.router._features import NUMERIC_FEATURES, CandidateStats, FeatureTable, context_features, featurize, recall
 from memabra.router._linear import LinearRouter
+from memabra.router._most_probable import most_probable_slate
 from memabra.router._residual import ResidualRouter
 from memabra.router._similarity import (
     BM25,
@@ -57,6 +58,7 @@ __all__ = [
     "featurize",
     "learned_model",
     "load_router",
+    "most_probable_slate",
     "recall",
     "slot_credits",
 ]

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from memabra._errors import SnapshotError
-from memabra._records import STOP_ID, PolicySnapshot, Selection, SlotDraw
+from memabra._records import PolicySnapshot, Selection
 from memabra.storage import AdminQueries, EpisodeLog, SnapshotIndex, snapshot_group
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "CurrentPolicy",
     "SnapshotIndex",
     "group_by_snapshot",
-    "most_probable_slate",
     "snapshot_group",
 ]
 
@@ -37,7 +36,7 @@ Raises a :class:`~memabra.MemabraError` when it cannot say (no active snapshot, 
 
 class ActiveSnapshotPolicy:
     """The active snapshot of ``policy`` (of any policy when ``None``) as a :data:`CurrentPolicy`:
-    its most probable slate (:func:`most_probable_slate`) for the logged decision."""
+    its most probable slate (:func:`memabra.router.most_probable_slate`) for the logged decision."""
 
     def __init__(self, log: EpisodeLog, policy: str | None = None) -> None:
         self.log = log
@@ -47,6 +46,8 @@ class ActiveSnapshotPolicy:
         self._router: Any = None
 
     def __call__(self, selection: Selection) -> tuple[str, ...]:
+        from memabra.router import most_probable_slate  # the router package loads with the policy
+
         return most_probable_slate(self._current_router(), selection)
 
     def _current_router(self) -> Any:
@@ -58,42 +59,6 @@ class ActiveSnapshotPolicy:
                 self._router = _restore(self.log.get_snapshot(version))
                 self._version = version
             return self._router
-
-
-def most_probable_slate(router: Any, selection: Selection) -> tuple[str, ...]:
-    """The slate ``router`` finds most probable for ``selection``'s context and offered candidates:
-    slot after slot (in the context's kind order, within the budget's slots and tokens, as the
-    router fills them) the option of highest probability given the picks before it, until it
-    finds stopping most probable. Ties go to the option listed first (the router's order).
-
-    Only the :class:`~memabra.router.Router` contract's ``slot_probabilities`` is used: each slot is
-    asked as a logged slot whose earlier picks are forced to the modes found so far."""
-    offered = [sc.candidate for sc in selection.offered]
-    tokens = {c.id: c.tokens for c in offered}
-    budget = selection.context.budget
-    remaining = budget.max_tokens
-    draws: list[SlotDraw] = []
-    picks: list[str] = []
-    for kind in selection.context.kinds:
-        open_ids = [c.id for c in offered if c.kind is kind]
-        for _ in range(budget.slots_for(kind)):
-            eligible = [cid for cid in open_ids if remaining is None or tokens[cid] <= remaining]
-            if not eligible:
-                break
-            options = (*eligible, STOP_ID)
-            # placeholder probabilities: the record needs a valid distribution, the router ignores it
-            flat = tuple(1.0 / len(options) for _ in options)
-            probe = SlotDraw(len(draws), kind, options, flat, STOP_ID, flat[-1])
-            probabilities = router.slot_probabilities(replace(selection, slots=(*draws, probe)))[-1]
-            best = max(range(len(options)), key=lambda i: (probabilities[i], -i))
-            draws.append(SlotDraw(len(draws), kind, options, flat, options[best], flat[best]))
-            if options[best] == STOP_ID:
-                break
-            picks.append(options[best])
-            open_ids.remove(options[best])
-            if remaining is not None:
-                remaining -= tokens[options[best]]
-    return tuple(picks)
 
 
 def _restore(snapshot: PolicySnapshot) -> Any:

@@ -29,7 +29,7 @@ from memabra._cli._policies import PolicyOption, open_log
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, RoutingContext
-from memabra.router import learned_model, load_router
+from memabra.router import learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
 
 # `memabra learner --once` when another learner holds the lease: not a failure of this run, but
@@ -81,9 +81,14 @@ def route(
         router.choose, RoutingContext(query=query, user_id=user, kinds=kinds, budget=budget), candidates, seed=seed
     )
     text_of = {c.id: c.text for c in candidates}
+    kind_of = {c.id: c.kind for c in candidates}
+    # a draw may be an explored one; what the policy does here without exploring is its mode
+    probable = run_guarded(most_probable_slate, router, selection)
     result = {
         "policy_version": selection.policy_version,
         "seed": selection.seed,
+        "propensity": selection.propensity,
+        "most_probable": list(probable),
         "budget": {"max_tokens": budget.max_tokens, "slots": {k.value: n for k, n in budget.slots.items()}},
         "injected": [{"id": c.id, "kind": c.kind.value, "text": c.text} for c in selection.chosen],
         # why: the similarity prior's z-score next to the router's score (the prior plus what it learned)
@@ -111,6 +116,16 @@ def route(
     console.print(f"budget: {_describe(budget)}")
     for c in selection.chosen:
         console.print(f"  inject {c.kind.value} {escape(c.id)}: {escape(text_of[c.id])}")
+    if probable == selection.chosen_ids:
+        console.print("(this draw is the policy's most probable selection)")
+    else:
+        console.print(
+            f"this draw explored (probability {selection.propensity:.3g}); without exploring, the policy injects:"
+        )
+        for cid in probable:
+            console.print(f"  {kind_of[cid].value} {escape(cid)}: {escape(text_of[cid])}")
+        if not probable:
+            console.print("  nothing")
     for d in selection.slots:
         table = Table(f"slot {d.slot} ({d.kind.value})", "p", "chosen")
         for cid, p in sorted(zip(d.candidate_ids, d.probabilities, strict=True), key=lambda t: -t[1]):

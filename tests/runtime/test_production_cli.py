@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from memabra._cli._app import app
 from memabra._cli._production import LEASE_HELD_EXIT
 from memabra._learner import DEFAULT_POLICY
-from memabra._records import Budget, CandidateKind, RegistryItem
+from memabra._records import Budget, CandidateKind, RegistryItem, RoutingContext
+from memabra._replay import fresh_router
+from memabra.router import most_probable_slate
 from memabra.storage import EpisodeLog, LearnerLease, LearnerStore
 from memabra.storage._engine import is_postgres
 
@@ -233,3 +235,34 @@ def test_route_json_to_a_closed_pipe_says_so(migrated_url: str) -> None:
     err = " ".join(done.stderr.split())
     assert "closed before all of the JSON was written (broken pipe)" in err, err
     assert "Traceback" not in err and "Exception" not in err
+
+
+def test_route_shows_what_the_policy_injects_without_exploring(migrated_url: str, tmp_path: Path) -> None:
+    texts = ("I live in Lyon", "my dog is called Rex", "I am vegetarian", "I work as a nurse", "I like jazz")
+    items = [RegistryItem(CandidateKind.MEMORY, f"m{i}", "ann", text, tokens=6) for i, text in enumerate(texts)]
+    with EpisodeLog(migrated_url) as log:
+        log.put_items(items)
+    query = "where do I live?"
+    # the draws `route` makes with a fresh router, found cheaply in-process: one explored, one not
+    context = RoutingContext(query=query, user_id="ann", kinds=(CandidateKind.MEMORY,), budget=Budget())
+    candidates = [item.as_candidate() for item in items]
+    router = fresh_router(DEFAULT_POLICY)
+    mode = most_probable_slate(router, router.choose(context, candidates, seed=0))
+    drawn = {s: router.choose(context, candidates, seed=s).chosen_ids for s in range(2000)}
+    plain = next(s for s, chosen in drawn.items() if chosen == mode)
+    explored = next(s for s, chosen in drawn.items() if chosen != mode)
+    out = tmp_path / "route.json"
+    for seed in (plain, explored):
+        args = ["route", "--db", migrated_url, "--user", "ann", "--seed", str(seed), "--json", str(out), query]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        decision = json.loads(out.read_text())
+        said = " ".join(result.output.split())
+        assert decision["most_probable"] == list(mode) and mode[0] == "m0"  # as the similarity prior ranks
+        if seed == plain:
+            assert [c["id"] for c in decision["injected"]] == list(mode)
+            assert "this draw is the policy's most probable selection" in said
+        else:
+            assert [c["id"] for c in decision["injected"]] != list(mode)
+            assert f"this draw explored (probability {decision['propensity']:.3g})" in said
+            assert "without exploring, the policy injects: memory m0: I live in Lyon" in said
