@@ -54,7 +54,10 @@ class SQLMemory(MemoryBackend):
         self, user_id: str, memory_id: str, *, reason: str = "restored by hand", at: datetime | None = None
     ) -> MemoryRecord:
         """Recall a retired memory again (a supersession is undone, the newer fact stays).
-        Raises :class:`~memabra.InvalidRecordError` if it is not retired."""
+        Raises :class:`~memabra.InvalidRecordError` if it is not retired. The bare step: it does
+        not look for a current memory stating another value of its subject;
+        ``memabra._memory_restore.restore_memory`` (what the CLI and the admin run) refuses or
+        replaces one, so a user is never left with two current cities."""
         return self._set_retired(user_id, memory_id, MemoryAction.RESTORED, reason, at)
 
     def _set_retired(

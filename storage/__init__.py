@@ -3,6 +3,16 @@
 Takes and returns the records of :mod:`memabra`; ORM rows never leave this package.
 """
 
+from memabra.storage._admin_memories import (
+    MAX_MEMORY_PAGE,
+    AdminMemories,
+    MemoryOutcomes,
+    MemoryPage,
+    MemorySort,
+    MemoryUsage,
+    MemoryUse,
+    MemoryUser,
+)
 from memabra.storage._admin_queries import (
     DEFAULT_SAMPLE,
     AdminQueries,
@@ -30,6 +40,7 @@ from memabra.storage._migrate import check_schema, current_revision, downgrade, 
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
 from memabra.storage._rows import clean_text
+from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
 
@@ -37,7 +48,11 @@ __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
+    "MAX_MEMORY_PAGE",
+    "SQLITE_LEASE_TTL",
+    "START",
     "URL_ENV",
+    "AdminMemories",
     "AdminQueries",
     "ConversationTurn",
     "EmbeddingTable",
@@ -50,20 +65,26 @@ __all__ = [
     "LearnerStore",
     "LeaseHolder",
     "LeaseLostError",
+    "MemoryOutcomes",
+    "MemoryPage",
     "MemoryRegistry",
+    "MemorySort",
+    "MemoryUsage",
+    "MemoryUse",
+    "MemoryUser",
     "PolicyVersionStats",
     "PruneResult",
     "ReadPosition",
     "RevokedSessions",
     "RewardPoint",
-    "SQLITE_LEASE_TTL",
-    "START",
     "Scorer",
+    "SnapshotAudit",
     "SnapshotIndex",
     "SnapshotInfo",
+    "StatusChange",
     "Transactions",
-    "clean_text",
     "check_schema",
+    "clean_text",
     "current_revision",
     "downgrade",
     "forget_in_log",
@@ -74,6 +95,7 @@ __all__ = [
     "open_log",
     "resolve_url",
     "snapshot_group",
+    "status_history",
     "unused_snapshot_version",
     "upgrade",
 ]

@@ -26,6 +26,7 @@ from memabra.storage._memories import _record
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, EpisodeRow, RegistryRow
 
 __all__ = [
+    "MAX_MEMORY_PAGE",
     "AdminMemories",
     "MemoryOutcomes",
     "MemoryPage",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 _MEMORY = CandidateKind.MEMORY.value
-MAX_PAGE = 500
+MAX_MEMORY_PAGE = 500
 
 
 class MemoryUsage(StrEnum):
@@ -148,8 +149,8 @@ class AdminMemories:
         of ``status`` and ``usage`` when given, in ``sort`` order."""
         if not user_id:
             raise InvalidRecordError("user: memories are listed per user; give a user id")
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRecordError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+        if not 1 <= limit <= MAX_MEMORY_PAGE:
+            raise InvalidRecordError(f"limit must be between 1 and {MAX_MEMORY_PAGE}, got {limit}")
         if offset < 0:
             raise InvalidRecordError(f"offset must not be negative, got {offset}")
         r = RegistryRow

@@ -11,8 +11,7 @@ from typing import Any
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._records import CandidateKind, JSONValue
-from memabra.storage import EpisodeFilter
-from memabra.storage._admin_memories import MAX_PAGE, MemorySort, MemoryUsage
+from memabra.storage import MAX_MEMORY_PAGE, EpisodeFilter, MemorySort, MemoryUsage
 
 __all__ = [
     "FILTER_FIELDS",
@@ -204,8 +203,8 @@ def parse_memory_query(params: Mapping[str, str]) -> MemoryQuery:
         if offset < 0:
             raise FormError(f"offset must not be negative, got {offset}")
     limit = parse_limit(raw["limit"])
-    if limit > MAX_PAGE:
-        raise FormError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+    if limit > MAX_MEMORY_PAGE:
+        raise FormError(f"limit must be between 1 and {MAX_MEMORY_PAGE}, got {limit}")
     return MemoryQuery(
         user=raw["user"],
         search=raw["q"],

@@ -29,9 +29,7 @@ from memabra._admin._forms import FormError
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._reward import RewardConfig
-from memabra.storage import AdminQueries, EpisodeLog
-from memabra.storage._admin_memories import AdminMemories
-from memabra.storage._snapshot_audit import SnapshotAudit
+from memabra.storage import AdminMemories, AdminQueries, EpisodeLog, SnapshotAudit
 
 if TYPE_CHECKING:
     from memabra._sql_memory import SQLMemory

@@ -23,8 +23,7 @@ from memabra._cli._common import (
 )
 from memabra._learner import DEFAULT_POLICY
 from memabra.router import learned_model
-from memabra.storage import EpisodeLog, LearnerStore
-from memabra.storage._snapshot_audit import SnapshotAudit
+from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit
 
 policies_app = typer.Typer(
     help="Policy snapshots: list, export, promote, roll back and prune.",

@@ -14,8 +14,7 @@ from starlette.testclient import TestClient
 from memabra import Episode, Feedback, FeedbackKind, MemoryStatus, SQLMemory
 from memabra._feedback import RewardService
 from memabra._memory import MemoryAction
-from memabra.storage import EpisodeLog
-from memabra.storage._admin_memories import AdminMemories, MemorySort, MemoryUsage
+from memabra.storage import AdminMemories, EpisodeLog, MemorySort, MemoryUsage
 
 from .conftest import NOW, ClientFactory, csrf_of, slate
 
