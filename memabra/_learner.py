@@ -235,22 +235,34 @@ class Learner:
 
     def live_snapshot(self) -> PolicySnapshot:
         """The learner's model now, named and described as :meth:`commit` would store it."""
-        if self._router is None:
-            raise LeaseLostError(f"the learner of {self.policy!r} does not hold the lease")
-        snap = self._router.snapshot()
-        position = [self._position.seq, self._position.episode_id]
+        router = self._live()
+        snap = router.snapshot()
+        version, parent = self._live_name()
         meta: dict[str, Any] = {
             "root": self._root,
             "local_credit": self.local_credit,
             "learned": self._learned,
-            "position": position,
+            "position": [self._position.seq, self._position.episode_id],
         }
         if self._base is not None:
             meta["base"] = self._base
+        return replace(snap, version=version, parent=parent, metrics={**snap.metrics, META_KEY: meta})
+
+    def live_router(self, *, similarity: Similarity | None = None) -> Router:
+        """A router of its own in the learner's state now, named as :meth:`live_snapshot` names it
+        (``load_router(live_snapshot())`` without encoding and decoding the model)."""
+        version, parent = self._live_name()
+        return self._live().replica(similarity=similarity, version=version, parent=parent)
+
+    def _live(self) -> Router:
+        if self._router is None:
+            raise LeaseLostError(f"the learner of {self.policy!r} does not hold the lease")
+        return self._router
+
+    def _live_name(self) -> tuple[str, str | None]:
         version = f"{self._root}+{self._learned}" if self._learned else self._root
         # the first commit's parent is the base: a rollback from it returns to the router given
-        parent = self._last_snapshot or self._base
-        return replace(snap, version=version, parent=parent, metrics={**snap.metrics, META_KEY: meta})
+        return version, self._last_snapshot or self._base
 
     def close(self) -> None:
         """Commit what was learned since the last commit, then release the lease."""

@@ -179,8 +179,7 @@ class PolicyRuntime:
         """Serve a copy of the learner's live model. A copy, because predictions move VW's example
         counters: the learner itself only learns, so its bytes stay equal to a replay's."""
         assert self.learner is not None
-        snapshot = self.learner.live_snapshot()
-        self.watcher.adopt(load_router(snapshot, similarity=self._given.similarity), tag)
+        self.watcher.adopt(self.learner.live_router(similarity=self._given.similarity), tag)
         self._following = tag
 
     # ------------------------------------------------------------------ learning

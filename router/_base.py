@@ -372,6 +372,32 @@ class Router(ABC):
                 policy=self.name, version=version, model=model, learner_args=self.get_params(), parent=parent
             )
 
+    def replica(
+        self, *, similarity: Similarity | None = None, version: str | None = None, parent: str | None = None
+    ) -> Router:
+        """An independent router in this one's state: what :meth:`restore` gives for
+        :meth:`snapshot` (renamed to ``version`` and ``parent`` when ``version`` is given), without
+        encoding the model. The in-process learner hands serving its model after every reward it
+        learns, on the path of the turn that brought the reward: a copy, not a round trip through
+        compressed bytes and a checksum."""
+        with self._lock:
+            self._ensure_state()
+            if version is None:
+                version, parent = self.policy_version, self._root_version if self._updates else self._parent
+            twin = type(self)(**self.get_params(), similarity=similarity)
+            twin._ensure_state()
+            twin._copy_model_from(self)
+            twin._restore_extra_state(self._extra_state())
+            twin._decisions = self._decisions
+            twin._root_version = version
+            twin._parent = parent
+        return twin
+
+    def _copy_model_from(self, source: Router) -> None:
+        """Take ``source``'s model (a router of this class); learners whose model is plain arrays
+        override the round trip through bytes."""
+        self._load_model(source._model_bytes())
+
     @classmethod
     def restore(cls, snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Router:
         """A router of this class in the state ``snapshot`` holds; it predicts exactly as the

@@ -268,6 +268,7 @@ def check_router(factory: RouterFactory) -> None:
     assert _signature(restored.choose(context, candidates)) == _signature(
         type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)
     ), "two restores of one snapshot choose differently"
+    _check_replica(router, restored, context, candidates)
     corrupt = bytearray(snapshot.model)
     corrupt[-1] ^= 0xFF
     _expect(
@@ -284,3 +285,22 @@ def check_router(factory: RouterFactory) -> None:
         lambda: type(router).restore(replace(snapshot, policy="someone-else")),
     )
     _expect(TypeError, "pickling a router", lambda: pickle.dumps(router))
+
+
+def _check_replica(
+    router: Router, restored: Router, context: RoutingContext, candidates: tuple[Candidate, ...]
+) -> None:
+    """``replica()`` is ``restore(snapshot())`` without the bytes, and shares no state with its source."""
+    twin = router.replica(similarity=router.similarity)
+    assert type(twin) is type(router) and twin is not router, "replica() must return a new router of the same class"
+    assert twin.policy_version == router.policy_version, "a replica reports another version"
+    assert twin.snapshot().model == restored.snapshot().model, "a replica's state differs from the restored router's"
+    renamed = router.replica(similarity=router.similarity, version="renamed", parent="its-parent")
+    assert (renamed.snapshot().version, renamed.snapshot().parent) == ("renamed", "its-parent"), (
+        "replica(version=..., parent=...) must name the copy as a renamed snapshot"
+    )
+    probe = router.choose(context, candidates, seed=321)
+    before = twin.slot_probabilities(probe)
+    assert before == restored.slot_probabilities(probe), "a replica predicts differently from the restored router"
+    router.learn(probe, _reward(True), {cid: 1.0 for cid in probe.chosen_ids})
+    assert twin.slot_probabilities(probe) == before, "learning on the source changed its replica"

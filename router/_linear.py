@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import STOP_ID, CandidateKind, RoutingContext, SlotDraw
-from memabra.router._base import SlotView
+from memabra.router._base import Router, SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
@@ -328,6 +328,14 @@ class LinearRouter(ResidualRouter):
             buffer, index=touched, weights=self._weights[touched], squared_gradients=self._squared_gradients[touched]
         )
         return buffer.getvalue()
+
+    def _copy_model_from(self, source: Router) -> None:
+        if not isinstance(source, LinearRouter):
+            raise TypeError(f"a linear router copies a linear router's model, not {type(source).__name__}'s")
+        self._weights = source._weights.copy()
+        self._squared_gradients = source._squared_gradients.copy()
+        self._design = None
+        self._drop_scores()
 
     def _load_model(self, payload: bytes) -> None:
         try:

@@ -249,5 +249,13 @@ class SnapshotWatcher(Router):
     def snapshot(self) -> PolicySnapshot:
         return self._current.snapshot()
 
+    def replica(
+        self, *, similarity: Similarity | None = None, version: str | None = None, parent: str | None = None
+    ) -> SnapshotWatcher:
+        """A watcher serving a replica of the serving router, with a source that never offers a
+        newer one (as :meth:`restore` gives for :meth:`snapshot`)."""
+        twin = self._current.replica(similarity=similarity, version=version, parent=parent)
+        return type(self)(twin, lambda: None, similarity=similarity)
+
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
         return self._current._distribution(view)

@@ -252,3 +252,17 @@ def test_a_trained_router_set_aside_for_the_log_s_own_lineage_is_reported(
     with caplog.at_level("WARNING", logger="memabra"):
         PolicyRuntime(log, trained_elsewhere(tmp_path), learn=True, listen=False).close()
     assert "is not used" in caplog.text
+
+
+def test_the_router_serving_gets_from_the_learner_is_its_live_snapshot_restored(log: EpisodeLog) -> None:
+    """Serving takes ``live_router()`` after every learned reward: the state and the name of
+    ``load_router(live_snapshot())``, without the bytes (and no longer tied to the learner)."""
+    from memabra.router import LinearRouter
+
+    log_final(log, 12)
+    learner = Learner(log, lambda: LinearRouter(seed=0), policy="linear", commit_every=5)
+    drain(learner, 12)
+    served, restored = learner.live_router(), load_router(learner.live_snapshot())
+    assert (served.policy_version, served.snapshot().parent) == (restored.policy_version, restored.snapshot().parent)
+    assert served.snapshot().model == restored.snapshot().model
+    learner.close()
