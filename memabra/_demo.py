@@ -37,6 +37,8 @@ __all__ = ["DemoEpisode", "DemoSummary", "WindowStats", "demo_budget", "run_demo
 class DemoEpisode:
     index: int
     episode_id: str
+    # the task turn's routing decision (a correction turn after it is a decision of its own)
+    decision_id: str
     user_id: str
     task: str
     reward: float
@@ -147,6 +149,7 @@ def _measure(log: EpisodeLog, index: int, episode_id: str, user: SimUser, task: 
     return DemoEpisode(
         index=index,
         episode_id=episode_id,
+        decision_id=sel.id,
         user_id=user.id,
         task=task.name,
         reward=ep.reward.total if ep.reward is not None else 0.0,

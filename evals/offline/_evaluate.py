@@ -17,7 +17,7 @@ between targets in :mod:`memabra.evals.offline._paired`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -100,6 +100,21 @@ def check_window(since: datetime | None, until: datetime | None) -> None:
         raise InvalidRecordError(f"since ({since.isoformat()}) must be before until ({until.isoformat()})")
 
 
+def check_decision_ids(decision_ids: Collection[str] | None) -> frozenset[str] | None:
+    """``decision_ids`` as a set: a collection of decision ids (a bare string is refused, it would
+    be read as its characters)."""
+    if decision_ids is None:
+        return None
+    if isinstance(decision_ids, str) or not isinstance(decision_ids, Collection):
+        raise InvalidRecordError(
+            f"decision_ids must be a collection of decision ids, got {type(decision_ids).__name__}"
+        )
+    wrong = [d for d in decision_ids if not isinstance(d, str)]
+    if wrong:
+        raise InvalidRecordError(f"decision_ids must hold decision ids (strings), got {wrong[0]!r}")
+    return frozenset(decision_ids)
+
+
 def rollout_seed(seed: int, position: int) -> int:
     """The seed of a target's rollouts on the decision at ``position``: one stream per (seed,
     position), so the evaluation's ``seed`` decides every rollout and another seed redraws them."""
@@ -117,13 +132,18 @@ def logged_value(
     until: datetime | None = None,
     weights: RewardWeights | None = None,
     include_provisional: bool = False,
+    decision_ids: Collection[str] | None = None,
 ) -> tuple[float, float, int]:
     """Mean logged reward, its standard error and the number of rewarded decisions (one pass);
-    final rewards only unless ``include_provisional``."""
+    final rewards only unless ``include_provisional``; only the decisions ``decision_ids`` names
+    when given."""
     check_window(since, until)
+    only = check_decision_ids(decision_ids)
     n, mean, m2 = 0, 0.0, 0.0
     for decision in log.iter_decisions(since=since, until=until):
         if decision.reward is None or not _readable(decision, include_provisional):
+            continue
+        if only is not None and decision.selection.id not in only:
             continue
         n += 1
         x = _reward(decision.reward, weights)
@@ -147,13 +167,16 @@ def evaluate_policies(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     include_provisional: bool = False,
+    decision_ids: Collection[str] | None = None,
 ) -> tuple[LogEvaluation, ...]:
     """Estimate every target's value on the rewarded decisions between ``since`` and ``until``
     (``[since, until)``, timezone-aware): those with a final reward, and with
-    ``include_provisional`` those whose reward may still change too. ``seed`` seeds the reward
-    model and the target's rollouts."""
+    ``include_provisional`` those whose reward may still change too; with ``decision_ids``, only
+    the decisions it names (one segment of the traffic: decisions whose contexts do not depend on
+    the policy, say). ``seed`` seeds the reward model and the target's rollouts."""
     check_alpha(alpha)
     check_window(since, until)
+    only = check_decision_ids(decision_ids)
     if not targets:
         raise InvalidRecordError("name at least one policy to evaluate")
     names = list(estimators)
@@ -166,7 +189,7 @@ def evaluate_policies(
         nonlocal provisional
         provisional = 0
         for decision in log.iter_decisions(since=since, until=until):
-            if decision.reward is None:
+            if decision.reward is None or (only is not None and decision.selection.id not in only):
                 continue
             if not _readable(decision, include_provisional):
                 provisional += 1
@@ -311,7 +334,7 @@ def evaluate_policies(
             ev,
             versus=versus(t) if ev.recommended.supported else {},
             n_provisional=provisional,
-            results=_with_window(ev.results, since, until, first_at, last_at),
+            results=_with_window(ev.results, since, until, first_at, last_at, only),
         )
         for t, ev in enumerate(out)
     )
@@ -323,16 +346,19 @@ def _with_window(
     until: datetime | None,
     first_at: datetime | None,
     last_at: datetime | None,
+    only: frozenset[str] | None,
 ) -> tuple[OPEResult, ...]:
     """The stored rows with the data they were computed on: the range asked for (``None``:
     unbounded) and the first and last decision read, so a run restricted with ``until`` does not
     read like one on the whole log (the number of decisions is each row's ``n_rounds``)."""
-    window = {
+    window: dict[str, str | int | None] = {
         "since": since.isoformat() if since is not None else None,
         "until": until.isoformat() if until is not None else None,
         "first_decision_at": first_at.isoformat() if first_at is not None else None,
         "last_decision_at": last_at.isoformat() if last_at is not None else None,
     }
+    if only is not None:  # a run on named decisions must not read like one on every decision of the range
+        window["decision_ids_given"] = len(only)
     return tuple(replace(r, details={**r.details, "window": window}) for r in results)
 
 
@@ -349,6 +375,7 @@ def evaluate_on_log(
     alpha: float = 0.05,
     seed: int = 0,
     include_provisional: bool = False,
+    decision_ids: Collection[str] | None = None,
 ) -> LogEvaluation:
     """One target's evaluation (see :func:`evaluate_policies`)."""
     return evaluate_policies(
@@ -361,4 +388,5 @@ def evaluate_on_log(
         alpha=alpha,
         seed=seed,
         include_provisional=include_provisional,
+        decision_ids=decision_ids,
     )[0]

@@ -58,6 +58,7 @@ def demo(
         runs.append(("similarity top-k", HybridRouter(seed=seed), f"sqlite:///{Path(scratch.name) / 'baseline.db'}"))
     summaries: list[DemoSummary] = []
     online: tuple[float, float, int] | None = None
+    task_turns: list[str] = []
     started = time.perf_counter()
     try:
         with Progress(
@@ -78,7 +79,9 @@ def demo(
                         progress=lambda _row, task=task: bar.advance(task),
                     )
                     if name == "similarity top-k":
-                        online = run_guarded(logged_value, log)
+                        online = run_guarded(logged_value, log, decision_ids=[r.decision_id for r in rows])
+                    else:
+                        task_turns = [r.decision_id for r in rows]
                 summaries.append(summarize(name, rows, window=min(100, episodes // 2)))
     finally:
         scratch.cleanup()
@@ -89,12 +92,17 @@ def demo(
     )
     if online is not None:
         with run_guarded(EpisodeLog, url) as log:
-            offline = run_guarded(evaluate_on_log, log, HybridRouter(seed=seed), policy="hybrid", seed=seed).recommended
+            # task turns only, on both sides: how many correction turns follow depends on the policy
+            # (a miss brings one), so they are not contexts both policies would have met
+            offline = run_guarded(
+                evaluate_on_log, log, HybridRouter(seed=seed), policy="hybrid", seed=seed, decision_ids=task_turns
+            ).recommended
         verdict = "supported" if offline.supported else f"UNSUPPORTED: {offline.reason}"
         inside = offline.ci_low <= online[0] <= offline.ci_high
         console.print(
-            f"similarity top-k offline, from the learned router's log ({offline.estimator}): {offline.value:+.3f} "
-            f"[{offline.ci_low:+.3f}, {offline.ci_high:+.3f}] ({verdict}); online: {online[0]:+.3f} per decision "
+            f"similarity top-k offline, from the learned router's log ({offline.estimator}, its {len(task_turns)} task "
+            f"turns): {offline.value:+.3f} [{offline.ci_low:+.3f}, {offline.ci_high:+.3f}] ({verdict}); online, on its "
+            f"own task turns: {online[0]:+.3f} per decision "
             f"({'inside' if inside else 'OUTSIDE'} the {'interval' if offline.supported else 'bounds, which say the log cannot tell'})"
         )
     console.print("\nnext:")

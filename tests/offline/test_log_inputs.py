@@ -119,6 +119,29 @@ def test_since_and_until_must_be_timezone_aware_and_ordered(log: EpisodeLog, lex
     assert logged_value(log, since=aware)[2] == 20  # an aware time reads as before
 
 
+def test_decision_ids_restrict_the_evaluation_and_the_logged_value_to_those_decisions(
+    log: EpisodeLog, lexical: Similarity
+) -> None:
+    _log_rounds(log, lexical, 0, 40, final=True)
+    decisions = [d for d in log.iter_decisions() if d.reward is not None]
+    kept = [d.selection.id for d in decisions[::2]]
+    mean = sum(d.reward.total for d in decisions[::2] if d.reward is not None) / len(kept)
+    value, _, n = logged_value(log, decision_ids=kept)
+    assert n == 20 and value == pytest.approx(mean)
+    target = HybridRouter(similarity=lexical)
+    segment = evaluate_on_log(log, target, policy="hybrid", estimators=["cdr"], decision_ids=set(kept))
+    assert segment.n_rounds == 20
+    assert segment.results[0].details["window"]["decision_ids_given"] == 20
+    whole = evaluate_on_log(log, target, policy="hybrid", estimators=["cdr"])
+    assert "decision_ids_given" not in whole.results[0].details["window"]
+    with pytest.raises(InvalidRecordError, match="decision_ids must be a collection of decision ids, got str"):
+        logged_value(log, decision_ids=kept[0])
+    with pytest.raises(InvalidRecordError, match="decision_ids must hold decision ids"):
+        evaluate_on_log(log, target, policy="hybrid", decision_ids=[1, 2])  # type: ignore[list-item]
+    with pytest.raises(InvalidRecordError, match="no rewarded decisions"):
+        evaluate_on_log(log, target, policy="hybrid", decision_ids=["no-such-decision"])
+
+
 def test_a_corrupted_row_is_named_by_its_decision_and_episode(migrated_url: str, lexical: Similarity) -> None:
     with EpisodeLog(migrated_url) as log:
         log_world(log, RandomRouter(similarity=lexical, seed=1), 20)

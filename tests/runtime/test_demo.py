@@ -74,5 +74,7 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
         "memabra admin --db",
         "memabra ope log --db",
         "top-k offline",
+        "its 20 task turns",
+        "on its own task turns",
     ):
         assert needle in result.output
