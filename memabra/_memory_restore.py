@@ -4,7 +4,9 @@ A memory is retired when a newer fact replaced it ("I moved to Bergen" by "I liv
 hand. Making it current again beside the fact that replaced it would have the router offer both,
 so :func:`restore_memory` refuses while such a memory is current, or, with ``replace=True``,
 retires it in the same write (of a memory joining several facts only the contradicted one goes,
-as when a new fact arrives). Works on every :class:`~memabra._memory.MemoryBackend`.
+as when a new fact arrives). ``keep_both=True`` is for a supersession that was wrong (the two
+facts were about different things): both stay current, the user's own call. Works on every
+:class:`~memabra._memory.MemoryBackend`.
 """
 
 from __future__ import annotations
@@ -53,23 +55,28 @@ def restore_memory(
     memory_id: str,
     *,
     replace: bool = False,
+    keep_both: bool = False,
     reason: str = "restored by hand",
     at: datetime | None = None,
 ) -> RestoredMemory:
     """Make a retired memory current again, with a ``restored`` entry in its history.
 
     Raises :class:`~memabra.InvalidRecordError` when it is not retired, or when a current memory
-    contradicts it and ``replace`` is false (nothing is written). With ``replace``, the
-    contradicting memories are retired ("superseded by" the restored one) in the same write."""
+    contradicts it and neither ``replace`` nor ``keep_both`` is given (nothing is written). With
+    ``replace``, the contradicting memories are retired ("superseded by" the restored one) in the
+    same write; with ``keep_both`` they stay current beside it."""
+    if replace and keep_both:
+        raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
     record = backend.get(user_id, memory_id)
     if record.status is not MemoryStatus.RETIRED:
         raise InvalidRecordError(f"memory {memory_id!r} is already active; nothing changed")
-    clashing = conflicting_memories(backend, user_id, memory_id)
+    clashing = [] if keep_both else conflicting_memories(backend, user_id, memory_id)
     if clashing and not replace:
         listing = ", ".join(f"{c.id} ({c.text!r})" for c in clashing)
         raise InvalidRecordError(
             f"memory {memory_id!r} ({record.text!r}) contradicts the current {listing}; restoring it would "
-            "leave both current: retire that first, or restore with replace (--replace) to retire it in the same step"
+            "leave both current: restore with replace (--replace) to retire that in the same step, or with "
+            "keep_both (--keep-both) if the two are about different things"
         )
     now = at or utcnow()
     whole: list[MemoryChange] = []

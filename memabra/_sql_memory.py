@@ -7,6 +7,7 @@ from datetime import datetime
 
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
+from memabra._memory_restore import RestoredMemory, restore_memory
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import RegistryItem, utcnow
 from memabra._text import approx_tokens
@@ -48,25 +49,27 @@ class SQLMemory(MemoryBackend):
     ) -> MemoryRecord:
         """Stop recalling a memory without forgetting it: it keeps its text, counters and history
         and can be restored. Raises :class:`~memabra.InvalidRecordError` if it is already retired."""
-        return self._set_retired(user_id, memory_id, MemoryAction.RETIRED, reason, at)
+        text = self.get(user_id, memory_id).text
+        change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, at or utcnow(), text, text, None, reason)
+        self._registry.set_retired(change, retired=True)
+        return self.get(user_id, memory_id)
 
     def restore(
-        self, user_id: str, memory_id: str, *, reason: str = "restored by hand", at: datetime | None = None
-    ) -> MemoryRecord:
-        """Recall a retired memory again (a supersession is undone, the newer fact stays).
-        Raises :class:`~memabra.InvalidRecordError` if it is not retired. The bare step: it does
-        not look for a current memory stating another value of its subject;
-        ``memabra._memory_restore.restore_memory`` (what the CLI and the admin run) refuses or
-        replaces one, so a user is never left with two current cities."""
-        return self._set_retired(user_id, memory_id, MemoryAction.RESTORED, reason, at)
-
-    def _set_retired(
-        self, user_id: str, memory_id: str, action: MemoryAction, reason: str, at: datetime | None
-    ) -> MemoryRecord:
-        text = self.get(user_id, memory_id).text
-        change = MemoryChange(memory_id, user_id, action, at or utcnow(), text, text, None, reason)
-        self._registry.set_retired(change, retired=action is MemoryAction.RETIRED)
-        return self.get(user_id, memory_id)
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        replace: bool = False,
+        keep_both: bool = False,
+        reason: str = "restored by hand",
+        at: datetime | None = None,
+    ) -> RestoredMemory:
+        """Recall a retired memory again, never silently beside a current memory that states
+        another value of its subject (two current cities): that is refused, unless ``replace``
+        retires it in the same write or ``keep_both`` keeps it (a supersession that was wrong).
+        Raises :class:`~memabra.InvalidRecordError` if the memory is not retired (see
+        :func:`~memabra._memory_restore.restore_memory`, which the CLI and the admin run too)."""
+        return restore_memory(self, user_id, memory_id, replace=replace, keep_both=keep_both, reason=reason, at=at)
 
     def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
         self._index.encoder = self.encoder

@@ -119,6 +119,7 @@ class MemoryPages(_AdminBase):
                 user,
                 memory_id,
                 replace=form.get("replace") == "on",
+                keep_both=form.get("keep_both") == "on",
                 reason=f"restored in the admin ({auth.principal})",
             )
             return _to_memory(user, memory_id, "memory-restored")

@@ -191,13 +191,18 @@ def restore_memory_command(
         bool,
         typer.Option("--replace", help="Retire the current memories it contradicts, in the same step."),
     ] = False,
+    keep_both: Annotated[
+        bool,
+        typer.Option("--keep-both", help="Keep the current memories it contradicts (the supersession was wrong)."),
+    ] = False,
     reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "restored by hand",
     json_out: JsonOption = None,
 ) -> None:
     """Recall a retired memory again. Refused while a current memory states another value of its
-    subject (two current cities), unless --replace retires that one."""
+    subject (two current cities), unless --replace retires that one or --keep-both keeps it (the
+    two were about different things)."""
     with _backend(db) as memory:
-        done = run_guarded(restore_memory, memory, user, memory_id, replace=replace, reason=reason)
+        done = run_guarded(restore_memory, memory, user, memory_id, replace=replace, keep_both=keep_both, reason=reason)
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
         console.print(f"restored {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
         for mid in done.retired:

@@ -196,3 +196,17 @@ def test_restoring_a_superseded_memory_never_leaves_two_current_values(
     assert memory.get("ann", memories.retired).status is MemoryStatus.ACTIVE
     assert memory.get("ann", paris).status is MemoryStatus.RETIRED
     assert f"superseded by {memories.retired}" in (memory.history("ann", paris)[-1].reason or "")
+
+
+def test_a_wrong_supersession_is_undone_in_the_admin_keeping_both(
+    make_client: ClientFactory, memories: Memories, log: EpisodeLog
+) -> None:
+    client = make_client()
+    memory = SQLMemory(log)
+    paris = next(r.id for r in memory.list("ann") if r.text == "I live in Paris")
+    fields = _form(client, memories, memories.retired, "memory-restore-form")
+    both = client.post("/memories/restore", data={**fields, "replace": "on", "keep_both": "on"})
+    assert both.status_code == 400 and "exclude each other" in html.unescape(both.text)
+    assert client.post("/memories/restore", data={**fields, "keep_both": "on"}).status_code == 303
+    assert memory.get("ann", memories.retired).status is MemoryStatus.ACTIVE
+    assert memory.get("ann", paris).status is MemoryStatus.ACTIVE

@@ -130,7 +130,10 @@ def test_update_refuses_a_retired_memory_and_retire_restore_keep_one_current_val
 
     refused = run("restore", bergen, "--user", "ann", "--db", url)
     assert refused.exit_code == 1 and "contradicts the current" in refused.output and lyon in refused.output
+    assert "--keep-both" in refused.output
     assert json_list(url, "ann", active=True) == ["I live in Lyon"]
+    both = run("restore", bergen, "--user", "ann", "--db", url, "--replace", "--keep-both")
+    assert both.exit_code == 1 and "exclude each other" in both.output
 
     restored = run("restore", bergen, "--user", "ann", "--db", url, "--replace")
     assert restored.exit_code == 0, restored.output

@@ -20,7 +20,7 @@ def test_retire_then_restore(sql_memory: SQLMemory) -> None:
     retired = sql_memory.retire("ann", item.id, reason="wrong dog")
     assert retired.status is MemoryStatus.RETIRED and retired.text == "My dog is called Rex"
     assert sql_memory.items("ann") == [] and sql_memory.recall("ann", "dog") == []
-    restored = sql_memory.restore("ann", item.id)
+    restored = sql_memory.restore("ann", item.id).memory
     assert restored.status is MemoryStatus.ACTIVE and [i.id for i in sql_memory.recall("ann", "dog")] == [item.id]
     history = sql_memory.history("ann", item.id)
     assert [(c.action, c.reason) for c in history] == [
@@ -30,13 +30,27 @@ def test_retire_then_restore(sql_memory: SQLMemory) -> None:
     ]
 
 
-def test_restoring_a_superseded_memory_undoes_the_supersession_only(sql_memory: SQLMemory) -> None:
+def test_restoring_a_superseded_memory_never_leaves_two_current_values_unasked(sql_memory: SQLMemory) -> None:
     old = sql_memory.remember("ann", "I live in Lyon")
     new = sql_memory.remember("ann", "I live in Paris")
     assert sql_memory.get("ann", old.id).superseded_by == new.id
-    restored = sql_memory.restore("ann", old.id)
-    assert restored.superseded_by is None and restored.status is MemoryStatus.ACTIVE
+    with pytest.raises(InvalidRecordError, match=f"contradicts the current {new.id} .*--replace.*--keep-both"):
+        sql_memory.restore("ann", old.id)
+    assert sql_memory.get("ann", old.id).status is MemoryStatus.RETIRED  # nothing written
+    with pytest.raises(InvalidRecordError, match="replace and keep_both exclude each other"):
+        sql_memory.restore("ann", old.id, replace=True, keep_both=True)
+    replaced = sql_memory.restore("ann", old.id, replace=True)
+    assert replaced.memory.superseded_by is None and replaced.memory.status is MemoryStatus.ACTIVE
+    assert replaced.retired == (new.id,) and sql_memory.get("ann", new.id).status is MemoryStatus.RETIRED
+
+
+def test_a_wrong_supersession_is_undone_keeping_both_facts(sql_memory: SQLMemory) -> None:
+    old = sql_memory.remember("ann", "I live in Lyon")
+    new = sql_memory.remember("ann", "I live in Paris")
+    kept = sql_memory.restore("ann", old.id, keep_both=True, reason="Lyon is the winter flat")
+    assert kept.memory.status is MemoryStatus.ACTIVE and kept.retired == ()
     assert sql_memory.get("ann", new.id).status is MemoryStatus.ACTIVE
+    assert sql_memory.history("ann", old.id)[-1].reason == "Lyon is the winter flat"
 
 
 def test_a_change_that_does_not_apply_is_refused_and_writes_nothing(sql_memory: SQLMemory) -> None:
