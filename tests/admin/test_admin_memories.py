@@ -180,13 +180,20 @@ def test_memory_queries_directly(log: EpisodeLog, memories: Memories) -> None:
     assert [u.user_id for u in queries.users()] == ["ann", "bob"]
 
 
-def test_restoring_a_superseded_memory_never_leaves_two_current_values(
+def _restore_form(
     make_client: ClientFactory, memories: Memories, log: EpisodeLog
-) -> None:
+) -> tuple[TestClient, SQLMemory, str, dict[str, str]]:
+    """A client on the retired Lyon memory's restore form, and the id of Paris, which replaced it."""
     client = make_client()
     memory = SQLMemory(log)
     paris = next(r.id for r in memory.list("ann") if r.text == "I live in Paris")
-    fields = _form(client, memories, memories.retired, "memory-restore-form")
+    return client, memory, paris, _form(client, memories, memories.retired, "memory-restore-form")
+
+
+def test_restoring_a_superseded_memory_never_leaves_two_current_values(
+    make_client: ClientFactory, memories: Memories, log: EpisodeLog
+) -> None:
+    client, memory, paris, fields = _restore_form(make_client, memories, log)
     refused = client.post("/memories/restore", data=fields)
     assert refused.status_code == 400 and "contradicts the current" in html.unescape(refused.text)
     assert memory.get("ann", memories.retired).status is MemoryStatus.RETIRED
@@ -201,10 +208,7 @@ def test_restoring_a_superseded_memory_never_leaves_two_current_values(
 def test_a_wrong_supersession_is_undone_in_the_admin_keeping_both(
     make_client: ClientFactory, memories: Memories, log: EpisodeLog
 ) -> None:
-    client = make_client()
-    memory = SQLMemory(log)
-    paris = next(r.id for r in memory.list("ann") if r.text == "I live in Paris")
-    fields = _form(client, memories, memories.retired, "memory-restore-form")
+    client, memory, paris, fields = _restore_form(make_client, memories, log)
     both = client.post("/memories/restore", data={**fields, "replace": "on", "keep_both": "on"})
     assert both.status_code == 400 and "exclude each other" in html.unescape(both.text)
     assert client.post("/memories/restore", data={**fields, "keep_both": "on"}).status_code == 303
