@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
 
 from memabra._recall import rank
 from memabra._records import CandidateKind, Feedback, FeedbackKind, RegistryItem
@@ -35,6 +36,12 @@ _DESCRIPTION = (
     "Search for tools you were not given. Call it with a short description of what you need to do "
     "(e.g. 'set a countdown timer'); the best matching tools become available for the rest of this turn."
 )
+
+
+class _FindToolsArgs(BaseModel):
+    # declared once: inferring a schema from a function (StructuredTool.from_function) costs about
+    # a millisecond, and a turn's tool is built for every model call
+    query: str = Field(description="What you need to do, in a few words.")
 
 
 class ToolSearch:
@@ -58,7 +65,7 @@ class ToolSearch:
         def find_tools(query: str) -> str:
             return self.search(turn_id, query, bound, bind)
 
-        return StructuredTool.from_function(find_tools, name=FIND_TOOLS, description=_DESCRIPTION)
+        return StructuredTool(name=FIND_TOOLS, description=_DESCRIPTION, args_schema=_FindToolsArgs, func=find_tools)
 
     def search(self, turn_id: str, query: str, bound: Sequence[str], bind: object) -> str:
         if not query.strip():
