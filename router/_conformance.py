@@ -4,7 +4,7 @@
 the first broken contract: valid logged distributions and propensities, budgets and kinds respected,
 the probability floor, exploration (every option of a learner's explored set keeps its floor),
 seeded determinism, teacher-forced replays that reproduce the logged
-distributions, learning only from its own selections, snapshot round-trips, and a clear
+distributions, learning only from its own selections, snapshot round-trips and replicas, and a clear
 :class:`~memabra.RouterError` / :class:`~memabra.SnapshotError` for every bad input.
 """
 
