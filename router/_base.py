@@ -387,7 +387,8 @@ class Router(ABC):
             twin = type(self)(**self.get_params(), similarity=similarity)
             twin._ensure_state()
             twin._copy_model_from(self)
-            twin._restore_extra_state(self._extra_state())
+            # through JSON, as a snapshot's header carries it: the twin reads what restore would read
+            twin._restore_extra_state(json.loads(json.dumps(self._extra_state())))
             twin._decisions = self._decisions
             twin._root_version = version
             twin._parent = parent
