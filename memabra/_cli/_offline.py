@@ -31,6 +31,19 @@ def _fmt(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:+.4f}"
 
 
+def _decision_ids(path: Path) -> list[str]:
+    """The decision ids ``--decisions`` lists: one per line, blank lines and ``#`` comments skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--decisions {path}: cannot read it ({exc})")
+    ids = [line.split("#", 1)[0].strip() for line in lines]
+    ids = [i for i in ids if i]
+    if not ids:
+        fail(f"--decisions {path}: the file lists no decision ids (one per line)")
+    return ids
+
+
 def ope_log(
     policy: Annotated[
         list[str],
@@ -60,6 +73,15 @@ def ope_log(
             help="Also evaluate decisions whose reward is still provisional (default: final rewards only).",
         ),
     ] = False,
+    decisions: Annotated[
+        Path | None,
+        typer.Option(
+            "--decisions",
+            exists=True,
+            dir_okay=False,
+            help="Only the decisions whose ids this file lists, one per line (# starts a comment): a segment of the traffic.",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)
     ] = None,
@@ -79,6 +101,7 @@ def ope_log(
 
     reweight = run_guarded(parse_weights, weights) if weights else None
     names = [e.strip() for e in estimators.split(",") if e.strip()] if estimators else list(DEFAULT_ESTIMATORS)
+    only = _decision_ids(decisions) if decisions is not None else None
     with run_guarded(EpisodeLog, db) as log:
         targets = []
         for spec in policy:
@@ -95,6 +118,7 @@ def ope_log(
             alpha=alpha,
             seed=seed,
             include_provisional=include_provisional,
+            decision_ids=only,
         )
         if store:
             for evaluation in evaluations:

@@ -103,6 +103,24 @@ def test_cli_ope_log_reports_and_includes_provisional_decisions(
     assert "on 45 logged decisions" in included.output and "left out" not in included.output
 
 
+def test_cli_ope_log_evaluates_the_decisions_a_file_lists(migrated_url: str, lexical: Similarity, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with EpisodeLog(migrated_url) as log:
+        _log_rounds(log, lexical, 0, 40, final=True)
+        ids = [d.selection.id for d in log.iter_decisions()][:25]
+    listed = tmp_path / "segment.txt"
+    listed.write_text("# the first 25\n" + "\n".join(ids) + "\n\n")
+    args = ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--estimators", "cdr", "--no-store"]
+    result = runner.invoke(app, [*args, "--decisions", str(listed)])
+    assert result.exit_code == 0, result.output
+    assert "on 25 logged decisions" in result.output
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    refused = runner.invoke(app, [*args, "--decisions", str(empty)])
+    assert refused.exit_code == 1 and "lists no decision ids" in refused.output
+    missing = runner.invoke(app, [*args, "--decisions", str(tmp_path / "nope.txt")])
+    assert missing.exit_code == 2 and "nope.txt" in missing.output
+
+
 def test_since_and_until_must_be_timezone_aware_and_ordered(log: EpisodeLog, lexical: Similarity) -> None:
     log_world(log, RandomRouter(similarity=lexical, seed=1), 20)
     target = [Target("hybrid", HybridRouter(similarity=lexical))]
