@@ -48,22 +48,39 @@ class CountModel:
     """Ridge regression of the residual target on the dense features above (sufficient statistics
     ``A = sum x x^T`` and ``b = sum x t``; weights ``(A + RIDGE I)^-1 b``)."""
 
-    __slots__ = ("_gaps_by_lead", "_gram", "_moment", "_table", "weights")
+    __slots__ = ("_gaps_by_lead", "_gram", "_hybrid", "_moment", "_table", "_weight_values", "_weights")
 
     def __init__(self) -> None:
         self._gram: NDArray[np.float64] = np.zeros((WIDTH, WIDTH))
         self._moment: NDArray[np.float64] = np.zeros(WIDTH)
-        self.weights: NDArray[np.float64] = np.zeros(WIDTH)
-        # features, not weights: the gap column of every row of the last table seen, by lead
+        self.weights = np.zeros(WIDTH)
+        # features, not weights: the gap column of every row of the last table seen, by lead, and
+        # its hyb_z column as Python floats
         self._table: FeatureTable | None = None
         self._gaps_by_lead: dict[float, NDArray[np.float64]] = {}
+        self._hybrid: list[float] = []
+
+    @property
+    def weights(self) -> NDArray[np.float64]:
+        return self._weights
+
+    @weights.setter
+    def weights(self, weights: NDArray[np.float64]) -> None:
+        self._weights = weights
+        # a slot reads a few single weights: Python floats are read several times faster than
+        # numpy scalars, and their arithmetic is the same IEEE arithmetic
+        self._weight_values: list[float] = weights.tolist()
+
+    def _table_seen(self, table: FeatureTable) -> None:
+        if self._table is not table:
+            self._table = table
+            self._gaps_by_lead = {}
+            self._hybrid = table.column("hyb_z").tolist()
 
     def _gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
         """Every row's gap below ``lead`` (capped): a kind's slots mostly share one lead, so a slot
         gathers its rows' gaps instead of computing them."""
-        if self._table is not table:
-            self._table = table
-            self._gaps_by_lead = {}
+        self._table_seen(table)
         gaps = self._gaps_by_lead.get(lead)
         if gaps is None:
             # minimum(maximum()) is what np.clip computes, without its Python-level argument handling
@@ -75,12 +92,13 @@ class CountModel:
         block = _KINDS[view.kind] * _POSITIONS + min(view.position, _POSITIONS - 1)
         if not view.eligible:
             return block, 0.0, 0.0
-        hyb = view.table.column("hyb_z")
+        self._table_seen(view.table)
+        hyb = self._hybrid
         candidates = view.table.candidates
         kind = view.kind
         picked = [hyb[i] for i in view.chosen if candidates[i].kind is kind]
         if top is None:
-            top = float(hyb[view.rows].max())
+            top = max(hyb[i] for i in view.eligible)
         lead = max(picked) if picked else top
         return block, lead, min(max(lead - top, 0.0), _CAP)
 
@@ -105,14 +123,14 @@ class CountModel:
         bit can depend on a row's place in the matrix, and a candidate's prediction must not
         (the offer scores read a kind's first slot from the whole table)."""
         block, lead, stop_gap = self._slot_features(view, top)
-        w = self.weights
+        w = self._weight_values
         out = np.empty(len(view.eligible) + 1)
         out[-1] = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
         if view.eligible:
-            gaps = self._gaps(view.table, lead)
-            gaps.take(view.rows, out=out[:-1])
-            out[:-1] *= w[_GAP]
-            out[:-1] += w[block] + lead * w[_LEAD]
+            head = out[:-1]
+            self._gaps(view.table, lead).take(view.rows, out=head)
+            head *= w[_GAP]
+            head += w[block] + lead * w[_LEAD]
         return out
 
     def fit(self, view: SlotView, option: int, target: float) -> float:

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError, SnapshotError
-from memabra._records import STOP_ID, CandidateKind, RoutingContext, SlotDraw
+from memabra._records import STOP_ID, Budget, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import Router, SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
@@ -103,9 +103,10 @@ class LinearRouter(ResidualRouter):
         self._squared_gradients = np.zeros(1 << BITS)
         self._design: Design | None = None
         # read the weights, so dropped by every fit (_drop_scores), and by a new design
-        self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
-        self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._drop_scores()
         self._slot: Slot | None = None
+        # each kind's first-slot costs in the decision being drawn (its offer scores), by kind
+        self._first_costs: dict[CandidateKind, tuple[FeatureTable, int, NDArray[np.float64]]] | None = None
 
     # ------------------------------------------------------------------------- features
     def _design_of(self, view: SlotView) -> Design:
@@ -183,6 +184,26 @@ class LinearRouter(ResidualRouter):
             np.concatenate([design.values[row], np.ones(pairs.size + 1)]),
         )
 
+    # ------------------------------------------------------------------------- the decision
+    def _fill_slots(
+        self, context: RoutingContext, table: FeatureTable, budget: Budget, rng: np.random.Generator
+    ) -> list[SlotDraw]:
+        self._first_costs = {}
+        try:
+            return super()._fill_slots(context, table, budget, rng)
+        except BaseException:
+            self._first_costs = None
+            raise
+
+    def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        prior, costs = super()._prior_and_costs(view)
+        first = self._first_costs
+        if first is not None and view.position == 0:
+            # the offer scores are these costs where every candidate of the kind was open: kept so
+            # that _decision_scores need not score the kind's first slot a second time
+            first[view.kind] = (view.table, len(view.eligible), costs[:-1])
+        return prior, costs
+
     # ------------------------------------------------------------------------- the model
     def _chosen_scores(self, design: Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
         """Every row's score without its slot's rank feature: the slot-independent features plus
@@ -211,10 +232,13 @@ class LinearRouter(ResidualRouter):
         scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
-        rank_weights = self._weights[rank_features(slot.key)]
+        rank_weights = self._rank_weights.get(slot.key)
+        if rank_weights is None:
+            rank_weights = self._rank_weights[slot.key] = self._weights[rank_features(slot.key)].tolist()
         out += rank_weights[MAX_RANK]
-        if slot.top:
-            out[slot.top] = scores[slot.top_rows] + rank_weights[: len(slot.top)]
+        # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
+        for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
+            out[option] = scores[row] + weight
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         out = np.empty(view.n_options)
@@ -243,44 +267,62 @@ class LinearRouter(ResidualRouter):
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """Each candidate's score at the first slot of its kind with nothing chosen before it."""
-        return self._first_slot_scores(context, table, {})
+        return self._first_slot_scores(context, table, {}, {})
 
     def _decision_scores(
         self, context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]
     ) -> NDArray[np.float64]:
         """Each candidate's score at the first slot of its kind *in this decision*: the picks of the
         kinds filled before it add their pair terms there, as they did to the draw (without them a
-        skill's logged score contradicted the skill slot's own distribution)."""
+        skill's logged score contradicted the skill slot's own distribution). A kind whose first
+        slot had all its candidates open reuses that slot's costs."""
+        first, self._first_costs = self._first_costs or {}, None
         row_of = {candidate.id: row for row, candidate in enumerate(table.candidates)}
         picks: dict[CandidateKind, list[int]] = {}
         for draw in draws:
             if draw.chosen_id != STOP_ID:
                 picks.setdefault(draw.kind, []).append(row_of[draw.chosen_id])
         before: dict[CandidateKind, tuple[int, ...]] = {}
+        known: dict[CandidateKind, NDArray[np.float64]] = {}
         earlier: list[int] = []
         # the slot loop fills the kinds in this order, so these are the rows a kind's first slot saw
+        design = self._design_for(table, context)
         for kind in context.kinds:
             before[kind] = tuple(earlier)
             earlier += picks.get(kind, ())
-        return self._first_slot_scores(context, table, before)
+            slot = first.get(kind)
+            if slot is not None and slot[0] is table and slot[1] == len(design.kind_order(kind)[0]):
+                known[kind] = slot[2]
+        return self._first_slot_scores(context, table, before, known)
 
     def _first_slot_scores(
-        self, context: RoutingContext, table: FeatureTable, before: Mapping[CandidateKind, tuple[int, ...]]
+        self,
+        context: RoutingContext,
+        table: FeatureTable,
+        before: Mapping[CandidateKind, tuple[int, ...]],
+        known: Mapping[CandidateKind, NDArray[np.float64]],
     ) -> NDArray[np.float64]:
         """:meth:`ResidualRouter._scores` (each candidate's cost at the first slot of its kind, in the
         prior's units, every candidate of the kind open) for every kind in one pass, with ``before``
-        the rows chosen ahead of each kind's first slot (none where absent); each summed in the order
-        the slot loop sums it."""
+        the rows chosen ahead of each kind's first slot (none where absent) and ``known`` the costs
+        of the kinds already scored (in table order)."""
         design = self._design_for(table, context)
         hybrid = table.column("hyb_z")
         residuals = np.zeros(hybrid.size)
         counts = np.zeros(hybrid.size)
         scored = np.zeros(hybrid.size, dtype=bool)
+        costs_known = np.zeros(hybrid.size)
+        is_known = np.zeros(hybrid.size, dtype=bool)
         for kind in context.kinds:
             order = design.kind_order(kind)[0]
             if not order:
                 continue
             rows = sorted(order)
+            costs_of_kind = known.get(kind)
+            if costs_of_kind is not None:
+                costs_known[rows] = costs_of_kind
+                is_known[rows] = True
+                continue
             base = self._chosen_scores(design, before.get(kind, ()))
             view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
             counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
@@ -291,12 +333,13 @@ class LinearRouter(ResidualRouter):
                 rank_terms[position[row]] = rank_weights[rank]
             residuals[rows] = base[rows] + rank_terms
             scored[rows] = True
-        costs = (self._table_prior(table) + residuals) + counts
-        return np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
+        costs = np.where(is_known, costs_known, (self._table_prior(table) + residuals) + counts)
+        return np.where(scored | is_known, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
 
     def _drop_scores(self) -> None:
-        self._scores_by_chosen = {}
-        self._pair_sums = {}
+        self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
+        self._rank_weights: dict[str, list[float]] = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()

@@ -43,6 +43,7 @@ from memabra.router._exploration import (
 )
 from memabra.router._features import FeatureTable
 from memabra.router._howmany import CountModel
+from memabra.router._sampling import apply_floor
 from memabra.router._similarity import Similarity
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_TOP_M", "PRIOR_OFFSET", "PRIOR_SCALE", "ResidualRouter", "cost_range"]
@@ -175,6 +176,11 @@ class ResidualRouter(Router):
         if not math.isfinite(float(costs.sum())):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {residual}")
         return prior, costs
+
+    def _distribution(self, view: SlotView) -> NDArray[np.float64]:
+        # the mixture is a distribution by construction (its costs were checked finite): the base
+        # class's check of a subclass's arbitrary output would only repeat it, at every slot
+        return apply_floor(self._slot_distribution(view), float(self.min_probability))
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
         prior, costs = self._prior_and_costs(view)

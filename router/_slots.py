@@ -152,24 +152,33 @@ def fill_slots(
     ids = [c.id for c in table.candidates]
     tokens = [c.tokens for c in table.candidates]
     for kind in context.kinds:
-        open_rows = [i for i, c in enumerate(table.candidates) if c.kind is kind]
+        # the open rows of the kind within the budget, their option ids and their largest cost, carried
+        # from slot to slot (a pick leaves them; a smaller budget filters them only when the largest no
+        # longer fits) instead of rebuilt from the table at every slot
+        eligible = tuple(i for i, c in enumerate(table.candidates) if c.kind is kind)
+        option_ids = (*[ids[i] for i in eligible], STOP_ID)
+        largest = max((tokens[i] for i in eligible), default=0)
         for position in range(budget.slots_for(kind)):
-            eligible = tuple(open_rows) if remaining is None else tuple(i for i in open_rows if tokens[i] <= remaining)
+            if remaining is not None and largest > remaining:
+                eligible = tuple(i for i in eligible if tokens[i] <= remaining)
+                option_ids = (*[ids[i] for i in eligible], STOP_ID)
+                largest = max((tokens[i] for i in eligible), default=0)
             if not eligible:
                 break
             view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
             values = tuple(distribution(view).tolist())
             pick = draw_index(values, rng)
-            option_ids = (*[ids[i] for i in eligible], STOP_ID)
             # the distribution was checked by the router's _distribution and draw_index never picks
             # an option of probability 0: the record's own checks would only repeat that
             draws.append(trusted_draw(len(draws), kind, option_ids, values, pick))
             if pick == len(eligible):
                 break
-            chosen.append(eligible[pick])
-            open_rows.remove(eligible[pick])
+            row = eligible[pick]
+            chosen.append(row)
+            eligible = eligible[:pick] + eligible[pick + 1 :]
+            option_ids = option_ids[:pick] + option_ids[pick + 1 :]
             if remaining is not None:
-                remaining -= tokens[eligible[pick]]
+                remaining -= tokens[row]
     return draws
 
 
