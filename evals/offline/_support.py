@@ -166,10 +166,18 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             "cover this target (or its propensities are wrong)",
             "mean weight",
         )
-    if weight.effective_sample_size < MIN_EFFECTIVE_SAMPLE_SIZE:
+    size = weight.effective_sample_size
+    if size < MIN_EFFECTIVE_SAMPLE_SIZE:
+        # the effective sample size grows in proportion to the decisions logged under the same
+        # logger, so this is what a user can do about it (a zero one: no decision reached the target)
+        growth = (
+            f"; about {MIN_EFFECTIVE_SAMPLE_SIZE / size:.3g}x as many decisions logged the same way would reach it"
+            if size > 0.0
+            else "; no logged decision reached the target"
+        )
         return SupportVerdict(
             False,
-            f"effective sample size {weight.effective_sample_size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}",
+            f"effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}{growth}",
             "effective sample size",
         )
     return SupportVerdict(True, "")

@@ -86,6 +86,21 @@ def test_missing_share_is_the_point_estimate_of_the_unreached_mass_the_log_shows
     assert missing_share(noisy, 0.05) == 0.0
 
 
+def test_a_short_log_says_how_much_longer_it_would_need_to_be() -> None:
+    # ten decisions reached the target, each at weight 40: an effective sample size of 10, half the
+    # threshold, so a log twice as long (logged the same way) would reach it
+    short = WeightSummary()
+    short.update(np.array([0.0] * 390 + [40.0] * 10))
+    verdict = support_verdict(short, 0.0, 0.05, "joint")
+    assert not verdict.supported and verdict.rule == "effective sample size"
+    assert "effective sample size 10.0 is below 20; about 2x as many decisions" in verdict.reason
+    never = WeightSummary()
+    never.update(np.zeros(400))
+    low, high = never.mean_interval(0.05)
+    assert high < 1.0  # the mean-weight rule speaks first for a log that never reached the target
+    assert "excludes 1" in support_verdict(never, 0.0, 0.05, "joint").reason
+
+
 def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
     terms, truth = _grazing_log()
     streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "sips"])]
