@@ -159,25 +159,33 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
     if not floor.supported:
         return floor
     low, high = weight.mean_interval(alpha)
+    size = weight.effective_sample_size
+    # the effective sample size grows in proportion to the decisions logged by the same logger, so
+    # how far short it falls is what a user can act on
+    growth = (
+        f"about {MIN_EFFECTIVE_SAMPLE_SIZE / size:.2g}x as many decisions logged the same way would reach it"
+        if size > 0.0
+        else "no logged decision reached the target"
+    )
     if high < 1.0 - MEAN_WEIGHT_TOLERANCE or low > 1.0 + MEAN_WEIGHT_TOLERANCE:
+        # on few effective samples a mean weight short of 1 is what a rarely drawn tail of large
+        # weights looks like, not only a target outside the logger's support
+        short = (
+            f"; its effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g} too: a tail the log "
+            f"drew too rarely reads the same ({growth})"
+            if 0.0 < size < MIN_EFFECTIVE_SAMPLE_SIZE
+            else ""
+        )
         return SupportVerdict(
             False,
             f"mean {weight_label} weight {weight.mean:.3g} [{low:.3g}, {high:.3g}] excludes 1: the log does not "
-            "cover this target (or its propensities are wrong)",
+            f"cover this target (or its propensities are wrong){short}",
             "mean weight",
         )
-    size = weight.effective_sample_size
     if size < MIN_EFFECTIVE_SAMPLE_SIZE:
-        # the effective sample size grows in proportion to the decisions logged under the same
-        # logger, so this is what a user can do about it (a zero one: no decision reached the target)
-        growth = (
-            f"; about {MIN_EFFECTIVE_SAMPLE_SIZE / size:.3g}x as many decisions logged the same way would reach it"
-            if size > 0.0
-            else "; no logged decision reached the target"
-        )
         return SupportVerdict(
             False,
-            f"effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}{growth}",
+            f"effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g}; {growth}",
             "effective sample size",
         )
     return SupportVerdict(True, "")

@@ -99,6 +99,12 @@ def test_a_short_log_says_how_much_longer_it_would_need_to_be() -> None:
     low, high = never.mean_interval(0.05)
     assert high < 1.0  # the mean-weight rule speaks first for a log that never reached the target
     assert "excludes 1" in support_verdict(never, 0.0, 0.05, "joint").reason
+    # a mean weight short of 1 on few effective samples says the log may just be short
+    rare = WeightSummary()
+    rare.update(np.array([0.0] * 395 + [40.0] * 5))
+    reason = support_verdict(rare, 0.0, 0.05, "joint").reason
+    assert "excludes 1" in reason and "effective sample size 5.0 is below 20 too" in reason
+    assert "about 4x as many decisions" in reason
 
 
 def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
