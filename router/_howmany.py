@@ -133,6 +133,19 @@ class CountModel:
             head += w[block] + lead * w[_LEAD]
         return out
 
+    def slot_terms(self, view: SlotView, top: float | None = None) -> tuple[float, float, float, float]:
+        """:meth:`predict` in parts, for a caller that sums the rows' terms over a whole table:
+        ``(lead, gap weight, shift, stop)``, each open candidate's ``r_base`` being its gap below
+        ``lead`` (:meth:`gaps`) times the gap weight plus ``shift``, the stop option's ``stop``."""
+        block, lead, stop_gap = self._slot_features(view, top)
+        w = self._weight_values
+        stop = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
+        return lead, w[_GAP], w[block] + lead * w[_LEAD], stop
+
+    def gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
+        """Every row of ``table``'s gap below ``lead``, capped (read-only: shared by the slots)."""
+        return self._gaps(table, lead)
+
     def fit(self, view: SlotView, option: int, target: float) -> float:
         """Add one example (``option`` indexes ``view``'s options); returns what the refitted
         ``r_base`` leaves of ``target``."""

@@ -27,6 +27,7 @@ overshoot).
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -196,7 +197,34 @@ class LinearRouter(ResidualRouter):
             raise
 
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        prior, costs = super()._prior_and_costs(view)
+        """The slot's prior and costs, ``prior + linear residual + count residual`` as
+        :class:`ResidualRouter` sums them, with the terms shared by every row summed over the
+        table first: per slot a few whole-array steps instead of one per term."""
+        slot = self._slot_of(view)
+        lead, gap_weight, shift, stop = self._count.slot_terms(view, slot.best if slot.top else None)
+        lifted = self._lifted.get(lead)
+        if lifted is None:
+            # the prior and the count model's gap term of every row, for this lead (a kind's slots
+            # mostly share one), until the next fit
+            lifted = self._lifted[lead] = (
+                self._table_prior(view.table) + self._count.gaps(view.table, lead) * gap_weight
+            )
+        row_costs = self._chosen_scores(slot.design, view.chosen) + lifted
+        costs = np.empty(view.n_options)
+        head = costs[:-1]
+        row_costs.take(view.rows, out=head)
+        rank_weights = self._rank_weights_of(slot.key)
+        head += rank_weights[MAX_RANK] + shift
+        # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
+        for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
+            costs[option] = row_costs[row] + (weight + shift)
+        index, values = self._stop_row(view)
+        costs[-1] = float(self._weights[index] @ values) + stop
+        # one reduction instead of isfinite + all: a NaN or an infinity anywhere makes the sum
+        # non-finite (the prior is finite, so any such cost comes from the learner)
+        if not math.isfinite(float(costs.sum())):
+            raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {costs}")
+        prior = self._prior_cost(view)
         first = self._first_costs
         if first is not None and view.position == 0:
             # the offer scores are these costs where every candidate of the kind was open: kept so
@@ -232,13 +260,18 @@ class LinearRouter(ResidualRouter):
         scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
-        rank_weights = self._rank_weights.get(slot.key)
-        if rank_weights is None:
-            rank_weights = self._rank_weights[slot.key] = self._weights[rank_features(slot.key)].tolist()
+        rank_weights = self._rank_weights_of(slot.key)
         out += rank_weights[MAX_RANK]
         # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
         for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
             out[option] = scores[row] + weight
+
+    def _rank_weights_of(self, key: str) -> list[float]:
+        """The rank feature's weights of a slot kind and position, by open rank."""
+        rank_weights = self._rank_weights.get(key)
+        if rank_weights is None:
+            rank_weights = self._rank_weights[key] = self._weights[rank_features(key)].tolist()
+        return rank_weights
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         out = np.empty(view.n_options)
@@ -340,6 +373,7 @@ class LinearRouter(ResidualRouter):
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._rank_weights: dict[str, list[float]] = {}
+        self._lifted: dict[float, NDArray[np.float64]] = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()
