@@ -274,29 +274,13 @@ class LinearRouter(ResidualRouter):
         return rank_weights
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
+        """The linear residual of each option, term by term: what :meth:`_prior_and_costs` sums
+        over the whole table first (tests hold the two to the same numbers)."""
         out = np.empty(view.n_options)
         self._open_residuals(view, out[:-1])
         index, values = self._stop_row(view)
         out[-1] = float(self._weights[index] @ values)
         return out
-
-    def _residual(self, view: SlotView) -> NDArray[np.float64]:
-        # _residuals builds a fresh array: the count residuals are added in place (the same sums)
-        residual = self._residuals(view)
-        residual += self._count_residuals(view)
-        return residual
-
-    def _count_residuals(self, view: SlotView) -> NDArray[np.float64]:
-        # the slot already knows its best open similarity: the count model need not reduce for it
-        slot = self._slot_of(view)
-        return self._count.predict(view, slot.best if slot.top else None)
-
-    def _candidate_costs(self, view: SlotView) -> NDArray[np.float64]:
-        # the logged scores need no stop option: its row is the part of a slot's scoring skipped
-        residuals = np.empty(len(view.eligible))
-        self._open_residuals(view, residuals)
-        costs: NDArray[np.float64] = self._open_prior(view) + residuals + self._count_residuals(view)[:-1]
-        return costs
 
     def _scores(self, context: RoutingContext, table: FeatureTable) -> NDArray[np.float64]:
         """Each candidate's score at the first slot of its kind with nothing chosen before it."""

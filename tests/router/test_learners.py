@@ -144,6 +144,33 @@ def test_the_logged_score_is_the_score_of_the_first_slot_of_the_kind_in_that_dec
     assert checked > 0  # some tool slot came after picked memories
 
 
+def test_the_linear_slot_costs_are_the_prior_plus_its_residuals_term_by_term() -> None:
+    # _prior_and_costs sums the terms every row shares over the whole table first; _residuals and
+    # the count model's predict are the same model term by term, on every slot of learned decisions
+    # (with memories picked before the tool slots, so the pair terms are in) and under a tight budget
+    router = LinearRouter(seed=3, similarity=SIM)
+    pool = MEMORIES + TOOLS
+    budgets = (Budget(max_tokens=10_000), Budget(max_tokens=40))
+    rng = np.random.default_rng(3)
+    compared = 0
+    for step in range(40):
+        context = RoutingContext(
+            "which lawyer in Seattle should the user call",
+            f"u{step % 3}",
+            kinds=(CandidateKind.MEMORY, CandidateKind.TOOL),
+            budget=replace(budgets[step % 2], slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 2}),
+        )
+        selection = router.choose(context, pool)
+        for view, _draw, _options in router._replay(selection):
+            prior, costs = router._prior_and_costs(view)
+            reference = router._prior_cost(view) + (router._residuals(view) + router._count.predict(view))
+            assert prior.tolist() == router._prior_cost(view).tolist()
+            assert np.allclose(costs, reference, rtol=0.0, atol=1e-12)
+            compared += 1
+        router.learn(selection, float(rng.normal()), {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids})
+    assert compared > 80
+
+
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_it_learns_to_inject_fewer_when_extra_memories_go_unused(name: str) -> None:
     router = LEARNERS[name](0)
