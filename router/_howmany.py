@@ -77,9 +77,9 @@ class CountModel:
             self._gaps_by_lead = {}
             self._hybrid = table.column("hyb_z").tolist()
 
-    def _gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
-        """Every row's gap below ``lead`` (capped): a kind's slots mostly share one lead, so a slot
-        gathers its rows' gaps instead of computing them."""
+    def gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
+        """Every row's gap below ``lead`` (capped; shared, not to be written): a kind's slots mostly
+        share one lead, so a slot gathers its rows' gaps instead of computing them."""
         self._table_seen(table)
         gaps = self._gaps_by_lead.get(lead)
         if gaps is None:
@@ -112,7 +112,7 @@ class CountModel:
             return x
         x[:-1, block] = 1.0
         x[:-1, _LEAD] = lead
-        x[:-1, _GAP] = self._gaps(view.table, lead)[view.rows]
+        x[:-1, _GAP] = self.gaps(view.table, lead)[view.rows]
         x[-1, _STOP_GAP] = stop_gap
         return x
 
@@ -122,15 +122,14 @@ class CountModel:
         Written out term by term rather than as ``rows(view) @ weights``: a matrix product's last
         bit can depend on a row's place in the matrix, and a candidate's prediction must not
         (the offer scores read a kind's first slot from the whole table)."""
-        block, lead, stop_gap = self._slot_features(view, top)
-        w = self._weight_values
+        lead, gap_weight, shift, stop = self.slot_terms(view, top)
         out = np.empty(len(view.eligible) + 1)
-        out[-1] = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
+        out[-1] = stop
         if view.eligible:
             head = out[:-1]
-            self._gaps(view.table, lead).take(view.rows, out=head)
-            head *= w[_GAP]
-            head += w[block] + lead * w[_LEAD]
+            self.gaps(view.table, lead).take(view.rows, out=head)
+            head *= gap_weight
+            head += shift
         return out
 
     def slot_terms(self, view: SlotView, top: float | None = None) -> tuple[float, float, float, float]:
@@ -141,10 +140,6 @@ class CountModel:
         w = self._weight_values
         stop = w[_BLOCKS + block] + stop_gap * w[_STOP_GAP]
         return lead, w[_GAP], w[block] + lead * w[_LEAD], stop
-
-    def gaps(self, table: FeatureTable, lead: float) -> NDArray[np.float64]:
-        """Every row of ``table``'s gap below ``lead``, capped (read-only: shared by the slots)."""
-        return self._gaps(table, lead)
 
     def fit(self, view: SlotView, option: int, target: float) -> float:
         """Add one example (``option`` indexes ``view``'s options); returns what the refitted

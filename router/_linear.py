@@ -328,8 +328,7 @@ class LinearRouter(ResidualRouter):
         residuals = np.zeros(hybrid.size)
         counts = np.zeros(hybrid.size)
         scored = np.zeros(hybrid.size, dtype=bool)
-        costs_known = np.zeros(hybrid.size)
-        is_known = np.zeros(hybrid.size, dtype=bool)
+        reused: list[tuple[list[int], NDArray[np.float64]]] = []
         for kind in context.kinds:
             order = design.kind_order(kind)[0]
             if not order:
@@ -337,8 +336,7 @@ class LinearRouter(ResidualRouter):
             rows = sorted(order)
             costs_of_kind = known.get(kind)
             if costs_of_kind is not None:
-                costs_known[rows] = costs_of_kind
-                is_known[rows] = True
+                reused.append((rows, costs_of_kind))
                 continue
             base = self._chosen_scores(design, before.get(kind, ()))
             view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
@@ -350,8 +348,11 @@ class LinearRouter(ResidualRouter):
                 rank_terms[position[row]] = rank_weights[rank]
             residuals[rows] = base[rows] + rank_terms
             scored[rows] = True
-        costs = np.where(is_known, costs_known, (self._table_prior(table) + residuals) + counts)
-        return np.where(scored | is_known, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
+        costs = (self._table_prior(table) + residuals) + counts
+        scores: NDArray[np.float64] = np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)
+        for rows, costs_of_kind in reused:
+            scores[rows] = -(costs_of_kind + PRIOR_OFFSET) / PRIOR_SCALE
+        return scores
 
     def _drop_scores(self) -> None:
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
