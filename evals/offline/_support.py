@@ -163,7 +163,7 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
     # the effective sample size grows in proportion to the decisions logged by the same logger, so
     # how far short it falls is what a user can act on
     growth = (
-        f"about {MIN_EFFECTIVE_SAMPLE_SIZE / size:.2g}x as many decisions logged the same way would reach it"
+        f"about {_times(MIN_EFFECTIVE_SAMPLE_SIZE / size)} as many decisions logged the same way would reach it"
         if size > 0.0
         else "no logged decision reached the target"
     )
@@ -189,6 +189,13 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             "effective sample size",
         )
     return SupportVerdict(True, "")
+
+
+def _times(ratio: float) -> str:
+    """A growth factor rounded up (to a tenth below 10): 19.6 effective samples need 1.1x, not "1x"."""
+    if ratio < 10.0:
+        return f"{math.ceil(ratio * 10.0 - 1e-9) / 10.0:g}x"
+    return f"{ratio:.2g}x"
 
 
 def unreached_share(weight: WeightSummary, floor_share: float, alpha: float) -> float:

@@ -105,6 +105,12 @@ def test_a_short_log_says_how_much_longer_it_would_need_to_be() -> None:
     reason = support_verdict(rare, 0.0, 0.05, "joint").reason
     assert "excludes 1" in reason and "effective sample size 5.0 is below 20 too" in reason
     assert "about 4x as many decisions" in reason
+    # just short of the threshold: rounded up, never "1x" for a log that is not long enough
+    nearly = WeightSummary()
+    nearly.update(np.array([0.0] * 381 + [20.0] * 19))
+    assert "effective sample size 19.0 is below 20; about 1.1x as many decisions" in (
+        support_verdict(nearly, 0.0, 0.05, "joint").reason
+    )
 
 
 def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
