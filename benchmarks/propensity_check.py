@@ -9,6 +9,15 @@ sampling error printed with it). A mean weight far from 1 on a real log then mea
 decisions, not wrong propensities.
 
     python benchmarks/propensity_check.py --requests 4 --draws 4000
+
+``--log URL`` audits a real episode log instead (only what the log holds): every logged pick is
+drawn again from its logged distribution with the decision's logged seed (a mismatch means the
+log does not hold what was drawn from), and, at every slot where the logged prefix still follows
+the hybrid baseline's selection, the logged probability of hybrid's next pick is summed against how
+often it was drawn, by probability band (calibrated propensities give observed counts within a
+few standard deviations of the sums):
+
+    python benchmarks/propensity_check.py --log sqlite:///demo.db
 """
 
 from __future__ import annotations
@@ -20,7 +29,50 @@ import numpy as np
 from router_latency import WORDS, make_pool
 
 from memabra import Budget, RoutingContext
-from memabra.router import HybridRouter, LinearRouter, Similarity
+from memabra.router import FeatureTable, HybridRouter, LinearRouter, Similarity
+from memabra.router._sampling import draw_index
+from memabra.storage import EpisodeLog
+
+BANDS = (0.01, 0.05, 0.2, 0.9, 1.0)
+
+
+def audit_log(url: str) -> None:
+    hybrid = HybridRouter()
+    redrawn_differently = 0
+    expected = dict.fromkeys(BANDS, 0.0)
+    observed = dict.fromkeys(BANDS, 0)
+    slots = dict.fromkeys(BANDS, 0)
+    with EpisodeLog(url) as log:
+        decisions = 0
+        for decision in log.iter_decisions():
+            selection = decision.selection
+            decisions += 1
+            rng = np.random.default_rng(selection.seed)
+            for draw in selection.slots:
+                if draw.candidate_ids[draw_index(np.asarray(draw.probabilities), rng)] != draw.chosen_id:
+                    redrawn_differently += 1
+                    break
+            candidates = [offer.candidate for offer in selection.offered]
+            table = FeatureTable.from_rows(candidates, [offer.features for offer in selection.offered])
+            own = hybrid.choose(selection.context, candidates, features=table, seed=0)
+            for logged, target in zip(selection.slots, own.slots, strict=False):
+                p = logged.probabilities[logged.candidate_ids.index(target.chosen_id)]
+                band = next(b for b in BANDS if p < b or b == BANDS[-1])
+                slots[band] += 1
+                expected[band] += p
+                observed[band] += logged.chosen_id == target.chosen_id
+                if logged.chosen_id != target.chosen_id:
+                    break
+    print(f"{decisions} decisions; picks not reproduced from their logged distribution and seed: {redrawn_differently}")
+    print(f"{'p of hybrid pick':>16s} {'slots':>6s} {'expected':>9s} {'drawn':>6s} {'sd':>5s}")
+    lower = 0.0
+    for band in BANDS:
+        variance = expected[band] - expected[band] ** 2 / max(slots[band], 1)
+        print(
+            f"{f'[{lower:g}, {band:g})':>16s} {slots[band]:6d} {expected[band]:9.1f} {observed[band]:6d} "
+            f"{math.sqrt(max(variance, 0.0)):5.1f}"
+        )
+        lower = band
 
 
 def main() -> None:
@@ -31,7 +83,11 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=40)
     parser.add_argument("--budget-tokens", type=int, default=300)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--log", default=None, help="audit this episode log's propensities instead")
     args = parser.parse_args()
+    if args.log is not None:
+        audit_log(args.log)
+        return
     rng = np.random.default_rng(args.seed)
     similarity = Similarity()
     pool = make_pool(rng, args.candidates)

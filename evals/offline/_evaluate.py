@@ -310,6 +310,7 @@ def evaluate_policies(
                 reward_range,
                 _REPLAYS[r],
                 additive,
+                [(_REPLAYS[o], summaries[t][o]["joint_weight"]) for o in range(len(_REPLAYS)) if o != r],
             )
         )
     # paired differences only between supported recommendations: an unsupported one's bounds already

@@ -18,6 +18,7 @@ against on-policy truth (``benchmarks/ope_check.py``, ``docs/ope.md``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from memabra._errors import InvalidRecordError
@@ -37,6 +38,7 @@ from memabra.evals.offline._support import (
     finite_or_none,
     floor_verdict,
     missing_share,
+    overdrawn_verdict,
     support_verdict,
     unreached_bounds,
     unreached_share,
@@ -90,7 +92,12 @@ def summarise(
     reward_range: tuple[float, float],
     replay: str = SET_EQUIVALENT,
     additivity: AdditivityReport | None = None,
+    other_replays: Sequence[tuple[str, WeightSummary]] = (),
 ) -> LogEvaluation:
+    """One target's evaluation from its chosen replay's streams. ``other_replays``: the joint weights
+    of the replays not chosen, by name; they weight the same draws, so one that shows them
+    over-drawn (:func:`~._support.overdrawn_verdict`) leaves no weighted estimator supported, and
+    the bounds widen by as much as it shows them over-represented."""
     estimates = {stream.estimator.estimator_name: _estimate(stream, alpha) for stream in streams}
     # every estimator's own verdict (its weight, its definedness, additivity where it assumes it):
     # the recommendation reads the first ones, and the other rows are not left to look supported
@@ -98,6 +105,14 @@ def summarise(
         name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count)
         for name in estimates
     }
+    overdrawn = next(
+        (v for name, w in other_replays if (v := overdrawn_verdict(w, alpha, "joint", name)) is not None), None
+    )
+    if overdrawn is not None:
+        verdicts = {
+            name: overdrawn if verdict.supported and name not in WEIGHTLESS else verdict
+            for name, verdict in verdicts.items()
+        }
     chosen = next((name for name in RECOMMENDED_ORDER if verdicts[name].supported), RECOMMENDED_ORDER[0])
     verdict, value = verdicts[chosen], estimates[chosen]
     weight = summaries[SlotEstimator(estimator_name=chosen).weight_name]
@@ -108,6 +123,9 @@ def summarise(
     else:
         # the bounds of what the log may not have reached (._support)
         unreached = unreached_share(weight, floor_share, alpha)
+        if overdrawn is not None:
+            # what the other replay shows over-represented, at most: m = ci_high - 1 of its weight
+            unreached = max(unreached, *(unreached_share(w, 0.0, alpha) for _, w in other_replays))
     ci_low, ci_high = value.ci_low, value.ci_high
     if unreached > 0.0 or not verdict.supported:  # a supported interval the log shows complete stays as it is
         ci_low, ci_high = unreached_bounds(value.ci_low, value.ci_high, unreached, reward_range)

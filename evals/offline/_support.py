@@ -16,7 +16,8 @@ A target is ``unsupported`` when any of:
 1. its floor share exceeds :data:`MAX_FLOOR_SHARE`;
 2. the mean of the recommended estimator's weight has a ``1 - alpha`` interval that excludes 1
    by more than :data:`MEAN_WEIGHT_TOLERANCE`;
-3. that weight's effective sample size is below :data:`MIN_EFFECTIVE_SAMPLE_SIZE`.
+3. that weight's effective sample size is below :data:`MIN_EFFECTIVE_SAMPLE_SIZE`;
+4. another replay of the same draws shows them over-drawn (:func:`overdrawn_verdict`).
 
 An unsupported target's interval is widened to what the log can still say (:func:`unreached_bounds`):
 a share ``m`` of the target's probability the log did not reach could have earned anything in the
@@ -59,6 +60,7 @@ __all__ = [
     "WeightSummary",
     "floor_verdict",
     "missing_share",
+    "overdrawn_verdict",
     "support_verdict",
     "unreached_bounds",
     "unreached_share",
@@ -189,6 +191,27 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
             "effective sample size",
         )
     return SupportVerdict(True, "")
+
+
+def overdrawn_verdict(weight: WeightSummary, alpha: float, weight_label: str, replay: str) -> SupportVerdict | None:
+    """Unsupported when another replay of the same draws shows them over-drawn (its mean weight's
+    interval above 1), else ``None``.
+
+    A tail the log never drew pulls a mean weight below 1, and another replay may weight the same
+    draws without that tail; nothing unseen pushes it above 1. A mean weight above 1 says the
+    draws that reach the target came more often than their logged probabilities give (a run of
+    luck, or wrong propensities), so any estimate built from them over-counts them, whichever
+    replay weights them."""
+    low, high = weight.mean_interval(alpha)
+    if not low > 1.0 + MEAN_WEIGHT_TOLERANCE:
+        return None
+    return SupportVerdict(
+        False,
+        f"the {replay.replace(' ', '-')} replay's mean {weight_label} weight {weight.mean:.3g} [{low:.3g}, {high:.3g}] is above 1: "
+        "the log drew the target's selections more often than their logged probabilities give (a chance run, "
+        "or wrong propensities), so no replay of these draws is trusted",
+        "over-drawn",
+    )
 
 
 def _times(ratio: float) -> str:

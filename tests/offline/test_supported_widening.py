@@ -21,6 +21,7 @@ from memabra.evals.offline._support import (
     MEAN_WEIGHT_TOLERANCE,
     WeightSummary,
     missing_share,
+    overdrawn_verdict,
     support_verdict,
     unreached_share,
 )
@@ -111,6 +112,37 @@ def test_a_short_log_says_how_much_longer_it_would_need_to_be() -> None:
     assert "effective sample size 19.0 is below 20; about 1.1x as many decisions" in (
         support_verdict(nearly, 0.0, 0.05, "joint").reason
     )
+
+
+def test_a_replay_showing_the_draws_over_drawn_leaves_no_replay_of_them_supported() -> None:
+    # the demo's seed-2 log at 1,000 episodes: hybrid's selection drawn in its own order 39 times
+    # where its logged probabilities gave about 26 (own-order mean weight 1.56 [1.07, 2.05]), and
+    # the set-equivalent replay of the same draws passing at 0.70 [0.40, 1.003], 0.37 off the truth
+    terms, truth = _grazing_log()
+    streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "dm", "sips"])]
+    summaries = {name: WeightSummary() for name in ("joint_weight", "pi_weight", "slot_weight")}
+    for stream in streams:
+        stream.update(terms)
+    for name, summary in summaries.items():
+        summary.update(getattr(terms, name))
+    over = WeightSummary()
+    over.update(np.array([0.0] * 360 + [20.0] * 40))  # mean 2.0 [1.41, 2.59]
+    under = WeightSummary()
+    under.update(np.array([0.0] * 395 + [40.0] * 5))  # mean 0.5: a tail unseen, not an over-draw
+    assert overdrawn_verdict(under, 0.05, "joint", "own order") is None
+    overdrawn = overdrawn_verdict(over, 0.05, "joint", "own order")
+    assert overdrawn is not None and overdrawn.rule == "over-drawn"
+    assert "own-order replay's mean joint weight 2 [1.41, 2.59] is above 1" in overdrawn.reason
+
+    args = (Target("t", RandomRouter()), streams, summaries, 0.0, terms.n_rounds, truth, None, 0.05, None, REWARD_RANGE)
+    assert summarise(*args).recommended.supported  # on its own weights, the chosen replay passes
+    assert summarise(*args, other_replays=[("own order", under)]).recommended.supported
+    ev = summarise(*args, other_replays=[("own order", over)])
+    rec = ev.recommended
+    assert not rec.supported and rec.reason.startswith(overdrawn.reason)
+    assert rec.ci_low <= truth <= rec.ci_high and rec.ci_high - rec.ci_low > 1.0  # bounds, not an interval
+    assert not any(v.supported for name, v in ev.verdicts.items() if name != "dm")
+    assert ev.verdicts["dm"].supported  # weights nothing: its verdict is the floor rule's alone
 
 
 def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
