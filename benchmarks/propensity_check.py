@@ -40,6 +40,7 @@ def audit_log(url: str) -> None:
     hybrid = HybridRouter()
     redrawn_differently = 0
     expected = dict.fromkeys(BANDS, 0.0)
+    variance = dict.fromkeys(BANDS, 0.0)
     observed = dict.fromkeys(BANDS, 0)
     slots = dict.fromkeys(BANDS, 0)
     with EpisodeLog(url) as log:
@@ -60,6 +61,7 @@ def audit_log(url: str) -> None:
                 band = next(b for b in BANDS if p < b or b == BANDS[-1])
                 slots[band] += 1
                 expected[band] += p
+                variance[band] += p * (1.0 - p)
                 observed[band] += logged.chosen_id == target.chosen_id
                 if logged.chosen_id != target.chosen_id:
                     break
@@ -67,10 +69,9 @@ def audit_log(url: str) -> None:
     print(f"{'p of hybrid pick':>16s} {'slots':>6s} {'expected':>9s} {'drawn':>6s} {'sd':>5s}")
     lower = 0.0
     for band in BANDS:
-        variance = expected[band] - expected[band] ** 2 / max(slots[band], 1)
         print(
             f"{f'[{lower:g}, {band:g})':>16s} {slots[band]:6d} {expected[band]:9.1f} {observed[band]:6d} "
-            f"{math.sqrt(max(variance, 0.0)):5.1f}"
+            f"{math.sqrt(variance[band]):5.1f}"
         )
         lower = band
 

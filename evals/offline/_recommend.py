@@ -105,8 +105,9 @@ def summarise(
         name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count)
         for name in estimates
     }
-    overdrawn = next(
-        (v for name, w in other_replays if (v := overdrawn_verdict(w, alpha, "joint", name)) is not None), None
+    overdrawn, overdrawn_weight = next(
+        ((v, w) for name, w in other_replays if (v := overdrawn_verdict(w, alpha, "joint", name)) is not None),
+        (None, None),
     )
     if overdrawn is not None:
         verdicts = {
@@ -123,9 +124,9 @@ def summarise(
     else:
         # the bounds of what the log may not have reached (._support)
         unreached = unreached_share(weight, floor_share, alpha)
-        if overdrawn is not None:
-            # what the other replay shows over-represented, at most: m = ci_high - 1 of its weight
-            unreached = max(unreached, *(unreached_share(w, 0.0, alpha) for _, w in other_replays))
+        if overdrawn_weight is not None:
+            # as much as the over-drawn replay shows the draws over-represented (its ci_high - 1)
+            unreached = max(unreached, unreached_share(overdrawn_weight, 0.0, alpha))
     ci_low, ci_high = value.ci_low, value.ci_high
     if unreached > 0.0 or not verdict.supported:  # a supported interval the log shows complete stays as it is
         ci_low, ci_high = unreached_bounds(value.ci_low, value.ci_high, unreached, reward_range)
