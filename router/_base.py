@@ -206,7 +206,11 @@ class Router(ABC):
     def _fill_slots(
         self, context: RoutingContext, table: FeatureTable, budget: Budget, rng: np.random.Generator
     ) -> list[SlotDraw]:
-        return fill_slots(context, table, budget, rng, self._distribution)
+        return fill_slots(context, table, budget, rng, self._slot_values)
+
+    def _slot_values(self, view: SlotView) -> tuple[float, ...]:
+        """:meth:`_distribution` as Python floats: what the slot loop draws from and logs."""
+        return tuple(self._distribution(view).tolist())
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
         raw = self._slot_distribution(view)

@@ -31,6 +31,8 @@ the router itself nearly prefers, or one the prior prefers, not one of a hundred
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -45,8 +47,10 @@ __all__ = [
     "PriorMixture",
     "explore",
     "explored_set",
+    "explored_with",
     "exploration_floor",
     "prior_share",
+    "top_options",
 ]
 
 EXPLORATIONS = ("epsilon", "greedy")
@@ -80,14 +84,25 @@ def _top(costs: NDArray[np.float64], m: int) -> list[int]:
     return costs.argpartition(m - 1)[:m].tolist() if m < costs.size else list(range(costs.size))
 
 
+def top_options(costs: NDArray[np.float64], m: int) -> list[int]:
+    """The ``m`` options of lowest ``costs`` (all of them when there are no more)."""
+    return _top(costs, m)
+
+
 def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float64] | None = None) -> set[int]:
     """``S``: the ``top_m`` options of lowest cost and of lowest prior cost (the stop option
     excluded from both), and the stop option."""
     k = costs.size
     m = min(top_m, k - 1)
-    explored = set(_top(costs[:-1], m))
-    if prior is not None:
-        explored.update(_top(prior[:-1], m))
+    return explored_with(costs, top_m, _top(prior[:-1], m) if prior is not None else ())
+
+
+def explored_with(costs: NDArray[np.float64], top_m: int, prior_top: Iterable[int]) -> set[int]:
+    """:func:`explored_set` with the prior's ``top_m`` options given (a learner that keeps its
+    open candidates in similarity order has them without a partition)."""
+    k = costs.size
+    explored = set(_top(costs[:-1], min(top_m, k - 1)))
+    explored.update(prior_top)
     explored.add(k - 1)
     return explored
 
@@ -131,6 +146,16 @@ class EpsilonGreedy:
     def mixture(self, weights: list[float]) -> NDArray[np.float64]:
         """``Σ_k weights[k] p_k`` summed component by component (components of weight 0 after the
         first skipped)."""
+        return np.array(self.mixture_values(weights, 0.0))
+
+    def mixture_values(self, weights: list[float], min_probability: float) -> tuple[float, ...]:
+        """:meth:`mixture` mixed with uniform so that every option has at least ``min_probability``
+        (``(1 - K m) p + m``, as :func:`~memabra.router._sampling.apply_floor` mixes), as Python
+        floats: what a slot draws from. Not renormalised: the mixture sums to 1 up to rounding, and
+        so does this."""
+        size = self.size
+        if min_probability * size >= 1.0:
+            return (1.0 / size,) * size
         floor = self.floor
         explored = self.explored
         first = self.exceptions[0]
@@ -139,17 +164,19 @@ class EpsilonGreedy:
         common = own * floor
         for _, w in terms:
             common = common + w * floor
-        out = np.zeros(self.size)
-        # item by item: for a set of at most 2 top_m + 1 options, cheaper than a fancy index
+        scale = 1.0 - size * min_probability
+        out = [min_probability] * size
+        # item by item: for a set of at most 2 top_m + 1 options, cheaper than arrays
+        explored_value = scale * common + min_probability
         for option in explored:
-            out[option] = common
+            out[option] = explored_value
         for option in self.options:
             default = floor if option in explored else 0.0
             value = own * first.get(option, default)
             for exceptions, w in terms:
                 value = value + w * exceptions.get(option, default)
-            out[option] = value
-        return out
+            out[option] = scale * value + min_probability
+        return tuple(out)
 
 
 def explore(
@@ -198,6 +225,10 @@ class PriorMixture:
     def slot(self, view: SlotView, components: EpsilonGreedy, shares: tuple[float, ...]) -> NDArray[np.float64]:
         """The mixture's distribution for ``view``, given its components (the learner's first) and
         each one's decision-level share (``shares`` sums to 1)."""
+        return components.mixture(self.posterior(view, components, shares))
+
+    def posterior(self, view: SlotView, components: EpsilonGreedy, shares: tuple[float, ...]) -> list[float]:
+        """Each component's posterior weight ``λ_k`` at ``view`` (see the class docstring)."""
         previous = self._components
         paths = self._paths
         if view.slot == 0 or previous is None or len(paths) != len(shares):
@@ -220,4 +251,4 @@ class PriorMixture:
         total = sum(weights)
         posterior = [w / total for w in weights] if total > 0.0 else list(shares)
         self._chosen, self._eligible, self._components = view.chosen, view.eligible, components
-        return components.mixture(posterior)
+        return posterior

@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import STOP_ID, Budget, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import Router, SlotView
+from memabra.router._exploration import top_options
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
@@ -134,8 +135,9 @@ class LinearRouter(ResidualRouter):
         # the kr feature of each open candidate: slot position x its open similarity rank; ranks
         # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for.
         # A slot's open rows are of its kind (a foreign log's may not be: then all rows are walked)
-        order, of_kind = design.kind_order(view.kind)
-        if not of_kind.issuperset(eligible):
+        order, kind_rows = design.kind_order(view.kind)
+        of_kind = kind_rows.issuperset(eligible)
+        if not of_kind:
             order = design.order
         top_rows: list[int] = []
         for row in order:
@@ -145,7 +147,7 @@ class LinearRouter(ResidualRouter):
                     break
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
         best = float(design.hybrid[top_rows[0]]) if top_rows else 0.0
-        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
+        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best, of_kind)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -197,9 +199,29 @@ class LinearRouter(ResidualRouter):
             raise
 
     def _prior_and_costs(self, view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """The slot's prior and costs, ``prior + linear residual + count residual`` as
-        :class:`ResidualRouter` sums them, with the terms shared by every row summed over the
-        table first: per slot a few whole-array steps instead of one per term."""
+        return self._prior_cost(view), self._slot_costs(view)
+
+    def _costs_and_references(
+        self, view: SlotView, top_m: int
+    ) -> tuple[NDArray[np.float64], list[int], tuple[int, int]]:
+        """As :class:`ResidualRouter` computes them, read off the slot's open rows in similarity
+        order instead of partitions of the prior: its first ``top_m`` and first (first of equals,
+        as the hybrid baseline picks), and the first open row in BM25 order."""
+        costs = self._slot_costs(view)
+        slot = self._slot_of(view)
+        if top_m > MAX_RANK or not slot.top:
+            prior = self._prior_cost(view)
+            return costs, top_options(prior[:-1], min(top_m, costs.size - 1)), self._reference_modes(view, prior)
+        eligible = view.eligible
+        for row in slot.design.lexical_order(view.kind if slot.of_kind else None):
+            if row in eligible:
+                return costs, slot.top[:top_m], (slot.top[0], eligible.index(row))
+        raise RouterError(f"slot {view.slot} has open rows outside its table")  # unreachable: rows index the table
+
+    def _slot_costs(self, view: SlotView) -> NDArray[np.float64]:
+        """The slot's costs, ``prior + linear residual + count residual`` as :class:`ResidualRouter`
+        sums them, with the terms shared by every row summed over the table first: per slot a few
+        whole-array steps instead of one per term."""
         slot = self._slot_of(view)
         lead, gap_weight, shift, stop = self._count.slot_terms(view, slot.best if slot.top else None)
         lifted = self._lifted.get(lead)
@@ -224,13 +246,12 @@ class LinearRouter(ResidualRouter):
         # non-finite (the prior is finite, so any such cost comes from the learner)
         if not math.isfinite(float(costs.sum())):
             raise RouterError(f"{type(self).__name__} produced unusable scores for slot {view.slot}: {costs}")
-        prior = self._prior_cost(view)
         first = self._first_costs
         if first is not None and view.position == 0:
             # the offer scores are these costs where every candidate of the kind was open: kept so
             # that _decision_scores need not score the kind's first slot a second time
             first[view.kind] = (view.table, len(view.eligible), costs[:-1])
-        return prior, costs
+        return costs
 
     # ------------------------------------------------------------------------- the model
     def _chosen_scores(self, design: Design, chosen: tuple[int, ...]) -> NDArray[np.float64]:
@@ -294,22 +315,29 @@ class LinearRouter(ResidualRouter):
         skill's logged score contradicted the skill slot's own distribution). A kind whose first
         slot had all its candidates open reuses that slot's costs."""
         first, self._first_costs = self._first_costs or {}, None
+        design = self._design_for(table, context)
+        known: dict[CandidateKind, NDArray[np.float64]] = {}
+        for kind in context.kinds:
+            slot = first.get(kind)
+            if slot is not None and slot[0] is table and slot[1] == len(design.kind_order(kind)[0]):
+                known[kind] = slot[2]
+        if all(kind in known or not design.kind_order(kind)[0] for kind in context.kinds):
+            # every kind's first slot had all its candidates open (the usual decision): nothing to score
+            scores = table.column("hyb_z").copy()
+            for kind, costs in known.items():
+                scores[sorted(design.kind_order(kind)[0])] = -(costs + PRIOR_OFFSET) / PRIOR_SCALE
+            return scores
         row_of = {candidate.id: row for row, candidate in enumerate(table.candidates)}
         picks: dict[CandidateKind, list[int]] = {}
         for draw in draws:
             if draw.chosen_id != STOP_ID:
                 picks.setdefault(draw.kind, []).append(row_of[draw.chosen_id])
         before: dict[CandidateKind, tuple[int, ...]] = {}
-        known: dict[CandidateKind, NDArray[np.float64]] = {}
         earlier: list[int] = []
         # the slot loop fills the kinds in this order, so these are the rows a kind's first slot saw
-        design = self._design_for(table, context)
         for kind in context.kinds:
             before[kind] = tuple(earlier)
             earlier += picks.get(kind, ())
-            slot = first.get(kind)
-            if slot is not None and slot[0] is table and slot[1] == len(design.kind_order(kind)[0]):
-                known[kind] = slot[2]
         return self._first_slot_scores(context, table, before, known)
 
     def _first_slot_scores(

@@ -38,8 +38,9 @@ from memabra.router._exploration import (
     PriorMixture,
     exploration_floor,
     explore,
-    explored_set,
+    explored_with,
     prior_share,
+    top_options,
 )
 from memabra.router._features import FeatureTable
 from memabra.router._howmany import CountModel
@@ -178,27 +179,55 @@ class ResidualRouter(Router):
         return prior, costs
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
+        return np.array(self._slot_values(view))
+
+    def _slot_values(self, view: SlotView) -> tuple[float, ...]:
         # the mixture is a distribution by construction (its costs were checked finite): the base
         # class's check of a subclass's arbitrary output would only repeat it, at every slot
-        return apply_floor(self._slot_distribution(view), float(self.min_probability))
+        minimum = float(self.min_probability)
+        mixed = self._explored_mixture(view)
+        if isinstance(mixed, np.ndarray):
+            return tuple(apply_floor(mixed, minimum).tolist())
+        components, posterior = mixed
+        return components.mixture_values(posterior, minimum)
 
     def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
-        prior, costs = self._prior_and_costs(view)
+        mixed = self._explored_mixture(view)
+        if isinstance(mixed, np.ndarray):
+            return mixed
+        components, posterior = mixed
+        return components.mixture(posterior)
+
+    def _explored_mixture(self, view: SlotView) -> NDArray[np.float64] | tuple[EpsilonGreedy, list[float]]:
+        """The slot's exploration components with their posterior weights, or without exploration
+        the greedy distribution itself."""
         epsilon = float(self.epsilon)
-        if self.exploration == "greedy" or epsilon <= 0.0:
-            return explore(costs, self.exploration, epsilon, int(self.top_m), prior=prior)
-        best = int(costs.argmin())
         top_m = int(self.top_m)
-        modes = self._reference_modes(view, prior)
+        if self.exploration == "greedy" or epsilon <= 0.0:
+            prior, costs = self._prior_and_costs(view)
+            return explore(costs, self.exploration, epsilon, top_m, prior=prior)
+        costs, prior_top, modes = self._costs_and_references(view, top_m)
         # each reference component explores the same set: only where its mode's mass goes differs
         components = EpsilonGreedy(
-            costs.size, explored_set(costs, top_m, prior), exploration_floor(costs.size, top_m, epsilon), best, modes
+            costs.size,
+            explored_with(costs, top_m, prior_top),
+            exploration_floor(costs.size, top_m, epsilon),
+            int(costs.argmin()),
+            modes,
         )
         # the references split the prior share: the learner's own share, and so its regret, is
         # what it was with one reference (two full shares failed tests/router/test_simulator.py)
         share = prior_share(self._learned)
         shares = (1.0 - share,) + (share / len(modes),) * len(modes)
-        return self._mixture.slot(view, components, shares)
+        return components, self._mixture.posterior(view, components, shares)
+
+    def _costs_and_references(
+        self, view: SlotView, top_m: int
+    ) -> tuple[NDArray[np.float64], list[int], tuple[int, int]]:
+        """The slot's costs, the ``top_m`` open candidates of lowest prior cost (as options) and
+        each reference baseline's choice (:meth:`_reference_modes`)."""
+        prior, costs = self._prior_and_costs(view)
+        return costs, top_options(prior[:-1], min(top_m, costs.size - 1)), self._reference_modes(view, prior)
 
     def _reference_modes(self, view: SlotView, prior: NDArray[np.float64]) -> tuple[int, int]:
         """Each reference baseline's choice among ``view``'s options: hybrid top-k's (the lowest

@@ -60,7 +60,7 @@ def draw_index(probabilities: NDArray[np.float64] | Sequence[float], rng: np.ran
     with ``bisect_right`` (``searchsorted(side="right")``): on a slot's few dozen options this is
     several times cheaper than the two numpy calls and draws the same index.
     """
-    values = probabilities.tolist() if isinstance(probabilities, np.ndarray) else list(probabilities)
+    values = probabilities.tolist() if isinstance(probabilities, np.ndarray) else probabilities
     u = float(rng.random())
     cumulative = list(accumulate(values))
     index = min(bisect_right(cumulative, u * cumulative[-1]), len(values) - 1)

@@ -142,10 +142,10 @@ def fill_slots(
     table: FeatureTable,
     budget: Budget,
     rng: np.random.Generator,
-    distribution: Callable[[SlotView], NDArray[np.float64]],
+    distribution: Callable[[SlotView], tuple[float, ...]],
 ) -> list[SlotDraw]:
     """Draw slot after slot from ``table`` within ``budget``, each from ``distribution(view)``, a
-    checked distribution over the view's options (:meth:`Router._distribution`'s)."""
+    checked distribution over the view's options as floats (:meth:`Router._slot_values`)."""
     draws: list[SlotDraw] = []
     chosen: list[int] = []
     remaining = budget.max_tokens
@@ -166,7 +166,7 @@ def fill_slots(
             if not eligible:
                 break
             view = SlotView(context, table, kind, len(draws), position, eligible, tuple(chosen), remaining)
-            values = tuple(distribution(view).tolist())
+            values = distribution(view)
             pick = draw_index(values, rng)
             # the distribution was checked by the router's _distribution and draw_index never picks
             # an option of probability 0: the record's own checks would only repeat that

@@ -170,3 +170,23 @@ def test_co_needed_tools_carry_over_to_requests_never_seen() -> None:
             router.learn(selection, 1.2 if not missing else -0.35, outcomes, missing=missing)
     unseen = router.choose(_context("move the invoice into the taxes directory"), TOOLS)
     assert {"mv", "cd"} <= set(unseen.chosen_ids)
+
+
+def test_the_floored_mixture_is_the_mixture_mixed_with_uniform() -> None:
+    """What a slot draws from (``mixture_values``) is ``apply_floor`` of the mixture, up to the
+    renormalisation's rounding, and a floor too large for the options gives the uniform."""
+    from memabra.router._exploration import EpsilonGreedy
+    from memabra.router._sampling import apply_floor
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        size = int(rng.integers(2, 40))
+        explored = {int(i) for i in rng.choice(size, size=int(rng.integers(1, min(size, 9) + 1)), replace=False)}
+        best, hybrid_mode, lexical_mode = (int(i) for i in rng.integers(0, size, size=3))
+        components = EpsilonGreedy(size, explored, 0.01 / 9, best, (hybrid_mode, lexical_mode))
+        weights = [0.9, 0.05, 0.05]
+        values = components.mixture_values(weights, 1e-5)
+        expected = apply_floor(components.mixture(weights), 1e-5)
+        np.testing.assert_allclose(values, expected, rtol=0.0, atol=1e-15)
+        assert abs(sum(values) - 1.0) < 1e-12 and min(values) >= 1e-5 * (1 - 1e-12)
+    assert EpsilonGreedy(4, {0, 3}, 0.1, 0).mixture_values([1.0], 0.3) == (0.25,) * 4

@@ -23,7 +23,17 @@ from memabra import (
     SlotDraw,
     SnapshotError,
 )
-from memabra.router import HybridRouter, LinearRouter, Router, Similarity, SnapshotWatcher, VWRouter, load_router
+from memabra.router import (
+    HybridRouter,
+    LexicalRouter,
+    LinearRouter,
+    ResidualRouter,
+    Router,
+    Similarity,
+    SnapshotWatcher,
+    VWRouter,
+    load_router,
+)
 from memabra.router._slots import SlotView
 from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
@@ -169,6 +179,41 @@ def test_the_linear_slot_costs_are_the_prior_plus_its_residuals_term_by_term() -
             compared += 1
         router.learn(selection, float(rng.normal()), {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids})
     assert compared > 80
+
+
+def test_the_linear_exploration_references_are_the_priors_top_and_the_baselines_own_picks() -> None:
+    # the linear learner reads the prior's top-M, hybrid's pick and BM25's pick off its open rows in
+    # similarity and BM25 order; they must be what partitions of the prior give (as sets: the prior
+    # has no ties here) and exactly what HybridRouter and LexicalRouter pick at the same slot
+    router = LinearRouter(seed=5, similarity=SIM)
+    hybrid, lexical = HybridRouter(similarity=SIM), LexicalRouter(similarity=SIM)
+    pool = MEMORIES + TOOLS
+    rng = np.random.default_rng(5)
+    compared = 0
+    for step in range(30):
+        context = RoutingContext(
+            "which lawyer in Seattle should the user call",
+            f"u{step % 3}",
+            kinds=(CandidateKind.MEMORY, CandidateKind.TOOL),
+            budget=Budget(max_tokens=10_000, slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 2}),
+        )
+        selection = router.choose(context, pool)
+        for view, _draw, _options in router._replay(selection):
+            if not view.eligible:
+                continue
+            for top_m in (1, 2, 4, 6):
+                costs, prior_top, modes = router._costs_and_references(view, top_m)
+                reference = ResidualRouter._costs_and_references(router, view, top_m)
+                assert costs.tolist() == reference[0].tolist()
+                assert sorted(prior_top) == sorted(reference[1]) and modes == reference[2]
+            options = len(view.eligible)
+            assert modes == (
+                int(np.argmax(hybrid._slot_distribution(view)[:options])),
+                int(np.argmax(lexical._slot_distribution(view)[:options])),
+            )
+            compared += 1
+        router.learn(selection, float(rng.normal()), {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids})
+    assert compared > 60
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
