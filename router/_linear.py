@@ -135,9 +135,8 @@ class LinearRouter(ResidualRouter):
         # the kr feature of each open candidate: slot position x its open similarity rank; ranks
         # from MAX_RANK on share one feature, so only the first MAX_RANK open rows are looked for.
         # A slot's open rows are of its kind (a foreign log's may not be: then all rows are walked)
-        order, kind_rows = design.kind_order(view.kind)
-        of_kind = kind_rows.issuperset(eligible)
-        if not of_kind:
+        order, of_kind = design.kind_order(view.kind)
+        if not of_kind.issuperset(eligible):
             order = design.order
         top_rows: list[int] = []
         for row in order:
@@ -147,7 +146,7 @@ class LinearRouter(ResidualRouter):
                     break
         # the best open similarity is the first-ranked open row's (the maximum itself, not a sum)
         best = float(design.hybrid[top_rows[0]]) if top_rows else 0.0
-        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best, of_kind)
+        slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
         return slot
 
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -204,19 +203,16 @@ class LinearRouter(ResidualRouter):
     def _costs_and_references(
         self, view: SlotView, top_m: int
     ) -> tuple[NDArray[np.float64], list[int], tuple[int, int]]:
-        """As :class:`ResidualRouter` computes them, read off the slot's open rows in similarity
-        order instead of partitions of the prior: its first ``top_m`` and first (first of equals,
-        as the hybrid baseline picks), and the first open row in BM25 order."""
+        """As :class:`ResidualRouter` computes them, the prior's top ``top_m`` and hybrid's pick
+        (first of equals, as the hybrid baseline picks) read off the slot's open rows in similarity
+        order instead of partitions of the prior."""
         costs = self._slot_costs(view)
         slot = self._slot_of(view)
         if top_m > MAX_RANK or not slot.top:
             prior = self._prior_cost(view)
             return costs, top_options(prior[:-1], min(top_m, costs.size - 1)), self._reference_modes(view, prior)
-        eligible = view.eligible
-        for row in slot.design.lexical_order(view.kind if slot.of_kind else None):
-            if row in eligible:
-                return costs, slot.top[:top_m], (slot.top[0], eligible.index(row))
-        raise RouterError(f"slot {view.slot} has open rows outside its table")  # unreachable: rows index the table
+        lexical = view.table.column("lex")[view.rows]
+        return costs, slot.top[:top_m], (slot.top[0], int(lexical.argmax()))
 
     def _slot_costs(self, view: SlotView) -> NDArray[np.float64]:
         """The slot's costs, ``prior + linear residual + count residual`` as :class:`ResidualRouter`

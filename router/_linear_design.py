@@ -68,18 +68,15 @@ class Slot:
     """The weight-independent parts of one slot's rows (scoring, the stop row and the fits of a
     replayed slot all read them), built once per view."""
 
-    __slots__ = ("best", "design", "key", "of_kind", "stop_index", "stop_values", "top", "top_rows", "view")
+    __slots__ = ("best", "design", "key", "stop_index", "stop_values", "top", "top_rows", "view")
 
-    def __init__(
-        self, view: SlotView, design: Design, key: str, top_rows: list[int], best: float, of_kind: bool
-    ) -> None:
+    def __init__(self, view: SlotView, design: Design, key: str, top_rows: list[int], best: float) -> None:
         self.view = view
         self.design = design
         self.key = key  # the slot's kind and position, as the rank and stop features name it
         self.top_rows = top_rows  # the first MAX_RANK open rows by similarity, in that order
         self.top = list(map(view.eligible.index, top_rows))  # and their options
         self.best = best
-        self.of_kind = of_kind  # every open row is of the slot's kind (not so in a foreign log)
         self.stop_index: NDArray[np.int64] | None = None
         self.stop_values: NDArray[np.float64] = _NO_VALUES
 
@@ -243,7 +240,6 @@ class Design:
         # the order a stable argsort of theirs gives, so a slot's ranks are a short walk of it
         self.order: list[int] = np.argsort(-self.hybrid, kind="stable").tolist()
         self._kind_orders: dict[CandidateKind, tuple[list[int], frozenset[int]]] = {}
-        self._lexical_orders: dict[CandidateKind | None, list[int]] = {}
         if previous is not None and _same_objects(previous.table.candidates, table.candidates):
             pool = self.pool = previous.pool
         else:
@@ -273,17 +269,4 @@ class Design:
             candidates = self.table.candidates
             rows = [row for row in self.order if candidates[row].kind is kind]
             found = self._kind_orders[kind] = (rows, frozenset(rows))
-        return found
-
-    def lexical_order(self, kind: CandidateKind | None) -> list[int]:
-        """The rows of ``kind`` (``None``: every row) by descending ``lex``, first of equals first:
-        a slot's BM25 choice is its first open row."""
-        found = self._lexical_orders.get(kind)
-        if found is None:
-            if kind is None:
-                rows = np.arange(len(self.order))
-            else:
-                rows = np.array(sorted(self.kind_order(kind)[0]), dtype=np.intp)
-            order = np.argsort(-self.table.column("lex")[rows], kind="stable")
-            found = self._lexical_orders[kind] = rows[order].tolist()
         return found
