@@ -149,10 +149,7 @@ class LinearRouter(ResidualRouter):
         slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
         return slot
 
-    def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-        slot = self._slot_of(view)
-        if slot.stop_index is not None:
-            return slot.stop_index, slot.stop_values
+    def _stop_index(self, view: SlotView, slot: Slot) -> NDArray[np.int64]:
         design = slot.design
         key = slot.key
         index = design.stop.get(key)
@@ -165,15 +162,36 @@ class LinearRouter(ResidualRouter):
                 keys += (key,)
             design.stop.update(stop_rows(design.q, keys))
             index = design.stop[key]
+        return index
+
+    @staticmethod
+    def _stop_numbers(view: SlotView, slot: Slot) -> tuple[float, float, float]:
+        """The stop row's last three values: the share of the token budget left, the best open
+        similarity and the open candidates' count (as :func:`open_log`); the others are 1."""
         budget = view.context.budget.max_tokens
         share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
+        return share, slot.best, open_log(len(view.eligible))
+
+    def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        slot = self._slot_of(view)
+        if slot.stop_index is not None:
+            return slot.stop_index, slot.stop_values
+        index = self._stop_index(view, slot)
         values = np.ones(index.size)
-        # item by item: cheaper than converting a tuple of three for a slice
-        values[-3] = share
-        values[-2] = slot.best
-        values[-1] = open_log(len(view.eligible))
+        values[-3:] = self._stop_numbers(view, slot)
         slot.stop_index, slot.stop_values = index, values
         return index, values
+
+    def _stop_cost(self, view: SlotView, slot: Slot) -> float:
+        """The stop row's score, :meth:`_stop_row` times the weights, from the row's weights summed
+        once per slot kind and position until the next fit (a slot adds three products)."""
+        parts = self._stop_parts.get(slot.key)
+        if parts is None:
+            weights = self._weights[self._stop_index(view, slot)]
+            parts = self._stop_parts[slot.key] = (float(weights[:-3].sum()), *weights[-3:].tolist())
+        ones, share_weight, best_weight, open_weight = parts
+        share, best, open_rows = self._stop_numbers(view, slot)
+        return ones + share_weight * share + best_weight * best + open_weight * open_rows
 
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
@@ -236,8 +254,7 @@ class LinearRouter(ResidualRouter):
         # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
         for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
             costs[option] = row_costs[row] + (weight + shift)
-        index, values = self._stop_row(view)
-        costs[-1] = float(self._weights[index] @ values) + stop
+        costs[-1] = self._stop_cost(view, slot) + stop
         # one reduction instead of isfinite + all: a NaN or an infinity anywhere makes the sum
         # non-finite (the prior is finite, so any such cost comes from the learner)
         if not math.isfinite(float(costs.sum())):
@@ -383,6 +400,7 @@ class LinearRouter(ResidualRouter):
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._rank_weights: dict[str, list[float]] = {}
         self._lifted: dict[float, NDArray[np.float64]] = {}
+        self._stop_parts: dict[str, tuple[float, float, float, float]] = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()
