@@ -26,15 +26,13 @@ overshoot).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from memabra._errors import RouterError, SnapshotError
+from memabra._errors import RouterError
 from memabra._records import STOP_ID, Budget, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import Router, SlotView
 from memabra.router._exploration import top_options
@@ -45,11 +43,11 @@ from memabra.router._linear_design import (
     MAX_RANK,
     Design,
     Slot,
-    open_log,
+    decode_weights,
+    encode_weights,
     rank_features,
-    reachable_slots,
     slot_key,
-    stop_rows,
+    stop_numbers,
 )
 from memabra.router._residual import DEFAULT_EPSILON, DEFAULT_TOP_M, PRIOR_OFFSET, PRIOR_SCALE, ResidualRouter
 from memabra.router._similarity import Similarity
@@ -149,49 +147,28 @@ class LinearRouter(ResidualRouter):
         slot = self._slot = Slot(view, design, slot_key(view.kind, view.position), top_rows, best)
         return slot
 
-    def _stop_index(self, view: SlotView, slot: Slot) -> NDArray[np.int64]:
-        design = slot.design
-        key = slot.key
-        index = design.stop.get(key)
-        if index is None:
-            # every slot kind and position the request can reach, at once: one hashing pass per
-            # decision instead of one per slot
-            kinds = view.context.kinds
-            keys = reachable_slots(kinds, tuple(map(view.context.budget.slots_for, kinds)))
-            if key not in keys:
-                keys += (key,)
-            design.stop.update(stop_rows(design.q, keys))
-            index = design.stop[key]
-        return index
-
-    @staticmethod
-    def _stop_numbers(view: SlotView, slot: Slot) -> tuple[float, float, float]:
-        """The stop row's last three values: the share of the token budget left, the best open
-        similarity and the open candidates' count (as :func:`open_log`); the others are 1."""
-        budget = view.context.budget.max_tokens
-        share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
-        return share, slot.best, open_log(len(view.eligible))
-
     def _stop_row(self, view: SlotView) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         slot = self._slot_of(view)
         if slot.stop_index is not None:
             return slot.stop_index, slot.stop_values
-        index = self._stop_index(view, slot)
+        index = slot.design.stop_index(slot.key, view.context)
         values = np.ones(index.size)
-        values[-3:] = self._stop_numbers(view, slot)
+        values[-3:] = stop_numbers(view, slot.best)
         slot.stop_index, slot.stop_values = index, values
         return index, values
 
-    def _stop_cost(self, view: SlotView, slot: Slot) -> float:
-        """The stop row's score, :meth:`_stop_row` times the weights, from the row's weights summed
-        once per slot kind and position until the next fit (a slot adds three products)."""
-        parts = self._stop_parts.get(slot.key)
-        if parts is None:
-            weights = self._weights[self._stop_index(view, slot)]
-            parts = self._stop_parts[slot.key] = (float(weights[:-3].sum()), *weights[-3:].tolist())
-        ones, share_weight, best_weight, open_weight = parts
-        share, best, open_rows = self._stop_numbers(view, slot)
-        return ones + share_weight * share + best_weight * best + open_weight * open_rows
+    def _slot_weights(self, view: SlotView, slot: Slot) -> tuple[list[float], float, float, float, float]:
+        """The rank feature's weights of the slot's kind and position, by open rank, and the stop
+        row's: its constant features' summed, then its three numbers' (:func:`stop_numbers`); one
+        gather per slot kind and position until the next fit."""
+        found = self._weights_by_key.get(slot.key)
+        if found is None:
+            gathered = self._weights[
+                np.concatenate((rank_features(slot.key), slot.design.stop_index(slot.key, view.context)))
+            ].tolist()
+            rank, stop = gathered[: MAX_RANK + 1], gathered[MAX_RANK + 1 :]
+            found = self._weights_by_key[slot.key] = (rank, sum(stop[:-3]), stop[-3], stop[-2], stop[-1])
+        return found
 
     def _candidate_row(self, view: SlotView, option: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         design = self._design_of(view)
@@ -249,12 +226,14 @@ class LinearRouter(ResidualRouter):
         costs = np.empty(view.n_options)
         head = costs[:-1]
         row_costs.take(view.rows, out=head)
-        rank_weights = self._rank_weights_of(slot.key)
+        rank_weights, constant_weight, share_weight, best_weight, open_weight = self._slot_weights(view, slot)
         head += rank_weights[MAX_RANK] + shift
         # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
         for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
             costs[option] = row_costs[row] + (weight + shift)
-        costs[-1] = self._stop_cost(view, slot) + stop
+        # the stop row times the weights, as three products (:meth:`_stop_row` holds the row)
+        share, best, open_rows = stop_numbers(view, slot.best)
+        costs[-1] = (constant_weight + share_weight * share + best_weight * best + open_weight * open_rows) + stop
         # one reduction instead of isfinite + all: a NaN or an infinity anywhere makes the sum
         # non-finite (the prior is finite, so any such cost comes from the learner)
         if not math.isfinite(float(costs.sum())):
@@ -400,7 +379,7 @@ class LinearRouter(ResidualRouter):
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._rank_weights: dict[str, list[float]] = {}
         self._lifted: dict[float, NDArray[np.float64]] = {}
-        self._stop_parts: dict[str, tuple[float, float, float, float]] = {}
+        self._weights_by_key: dict[str, tuple[list[float], float, float, float, float]] = {}
 
     def _begin_update(self) -> None:
         self._drop_scores()
@@ -426,12 +405,7 @@ class LinearRouter(ResidualRouter):
 
     # ------------------------------------------------------------------------- snapshots
     def _model_bytes(self) -> bytes:
-        buffer = io.BytesIO()
-        touched = np.flatnonzero((self._squared_gradients != 0.0) | (self._weights != 0.0))
-        np.savez_compressed(
-            buffer, index=touched, weights=self._weights[touched], squared_gradients=self._squared_gradients[touched]
-        )
-        return buffer.getvalue()
+        return encode_weights(self._weights, self._squared_gradients)
 
     def _copy_model_from(self, source: Router) -> None:
         if not isinstance(source, LinearRouter):
@@ -442,17 +416,8 @@ class LinearRouter(ResidualRouter):
         self._drop_scores()
 
     def _load_model(self, payload: bytes) -> None:
-        try:
-            with np.load(io.BytesIO(payload), allow_pickle=False) as data:
-                index = data["index"]
-                arrays: dict[str, Any] = {k: data[k] for k in ("weights", "squared_gradients")}
-        except (ValueError, KeyError, OSError) as exc:
-            raise SnapshotError(f"linear snapshot payload is unreadable: {exc}") from None
-        if index.size and (index.min() < 0 or index.max() >= self._weights.size):
-            raise SnapshotError("linear snapshot indexes weights outside the model")
-        if any(a.shape != index.shape or not np.all(np.isfinite(a)) for a in arrays.values()):
-            raise SnapshotError("linear snapshot arrays are inconsistent or not finite")
-        self._weights[index] = arrays["weights"]
-        self._squared_gradients[index] = arrays["squared_gradients"]
+        index, weights, squared_gradients = decode_weights(payload, self._weights.size)
+        self._weights[index] = weights
+        self._squared_gradients[index] = squared_gradients
         self._design = None
         self._drop_scores()

@@ -5,13 +5,16 @@ slot and fit that reads it.
 
 from __future__ import annotations
 
+import io
 import operator
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from memabra._records import Candidate, CandidateKind
+from memabra._errors import SnapshotError
+from memabra._records import Candidate, CandidateKind, RoutingContext
 from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
 from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._slots import SlotView
@@ -23,10 +26,13 @@ __all__ = [
     "MAX_RANK",
     "Design",
     "Slot",
+    "decode_weights",
+    "encode_weights",
     "open_log",
     "rank_features",
     "reachable_slots",
     "slot_key",
+    "stop_numbers",
     "stop_rows",
 ]
 
@@ -270,3 +276,49 @@ class Design:
             rows = [row for row in self.order if candidates[row].kind is kind]
             found = self._kind_orders[kind] = (rows, frozenset(rows))
         return found
+
+    def stop_index(self, key: str, context: RoutingContext) -> NDArray[np.int64]:
+        """The stop row's feature indices at the slot kind and position ``key`` for this request."""
+        index = self.stop.get(key)
+        if index is None:
+            # every slot kind and position the request can reach, at once: one hashing pass per
+            # decision instead of one per slot
+            kinds = context.kinds
+            keys = reachable_slots(kinds, tuple(map(context.budget.slots_for, kinds)))
+            if key not in keys:
+                keys += (key,)
+            self.stop.update(stop_rows(self.q, keys))
+            index = self.stop[key]
+        return index
+
+
+def stop_numbers(view: SlotView, best: float) -> tuple[float, float, float]:
+    """The stop row's last three values (its others are 1): the share of the token budget left,
+    ``best`` (the best open similarity) and the open candidates' count (as :func:`open_log`)."""
+    budget = view.context.budget.max_tokens
+    share = 1.0 if budget is None or view.remaining_tokens is None else view.remaining_tokens / max(budget, 1)
+    return share, best, open_log(len(view.eligible))
+
+
+def encode_weights(weights: NDArray[np.float64], squared_gradients: NDArray[np.float64]) -> bytes:
+    """A snapshot's payload: the touched weights and squared gradients with their indices."""
+    buffer = io.BytesIO()
+    touched = np.flatnonzero((squared_gradients != 0.0) | (weights != 0.0))
+    np.savez_compressed(buffer, index=touched, weights=weights[touched], squared_gradients=squared_gradients[touched])
+    return buffer.getvalue()
+
+
+def decode_weights(payload: bytes, size: int) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+    """Inverse of :func:`encode_weights` for a model of ``size`` weights: ``(index, weights,
+    squared_gradients)``; :class:`~memabra.SnapshotError` names what is wrong with a bad payload."""
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+            index = data["index"]
+            arrays: dict[str, Any] = {k: data[k] for k in ("weights", "squared_gradients")}
+    except (ValueError, KeyError, OSError) as exc:
+        raise SnapshotError(f"linear snapshot payload is unreadable: {exc}") from None
+    if index.size and (index.min() < 0 or index.max() >= size):
+        raise SnapshotError("linear snapshot indexes weights outside the model")
+    if any(a.shape != index.shape or not np.all(np.isfinite(a)) for a in arrays.values()):
+        raise SnapshotError("linear snapshot arrays are inconsistent or not finite")
+    return index, arrays["weights"], arrays["squared_gradients"]
