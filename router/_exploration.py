@@ -12,8 +12,8 @@ similarity order, the baseline users compare the learner against) and the stop o
   all offline evaluation needs and every draw beyond it is a turn at risk (on a one-slot turn an
   explored draw is a miss). A logged slot's inverse-propensity weight for any policy whose choice
   lies in ``S`` (the hybrid baseline's always does) is at most ``1 / φ``; options outside ``S`` get
-  only the router's ``min_probability`` (applied afterwards by
-  :func:`memabra.router._sampling.apply_floor`).
+  only the router's ``min_probability`` (mixed in as
+  :func:`memabra.router._sampling.apply_floor` mixes it, by :meth:`EpsilonGreedy.mixture_values`).
 * Decision-level reference share: a whole decision follows a reference baseline's own choices
   with probability ``δ`` (:func:`prior_share`: :data:`PRIOR_SHARE` for a fresh router, decaying
   with the decisions learned to :data:`PRIOR_FLOOR`), split evenly between hybrid top-k's
