@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -154,65 +154,60 @@ def test_the_logged_score_is_the_score_of_the_first_slot_of_the_kind_in_that_dec
     assert checked > 0  # some tool slot came after picked memories
 
 
-def test_the_linear_slot_costs_are_the_prior_plus_its_residuals_term_by_term() -> None:
-    # _prior_and_costs sums the terms every row shares over the whole table first; _residuals and
-    # the count model's predict are the same model term by term, on every slot of learned decisions
-    # (with memories picked before the tool slots, so the pair terms are in) and under a tight budget
-    router = LinearRouter(seed=3, similarity=SIM)
+def _learned_slot_views(router: LinearRouter, steps: int, budgets: tuple[Budget, ...]) -> Iterator[SlotView]:
+    """Every slot of ``steps`` decisions that ``router`` makes and learns from (memories picked before
+    the tool slots, so the pair terms are in), each under the next of ``budgets`` in turn."""
     pool = MEMORIES + TOOLS
-    budgets = (Budget(max_tokens=10_000), Budget(max_tokens=40))
-    rng = np.random.default_rng(3)
-    compared = 0
-    for step in range(40):
+    rng = np.random.default_rng(router.seed)
+    for step in range(steps):
         context = RoutingContext(
             "which lawyer in Seattle should the user call",
             f"u{step % 3}",
             kinds=(CandidateKind.MEMORY, CandidateKind.TOOL),
-            budget=replace(budgets[step % 2], slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 2}),
+            budget=replace(budgets[step % len(budgets)], slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 2}),
         )
         selection = router.choose(context, pool)
         for view, _draw, _options in router._replay(selection):
-            prior, costs = router._prior_and_costs(view)
-            reference = router._prior_cost(view) + (router._residuals(view) + router._count.predict(view))
-            assert prior.tolist() == router._prior_cost(view).tolist()
-            assert np.allclose(costs, reference, rtol=0.0, atol=1e-12)
-            compared += 1
+            yield view
         router.learn(selection, float(rng.normal()), {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids})
+
+
+def test_the_linear_slot_costs_are_the_prior_plus_its_residuals_term_by_term() -> None:
+    # _prior_and_costs sums the terms every row shares over the whole table first; _residuals and
+    # the count model's predict are the same model term by term, on every slot of learned decisions
+    # and under a tight budget
+    router = LinearRouter(seed=3, similarity=SIM)
+    compared = 0
+    for view in _learned_slot_views(router, 40, (Budget(max_tokens=10_000), Budget(max_tokens=40))):
+        prior, costs = router._prior_and_costs(view)
+        reference = router._prior_cost(view) + (router._residuals(view) + router._count.predict(view))
+        assert prior.tolist() == router._prior_cost(view).tolist()
+        assert np.allclose(costs, reference, rtol=0.0, atol=1e-12)
+        compared += 1
     assert compared > 80
 
 
 def test_the_linear_exploration_references_are_the_priors_top_and_the_baselines_own_picks() -> None:
-    # the linear learner reads the prior's top-M, hybrid's pick and BM25's pick off its open rows in
-    # similarity and BM25 order; they must be what partitions of the prior give (as sets: the prior
-    # has no ties here) and exactly what HybridRouter and LexicalRouter pick at the same slot
+    # the linear learner reads the prior's top-M and hybrid's pick off its open rows in similarity
+    # order; they must be what partitions of the prior give (as sets: the prior has no ties here)
+    # and exactly what HybridRouter and LexicalRouter pick at the same slot
     router = LinearRouter(seed=5, similarity=SIM)
     hybrid, lexical = HybridRouter(similarity=SIM), LexicalRouter(similarity=SIM)
-    pool = MEMORIES + TOOLS
-    rng = np.random.default_rng(5)
     compared = 0
-    for step in range(30):
-        context = RoutingContext(
-            "which lawyer in Seattle should the user call",
-            f"u{step % 3}",
-            kinds=(CandidateKind.MEMORY, CandidateKind.TOOL),
-            budget=Budget(max_tokens=10_000, slots={CandidateKind.MEMORY: 3, CandidateKind.TOOL: 2}),
+    for view in _learned_slot_views(router, 30, (Budget(max_tokens=10_000),)):
+        if not view.eligible:
+            continue
+        for top_m in (1, 2, 4, 6):
+            costs, prior_top, modes = router._costs_and_references(view, top_m)
+            reference = ResidualRouter._costs_and_references(router, view, top_m)
+            assert costs.tolist() == reference[0].tolist()
+            assert sorted(prior_top) == sorted(reference[1]) and modes == reference[2]
+        options = len(view.eligible)
+        assert modes == (
+            int(np.argmax(hybrid._slot_distribution(view)[:options])),
+            int(np.argmax(lexical._slot_distribution(view)[:options])),
         )
-        selection = router.choose(context, pool)
-        for view, _draw, _options in router._replay(selection):
-            if not view.eligible:
-                continue
-            for top_m in (1, 2, 4, 6):
-                costs, prior_top, modes = router._costs_and_references(view, top_m)
-                reference = ResidualRouter._costs_and_references(router, view, top_m)
-                assert costs.tolist() == reference[0].tolist()
-                assert sorted(prior_top) == sorted(reference[1]) and modes == reference[2]
-            options = len(view.eligible)
-            assert modes == (
-                int(np.argmax(hybrid._slot_distribution(view)[:options])),
-                int(np.argmax(lexical._slot_distribution(view)[:options])),
-            )
-            compared += 1
-        router.learn(selection, float(rng.normal()), {cid: float(rng.random() < 0.5) for cid in selection.chosen_ids})
+        compared += 1
     assert compared > 60
 
 
