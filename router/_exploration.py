@@ -79,14 +79,10 @@ def exploration_floor(n_options: int, top_m: int, epsilon: float) -> float:
     return epsilon / (2 * top_m + 1) if n_options > 1 else 1.0
 
 
-def _top(costs: NDArray[np.float64], m: int) -> list[int]:
-    # the method, not np.argpartition: the same indices without the wrapper's dispatch
-    return costs.argpartition(m - 1)[:m].tolist() if m < costs.size else list(range(costs.size))
-
-
 def top_options(costs: NDArray[np.float64], m: int) -> list[int]:
     """The ``m`` options of lowest ``costs`` (all of them when there are no more)."""
-    return _top(costs, m)
+    # the method, not np.argpartition: the same indices without the wrapper's dispatch
+    return costs.argpartition(m - 1)[:m].tolist() if m < costs.size else list(range(costs.size))
 
 
 def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float64] | None = None) -> set[int]:
@@ -94,14 +90,14 @@ def explored_set(costs: NDArray[np.float64], top_m: int, prior: NDArray[np.float
     excluded from both), and the stop option."""
     k = costs.size
     m = min(top_m, k - 1)
-    return explored_with(costs, top_m, _top(prior[:-1], m) if prior is not None else ())
+    return explored_with(costs, top_m, top_options(prior[:-1], m) if prior is not None else ())
 
 
 def explored_with(costs: NDArray[np.float64], top_m: int, prior_top: Iterable[int]) -> set[int]:
     """:func:`explored_set` with the prior's ``top_m`` options given (a learner that keeps its
     open candidates in similarity order has them without a partition)."""
     k = costs.size
-    explored = set(_top(costs[:-1], min(top_m, k - 1)))
+    explored = set(top_options(costs[:-1], min(top_m, k - 1)))
     explored.update(prior_top)
     explored.add(k - 1)
     return explored

@@ -35,7 +35,6 @@ from numpy.typing import NDArray
 from memabra._errors import RouterError
 from memabra._records import STOP_ID, Budget, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import Router, SlotView
-from memabra.router._exploration import top_options
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
     BITS,
@@ -201,11 +200,10 @@ class LinearRouter(ResidualRouter):
         """As :class:`ResidualRouter` computes them, the prior's top ``top_m`` and hybrid's pick
         (first of equals, as the hybrid baseline picks) read off the slot's open rows in similarity
         order instead of partitions of the prior."""
-        costs = self._slot_costs(view)
         slot = self._slot_of(view)
         if top_m > MAX_RANK or not slot.top:
-            prior = self._prior_cost(view)
-            return costs, top_options(prior[:-1], min(top_m, costs.size - 1)), self._reference_modes(view, prior)
+            return super()._costs_and_references(view, top_m)
+        costs = self._slot_costs(view)
         lexical = view.table.column("lex")[view.rows]
         return costs, slot.top[:top_m], (slot.top[0], int(lexical.argmax()))
 
@@ -273,18 +271,11 @@ class LinearRouter(ResidualRouter):
         scores = self._chosen_scores(slot.design, view.chosen)
         scores.take(view.rows, out=out)
         # the rank feature's weight: one for every open row but the first MAX_RANK by similarity
-        rank_weights = self._rank_weights_of(slot.key)
+        rank_weights = self._slot_weights(view, slot)[0]
         out += rank_weights[MAX_RANK]
         # item by item: for at most MAX_RANK rows, cheaper than index arrays built from the lists
         for option, row, weight in zip(slot.top, slot.top_rows, rank_weights, strict=False):
             out[option] = scores[row] + weight
-
-    def _rank_weights_of(self, key: str) -> list[float]:
-        """The rank feature's weights of a slot kind and position, by open rank."""
-        rank_weights = self._rank_weights.get(key)
-        if rank_weights is None:
-            rank_weights = self._rank_weights[key] = self._weights[rank_features(key)].tolist()
-        return rank_weights
 
     def _residuals(self, view: SlotView) -> NDArray[np.float64]:
         """The linear residual of each option, term by term: what :meth:`_prior_and_costs` sums
@@ -377,7 +368,6 @@ class LinearRouter(ResidualRouter):
     def _drop_scores(self) -> None:
         self._scores_by_chosen: dict[tuple[int, ...], NDArray[np.float64]] = {}
         self._pair_sums: dict[tuple[int, ...], NDArray[np.float64]] = {}
-        self._rank_weights: dict[str, list[float]] = {}
         self._lifted: dict[float, NDArray[np.float64]] = {}
         self._weights_by_key: dict[str, tuple[list[float], float, float, float, float]] = {}
 

@@ -222,7 +222,6 @@ class Design:
 
     __slots__ = (
         "_kind_orders",
-        "_lexical_orders",
         "hybrid",
         "index",
         "order",
