@@ -165,7 +165,8 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
     # the effective sample size grows in proportion to the decisions logged by the same logger, so
     # how far short it falls is what a user can act on
     growth = (
-        f"about {_times(MIN_EFFECTIVE_SAMPLE_SIZE / size)} as many decisions logged the same way would reach it"
+        f"about {_times(MIN_EFFECTIVE_SAMPLE_SIZE / size)} as many decisions logged the same way would reach "
+        f"{MIN_EFFECTIVE_SAMPLE_SIZE:g}"
         if size > 0.0
         else "no logged decision reached the target"
     )
@@ -173,8 +174,8 @@ def support_verdict(weight: WeightSummary, floor_share: float, alpha: float, wei
         # on few effective samples a mean weight short of 1 is what a rarely drawn tail of large
         # weights looks like, not only a target outside the logger's support
         short = (
-            f"; its effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g} too: a tail the log "
-            f"drew too rarely reads the same ({growth})"
+            f"; its effective sample size {size:.1f} is below {MIN_EFFECTIVE_SAMPLE_SIZE:g} too, so a tail of large "
+            f"weights the log drew too rarely may read the same ({growth})"
             if 0.0 < size < MIN_EFFECTIVE_SAMPLE_SIZE
             else ""
         )

@@ -97,13 +97,22 @@ def demo(
             offline = run_guarded(
                 evaluate_on_log, log, HybridRouter(seed=seed), policy="hybrid", seed=seed, decision_ids=task_turns
             ).recommended
-        verdict = "supported" if offline.supported else f"UNSUPPORTED: {offline.reason}"
         inside = offline.ci_low <= online[0] <= offline.ci_high
+        span = "interval" if offline.supported else "bounds"
         console.print(
             f"similarity top-k offline, from the learned router's log ({offline.estimator}, its {len(task_turns)} task "
-            f"turns): {offline.value:+.3f} [{offline.ci_low:+.3f}, {offline.ci_high:+.3f}] ({verdict}); online, on its "
-            f"own task turns: {online[0]:+.3f} per decision "
-            f"({'inside' if inside else 'OUTSIDE'} the {'interval' if offline.supported else 'bounds, which say the log cannot tell'})"
+            f"turns): {offline.value:+.3f}, {span} [{offline.ci_low:+.3f}, {offline.ci_high:+.3f}], "
+            + ("supported" if offline.supported else "[bold red]UNSUPPORTED[/]"),
+            highlight=False,
+        )
+        if not offline.supported:
+            console.print(f"  why: {offline.reason}", highlight=False)
+        console.print(
+            f"similarity top-k online, on its own task turns: {online[0]:+.3f} per decision, "
+            + ("inside" if inside else "OUTSIDE")
+            + f" the offline {span}"
+            + ("" if offline.supported else " (which say the log cannot tell)"),
+            highlight=False,
         )
     console.print("\nnext:")
     console.print(f"  memabra episodes list --db {url}")

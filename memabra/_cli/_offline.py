@@ -152,13 +152,15 @@ def ope_log(
         for name, e in ev.estimates.items():
             weight = ev.weight_diagnostics(name)
             is_rec = name == rec.estimator
-            if is_rec:
-                verdict = "supported" if rec.supported else f"UNSUPPORTED: {rec.reason}"
-                if rec.supported and ev.unreached_share > 0:
-                    verdict += (
-                        f" (interval widened for the {ev.unreached_share:.1%} of its probability the log did not reach)"
-                    )
-            else:  # its own weight's verdict, in brief: the recommended row carries the reasons
+            if is_rec:  # in brief too: a reason is a paragraph, printed under the table
+                verdict = (
+                    "[bold red]UNSUPPORTED[/] (why: below)"
+                    if not rec.supported
+                    else "[bold]supported[/], widened (below)"
+                    if ev.unreached_share > 0
+                    else "[bold]supported[/]"
+                )
+            else:  # its own weight's verdict, in brief
                 own = ev.verdicts.get(name)
                 verdict = (
                     "" if own is None else "[dim]supported[/]" if own.supported else f"[dim]unsupported ({own.rule})[/]"
@@ -178,6 +180,10 @@ def ope_log(
     console.print(
         "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
     )
+    for ev in evaluations:
+        note = _recommendation_note(ev)
+        if note:
+            console.print(f"[bold]{ev.policy}[/] ({ev.recommended.estimator}): {note}", highlight=False)
     if first.n_provisional:
         console.print(
             f"left out {first.n_provisional} decisions whose reward is still provisional (--include-provisional "
@@ -210,6 +216,17 @@ def ope_log(
             plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
         )
         console.print(f"wrote {plot}")
+
+
+def _recommendation_note(evaluation: LogEvaluation) -> str:
+    """Why a recommendation is unsupported, or how far its interval was widened; empty for a plain
+    supported one."""
+    rec = evaluation.recommended
+    if not rec.supported:
+        return f"[bold red]unsupported[/]: {rec.reason}"
+    if evaluation.unreached_share > 0:
+        return f"interval widened for the {evaluation.unreached_share:.1%} of its probability the log did not reach"
+    return ""
 
 
 def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
