@@ -76,5 +76,7 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
         "top-k offline",
         "its 20 task turns",
         "on its own task turns",
+        "UNSUPPORTED\n  why: ",  # 20 episodes cannot support top-k: the reason on a line of its own
+        "the offline bounds",
     ):
         assert needle in result.output
