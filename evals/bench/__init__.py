@@ -7,10 +7,12 @@ from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactor
 from memabra.evals.bench._log_db import DecisionLogWriter
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
+from memabra.evals.bench._seeds import SEED_METRICS, parse_seeds, summarize_seeds
 
 __all__ = [
     "ROUTER_NAMES",
     "NEED_RULES",
+    "SEED_METRICS",
     "BenchFormatError",
     "DecisionHook",
     "BenchRound",
@@ -20,10 +22,12 @@ __all__ = [
     "bench_budget_tokens",
     "bench_reward",
     "load_rounds",
+    "parse_seeds",
     "parse_round",
     "router_factories",
     "run_bench",
     "run_router",
     "split_unseen",
     "summarize",
+    "summarize_seeds",
 ]

@@ -43,6 +43,14 @@ def bench(
     ] = "linear,vw,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Run once per seed (0-4, 0,3,7) and report each router's median and range over them; "
+            "the JSON keeps every seed's report under runs.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOutOption = None,
     plot: Annotated[
         Path | None,
@@ -62,12 +70,23 @@ def bench(
     ] = None,
 ) -> None:
     """Each round every router chooses, is rewarded with the composite reward and learns."""
-    from memabra.evals.bench import load_rounds, router_factories, run_bench
+    from memabra.evals.bench import load_rounds, parse_seeds, router_factories, run_bench
 
     logging.getLogger("memabra").setLevel(logging.WARNING)
     names = _router_names(routers)
+    if seeds is not None:
+        # one log or one plot per run is what those options mean; several seeds would mix them
+        for given, option in ((log_db, "--log-db"), (plot, "--plot")):
+            if given is not None:
+                fail(f"{option} writes one run; give it with --seed, not --seeds")
+        if seed != 0:
+            fail("give either --seed or --seeds, not both")
+        seed_list = run_guarded(parse_seeds, seeds)
     rounds = run_guarded(load_rounds, file)
     factories = run_guarded(router_factories, names)
+    if seeds is not None:
+        _bench_seeds(file, rounds, factories, passes, seed_list, json_out)
+        return
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as bar:
@@ -95,6 +114,54 @@ def bench(
     if plot is not None:
         _plot(report, plot)
         console.print(Text(f"wrote {plot}"), highlight=False)
+
+
+def _bench_seeds(
+    file: Path, rounds: Any, factories: Any, passes: int, seed_list: tuple[int, ...], json_out: Path | None
+) -> None:
+    from memabra.evals.bench import run_bench, summarize_seeds
+
+    reports = []
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        for seed in seed_list:
+            tasks: dict[str, Any] = {}
+
+            def advance(name: str, done: int, total: int, seed: int = seed, tasks: dict[str, Any] = tasks) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(f"seed {seed} {name:>10}", total=total)
+                bar.update(tasks[name], completed=done)
+
+            reports.append(run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name))
+    summary = summarize_seeds(reports)
+    _render_seeds(summary)
+    write_json(json_out, summary)
+
+
+def _render_seeds(summary: dict[str, Any]) -> None:
+    seeds = summary["seeds"]
+    table = Table(
+        title=f"{summary['file']}: {summary['rounds']} rounds x {summary['passes']} passes, "
+        f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): median \\[min, max]"
+    )
+    columns = {
+        "first pass": ("hit_rate_first_pass", ".3f"),
+        "last pass": ("hit_rate_last_pass", ".3f"),
+        "unseen": ("hit_rate_unseen", ".3f"),
+        "unseen tokens": ("tokens_mean_unseen", ".0f"),
+        "reward": ("reward_mean", ".3f"),
+    }
+    table.add_column("router")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, metrics in summary["summary"].items():
+        cells = []
+        for metric, spec in columns.values():
+            m = metrics[metric]
+            cells.append(f"{m['median']:{spec}} [{m['min']:{spec}}, {m['max']:{spec}}]")
+        table.add_row(name, *cells)
+    console.print(table)
 
 
 def _router_names(routers: str) -> list[str]:
