@@ -19,18 +19,19 @@ term unbiased given the model). Features per (round, action, position):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.base import BaseEstimator, clone, is_classifier
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.model_selection import KFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-from sklearn.utils.multiclass import type_of_target
 
 from memabra.evals.ope._batch import BanditArrays
 from memabra.evals.ope._validation import OPEInputError
+
+if TYPE_CHECKING:
+    from sklearn.base import BaseEstimator
+
+# scikit-learn (with SciPy, about a second) is imported where a model is fitted, not with the
+# package: every command line call imports the estimators, few fit a reward model
 
 __all__ = ["CrossFittedRewardModel"]
 
@@ -62,6 +63,8 @@ class CrossFittedRewardModel:
         position = np.zeros(arrays.n_rounds, dtype=np.int64) if arrays.position is None else arrays.position
         cells = (arrays.n_actions, arrays.len_list)
         estimated = np.empty((arrays.n_rounds, *cells))
+        from sklearn.model_selection import KFold
+
         encode = _Encoder(arrays.n_actions, arrays.len_list, arrays.action_context)
         folds = KFold(n_splits=self.n_folds, shuffle=True, random_state=self.random_state)
         for train, held_out in folds.split(np.zeros(arrays.n_rounds)):
@@ -80,6 +83,9 @@ class CrossFittedRewardModel:
         encode: _Encoder,
         held_out_context: NDArray[np.float64],
     ) -> NDArray[np.float64]:
+        from sklearn.base import clone, is_classifier
+        from sklearn.utils.multiclass import type_of_target
+
         n_held_out = held_out_context.shape[0]
         shape = (n_held_out, encode.n_actions, encode.len_list)
         if np.unique(reward).size == 1:  # nothing to learn, and a classifier would refuse one class
@@ -122,6 +128,10 @@ def _expected_reward(model: BaseEstimator, grid: NDArray[np.float64]) -> NDArray
 
 
 def _default_model(binary: bool) -> BaseEstimator:
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     learner = LogisticRegression(max_iter=5000) if binary else Ridge(alpha=1.0)
     return make_pipeline(StandardScaler(), learner)
 

@@ -15,11 +15,11 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import CreateDbOption, console, fail, migrate, run_guarded
-from memabra._demo import DemoSummary, WindowStats, run_demo, summarize
-from memabra.storage import EpisodeLog, resolve_url, upgrade
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+    from memabra._demo import DemoSummary, WindowStats
 
 
 def demo(
@@ -37,6 +37,9 @@ def demo(
 ) -> None:
     """Simulated users with preferences, tasks that need tools and skills, corrections and a drift:
     the learned router against similarity top-k, logged to the episode log."""
+    from memabra._demo import run_demo, summarize
+    from memabra.storage import EpisodeLog, resolve_url, upgrade
+
     logging.getLogger("memabra").setLevel(logging.WARNING)
     url = run_guarded(resolve_url, db)  # checked by --db already; this only names the default
     # The model first: a bad one must not leave a new, empty database behind.

@@ -9,18 +9,20 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import DbOption, JsonOutOption, console, fail, run_guarded, write_json
-from memabra._memory_records import MemoryChange, MemoryRecord
-from memabra._memory_restore import restore_memory
-from memabra._sql_memory import SQLMemory
-from memabra.router import CachingEncoder, default_encoder
-from memabra.storage import EmbeddingTable, EpisodeLog
+
+if TYPE_CHECKING:
+    # the memory backend brings the write path's LangChain parts and the router: imported when a
+    # command opens it, so `memabra --help` and the other commands do not pay for them
+    from memabra._memory_records import MemoryChange, MemoryRecord
+    from memabra._sql_memory import SQLMemory
+    from memabra.router import CachingEncoder
 
 memories_app = typer.Typer(
     help="List, search, add, import, update, retire, restore and forget a user's memories.",
@@ -34,6 +36,10 @@ JsonOption = JsonOutOption
 
 @contextmanager
 def _backend(db: str | None, *, semantic: bool = False) -> Iterator[SQLMemory]:
+    from memabra._sql_memory import SQLMemory
+    from memabra.router import default_encoder
+    from memabra.storage import EmbeddingTable, EpisodeLog
+
     log: EpisodeLog = run_guarded(EpisodeLog, db)
     try:
         encoder: CachingEncoder | None = default_encoder() if semantic else None
@@ -201,6 +207,8 @@ def restore_memory_command(
     """Recall a retired memory again. Refused while a current memory states another value of its
     subject (two current cities), unless --replace retires that one or --keep-both keeps it (the
     two were about different things)."""
+    from memabra._memory_restore import restore_memory
+
     with _backend(db) as memory:
         done = run_guarded(restore_memory, memory, user, memory_id, replace=replace, keep_both=keep_both, reason=reason)
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
