@@ -125,14 +125,11 @@ class FeatureTable:
     def from_rows(cls, candidates: Sequence[Candidate], rows: Sequence[Mapping[str, float]]) -> FeatureTable:
         """Rebuild a table from stored feature mappings (e.g. ``Selection.offered``); missing numeric
         features are an error, since a learner would silently read them as zero."""
-        matrix = np.zeros((len(candidates), len(NUMERIC_FEATURES)), dtype=np.float64)
-        for i, (candidate, row) in enumerate(zip(candidates, rows, strict=True)):
-            for j, name in enumerate(NUMERIC_FEATURES):
-                if name not in row:
-                    if name in _DEFAULT_ZERO:
-                        continue
-                    raise RouterError(f"stored features of candidate {candidate.id!r} lack {name!r}")
-                matrix[i, j] = _finite(row[name], f"feature {name!r} of candidate {candidate.id!r}")
+        if len(candidates) != len(rows):
+            raise RouterError(f"{len(rows)} stored feature rows for {len(candidates)} candidates")
+        matrix = _plain_matrix(rows)
+        if matrix is None:  # something is missing or not a finite number: find it and name it
+            matrix = _checked_matrix(candidates, rows)
         frozen = []
         for row in rows:
             full = dict(row)
@@ -140,6 +137,37 @@ class FeatureTable:
                 full[name] = 0.0
             frozen.append(MappingProxyType(full))
         return cls(tuple(candidates), matrix, tuple(frozen))
+
+
+# what a stored row holds where a feature is missing: 0.0 for the features added after logs were
+# first written, a marker for the rest (a missing one is an error, found by the checked path)
+_MISSING = object()
+_ROW_DEFAULTS = tuple((name, 0.0 if name in _DEFAULT_ZERO else _MISSING) for name in NUMERIC_FEATURES)
+
+
+def _plain_matrix(rows: Sequence[Mapping[str, float]]) -> NDArray[np.float64] | None:
+    """The numeric matrix of ``rows`` when every value is present, a plain int or float and finite;
+    ``None`` otherwise. One pass over the values and one vectorised check: a replayed log rebuilds
+    tables of hundreds of thousands of values, where a check call per value dominated."""
+    flat = [row.get(name, default) for row in rows for name, default in _ROW_DEFAULTS]
+    if not set(map(type, flat)) <= {float, int}:  # bool, None, str, numpy scalars, the marker
+        return None
+    matrix = np.array(flat, dtype=np.float64).reshape(len(rows), len(NUMERIC_FEATURES))
+    return matrix if bool(np.isfinite(matrix).all()) else None
+
+
+def _checked_matrix(candidates: Sequence[Candidate], rows: Sequence[Mapping[str, float]]) -> NDArray[np.float64]:
+    """The numeric matrix of ``rows``, value by value, raising on the first value that is missing,
+    not a number or not finite."""
+    matrix = np.zeros((len(candidates), len(NUMERIC_FEATURES)), dtype=np.float64)
+    for i, (candidate, row) in enumerate(zip(candidates, rows, strict=True)):
+        for j, name in enumerate(NUMERIC_FEATURES):
+            if name not in row:
+                if name in _DEFAULT_ZERO:
+                    continue
+                raise RouterError(f"stored features of candidate {candidate.id!r} lack {name!r}")
+            matrix[i, j] = _finite(row[name], f"feature {name!r} of candidate {candidate.id!r}")
+    return matrix
 
 
 def _finite(value: object, what: str) -> float:

@@ -136,6 +136,36 @@ def test_stored_rows_round_trip_and_missing_features_are_errors() -> None:
         FeatureTable.from_rows(table.candidates[:1], [nan_row])
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (True, "must be a number, got True"),
+        ("0.5", "must be a number"),
+        (None, "must be a number"),
+        (math.inf, "not finite"),
+    ],
+)
+def test_a_stored_value_that_is_not_a_finite_number_is_named(value: object, message: str) -> None:
+    table = featurize(CONTEXT, POOL, similarity=Similarity())
+    rows = [dict(row) for row in table.rows]
+    rows[-1]["sem"] = value
+    with pytest.raises(RouterError, match=f"feature 'sem' of candidate '{table.candidates[-1].id}' .*{message}"):
+        FeatureTable.from_rows(table.candidates, rows)
+
+
+def test_stored_rows_of_ints_numpy_scalars_and_older_logs_rebuild_the_same_table() -> None:
+    table = featurize(CONTEXT, POOL, similarity=Similarity())
+    as_numpy = [{name: np.float64(v) for name, v in row.items()} for row in table.rows]  # the checked path
+    older = [{name: v for name, v in row.items() if name not in ("failed_here", "helped_here")} for row in table.rows]
+    for rows in (as_numpy, older):
+        np.testing.assert_array_equal(FeatureTable.from_rows(table.candidates, rows).matrix, table.matrix)
+    whole = [{**row, "lex": round(row["lex"])} for row in table.rows]  # ints, as JSON may store them
+    rebuilt = FeatureTable.from_rows(table.candidates, whole)
+    np.testing.assert_array_equal(rebuilt.column("lex"), [float(round(v)) for v in table.column("lex")])
+    with pytest.raises(RouterError, match="2 stored feature rows for 1 candidates"):
+        FeatureTable.from_rows(table.candidates[:1], table.rows[:2])
+
+
 def test_context_features_and_recall() -> None:
     features = context_features(RoutingContext("divorce lawyer lawyer", "u1", turn=3))
     assert features["q=lawyer"] == 2.0 and features["user=u1"] == 1.0
