@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Label, Row, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import CandidateKind, Episode, Page, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._models import (
+    Base,
     DecisionCandidateRow,
     DecisionRow,
     DecisionSlotRow,
@@ -194,6 +195,15 @@ def get_episode(tx: Transactions, episode_id: str) -> Episode:
         return load_episode(s, clean_text(episode_id))
 
 
+def _attribute_columns(model: type[Base]) -> tuple[Label[Any], ...]:
+    """``model``'s columns, each labelled with its mapped attribute's name (``metadata_`` for the
+    ``metadata`` column): a plain row then reads as the ORM object does."""
+    return tuple(column.label(name) for name, column in model.__mapper__.columns.items())
+
+
+_ATTRIBUTE_COLUMNS = {model: _attribute_columns(model) for model in (DecisionSlotRow, DecisionCandidateRow)}
+
+
 def load_selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Selection]]:
     decisions = s.scalars(
         select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids)).order_by(DecisionRow.seq)
@@ -206,11 +216,15 @@ def assemble_selections(s: Session, decisions: Sequence[DecisionRow]) -> dict[st
     if not decisions:
         return {}
     ids = [d.id for d in decisions]
-    slots: dict[str, list[DecisionSlotRow]] = defaultdict(list)
-    for row in s.scalars(select(DecisionSlotRow).where(DecisionSlotRow.decision_id.in_(ids))):
+    # plain rows named as the mapped attributes, not ORM objects: a decision has a row per
+    # candidate, and building, tracking and reading an ORM object per row cost more than the query
+    slots: dict[str, list[Row[Any]]] = defaultdict(list)
+    for row in s.execute(select(*_ATTRIBUTE_COLUMNS[DecisionSlotRow]).where(DecisionSlotRow.decision_id.in_(ids))):
         slots[row.decision_id].append(row)
-    cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
-    for crow in s.scalars(select(DecisionCandidateRow).where(DecisionCandidateRow.decision_id.in_(ids))):
+    cands: dict[str, list[Row[Any]]] = defaultdict(list)
+    for crow in s.execute(
+        select(*_ATTRIBUTE_COLUMNS[DecisionCandidateRow]).where(DecisionCandidateRow.decision_id.in_(ids))
+    ):
         cands[crow.decision_id].append(crow)
     out: dict[str, list[Selection]] = defaultdict(list)
     for d in decisions:

@@ -8,6 +8,8 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from sqlalchemy import Row
+
 from memabra._errors import InvalidRecordError
 from memabra._records import (
     USAGE_METADATA_KEYS,
@@ -47,7 +49,7 @@ from memabra.storage._models import (
 _R = TypeVar("_R")
 
 
-def candidate_from_row(c: DecisionCandidateRow) -> Candidate:
+def candidate_from_row(c: DecisionCandidateRow | Row[Any]) -> Candidate:
     """A logged candidate. Its usage counts and creation time are stored in the metadata column
     under the keys of :data:`~memabra._records.USAGE_METADATA_KEYS` (the row format predates the
     typed fields, so logs written before and after them read the same way)."""
@@ -82,7 +84,9 @@ def _at_row(exc: ValueError, where: str) -> InvalidRecordError:
 
 
 def selection_from_rows(
-    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
+    decision: DecisionRow,
+    slots: Iterable[DecisionSlotRow | Row[Any]],
+    candidates: Iterable[DecisionCandidateRow | Row[Any]],
 ) -> Selection:
     """The logged selection; a row that no longer makes a valid record raises
     :class:`~memabra.InvalidRecordError` naming the decision and its episode."""
@@ -93,7 +97,9 @@ def selection_from_rows(
 
 
 def _selection(
-    decision: DecisionRow, slots: Iterable[DecisionSlotRow], candidates: Iterable[DecisionCandidateRow]
+    decision: DecisionRow,
+    slots: Iterable[DecisionSlotRow | Row[Any]],
+    candidates: Iterable[DecisionCandidateRow | Row[Any]],
 ) -> Selection:
     budget = Budget(
         max_tokens=decision.token_budget,
