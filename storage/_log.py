@@ -212,14 +212,14 @@ class EpisodeLog:
     # ------------------------------------------------------------------ decisions for offline use
 
     def iter_selections(
-        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = 1000
+        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = _offline.DECISION_CHUNK
     ) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
         """Every logged decision in time order with its episode's reward, in flat memory."""
         _offline.check_window(since, until, chunk_size)
         return _offline.iter_selections(self._tx, since, until, chunk_size)
 
     def iter_decisions(
-        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = 1000
+        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = _offline.DECISION_CHUNK
     ) -> Iterator[LoggedDecision]:
         """``iter_selections`` with each episode's used candidates (what offline evaluation reads)."""
         _offline.check_window(since, until, chunk_size)

@@ -31,6 +31,7 @@ from memabra.storage._tx import Transactions
 logger = logging.getLogger("memabra")
 
 __all__ = [
+    "DECISION_CHUNK",
     "iter_decisions",
     "iter_selections",
     "list_ope_runs",
@@ -42,6 +43,10 @@ __all__ = [
 
 # Episodes whose decisions are read per query when assembling MemPO items.
 _CHUNK = 500
+# decisions read per round trip when streaming the log: each brings its candidates' rows, features
+# and metadata decoded (a 128-tool registry: 128 rows a decision), so 1,000 at a time held about
+# 600 MB for `memabra ope log` on the multi-turn bench's log and 200 about 300 MB, at the same speed
+DECISION_CHUNK = 200
 
 
 def iter_selections(
