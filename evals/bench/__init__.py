@@ -7,12 +7,11 @@ from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactor
 from memabra.evals.bench._log_db import DecisionLogWriter
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
-from memabra.evals.bench._seeds import SEED_METRICS, parse_seeds, summarize_seeds
+from memabra.evals.bench._seeds import parse_seeds, seed_metrics, summarize_seeds
 
 __all__ = [
     "ROUTER_NAMES",
     "NEED_RULES",
-    "SEED_METRICS",
     "BenchFormatError",
     "DecisionHook",
     "BenchRound",
@@ -27,6 +26,7 @@ __all__ = [
     "router_factories",
     "run_bench",
     "run_router",
+    "seed_metrics",
     "split_unseen",
     "summarize",
     "summarize_seeds",

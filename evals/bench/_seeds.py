@@ -16,18 +16,22 @@ import numpy as np
 
 from memabra._errors import ConfigError
 
-__all__ = ["SEED_METRICS", "parse_seeds", "summarize_seeds"]
+__all__ = ["parse_seeds", "seed_metrics", "summarize_seeds"]
 
-SEED_METRICS = (
-    "hit_rate_first_pass",
-    "hit_rate_last_pass",
-    "hit_rate_unseen",
-    "tokens_mean_unseen",
-    "recall",
-    "reward_mean",
-)
-"""The report's per-router numbers the summary spreads over seeds (the learning curve and the
-decision times are per run: timings on a shared machine say nothing about the seed)."""
+# per-run figures the summary leaves out: timings on a shared machine say nothing about the seed
+_PER_RUN = ("decision_ms_p50", "decision_ms_p99")
+
+
+def seed_metrics(report: dict[str, Any], router: str) -> tuple[str, ...]:
+    """The numbers of ``router``'s block in a single-seed report that the summary spreads over
+    seeds: every scalar but the decision times (the learning curve is a list, kept per run)."""
+    block = report["routers"][router]
+    return tuple(
+        key
+        for key, value in block.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and key not in _PER_RUN
+    )
+
 
 # a range wider than this is a typo rather than a plan: 1,000 seeds of the multi-turn file are
 # about two days of CPU
@@ -61,7 +65,7 @@ def parse_seeds(spec: str) -> tuple[int, ...]:
 def summarize_seeds(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The JSON document of a multi-seed bench: the shared header, ``seeds``, every seed's report
     under ``runs`` (each the single-seed document, unchanged) and, under ``summary``, per router and
-    metric of :data:`SEED_METRICS`, ``{"median", "min", "max", "values"}`` over the seeds (a metric
+    metric of :func:`seed_metrics`, ``{"median", "min", "max", "values"}`` over the seeds (a metric
     a run could not compute, NaN, stays NaN in ``values`` and is left out of the statistics)."""
     if not reports:
         raise ValueError("summarize_seeds needs at least one report")
@@ -70,7 +74,7 @@ def summarize_seeds(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for name in routers:
         summary[name] = {}
-        for metric in SEED_METRICS:
+        for metric in seed_metrics(reports[0], name):
             values = [float(report["routers"][name][metric]) for report in reports]
             finite = [v for v in values if math.isfinite(v)]
             summary[name][metric] = {
