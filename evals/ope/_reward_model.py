@@ -60,11 +60,11 @@ class CrossFittedRewardModel:
                 "reward",
                 f"cross-fitting with {self.n_folds} folds needs at least {self.n_folds} rounds; got {arrays.n_rounds}",
             )
+        from sklearn.model_selection import KFold
+
         position = np.zeros(arrays.n_rounds, dtype=np.int64) if arrays.position is None else arrays.position
         cells = (arrays.n_actions, arrays.len_list)
         estimated = np.empty((arrays.n_rounds, *cells))
-        from sklearn.model_selection import KFold
-
         encode = _Encoder(arrays.n_actions, arrays.len_list, arrays.action_context)
         folds = KFold(n_splits=self.n_folds, shuffle=True, random_state=self.random_state)
         for train, held_out in folds.split(np.zeros(arrays.n_rounds)):

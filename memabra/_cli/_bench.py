@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -27,6 +28,9 @@ from memabra._cli._common import (
     write_json,
     write_output,
 )
+
+if TYPE_CHECKING:
+    from memabra.evals.bench import BenchRound, RouterFactory
 
 
 def bench(
@@ -117,7 +121,12 @@ def bench(
 
 
 def _bench_seeds(
-    file: Path, rounds: Any, factories: Any, passes: int, seed_list: tuple[int, ...], json_out: Path | None
+    file: Path,
+    rounds: Sequence[BenchRound],
+    factories: Mapping[str, RouterFactory],
+    passes: int,
+    seed_list: tuple[int, ...],
+    json_out: Path | None,
 ) -> None:
     from memabra.evals.bench import run_bench, summarize_seeds
 

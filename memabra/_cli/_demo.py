@@ -109,7 +109,7 @@ def demo(
             highlight=False,
         )
         if not offline.supported:
-            console.print(f"  why: {offline.reason}", highlight=False)
+            console.print(f"  why: {escape(offline.reason)}", highlight=False)
         console.print(
             f"similarity top-k online, on its own task turns: {online[0]:+.3f} per decision, "
             + ("inside" if inside else "OUTSIDE")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -183,7 +184,7 @@ def ope_log(
     for ev in evaluations:
         note = _recommendation_note(ev)
         if note:
-            console.print(f"[bold]{ev.policy}[/] ({ev.recommended.estimator}): {note}", highlight=False)
+            console.print(f"[bold]{escape(ev.policy)}[/] ({ev.recommended.estimator}): {note}", highlight=False)
     if first.n_provisional:
         console.print(
             f"left out {first.n_provisional} decisions whose reward is still provisional (--include-provisional "
@@ -223,7 +224,7 @@ def _recommendation_note(evaluation: LogEvaluation) -> str:
     supported one."""
     rec = evaluation.recommended
     if not rec.supported:
-        return f"[bold red]unsupported[/]: {rec.reason}"
+        return f"[bold red]unsupported[/]: {escape(rec.reason)}"
     if evaluation.unreached_share > 0:
         return f"interval widened for the {evaluation.unreached_share:.1%} of its probability the log did not reach"
     return ""
