@@ -108,19 +108,29 @@ def ope_log(
         for spec in policy:
             resolved = run_guarded(resolve_policy, spec, log)
             targets.append(Target(spec, resolved.router, resolved.snapshot_version))
-        evaluations = run_guarded(
-            evaluate_policies,
-            log,
-            targets,
-            estimators=names,
-            since=_parse_time(since, "--since"),
-            until=_parse_time(until, "--until"),
-            weights=reweight,
-            alpha=alpha,
-            seed=seed,
-            include_provisional=include_provisional,
-            decision_ids=only,
-        )
+        # a long log takes minutes (about 11 ms a decision): say that it is moving, then vanish
+        with Progress(
+            TextColumn("evaluating: reward model, then"),
+            TextColumn("{task.completed} decisions estimated"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("ope", total=None)
+            evaluations = run_guarded(
+                evaluate_policies,
+                log,
+                targets,
+                estimators=names,
+                since=_parse_time(since, "--since"),
+                until=_parse_time(until, "--until"),
+                weights=reweight,
+                alpha=alpha,
+                seed=seed,
+                include_provisional=include_provisional,
+                decision_ids=only,
+                progress=lambda done: bar.update(task, completed=done),
+            )
         if store:
             for evaluation in evaluations:
                 run_guarded(log.record_ope_results, list(evaluation.results))
