@@ -9,6 +9,7 @@ module              what it stores
 ``_snapshots``      policy snapshots, promote and roll back
 ``_registry``       memories, skills and tools; per-user usage counts
 ``_offline``        decisions for replay, OPE results, MemPO labels
+``_retention``      deleting episodes: a retention window, one user's erasure
 ``_admin_queries``  the admin view's read-only aggregates (:class:`AdminQueries`)
 ``_rows``           the row boundary: text cleaned, ids and integers checked, bulk COPY
 ``_tx``             read sessions and retried write transactions
@@ -44,10 +45,11 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
+from memabra.storage import _episodes, _offline, _registry, _retention, _rewards, _snapshots
 from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._migrate import check_schema
+from memabra.storage._retention import EpisodeDeletion
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._tx import Transactions
@@ -159,6 +161,30 @@ class EpisodeLog:
 
     def count_episodes(self) -> int:
         return _episodes.count_episodes(self._tx)
+
+    def delete_episodes(
+        self,
+        episode_ids: Sequence[str] | None = None,
+        *,
+        user_id: str | None = None,
+        before: datetime | None = None,
+        include_unlearned: bool = False,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> EpisodeDeletion:
+        """Retention and erasure: delete the episodes matching every filter given (ids, a user,
+        created before a time), with all that was logged under them, in chunks of one transaction
+        each. Episodes whose reward a learner has not read yet are kept (and counted) unless
+        ``include_unlearned``. See :mod:`memabra.storage._retention`."""
+        return _retention.delete_episodes(
+            self._tx,
+            episode_ids=episode_ids,
+            user_id=user_id,
+            before=before,
+            include_unlearned=include_unlearned,
+            dry_run=dry_run,
+            progress=progress,
+        )
 
     # ------------------------------------------------------------------ feedback and rewards
 

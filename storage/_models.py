@@ -184,7 +184,8 @@ class FeedbackRow(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id", ondelete="CASCADE"), index=True)
-    decision_id: Mapped[str | None] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    # indexed: deleting a decision cascades here (see migration 0008)
+    decision_id: Mapped[str | None] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(String(20))
     source: Mapped[str] = mapped_column(String(200))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType)

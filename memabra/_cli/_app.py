@@ -17,6 +17,7 @@ from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
+from memabra._cli._retention import episodes_delete
 
 app = typer.Typer(
     name="memabra",
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(db_app, name="db")
+episodes_app.command("delete")(episodes_delete)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
 app.add_typer(memories_app, name="memories")

@@ -115,6 +115,7 @@ def ope_log(
             TimeElapsedColumn(),
             console=console,
             transient=True,
+            disable=not console.is_terminal,  # piped: no blank line where the bar was
         ) as bar:
             task = bar.add_task("ope", total=None)
             evaluations = run_guarded(
@@ -324,6 +325,7 @@ def train(
             TimeElapsedColumn(),
             console=console,
             transient=True,
+            disable=not console.is_terminal,  # piped: no blank line where the bar was
         ) as bar,
     ):
         task = bar.add_task("train", total=None)

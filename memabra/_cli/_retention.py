@@ -1,0 +1,116 @@
+"""``memabra episodes delete``: a retention window, or one user's erasure from the log."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from memabra._cli._common import DbOption, JsonOutOption, console, fail, run_guarded, write_json
+from memabra.storage import EpisodeDeletion, EpisodeLog
+
+__all__ = ["episodes_delete", "parse_age"]
+
+_AGE = re.compile(r"(\d+)\s*([dhm])")
+_AGE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_age(value: str) -> timedelta:
+    """``90d``, ``12h`` or ``30m`` as a duration; anything else is a clear error."""
+    match = _AGE.fullmatch(value.strip().lower())
+    if match is None or int(match.group(1)) == 0:
+        raise typer.BadParameter(f"expected a positive age such as 90d, 12h or 30m, got {value!r}")
+    return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def _cutoff(before: str | None, older_than: str | None) -> datetime | None:
+    if before is not None and older_than is not None:
+        fail("give --before or --older-than, not both")
+    if older_than is not None:
+        return datetime.now(UTC) - parse_age(older_than)
+    if before is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(before)
+    except ValueError:
+        fail(f"--before must be an ISO 8601 date or time, got {before!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def episodes_delete(
+    episode_ids: Annotated[
+        list[str] | None, typer.Argument(help="Episodes to delete (ids as `episodes list` prints them).")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's episodes (erasure).")] = None,
+    before: Annotated[
+        str | None, typer.Option("--before", help="ISO time: episodes created before it (UTC when no offset).")
+    ] = None,
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", help="Episodes older than this age: 90d, 12h, 30m.")
+    ] = None,
+    include_unlearned: Annotated[
+        bool,
+        typer.Option(
+            "--include-unlearned",
+            help="Also delete episodes whose reward is not final or not learned yet (the learner loses them).",
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")] = False,
+    db: DbOption = None,
+    json_out: JsonOutOption = None,
+) -> None:
+    """Delete episodes with everything logged under them (decisions, candidates, steps, feedback,
+    reward). The filters combine; at least one is required. Snapshots, OPE results, memories and
+    their histories stay. Episodes a learner has not read yet are kept unless --include-unlearned."""
+    cutoff = _cutoff(before, older_than)
+    if not episode_ids and user is None and cutoff is None:
+        fail("name episodes, or give --user, --before or --older-than; the whole log is never deleted at once")
+    with (
+        run_guarded(EpisodeLog, db) as log,
+        Progress(
+            TextColumn("{task.completed} episodes deleted"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,  # piped: no blank line where the bar was
+        ) as bar,
+    ):
+        task = bar.add_task("delete", total=None)
+        result = run_guarded(
+            log.delete_episodes,
+            episode_ids or None,
+            user_id=user,
+            before=cutoff,
+            include_unlearned=include_unlearned,
+            dry_run=dry_run,
+            progress=lambda n: bar.update(task, completed=n),
+        )
+    _report(result)
+    write_json(
+        json_out,
+        {
+            "dry_run": result.dry_run,
+            "deleted": result.deleted,
+            "kept_open": result.kept_open,
+            "kept_unlearned": result.kept_unlearned,
+            "before": None if cutoff is None else cutoff.isoformat(),
+        },
+    )
+
+
+def _report(result: EpisodeDeletion) -> None:
+    verb = "would delete" if result.dry_run else "deleted"
+    console.print(Text(f"{verb} {result.deleted} episode(s)"), highlight=False)
+    if result.kept:
+        console.print(
+            Text(
+                f"kept {result.kept} whose reward a learner has not read yet "
+                f"({result.kept_open} not final, {result.kept_unlearned} final but not learned); "
+                "run again once they are learned, or pass --include-unlearned"
+            ),
+            highlight=False,
+        )

@@ -1,0 +1,176 @@
+"""Deleting episodes: a retention window (everything logged before a date) and erasure (one user's
+episodes, or named ones).
+
+An episode goes with everything logged under it (decisions, offered candidates, slot
+distributions, steps, feedback, its reward, MemPO labels), through the schema's ``ON DELETE
+CASCADE``. What the log learned or summarised from it stays: policy snapshots, stored OPE results,
+memory histories (they name the episode by id, not by key), the registry's usage counters.
+
+Deletion runs in chunks, one transaction each, so serving processes writing to the same log wait
+for one chunk at most; a chunk goes whole or not at all, so a run that dies half way leaves whole
+episodes, and running it again finishes the job.
+
+Episodes whose reward a learner has yet to read are kept unless asked otherwise: a reward not
+final yet (its feedback window is open), or final but not yet learned (``rewards.learned_at``,
+set by the in-process learner's claim and by a ``memabra learner`` commit). Deleting those loses
+what the learner would have learned from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, select
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra.storage._models import EpisodeRow, RewardRow
+from memabra.storage._rows import clean_text
+from memabra.storage._tx import Transactions
+
+__all__ = ["DELETE_CHUNK", "EpisodeDeletion", "delete_episodes"]
+
+logger = logging.getLogger("memabra")
+
+# Episodes per transaction. A multi-turn bench episode carries about 130 candidate rows, so a chunk
+# is some 25,000 rows: long enough to amortise a commit, short enough that a serving process
+# waiting on SQLite's write lock waits well under a second.
+DELETE_CHUNK = 200
+
+# Ids per IN (...) list, under SQLite's limit on bound parameters.
+_ID_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeDeletion:
+    """What one deletion did (with ``dry_run``: would do).
+
+    ``deleted``: episodes deleted. ``kept_open``: matching episodes kept because their reward is
+    not final yet; ``kept_unlearned``: kept because their final reward has not been learned yet.
+    Both are 0 with ``include_unlearned``."""
+
+    deleted: int
+    kept_open: int
+    kept_unlearned: int
+    dry_run: bool
+
+    @property
+    def kept(self) -> int:
+        return self.kept_open + self.kept_unlearned
+
+
+def delete_episodes(
+    tx: Transactions,
+    *,
+    episode_ids: Sequence[str] | None = None,
+    user_id: str | None = None,
+    before: datetime | None = None,
+    include_unlearned: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> EpisodeDeletion:
+    """Delete the episodes that match every filter given (at least one is required): the ids in
+    ``episode_ids``, the episodes of ``user_id``, those created before ``before`` (timezone-aware).
+
+    An id in ``episode_ids`` the log does not hold raises :class:`UnknownEpisodeError` naming it,
+    before anything is deleted. ``progress(deleted_so_far)`` is called after each committed chunk.
+    """
+    if episode_ids is None and user_id is None and before is None:
+        raise InvalidRecordError("delete_episodes needs episode_ids, user_id or before; it never deletes the whole log")
+    if before is not None and before.tzinfo is None:
+        raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
+    ids = None if episode_ids is None else sorted({clean_text(i) for i in episode_ids})
+    if ids is not None:
+        if not ids:
+            raise InvalidRecordError("episode_ids is empty: name at least one episode")
+        _check_known(tx, ids)
+    # named ids go _ID_BATCH at a time, so no statement outgrows SQLite's bound-parameter limit
+    groups = [None] if ids is None else [ids[i : i + _ID_BATCH] for i in range(0, len(ids), _ID_BATCH)]
+    kept_open = kept_unlearned = 0
+    deletable: list[ColumnElement[bool]] = []
+    with tx.read() as s:
+        for group in groups:
+            where = _matching(group, user_id, before)
+            deletable.append(where if include_unlearned else and_(where, not_(_awaiting_learner())))
+            if not include_unlearned:
+                kept_open += _count(s, where, _reward_open())
+                kept_unlearned += _count(s, where, _reward_unlearned())
+        if dry_run:
+            would = sum(_count(s, cond) for cond in deletable)
+            return EpisodeDeletion(would, kept_open, kept_unlearned, dry_run=True)
+    deleted = 0
+    for cond in deletable:
+        while True:
+            selected, n = tx.write(functools.partial(_delete_chunk, deletable=cond), what="delete_episodes")
+            if selected == 0:
+                break
+            deleted += n
+            if progress is not None:
+                progress(deleted)
+    logger.info(
+        "deleted %d episode(s) (ids: %s, user: %r, before: %s); kept %d a learner has not read",
+        deleted,
+        "any" if ids is None else f"{len(ids)} named",
+        user_id,
+        None if before is None else before.isoformat(),
+        kept_open + kept_unlearned,
+    )
+    return EpisodeDeletion(deleted, kept_open, kept_unlearned, dry_run=False)
+
+
+def _check_known(tx: Transactions, ids: Sequence[str]) -> None:
+    found: set[str] = set()
+    with tx.read() as s:
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start : start + _ID_BATCH]
+            found.update(s.scalars(select(EpisodeRow.id).where(EpisodeRow.id.in_(batch))))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        shown = ", ".join(repr(i) for i in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise UnknownEpisodeError(f"no episode with id {shown}{more}; nothing was deleted")
+
+
+def _matching(ids: Sequence[str] | None, user_id: str | None, before: datetime | None) -> ColumnElement[bool]:
+    conds: list[ColumnElement[bool]] = []
+    if ids is not None:
+        conds.append(EpisodeRow.id.in_(ids))
+    if user_id is not None:
+        conds.append(EpisodeRow.user_id == clean_text(user_id))
+    if before is not None:
+        conds.append(EpisodeRow.created_at < before)
+    return and_(*conds)
+
+
+def _reward_open() -> ColumnElement[bool]:
+    return exists().where(RewardRow.episode_id == EpisodeRow.id, RewardRow.final.is_(False))
+
+
+def _reward_unlearned() -> ColumnElement[bool]:
+    return exists().where(
+        RewardRow.episode_id == EpisodeRow.id, RewardRow.final.is_(True), RewardRow.learned_at.is_(None)
+    )
+
+
+def _awaiting_learner() -> ColumnElement[bool]:
+    return exists().where(
+        RewardRow.episode_id == EpisodeRow.id, or_(RewardRow.final.is_(False), RewardRow.learned_at.is_(None))
+    )
+
+
+def _count(s: Session, *conds: ColumnElement[bool]) -> int:
+    return int(s.scalar(select(func.count()).select_from(EpisodeRow).where(*conds)) or 0)
+
+
+def _delete_chunk(s: Session, deletable: ColumnElement[bool]) -> tuple[int, int]:
+    """(episodes selected, episodes deleted): the filter is applied again by the DELETE itself,
+    so an episode whose reward changed since the SELECT is judged on what the DELETE sees."""
+    ids = list(s.scalars(select(EpisodeRow.id).where(deletable).order_by(EpisodeRow.id).limit(DELETE_CHUNK)))
+    if not ids:
+        return 0, 0
+    result = s.execute(delete(EpisodeRow).where(EpisodeRow.id.in_(ids), deletable))
+    return len(ids), int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,212 @@
+"""Deleting episodes (retention and erasure), on every configured backend."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from factories import episode
+from memabra import (
+    CandidateKind,
+    Feedback,
+    InvalidRecordError,
+    RewardBreakdown,
+    RewardComponents,
+    RewardWeights,
+    Step,
+    StepKind,
+    UnknownEpisodeError,
+)
+from memabra._cli import app
+from memabra._records import RegistryItem
+from memabra.storage import EpisodeLog, LearnerStore
+from memabra.storage._memory_models import MemoryHistoryRow
+from memabra.storage._models import (
+    DecisionCandidateRow,
+    DecisionRow,
+    DecisionSlotRow,
+    EpisodeRow,
+    FeedbackRow,
+    PolicySnapshotRow,
+    RewardRow,
+    StepRow,
+)
+
+NOW = datetime.now(UTC)  # the CLI measures --older-than from the clock
+REWARD = RewardBreakdown(RewardComponents(s=1.0, hm=1.0), RewardWeights())
+CHILD_TABLES = (DecisionRow, DecisionSlotRow, DecisionCandidateRow, StepRow, FeedbackRow, RewardRow)
+
+
+def _log_one(log: EpisodeLog, user: str, *, days_ago: int, reward: str | None = "learned") -> str:
+    """One episode with a step and feedback; ``reward``: None, "open", "final" or "learned"."""
+    steps = (
+        Step(StepKind.MODEL, "m", input_tokens=5, output_tokens=1, latency_ms=1.0),
+        Step(StepKind.TOOL, "t", arguments={"q": 1}, result="ok", latency_ms=1.0),
+    )
+    ep = episode(user, steps=steps, created_at=NOW - timedelta(days=days_ago))
+    log.log_episode(ep)
+    log.add_feedback(Feedback(ep.id, "explicit", "test", {"rating": 4}))
+    if reward is not None:
+        log.put_reward(ep.id, REWARD, final=reward != "open")
+    return ep.id
+
+
+def _learn_all(log: EpisodeLog) -> None:
+    while log.claim_learning(limit=1000):
+        pass
+
+
+def _count(log: EpisodeLog, model: type) -> int:  # type: ignore[type-arg]
+    with log.transactions.read() as s:
+        return int(s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_a_retention_window_deletes_old_episodes_with_everything_under_them(log: EpisodeLog) -> None:
+    old = [_log_one(log, "ann", days_ago=100 + i) for i in range(3)]
+    recent = _log_one(log, "ann", days_ago=1)
+    _learn_all(log)
+    before = {m.__tablename__: _count(log, m) for m in CHILD_TABLES}
+
+    result = log.delete_episodes(before=NOW - timedelta(days=30))
+
+    assert (result.deleted, result.kept, result.dry_run) == (3, 0, False)
+    assert log.get_episode(recent).id == recent
+    for eid in old:
+        with pytest.raises(UnknownEpisodeError):
+            log.get_episode(eid)
+    for model in CHILD_TABLES:  # one episode of four remains, with its own rows only
+        assert _count(log, model) == before[model.__tablename__] // 4, model.__tablename__
+
+
+def test_episodes_a_learner_has_not_read_are_kept_unless_asked(log: EpisodeLog) -> None:
+    learned = _log_one(log, "ann", days_ago=50)
+    _learn_all(log)
+    unlearned = _log_one(log, "ann", days_ago=50, reward="final")
+    still_open = _log_one(log, "ann", days_ago=50, reward="open")
+    no_reward = _log_one(log, "ann", days_ago=50, reward=None)
+    cutoff = NOW - timedelta(days=30)
+
+    dry = log.delete_episodes(before=cutoff, dry_run=True)
+    assert (dry.deleted, dry.kept_open, dry.kept_unlearned, dry.dry_run) == (2, 1, 1, True)
+    assert _count(log, EpisodeRow) == 4  # a dry run deletes nothing
+
+    kept = log.delete_episodes(before=cutoff)
+    assert (kept.deleted, kept.kept_open, kept.kept_unlearned) == (2, 1, 1)
+    remaining = {e.id for e in log.list_episodes(limit=50).items}
+    assert remaining == {unlearned, still_open}
+    assert learned not in remaining and no_reward not in remaining
+
+    forced = log.delete_episodes(before=cutoff, include_unlearned=True)
+    assert (forced.deleted, forced.kept) == (2, 0)
+    assert _count(log, EpisodeRow) == 0
+
+
+def test_erasing_a_user_leaves_other_users_and_what_was_learned(log: EpisodeLog) -> None:
+    ann = [_log_one(log, "ann", days_ago=d) for d in (1, 5, 9)]
+    bob = _log_one(log, "bob", days_ago=1)
+    _learn_all(log)
+    log.put_items([RegistryItem(CandidateKind.MEMORY, "mem:1", "ann", "I live in Lyon", 4)])
+    position = LearnerStore(log.engine).read_final()[-1].position
+
+    result = log.delete_episodes(user_id="ann")
+
+    assert result.deleted == 3
+    assert [e.id for e in log.list_episodes(limit=50).items] == [bob]
+    assert [i.id for i in log.items("ann")] == ["mem:1"]  # memories are managed by `memories forget`
+    # a learner's read position stays valid: what comes after it is still read, nothing twice
+    later = _log_one(log, "bob", days_ago=0, reward="final")
+    assert [r.position.episode_id for r in LearnerStore(log.engine).read_final(position)] == [later]
+    assert ann[0] not in {r.position.episode_id for r in LearnerStore(log.engine).read_final()}
+
+
+def test_named_episodes_are_deleted_and_an_unknown_id_deletes_nothing(log: EpisodeLog) -> None:
+    a, b, c = (_log_one(log, "ann", days_ago=d) for d in (1, 2, 3))
+    _learn_all(log)
+    with pytest.raises(UnknownEpisodeError, match="'nope'.*nothing was deleted"):
+        log.delete_episodes([a, "nope"])
+    assert _count(log, EpisodeRow) == 3
+    assert log.delete_episodes([a, b, a]).deleted == 2
+    assert [e.id for e in log.list_episodes(limit=50).items] == [c]
+    # the filters combine: c is not bob's
+    assert log.delete_episodes([c], user_id="bob").deleted == 0
+
+
+def test_bad_requests_are_refused_before_anything_is_deleted(log: EpisodeLog) -> None:
+    _log_one(log, "ann", days_ago=1)
+    with pytest.raises(InvalidRecordError, match="never deletes the whole log"):
+        log.delete_episodes()
+    with pytest.raises(InvalidRecordError, match="naive"):
+        log.delete_episodes(before=datetime(2026, 1, 1))  # noqa: DTZ001 - the naive value is the point
+    with pytest.raises(InvalidRecordError, match="empty"):
+        log.delete_episodes([])
+    assert _count(log, EpisodeRow) == 1
+
+
+def test_memory_histories_and_snapshots_outlive_the_episodes_they_name(log: EpisodeLog) -> None:
+    from memabra import PolicySnapshot, SQLMemory
+
+    eid = _log_one(log, "ann", days_ago=40)
+    _learn_all(log)
+    SQLMemory(log).remember("ann", "I live in Lyon", episode_id=eid)
+    log.save_snapshot(PolicySnapshot("p", "p-1", b"model"))
+
+    assert log.delete_episodes(user_id="ann").deleted == 1
+    assert _count(log, MemoryHistoryRow) >= 1
+    assert _count(log, PolicySnapshotRow) == 1
+
+
+def test_deletion_runs_in_chunks_and_reports_progress(log: EpisodeLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memabra.storage import _retention
+
+    monkeypatch.setattr(_retention, "DELETE_CHUNK", 2)
+    for d in range(5):
+        _log_one(log, "ann", days_ago=40 + d, reward=None)
+    seen: list[int] = []
+    assert log.delete_episodes(user_id="ann", progress=seen.append).deleted == 5
+    assert seen == [2, 4, 5]
+
+
+def test_cli_deletes_a_window_and_says_what_it_kept(migrated_url: str, tmp_path: Path) -> None:
+    with EpisodeLog(migrated_url) as log:
+        _log_one(log, "ann", days_ago=400)
+        _learn_all(log)
+        _log_one(log, "ann", days_ago=400, reward="open")
+        _log_one(log, "ann", days_ago=0)
+    runner = CliRunner()
+    out = tmp_path / "deleted.json"
+    result = runner.invoke(app, ["episodes", "delete", "--older-than", "30d", "--db", migrated_url, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "deleted 1 episode(s)" in result.output
+    assert "kept 1" in result.output and "--include-unlearned" in result.output
+    report = json.loads(out.read_text())
+    assert (report["deleted"], report["kept_open"], report["kept_unlearned"]) == (1, 1, 0)
+
+    for args, message in (
+        ([], "the whole log is never deleted"),
+        (["--older-than", "5x"], "expected a positive age"),
+        (["--older-than", "0d"], "expected a positive age"),
+        (["--before", "yesterday"], "ISO 8601"),
+        (["--before", "2026-01-01", "--older-than", "1d"], "not both"),
+        (["no-such-episode"], "no episode with id 'no-such-episode'"),
+    ):
+        bad = runner.invoke(app, ["episodes", "delete", *args, "--db", migrated_url])
+        assert bad.exit_code != 0 and message in bad.output, (args, bad.output)
+    with EpisodeLog(migrated_url) as log:
+        assert log.count_episodes() == 2
+
+
+def test_many_named_ids_are_deleted_a_batch_at_a_time(log: EpisodeLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memabra.storage import _retention
+
+    monkeypatch.setattr(_retention, "_ID_BATCH", 2)
+    ids = [_log_one(log, "ann", days_ago=40 + d, reward=None) for d in range(5)]
+    kept = _log_one(log, "ann", days_ago=40, reward="final")  # named, but unlearned
+    assert log.delete_episodes([*ids, kept], dry_run=True).deleted == 5
+    result = log.delete_episodes([*ids, kept])
+    assert (result.deleted, result.kept_unlearned) == (5, 1)
+    assert [e.id for e in log.list_episodes(limit=50).items] == [kept]
