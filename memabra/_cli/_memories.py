@@ -4,6 +4,7 @@ memories."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -239,6 +240,13 @@ def forget_memory(
             n = 1
         write_json(json_out, {"forgotten": n})
         console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
+        if all_:
+            console.print(
+                f"the episode log still holds {user}'s conversations; to erase them too: "
+                f"memabra episodes delete --user {shlex.quote(user)} --include-unlearned",
+                markup=False,
+                highlight=False,
+            )
 
 
 @memories_app.command("history")

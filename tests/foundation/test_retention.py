@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import time
+import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -210,3 +216,81 @@ def test_many_named_ids_are_deleted_a_batch_at_a_time(log: EpisodeLog, monkeypat
     result = log.delete_episodes([*ids, kept])
     assert (result.deleted, result.kept_unlearned) == (5, 1)
     assert [e.id for e in log.list_episodes(limit=50).items] == [kept]
+
+
+def _delete_until_killed(url: str, after: int, started: Any) -> None:
+    from memabra.storage import _retention
+
+    _retention.DELETE_CHUNK = 3  # many small transactions, so a kill lands between and inside them
+
+    def progress(deleted: int) -> None:
+        if deleted >= after:
+            started.set()  # the parent kills from here on, within a chunk or two
+
+    with EpisodeLog(url) as log:
+        log.delete_episodes(user_id="ann", include_unlearned=True, progress=progress)
+    started.set()
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_a_deletion_killed_at_any_moment_leaves_whole_episodes(migrated_url: str) -> None:
+    """SIGKILL during a deletion: every episode is there with all its rows, or gone with all of
+    them; running the deletion again finishes it."""
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    rng = random.Random(5)
+    with EpisodeLog(migrated_url) as log:
+        log.log_episodes([episode("ann") for _ in range(300)])
+        log.log_episodes([episode("bob") for _ in range(10)])
+    remaining = [310]
+    for _ in range(5):
+        started = fork.Event()
+        proc = fork.Process(target=_delete_until_killed, args=(migrated_url, rng.randint(3, 30), started), daemon=True)
+        proc.start()
+        assert started.wait(30)
+        time.sleep(rng.uniform(0, 0.01))
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        with EpisodeLog(migrated_url) as log:
+            n = log.count_episodes()
+            for model, per_episode in ((DecisionRow, 1), (DecisionCandidateRow, 5), (DecisionSlotRow, 3), (StepRow, 1)):
+                assert _count(log, model) == n * per_episode, model.__tablename__
+            remaining.append(n)
+    assert 10 < remaining[-1] < remaining[0]  # killed part way, not before the first chunk or after the last
+    with EpisodeLog(migrated_url) as log:
+        log.delete_episodes(user_id="ann", include_unlearned=True)
+        assert {e.user_id for e in log.list_episodes(limit=100).items} == {"bob"}
+        assert log.count_episodes() == 10
+
+
+def _log_while_deleted(url: str, errors: Any) -> None:
+    try:
+        with EpisodeLog(url) as log:
+            for _ in range(40):
+                ep = episode("bob")
+                log.log_episode(ep)
+                log.add_feedback(Feedback(ep.id, "explicit", "test", {"rating": 5}))
+    except Exception:  # noqa: BLE001 - reported to the parent
+        errors.put(traceback.format_exc())
+
+
+@pytest.mark.slow
+def test_serving_writes_go_on_while_a_deletion_runs(migrated_url: str) -> None:
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    with EpisodeLog(migrated_url) as log:
+        for _ in range(5):
+            log.log_episodes([episode("ann") for _ in range(100)])
+    errors = fork.Queue()
+    writer = fork.Process(target=_log_while_deleted, args=(migrated_url, errors))
+    writer.start()
+    with EpisodeLog(migrated_url) as log:
+        assert log.delete_episodes(user_id="ann", include_unlearned=True).deleted == 500
+    writer.join(120)
+    assert writer.exitcode == 0 and errors.empty(), None if errors.empty() else errors.get()
+    with EpisodeLog(migrated_url) as log:
+        assert log.count_episodes() == 40

@@ -45,6 +45,7 @@ def test_add_import_list_update_history_forget(url: str, tmp_path) -> None:  # t
     assert run("forget", dog, "--user", "ann", "--db", url).exit_code == 0
     result = run("forget", "--all", "--user", "ann", "--db", url)
     assert result.exit_code == 0 and "forgot 2 memories" in result.output
+    assert "memabra episodes delete --user ann --include-unlearned" in result.output
     assert "0 memories" in run("list", "--user", "ann", "--db", url).output
 
 
