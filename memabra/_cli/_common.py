@@ -17,7 +17,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -45,6 +45,7 @@ __all__ = [
     "fail",
     "jsonable",
     "migrate",
+    "parse_time",
     "plain",
     "run_guarded",
     "write_json",
@@ -334,3 +335,14 @@ OutFileOption = Annotated[
     typer.Option("--out", help="File to write.", show_default=False, callback=check_output_path),
 ]
 """``--out FILE``: checked before the command does any work."""
+
+
+def parse_time(value: str | None, option: str) -> datetime | None:
+    """An ISO 8601 date or time given to ``option``, as UTC when it names no offset."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -18,6 +17,7 @@ from memabra._cli._common import (
     console,
     fail,
     migrate,
+    parse_time,
     plain,
     run_guarded,
     write_json,
@@ -75,16 +75,6 @@ def _open(db: str | None) -> EpisodeLog:
     return run_guarded(EpisodeLog, db)
 
 
-def _parse_time(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 @episodes_app.command("list")
 def episodes_list(
     db: DbOption = None,
@@ -103,8 +93,8 @@ def episodes_list(
             log.list_episodes,
             EpisodeFilter(
                 user_id=user,
-                since=_parse_time(since, "--since"),
-                until=_parse_time(until, "--until"),
+                since=parse_time(since, "--since"),
+                until=parse_time(until, "--until"),
                 policy_version=policy_version,
                 corrected=corrected,
             ),
@@ -349,7 +339,7 @@ def rewards_recompute(
             recompute_rewards,
             log,
             new,
-            since=_parse_time(since, "--since"),
+            since=parse_time(since, "--since"),
             version=version,
             use_memory_scores=use_mempo,
         )

@@ -12,8 +12,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memabra._cli._common import DbOption, console, fail, run_guarded
-from memabra._cli._log import _parse_time
+from memabra._cli._common import DbOption, console, fail, parse_time, run_guarded
 from memabra._records import MemoryQuality
 from memabra.storage import EpisodeLog
 
@@ -50,7 +49,7 @@ def score(
         from memabra.evals.mempo import MemPOScorer, RoutingDecisionItem
     except ImportError as exc:
         fail(str(exc))
-    since_at = _parse_time(since, "--since")
+    since_at = parse_time(since, "--since")
     with run_guarded(EpisodeLog, db) as log:
         items = [
             RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)

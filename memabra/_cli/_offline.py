@@ -19,8 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from memabra._cli._common import DbOption, check_output_path, console, fail, run_guarded, write_output
-from memabra._cli._log import _parse_time
+from memabra._cli._common import DbOption, check_output_path, console, fail, parse_time, run_guarded, write_output
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
 
@@ -123,8 +122,8 @@ def ope_log(
                 log,
                 targets,
                 estimators=names,
-                since=_parse_time(since, "--since"),
-                until=_parse_time(until, "--until"),
+                since=parse_time(since, "--since"),
+                until=parse_time(until, "--until"),
                 weights=reweight,
                 alpha=alpha,
                 seed=seed,
@@ -334,7 +333,7 @@ def train(
             log,
             learner=learner,
             learner_args=learner_args,
-            since=_parse_time(since, "--since"),
+            since=parse_time(since, "--since"),
             holdout=holdout,
             alpha=alpha,
             weights=reweight,

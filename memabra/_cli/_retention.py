@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from memabra._cli._common import DbOption, JsonOutOption, console, fail, run_guarded, write_json
+from memabra._cli._common import DbOption, JsonOutOption, console, fail, parse_time, run_guarded, write_json
 from memabra.storage import EpisodeDeletion, EpisodeLog
 
 __all__ = ["episodes_delete", "parse_age"]
@@ -32,13 +32,7 @@ def _cutoff(before: str | None, older_than: str | None) -> datetime | None:
         fail("give --before or --older-than, not both")
     if older_than is not None:
         return datetime.now(UTC) - parse_age(older_than)
-    if before is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(before)
-    except ValueError:
-        fail(f"--before must be an ISO 8601 date or time, got {before!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parse_time(before, "--before")
 
 
 def episodes_delete(
