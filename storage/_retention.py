@@ -81,6 +81,8 @@ def delete_episodes(
     """
     if episode_ids is None and user_id is None and before is None:
         raise InvalidRecordError("delete_episodes needs episode_ids, user_id or before; it never deletes the whole log")
+    if user_id is not None and not user_id.strip():
+        raise InvalidRecordError("user_id is empty: name the user whose episodes to delete")
     if before is not None and before.tzinfo is None:
         raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
     ids = None if episode_ids is None else sorted({clean_text(i) for i in episode_ids})

@@ -150,6 +150,8 @@ def test_bad_requests_are_refused_before_anything_is_deleted(log: EpisodeLog) ->
         log.delete_episodes(before=datetime(2026, 1, 1))  # noqa: DTZ001 - the naive value is the point
     with pytest.raises(InvalidRecordError, match="empty"):
         log.delete_episodes([])
+    with pytest.raises(InvalidRecordError, match="user_id is empty"):
+        log.delete_episodes(user_id=" ")
     assert _count(log, EpisodeRow) == 1
 
 
