@@ -49,12 +49,14 @@ class LoggedDecision:
     """A logged decision as offline evaluation reads it: the selection, its episode's reward (None
     until one is recorded), the candidates the episode is known to have used (None when no
     outcome was reported; a chosen candidate outside it was injected but not used) and whether the
-    reward is final (a provisional one may still change as feedback arrives)."""
+    reward is final (a provisional one may still change as feedback arrives). ``episode_id`` names
+    the episode the decision was made in ("" when not read from a log)."""
 
     selection: Selection
     reward: RewardBreakdown | None
     used_ids: frozenset[str] | None = None
     final: bool = False
+    episode_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ def iter_decisions(
             by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
             for d in chunk:
                 reward, final = rewards.get(d.episode_id, (None, False))
-                yield LoggedDecision(by_id[d.id], reward, used.get(d.episode_id), final)
+                yield LoggedDecision(by_id[d.id], reward, used.get(d.episode_id), final, d.episode_id)
             s.expunge_all()
 
 

@@ -12,6 +12,7 @@ from memabra.evals.offline._evaluate import (
     evaluate_policies,
     logged_value,
 )
+from memabra.evals.offline._export import EXPORT_FORMAT, decision_record, export_decisions
 from memabra.evals.offline._plot import plot_estimates
 from memabra.evals.offline._policies import (
     ROUTERS,
@@ -29,6 +30,7 @@ from memabra.evals.offline._train import TrainReport, train_from_log
 
 __all__ = [
     "DEFAULT_ESTIMATORS",
+    "EXPORT_FORMAT",
     "LOGGING_POLICY",
     "MAX_FLOOR_SHARE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
@@ -42,8 +44,10 @@ __all__ = [
     "RewardModelReport",
     "Target",
     "TrainReport",
+    "decision_record",
     "evaluate_on_log",
     "evaluate_policies",
+    "export_decisions",
     "logged_value",
     "plot_estimates",
     "resolve_policy",

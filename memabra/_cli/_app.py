@@ -10,6 +10,7 @@ from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
 from memabra._cli._common import err_console
 from memabra._cli._demo import demo
+from memabra._cli._export import episodes_export
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
 from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 episodes_app.command("delete")(episodes_delete)
+episodes_app.command("export")(episodes_export)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
 app.add_typer(memories_app, name="memories")

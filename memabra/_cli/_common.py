@@ -16,7 +16,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, date, datetime
 from enum import Enum
 from pathlib import Path
@@ -45,6 +45,7 @@ __all__ = [
     "fail",
     "jsonable",
     "migrate",
+    "open_output",
     "parse_time",
     "plain",
     "run_guarded",
@@ -226,35 +227,48 @@ def write_output(path: Path, data: str | bytes) -> None:
     """Write a command's output: ``-`` to standard output, else atomically (a temporary file in
     the same folder, then a rename), so a failure leaves the previous file or none, never half of
     one. A failure is one line and exit 1."""
+    with open_output(path, binary=isinstance(data, bytes)) as out:
+        out.write(data)
+
+
+@contextlib.contextmanager
+def open_output(path: Path, *, binary: bool = False) -> Iterator[Any]:
+    """A command's output file, for writing as a stream: ``-`` is standard output; a file is
+    written to a temporary file in its folder and renamed over ``path`` only when the block ends
+    without an error, so a failure (or Ctrl-C) leaves the previous file or none, never half of
+    one. A failure to write is one line and exit 1 (141 when a reader closed the pipe early)."""
     if path == STDOUT:
         try:
-            sys.stdout.write(data if isinstance(data, str) else data.decode("utf-8"))
+            yield sys.stdout.buffer if binary else sys.stdout
             sys.stdout.flush()
         except BrokenPipeError:
             # The reader stopped early (`| head`). Say so instead of exiting quietly, and point
             # stdout at /dev/null so the interpreter's last flush does not fail a second time.
             with contextlib.suppress(OSError, ValueError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            fail("standard output was closed before all of the JSON was written (broken pipe)", code=141)
+            fail("standard output was closed before all of the output was written (broken pipe)", code=141)
         return
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     folder = path.parent if str(path.parent) else Path(".")
     try:
         mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _NEW_FILE_MODE
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(raw)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)  # mkstemp makes it private; the file gets what a plain write would give it
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
     except OSError as exc:
         fail(f"could not write {path}: {exc.strerror or exc}")
+    try:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes it private; the file gets what a plain write would give it
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        fail(f"could not write {path}: {exc.strerror or exc}")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _umask() -> int:

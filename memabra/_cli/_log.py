@@ -37,7 +37,9 @@ from memabra.storage import (
 )
 
 db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True, rich_markup_mode="markdown")
-episodes_app = typer.Typer(help="Browse and delete logged episodes.", no_args_is_help=True, rich_markup_mode="markdown")
+episodes_app = typer.Typer(
+    help="Browse, export and delete logged episodes.", no_args_is_help=True, rich_markup_mode="markdown"
+)
 rewards_app = typer.Typer(
     help="Re-weight and finalise stored rewards.", no_args_is_help=True, rich_markup_mode="markdown"
 )
