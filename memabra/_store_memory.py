@@ -250,21 +250,34 @@ class StoreMemory(MemoryBackend):
 
     def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
         ns = self.namespace_for(user_id)
-        present = {str(it.key) for it in self._all(ns) if tuple(it.namespace) == ns}
-        ids = sorted(present) if memory_ids is None else list(dict.fromkeys(memory_ids))
-        unknown = [m for m in ids if m not in present]
+        items = {str(it.key): it for it in self._all(ns) if tuple(it.namespace) == ns}
+        ids = sorted(items) if memory_ids is None else list(dict.fromkeys(memory_ids))
+        unknown = [m for m in ids if m not in items]
         if unknown:
             raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
         history = self._all(self._history_ns(user_id))
         wanted = set(ids)
+        # every text the memories had, so their stored embeddings go too
+        texts = {t for mid in ids if (t := _readable_text(items[mid].value))}
         for it in history:
             if isinstance(it.value, Mapping) and it.value.get("memory_id") in wanted:
+                texts.update(str(t) for t in (it.value.get("old_text"), it.value.get("new_text")) if t)
                 self.store.delete(self._history_ns(user_id), it.key)
         for mid in ids:
             self.store.delete(ns, mid)
         if self.log is not None and ids:
-            forget_in_log(self.log.engine, user_id, ids)
+            forget_in_log(self.log.engine, user_id, ids, texts)
         return len(ids)
+
+
+def _readable_text(value: object) -> str | None:
+    """An item's text, or None for a shape memabra cannot read (forgetting it must still work)."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return memory_text(value)
+    except InvalidRecordError:
+        return None
 
 
 def _tokens(value: object, text: str) -> int:

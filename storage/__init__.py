@@ -23,6 +23,7 @@ from memabra.storage._admin_queries import (
     SnapshotInfo,
 )
 from memabra.storage._admin_sessions import RevokedSessions
+from memabra.storage._embeddings import EmbeddingTable
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._learner import (
     START,
@@ -35,7 +36,7 @@ from memabra.storage._learner import (
 )
 from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
-from memabra.storage._memories import EmbeddingTable, MemoryRegistry, forget_in_log, last_chosen
+from memabra.storage._memories import MemoryRegistry, forget_in_log, last_chosen
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version

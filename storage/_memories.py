@@ -1,34 +1,33 @@
-"""Memory management on the registry table: status, history, forgetting; and stored embeddings.
+"""Memory management on the registry table: status, history, forgetting (which also blanks the
+log's copies of the text and deletes the text's stored embeddings, ``_embeddings``).
 
-:class:`MemoryRegistry` and :class:`EmbeddingTable` work on an :class:`~sqlalchemy.Engine` (an
-:class:`~memabra.storage.EpisodeLog`'s); both take and return memabra records.
+:class:`MemoryRegistry` works on an :class:`~sqlalchemy.Engine` (an
+:class:`~memabra.storage.EpisodeLog`'s); it takes and returns memabra records.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
-import numpy as np
-from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
-from memabra._records import CandidateKind, RegistryItem, utcnow
+from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
+from memabra.storage._embeddings import text_key
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text, prepare
 
-__all__ = ["EmbeddingTable", "MemoryRegistry", "forget_in_log", "last_chosen", "text_key"]
+__all__ = ["MemoryRegistry", "forget_in_log", "last_chosen"]
 
 _MEMORY = CandidateKind.MEMORY.value
 # IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
@@ -64,10 +63,6 @@ def _bump(conn: Connection, owner: str) -> None:
             .values(owner=owner, generation=1)
             .on_conflict_do_update(index_elements=["owner"], set_={"generation": pools.c.generation + 1})
         )
-
-
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class MemoryRegistry:
@@ -215,6 +210,21 @@ class MemoryRegistry:
                 unknown = sorted(set(wanted) - set(ids))
                 if unknown:
                     raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
+            texts: set[str] = set()
+            for chunk in _chunks(ids):
+                texts.update(
+                    s.scalars(
+                        select(RegistryRow.text).where(
+                            RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
+                        )
+                    )
+                )
+                for old_text, new_text in s.execute(
+                    select(MemoryHistoryRow.old_text, MemoryHistoryRow.new_text).where(
+                        MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
+                    )
+                ):
+                    texts.update(t for t in (old_text, new_text) if t)
             for chunk in _chunks(ids):
                 s.execute(
                     delete(RegistryRow).where(
@@ -226,14 +236,28 @@ class MemoryRegistry:
                         MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
                     )
                 )
-            scrub_log(s, user_id, ids)
+            scrub_log(s, user_id, ids, texts)
             _bump(s.connection(), user_id)
             return len(ids)
 
 
-def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str]) -> None:
-    """Blank the text of forgotten memories wherever the log offered them; ids stay."""
+def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
+    """Blank the text of forgotten memories wherever the log offered them (ids stay), and delete
+    the stored embeddings of every text they had (the log's and ``texts``). Embeddings are shared
+    by content, so another user's identical text loses its row too and is embedded again on use."""
     t = DecisionCandidateRow
+    forgotten = set(texts)
+    for chunk in _chunks(list(memory_ids)):
+        forgotten.update(
+            s.scalars(
+                select(t.text)
+                .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk), t.text != ""))
+                .distinct()
+            )
+        )
+    keys = sorted({text_key(text) for text in forgotten})
+    for chunk in _chunks(keys):
+        s.execute(delete(EmbeddingRow).where(EmbeddingRow.text_sha256.in_(chunk)))
     for chunk in _chunks(list(memory_ids)):
         s.execute(
             update(t)
@@ -258,55 +282,11 @@ def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> d
     return out
 
 
-def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str]) -> None:
-    """The log side of forgetting, for memories kept outside the registry (a LangGraph store)."""
+def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
+    """The log side of forgetting, for memories kept outside the registry (a LangGraph store):
+    their text blanked in the log, and the stored embeddings of their ``texts`` deleted."""
     with Session(engine) as s, s.begin():
-        scrub_log(s, user_id, memory_ids)
-
-
-class EmbeddingTable:
-    """Embeddings by encoder name and text, float32, computed once and shared by every process."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def load(self, model: str, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
-        keys = {text_key(t): t for t in dict.fromkeys(texts)}
-        out: dict[str, NDArray[np.float32]] = {}
-        t = EmbeddingRow
-        with self._engine.connect() as conn:
-            for chunk in _chunks(list(keys)):
-                rows = conn.execute(
-                    select(t.text_sha256, t.dim, t.vector).where(t.model == model, t.text_sha256.in_(chunk))
-                )
-                for sha, dim, blob in rows:
-                    vector = np.frombuffer(blob, dtype=np.float32)
-                    if vector.shape[0] == dim:
-                        out[keys[sha]] = vector
-        return out
-
-    def save(self, model: str, vectors: Mapping[str, NDArray[np.float32]]) -> None:
-        if not vectors:
-            return
-        now = utcnow()
-        rows = {
-            text_key(text): {
-                "model": model,
-                "text_sha256": text_key(text),
-                "dim": int(np.asarray(v).shape[0]),
-                "vector": np.ascontiguousarray(v, dtype=np.float32).tobytes(),
-                "created_at": now,
-            }
-            for text, v in vectors.items()
-        }
-        t = EmbeddingRow
-        with Session(self._engine) as s, s.begin():
-            known: set[str] = set()
-            for chunk in _chunks(list(rows)):
-                known.update(s.scalars(select(t.text_sha256).where(t.model == model, t.text_sha256.in_(chunk))))
-            fresh = [row for sha, row in rows.items() if sha not in known]
-            if fresh:
-                s.execute(table_of(t).insert(), fresh)
+        scrub_log(s, user_id, memory_ids, texts)
 
 
 def _chunks(values: list[str]) -> Iterator[list[str]]:

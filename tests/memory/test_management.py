@@ -7,6 +7,7 @@ import pytest
 
 from memabra import InvalidRecordError, MemoryStatus
 from memabra._memory import MemoryAction, MemoryBackend
+from memabra.storage import EpisodeLog
 
 
 def texts(memory: MemoryBackend, user: str = "ann") -> list[str]:
@@ -193,3 +194,26 @@ def test_bad_input_is_refused_and_nothing_is_written(memory: MemoryBackend) -> N
     with pytest.raises(InvalidRecordError, match="non-empty text"):
         memory.remember_many("ann", ["I am vegetarian", ""])
     assert memory.items("ann") == []
+
+
+def test_forgetting_deletes_the_stored_embeddings_of_every_text_the_memory_had(
+    memory_log: tuple[MemoryBackend, EpisodeLog],
+) -> None:
+    import numpy as np
+
+    from memabra.storage import EmbeddingTable
+
+    memory, log = memory_log
+    dog = memory.remember("ann", "My dog is called Rex")
+    memory.update("ann", dog.id, "My dog is called Luna")
+    cat = memory.remember("ann", "My cat is called Tom")
+    table = EmbeddingTable(log.engine)
+    texts = ["My dog is called Rex", "My dog is called Luna", "My cat is called Tom", "tool: weather"]
+    for model in ("enc-a", "enc-b"):
+        table.save(model, {t: np.ones(4, dtype=np.float32) for t in texts})
+
+    memory.forget("ann", dog.id)
+
+    for model in ("enc-a", "enc-b"):
+        assert set(table.load(model, texts)) == {"My cat is called Tom", "tool: weather"}
+    assert cat.id in {m.id for m in memory.list("ann")}
