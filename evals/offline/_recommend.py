@@ -102,7 +102,7 @@ def summarise(
     # every estimator's own verdict (its weight, its definedness, additivity where it assumes it):
     # the recommendation reads the first ones, and the other rows are not left to look supported
     verdicts = {
-        name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count)
+        name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count, report)
         for name in estimates
     }
     overdrawn, overdrawn_weight = next(
@@ -233,8 +233,12 @@ def _estimator_verdict(
     alpha: float,
     additivity: AdditivityReport | None,
     count: int,
+    report: RewardModelReport | None = None,
 ) -> SupportVerdict:
-    """The support verdict of one estimator's weight, or why the estimator cannot be read here."""
+    """The support verdict of one estimator's weight, or why the estimator cannot be read here.
+    The direct method weights nothing: it stands on its reward model, so a model that predicts
+    held-out rewards no better than their mean leaves it unsupported (its differences between
+    targets are the model's noise)."""
     if count < MIN_DECISIONS:
         return SupportVerdict(
             False,
@@ -243,6 +247,14 @@ def _estimator_verdict(
         )
     if name in WEIGHTLESS:
         verdict = floor_verdict(floor_share)
+        if verdict.supported and report is not None and not report.heldout_rmse < report.constant_rmse:
+            verdict = SupportVerdict(
+                False,
+                f"its reward model predicts held-out rewards no better than a constant (RMSE "
+                f"{report.heldout_rmse:.3f} against {report.constant_rmse:.3f}): what it says differs "
+                "between policies is noise",
+                "reward model",
+            )
     else:
         weight_name = SlotEstimator(estimator_name=name).weight_name
         verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])

@@ -393,6 +393,16 @@ def test_the_direct_method_is_judged_on_the_floor_alone() -> None:
     assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100).supported
     # but it extrapolates where the logger hardly went, as every estimator does
     assert _estimator_verdict("dm", estimate, summaries, 0.5, 0.05, None, 100).rule == "floor"
+    # and it is only as good as its reward model: one no better than the mean says nothing
+    from memabra.evals.offline import RewardModelReport
+
+    skilled = RewardModelReport("hgb", 2, 100, heldout_rmse=0.40, constant_rmse=0.65)
+    blind = RewardModelReport("hgb", 2, 100, heldout_rmse=0.646, constant_rmse=0.645)
+    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100, skilled).supported
+    verdict = _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100, blind)
+    assert verdict.rule == "reward model" and "0.646 against 0.645" in verdict.reason
+    # the weighting estimators are unbiased whatever the model: the rule is the direct method's alone
+    assert _estimator_verdict("dr", estimate, summaries, 0.0, 0.05, None, 100, blind).rule == "effective sample size"
 
 
 def test_paired_differences_by_hand() -> None:
