@@ -212,7 +212,8 @@ def load_selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Se
 
 
 def assemble_selections(s: Session, decisions: Sequence[DecisionRow]) -> dict[str, list[Selection]]:
-    """Selections of the given decision rows, grouped by episode id, in the rows' order."""
+    """Selections of the given decision rows, grouped by episode id, in the rows' order; a decision
+    whose rows a concurrent deletion removed since it was read is left out."""
     if not decisions:
         return {}
     ids = [d.id for d in decisions]
@@ -228,6 +229,10 @@ def assemble_selections(s: Session, decisions: Sequence[DecisionRow]) -> dict[st
         cands[crow.decision_id].append(crow)
     out: dict[str, list[Selection]] = defaultdict(list)
     for d in decisions:
+        if not cands[d.id]:
+            # every logged decision offers a candidate: none here means the episode was deleted
+            # (episodes delete) after its decision row was read; it is left out, not half-built
+            continue
         out[d.episode_id].append(cv.selection_from_rows(d, slots[d.id], cands[d.id]))
     return out
 
@@ -237,7 +242,10 @@ def get_selection(tx: Transactions, decision_id: str) -> Selection:
         row = s.get(DecisionRow, clean_text(decision_id))
         if row is None:
             raise UnknownEpisodeError(f"no routing decision with id {decision_id!r}")
-        return assemble_selections(s, [row])[row.episode_id][0]
+        found = assemble_selections(s, [row]).get(row.episode_id)
+        if not found:
+            raise UnknownEpisodeError(f"no routing decision with id {decision_id!r} (its episode was just deleted)")
+        return found[0]
 
 
 def list_episodes(tx: Transactions, filters: EpisodeFilter | None, cursor: str | None, limit: int) -> Page:

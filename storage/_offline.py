@@ -91,8 +91,11 @@ def iter_decisions(
                 used = {eid: frozenset(ids) for eid, ids in rows if ids is not None}
             by_id = {sel.id: sel for sels in assembled.values() for sel in sels}
             for d in chunk:
+                selection = by_id.get(d.id)
+                if selection is None:  # deleted (episodes delete) while the log was streamed
+                    continue
                 reward, final = rewards.get(d.episode_id, (None, False))
-                yield LoggedDecision(by_id[d.id], reward, used.get(d.episode_id), final, d.episode_id)
+                yield LoggedDecision(selection, reward, used.get(d.episode_id), final, d.episode_id)
             s.expunge_all()
 
 

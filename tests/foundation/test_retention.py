@@ -296,3 +296,15 @@ def test_serving_writes_go_on_while_a_deletion_runs(migrated_url: str) -> None:
     assert writer.exitcode == 0 and errors.empty(), None if errors.empty() else errors.get()
     with EpisodeLog(migrated_url) as log:
         assert log.count_episodes() == 40
+
+
+def test_a_log_streamed_while_its_episodes_are_deleted_yields_whole_decisions(log: EpisodeLog) -> None:
+    """ope log and episodes export stream the log: a deletion committed mid-stream never surfaces as
+    a decision without candidates (an error), only as decisions the stream no longer finds."""
+    log.log_episodes([episode("ann") for _ in range(10)])
+    stream = log.iter_decisions(chunk_size=2)
+    first = [next(stream), next(stream)]
+    assert EpisodeLog(engine=log.engine).delete_episodes(user_id="ann", include_unlearned=True).deleted == 10
+    rest = list(stream)
+    assert 2 <= len(first) + len(rest) <= 10  # SQLite's snapshot still holds them; PostgreSQL's next read does not
+    assert all(d.selection.offered for d in first + rest)
