@@ -92,6 +92,7 @@ _LAZY = {
     "UsageCounts": "memabra._records",
     "InvalidFeedbackError": "memabra._errors",
     "StorageContentionError": "memabra._errors",
+    "LogChangedError": "memabra._errors",
     "UnknownSnapshotError": "memabra._errors",
 }
 
@@ -178,6 +179,7 @@ __all__ = [
     "InvalidFeedbackError",
     "ProgrammaticSignals",
     "StorageContentionError",
+    "LogChangedError",
     "UnknownSnapshotError",
     "UsageCounts",
     "build_session",

@@ -67,3 +67,8 @@ class UnknownSnapshotError(UnknownEpisodeError):
 class StorageContentionError(MemabraError, RuntimeError):
     """A write kept meeting a lock, a deadlock or a serialisation failure after every retry:
     the database is more contended than it can serve (on SQLite, the point to move to PostgreSQL)."""
+
+
+class LogChangedError(MemabraError, RuntimeError):
+    """A multi-pass read of the episode log found different decisions on its second pass: episodes
+    were deleted, or committed late, while it ran. Running it again reads the log as it is then."""

@@ -50,13 +50,15 @@ class LoggedDecision:
     until one is recorded), the candidates the episode is known to have used (None when no
     outcome was reported; a chosen candidate outside it was injected but not used) and whether the
     reward is final (a provisional one may still change as feedback arrives). ``episode_id`` names
-    the episode the decision was made in ("" when not read from a log)."""
+    the episode the decision was made in ("" when not read from a log); ``reward_at`` is when its
+    reward was last computed (finalising recomputes it), so a reader can read the log as of a time."""
 
     selection: Selection
     reward: RewardBreakdown | None
     used_ids: frozenset[str] | None = None
     final: bool = False
     episode_id: str = ""
+    reward_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

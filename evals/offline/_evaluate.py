@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from memabra._errors import InvalidRecordError
-from memabra._records import LoggedDecision, OPEResult, RewardBreakdown, RewardWeights, Selection
+from memabra._records import LoggedDecision, RewardBreakdown, RewardWeights, Selection, utcnow
 from memabra.evals.offline._additivity import AdditivityCheck
+from memabra.evals.offline._as_of import ReadFingerprint, changed_since, pinned_until, with_window
 from memabra.evals.offline._evaluation_records import (
     LOGGING_POLICY,
     OWN_ORDER,
@@ -186,16 +187,24 @@ def evaluate_policies(
     chosen = make_slot_estimators(names)
 
     provisional = 0
+    # both passes read the log as of now, and must read the same decisions (._as_of)
+    as_of = utcnow()
+    read_until = pinned_until(until, as_of)
+    fingerprints: list[ReadFingerprint] = []
 
     def rewarded() -> Any:
         nonlocal provisional
         provisional = 0
-        for decision in log.iter_decisions(since=since, until=until):
+        fingerprints.append(read := ReadFingerprint())
+        for decision in log.iter_decisions(since=since, until=read_until):
             if decision.reward is None or (only is not None and decision.selection.id not in only):
+                continue
+            if changed_since(decision, as_of):
                 continue
             if not _readable(decision, include_provisional):
                 provisional += 1
                 continue
+            read.add(decision.selection.id)
             yield decision.selection, _reward(decision.reward, weights), decision.used_ids
 
     model: SlateRewardModel | None = None
@@ -289,6 +298,7 @@ def evaluate_policies(
         done += len(chunk)
         if progress is not None:
             progress(done)
+    fingerprints[1].check_same(fingerprints[0])
     out: list[LogEvaluation] = []
     logging_value = total / count
     # what a target's unreached share could have earned: anything the reward allows, or the log held
@@ -337,32 +347,10 @@ def evaluate_policies(
             ev,
             versus=versus(t) if ev.recommended.supported else {},
             n_provisional=provisional,
-            results=_with_window(ev.results, since, until, first_at, last_at, only),
+            results=with_window(ev.results, since, until, as_of, first_at, last_at, only),
         )
         for t, ev in enumerate(out)
     )
-
-
-def _with_window(
-    results: Sequence[OPEResult],
-    since: datetime | None,
-    until: datetime | None,
-    first_at: datetime | None,
-    last_at: datetime | None,
-    only: frozenset[str] | None,
-) -> tuple[OPEResult, ...]:
-    """The stored rows with the data they were computed on: the range asked for (``None``:
-    unbounded) and the first and last decision read, so a run restricted with ``until`` does not
-    read like one on the whole log (the number of decisions is each row's ``n_rounds``)."""
-    window: dict[str, str | int | None] = {
-        "since": since.isoformat() if since is not None else None,
-        "until": until.isoformat() if until is not None else None,
-        "first_decision_at": first_at.isoformat() if first_at is not None else None,
-        "last_decision_at": last_at.isoformat() if last_at is not None else None,
-    }
-    if only is not None:  # a run on named decisions must not read like one on every decision of the range
-        window["decision_ids_given"] = len(only)
-    return tuple(replace(r, details={**r.details, "window": window}) for r in results)
 
 
 def evaluate_on_log(

@@ -15,14 +15,16 @@ def test_stored_results_carry_the_window_they_read(log: EpisodeLog, fill_log, le
     times = sorted(d.selection.created_at for d in log.iter_decisions())
     target = RandomRouter(similarity=lexical, seed=5)
     whole = evaluate_on_log(log, target, policy="random", estimators=["sips", "dm"])
-    window = whole.results[0].details["window"]
+    window = dict(whole.results[0].details["window"])  # type: ignore[call-overload]
+    as_of = datetime.fromisoformat(str(window.pop("as_of")))
+    assert times[-1] < as_of
     assert window == {
         "since": None,
         "until": None,
         "first_decision_at": times[0].isoformat(),
         "last_decision_at": times[-1].isoformat(),
     }
-    assert all(r.details["window"] == window for r in whole.results)
+    assert all(r.details["window"] == {**window, "as_of": as_of.isoformat()} for r in whole.results)
 
     until = times[30]
     since = times[0] - timedelta(hours=1)
