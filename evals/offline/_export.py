@@ -89,13 +89,12 @@ def decision_record(decision: LoggedDecision) -> dict[str, Any]:
 
 
 def _reward(reward: RewardBreakdown, *, final: bool) -> dict[str, Any]:
-    c, w = reward.components, reward.weights
     return {
         "total": reward.total,
         "final": final,
         "version": reward.version,
-        "components": {"s": c.s, "hm": c.hm, "hs": c.hs, "ht": c.ht, "e": c.e, "c": c.c, "l": c.l, "x": c.x, "u": c.u},
-        "weights": {"ws": w.ws, "wr": w.wr, "we": w.we, "wc": w.wc, "wl": w.wl, "wx": w.wx, "wu": w.wu},
+        "components": reward.components.as_dict(),
+        "weights": reward.weights.as_dict(),
     }
 
 
