@@ -251,6 +251,19 @@ class EpisodeLog:
         _offline.check_window(since, until, chunk_size)
         return _offline.iter_decisions(self._tx, since, until, chunk_size)
 
+    def count_rewarded(self, *, since: datetime | None = None, include_provisional: bool = False) -> int:
+        """How many decisions since ``since`` have a final reward (any, with ``include_provisional``):
+        one SQL count, no decision read."""
+        _offline.check_window(since, None)
+        return _offline.count_rewarded(self._tx, since, include_provisional)
+
+    def rewarded_time_at(
+        self, position: int, *, since: datetime | None = None, include_provisional: bool = False
+    ) -> datetime:
+        """The time of the ``position``-th (0-based) such decision in ``iter_decisions``'s order."""
+        _offline.check_window(since, None)
+        return _offline.rewarded_time_at(self._tx, position, since, include_provisional)
+
     def record_ope_results(self, results: Sequence[OPEResult]) -> None:
         _offline.record_ope_results(self._tx, results)
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Select, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -32,7 +32,9 @@ logger = logging.getLogger("memabra")
 
 __all__ = [
     "DECISION_CHUNK",
+    "count_rewarded",
     "iter_decisions",
+    "rewarded_time_at",
     "iter_selections",
     "list_ope_runs",
     "memory_scores",
@@ -101,6 +103,32 @@ def iter_decisions(
                     reward, final, at = stored
                     yield LoggedDecision(selection, reward, used.get(d.episode_id), final, d.episode_id, at)
             s.expunge_all()
+
+
+def _rewarded(since: datetime | None, include_provisional: bool) -> Select[datetime]:
+    """Decisions whose episode has a reward (a final one unless ``include_provisional``), by time."""
+    stmt = select(DecisionRow.created_at).join(RewardRow, RewardRow.episode_id == DecisionRow.episode_id)
+    if not include_provisional:
+        stmt = stmt.where(RewardRow.final.is_(True))
+    if since is not None:
+        stmt = stmt.where(DecisionRow.created_at >= since)
+    return stmt
+
+
+def count_rewarded(tx: Transactions, since: datetime | None, include_provisional: bool) -> int:
+    """How many decisions :func:`iter_decisions` would yield with a (final) reward, without reading them."""
+    with tx.read() as s:
+        return int(s.scalar(select(func.count()).select_from(_rewarded(since, include_provisional).subquery())) or 0)
+
+
+def rewarded_time_at(tx: Transactions, position: int, since: datetime | None, include_provisional: bool) -> datetime:
+    """The time of the rewarded decision at ``position`` (0-based) in the log's time order."""
+    stmt = _rewarded(since, include_provisional).order_by(DecisionRow.created_at, DecisionRow.id)
+    with tx.read() as s:
+        at = s.scalar(stmt.offset(position).limit(1))
+    if at is None:
+        raise InvalidRecordError(f"the log holds no rewarded decision at position {position}")
+    return at
 
 
 def record_ope_results(tx: Transactions, results: Sequence[OPEResult]) -> None:

@@ -64,14 +64,13 @@ def _usable(decision: LoggedDecision, include_provisional: bool) -> bool:
 def _split_time(
     log: EpisodeLog, since: datetime | None, holdout: float, include_provisional: bool
 ) -> tuple[datetime, int, int]:
-    times = [d.selection.created_at for d in log.iter_decisions(since=since) if _usable(d, include_provisional)]
-    if len(times) < 10:
+    # two SQL queries, not a pass that rebuilds every decision to read its time
+    n = log.count_rewarded(since=since, include_provisional=include_provisional)
+    if n < 10:
         kind = "rewarded" if include_provisional else "finally rewarded"
-        raise InvalidRecordError(
-            f"the episode log holds {len(times)} {kind} decisions; off-policy training needs at least 10"
-        )
-    k = min(len(times) - 1, max(1, int(round(len(times) * (1.0 - holdout)))))
-    return times[k], k, len(times) - k
+        raise InvalidRecordError(f"the episode log holds {n} {kind} decisions; off-policy training needs at least 10")
+    k = min(n - 1, max(1, int(round(n * (1.0 - holdout)))))
+    return log.rewarded_time_at(k, since=since, include_provisional=include_provisional), k, n - k
 
 
 def train_from_log(

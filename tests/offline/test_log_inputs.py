@@ -85,6 +85,22 @@ def test_train_from_log_learns_and_evaluates_on_final_rewards_only(log: EpisodeL
     assert included.n_train + included.n_holdout == 70
 
 
+def test_rewarded_counts_and_times_are_read_without_reading_the_decisions(log: EpisodeLog, lexical: Similarity) -> None:
+    _log_rounds(log, lexical, 0, 25, final=True)
+    _log_rounds(log, lexical, 25, 15, final=False)
+    decisions = list(log.iter_decisions())
+    for provisional in (False, True):
+        times = [d.selection.created_at for d in decisions if d.reward is not None and (d.final or provisional)]
+        assert log.count_rewarded(include_provisional=provisional) == len(times)
+        for k in (0, 7, len(times) - 1):
+            assert log.rewarded_time_at(k, include_provisional=provisional) == times[k]
+        since = times[10]
+        assert log.count_rewarded(since=since, include_provisional=provisional) == len(times) - 10
+        assert log.rewarded_time_at(0, since=since, include_provisional=provisional) == since
+    with pytest.raises(InvalidRecordError, match="no rewarded decision at position 40"):
+        log.rewarded_time_at(40, include_provisional=True)
+
+
 def test_cli_ope_log_reports_and_includes_provisional_decisions(
     migrated_url: str, lexical: Similarity, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
