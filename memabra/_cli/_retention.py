@@ -24,14 +24,20 @@ def parse_age(value: str) -> timedelta:
     match = _AGE.fullmatch(value.strip().lower())
     if match is None or int(match.group(1)) == 0:
         raise typer.BadParameter(f"expected a positive age such as 90d, 12h or 30m, got {value!r}")
-    return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:
+        raise typer.BadParameter(f"{value!r} is longer than any date can reach back") from None
 
 
 def _cutoff(before: str | None, older_than: str | None) -> datetime | None:
     if before is not None and older_than is not None:
         fail("give --before or --older-than, not both")
     if older_than is not None:
-        return datetime.now(UTC) - parse_age(older_than)
+        try:
+            return datetime.now(UTC) - parse_age(older_than)
+        except OverflowError:
+            fail(f"--older-than {older_than} reaches before the year 1")
     return parse_time(before, "--before")
 
 

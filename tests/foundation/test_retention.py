@@ -198,6 +198,8 @@ def test_cli_deletes_a_window_and_says_what_it_kept(migrated_url: str, tmp_path:
         ([], "the whole log is never deleted"),
         (["--older-than", "5x"], "expected a positive age"),
         (["--older-than", "0d"], "expected a positive age"),
+        (["--older-than", "99999999999d"], "longer than any date"),
+        (["--older-than", "900000d"], "before the year 1"),
         (["--before", "yesterday"], "ISO 8601"),
         (["--before", "2026-01-01", "--older-than", "1d"], "not both"),
         (["no-such-episode"], "no episode with id 'no-such-episode'"),
