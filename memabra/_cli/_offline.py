@@ -218,6 +218,8 @@ def ope_log(
             "logging_value": first.logging_value,
             "alpha": alpha,
             "reward_model": None if model is None else model.as_dict(),
+            # the data read: the range asked for, the instant the log was read as of, the first and last decision
+            "window": first.results[0].details.get("window") if first.results else None,
             "policies": {ev.policy: ev.as_json() for ev in evaluations},
         }
         write_output(json_out, json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")

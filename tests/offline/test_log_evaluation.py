@@ -286,6 +286,7 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert set(doc["policies"]) == {"hybrid", "random"}
+    assert doc["window"]["since"] is None and doc["window"]["as_of"] > doc["window"]["last_decision_at"]
     hybrid = doc["policies"]["hybrid"]
     assert set(hybrid["estimates"]["sips"]) == {"value", "ci_low", "ci_high", "supported", "reason"}
     assert set(hybrid["recommended"]) == {"estimator", "value", "ci_low", "ci_high", "supported", "reason"}
