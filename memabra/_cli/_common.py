@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.progress import Progress, ProgressColumn, TimeElapsedColumn
 from rich.text import Text
 from sqlalchemy.engine import make_url
 
@@ -49,6 +50,7 @@ __all__ = [
     "parse_time",
     "plain",
     "run_guarded",
+    "transient_progress",
     "write_json",
     "write_output",
 ]
@@ -360,3 +362,9 @@ def parse_time(value: str | None, option: str) -> datetime | None:
     except ValueError:
         fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def transient_progress(*columns: ProgressColumn) -> Progress:
+    """A progress line that vanishes when the work ends (the table printed next takes its place);
+    off when the console is piped, where it would leave a blank line behind."""
+    return Progress(*columns, TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.progress import TextColumn
 from rich.text import Text
 
 from memabra._cli._common import (
@@ -17,6 +17,7 @@ from memabra._cli._common import (
     open_output,
     parse_time,
     run_guarded,
+    transient_progress,
 )
 from memabra.storage import EpisodeLog
 
@@ -46,13 +47,7 @@ def episodes_export(
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     with (
         run_guarded(EpisodeLog, db) as log,
-        Progress(
-            TextColumn("{task.completed} decisions exported"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal,  # piped: no blank line where the bar was
-        ) as bar,
+        transient_progress(TextColumn("{task.completed} decisions exported")) as bar,
         open_output(out) as stream,
     ):
         task = bar.add_task("export", total=None)

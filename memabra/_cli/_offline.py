@@ -13,13 +13,20 @@ from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
-    TimeElapsedColumn,
 )
 from rich.table import Table
 
-from memabra._cli._common import DbOption, check_output_path, console, fail, parse_time, run_guarded, write_output
+from memabra._cli._common import (
+    DbOption,
+    check_output_path,
+    console,
+    fail,
+    parse_time,
+    run_guarded,
+    transient_progress,
+    write_output,
+)
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
 
@@ -108,13 +115,8 @@ def ope_log(
             resolved = run_guarded(resolve_policy, spec, log)
             targets.append(Target(spec, resolved.router, resolved.snapshot_version))
         # a long log takes minutes (about 11 ms a decision): say that it is moving, then vanish
-        with Progress(
-            TextColumn("evaluating: reward model, then"),
-            TextColumn("{task.completed} decisions estimated"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal,  # piped: no blank line where the bar was
+        with transient_progress(
+            TextColumn("evaluating: reward model, then"), TextColumn("{task.completed} decisions estimated")
         ) as bar:
             task = bar.add_task("ope", total=None)
             evaluations = run_guarded(
@@ -319,15 +321,7 @@ def train(
     reweight = run_guarded(parse_weights, weights) if weights else None
     with (
         run_guarded(EpisodeLog, db) as log,
-        Progress(
-            TextColumn("training"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal,  # piped: no blank line where the bar was
-        ) as bar,
+        transient_progress(TextColumn("training"), BarColumn(), MofNCompleteColumn()) as bar,
     ):
         task = bar.add_task("train", total=None)
         report = run_guarded(

@@ -7,10 +7,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.progress import TextColumn
 from rich.text import Text
 
-from memabra._cli._common import DbOption, JsonOutOption, console, fail, parse_time, run_guarded, write_json
+from memabra._cli._common import (
+    DbOption,
+    JsonOutOption,
+    console,
+    fail,
+    parse_time,
+    run_guarded,
+    transient_progress,
+    write_json,
+)
 from memabra.storage import EpisodeDeletion, EpisodeLog
 
 __all__ = ["episodes_delete", "parse_age"]
@@ -71,13 +80,7 @@ def episodes_delete(
         fail("name episodes, or give --user, --before or --older-than; the whole log is never deleted at once")
     with (
         run_guarded(EpisodeLog, db) as log,
-        Progress(
-            TextColumn("{task.completed} episodes deleted"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal,  # piped: no blank line where the bar was
-        ) as bar,
+        transient_progress(TextColumn("{task.completed} episodes deleted")) as bar,
     ):
         task = bar.add_task("delete", total=None)
         result = run_guarded(
