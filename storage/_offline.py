@@ -83,7 +83,7 @@ def iter_decisions(
         for chunk in result.partitions():
             assembled = assemble_selections(s, chunk)
             episode_ids = list({d.episode_id for d in chunk})
-            rewards: dict[str, tuple[RewardBreakdown, bool, datetime]] = {
+            rewards: dict[str, tuple[RewardBreakdown | None, bool, datetime | None]] = {
                 r.episode_id: (cv.reward_from_row(r), bool(r.final), r.computed_at)
                 for r in s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(episode_ids)))
             }
@@ -96,12 +96,8 @@ def iter_decisions(
                 selection = by_id.get(d.id)
                 if selection is None:  # deleted (episodes delete) while the log was streamed
                     continue
-                stored = rewards.get(d.episode_id)
-                if stored is None:
-                    yield LoggedDecision(selection, None, used.get(d.episode_id), False, d.episode_id)
-                else:
-                    reward, final, at = stored
-                    yield LoggedDecision(selection, reward, used.get(d.episode_id), final, d.episode_id, at)
+                reward, final, at = rewards.get(d.episode_id, (None, False, None))
+                yield LoggedDecision(selection, reward, used.get(d.episode_id), final, d.episode_id, at)
             s.expunge_all()
 
 

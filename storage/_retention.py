@@ -86,12 +86,12 @@ def delete_episodes(
     if before is not None and before.tzinfo is None:
         raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
     ids = None if episode_ids is None else sorted({clean_text(i) for i in episode_ids})
-    if ids is not None:
-        if not ids:
-            raise InvalidRecordError("episode_ids is empty: name at least one episode")
-        _check_known(tx, ids)
+    if ids is not None and not ids:
+        raise InvalidRecordError("episode_ids is empty: name at least one episode")
     # named ids go _ID_BATCH at a time, so no statement outgrows SQLite's bound-parameter limit
     groups = [None] if ids is None else [ids[i : i + _ID_BATCH] for i in range(0, len(ids), _ID_BATCH)]
+    if ids is not None:
+        _check_known(tx, ids, groups)
     kept_open = kept_unlearned = 0
     deletable: list[ColumnElement[bool]] = []
     with tx.read() as s:
@@ -124,12 +124,11 @@ def delete_episodes(
     return EpisodeDeletion(deleted, kept_open, kept_unlearned, dry_run=False)
 
 
-def _check_known(tx: Transactions, ids: Sequence[str]) -> None:
+def _check_known(tx: Transactions, ids: Sequence[str], groups: Sequence[Sequence[str] | None]) -> None:
     found: set[str] = set()
     with tx.read() as s:
-        for start in range(0, len(ids), _ID_BATCH):
-            batch = ids[start : start + _ID_BATCH]
-            found.update(s.scalars(select(EpisodeRow.id).where(EpisodeRow.id.in_(batch))))
+        for group in groups:
+            found.update(s.scalars(select(EpisodeRow.id).where(_matching(group, None, None))))
     missing = [i for i in ids if i not in found]
     if missing:
         shown = ", ".join(repr(i) for i in missing[:5])
