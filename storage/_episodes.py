@@ -48,7 +48,14 @@ __all__ = [
     "load_episode",
     "load_selections",
     "log_episodes",
+    "resolve_episode_id",
 ]
+
+MIN_ID_PREFIX = 4
+"""Shortest id prefix ``resolve_episode_id`` looks up: shorter ones name too many episodes to be
+worth a scan of the ids (git's rule for abbreviated hashes)."""
+
+_PREFIX_MATCHES_SHOWN = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,36 @@ def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:
 def get_episode(tx: Transactions, episode_id: str) -> Episode:
     with tx.read() as s:
         return load_episode(s, clean_text(episode_id))
+
+
+def resolve_episode_id(tx: Transactions, ref: str) -> str:
+    """The id of the episode ``ref`` names: its whole id, or the start of exactly one id (at least
+    ``MIN_ID_PREFIX`` characters), as ``episodes list`` prints them. Raises
+    :class:`UnknownEpisodeError` naming the matches when the start fits several."""
+    ref = clean_text(ref)
+    with tx.read() as s:
+        if s.get(EpisodeRow, ref) is not None:
+            return ref
+        if len(ref) < MIN_ID_PREFIX:
+            raise UnknownEpisodeError(
+                f"no episode with id {ref!r} (the start of an id names it from {MIN_ID_PREFIX} characters on)"
+            )
+        # substr, not LIKE: SQLite's LIKE ignores case and both would need "%" and "_" escaped.
+        matches = list(
+            s.scalars(
+                select(EpisodeRow.id)
+                .where(func.substr(EpisodeRow.id, 1, len(ref)) == ref)
+                .order_by(EpisodeRow.id)
+                .limit(_PREFIX_MATCHES_SHOWN + 1)
+            )
+        )
+    if not matches:
+        raise UnknownEpisodeError(f"no episode with id {ref!r} or an id starting with it")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:_PREFIX_MATCHES_SHOWN])
+        more = " and more" if len(matches) > _PREFIX_MATCHES_SHOWN else ""
+        raise UnknownEpisodeError(f"{ref!r} is the start of several episode ids ({shown}{more}); give more of it")
+    return matches[0]
 
 
 def _attribute_columns(model: type[Base]) -> tuple[Label[Any], ...]:

@@ -150,6 +150,11 @@ class EpisodeLog:
     def get_episode(self, episode_id: str) -> Episode:
         return _episodes.get_episode(self._tx, episode_id)
 
+    def resolve_episode_id(self, ref: str) -> str:
+        """The whole id of the episode ``ref`` names: its id, or the start of exactly one id (at
+        least four characters). :class:`UnknownEpisodeError` names the matches when several fit."""
+        return _episodes.resolve_episode_id(self._tx, ref)
+
     def get_selection(self, decision_id: str) -> Selection:
         return _episodes.get_selection(self._tx, decision_id)
 

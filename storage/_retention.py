@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, sel
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra.storage._episodes import resolve_episode_id
 from memabra.storage._models import EpisodeRow, RewardRow
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
@@ -133,7 +134,19 @@ def _check_known(tx: Transactions, ids: Sequence[str], groups: Sequence[Sequence
     if missing:
         shown = ", ".join(repr(i) for i in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise UnknownEpisodeError(f"no episode with id {shown}{more}; nothing was deleted")
+        raise UnknownEpisodeError(
+            f"no episode with id {shown}{more}; nothing was deleted{_prefix_hint(tx, missing[0])}"
+        )
+
+
+def _prefix_hint(tx: Transactions, ref: str) -> str:
+    """Deletion takes whole ids only (a prefix that later names a second episode must not widen
+    what a saved command deletes), but a prefix deserves a pointer to the id it starts."""
+    try:
+        whole = resolve_episode_id(tx, ref)
+    except UnknownEpisodeError:
+        return ""
+    return f" ({ref!r} is the start of {whole!r}; deleting takes whole ids)"
 
 
 def _matching(ids: Sequence[str] | None, user_id: str | None, before: datetime | None) -> ColumnElement[bool]:

@@ -73,6 +73,11 @@ def db_current(db: DbOption = None) -> None:
         engine.dispose()
 
 
+EpisodeRefArgument = Annotated[
+    str, typer.Argument(help="The episode's id, or its first characters (at least four) when they name one.")
+]
+
+
 def _open(db: str | None) -> EpisodeLog:
     return run_guarded(EpisodeLog, db)
 
@@ -138,10 +143,10 @@ def episodes_list(
 
 
 @episodes_app.command("show")
-def episodes_show(episode_id: str, db: DbOption = None, json_out: JsonOutOption = None) -> None:
+def episodes_show(episode_id: EpisodeRefArgument, db: DbOption = None, json_out: JsonOutOption = None) -> None:
     """One episode: its decisions with every candidate, steps, feedback and reward."""
     with _open(db) as log:
-        ep = run_guarded(log.get_episode, episode_id)
+        ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
     _print_episode(ep)
     write_json(json_out, _episode_json(ep))
 
@@ -357,7 +362,7 @@ def rewards_finalize(db: DbOption = None) -> None:
 
 
 def feedback(
-    episode_id: str,
+    episode_id: EpisodeRefArgument,
     payload: Annotated[
         str, typer.Argument(help='JSON object, e.g. \'{"correct": false, "correction": "my name is Ann"}\'.')
     ],
@@ -374,7 +379,8 @@ def feedback(
     if not isinstance(data, dict):
         fail("payload must be a JSON object")
     extra = {"idempotency_key": key} if key else {}
-    fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
     with _open(db) as log:
+        episode_id = run_guarded(log.resolve_episode_id, episode_id)
+        fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
         receipt = run_guarded(RewardService(log, load_reward_config()).post_feedback, fb)
     console.print(f"feedback {receipt.feedback_id}: {receipt.status}")
