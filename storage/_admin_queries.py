@@ -13,20 +13,26 @@ table function (``json_each`` on SQLite, ``jsonb_array_elements_text`` on Postgr
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from memabra._records import STOP_ID, EpisodeSummary, JSONValue, OPEResult
+from memabra._records import STOP_ID, EpisodeSummary, OPEResult
+from memabra.storage._admin_records import (
+    ConversationTurn,
+    KindShare,
+    PolicyVersionStats,
+    RewardPoint,
+    SnapshotInfo,
+    VersionCount,
+)
 from memabra.storage._convert import summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
-from memabra.storage._snapshot_audit import StatusChange, status_history
+from memabra.storage._snapshot_audit import status_history
 
 __all__ = [
     "DEFAULT_SAMPLE",
@@ -45,90 +51,9 @@ _TIE_TOLERANCE = 1e-9
 # JSON distribution costs microseconds, so a bounded sample keeps the policies page quick on a
 # log of millions of decisions.
 DEFAULT_SAMPLE = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationTurn:
-    """One turn of a conversation thread: what the user asked and what the agent answered."""
-
-    episode_id: str
-    turn: int
-    query: str
-    answer: str | None
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    """A policy snapshot without its model bytes (only their size); ``history`` is its audit trail
-    of status changes made through :class:`~memabra.storage._snapshot_audit.SnapshotAudit`, oldest first."""
-
-    version: str
-    policy: str
-    parent: str | None
-    status: str
-    created_at: datetime
-    model_size: int
-    metrics: Mapping[str, JSONValue]
-    history: tuple[StatusChange, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class VersionCount:
-    """A policy version the episodes were logged with, how many and when it last routed one."""
-
-    policy_version: str
-    episodes: int
-    last_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class RewardPoint:
-    """Mean reward of the episodes a policy version routed in one time bucket.
-
-    ``bucket`` is the bucket's start as text (``YYYY-MM-DD`` for days, ``YYYY-MM-DD HH`` for
-    hours, UTC); ``rewarded`` counts the episodes that have a reward so far.
-    """
-
-    policy_version: str
-    bucket: str
-    episodes: int
-    rewarded: int
-    mean_reward: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyVersionStats:
-    """How a policy version drew its slots: decisions, draws, exploration and propensities.
-
-    ``decisions`` and the propensities cover every decision in the window; the draw counts cover
-    the ``sampled_decisions`` among them that were in the sample (the latest ones)."""
-
-    policy_version: str
-    decisions: int
-    sampled_decisions: int
-    draws: int
-    explored_draws: int
-    stop_draws: int
-    min_propensity: float | None
-    mean_propensity: float | None
-    min_chosen_probability: float | None
-    first_at: datetime | None
-    last_at: datetime | None
-
-    @property
-    def exploration_rate(self) -> float | None:
-        return self.explored_draws / self.draws if self.draws else None
-
-
-@dataclass(frozen=True, slots=True)
-class KindShare:
-    """Share of a policy version's chosen candidates (stop draws left out) of one kind."""
-
-    policy_version: str
-    kind: str
-    chosen: int
-    share: float
+# A bucket's key: PostgreSQL's to_char pattern and the length of SQLite's ISO text it keeps; both
+# read "YYYY-MM-DD", "YYYY-MM-DD HH" or "YYYY-MM-DD HH:MM".
+_BUCKET_WIDTHS = {"day": ("YYYY-MM-DD", 10), "hour": ("YYYY-MM-DD HH24", 13), "minute": ("YYYY-MM-DD HH24:MI", 16)}
 
 
 class AdminQueries:
@@ -219,10 +144,11 @@ class AdminQueries:
     # ------------------------------------------------------------------ rewards
 
     def reward_over_time(self, *, since: datetime | None = None, bucket: str = "day") -> list[RewardPoint]:
-        """Mean episode reward per policy version and time bucket (``day`` or ``hour``, UTC),
-        oldest bucket first. Episodes without a policy version (no routing decision) are left out."""
-        if bucket not in ("day", "hour"):
-            raise ValueError(f"bucket must be 'day' or 'hour', got {bucket!r}")
+        """Mean episode reward per policy version and time bucket (``day``, ``hour`` or
+        ``minute``, UTC), oldest bucket first. Episodes without a policy version (no routing
+        decision) are left out."""
+        if bucket not in _BUCKET_WIDTHS:
+            raise ValueError(f"bucket must be one of {', '.join(map(repr, _BUCKET_WIDTHS))}, got {bucket!r}")
         e = EpisodeRow
         key = self._bucket_expression(e.created_at, bucket).label("bucket")
         stmt = (
@@ -263,11 +189,11 @@ class AdminQueries:
         return _aware(first), _aware(last)
 
     def _bucket_expression(self, column: Any, bucket: str) -> ColumnElement[str]:
+        pattern, width = _BUCKET_WIDTHS[bucket]
         if is_postgres(self.log.engine):
-            pattern = "YYYY-MM-DD" if bucket == "day" else "YYYY-MM-DD HH24"
             return func.to_char(func.timezone("UTC", column), pattern)
         # SQLite keeps UTC datetimes as ISO text ("YYYY-MM-DD HH:MM:SS.ffffff").
-        return func.substr(column, 1, 10 if bucket == "day" else 13)
+        return func.substr(column, 1, width)
 
     # ------------------------------------------------------------------ exploration and kinds
 

@@ -288,10 +288,14 @@ def step_arguments(step: Step) -> str:
 
 
 def choose_bucket(first: datetime | None, last: datetime | None) -> str:
-    """Hourly points for a short log, daily ones otherwise."""
+    """Points a minute apart for a log of the last few hours (a new deployment's first look),
+    hourly ones for a few days, daily ones otherwise: at most about 180 points a series."""
     if first is None or last is None:
         return "day"
-    return "hour" if last - first < timedelta(days=3) else "day"
+    span = last - first
+    if span < timedelta(hours=3):
+        return "minute"
+    return "hour" if span < timedelta(days=3) else "day"
 
 
 def chart_payload(

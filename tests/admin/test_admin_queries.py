@@ -9,6 +9,7 @@ import pytest
 
 from memabra import STOP_ID, PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
+from memabra._admin._views import choose_bucket
 from memabra._errors import SnapshotError
 from memabra.storage import AdminQueries, EpisodeLog
 
@@ -53,6 +54,13 @@ def test_reward_over_time_matches_the_episodes(log: EpisodeLog, seeded: Seeded) 
     hourly = queries.reward_over_time(bucket="hour", since=NOW - timedelta(days=2))
     assert all(len(p.bucket) == 13 for p in hourly)
     assert sum(p.episodes for p in hourly) == sum(1 for r in rows if r.created_at >= NOW - timedelta(days=2))
+    by_minute = queries.reward_over_time(bucket="minute", since=NOW - timedelta(hours=2))
+    expected_minutes = {
+        (r.policy_version, r.created_at.strftime("%Y-%m-%d %H:%M"))
+        for r in rows
+        if r.created_at >= NOW - timedelta(hours=2)
+    }
+    assert {(p.policy_version, p.bucket) for p in by_minute} == expected_minutes
     with pytest.raises(ValueError, match="bucket"):
         queries.reward_over_time(bucket="week")
     first, last = queries.time_span()
@@ -180,3 +188,13 @@ def test_active_snapshot_policy_of_an_unknown_router(log: EpisodeLog, seeded: Se
     sel = log.get_episode(seeded.episodes[0]).selections[0]
     with pytest.raises(SnapshotError, match="policy 'test'"):
         ActiveSnapshotPolicy(log)(sel)
+
+
+@pytest.mark.parametrize(
+    ("span", "bucket"),
+    [(timedelta(seconds=30), "minute"), (timedelta(hours=2, minutes=59), "minute"), (timedelta(hours=3), "hour")]
+    + [(timedelta(days=2), "hour"), (timedelta(days=3), "day"), (timedelta(days=400), "day")],
+)
+def test_the_reward_chart_buckets_keep_a_series_to_a_few_hundred_points(span: timedelta, bucket: str) -> None:
+    assert choose_bucket(NOW - span, NOW) == bucket
+    assert choose_bucket(None, None) == "day"

@@ -1,0 +1,103 @@
+"""The admin view's records: typed, immutable rows of the aggregates :class:`AdminQueries` reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from memabra._records import JSONValue
+from memabra.storage._snapshot_audit import StatusChange
+
+__all__ = [
+    "ConversationTurn",
+    "KindShare",
+    "PolicyVersionStats",
+    "RewardPoint",
+    "SnapshotInfo",
+    "VersionCount",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationTurn:
+    """One turn of a conversation thread: what the user asked and what the agent answered."""
+
+    episode_id: str
+    turn: int
+    query: str
+    answer: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A policy snapshot without its model bytes (only their size); ``history`` is its audit trail
+    of status changes made through :class:`~memabra.storage._snapshot_audit.SnapshotAudit`, oldest first."""
+
+    version: str
+    policy: str
+    parent: str | None
+    status: str
+    created_at: datetime
+    model_size: int
+    metrics: Mapping[str, JSONValue]
+    history: tuple[StatusChange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCount:
+    """A policy version the episodes were logged with, how many and when it last routed one."""
+
+    policy_version: str
+    episodes: int
+    last_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RewardPoint:
+    """Mean reward of the episodes a policy version routed in one time bucket.
+
+    ``bucket`` is the bucket's start as text (``YYYY-MM-DD`` for days, ``YYYY-MM-DD HH`` for
+    hours, ``YYYY-MM-DD HH:MM`` for minutes, UTC); ``rewarded`` counts the episodes that have a reward so far.
+    """
+
+    policy_version: str
+    bucket: str
+    episodes: int
+    rewarded: int
+    mean_reward: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVersionStats:
+    """How a policy version drew its slots: decisions, draws, exploration and propensities.
+
+    ``decisions`` and the propensities cover every decision in the window; the draw counts cover
+    the ``sampled_decisions`` among them that were in the sample (the latest ones)."""
+
+    policy_version: str
+    decisions: int
+    sampled_decisions: int
+    draws: int
+    explored_draws: int
+    stop_draws: int
+    min_propensity: float | None
+    mean_propensity: float | None
+    min_chosen_probability: float | None
+    first_at: datetime | None
+    last_at: datetime | None
+
+    @property
+    def exploration_rate(self) -> float | None:
+        return self.explored_draws / self.draws if self.draws else None
+
+
+@dataclass(frozen=True, slots=True)
+class KindShare:
+    """Share of a policy version's chosen candidates (stop draws left out) of one kind."""
+
+    policy_version: str
+    kind: str
+    chosen: int
+    share: float
