@@ -277,10 +277,11 @@ class EpisodeLog:
     ) -> list[OPEResult]:
         return _offline.list_ope_runs(self._tx, version, policy, limit)
 
-    def mempo_items(self, *, since: datetime | None = None) -> Iterator[GoldDecision]:
-        """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback."""
+    def mempo_items(self, *, since: datetime | None = None, unscored_by: str | None = None) -> Iterator[GoldDecision]:
+        """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback;
+        with ``unscored_by``, only those that scorer has not labelled yet."""
         _offline.check_window(since, None)
-        return _offline.mempo_items(self._tx, since)
+        return _offline.mempo_items(self._tx, since, unscored_by)
 
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
         """Insert or replace MemPO labels (a re-run with another model overwrites)."""

@@ -152,8 +152,9 @@ def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, lim
         return [cv.ope_from_row(r) for r in s.scalars(stmt)]
 
 
-def mempo_items(tx: Transactions, since: datetime | None) -> Iterator[GoldDecision]:
-    """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback."""
+def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> Iterator[GoldDecision]:
+    """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback; with
+    ``unscored_by``, only those that scorer has not labelled (what a resumed run has left)."""
     stmt = select(FeedbackRow).order_by(FeedbackRow.received_at)
     if since is not None:
         stmt = stmt.where(FeedbackRow.received_at >= since)
@@ -171,9 +172,13 @@ def mempo_items(tx: Transactions, since: datetime | None) -> Iterator[GoldDecisi
     for start in range(0, len(episode_ids), _CHUNK):
         chunk = episode_ids[start : start + _CHUNK]
         with tx.read() as s:
-            decisions = s.scalars(
-                select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)
-            ).all()
+            wanted = select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)
+            if unscored_by is not None:
+                labelled = select(MemoryScoreRow.decision_id).where(
+                    MemoryScoreRow.decision_id == DecisionRow.id, MemoryScoreRow.scorer == clean_text(unscored_by)
+                )
+                wanted = wanted.where(~labelled.exists())
+            decisions = s.scalars(wanted).all()
             cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
             for c in s.scalars(
                 select(DecisionCandidateRow)

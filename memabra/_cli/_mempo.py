@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from memabra._cli._common import DbOption, console, fail, parse_time, run_guarded
 from memabra._records import MemoryQuality
@@ -42,24 +43,44 @@ def score(
     device: Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu, cuda or cuda:N.")] = "auto",
     eps: Annotated[float, typer.Option("--eps", min=0.0, help="Tolerance: +1 when P(selected) >= P(all) - eps.")] = 0.0,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Decisions scored and stored together.")] = 256,
+    rescore: Annotated[
+        bool,
+        typer.Option(
+            "--rescore",
+            help="Score again the decisions this model has labelled (after retraining it in place, or a new --eps).",
+        ),
+    ] = False,
 ) -> None:
     """Score decisions whose gold answer is known: P(gold | selected memories) against P(gold | all
-    candidate memories), stored as a memory-quality signal."""
+    candidate memories), stored as a memory-quality signal. Each chunk is stored as it is scored,
+    and decisions this model (named by its directory) has labelled are skipped, so an interrupted
+    run picks up where it stopped and a nightly run scores only what is new."""
     try:
         from memabra.evals.mempo import MemPOScorer, RoutingDecisionItem
     except ImportError as exc:
         fail(str(exc))
     since_at = parse_time(since, "--since")
+    scorer_name = f"mempo:{Path(model).resolve().name}"
     with run_guarded(EpisodeLog, db) as log:
         items = [
             RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)
-            for g in run_guarded(lambda: list(log.mempo_items(since=since_at)))
+            for g in run_guarded(
+                lambda: list(log.mempo_items(since=since_at, unscored_by=None if rescore else scorer_name))
+            )
         ]
         if not items:
-            console.print("no decisions with a known gold answer to score")
+            if not rescore and next(iter(run_guarded(log.mempo_items, since=since_at)), None) is not None:
+                console.print(
+                    Text(
+                        f"nothing left to score: {scorer_name} has labelled every decision with a known gold "
+                        "answer (--rescore scores them again)"
+                    ),
+                    highlight=False,
+                )
+            else:
+                console.print("no decisions with a known gold answer to score")
             return
         scorer = run_guarded(MemPOScorer, model, device=device, batch_size=batch_size)
-        scorer_name = f"mempo:{Path(model).name}"
         console.print(
             f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})"
         )

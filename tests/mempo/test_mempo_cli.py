@@ -97,3 +97,32 @@ def test_a_missing_model_is_a_one_line_error(tmp_path: Path, migrated_url: str) 
 def test_a_bad_since_names_the_option(tmp_path: Path, migrated_url: str) -> None:
     result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--since", "yesterday", "--db", migrated_url])
     assert result.exit_code == 1 and "--since" in result.output
+
+
+def test_a_second_run_scores_only_what_the_first_left(trained_model_dir: Path, migrated_url: str) -> None:
+    """An interrupted run (here: labels stored for two decisions only) resumes; a finished one is
+    not repeated unless asked."""
+    from memabra._records import MemoryQuality
+
+    decision_ids = _log_decisions(migrated_url)
+    scorer = f"mempo:{trained_model_dir.name}"
+    with EpisodeLog(migrated_url) as log:
+        log.store_memory_scores([MemoryQuality(d, scorer, 0.5, 0.5, 0.0, 1, 3) for d in decision_ids[:2]])
+        log.store_memory_scores([MemoryQuality(decision_ids[2], "mempo:another-model", 0.5, 0.5, 0.0, 1, 3)])
+    options = ["--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu", "--chunk-size", "2"]
+
+    resumed = runner.invoke(cli.mempo_app, options)
+    assert resumed.exit_code == 0, resumed.output
+    assert "scoring 2 decisions" in resumed.output  # the other model's label is not this model's
+    with EpisodeLog(migrated_url) as log:
+        labels = log.memory_scores(decision_ids)
+    assert [labels[d].reward for d in decision_ids] == [1, 1, -1, -1]  # the first two kept, as stored
+    assert {labels[d].scorer for d in decision_ids} == {scorer}
+
+    again = runner.invoke(cli.mempo_app, options)
+    assert again.exit_code == 0 and "nothing left to score" in again.output and "--rescore" in again.output
+
+    rescored = runner.invoke(cli.mempo_app, [*options, "--rescore"])
+    assert rescored.exit_code == 0 and "scoring 4 decisions" in rescored.output
+    with EpisodeLog(migrated_url) as log:
+        assert all(label.reward == -1 for label in log.memory_scores(decision_ids).values())
