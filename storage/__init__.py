@@ -44,6 +44,7 @@ from memabra.storage._retention import EpisodeDeletion
 from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
+from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "LearnerStore",
     "LeaseHolder",
     "LeaseLostError",
+    "LogStatus",
     "MemoryOutcomes",
     "MemoryPage",
     "MemoryRegistry",
@@ -75,6 +77,8 @@ __all__ = [
     "MemoryUsage",
     "MemoryUse",
     "MemoryUser",
+    "OpenTransaction",
+    "PolicyStatus",
     "PolicyVersionStats",
     "PruneResult",
     "ReadPosition",

@@ -52,6 +52,7 @@ from memabra.storage._migrate import check_schema
 from memabra.storage._retention import EpisodeDeletion
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
+from memabra.storage._status import LogStatus, log_status
 from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
@@ -149,6 +150,12 @@ class EpisodeLog:
 
     def get_episode(self, episode_id: str) -> Episode:
         return _episodes.get_episode(self._tx, episode_id)
+
+    def status(self) -> LogStatus:
+        """Where the log stands: schema, episodes, feedback windows open and overdue, and per
+        policy the active snapshot, the learner's checkpoint and lease, and the final rewards it
+        has not read yet. See :mod:`memabra.storage._status`."""
+        return log_status(self.engine)
 
     def resolve_episode_id(self, ref: str) -> str:
         """The whole id of the episode ``ref`` names: its id, or the start of exactly one id (at

@@ -19,6 +19,7 @@ from memabra._cli._ope import ope_app
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete
+from memabra._cli._status import status
 
 app = typer.Typer(
     name="memabra",
@@ -45,6 +46,7 @@ app.command("simulate")(simulate_command)
 app.add_typer(policies_app, name="policies")
 app.command("route")(route)
 app.command("learner")(learner)
+app.command("status")(status)
 
 
 def main() -> None:

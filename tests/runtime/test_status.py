@@ -1,0 +1,149 @@
+"""``memabra status`` and ``EpisodeLog.status``: every way a reward can wait, named, on every backend."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from runtime.learning_log import log_final
+from sqlalchemy import text, update
+from typer.testing import CliRunner
+
+from factories import episode
+from memabra._cli import app
+from memabra._cli._status import UNHEALTHY_EXIT
+from memabra._learner import Learner
+from memabra._records import utcnow
+from memabra.router import VWRouter
+from memabra.storage import EpisodeLog
+from memabra.storage._models import EpisodeRow
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def vw() -> VWRouter:
+    return VWRouter(seed=0)
+
+
+def _age_final_rewards(log: EpisodeLog, by: timedelta) -> None:
+    """Make every final reward look ``by`` older (as if it had waited that long)."""
+    with log.engine.begin() as conn:
+        conn.execute(update(EpisodeRow).where(EpisodeRow.finalized_at.is_not(None)).values(finalized_at=utcnow() - by))
+
+
+def _learn_everything(log: EpisodeLog, learner: Learner, expected: int) -> None:
+    for _ in range(200):  # on PostgreSQL the reader waits behind other transactions on the server
+        learner.step()
+        if learner.learned >= expected:
+            break
+    learner.commit(force=True)
+
+
+def _status(url: str, *args: str) -> tuple[int, str, dict]:  # type: ignore[type-arg]
+    out = runner.invoke(app, ["status", "--db", url, "--json", "-", *args])
+    document = out.stdout[out.stdout.index("{") :]
+    return out.exit_code, out.output, json.loads(document)
+
+
+def test_a_new_log_is_healthy(migrated_url: str) -> None:
+    code, output, document = _status(migrated_url)
+    assert code == 0, output
+    assert document["healthy"] is True and document["problems"] == []
+    assert document["status"]["episodes"] == 0 and document["status"]["policies"] == []
+    assert "no policy has a snapshot or a learner checkpoint yet" in output
+
+
+def test_final_rewards_no_learner_reads_fail_the_check(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 4)
+        status = log.status()
+        assert status.unlearned == 4 and status.policies == ()
+        _age_final_rewards(log, timedelta(hours=2))
+    assert _status(migrated_url)[0] == UNHEALTHY_EXIT
+    code, output, document = _status(migrated_url, "--max-lag", "3h")
+    assert code == 0, output
+    code, output, document = _status(migrated_url)
+    assert document["healthy"] is False
+    (problem,) = document["problems"]
+    assert problem["check"] == "learner"
+    assert "4 final reward(s) not learned, the oldest final for 2h" in problem["message"]
+    assert "no policy has a learner yet" in problem["message"]
+
+
+def test_a_learner_that_kept_up_is_healthy_and_its_backlog_is_counted_from_its_position(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 10)
+        learner = Learner(log, vw, commit_every=1000)
+        _learn_everything(log, learner, 10)
+        held = log.status()
+        (policy,) = held.policies
+        assert policy.policy == "vw" and policy.backlog == 0 and held.unlearned == 0
+        assert policy.checkpoint is not None and policy.checkpoint.learned == 10
+        assert policy.active_version == policy.checkpoint.snapshot_version
+        assert policy.lease is not None  # the learner still holds it
+        learner.close()
+        log_final(log, 3, start=10)
+        after = log.status().policies[0]
+        assert after.lease is None and after.backlog == 3 and after.backlog_since is not None
+        assert _status(migrated_url)[0] == 0  # waiting for seconds is no problem
+        _age_final_rewards(log, timedelta(minutes=40))
+    code, output, document = _status(migrated_url)
+    assert code == UNHEALTHY_EXIT
+    (problem,) = document["problems"]
+    assert problem["check"] == "learner vw"
+    assert "policy vw: 3 final reward(s) not learned, the oldest final for 40m" in problem["message"]
+    assert "no learner holds the lease (start `memabra learner --policy vw`" in problem["message"]
+    assert "✗ learner vw" in output
+
+
+def test_feedback_windows_nobody_closes_fail_the_check(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url, feedback_window=timedelta(hours=1)) as log:
+        log.log_episode(episode("ann", created_at=utcnow() - timedelta(hours=3)))
+        log.log_episode(episode("ann"))
+        status = log.status()
+    assert status.open_windows == 2 and status.overdue == 1
+    assert status.overdue_since is not None and utcnow() - status.overdue_since > timedelta(hours=1)
+    code, output, document = _status(migrated_url)
+    assert code == UNHEALTHY_EXIT
+    (problem,) = document["problems"]
+    assert problem["check"] == "feedback windows"
+    assert problem["message"].startswith("1 feedback window(s) closed up to 2h")
+
+
+def test_rewards_held_back_by_an_open_transaction_name_it(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        if log.engine.dialect.name != "postgresql":
+            pytest.skip("PostgreSQL only: the learner's horizon is the oldest running transaction")
+        log_final(log, 2)
+        learner = Learner(log, vw, commit_every=1000)
+        _learn_everything(log, learner, 2)
+        learner.close()
+        (early,) = log_final(log, 1, start=2, final=False)
+        slow = log.engine.connect()
+        tx = slow.begin()
+        slow.execute(text("SET application_name = 'stuck-batch-job'"))
+        slow.execute(text("UPDATE rewards SET final = true WHERE episode_id = :e"), {"e": early})  # takes an xid
+        pid = slow.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        try:
+            log_final(log, 2, start=3)  # final, committed after the open transaction began
+            _age_final_rewards(log, timedelta(hours=1))
+            policy = log.status().policies[0]
+            assert policy.backlog == 2 and policy.held_back == 2
+            code, output, document = _status(migrated_url)
+        finally:
+            tx.rollback()
+            slow.close()
+    assert code == UNHEALTHY_EXIT
+    oldest = document["status"]["oldest_transaction"]
+    assert oldest is not None
+    (problem,) = document["problems"]
+    if oldest["pid"] == pid:  # another test run on the same server may hold an older one
+        assert f"2 of them wait behind PostgreSQL transaction {pid}" in problem["message"]
+        assert "stuck-batch-job" in problem["message"]
+
+
+def test_a_bad_max_lag_names_the_option(migrated_url: str, tmp_path: Path) -> None:
+    out = runner.invoke(app, ["status", "--db", migrated_url, "--max-lag", "soon"])
+    assert out.exit_code == 2 and "--max-lag" in out.output
