@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from rich.text import Text
 
 from memabra._cli._common import DbOption, JsonOutOption, console, err_console, run_guarded, write_json
 from memabra._cli._retention import parse_age
+from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision
 
 __all__ = ["UNHEALTHY_EXIT", "status"]
@@ -19,12 +19,6 @@ __all__ = ["UNHEALTHY_EXIT", "status"]
 UNHEALTHY_EXIT = 4
 """Exit status when a check fails: distinct from 1 (the command could not run) and 2 (usage), so a
 probe tells "the log is behind" from "the check is broken"."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Problem:
-    check: str
-    message: str
 
 
 def _check_age(value: str) -> str:
@@ -42,7 +36,7 @@ def status(
             "before the check fails: 30m, 2h, 1d.",
             callback=_check_age,
         ),
-    ] = "15m",
+    ] = format_age(DEFAULT_MAX_LAG),
     json_out: JsonOutOption = None,
 ) -> None:
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
@@ -52,7 +46,7 @@ def status(
     with run_guarded(EpisodeLog, db) as log:
         where = log.engine.url.render_as_string(hide_password=True)
         state = run_guarded(log.status)
-    problems = _problems(state, limit)
+    problems = health_problems(state, limit)
     _print(state, where, problems, limit)
     write_json(
         json_out,
@@ -68,48 +62,7 @@ def status(
         raise typer.Exit(UNHEALTHY_EXIT)
 
 
-def _problems(state: LogStatus, limit: timedelta) -> list[_Problem]:
-    now = state.checked_at
-    problems = []
-    if state.overdue_since is not None and now - state.overdue_since > limit:
-        problems.append(
-            _Problem(
-                "feedback windows",
-                f"{state.overdue} feedback window(s) closed up to {_age(now - state.overdue_since)} ago and are "
-                "still open: a learner closes them, so none is running (start `memabra learner`, or an agent process)",
-            )
-        )
-    if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > limit:
-        problems.append(
-            _Problem(
-                "learner",
-                f"{state.unlearned} final reward(s) not learned, the oldest final for {_age(now - state.unlearned_since)}, "
-                "and no policy has a learner yet (start `memabra learner`, or an agent process)",
-            )
-        )
-    for policy in state.policies:
-        if policy.backlog_since is None or now - policy.backlog_since <= limit:
-            continue
-        waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {_age(now - policy.backlog_since)}"
-        problems.append(_Problem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
-    return problems
-
-
-def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:
-    tx = state.oldest_transaction
-    if policy.held_back and tx is not None:
-        since = "" if tx.since is None else f" open for {_age(state.checked_at - tx.since)}"
-        where = ", ".join(v for v in (tx.state, tx.database, tx.application, tx.client) if v)
-        return (
-            f"{policy.held_back} of them wait behind PostgreSQL transaction {tx.pid}{since} ({where}): the learner "
-            "reads no reward committed after a transaction that is still open"
-        )
-    if policy.lease is None:
-        return f"no learner holds the lease (start `memabra learner --policy {policy.policy}`, or an agent process)"
-    return f"the learner holding the lease ({policy.lease.describe()}) is not keeping up"
-
-
-def _print(state: LogStatus, where: str, problems: list[_Problem], limit: timedelta) -> None:
+def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], limit: timedelta) -> None:
     now = state.checked_at
     head = head_revision()
     schema = "current" if state.schema_revision == head else f"head is {head}"
@@ -134,7 +87,9 @@ def _print(state: LogStatus, where: str, problems: list[_Problem], limit: timede
                 Text(p.policy),
                 Text(p.active_version or "(no active snapshot)"),
                 Text(
-                    "none" if cp is None else f"{cp.snapshot_version or '-'}, committed {_age(now - cp.updated_at)} ago"
+                    "none"
+                    if cp is None
+                    else f"{cp.snapshot_version or '-'}, committed {format_age(now - cp.updated_at)} ago"
                 ),
                 "-" if cp is None else f"{cp.learned:,}",
                 Text("free" if p.lease is None else p.lease.describe()),
@@ -147,35 +102,19 @@ def _print(state: LogStatus, where: str, problems: list[_Problem], limit: timede
         for problem in problems:
             err_console.print(Text(f"✗ {problem.check}: {problem.message}"), highlight=False)
     else:
-        console.print(Text(f"✓ no reward has waited longer than {_age(limit)}"), highlight=False)
+        console.print(Text(f"✓ no reward has waited longer than {format_age(limit)}"), highlight=False)
 
 
 def _backlog(p: PolicyStatus, now: datetime) -> str:
     if not p.backlog:
         return "0"
-    text = f"{p.backlog:,}; the oldest final {_age(now - p.backlog_since)}" if p.backlog_since else f"{p.backlog:,}"
+    text = (
+        f"{p.backlog:,}; the oldest final {format_age(now - p.backlog_since)}" if p.backlog_since else f"{p.backlog:,}"
+    )
     return text + (f", {p.held_back:,} held back" if p.held_back else "")
 
 
 def _when(at: datetime | None, now: datetime) -> str:
     if at is None:
         return "-"
-    return f"{_age(now - at)} ago, {at.strftime('%Y-%m-%d %H:%M:%S')}"
-
-
-def _age(delta: timedelta) -> str:
-    """``delta`` to the two largest units that matter: 2d 4h, 3h 5m, 12m, 45s (seconds only under
-    ten minutes, where a probe's interval is what they measure)."""
-    seconds = max(0, int(delta.total_seconds()))
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3_600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    if minutes >= 10 or (minutes and not seconds):
-        return f"{minutes}m"
-    if minutes:
-        return f"{minutes}m {seconds}s"
-    return f"{seconds}s"
+    return f"{format_age(now - at)} ago, {at.strftime('%Y-%m-%d %H:%M:%S')}"

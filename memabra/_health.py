@@ -1,0 +1,84 @@
+"""Is every reward on its way to a learner? The checks ``memabra status`` and the admin view run on
+:meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from memabra.storage import LogStatus, PolicyStatus
+
+__all__ = ["DEFAULT_MAX_LAG", "HealthProblem", "format_age", "health_problems"]
+
+DEFAULT_MAX_LAG = timedelta(minutes=15)
+"""How long a closed feedback window may stay open, or a final reward stay unlearned: the learner
+commits at least every 30 s and closes windows at every step, so a quarter of an hour is a learner
+that is missing or stuck, not one that is busy."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthProblem:
+    """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``) and why."""
+
+    check: str
+    message: str
+
+
+def health_problems(state: LogStatus, limit: timedelta = DEFAULT_MAX_LAG) -> tuple[HealthProblem, ...]:
+    """What has waited longer than ``limit`` on its way to a learner, each named with its likely cause."""
+    now = state.checked_at
+    problems: list[HealthProblem] = []
+    if state.overdue_since is not None and now - state.overdue_since > limit:
+        problems.append(
+            HealthProblem(
+                "feedback windows",
+                f"{state.overdue} feedback window(s) closed up to {format_age(now - state.overdue_since)} ago and are "
+                "still open: a learner closes them, so none is running (start `memabra learner`, or an agent process)",
+            )
+        )
+    if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > limit:
+        problems.append(
+            HealthProblem(
+                "learner",
+                f"{state.unlearned} final reward(s) not learned, the oldest final for {format_age(now - state.unlearned_since)}, "
+                "and no policy has a learner yet (start `memabra learner`, or an agent process)",
+            )
+        )
+    for policy in state.policies:
+        if policy.backlog_since is None or now - policy.backlog_since <= limit:
+            continue
+        waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
+        problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
+    return tuple(problems)
+
+
+def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:
+    tx = state.oldest_transaction
+    if policy.held_back and tx is not None:
+        since = "" if tx.since is None else f" open for {format_age(state.checked_at - tx.since)}"
+        where = ", ".join(v for v in (tx.state, tx.database, tx.application, tx.client) if v)
+        return (
+            f"{policy.held_back} of them wait behind PostgreSQL transaction {tx.pid}{since} ({where}): the learner "
+            "reads no reward committed after a transaction that is still open"
+        )
+    if policy.lease is None:
+        return f"no learner holds the lease (start `memabra learner --policy {policy.policy}`, or an agent process)"
+    return f"the learner holding the lease ({policy.lease.describe()}) is not keeping up"
+
+
+def format_age(delta: timedelta) -> str:
+    """``delta`` to the two largest units that matter: 2d 4h, 3h 5m, 12m, 45s (seconds only under
+    ten minutes, where a probe's interval is what they measure)."""
+    seconds = max(0, int(delta.total_seconds()))
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    if minutes >= 10 or (minutes and not seconds):
+        return f"{minutes}m"
+    if minutes:
+        return f"{minutes}m {seconds}s"
+    return f"{seconds}s"
