@@ -15,6 +15,7 @@ from memabra._admin._forms import parse_window
 from memabra._admin._ope_views import ope_rows
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
 from memabra._admin._policy import group_by_snapshot
+from memabra._health import DEFAULT_MAX_LAG, format_age, health_problems
 from memabra._records import utcnow
 from memabra.storage import DEFAULT_SAMPLE
 
@@ -35,6 +36,7 @@ class PolicyPages(_AdminBase):
 
     def _policies_context(self, since: datetime | None) -> dict[str, Any]:
         q = self.queries
+        health = q.log.status()
         first, last = q.time_span(since=since)
         points = q.reward_over_time(since=since, bucket=views.choose_bucket(first, last))
         stats = q.policy_version_stats(since=since)
@@ -56,6 +58,9 @@ class PolicyPages(_AdminBase):
         for share in shares:
             shares_by_version[share.policy_version][share.kind] = share.share
         return {
+            "health": health,
+            "health_problems": health_problems(health),
+            "max_lag": format_age(DEFAULT_MAX_LAG),
             "snapshots": snapshots,
             "stats": stats,
             "stats_by_version": {s.policy_version: s for s in stats},

@@ -5,14 +5,18 @@ from __future__ import annotations
 import html
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from memabra import Selection
 from memabra._errors import SnapshotError
+from memabra._records import utcnow
 from memabra.storage import EpisodeLog
+from memabra.storage._models import EpisodeRow
 
 from .conftest import NOW, XSS_ANSWER, XSS_MEMORY, XSS_QUERY, XSS_TOOL_RESULT, ClientFactory, Seeded
 
@@ -225,6 +229,26 @@ def test_policies_page(client: TestClient, seeded: Seeded) -> None:
     assert kinds["skill"] == [0.0, 0.0] and all(0 < v < 1 for v in kinds["memory"])
     assert "No offline evaluation yet." in page
     assert '<script src="/static/chart.umd.min.js">' in page
+
+
+def test_policies_page_says_whether_rewards_reach_a_learner(client: TestClient, log: EpisodeLog) -> None:
+    learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
+    assert 'role="alert"' not in learning and "no reward has waited longer than 15m" in learning
+    with log.engine.begin() as conn:  # the final rewards have waited an hour: no learner of "test" read them
+        conn.execute(
+            update(EpisodeRow)
+            .where(EpisodeRow.finalized_at.is_not(None))
+            .values(finalized_at=utcnow() - timedelta(hours=1))
+        )
+    learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
+    status = log.status()
+    (policy,) = status.policies
+    assert policy.policy == "test" and policy.checkpoint is None and policy.backlog > 0
+    assert 'role="alert"' in learning and "<strong>learner test</strong>" in learning
+    assert f"policy test: {policy.backlog} final reward(s) not learned" in learning
+    assert "no learner holds the lease" in learning
+    row = learning.split('data-policy="test"', 1)[1].split("</tr>", 1)[0]
+    assert "test-v2" in row and "none yet" in row and "free" in row
 
 
 def test_policies_window(client: TestClient, seeded: Seeded) -> None:
