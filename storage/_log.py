@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from memabra._errors import InvalidRecordError
 from memabra._records import (
     CandidateKind,
     Episode,
@@ -257,11 +258,19 @@ class EpisodeLog:
         return _offline.iter_selections(self._tx, since, until, chunk_size)
 
     def iter_decisions(
-        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = _offline.DECISION_CHUNK
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        user_id: str | None = None,
+        chunk_size: int = _offline.DECISION_CHUNK,
     ) -> Iterator[LoggedDecision]:
-        """``iter_selections`` with each episode's used candidates (what offline evaluation reads)."""
+        """``iter_selections`` with each episode's used candidates (what offline evaluation reads);
+        ``user_id``: only that user's decisions."""
         _offline.check_window(since, until, chunk_size)
-        return _offline.iter_decisions(self._tx, since, until, chunk_size)
+        if user_id is not None and not user_id.strip():
+            raise InvalidRecordError("user_id must not be empty (leave it out for every user's decisions)")
+        return _offline.iter_decisions(self._tx, since, until, chunk_size, user_id=user_id)
 
     def count_rewarded(self, *, since: datetime | None = None, include_provisional: bool = False) -> int:
         """How many decisions since ``since`` have a final reward (any, with ``include_provisional``):

@@ -69,11 +69,20 @@ def check_window(since: datetime | None, until: datetime | None, chunk_size: int
 
 
 def iter_decisions(
-    tx: Transactions, since: datetime | None, until: datetime | None, chunk_size: int, *, with_used: bool = True
+    tx: Transactions,
+    since: datetime | None,
+    until: datetime | None,
+    chunk_size: int,
+    *,
+    with_used: bool = True,
+    user_id: str | None = None,
 ) -> Iterator[LoggedDecision]:
-    """Every logged decision in time order with its episode's reward and used candidates, read in
-    chunks through a server-side cursor so memory stays flat however long the log is."""
+    """Every logged decision in time order (only ``user_id``'s when given) with its episode's
+    reward and used candidates, read in chunks through a server-side cursor so memory stays flat
+    however long the log is."""
     stmt = select(DecisionRow).order_by(DecisionRow.created_at, DecisionRow.id)
+    if user_id is not None:
+        stmt = stmt.where(DecisionRow.user_id == clean_text(user_id))
     if since is not None:
         stmt = stmt.where(DecisionRow.created_at >= since)
     if until is not None:

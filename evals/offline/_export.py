@@ -104,15 +104,16 @@ def export_decisions(
     *,
     since: datetime | None = None,
     until: datetime | None = None,
+    user_id: str | None = None,
     final_only: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Write every logged decision in ``[since, until)`` to ``out``, one JSON object per line, in
-    time order and flat memory (the log is streamed); ``final_only`` skips decisions whose reward
-    is missing or not final yet. Returns how many were written; ``progress(written)`` is called
-    every 1,000."""
+    """Write every logged decision in ``[since, until)`` (``user_id``'s only, when given) to
+    ``out``, one JSON object per line, in time order and flat memory (the log is streamed);
+    ``final_only`` skips decisions whose reward is missing or not final yet. Returns how many were
+    written; ``progress(written)`` is called every 1,000."""
     written = 0
-    for decision in log.iter_decisions(since=since, until=until):
+    for decision in log.iter_decisions(since=since, until=until, user_id=user_id):
         if final_only and not (decision.final and decision.reward is not None):
             continue
         out.write(json.dumps(decision_record(decision), ensure_ascii=False, allow_nan=False, separators=(",", ":")))

@@ -36,6 +36,9 @@ def episodes_export(
     ],
     since: Annotated[str | None, typer.Option("--since", help="ISO time: decisions at or after.")] = None,
     until: Annotated[str | None, typer.Option("--until", help="ISO time: decisions before.")] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user's decisions (what the log holds about them).")
+    ] = None,
     final_only: Annotated[bool, typer.Option("--final-only", help="Only decisions whose reward is final.")] = False,
     db: DbOption = None,
 ) -> None:
@@ -57,6 +60,7 @@ def episodes_export(
             stream,
             since=start,
             until=end,
+            user_id=user,
             final_only=final_only,
             progress=lambda n: bar.update(task, completed=n),
         )

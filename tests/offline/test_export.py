@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memabra import Feedback, RewardBreakdown, RewardComponents, RewardWeights
+from memabra import Feedback, InvalidRecordError, RewardBreakdown, RewardComponents, RewardWeights
 from memabra._cli import app
 from memabra.evals.offline import EXPORT_FORMAT, export_decisions
 from memabra.storage import EpisodeLog
@@ -88,6 +88,24 @@ def test_rewards_outcomes_and_windows(log: EpisodeLog) -> None:
     since = old.created_at + timedelta(minutes=30)
     assert [line["episode_id"] for line in _lines(log, since=since)] == [new.id]
     assert [line["episode_id"] for line in _lines(log, until=since)] == [old.id]
+
+
+def test_one_users_decisions(log: EpisodeLog, migrated_url: str, tmp_path: Path) -> None:
+    from factories import episode
+
+    ann, bob, ann_again = episode("ann"), episode("bob"), episode("ann")
+    log.log_episodes([ann, bob, ann_again])
+    assert {line["episode_id"] for line in _lines(log, user_id="ann")} == {ann.id, ann_again.id}
+    assert [line["user_id"] for line in _lines(log, user_id="bob")] == ["bob"]
+    assert _lines(log, user_id="carol") == []
+    with pytest.raises(InvalidRecordError, match="user_id must not be empty"):
+        log.iter_decisions(user_id=" ")
+
+    out = tmp_path / "ann.jsonl"
+    result = CliRunner().invoke(app, ["episodes", "export", "--user", "ann", "--out", str(out), "--db", migrated_url])
+    assert result.exit_code == 0, result.output
+    assert "exported 2 decision(s)" in result.output
+    assert {json.loads(line)["user_id"] for line in out.read_text().splitlines()} == {"ann"}
 
 
 def test_cli_writes_the_file_whole_or_not_at_all(
