@@ -157,6 +157,8 @@ CASES: tuple[tuple[str, dict[str, str]], ...] = (
     ("corrected", {"corrected": "yes"}),
     ("time range (1 week)", {"since": "2025-02-01T00:00:00", "until": "2025-02-08T00:00:00"}),
     ("user + corrected", {"user": "user17", "corrected": "yes"}),
+    ("query contains (many match)", {"q": "FROM USER17"}),
+    ("query contains (none match)", {"q": "no such words"}),
 )
 
 

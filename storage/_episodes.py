@@ -60,7 +60,10 @@ _PREFIX_MATCHES_SHOWN = 5
 
 @dataclass(frozen=True, slots=True)
 class EpisodeFilter:
-    """Filters of an episode listing; every field is optional and they combine with AND."""
+    """Filters of an episode listing; every field is optional and they combine with AND.
+
+    ``query_contains`` keeps episodes whose query holds that text, ignoring case (on SQLite, the
+    case of ASCII letters only); ``%`` and ``_`` in it are plain characters."""
 
     user_id: str | None = None
     thread_id: str | None = None
@@ -71,6 +74,7 @@ class EpisodeFilter:
     reward_min: float | None = None
     reward_max: float | None = None
     corrected: bool | None = None
+    query_contains: str | None = None
 
 
 def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window: timedelta) -> None:
@@ -309,6 +313,10 @@ def list_episodes(tx: Transactions, filters: EpisodeFilter | None, cursor: str |
         conds.append(EpisodeRow.reward_total <= f.reward_max)
     if f.corrected is not None:
         conds.append(EpisodeRow.corrected.is_(f.corrected))
+    if f.query_contains is not None:
+        if not f.query_contains.strip():
+            raise InvalidRecordError("query_contains must not be blank (leave it out to keep every query)")
+        conds.append(EpisodeRow.query.icontains(clean_text(f.query_contains), autoescape=True))
     if cursor is not None:
         at, last_id = _decode_cursor(cursor)
         # Two conditions rather than one OR: the first is a plain index range, so a deep page

@@ -28,7 +28,18 @@ __all__ = [
 ]
 
 MEMORY_FIELDS = ("user", "q", "status", "usage", "sort", "limit")
-FILTER_FIELDS = ("since", "until", "user", "thread", "policy_version", "kind", "reward_min", "reward_max", "corrected")
+FILTER_FIELDS = (
+    "q",
+    "since",
+    "until",
+    "user",
+    "thread",
+    "policy_version",
+    "kind",
+    "reward_min",
+    "reward_max",
+    "corrected",
+)
 WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
 MAX_TEXT = 10_000
 
@@ -95,6 +106,7 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
         reward_min=reward_min,
         reward_max=reward_max,
         corrected=corrected,
+        query_contains=raw["q"] or None,
     )
     return flt, {k: v for k, v in raw.items() if v}
 

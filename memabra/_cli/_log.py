@@ -86,6 +86,8 @@ def _open(db: str | None) -> EpisodeLog:
 def episodes_list(
     db: DbOption = None,
     user: str | None = typer.Option(None, help="Only this user's episodes."),
+    thread: str | None = typer.Option(None, help="Only this conversation thread's episodes."),
+    search: str | None = typer.Option(None, help="Only episodes whose query contains this text (any case)."),
     since: str | None = typer.Option(None, help="ISO time: episodes at or after."),
     until: str | None = typer.Option(None, help="ISO time: episodes before."),
     policy_version: str | None = typer.Option(None, "--policy-version"),
@@ -100,6 +102,8 @@ def episodes_list(
             log.list_episodes,
             EpisodeFilter(
                 user_id=user,
+                thread_id=thread,
+                query_contains=search,
                 since=parse_time(since, "--since"),
                 until=parse_time(until, "--until"),
                 policy_version=policy_version,

@@ -54,6 +54,8 @@ def test_episode_list_newest_first(client: TestClient, seeded: Seeded) -> None:
         ("corrected=yes", lambda s: [s.corrected]),
         ("kind=tool", lambda s: [e for i, e in enumerate(s.episodes[:-1]) if i % 2 == 0] + [s.xss]),
         ("kind=skill", lambda s: []),
+        ("q=ONERROR%3Dalert", lambda s: [s.xss]),  # words of the query, any case
+        ("q=onerror&user=alice", lambda s: []),
     ],
 )
 def test_episode_list_filters(client: TestClient, seeded: Seeded, query: str, expected: Any) -> None:
@@ -268,3 +270,10 @@ def test_static_chart_library_is_served_locally(client: TestClient) -> None:
 
 def test_home_redirects_to_episodes(client: TestClient) -> None:
     assert client.get("/").headers["location"] == "/episodes"
+
+
+def test_the_query_search_is_refilled_escaped(client: TestClient, seeded: Seeded) -> None:
+    response = client.get('/episodes?q="><script>alert(1)</script>')
+    assert response.status_code == 200
+    assert "<script>alert(1)</script>" not in response.text
+    assert 'name="q" value="&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in response.text

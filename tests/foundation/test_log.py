@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import timedelta
 
@@ -142,6 +143,31 @@ def test_listing_is_keyset_paginated_and_filtered(log: EpisodeLog) -> None:
     assert len(log.list_episodes(EpisodeFilter(policy_version="test-1"), limit=100).items) == 25
     with pytest.raises(InvalidRecordError, match="cursor"):
         log.list_episodes(cursor="garbage!")
+
+
+def test_listing_by_words_in_the_query(log: EpisodeLog) -> None:
+    base = utcnow() - timedelta(hours=1)
+    queries = ["Where do I LIVE?", "what's the weather", "100% sure_thing", "Where should we eat", "weather in Oslo"]
+    eps = [
+        dataclasses.replace(episode(user_id="ann" if i < 3 else "bob"), query=q, created_at=base + timedelta(seconds=i))
+        for i, q in enumerate(queries)
+    ]
+    log.log_episodes(eps)
+
+    def found(**kwargs: object) -> list[str]:
+        return [s.query for s in log.list_episodes(EpisodeFilter(**kwargs), limit=100).items]  # type: ignore[arg-type]
+
+    assert found(query_contains="where") == ["Where should we eat", "Where do I LIVE?"]  # any case, newest first
+    assert found(query_contains="live") == ["Where do I LIVE?"]
+    assert found(query_contains="weather", user_id="bob") == ["weather in Oslo"]
+    assert found(query_contains="0% s") == ["100% sure_thing"]
+    assert found(query_contains="%") == ["100% sure_thing"]  # a wildcard is a plain character
+    assert found(query_contains="e_t") == ["100% sure_thing"] and found(query_contains="h_t") == []
+    page = log.list_episodes(EpisodeFilter(query_contains="e"), limit=2)
+    rest = log.list_episodes(EpisodeFilter(query_contains="e"), cursor=page.next_cursor, limit=10)
+    assert [s.query for s in page.items + rest.items] == list(reversed([q for q in queries if "e" in q.lower()]))
+    with pytest.raises(InvalidRecordError, match="query_contains must not be blank"):
+        log.list_episodes(EpisodeFilter(query_contains="  "))
 
 
 def test_registry_is_scoped_by_user(log: EpisodeLog) -> None:
