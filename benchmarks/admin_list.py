@@ -184,6 +184,14 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
                     print(f"{'episodes, ' + name + ', 90% deep':40} {matched:>8,} {deep[0]:>10.1f} {deep[1]:>8.1f}")
             episode = timed(client, f"/episodes/{args.episodes // 2:032x}", args.repeats)
             print(f"{'one episode (20 candidates)':40} {'':>8} {episode[0]:>10.1f} {episode[1]:>8.1f}")
+            status_ms = []
+            for _ in range(max(3, args.repeats // 5)):
+                t0 = time.perf_counter()
+                log.status()  # the policies page's "Learning" card and `memabra status`
+                status_ms.append((time.perf_counter() - t0) * 1000.0)
+            print(
+                f"{'learning status (EpisodeLog.status)':40} {'':>8} {statistics.median(status_ms):>10.1f} {max(status_ms):>8.1f}"
+            )
             for window in ("30", "all"):
                 policies = timed(client, f"/policies?window={window}", max(3, args.repeats // 5))
                 print(f"{'policies, window ' + window:40} {'':>8} {policies[0]:>10.1f} {policies[1]:>8.1f}")
