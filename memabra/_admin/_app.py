@@ -57,6 +57,7 @@ from memabra._admin._plumbing import (
 )
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
+from memabra._episode_document import episode_document
 from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind
@@ -199,6 +200,13 @@ class _Admin(PolicyPages, MemoryPages):
     async def episode(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
             episode_id = _path_id(request, "episodes")
+            if request.query_params.get("format") == "json":
+                episode = await run_in_threadpool(self.log.get_episode, episode_id)
+                return Response(
+                    json.dumps(episode_document(episode), ensure_ascii=False, indent=2, default=str),
+                    media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="{_download_name(episode.id)}"'},
+                )
             context = await run_in_threadpool(self._episode_context, episode_id)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             return self._render("episode.html", auth=auth, notice=notice, error="", section="episodes", **context)
@@ -348,3 +356,10 @@ def create_app(
     app.add_middleware(_SecurityHeaders)
     app.state.admin = admin
     return app
+
+
+def _download_name(episode_id: str) -> str:
+    """A file name for an episode's JSON that no browser misreads: the id's safe characters only
+    (ids are free text; a quote or a slash in a header's file name would break it)."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in episode_id)
+    return f"episode-{safe[:100]}.json"

@@ -23,8 +23,9 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra._config import load_reward_config, parse_weights
+from memabra._episode_document import episode_document, probability_shown, reward_terms
 from memabra._feedback import RewardService, recompute_rewards
-from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
+from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
     EpisodeLog,
@@ -152,7 +153,7 @@ def episodes_show(episode_id: EpisodeRefArgument, db: DbOption = None, json_out:
     with _open(db) as log:
         ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
     _print_episode(ep)
-    write_json(json_out, _episode_json(ep))
+    write_json(json_out, episode_document(ep))
 
 
 def _print_episode(ep: Episode) -> None:
@@ -192,88 +193,6 @@ def _print_episode(ep: Episode) -> None:
         _print_reward(ep.reward, final=ep.finalized_at is not None)
 
 
-def _episode_json(ep: Episode) -> dict[str, object]:
-    """What ``episodes show`` prints, as JSON: every decision with every candidate, the steps, the
-    feedback and the reward with its terms."""
-    decisions = []
-    for sel in ep.selections:
-        chosen_slot = {d.chosen_id: d for d in sel.slots}
-        candidates = []
-        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
-            draw = chosen_slot.get(sc.candidate.id)
-            candidates.append(
-                {
-                    "id": sc.candidate.id,
-                    "kind": sc.candidate.kind.value,
-                    "text": sc.candidate.text,
-                    "tokens": sc.candidate.tokens,
-                    "score": sc.score,
-                    "rank": sc.rank,
-                    "p": _probability(sel, sc.candidate.id, sc.candidate.kind),
-                    "slot": draw.slot if draw else None,
-                    "chosen": draw is not None,
-                }
-            )
-        decisions.append(
-            {
-                "id": sel.id,
-                "policy": sel.policy,
-                "policy_version": sel.policy_version,
-                "seed": sel.seed,
-                "propensity": sel.propensity,
-                "candidates": candidates,
-                "stopped": [
-                    {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
-                    for d in sel.slots
-                    if d.chosen_id == STOP_ID
-                ],
-            }
-        )
-    return {
-        "id": ep.id,
-        "created": ep.created_at.isoformat(),
-        "user": ep.user_id,
-        "thread": ep.thread_id,
-        "turn": ep.turn,
-        "query": ep.query,
-        "answer": ep.answer,
-        "decisions": decisions,
-        "steps": [
-            {"kind": st.kind.value, "name": st.name, "status": st.status, "ms": st.latency_ms, "error": st.error}
-            for st in ep.steps
-        ],
-        "feedback": [
-            {"kind": f.kind.value, "source": f.source, "late": f.late, "payload": dict(f.payload)} for f in ep.feedback
-        ],
-        "reward": None if ep.reward is None else _reward_json(ep.reward, final=ep.finalized_at is not None),
-    }
-
-
-def _reward_json(reward: RewardBreakdown, *, final: bool) -> dict[str, object]:
-    c = reward.components
-    return {
-        "total": reward.total,
-        "version": reward.version,
-        "final": final,
-        "terms": [
-            {"term": name, "value": value, "weight": weight, "contribution": contribution}
-            for name, value, weight, contribution in _reward_terms(reward)
-        ],
-        "h_by_kind": {"memory": c.hm, "skill": c.hs, "tool": c.ht},
-    }
-
-
-def _probability(sel: Selection, candidate_id: str, kind: CandidateKind) -> float:
-    """The probability the decision table shows: of the draw that chose it, else of the first
-    draw of its kind."""
-    draw = next((d for d in sel.slots if d.chosen_id == candidate_id), None)
-    if draw is not None:
-        return draw.chosen_probability
-    first = next((d for d in sel.slots if d.kind is kind), None)
-    return first.probability_of(candidate_id) if first else 0.0
-
-
-# A candidate's text in the decision table: enough to recognise it, short enough to keep one row.
 _TEXT_WIDTH = 80
 
 
@@ -290,7 +209,7 @@ def _decision_table(sel: Selection) -> Table:
     chosen_slot = {d.chosen_id: d for d in sel.slots}
     for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
         draw = chosen_slot.get(sc.candidate.id)
-        p = _probability(sel, sc.candidate.id, sc.candidate.kind)
+        p = probability_shown(sel, sc.candidate.id, sc.candidate.kind)
         table.add_row(
             plain(sc.candidate.id),
             sc.candidate.kind.value,
@@ -305,27 +224,12 @@ def _decision_table(sel: Selection) -> Table:
     return table
 
 
-def _reward_terms(reward: RewardBreakdown) -> list[tuple[str, float, float, float]]:
-    """Each term of the composite reward: name, value, weight and signed contribution."""
-    c = reward.components
-    w = reward.weights
-    return [
-        ("S", c.s, w.ws, w.ws * c.s),
-        ("H", c.h, w.wr, w.wr * c.h),
-        ("E", c.e, w.we, -w.we * c.e),
-        ("C", c.c, w.wc, -w.wc * c.c),
-        ("L", c.l, w.wl, -w.wl * c.l),
-        ("X", c.x, w.wx, -w.wx * c.x),
-        ("U", c.u, w.wu, w.wu * c.u),
-    ]
-
-
 def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
     c = reward.components
     table = Table(title=f"reward {reward.total:+.4f} ({escape(reward.version)}, {'final' if final else 'provisional'})")
     for col in ("term", "value", "weight", "contribution"):
         table.add_column(col)
-    for name, value, weight, contrib in _reward_terms(reward):
+    for name, value, weight, contrib in reward_terms(reward):
         table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
     console.print(table)
     console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")

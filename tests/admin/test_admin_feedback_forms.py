@@ -4,6 +4,7 @@ twice with different values is a conflict (the first stands), not a silent no-op
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from starlette.testclient import TestClient
@@ -107,3 +108,20 @@ def test_the_same_form_with_the_same_values_stays_a_no_op(client: TestClient, se
     conflict = client.post(f"/episodes/{episode_id}/feedback", data={**correction, "correction": "I live in Rome"})
     assert conflict.status_code == 409 and "earlier correction" in html.unescape(conflict.text)
     assert [dict(f.payload) for f in log.get_episode(episode_id).feedback][-1] == {"correction": "I live in Paris"}
+
+
+def test_an_episode_downloads_as_the_json_episodes_show_writes(make_client: ClientFactory, log: EpisodeLog) -> None:
+    from memabra._episode_document import episode_document
+
+    _odd_episode(log)
+    client = make_client()
+    page = client.get("/episodes/odd%2Fid%3Fx%3D1%23h").text
+    assert 'href="/episodes/odd%2Fid%3Fx%3D1%23h?format=json"' in page
+    response = client.get("/episodes/odd%2Fid%3Fx%3D1%23h?format=json")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    # the id's quote-free safe characters only: a "/" or '"' in a header's file name would break it
+    assert response.headers["content-disposition"] == 'attachment; filename="episode-odd_id_x_1_h.json"'
+    assert response.json() == json.loads(json.dumps(episode_document(log.get_episode(ODD_ID))))
+    assert response.json()["id"] == ODD_ID and response.json()["decisions"]
+    assert make_client(signed_in=False).get("/episodes/odd%2Fid%3Fx%3D1%23h?format=json").status_code == 303
+    assert client.get("/episodes/0123456789abcdef0123456789abcdef?format=json").status_code == 404

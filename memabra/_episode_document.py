@@ -1,0 +1,109 @@
+"""An episode as one JSON document: what ``memabra episodes show --json`` writes and the admin
+view's "Download JSON" serves, so a reviewer and a script read the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, Selection
+
+__all__ = ["episode_document", "probability_shown", "reward_terms"]
+
+
+def episode_document(ep: Episode) -> dict[str, Any]:
+    """What ``episodes show`` prints, as JSON: every decision with every candidate, the steps, the
+    feedback and the reward with its terms."""
+    decisions = []
+    for sel in ep.selections:
+        chosen_slot = {d.chosen_id: d for d in sel.slots}
+        candidates = []
+        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+            draw = chosen_slot.get(sc.candidate.id)
+            candidates.append(
+                {
+                    "id": sc.candidate.id,
+                    "kind": sc.candidate.kind.value,
+                    "text": sc.candidate.text,
+                    "tokens": sc.candidate.tokens,
+                    "score": sc.score,
+                    "rank": sc.rank,
+                    "p": probability_shown(sel, sc.candidate.id, sc.candidate.kind),
+                    "slot": draw.slot if draw else None,
+                    "chosen": draw is not None,
+                }
+            )
+        decisions.append(
+            {
+                "id": sel.id,
+                "policy": sel.policy,
+                "policy_version": sel.policy_version,
+                "seed": sel.seed,
+                "propensity": sel.propensity,
+                "candidates": candidates,
+                "stopped": [
+                    {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
+                    for d in sel.slots
+                    if d.chosen_id == STOP_ID
+                ],
+            }
+        )
+    return {
+        "id": ep.id,
+        "created": ep.created_at.isoformat(),
+        "user": ep.user_id,
+        "thread": ep.thread_id,
+        "turn": ep.turn,
+        "query": ep.query,
+        "answer": ep.answer,
+        "decisions": decisions,
+        "steps": [
+            {"kind": st.kind.value, "name": st.name, "status": st.status, "ms": st.latency_ms, "error": st.error}
+            for st in ep.steps
+        ],
+        "feedback": [
+            {"kind": f.kind.value, "source": f.source, "late": f.late, "payload": dict(f.payload)} for f in ep.feedback
+        ],
+        "reward": None if ep.reward is None else _reward_json(ep.reward, final=ep.finalized_at is not None),
+    }
+
+
+def _reward_json(reward: RewardBreakdown, *, final: bool) -> dict[str, Any]:
+    c = reward.components
+    return {
+        "total": reward.total,
+        "version": reward.version,
+        "final": final,
+        "terms": [
+            {"term": name, "value": value, "weight": weight, "contribution": contribution}
+            for name, value, weight, contribution in reward_terms(reward)
+        ],
+        "h_by_kind": {"memory": c.hm, "skill": c.hs, "tool": c.ht},
+    }
+
+
+def probability_shown(sel: Selection, candidate_id: str, kind: CandidateKind) -> float:
+    """The probability the decision table shows: of the draw that chose it, else of the first
+    draw of its kind."""
+    draw = next((d for d in sel.slots if d.chosen_id == candidate_id), None)
+    if draw is not None:
+        return draw.chosen_probability
+    first = next((d for d in sel.slots if d.kind is kind), None)
+    return first.probability_of(candidate_id) if first else 0.0
+
+
+# A candidate's text in the decision table: enough to recognise it, short enough to keep one row.
+
+
+def reward_terms(reward: RewardBreakdown) -> list[tuple[str, float, float, float]]:
+    """Each term of the composite reward: name, value, weight and signed contribution."""
+    c = reward.components
+    w = reward.weights
+    return [
+        ("S", c.s, w.ws, w.ws * c.s),
+        ("H", c.h, w.wr, w.wr * c.h),
+        ("E", c.e, w.we, -w.we * c.e),
+        ("C", c.c, w.wc, -w.wc * c.c),
+        ("L", c.l, w.wl, -w.wl * c.l),
+        ("X", c.x, w.wx, -w.wx * c.x),
+        ("U", c.u, w.wu, w.wu * c.u),
+    ]
