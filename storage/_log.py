@@ -299,6 +299,11 @@ class EpisodeLog:
         _offline.check_window(since, None)
         return _offline.mempo_items(self._tx, since, unscored_by)
 
+    def count_mempo_items(self, *, since: datetime | None = None, unscored_by: str | None = None) -> int:
+        """How many decisions :meth:`mempo_items` yields for the same arguments."""
+        _offline.check_window(since, None)
+        return _offline.count_mempo_items(self._tx, since, unscored_by)
+
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
         """Insert or replace MemPO labels (a re-run with another model overwrites)."""
         _offline.store_memory_scores(self._tx, scores)

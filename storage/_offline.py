@@ -38,6 +38,7 @@ __all__ = [
     "iter_selections",
     "list_ope_runs",
     "memory_scores",
+    "count_mempo_items",
     "mempo_items",
     "record_ope_results",
     "store_memory_scores",
@@ -163,7 +164,49 @@ def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, lim
 
 def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> Iterator[GoldDecision]:
     """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback; with
-    ``unscored_by``, only those that scorer has not labelled (what a resumed run has left)."""
+    ``unscored_by``, only those that scorer has not labelled (what a resumed run has left). Read
+    ``_CHUNK`` episodes at a time, so memory holds one chunk's texts however long the log is."""
+    gold = _gold_answers(tx, since)
+    episode_ids = list(gold)
+    for start in range(0, len(episode_ids), _CHUNK):
+        chunk = episode_ids[start : start + _CHUNK]
+        with tx.read() as s:
+            decisions = s.scalars(_gold_decisions(chunk, unscored_by).order_by(DecisionRow.created_at)).all()
+            cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
+            for c in s.scalars(
+                select(DecisionCandidateRow)
+                .where(
+                    DecisionCandidateRow.decision_id.in_([d.id for d in decisions]),
+                    DecisionCandidateRow.kind == "memory",
+                )
+                .order_by(DecisionCandidateRow.ordinal)
+            ):
+                cands[c.decision_id].append(c)
+        for d in decisions:
+            memories = cands[d.id]
+            yield GoldDecision(
+                id=d.id,
+                question=d.query,
+                selected=tuple(c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)),
+                candidates=tuple(c.text for c in memories),
+                gold_answer=gold[d.episode_id],
+            )
+
+
+def count_mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> int:
+    """How many decisions :func:`mempo_items` yields for the same arguments (one count per chunk)."""
+    episode_ids = list(_gold_answers(tx, since))
+    total = 0
+    with tx.read() as s:
+        for start in range(0, len(episode_ids), _CHUNK):
+            chunk = _gold_decisions(episode_ids[start : start + _CHUNK], unscored_by).subquery()
+            total += int(s.scalar(select(func.count()).select_from(chunk)) or 0)
+    return total
+
+
+def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, str]:
+    """Episode id to its gold answer (the latest feedback that gave one), from feedback received
+    since ``since``."""
     stmt = select(FeedbackRow).order_by(FeedbackRow.received_at)
     if since is not None:
         stmt = stmt.where(FeedbackRow.received_at >= since)
@@ -177,39 +220,21 @@ def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | Non
                 continue
             if answer is not None and answer.strip():
                 gold[row.episode_id] = answer
-    episode_ids = list(gold)
-    for start in range(0, len(episode_ids), _CHUNK):
-        chunk = episode_ids[start : start + _CHUNK]
-        with tx.read() as s:
-            wanted = select(DecisionRow).where(DecisionRow.episode_id.in_(chunk)).order_by(DecisionRow.created_at)
-            if unscored_by is not None:
-                labelled = select(MemoryScoreRow.decision_id).where(
-                    MemoryScoreRow.decision_id == DecisionRow.id, MemoryScoreRow.scorer == clean_text(unscored_by)
-                )
-                wanted = wanted.where(~labelled.exists())
-            decisions = s.scalars(wanted).all()
-            cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
-            for c in s.scalars(
-                select(DecisionCandidateRow)
-                .where(
-                    DecisionCandidateRow.decision_id.in_([d.id for d in decisions]),
-                    DecisionCandidateRow.kind == "memory",
-                )
-                .order_by(DecisionCandidateRow.ordinal)
-            ):
-                cands[c.decision_id].append(c)
-        for d in decisions:
-            memories = cands[d.id]
-            if memories:
-                yield GoldDecision(
-                    id=d.id,
-                    question=d.query,
-                    selected=tuple(
-                        c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)
-                    ),
-                    candidates=tuple(c.text for c in memories),
-                    gold_answer=gold[d.episode_id],
-                )
+    return gold
+
+
+def _gold_decisions(episode_ids: Sequence[str], unscored_by: str | None) -> Select[DecisionRow]:
+    """The decisions of ``episode_ids`` that offered a memory (and that ``unscored_by`` has not labelled)."""
+    offered_memory = select(DecisionCandidateRow.decision_id).where(
+        DecisionCandidateRow.decision_id == DecisionRow.id, DecisionCandidateRow.kind == "memory"
+    )
+    stmt = select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids), offered_memory.exists())
+    if unscored_by is not None:
+        labelled = select(MemoryScoreRow.decision_id).where(
+            MemoryScoreRow.decision_id == DecisionRow.id, MemoryScoreRow.scorer == clean_text(unscored_by)
+        )
+        stmt = stmt.where(~labelled.exists())
+    return stmt
 
 
 def store_memory_scores(tx: Transactions, scores: Sequence[MemoryQuality]) -> None:

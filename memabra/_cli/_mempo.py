@@ -61,15 +61,11 @@ def score(
         fail(str(exc))
     since_at = parse_time(since, "--since")
     scorer_name = f"mempo:{Path(model).resolve().name}"
+    unscored_by = None if rescore else scorer_name
     with run_guarded(EpisodeLog, db) as log:
-        items = [
-            RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)
-            for g in run_guarded(
-                lambda: list(log.mempo_items(since=since_at, unscored_by=None if rescore else scorer_name))
-            )
-        ]
-        if not items:
-            if not rescore and next(iter(run_guarded(log.mempo_items, since=since_at)), None) is not None:
+        total = run_guarded(log.count_mempo_items, since=since_at, unscored_by=unscored_by)
+        if not total:
+            if not rescore and run_guarded(log.count_mempo_items, since=since_at):
                 console.print(
                     Text(
                         f"nothing left to score: {scorer_name} has labelled every decision with a known gold "
@@ -80,9 +76,14 @@ def score(
             else:
                 console.print("no decisions with a known gold answer to score")
             return
+        # streamed a chunk of episodes at a time: memory holds what is being scored, not the log
+        items = (
+            RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)
+            for g in log.mempo_items(since=since_at, unscored_by=unscored_by)
+        )
         scorer = run_guarded(MemPOScorer, model, device=device, batch_size=batch_size)
         console.print(
-            f"scoring {len(items)} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})"
+            f"scoring {total} decisions with {model} on {scorer.device} ({str(scorer.dtype).removeprefix('torch.')})"
         )
         rewards = {1: 0, -1: 0}
         tokens = 0
@@ -95,13 +96,15 @@ def score(
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("scoring", total=len(items), rate="")
+            task = progress.add_task("scoring", total=total, rate="")
+            scored = 0
             for chunk in scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size):
                 labels = [
                     MemoryQuality(r.id, scorer_name, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens)
                     for r in chunk
                 ]
                 run_guarded(log.store_memory_scores, labels)
+                scored += len(chunk)
                 tokens += sum(result.tokens for result in chunk)
                 for result in chunk:
                     rewards[result.reward] += 1
@@ -109,6 +112,6 @@ def score(
                 progress.update(task, advance=len(chunk), rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else "")
     elapsed = time.perf_counter() - started
     console.print(
-        f"scored {len(items)} decisions: {rewards[1]} selections as good as all candidates (+1), {rewards[-1]} worse (-1); "
+        f"scored {scored} decisions: {rewards[1]} selections as good as all candidates (+1), {rewards[-1]} worse (-1); "
         f"{tokens:,} tokens in {elapsed:.1f} s = {tokens / elapsed if elapsed > 0 else 0.0:,.0f} tokens/s"
     )

@@ -272,6 +272,32 @@ def test_a_naive_or_empty_read_window_is_refused_before_any_read(log: EpisodeLog
         log.iter_decisions(chunk_size=0)
 
 
+def test_decisions_with_a_gold_answer_are_counted_as_they_are_streamed(log: EpisodeLog) -> None:
+    from memabra import Feedback, MemoryQuality
+
+    with_memories = [episode("ann", chosen=("m1",)) for _ in range(3)]
+    tools_only = Episode(
+        user_id="ann",
+        query="q",
+        selections=(uniform_selection("ann", candidates("t", kind=CandidateKind.TOOL), ["t0"]),),
+    )
+    no_gold = episode("ann")
+    log.log_episodes([*with_memories, tools_only, no_gold])
+    for ep in [*with_memories, tools_only]:
+        log.add_feedback(Feedback(ep.id, "programmatic", "checker", {"gold_answer": "Ann"}))
+    log.add_feedback(Feedback(no_gold.id, "explicit", "user", {"rating": 4}))
+
+    items = list(log.mempo_items())
+    assert sorted(i.id for i in items) == sorted(ep.selections[0].id for ep in with_memories)
+    assert all(i.gold_answer == "Ann" and i.selected == ("memory text m1",) for i in items)
+    assert log.count_mempo_items() == 3  # the tools-only decision offered no memory to grade
+    first = with_memories[0].selections[0].id
+    log.store_memory_scores([MemoryQuality(first, "mempo:a", 0.5, 0.5, 0.0, 1, 3)])
+    assert log.count_mempo_items(unscored_by="mempo:a") == 2
+    assert first not in {i.id for i in log.mempo_items(unscored_by="mempo:a")}
+    assert log.count_mempo_items(unscored_by="mempo:b") == 3
+
+
 def test_user_scoping_of_decisions() -> None:
     cands = candidates()
     sel = uniform_selection("alice", cands, ["m0"])
