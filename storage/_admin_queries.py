@@ -52,8 +52,13 @@ _TIE_TOLERANCE = 1e-9
 # log of millions of decisions.
 DEFAULT_SAMPLE = 10_000
 # A bucket's key: PostgreSQL's to_char pattern and the length of SQLite's ISO text it keeps; both
-# read "YYYY-MM-DD", "YYYY-MM-DD HH" or "YYYY-MM-DD HH:MM".
-_BUCKET_WIDTHS = {"day": ("YYYY-MM-DD", 10), "hour": ("YYYY-MM-DD HH24", 13), "minute": ("YYYY-MM-DD HH24:MI", 16)}
+# read "YYYY-MM-DD", "YYYY-MM-DD HH", "YYYY-MM-DD HH:MM" or "YYYY-MM-DD HH:MM:SS".
+_BUCKET_WIDTHS = {
+    "day": ("YYYY-MM-DD", 10),
+    "hour": ("YYYY-MM-DD HH24", 13),
+    "minute": ("YYYY-MM-DD HH24:MI", 16),
+    "second": ("YYYY-MM-DD HH24:MI:SS", 19),
+}
 
 
 class AdminQueries:
@@ -144,8 +149,8 @@ class AdminQueries:
     # ------------------------------------------------------------------ rewards
 
     def reward_over_time(self, *, since: datetime | None = None, bucket: str = "day") -> list[RewardPoint]:
-        """Mean episode reward per policy version and time bucket (``day``, ``hour`` or
-        ``minute``, UTC), oldest bucket first. Episodes without a policy version (no routing
+        """Mean episode reward per policy version and time bucket (``day``, ``hour``, ``minute``
+        or ``second``, UTC), oldest bucket first. Episodes without a policy version (no routing
         decision) are left out."""
         if bucket not in _BUCKET_WIDTHS:
             raise ValueError(f"bucket must be one of {', '.join(map(repr, _BUCKET_WIDTHS))}, got {bucket!r}")

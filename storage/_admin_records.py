@@ -59,7 +59,7 @@ class RewardPoint:
     """Mean reward of the episodes a policy version routed in one time bucket.
 
     ``bucket`` is the bucket's start as text (``YYYY-MM-DD`` for days, ``YYYY-MM-DD HH`` for
-    hours, ``YYYY-MM-DD HH:MM`` for minutes, UTC); ``rewarded`` counts the episodes that have a reward so far.
+    hours, ``YYYY-MM-DD HH:MM`` for minutes, ``YYYY-MM-DD HH:MM:SS`` for seconds, UTC); ``rewarded`` counts the episodes that have a reward so far.
     """
 
     policy_version: str

@@ -164,7 +164,7 @@ class _AdminBase:
             num=views.format_number,
             truncate_text=views.truncate,
         )
-        self.templates.filters.update(urlpart=views.url_part)
+        self.templates.filters.update(urlpart=views.url_part, code=views.code_spans)
         self.templates.globals.update(filters_query=views.filters_query)
 
     def _memory_backend(self) -> SQLMemory:

@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from markupsafe import Markup, escape
+
 from memabra._admin._ope_views import ope_chart, ope_rows, ope_target
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import MemabraError
@@ -29,6 +31,7 @@ __all__ = [
     "SlotRow",
     "chart_payload",
     "choose_bucket",
+    "code_spans",
     "decision_views",
     "feedback_summary",
     "filters_query",
@@ -287,12 +290,30 @@ def step_arguments(step: Step) -> str:
     return json.dumps(dict(step.arguments), sort_keys=True, default=str, indent=1) if step.arguments else ""
 
 
+def _short_labels(buckets: Sequence[str]) -> list[str]:
+    """Bucket keys as axis labels: within one day, every label after the first drops the date."""
+    if len(buckets) < 2 or len({b[:10] for b in buckets}) > 1 or len(buckets[0]) <= 10:
+        return list(buckets)
+    return [buckets[0], *(b[11:] for b in buckets[1:])]
+
+
+def code_spans(text: str) -> Markup:
+    """``text`` escaped, with each `backquoted` span (a command a message suggests) as code."""
+    parts = str(escape(text)).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backquote: leave the text as it is
+        return Markup("`".join(parts))
+    return Markup("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
+
+
 def choose_bucket(first: datetime | None, last: datetime | None) -> str:
-    """Points a minute apart for a log of the last few hours (a new deployment's first look),
-    hourly ones for a few days, daily ones otherwise: at most about 180 points a series."""
+    """Points a second apart for a log of a few minutes (a demo, a load test), a minute apart for
+    the last few hours (a new deployment's first look), hourly ones for a few days, daily ones
+    otherwise: at most about 300 points a series."""
     if first is None or last is None:
         return "day"
     span = last - first
+    if span < timedelta(minutes=5):
+        return "second"
     if span < timedelta(hours=3):
         return "minute"
     return "hour" if span < timedelta(days=3) else "day"
@@ -309,7 +330,7 @@ def chart_payload(
     versions = sorted({p.policy_version for p in points})
     by_key = {(p.policy_version, p.bucket): p.mean_reward for p in points}
     reward = {
-        "labels": buckets,
+        "labels": _short_labels(buckets),
         "series": [{"label": v, "data": [by_key.get((v, b)) for b in buckets]} for v in versions],
     }
     kinds = [k.value for k in CandidateKind]

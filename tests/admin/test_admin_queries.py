@@ -9,9 +9,9 @@ import pytest
 
 from memabra import STOP_ID, PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
-from memabra._admin._views import choose_bucket
+from memabra._admin._views import chart_payload, choose_bucket, code_spans
 from memabra._errors import SnapshotError
-from memabra.storage import AdminQueries, EpisodeLog
+from memabra.storage import AdminQueries, EpisodeLog, RewardPoint
 
 from .conftest import NOW, Seeded
 
@@ -61,6 +61,12 @@ def test_reward_over_time_matches_the_episodes(log: EpisodeLog, seeded: Seeded) 
         if r.created_at >= NOW - timedelta(hours=2)
     }
     assert {(p.policy_version, p.bucket) for p in by_minute} == expected_minutes
+    by_second = queries.reward_over_time(bucket="second", since=NOW - timedelta(hours=2))
+    assert {(p.policy_version, p.bucket) for p in by_second} == {
+        (r.policy_version, r.created_at.strftime("%Y-%m-%d %H:%M:%S"))
+        for r in rows
+        if r.created_at >= NOW - timedelta(hours=2)
+    }
     with pytest.raises(ValueError, match="bucket"):
         queries.reward_over_time(bucket="week")
     first, last = queries.time_span()
@@ -192,9 +198,25 @@ def test_active_snapshot_policy_of_an_unknown_router(log: EpisodeLog, seeded: Se
 
 @pytest.mark.parametrize(
     ("span", "bucket"),
-    [(timedelta(seconds=30), "minute"), (timedelta(hours=2, minutes=59), "minute"), (timedelta(hours=3), "hour")]
+    [(timedelta(seconds=30), "second"), (timedelta(minutes=5), "minute"), (timedelta(hours=2, minutes=59), "minute")]
+    + [(timedelta(hours=3), "hour")]
     + [(timedelta(days=2), "hour"), (timedelta(days=3), "day"), (timedelta(days=400), "day")],
 )
 def test_the_reward_chart_buckets_keep_a_series_to_a_few_hundred_points(span: timedelta, bucket: str) -> None:
     assert choose_bucket(NOW - span, NOW) == bucket
     assert choose_bucket(None, None) == "day"
+
+
+def test_a_message_shows_its_commands_as_code_and_nothing_else_as_markup() -> None:
+    assert code_spans("start `memabra learner --policy P`, or <b>an agent</b>") == (
+        "start <code>memabra learner --policy P</code>, or &lt;b&gt;an agent&lt;/b&gt;"
+    )
+    assert code_spans("a ` lone backquote <i>") == "a ` lone backquote &lt;i&gt;"
+    assert code_spans("`<script>`") == "<code>&lt;script&gt;</code>"
+
+
+def test_chart_labels_drop_the_date_they_share() -> None:
+    points = [RewardPoint("v", b, 1, 1, 0.5) for b in ("2026-12-04 23:21:04", "2026-12-04 23:21:05")]
+    assert chart_payload(points, [], [], [])["reward"]["labels"] == ["2026-12-04 23:21:04", "23:21:05"]
+    days = [RewardPoint("v", b, 1, 1, 0.5) for b in ("2026-12-03 23", "2026-12-04 00")]
+    assert chart_payload(days, [], [], [])["reward"]["labels"] == ["2026-12-03 23", "2026-12-04 00"]
