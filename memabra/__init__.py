@@ -82,6 +82,9 @@ _LAZY = {
     "parse_weights": "memabra._config",
     "detect_correction": "memabra._corrections",
     "CorrectionSignal": "memabra._corrections",
+    # Is every reward on its way to a learner? (for a service's own health endpoint)
+    "health_problems": "memabra._health",
+    "HealthProblem": "memabra._health",
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
     # The typed feedback record and the storage errors.
@@ -127,6 +130,7 @@ __all__ = [
     "FeedbackError",
     "FeedbackKind",
     "FeedbackReceipt",
+    "HealthProblem",
     "GoldDecision",
     "LoggedDecision",
     "InvalidRecordError",
@@ -188,6 +192,7 @@ __all__ = [
     "create_memabra_middleware",
     "detect_correction",
     "extract_facts",
+    "health_problems",
     "load_reward_config",
     "load_skills",
     "memory_text",
