@@ -24,11 +24,11 @@ class HealthProblem:
     message: str
 
 
-def health_problems(state: LogStatus, limit: timedelta = DEFAULT_MAX_LAG) -> tuple[HealthProblem, ...]:
-    """What has waited longer than ``limit`` on its way to a learner, each named with its likely cause."""
+def health_problems(state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG) -> tuple[HealthProblem, ...]:
+    """What has waited longer than ``max_lag`` on its way to a learner, each named with its likely cause."""
     now = state.checked_at
     problems: list[HealthProblem] = []
-    if state.overdue_since is not None and now - state.overdue_since > limit:
+    if state.overdue_since is not None and now - state.overdue_since > max_lag:
         problems.append(
             HealthProblem(
                 "feedback windows",
@@ -36,7 +36,7 @@ def health_problems(state: LogStatus, limit: timedelta = DEFAULT_MAX_LAG) -> tup
                 "still open: a learner closes them, so none is running (start `memabra learner`, or an agent process)",
             )
         )
-    if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > limit:
+    if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > max_lag:
         problems.append(
             HealthProblem(
                 "learner",
@@ -45,7 +45,7 @@ def health_problems(state: LogStatus, limit: timedelta = DEFAULT_MAX_LAG) -> tup
             )
         )
     for policy in state.policies:
-        if policy.backlog_since is None or now - policy.backlog_since <= limit:
+        if policy.backlog_since is None or now - policy.backlog_since <= max_lag:
             continue
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
