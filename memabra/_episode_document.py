@@ -5,9 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, Selection
+from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, ScoredCandidate, Selection
 
-__all__ = ["episode_document", "probability_shown", "reward_terms"]
+__all__ = ["candidate_fields", "episode_document", "probability_shown", "reward_terms"]
+
+
+def candidate_fields(sc: ScoredCandidate) -> dict[str, Any]:
+    """An offered candidate as both documents of a decision show it (this one and the
+    ``memabra.decision/1`` export): id, kind, text, tokens, the router's score and rank."""
+    return {
+        "id": sc.candidate.id,
+        "kind": sc.candidate.kind.value,
+        "text": sc.candidate.text,
+        "tokens": sc.candidate.tokens,
+        "score": sc.score,
+        "rank": sc.rank,
+    }
 
 
 def episode_document(ep: Episode) -> dict[str, Any]:
@@ -21,12 +34,7 @@ def episode_document(ep: Episode) -> dict[str, Any]:
             draw = chosen_slot.get(sc.candidate.id)
             candidates.append(
                 {
-                    "id": sc.candidate.id,
-                    "kind": sc.candidate.kind.value,
-                    "text": sc.candidate.text,
-                    "tokens": sc.candidate.tokens,
-                    "score": sc.score,
-                    "rank": sc.rank,
+                    **candidate_fields(sc),
                     "p": probability_shown(sel, sc.candidate.id, sc.candidate.kind),
                     "slot": draw.slot if draw else None,
                     "chosen": draw is not None,

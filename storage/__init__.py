@@ -13,15 +13,8 @@ from memabra.storage._admin_memories import (
     MemoryUse,
     MemoryUser,
 )
-from memabra.storage._admin_queries import (
-    DEFAULT_SAMPLE,
-    AdminQueries,
-    ConversationTurn,
-    KindShare,
-    PolicyVersionStats,
-    RewardPoint,
-    SnapshotInfo,
-)
+from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
+from memabra.storage._admin_records import ConversationTurn, KindShare, PolicyVersionStats, RewardPoint, SnapshotInfo
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._embeddings import EmbeddingTable
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url

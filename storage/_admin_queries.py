@@ -34,16 +34,7 @@ from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
 from memabra.storage._snapshot_audit import status_history
 
-__all__ = [
-    "DEFAULT_SAMPLE",
-    "AdminQueries",
-    "ConversationTurn",
-    "KindShare",
-    "PolicyVersionStats",
-    "RewardPoint",
-    "SnapshotInfo",
-    "VersionCount",
-]
+__all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
 
 # A draw whose chosen probability is below the slot's maximum by more than this explored.
 _TIE_TOLERANCE = 1e-9

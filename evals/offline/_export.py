@@ -27,6 +27,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from memabra._episode_document import candidate_fields
 from memabra._records import LoggedDecision, RewardBreakdown
 
 if TYPE_CHECKING:
@@ -59,18 +60,7 @@ def decision_record(decision: LoggedDecision) -> dict[str, Any]:
         "policy_version": sel.policy_version,
         "seed": sel.seed,
         "latency_ms": sel.latency_ms,
-        "candidates": [
-            {
-                "id": sc.candidate.id,
-                "kind": sc.candidate.kind.value,
-                "text": sc.candidate.text,
-                "tokens": sc.candidate.tokens,
-                "score": sc.score,
-                "rank": sc.rank,
-                "features": dict(sc.features),
-            }
-            for sc in sel.offered
-        ],
+        "candidates": [{**candidate_fields(sc), "features": dict(sc.features)} for sc in sel.offered],
         "slots": [
             {
                 "slot": d.slot,

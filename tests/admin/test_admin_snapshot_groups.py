@@ -10,8 +10,7 @@ from starlette.testclient import TestClient
 from memabra import Episode
 from memabra._admin._policy import group_by_snapshot, snapshot_group
 from memabra._records import OPEResult
-from memabra.storage import EpisodeLog
-from memabra.storage._admin_queries import KindShare, PolicyVersionStats, RewardPoint
+from memabra.storage import EpisodeLog, KindShare, PolicyVersionStats, RewardPoint
 
 from .conftest import ClientFactory, Seeded
 
