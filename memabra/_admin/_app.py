@@ -189,6 +189,7 @@ class _Admin(PolicyPages, MemoryPages):
                 page=page,
                 filters=raw,
                 error="",
+                notice=_NOTICES.get(params.get("notice", ""), ""),
                 limit=limit,
                 cursor=cursor,
                 versions=versions,
@@ -253,6 +254,26 @@ class _Admin(PolicyPages, MemoryPages):
             return RedirectResponse(
                 f"/episodes/{quote(episode_id, safe='')}?notice=feedback-{receipt.status}#feedback", status_code=303
             )
+
+        return await self._write(request, apply)
+
+    async def delete_episode(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            episode_id = _path_id(request, "episodes", suffix="delete")
+            episode = await run_in_threadpool(self.log.get_episode, episode_id)
+            # A reviewer deletes an episode to remove what it holds (text pasted by mistake, an
+            # erasure request): its reward goes too, learned or not.
+            await run_in_threadpool(self.log.delete_episodes, [episode_id], include_unlearned=True)
+            # the log keeps no row of a deleted episode, so the audit trail is this warning
+            logger.warning(
+                "admin: %s from %s deleted episode %s of user %s (created %s) with everything logged under it",
+                auth.principal,
+                _client(request),
+                episode_id,
+                episode.user_id,
+                episode.created_at.isoformat(),
+            )
+            return RedirectResponse("/episodes?notice=episode-deleted", status_code=303)
 
         return await self._write(request, apply)
 
@@ -341,6 +362,7 @@ def create_app(
         Route("/episodes", admin.episodes, methods=["GET"]),
         # ":path": an id may hold an encoded "/"; the handlers read it from the raw path (_path_id)
         Route("/episodes/{episode_id:path}/feedback", admin.post_feedback, methods=["POST"]),
+        Route("/episodes/{episode_id:path}/delete", admin.delete_episode, methods=["POST"]),
         Route("/episodes/{episode_id:path}", admin.episode, methods=["GET"]),
         Route("/policies", admin.policies, methods=["GET"]),
         Route("/policies/promote", admin.promote, methods=["POST"]),

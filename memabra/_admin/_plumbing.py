@@ -57,6 +57,7 @@ _NOTICES = {
     "memory-retired": "Memory retired: it is no longer recalled. Restore it to recall it again.",
     "memory-restored": "Memory restored: it is recalled again.",
     "signed-out": "Signed out.",
+    "episode-deleted": "Episode deleted, with its decisions, steps, feedback and reward.",
 }
 
 

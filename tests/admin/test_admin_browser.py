@@ -386,3 +386,29 @@ def test_the_ope_chart_marks_untrusted_and_recommended_estimates(
     assert "target unsupported" in page.locator("#ope tr.ope-muted").first.inner_text()
     page.locator("#chart-ope").screenshot(path=str(artifacts / "admin-ope-chart.png"))
     assert watch.errors == []
+
+
+def test_deleting_an_episode_asks_first(page: Any, served: tuple[str, EpisodeLog, Seeded]) -> None:
+    from memabra import UnknownEpisodeError
+
+    _, log, _ = served
+    episode = explained_episode()
+    RewardService(log).record(episode)
+    sign_in(page)
+    page.goto(f"/episodes/{episode.id}")
+    asked: list[str] = []
+
+    def answer(dialog: Any, accept: bool) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda dialog: answer(dialog, accept=False))
+    page.click("#delete-episode button[type=submit]")
+    assert asked and "cannot be undone" in asked[0]
+    assert log.get_episode(episode.id).id == episode.id  # dismissed: nothing deleted
+    page.once("dialog", lambda dialog: answer(dialog, accept=True))
+    page.click("#delete-episode button[type=submit]")
+    page.wait_for_url("**/episodes?notice=episode-deleted")
+    assert "Episode deleted" in page.locator(".alert-ok").inner_text()
+    with pytest.raises(UnknownEpisodeError):
+        log.get_episode(episode.id)

@@ -7,13 +7,14 @@ import html
 import json
 import re
 
+import pytest
 from starlette.testclient import TestClient
 
-from memabra import Episode
+from memabra import Episode, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra.storage import EpisodeLog
 
-from .conftest import ClientFactory, Seeded, feedback_form, pool, slate
+from .conftest import ClientFactory, Seeded, csrf_of, feedback_form, pool, slate
 
 ODD_ID = "odd/id?x=1#h"  # the library allows any id up to 32 characters
 
@@ -125,3 +126,24 @@ def test_an_episode_downloads_as_the_json_episodes_show_writes(make_client: Clie
     assert response.json()["id"] == ODD_ID and response.json()["decisions"]
     assert make_client(signed_in=False).get("/episodes/odd%2Fid%3Fx%3D1%23h?format=json").status_code == 303
     assert client.get("/episodes/0123456789abcdef0123456789abcdef?format=json").status_code == 404
+
+
+def test_a_reviewer_deletes_an_episode_and_the_log_says_who(
+    make_client: ClientFactory, log: EpisodeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    _odd_episode(log)
+    client = make_client()
+    page = client.get("/episodes/odd%2Fid%3Fx%3D1%23h").text
+    form = page.split('id="delete-episode"', 1)[0].rsplit("<form", 1)[1]
+    assert 'action="/episodes/odd%2Fid%3Fx%3D1%23h/delete"' in form
+    with caplog.at_level("WARNING", logger="memabra"):
+        response = client.post("/episodes/odd%2Fid%3Fx%3D1%23h/delete", data={"csrf_token": csrf_of(page)})
+    assert response.status_code == 303 and response.headers["location"] == "/episodes?notice=episode-deleted"
+    with pytest.raises(UnknownEpisodeError):
+        log.get_episode(ODD_ID)
+    (record,) = [r for r in caplog.records if "deleted episode" in r.getMessage()]
+    assert f"deleted episode {ODD_ID} of user" in record.getMessage() and "token" in record.getMessage()
+    listing = client.get(response.headers["location"]).text
+    assert "Episode deleted" in listing and "odd one" not in listing
+    again = client.post("/episodes/odd%2Fid%3Fx%3D1%23h/delete", data={"csrf_token": csrf_of(page)})
+    assert again.status_code == 404

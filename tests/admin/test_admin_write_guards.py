@@ -61,6 +61,10 @@ def test_writes_need_the_csrf_token(client: TestClient, seeded: Seeded, log: Epi
     )
     assert log.get_episode(episode_id).feedback == ()
     assert log.get_snapshot("test-v3").status == "candidate"
+    delete = client.post(
+        f"/episodes/{episode_id}/delete", data={"csrf_token": csrf} if csrf is not None else {}
+    ).status_code
+    assert delete == 403 and log.get_episode(episode_id).id == episode_id
 
 
 def test_writes_from_another_origin_are_refused(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
@@ -77,7 +81,7 @@ def test_writes_from_another_origin_are_refused(client: TestClient, seeded: Seed
 def test_read_only_refuses_every_write(make_client: ClientFactory, seeded: Seeded, log: EpisodeLog) -> None:
     client = make_client(read_only=True)
     page = client.get(f"/episodes/{seeded.episodes[10]}").text
-    assert "read-only" in page and 'id="correction-form"' not in page
+    assert "read-only" in page and 'id="correction-form"' not in page and 'id="delete-episode"' not in page
     assert ">Promote<" not in client.get("/policies").text
     token = csrf_of(page)
     writes = [
@@ -85,6 +89,7 @@ def test_read_only_refuses_every_write(make_client: ClientFactory, seeded: Seede
         (f"/episodes/{seeded.episodes[10]}/feedback", {"action": "rating", "rating": "4", "idempotency_key": "ro-2"}),
         ("/policies/promote", {"version": "test-v3"}),
         ("/policies/rollback", {"version": "test-v2"}),
+        (f"/episodes/{seeded.episodes[10]}/delete", {}),
     ]
     for path, data in writes:
         assert client.post(path, data={"csrf_token": token, **data}).status_code == 403
