@@ -98,6 +98,8 @@ def episodes_list(
     json_out: JsonOutOption = None,
 ) -> None:
     """List episodes, newest first."""
+    if search is not None and not search.strip():
+        fail("--search must not be blank (leave it out to list every query)")
     with _open(db) as log:
         page = run_guarded(
             log.list_episodes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -76,3 +77,13 @@ def test_deleting_takes_whole_ids_and_points_at_the_one_a_start_names(migrated_u
     assert "'20125e' is the start of '20125e50db7844c7'; deleting takes whole ids" in out.output
     with EpisodeLog(migrated_url) as log:
         assert log.count_episodes() == 1
+
+
+def test_the_cli_lists_by_words_in_the_query(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        log.log_episodes([dataclasses.replace(episode("ann"), query="Where do I live?"), episode("ann")])
+    found = runner.invoke(app, ["episodes", "list", "--search", "WHERE", "--db", migrated_url, "--json", "-"])
+    assert found.exit_code == 0, found.output
+    assert [row["query"] for row in json.loads(found.stdout)["episodes"]] == ["Where do I live?"]
+    blank = runner.invoke(app, ["episodes", "list", "--search", " ", "--db", migrated_url])
+    assert blank.exit_code == 1 and "--search must not be blank" in blank.output
