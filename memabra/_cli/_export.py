@@ -14,6 +14,7 @@ from memabra._cli._common import (
     DbOption,
     check_json_output,
     console,
+    fail,
     open_output,
     parse_time,
     run_guarded,
@@ -47,6 +48,8 @@ def episodes_export(
     and the reward with its components (format `memabra.decision/1`)."""
     from memabra.evals.offline import export_decisions
 
+    if user is not None and not user.strip():
+        fail("--user must not be blank (leave it out to export every user's decisions)")
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     with (
         run_guarded(EpisodeLog, db) as log,

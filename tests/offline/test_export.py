@@ -106,6 +106,8 @@ def test_one_users_decisions(log: EpisodeLog, migrated_url: str, tmp_path: Path)
     assert result.exit_code == 0, result.output
     assert "exported 2 decision(s)" in result.output
     assert {json.loads(line)["user_id"] for line in out.read_text().splitlines()} == {"ann"}
+    blank = CliRunner().invoke(app, ["episodes", "export", "--user", " ", "--out", str(out), "--db", migrated_url])
+    assert blank.exit_code == 1 and "--user must not be blank" in blank.output
 
 
 def test_cli_writes_the_file_whole_or_not_at_all(
