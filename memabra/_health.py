@@ -61,6 +61,11 @@ def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:
             f"{policy.held_back} of them wait behind PostgreSQL transaction {tx.pid}{since} ({where}): the learner "
             "reads no reward committed after a transaction that is still open"
         )
+    if policy.held_back:
+        return (
+            f"{policy.held_back} of them wait behind a transaction still open on the PostgreSQL server, which this "
+            "database role cannot see (pg_stat_activity shows other roles' transactions to pg_read_all_stats)"
+        )
     if policy.lease is None:
         return f"no learner holds the lease (start `memabra learner --policy {policy.policy}`, or an agent process)"
     return f"the learner holding the lease ({policy.lease.describe()}) is not keeping up"

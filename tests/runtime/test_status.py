@@ -147,3 +147,20 @@ def test_rewards_held_back_by_an_open_transaction_name_it(migrated_url: str) -> 
 def test_a_bad_max_lag_names_the_option(migrated_url: str, tmp_path: Path) -> None:
     out = runner.invoke(app, ["status", "--db", migrated_url, "--max-lag", "soon"])
     assert out.exit_code == 2 and "--max-lag" in out.output
+
+
+def test_rewards_held_back_by_a_transaction_this_role_cannot_see_say_so() -> None:
+    from datetime import UTC, datetime
+
+    from memabra import health_problems
+    from memabra.storage import LogStatus, PolicyStatus
+
+    now = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    policy = PolicyStatus(
+        "linear", None, None, None, None, backlog=3, backlog_since=now - timedelta(hours=1), held_back=3
+    )
+    state = LogStatus(now, "postgresql", "0008", 3, now, 0, 0, None, 3, now, (policy,), oldest_transaction=None)
+    (problem,) = health_problems(state, timedelta(minutes=15))
+    assert problem.check == "learner linear"
+    assert "3 of them wait behind a transaction still open on the PostgreSQL server" in problem.message
+    assert "pg_read_all_stats" in problem.message
