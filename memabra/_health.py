@@ -29,13 +29,16 @@ def health_problems(state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG) -> t
     now = state.checked_at
     problems: list[HealthProblem] = []
     if state.overdue_since is not None and now - state.overdue_since > max_lag:
-        problems.append(
-            HealthProblem(
-                "feedback windows",
-                f"{state.overdue} feedback window(s) closed up to {format_age(now - state.overdue_since)} ago and are "
-                "still open: a learner closes them, so none is running (start `memabra learner`, or an agent process)",
+        overdue = f"{state.overdue} feedback window(s) closed up to {format_age(now - state.overdue_since)} ago and are still open"
+        holder = next((p.lease for p in state.policies if p.lease is not None), None)
+        if holder is not None:
+            why = (
+                f"a learner holds the lease ({holder.describe()}) but has not closed them: it logs an error "
+                "for each episode it cannot score ('could not be finalised'), which stays open"
             )
-        )
+        else:
+            why = "a learner closes them, so none is running (start `memabra learner`, or an agent process)"
+        problems.append(HealthProblem("feedback windows", f"{overdue}: {why}"))
     if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > max_lag:
         problems.append(
             HealthProblem(

@@ -164,3 +164,19 @@ def test_rewards_held_back_by_a_transaction_this_role_cannot_see_say_so() -> Non
     assert problem.check == "learner linear"
     assert "3 of them wait behind a transaction still open on the PostgreSQL server" in problem.message
     assert "pg_read_all_stats" in problem.message
+
+
+def test_windows_left_open_while_a_learner_runs_point_at_its_error_log() -> None:
+    from datetime import UTC, datetime
+
+    from memabra import health_problems
+    from memabra.storage import LeaseHolder, LogStatus, PolicyStatus
+
+    now = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    lease = LeaseHolder("linear", "learner 7f3a", until=now + timedelta(seconds=10))
+    policy = PolicyStatus("linear", None, None, None, lease, backlog=0, backlog_since=None, held_back=0)
+    state = LogStatus(now, "sqlite", "0008", 3, now, 2, 2, now - timedelta(hours=2), 0, None, (policy,), None)
+    (problem,) = health_problems(state)
+    assert problem.check == "feedback windows"
+    assert problem.message.startswith("2 feedback window(s) closed up to 2h ago and are still open")
+    assert "a learner holds the lease (learner 7f3a" in problem.message and "could not be finalised" in problem.message
