@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -24,8 +25,12 @@ class HealthProblem:
     message: str
 
 
-def health_problems(state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG) -> tuple[HealthProblem, ...]:
-    """What has waited longer than ``max_lag`` on its way to a learner, each named with its likely cause."""
+def health_problems(
+    state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG, *, policies: Collection[str] | None = None
+) -> tuple[HealthProblem, ...]:
+    """What has waited longer than ``max_lag`` on its way to a learner, each named with its likely
+    cause. ``policies``: check only these policies' learners (a log that once served another policy
+    keeps that policy's checkpoint, and its learner falls behind for good); every one by default."""
     now = state.checked_at
     problems: list[HealthProblem] = []
     if state.overdue_since is not None and now - state.overdue_since > max_lag:
@@ -48,6 +53,8 @@ def health_problems(state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG) -> t
             )
         )
     for policy in state.policies:
+        if policies is not None and policy.policy not in policies:
+            continue
         if policy.backlog_since is None or now - policy.backlog_since <= max_lag:
             continue
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
@@ -70,7 +77,10 @@ def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:
             "database role cannot see (pg_stat_activity shows other roles' transactions to pg_read_all_stats)"
         )
     if policy.lease is None:
-        return f"no learner holds the lease (start `memabra learner --policy {policy.policy}`, or an agent process)"
+        return (
+            f"no learner holds the lease (start `memabra learner --policy {policy.policy}`, or an agent process; "
+            "if the log no longer serves this policy, check only the ones it does: `memabra status --policy P`)"
+        )
     return f"the learner holding the lease ({policy.lease.describe()}) is not keeping up"
 
 

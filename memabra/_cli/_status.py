@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import DbOption, JsonOutOption, console, err_console, run_guarded, write_json
+from memabra._cli._common import DbOption, JsonOutOption, console, err_console, fail, run_guarded, write_json
 from memabra._cli._retention import parse_age
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision
@@ -37,6 +37,14 @@ def status(
             callback=_check_age,
         ),
     ] = format_age(DEFAULT_MAX_LAG),
+    policies: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            help="Check only this policy's learner (repeatable): a log that once served another policy keeps "
+            "its checkpoint, and that learner is behind for good.",
+        ),
+    ] = None,
     json_out: JsonOutOption = None,
 ) -> None:
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
@@ -46,7 +54,15 @@ def status(
     with run_guarded(EpisodeLog, db) as log:
         where = log.engine.url.render_as_string(hide_password=True)
         state = run_guarded(log.status)
-    problems = health_problems(state, limit)
+    if policies:
+        known = {p.policy for p in state.policies}
+        unknown = [p for p in policies if p not in known]
+        if unknown:
+            fail(
+                f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
+                f" (it has: {', '.join(sorted(known)) or 'none'})"
+            )
+    problems = health_problems(state, limit, policies=policies or None)
     _print(state, where, problems, limit)
     write_json(
         json_out,

@@ -96,6 +96,10 @@ def test_a_learner_that_kept_up_is_healthy_and_its_backlog_is_counted_from_its_p
     assert "policy vw: 3 final reward(s) not learned, the oldest final for 40m" in problem["message"]
     assert "no learner holds the lease (start `memabra learner --policy vw`" in problem["message"]
     assert "✗ learner vw" in output
+    assert _status(migrated_url, "--policy", "vw")[0] == UNHEALTHY_EXIT
+    other = runner.invoke(app, ["status", "--db", migrated_url, "--policy", "linear"])
+    assert other.exit_code == 1
+    assert "--policy 'linear': the log has no snapshot or learner checkpoint of it (it has: vw)" in other.output
 
 
 def test_feedback_windows_nobody_closes_fail_the_check(migrated_url: str) -> None:
@@ -180,3 +184,19 @@ def test_windows_left_open_while_a_learner_runs_point_at_its_error_log() -> None
     assert problem.check == "feedback windows"
     assert problem.message.startswith("2 feedback window(s) closed up to 2h ago and are still open")
     assert "a learner holds the lease (learner 7f3a" in problem.message and "could not be finalised" in problem.message
+
+
+def test_only_the_policies_named_are_checked() -> None:
+    """A log that once served vw keeps vw's checkpoint; its learner is behind for good."""
+    from datetime import UTC, datetime
+
+    from memabra import health_problems
+    from memabra.storage import LogStatus, PolicyStatus
+
+    now = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    old = PolicyStatus("vw", None, None, None, None, backlog=900, backlog_since=now - timedelta(days=30), held_back=0)
+    serving = PolicyStatus("linear", None, None, None, None, backlog=0, backlog_since=None, held_back=0)
+    state = LogStatus(now, "sqlite", "0008", 900, now, 0, 0, None, 0, None, (serving, old), None)
+    (problem,) = health_problems(state)
+    assert problem.check == "learner vw" and "`memabra status --policy P`" in problem.message
+    assert health_problems(state, policies=["linear"]) == ()
