@@ -115,7 +115,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
             .join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id)
             .where(RewardRow.final.is_(True), RewardRow.learned_at.is_(None))
         ).one()
-        checkpoints = {row.policy: row for row in s.scalars(select(LearnerStateRow))}
+        learner_policies = set(s.scalars(select(LearnerStateRow.policy)))
         snapshot_policies = set(s.scalars(select(PolicySnapshotRow.policy).distinct()))
         active = {
             policy: created
@@ -127,7 +127,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         }
         oldest = _oldest_transaction(s) if postgres else None
     policies = []
-    for policy in sorted(snapshot_policies | set(checkpoints)):
+    for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
         backlog, since, held_back = _backlog(engine, checkpoint, postgres)
         policies.append(
