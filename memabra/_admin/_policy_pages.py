@@ -14,7 +14,7 @@ from memabra._admin import _views as views
 from memabra._admin._forms import parse_window
 from memabra._admin._ope_views import ope_rows
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
-from memabra._admin._policy import group_by_snapshot
+from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._health import DEFAULT_MAX_LAG, format_age, health_problems
 from memabra._records import utcnow
 from memabra.storage import DEFAULT_SAMPLE
@@ -57,9 +57,13 @@ class PolicyPages(_AdminBase):
         shares_by_version: dict[str, dict[str, float]] = defaultdict(dict)
         for share in shares:
             shares_by_version[share.policy_version][share.kind] = share.share
+        # `memabra admin --policy P` names the policy in service: a policy the log served once keeps
+        # its checkpoint, and that learner stays behind for good
+        served = self.current_policy.policy if isinstance(self.current_policy, ActiveSnapshotPolicy) else None
         return {
             "health": health,
-            "health_problems": health_problems(health),
+            "health_problems": health_problems(health, policies=None if served is None else [served]),
+            "checked_policy": served,
             "max_lag": format_age(DEFAULT_MAX_LAG),
             "snapshots": snapshots,
             "stats": stats,

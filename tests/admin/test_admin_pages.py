@@ -253,6 +253,25 @@ def test_policies_page_says_whether_rewards_reach_a_learner(client: TestClient, 
     assert "test-v2" in row and "none yet" in row and "free" in row
 
 
+def test_the_learning_card_checks_the_policy_the_view_serves(
+    make_client: ClientFactory, seeded: Seeded, log: EpisodeLog
+) -> None:
+    from memabra._admin import ActiveSnapshotPolicy
+
+    with log.engine.begin() as conn:  # policy "test"'s learner is an hour behind
+        conn.execute(update(EpisodeRow).values(finalized_at=utcnow() - timedelta(hours=1)))
+
+    def card(policy: str) -> str:
+        client = make_client(current_policy=ActiveSnapshotPolicy(log, policy))
+        return client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
+
+    serving_test = card("test")
+    assert "<strong>learner test</strong>" in serving_test and "learner checked: test's" in serving_test
+    serving_linear = card("linear")  # the log served "test" once; it serves "linear" now
+    assert 'role="alert"' not in serving_linear and "learner checked: linear's" in serving_linear
+    assert 'data-policy="test"' in serving_linear  # still listed, with its backlog
+
+
 def test_policies_window(client: TestClient, seeded: Seeded) -> None:
     page = client.get("/policies?window=7").text
     data = json.loads(re.search(r'id="chart-data">(.*?)</script>', page, re.S).group(1))
