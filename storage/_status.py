@@ -117,12 +117,13 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         ).one()
         learner_policies = set(s.scalars(select(LearnerStateRow.policy)))
         snapshot_policies = set(s.scalars(select(PolicySnapshotRow.policy).distinct()))
+        # the newest active snapshot of each policy, as LearnerStore.active_version reads it
         active = {
-            policy: created
-            for policy, created in s.execute(
-                select(PolicySnapshotRow.policy, PolicySnapshotRow.created_at).where(
-                    PolicySnapshotRow.status == "active"
-                )
+            policy: (version, created)
+            for policy, version, created in s.execute(
+                select(PolicySnapshotRow.policy, PolicySnapshotRow.version, PolicySnapshotRow.created_at)
+                .where(PolicySnapshotRow.status == "active")
+                .order_by(PolicySnapshotRow.created_at)
             )
         }
         oldest = _oldest_transaction(s) if postgres else None
@@ -130,11 +131,12 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
         backlog, since, held_back = _backlog(engine, checkpoint, postgres)
+        active_version, active_since = active.get(policy, (None, None))
         policies.append(
             PolicyStatus(
                 policy=policy,
-                active_version=store.active_version(policy),
-                active_since=active.get(policy),
+                active_version=active_version,
+                active_since=active_since,
                 checkpoint=checkpoint,
                 lease=store.lease_holder(policy),
                 backlog=backlog,
