@@ -24,11 +24,21 @@ __all__ = ["RewardService", "recompute_rewards"]
 
 logger = logging.getLogger("memabra")
 
+# Episodes one learner step closes at most: a backlog (a learner down for a day) is worked off over
+# several steps, so an in-process learner never holds up the turn that runs it for long.
+FINALIZE_BATCH = 1000
+
+# Due episode ids read per query while finalising.
+_DUE_PAGE = 500
+
 
 class RewardService:
     def __init__(self, log: EpisodeLog, config: RewardConfig | None = None) -> None:
         self.log = log
         self.reward = CompositeReward(config)
+        # Episodes whose rescore failed on bad stored data: not tried again by this process (a
+        # restart tries them once more), so a poisoned row costs one logged error, not one per step.
+        self._unscoreable: set[str] = set()
         log.feedback_window = self.reward.config.feedback_window
 
     @property
@@ -63,19 +73,41 @@ class RewardService:
             logger.info("late feedback %s for episode %s stored, not learned", receipt.feedback_id, feedback.episode_id)
         return receipt
 
-    def finalize_due(self, now: datetime | None = None) -> int:
-        """Close every episode whose feedback window has passed; returns how many were closed.
+    def finalize_due(self, now: datetime | None = None, *, limit: int | None = FINALIZE_BATCH) -> int:
+        """Close episodes whose feedback window has passed, oldest window first: at most ``limit``
+        (``None``: all of them). Returns how many were closed.
 
         An episode that cannot be scored (a feedback row stored before payloads were validated,
-        say) is logged and left open; the others are still closed."""
+        say) is logged once and left open, and later calls step over it, so any number of them
+        never holds up the others (``memabra status`` counts what stays open)."""
         closed = 0
-        for episode_id in self.log.due_episode_ids(now):
-            try:
-                if self.log.rescore(episode_id, self._score, final=True):
+        seen: set[str] = set()
+        after: str | None = None
+        while limit is None or closed < limit:
+            page = self.log.due_episode_ids(now, limit=_DUE_PAGE, after=after)
+            fresh = [episode_id for episode_id in page if episode_id not in seen]
+            if not fresh:
+                break
+            seen.update(fresh)
+            for episode_id in fresh:
+                if episode_id in self._unscoreable:
+                    continue
+                if self._close(episode_id):
                     closed += 1
-            except MemabraError as exc:
-                logger.error("episode %s could not be finalised and stays open: %s", episode_id, exc)
+                    if limit is not None and closed >= limit:
+                        break
+            if len(page) < _DUE_PAGE:
+                break
+            after = page[-1]
         return closed
+
+    def _close(self, episode_id: str) -> bool:
+        try:
+            return self.log.rescore(episode_id, self._score, final=True)
+        except MemabraError as exc:
+            self._unscoreable.add(episode_id)
+            logger.error("episode %s could not be finalised and stays open: %s", episode_id, exc)
+            return False
 
     def finalize(self, episode_id: str) -> bool:
         return self.log.rescore(episode_id, self._score, final=True)

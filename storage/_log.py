@@ -226,9 +226,10 @@ class EpisodeLog:
     def get_reward(self, episode_id: str) -> RewardBreakdown | None:
         return _rewards.get_reward(self._tx, episode_id)
 
-    def due_episode_ids(self, now: datetime | None = None, *, limit: int = 1000) -> list[str]:
-        """Open episodes whose feedback window has passed: they get their default reward."""
-        return _rewards.due_episode_ids(self._tx, now or utcnow(), limit)
+    def due_episode_ids(self, now: datetime | None = None, *, limit: int = 1000, after: str | None = None) -> list[str]:
+        """Open episodes whose feedback window has passed (they get their default reward), oldest
+        window first; ``after``: those after that episode in the same order (keyset paging)."""
+        return _rewards.due_episode_ids(self._tx, now or utcnow(), limit, after)
 
     def claim_learning(self, *, limit: int = 1000, now: datetime | None = None) -> list[LearningItem]:
         """Final rewards not yet learned from, marked learned in the same transaction."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -229,15 +229,19 @@ def get_reward(tx: Transactions, episode_id: str) -> RewardBreakdown | None:
         return cv.reward_from_row(row) if row is not None else None
 
 
-def due_episode_ids(tx: Transactions, now: datetime, limit: int) -> list[str]:
-    """Open episodes whose feedback window has passed."""
+def due_episode_ids(tx: Transactions, now: datetime, limit: int, after: str | None = None) -> list[str]:
+    """Open episodes whose feedback window has passed, in order of (window end, id); ``after``: only
+    those past that episode in this order (keyset paging, so a caller can step over episodes it
+    could not close instead of reading them again)."""
     with tx.read() as s:
-        stmt = (
-            select(EpisodeRow.id)
-            .where(EpisodeRow.finalized_at.is_(None), EpisodeRow.feedback_due_at <= now)
-            .order_by(EpisodeRow.feedback_due_at)
-            .limit(limit)
-        )
+        stmt = select(EpisodeRow.id).where(EpisodeRow.finalized_at.is_(None), EpisodeRow.feedback_due_at <= now)
+        if after is not None:
+            cursor = s.execute(
+                select(EpisodeRow.feedback_due_at, EpisodeRow.id).where(EpisodeRow.id == clean_text(after))
+            ).one_or_none()
+            if cursor is not None:
+                stmt = stmt.where(tuple_(EpisodeRow.feedback_due_at, EpisodeRow.id) > tuple_(*cursor))
+        stmt = stmt.order_by(EpisodeRow.feedback_due_at, EpisodeRow.id).limit(limit)
         return list(s.scalars(stmt))
 
 

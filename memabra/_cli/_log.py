@@ -197,6 +197,9 @@ def _print_episode(ep: Episode) -> None:
 
 _TEXT_WIDTH = 80
 
+# How many unfinalisable episodes `rewards finalize` counts exactly before saying "more than".
+_LEFT_OPEN_SHOWN = 1000
+
 
 def _clip(text: str, width: int) -> str:
     flat = " ".join(text.split())
@@ -267,8 +270,12 @@ def rewards_recompute(
 def rewards_finalize(db: DbOption = None) -> None:
     """Apply the default reward to every episode whose feedback window has passed."""
     with _open(db) as log:
-        n = run_guarded(RewardService(log, load_reward_config()).finalize_due)
+        n = run_guarded(RewardService(log, load_reward_config()).finalize_due, limit=None)
+        left = len(log.due_episode_ids(limit=_LEFT_OPEN_SHOWN + 1))
     console.print(f"finalised {n} episodes")
+    if left:
+        shown = f"more than {_LEFT_OPEN_SHOWN}" if left > _LEFT_OPEN_SHOWN else str(left)
+        fail(f"{shown} episode(s) past their window could not be finalised; the errors above name them")
 
 
 def feedback(

@@ -111,6 +111,79 @@ def test_a_poisoned_row_does_not_stop_finalisation_of_the_others(log: EpisodeLog
     assert log.get_reward(eps[0].id) is not None and log.due_episode_ids(utcnow() + timedelta(minutes=2)) == [eps[1].id]
 
 
+def _poison(log: EpisodeLog, episode_ids: list[str]) -> None:
+    """Feedback rows written before payloads were validated: the record refuses to read them."""
+    with log.engine.begin() as conn:
+        conn.execute(
+            insert(FeedbackRow.__table__),  # type: ignore[arg-type]
+            [
+                {
+                    "id": f"p{episode_id[:30]}",
+                    "episode_id": episode_id,
+                    "decision_id": None,
+                    "kind": "explicit",
+                    "source": "old",
+                    "payload": BAD,
+                    "idempotency_key": f"p{episode_id[:30]}",
+                    "received_at": utcnow(),
+                    "late": False,
+                }
+                for episode_id in episode_ids
+            ],
+        )
+
+
+def test_more_poisoned_rows_than_a_step_closes_do_not_stall_finalisation(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The oldest windows are unscoreable and outnumber both a page and a step's limit: every
+    step still closes good episodes behind them, and each bad one is logged once."""
+    monkeypatch.setattr("memabra._feedback._DUE_PAGE", 2)
+    svc = RewardService(log, RewardConfig(feedback_window=timedelta(minutes=1)))
+    eps = [episode() for _ in range(8)]
+    for ep in eps:  # logged in order, so the first five windows end first
+        svc.record(ep)
+    _poison(log, [ep.id for ep in eps[:5]])
+    later = utcnow() + timedelta(minutes=2)
+    with caplog.at_level("ERROR", logger="memabra"):
+        assert svc.finalize_due(later, limit=2) == 2
+        assert svc.finalize_due(later, limit=2) == 1
+        assert svc.finalize_due(later, limit=2) == 0
+    assert all(log.get_reward(ep.id) is not None and log.get_episode(ep.id).finalized_at for ep in eps[5:])
+    assert sorted(log.due_episode_ids(later)) == sorted(ep.id for ep in eps[:5])
+    failures = [r for r in caplog.records if "could not be finalised" in r.getMessage()]
+    assert len(failures) == 5
+
+
+def test_due_episodes_page_by_window_end_then_id(log: EpisodeLog) -> None:
+    svc = RewardService(log, RewardConfig(feedback_window=timedelta(minutes=1)))
+    eps = [episode() for _ in range(5)]
+    for ep in eps:
+        svc.record(ep)
+    later = utcnow() + timedelta(minutes=2)
+    everything = log.due_episode_ids(later)
+    assert sorted(everything) == sorted(ep.id for ep in eps)
+    first, second = log.due_episode_ids(later, limit=2), log.due_episode_ids(later, limit=2, after=everything[1])
+    assert first + second == everything[:4]
+    assert log.due_episode_ids(later, after=everything[-1]) == []
+
+
+def test_rewards_finalize_closes_every_due_episode_and_names_what_it_could_not(
+    log: EpisodeLog, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("memabra._feedback.FINALIZE_BATCH", 2)
+    svc = RewardService(log, RewardConfig(feedback_window=timedelta(seconds=0)))
+    eps = [episode() for _ in range(5)]
+    for ep in eps:
+        svc.record(ep)
+    _poison(log, [eps[0].id])
+    result = CliRunner().invoke(app, ["rewards", "finalize", "--db", migrated_url])
+    assert result.exit_code == 1, result.output
+    assert "finalised 4 episodes" in result.output
+    assert "1 episode(s) past their window could not be finalised" in result.output
+    assert log.due_episode_ids() == [eps[0].id]
+
+
 def test_feedback_and_its_reward_commit_together(log: EpisodeLog) -> None:
     """A scorer that fails after the feedback row was written leaves neither behind."""
     svc = RewardService(log)
