@@ -16,6 +16,7 @@ from memabra.storage._admin_memories import (
 from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
 from memabra.storage._admin_records import ConversationTurn, KindShare, PolicyVersionStats, RewardPoint, SnapshotInfo
 from memabra.storage._admin_sessions import RevokedSessions
+from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._embeddings import EmbeddingTable
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
 from memabra.storage._learner import (
@@ -52,6 +53,7 @@ __all__ = [
     "AdminQueries",
     "ConversationTurn",
     "EmbeddingTable",
+    "DeletionEntry",
     "EpisodeDeletion",
     "EpisodeFilter",
     "EpisodeLog",

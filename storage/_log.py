@@ -10,6 +10,7 @@ module              what it stores
 ``_registry``       memories, skills and tools; per-user usage counts
 ``_offline``        decisions for replay, OPE results, MemPO labels
 ``_retention``      deleting episodes: a retention window, one user's erasure
+``_deletion_log``   the audit trail of those deletions
 ``_admin_queries``  the admin view's read-only aggregates (:class:`AdminQueries`)
 ``_rows``           the row boundary: text cleaned, ids and integers checked, bulk COPY
 ``_tx``             read sessions and retried write transactions
@@ -46,7 +47,8 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _offline, _registry, _retention, _rewards, _snapshots
+from memabra.storage import _deletion_log, _episodes, _offline, _registry, _retention, _rewards, _snapshots
+from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._migrate import check_schema
@@ -184,11 +186,14 @@ class EpisodeLog:
         include_unlearned: bool = False,
         dry_run: bool = False,
         progress: Callable[[int], None] | None = None,
+        actor: str = "library",
+        client: str | None = None,
     ) -> EpisodeDeletion:
         """Retention and erasure: delete the episodes matching every filter given (ids, a user,
         created before a time), with all that was logged under them, in chunks of one transaction
         each. Episodes whose reward a learner has not read yet are kept (and counted) unless
-        ``include_unlearned``. See :mod:`memabra.storage._retention`."""
+        ``include_unlearned``. Each run (not a dry run) leaves an entry naming ``actor`` and
+        ``client`` in :meth:`deletion_history`. See :mod:`memabra.storage._retention`."""
         return _retention.delete_episodes(
             self._tx,
             episode_ids=episode_ids,
@@ -197,7 +202,16 @@ class EpisodeLog:
             include_unlearned=include_unlearned,
             dry_run=dry_run,
             progress=progress,
+            actor=actor,
+            client=client,
         )
+
+    def deletion_history(
+        self, *, limit: int = 50, after: str | None = None, user_id: str | None = None
+    ) -> list[DeletionEntry]:
+        """The deletion audit trail, newest first: ``limit`` entries, those listed after the entry
+        ``after`` (keyset paging: pass the last id of a page), those of runs given ``user_id``."""
+        return _deletion_log.deletion_history(self._tx, limit=limit, after=after, user_id=user_id)
 
     # ------------------------------------------------------------------ feedback and rewards
 

@@ -326,3 +326,25 @@ class RevokedSessionRow(Base):
     session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     revoked_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class DeletionRow(Base):
+    """One run of ``delete_episodes``: what was asked, by whom, and how many episodes it deleted.
+
+    ``deleted`` grows in the transaction of each chunk it counts, and ``finished_at`` is set after
+    the last, so a run that died half way reads as unfinished with exactly what it removed."""
+
+    __tablename__ = "episode_deletions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    client: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    named: Mapped[int] = mapped_column(Integer)
+    episode_ids: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    user_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    include_unlearned: Mapped[bool] = mapped_column(Boolean)
+    kept: Mapped[int] = mapped_column(Integer)
+    deleted: Mapped[int] = mapped_column(Integer)

@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, sel
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra.storage._deletion_log import add_deleted, finish_deletion, start_deletion
 from memabra.storage._episodes import resolve_episode_id
 from memabra.storage._models import EpisodeRow, RewardRow
 from memabra.storage._rows import clean_text
@@ -52,12 +53,14 @@ class EpisodeDeletion:
 
     ``deleted``: episodes deleted. ``kept_open``: matching episodes kept because their reward is
     not final yet; ``kept_unlearned``: kept because their final reward has not been learned yet.
-    Both are 0 with ``include_unlearned``."""
+    Both are 0 with ``include_unlearned``. ``audit_id``: the run's entry in the deletion audit
+    trail (``None`` for a dry run, which leaves none)."""
 
     deleted: int
     kept_open: int
     kept_unlearned: int
     dry_run: bool
+    audit_id: str | None = None
 
     @property
     def kept(self) -> int:
@@ -73,15 +76,21 @@ def delete_episodes(
     include_unlearned: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    actor: str = "library",
+    client: str | None = None,
 ) -> EpisodeDeletion:
     """Delete the episodes that match every filter given (at least one is required): the ids in
     ``episode_ids``, the episodes of ``user_id``, those created before ``before`` (timezone-aware).
 
     An id in ``episode_ids`` the log does not hold raises :class:`UnknownEpisodeError` naming it,
     before anything is deleted. ``progress(deleted_so_far)`` is called after each committed chunk.
+    The run is recorded in the deletion audit trail (:mod:`memabra.storage._deletion_log`) under
+    ``actor`` (who asked) and ``client`` (from where).
     """
     if episode_ids is None and user_id is None and before is None:
         raise InvalidRecordError("delete_episodes needs episode_ids, user_id or before; it never deletes the whole log")
+    if not actor.strip():
+        raise InvalidRecordError("actor is empty: name who asked for the deletion (the audit trail records it)")
     if user_id is not None and not user_id.strip():
         raise InvalidRecordError("user_id is empty: name the user whose episodes to delete")
     if before is not None and before.tzinfo is None:
@@ -105,15 +114,27 @@ def delete_episodes(
         if dry_run:
             would = sum(_count(s, cond) for cond in deletable)
             return EpisodeDeletion(would, kept_open, kept_unlearned, dry_run=True)
+    audit_id = start_deletion(
+        tx,
+        actor=actor,
+        client=client,
+        episode_ids=ids,
+        user_id=user_id,
+        created_before=before,
+        include_unlearned=include_unlearned,
+        kept=kept_open + kept_unlearned,
+    )
     deleted = 0
     for cond in deletable:
         while True:
-            selected, n = tx.write(functools.partial(_delete_chunk, deletable=cond), what="delete_episodes")
+            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id)
+            selected, n = tx.write(chunk, what="delete_episodes")
             if selected == 0:
                 break
             deleted += n
             if progress is not None:
                 progress(deleted)
+    finish_deletion(tx, audit_id)
     logger.info(
         "deleted %d episode(s) (ids: %s, user: %r, before: %s); kept %d a learner has not read",
         deleted,
@@ -122,7 +143,7 @@ def delete_episodes(
         None if before is None else before.isoformat(),
         kept_open + kept_unlearned,
     )
-    return EpisodeDeletion(deleted, kept_open, kept_unlearned, dry_run=False)
+    return EpisodeDeletion(deleted, kept_open, kept_unlearned, dry_run=False, audit_id=audit_id)
 
 
 def _check_known(tx: Transactions, ids: Sequence[str], groups: Sequence[Sequence[str] | None]) -> None:
@@ -180,11 +201,15 @@ def _count(s: Session, *conds: ColumnElement[bool]) -> int:
     return int(s.scalar(select(func.count()).select_from(EpisodeRow).where(*conds)) or 0)
 
 
-def _delete_chunk(s: Session, deletable: ColumnElement[bool]) -> tuple[int, int]:
+def _delete_chunk(s: Session, deletable: ColumnElement[bool], audit_id: str) -> tuple[int, int]:
     """(episodes selected, episodes deleted): the filter is applied again by the DELETE itself,
-    so an episode whose reward changed since the SELECT is judged on what the DELETE sees."""
+    so an episode whose reward changed since the SELECT is judged on what the DELETE sees. The
+    audit entry counts the chunk in the same transaction."""
     ids = list(s.scalars(select(EpisodeRow.id).where(deletable).order_by(EpisodeRow.id).limit(DELETE_CHUNK)))
     if not ids:
         return 0, 0
     result = s.execute(delete(EpisodeRow).where(EpisodeRow.id.in_(ids), deletable))
-    return len(ids), int(getattr(result, "rowcount", 0) or 0)
+    n = int(getattr(result, "rowcount", 0) or 0)
+    if n:
+        add_deleted(s, audit_id, n)
+    return len(ids), n

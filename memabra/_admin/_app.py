@@ -43,6 +43,7 @@ from memabra._admin._auth import (
     SessionState,
     WebSession,
 )
+from memabra._admin._deletion_pages import DeletionPages
 from memabra._admin._forms import FILTER_FIELDS, parse_episode_filter, parse_feedback_form, parse_limit
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._plumbing import (
@@ -72,7 +73,7 @@ _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
 
 
-class _Admin(PolicyPages, MemoryPages):
+class _Admin(PolicyPages, MemoryPages, DeletionPages):
     """Endpoints (the policies and memories pages' in their own modules); :func:`create_app`
     wires them into a Starlette app."""
 
@@ -257,26 +258,6 @@ class _Admin(PolicyPages, MemoryPages):
 
         return await self._write(request, apply)
 
-    async def delete_episode(self, request: Request) -> Response:
-        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
-            episode_id = _path_id(request, "episodes", suffix="delete")
-            episode = await run_in_threadpool(self.log.get_episode, episode_id)
-            # A reviewer deletes an episode to remove what it holds (text pasted by mistake, an
-            # erasure request): its reward goes too, learned or not.
-            await run_in_threadpool(self.log.delete_episodes, [episode_id], include_unlearned=True)
-            # the log keeps no row of a deleted episode, so the audit trail is this warning
-            logger.warning(
-                "admin: %s from %s deleted episode %s of user %s (created %s) with everything logged under it",
-                auth.principal,
-                _client(request),
-                episode_id,
-                episode.user_id,
-                episode.created_at.isoformat(),
-            )
-            return RedirectResponse("/episodes?notice=episode-deleted", status_code=303)
-
-        return await self._write(request, apply)
-
     def _stored_feedback(self, episode_id: str, feedback_id: str) -> Feedback | None:
         return next((f for f in self.log.get_episode(episode_id).feedback if f.id == feedback_id), None)
 
@@ -364,6 +345,7 @@ def create_app(
         Route("/episodes/{episode_id:path}/feedback", admin.post_feedback, methods=["POST"]),
         Route("/episodes/{episode_id:path}/delete", admin.delete_episode, methods=["POST"]),
         Route("/episodes/{episode_id:path}", admin.episode, methods=["GET"]),
+        Route("/deletions", admin.deletions, methods=["GET"]),
         Route("/policies", admin.policies, methods=["GET"]),
         Route("/policies/promote", admin.promote, methods=["POST"]),
         Route("/policies/rollback", admin.rollback, methods=["POST"]),

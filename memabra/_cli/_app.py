@@ -18,7 +18,7 @@ from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
-from memabra._cli._retention import episodes_delete
+from memabra._cli._retention import episodes_delete, episodes_deletions
 from memabra._cli._status import status
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 episodes_app.command("delete")(episodes_delete)
+episodes_app.command("deletions")(episodes_deletions)
 episodes_app.command("export")(episodes_export)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import getpass
 import json
 import logging
 import math
@@ -38,6 +39,7 @@ __all__ = [
     "OutFileOption",
     "check_json_output",
     "check_output_path",
+    "cli_actor",
     "configure_logging",
     "console",
     "database_url",
@@ -90,6 +92,14 @@ def plain(value: object) -> Text:
 def fail(message: str, code: int = 1) -> NoReturn:
     err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     raise typer.Exit(code)
+
+
+def cli_actor() -> str:
+    """Who an audit trail names for a change made from the command line: the operating-system user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no login name (a container started with an arbitrary uid)
+        return "cli"
 
 
 def run_guarded(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +14,7 @@ from memabra._cli._common import (
     DbOption,
     JsonOutOption,
     check_output_path,
+    cli_actor,
     console,
     fail,
     run_guarded,
@@ -92,14 +92,6 @@ def policies_export(
     console.print(f"wrote {escape(snapshot.version)} to {escape(str(out))}")
 
 
-def _who() -> str:
-    """Who the audit trail names for a change made here: the operating-system user."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (OSError, KeyError):  # no login name (a container started with an arbitrary uid)
-        return "cli"
-
-
 @policies_app.command("promote")
 def policies_promote(
     version: Annotated[str, typer.Argument(help="The snapshot to make active (see `memabra policies list`).")],
@@ -112,7 +104,7 @@ def policies_promote(
         snapshot = run_guarded(log.get_snapshot, version)
         store = LearnerStore(log.engine)
         previous = store.active_version(snapshot.policy)
-        run_guarded(SnapshotAudit(log).promote, snapshot.version, by=_who(), client=socket.gethostname())
+        run_guarded(SnapshotAudit(log).promote, snapshot.version, by=cli_actor(), client=socket.gethostname())
         checkpoint = store.checkpoint(snapshot.policy)
     was = f" (retired {escape(previous)})" if previous is not None else ""
     console.print(f"promoted {escape(snapshot.version)}: the active snapshot of policy {escape(snapshot.policy)}{was}")
@@ -131,7 +123,7 @@ def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY
         active = LearnerStore(log.engine).active_version(policy)
         if active is None:
             fail(f"policy {policy!r} has no active snapshot; nothing to roll back")
-        parent = run_guarded(SnapshotAudit(log).rollback, active, by=_who(), client=socket.gethostname())
+        parent = run_guarded(SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname())
     console.print(f"rolled back policy {escape(policy)}: {escape(parent)} is active again, {escape(active)} retired")
 
 

@@ -1,28 +1,33 @@
-"""``memabra episodes delete``: a retention window, or one user's erasure from the log."""
+"""``memabra episodes delete``: a retention window, or one user's erasure from the log; ``memabra
+episodes deletions``: the audit trail of those deletions."""
 
 from __future__ import annotations
 
 import re
+import socket
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
 from rich.progress import TextColumn
+from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import (
     DbOption,
     JsonOutOption,
+    cli_actor,
     console,
     fail,
     parse_time,
+    plain,
     run_guarded,
     transient_progress,
     write_json,
 )
-from memabra.storage import EpisodeDeletion, EpisodeLog
+from memabra.storage import DeletionEntry, EpisodeDeletion, EpisodeLog
 
-__all__ = ["episodes_delete", "parse_age"]
+__all__ = ["episodes_delete", "episodes_deletions", "parse_age"]
 
 _AGE = re.compile(r"(\d+)\s*([dhm])")
 _AGE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -91,6 +96,8 @@ def episodes_delete(
             include_unlearned=include_unlearned,
             dry_run=dry_run,
             progress=lambda n: bar.update(task, completed=n),
+            actor=cli_actor(),
+            client=socket.gethostname(),
         )
     _report(result)
     write_json(
@@ -101,8 +108,56 @@ def episodes_delete(
             "kept_open": result.kept_open,
             "kept_unlearned": result.kept_unlearned,
             "before": None if cutoff is None else cutoff.isoformat(),
+            "audit_id": result.audit_id,
         },
     )
+
+
+def episodes_deletions(
+    user: Annotated[str | None, typer.Option("--user", help="Only deletions asked for this user.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor printed under the previous page.")] = None,
+    db: DbOption = None,
+    json_out: JsonOutOption = None,
+) -> None:
+    """The audit trail of episode deletions, newest first: who deleted what, when, from where, and
+    how many episodes went (from this command, the admin view and the library)."""
+    with run_guarded(EpisodeLog, db) as log:
+        entries = run_guarded(log.deletion_history, limit=limit, after=cursor, user_id=user)
+    table = Table(title="episode deletions")
+    for col in ("started", "by", "from", "asked for", "deleted", "kept", "state"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            plain(e.actor),
+            plain(e.client or "-"),
+            plain(e.describe()),
+            str(e.deleted),
+            str(e.kept),
+            "finished" if e.finished else "unfinished",
+        )
+    console.print(table)
+    if len(entries) == limit:
+        console.print(f"next page: --cursor {entries[-1].id}")
+    write_json(json_out, [_entry_json(e) for e in entries])
+
+
+def _entry_json(e: DeletionEntry) -> dict[str, object]:
+    return {
+        "id": e.id,
+        "started_at": e.started_at.isoformat(),
+        "finished_at": None if e.finished_at is None else e.finished_at.isoformat(),
+        "by": e.actor,
+        "client": e.client,
+        "named": e.named,
+        "episode_ids": list(e.episode_ids),
+        "user_id": e.user_id,
+        "created_before": None if e.created_before is None else e.created_before.isoformat(),
+        "include_unlearned": e.include_unlearned,
+        "kept": e.kept,
+        "deleted": e.deleted,
+    }
 
 
 def _report(result: EpisodeDeletion) -> None:

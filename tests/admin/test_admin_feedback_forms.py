@@ -147,3 +147,25 @@ def test_a_reviewer_deletes_an_episode_and_the_log_says_who(
     assert "Episode deleted" in listing and "odd one" not in listing
     again = client.post("/episodes/odd%2Fid%3Fx%3D1%23h/delete", data={"csrf_token": csrf_of(page)})
     assert again.status_code == 404
+    (entry,) = log.deletion_history()
+    assert (entry.actor, entry.episode_ids, entry.deleted, entry.finished) == (
+        "admin (token sign-in)",
+        (ODD_ID,),
+        1,
+        True,
+    )
+    assert entry.client == "testclient" and entry.include_unlearned
+    history = client.get("/deletions").text
+    assert 'href="/deletions"' in listing and "admin (token sign-in)" in history and html.escape(ODD_ID) in history
+
+
+def test_the_deletion_history_pages_and_filters_by_user(make_client: ClientFactory, log: EpisodeLog) -> None:
+    for n in range(3):
+        log.delete_episodes(user_id=f"gone-{n}", actor="cli:ops", client="box")
+    client = make_client()
+    page = client.get("/deletions").text
+    assert page.count("cli:ops") == 3 and "user gone-2" in page and 'id="next-page"' not in page
+    only = client.get("/deletions?user=gone-1").text
+    assert "user gone-1" in only and "gone-2" not in only
+    assert client.get("/deletions?after=nope").status_code == 400
+    assert make_client(signed_in=False).get("/deletions").status_code == 303

@@ -210,6 +210,74 @@ def test_cli_deletes_a_window_and_says_what_it_kept(migrated_url: str, tmp_path:
         assert log.count_episodes() == 2
 
 
+def test_every_deletion_leaves_an_audit_entry_and_a_dry_run_or_a_refusal_none(log: EpisodeLog) -> None:
+    a, _ = (_log_one(log, "ann", days_ago=d) for d in (1, 2))
+    _log_one(log, "bob", days_ago=50)
+    _learn_all(log)
+    _log_one(log, "bob", days_ago=60, reward="open")
+    log.delete_episodes(user_id="ann", dry_run=True)
+    with pytest.raises(UnknownEpisodeError):
+        log.delete_episodes([a, "nope"])
+    assert log.deletion_history() == []
+
+    named = log.delete_episodes([a], actor="admin:token", client="10.0.0.7")
+    cutoff = NOW - timedelta(days=30)
+    window = log.delete_episodes(before=cutoff, actor="cli:ops")
+    erasure = log.delete_episodes(user_id="ann", include_unlearned=True)
+    newest, middle, oldest = log.deletion_history()
+    assert [e.id for e in (newest, middle, oldest)] == [erasure.audit_id, window.audit_id, named.audit_id]
+    assert (oldest.actor, oldest.client, oldest.named, oldest.episode_ids, oldest.deleted) == (
+        "admin:token",
+        "10.0.0.7",
+        1,
+        (a,),
+        1,
+    )
+    assert oldest.describe() == f"episode {a}" and oldest.finished_at is not None
+    assert (middle.created_before, middle.deleted, middle.kept, middle.actor) == (cutoff, 1, 1, "cli:ops")
+    assert middle.describe().startswith("created before ")
+    assert (newest.user_id, newest.deleted, newest.actor, newest.named) == ("ann", 1, "library", 0)
+    assert newest.describe() == "user ann (unlearned rewards too)"
+    assert [e.id for e in log.deletion_history(limit=2, after=newest.id)] == [middle.id, oldest.id]
+    assert log.deletion_history(after=oldest.id) == []
+    assert [e.id for e in log.deletion_history(user_id="ann")] == [newest.id]
+    with pytest.raises(InvalidRecordError, match="no deletion entry with id 'nope'"):
+        log.deletion_history(after="nope")
+    with pytest.raises(InvalidRecordError, match="actor is empty"):
+        log.delete_episodes(user_id="bob", actor=" ")
+    assert log.count_episodes() == 1 and len(log.deletion_history()) == 3
+
+
+def test_an_audit_entry_keeps_the_first_named_ids_and_counts_them_all(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memabra.storage import _deletion_log
+
+    monkeypatch.setattr(_deletion_log, "MAX_NAMED_KEPT", 3)
+    ids = sorted(_log_one(log, "ann", days_ago=40 + d, reward=None) for d in range(5))
+    log.delete_episodes(ids)
+    (entry,) = log.deletion_history()
+    assert (entry.named, entry.episode_ids, entry.deleted) == (5, tuple(ids[:3]), 5)
+    assert entry.describe() == f"episodes {', '.join(ids[:3])} and 2 more"
+
+
+def test_cli_lists_the_deletion_history(migrated_url: str, tmp_path: Path) -> None:
+    with EpisodeLog(migrated_url) as log:
+        _log_one(log, "ann", days_ago=400)
+        _learn_all(log)
+    runner = CliRunner()
+    assert runner.invoke(app, ["episodes", "delete", "--user", "ann", "--db", migrated_url]).exit_code == 0
+    out = tmp_path / "deletions.json"
+    result = runner.invoke(app, ["episodes", "deletions", "--db", migrated_url, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "user ann" in result.output and "finished" in result.output and "cli" in result.output
+    (entry,) = json.loads(out.read_text())
+    assert (entry["user_id"], entry["deleted"], entry["named"]) == ("ann", 1, 0)
+    assert entry["by"].startswith("cli") and entry["finished_at"] is not None
+    bad = runner.invoke(app, ["episodes", "deletions", "--cursor", "nope", "--db", migrated_url])
+    assert bad.exit_code == 1 and "no deletion entry with id 'nope'" in bad.output
+
+
 def test_many_named_ids_are_deleted_a_batch_at_a_time(log: EpisodeLog, monkeypatch: pytest.MonkeyPatch) -> None:
     from memabra.storage import _retention
 
@@ -265,9 +333,15 @@ def test_a_deletion_killed_at_any_moment_leaves_whole_episodes(migrated_url: str
             remaining.append(n)
     assert 10 < remaining[-1] < remaining[0]  # killed part way, not before the first chunk or after the last
     with EpisodeLog(migrated_url) as log:
+        killed = log.deletion_history()
+        # each killed run's entry counts exactly the episodes it removed, and says it did not finish
+        assert len(killed) == 5 and not any(e.finished for e in killed)
+        assert sum(e.deleted for e in killed) == remaining[0] - remaining[-1]
         log.delete_episodes(user_id="ann", include_unlearned=True)
         assert {e.user_id for e in log.list_episodes(limit=100).items} == {"bob"}
         assert log.count_episodes() == 10
+        last = log.deletion_history(limit=1)[0]
+        assert last.finished and last.deleted == remaining[-1] - 10
 
 
 def _log_while_deleted(url: str, errors: Any) -> None:

@@ -1,0 +1,72 @@
+"""Deleting an episode from the admin view, and the deletion audit trail (``GET /deletions``):
+every run of ``delete_episodes``, whoever made it (this view, ``memabra episodes delete``, the
+library), with who asked, from where and how many episodes went."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id
+from memabra._errors import InvalidRecordError
+
+__all__ = ["DeletionPages"]
+
+logger = logging.getLogger("memabra")
+
+# Entries per page of the audit trail.
+_PAGE = 50
+
+
+class DeletionPages(_AdminBase):
+    """``POST /episodes/{id}/delete`` and ``GET /deletions``."""
+
+    async def delete_episode(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            episode_id = _path_id(request, "episodes", suffix="delete")
+            episode = await run_in_threadpool(self.log.get_episode, episode_id)
+            # A reviewer deletes an episode to remove what it holds (text pasted by mistake, an
+            # erasure request): its reward goes too, learned or not.
+            await run_in_threadpool(
+                lambda: self.log.delete_episodes(
+                    [episode_id], include_unlearned=True, actor=f"admin ({auth.principal})", client=_client(request)
+                )
+            )
+            logger.warning(
+                "admin: %s from %s deleted episode %s of user %s (created %s) with everything logged under it",
+                auth.principal,
+                _client(request),
+                episode_id,
+                episode.user_id,
+                episode.created_at.isoformat(),
+            )
+            return RedirectResponse("/episodes?notice=episode-deleted", status_code=303)
+
+        return await self._write(request, apply)
+
+    async def deletions(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            after = request.query_params.get("after") or None
+            user = (request.query_params.get("user") or "").strip() or None
+            try:
+                entries = await run_in_threadpool(
+                    lambda: self.log.deletion_history(limit=_PAGE + 1, after=after, user_id=user)
+                )
+            except InvalidRecordError as exc:
+                raise _HttpError(400, "Bad request", str(exc)) from None
+            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            return self._render(
+                "deletions.html",
+                auth=auth,
+                section="episodes",
+                entries=entries[:_PAGE],
+                next_after=entries[_PAGE - 1].id if len(entries) > _PAGE else None,
+                first_page=after is not None,
+                user=user or "",
+                notice=notice,
+            )
+
+        return await self._page(request, build)
