@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,10 +41,10 @@ from memabra._records import (
 )
 from memabra.router._credit import SlotCredit, credit_learning
 from memabra.router._features import FeatureTable, featurize, recall
+from memabra.router._persistence import replica_of, restore_router, snapshot_of
 from memabra.router._sampling import apply_floor, check_distribution
 from memabra.router._similarity import Similarity
 from memabra.router._slots import SlotView, fill_slots, replay_slots, scored_offers, validate_choice
-from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
 __all__ = ["Router", "SlotView"]
 
@@ -366,37 +366,17 @@ class Router(ABC):
     def snapshot(self) -> PolicySnapshot:
         """The router's current state as a :class:`~memabra.PolicySnapshot` (model bytes wrapped in a
         checksummed envelope, constructor arguments, version and parent)."""
-        with self._lock:
-            self._ensure_state()
-            version = self.policy_version
-            header = {"decisions": self._decisions, "version": version, "state": self._extra_state()}
-            model = encode_envelope(self.name, header, self._model_bytes())
-            parent = self._root_version if self._updates else self._parent
-            return PolicySnapshot(
-                policy=self.name, version=version, model=model, learner_args=self.get_params(), parent=parent
-            )
+        return snapshot_of(self)
 
     def replica(
         self, *, similarity: Similarity | None = None, version: str | None = None, parent: str | None = None
-    ) -> Router:
+    ) -> Self:
         """An independent router in this one's state: what :meth:`restore` gives for
         :meth:`snapshot` (renamed to ``version`` and ``parent`` when ``version`` is given), without
         encoding the model. The in-process learner hands serving its model after every reward it
         learns, on the path of the turn that brought the reward: a copy, not a round trip through
         compressed bytes and a checksum."""
-        with self._lock:
-            self._ensure_state()
-            if version is None:
-                version, parent = self.policy_version, self._root_version if self._updates else self._parent
-            twin = type(self)(**self.get_params(), similarity=similarity)
-            twin._ensure_state()
-            twin._copy_model_from(self)
-            # through JSON, as a snapshot's header carries it: the twin reads what restore would read
-            twin._restore_extra_state(json.loads(json.dumps(self._extra_state())))
-            twin._decisions = self._decisions
-            twin._root_version = version
-            twin._parent = parent
-        return twin
+        return replica_of(self, similarity=similarity, version=version, parent=parent)
 
     def _copy_model_from(self, source: Router) -> None:
         """Take ``source``'s model (a router of this class); learners whose model is plain arrays
@@ -404,29 +384,8 @@ class Router(ABC):
         self._load_model(source._model_bytes())
 
     @classmethod
-    def restore(cls, snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Router:
+    def restore(cls, snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Self:
         """A router of this class in the state ``snapshot`` holds; it predicts exactly as the
         snapshotted one did. Raises :class:`~memabra.SnapshotError` for a snapshot of another
         policy or with corrupted bytes."""
-        if not isinstance(snapshot, PolicySnapshot):
-            raise SnapshotError(f"restore needs a PolicySnapshot, got {type(snapshot).__name__}")
-        if snapshot.policy != cls.name:
-            raise SnapshotError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, not {cls.name!r}")
-        header, payload = decode_envelope(snapshot.model, cls.name)
-        try:
-            router = cls(**dict(snapshot.learner_args), similarity=similarity)
-            router._ensure_state()
-        except (TypeError, RouterError) as exc:
-            raise SnapshotError(f"snapshot {snapshot.version} has unusable learner_args: {exc}") from exc
-        decisions = header.get("decisions")
-        if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 0:
-            raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (decisions={decisions!r})")
-        state = header.get("state", {})
-        if not isinstance(state, dict):
-            raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (state={state!r})")
-        router._load_model(payload)
-        router._restore_extra_state(state)
-        router._decisions = decisions
-        router._root_version = snapshot.version
-        router._parent = snapshot.parent
-        return router
+        return restore_router(cls, snapshot, similarity)

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError
-from memabra._records import STOP_ID, Budget, CandidateKind, RoutingContext, SlotDraw
+from memabra._records import Budget, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._base import Router, SlotView
 from memabra.router._features import FeatureTable
 from memabra.router._linear_design import (
@@ -45,6 +45,8 @@ from memabra.router._linear_design import (
     decode_weights,
     encode_weights,
     rank_features,
+    rank_terms,
+    rows_chosen_before,
     slot_key,
     stop_numbers,
 )
@@ -310,18 +312,7 @@ class LinearRouter(ResidualRouter):
             for kind, costs in known.items():
                 scores[sorted(design.kind_order(kind)[0])] = -(costs + PRIOR_OFFSET) / PRIOR_SCALE
             return scores
-        row_of = {candidate.id: row for row, candidate in enumerate(table.candidates)}
-        picks: dict[CandidateKind, list[int]] = {}
-        for draw in draws:
-            if draw.chosen_id != STOP_ID:
-                picks.setdefault(draw.kind, []).append(row_of[draw.chosen_id])
-        before: dict[CandidateKind, tuple[int, ...]] = {}
-        earlier: list[int] = []
-        # the slot loop fills the kinds in this order, so these are the rows a kind's first slot saw
-        for kind in context.kinds:
-            before[kind] = tuple(earlier)
-            earlier += picks.get(kind, ())
-        return self._first_slot_scores(context, table, before, known)
+        return self._first_slot_scores(context, table, rows_chosen_before(context, table, draws), known)
 
     def _first_slot_scores(
         self,
@@ -353,11 +344,7 @@ class LinearRouter(ResidualRouter):
             view = SlotView(context, table, kind, 0, 0, tuple(rows), (), context.budget.max_tokens)
             counts[rows] = self._count.predict(view, float(hybrid[order[0]]))[:-1]
             rank_weights = self._weights[rank_features(slot_key(kind, 0))].tolist()
-            rank_terms = np.full(len(rows), rank_weights[MAX_RANK])
-            position = {row: i for i, row in enumerate(rows)}
-            for rank, row in enumerate(order[:MAX_RANK]):
-                rank_terms[position[row]] = rank_weights[rank]
-            residuals[rows] = base[rows] + rank_terms
+            residuals[rows] = base[rows] + rank_terms(rank_weights, order, rows)
             scored[rows] = True
         costs = (self._table_prior(table) + residuals) + counts
         scores: NDArray[np.float64] = np.where(scored, -(costs + PRIOR_OFFSET) / PRIOR_SCALE, hybrid)

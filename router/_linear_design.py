@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import operator
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import SnapshotError
-from memabra._records import Candidate, CandidateKind, RoutingContext
+from memabra._records import STOP_ID, Candidate, CandidateKind, RoutingContext, SlotDraw
 from memabra.router._features import HISTORY_FEATURES, NUMERIC_FEATURES, FeatureTable
 from memabra.router._hashed_features import GROUPS, finish, left, mix, query_hashes, right, text_hashes, token_hash
 from memabra.router._slots import SlotView
@@ -30,7 +31,9 @@ __all__ = [
     "encode_weights",
     "open_log",
     "rank_features",
+    "rank_terms",
     "reachable_slots",
+    "rows_chosen_before",
     "slot_key",
     "stop_numbers",
     "stop_rows",
@@ -127,6 +130,34 @@ def rank_features(slot: str) -> NDArray[np.int64]:
     """The ``kr`` indices of one slot kind and position, by open rank."""
     key = np.array([token_hash(slot)], dtype=np.uint64)
     return mix(GROUPS["kr"], key, np.arange(MAX_RANK + 1, dtype=np.uint64), BITS)
+
+
+def rank_terms(rank_weights: list[float], order: list[int], rows: list[int]) -> NDArray[np.float64]:
+    """Each of ``rows``' rank weight when ``order`` ranks them (the first :data:`MAX_RANK` by
+    similarity have a weight each, the rest share the last)."""
+    terms = np.full(len(rows), rank_weights[MAX_RANK])
+    position = {row: i for i, row in enumerate(rows)}
+    for rank, row in enumerate(order[:MAX_RANK]):
+        terms[position[row]] = rank_weights[rank]
+    return terms
+
+
+def rows_chosen_before(
+    context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]
+) -> dict[CandidateKind, tuple[int, ...]]:
+    """For each kind, the rows of ``table`` chosen in earlier kinds' slots of a decision: what its
+    first slot saw as already chosen (the slot loop fills kinds in ``context.kinds`` order)."""
+    row_of = {candidate.id: row for row, candidate in enumerate(table.candidates)}
+    picks: dict[CandidateKind, list[int]] = {}
+    for draw in draws:
+        if draw.chosen_id != STOP_ID:
+            picks.setdefault(draw.kind, []).append(row_of[draw.chosen_id])
+    before: dict[CandidateKind, tuple[int, ...]] = {}
+    earlier: list[int] = []
+    for kind in context.kinds:
+        before[kind] = tuple(earlier)
+        earlier += picks.get(kind, ())
+    return before
 
 
 class _Pool:

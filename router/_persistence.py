@@ -1,0 +1,78 @@
+"""A router's state as a :class:`~memabra.PolicySnapshot`, a replica that skips the bytes, and the
+router a snapshot restores: the bodies of :meth:`Router.snapshot`, :meth:`Router.replica` and
+:meth:`Router.restore`, which reach into the router's private state as its own methods would.
+
+A snapshot's model is the learner's bytes in a checksummed envelope whose header carries the
+number of decisions made (so draws continue the seed sequence), the version, and the learner's JSON
+state beside the model (:meth:`Router._extra_state`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, TypeVar
+
+from memabra._errors import RouterError, SnapshotError
+from memabra._records import PolicySnapshot
+from memabra.router._similarity import Similarity
+from memabra.router._snapshot_codec import decode_envelope, encode_envelope
+
+if TYPE_CHECKING:
+    from memabra.router._base import Router
+
+__all__ = ["replica_of", "restore_router", "snapshot_of"]
+
+R = TypeVar("R", bound="Router")
+
+
+def snapshot_of(router: Router) -> PolicySnapshot:
+    with router._lock:
+        router._ensure_state()
+        version = router.policy_version
+        header = {"decisions": router._decisions, "version": version, "state": router._extra_state()}
+        model = encode_envelope(router.name, header, router._model_bytes())
+        parent = router._root_version if router._updates else router._parent
+        return PolicySnapshot(
+            policy=router.name, version=version, model=model, learner_args=router.get_params(), parent=parent
+        )
+
+
+def replica_of(router: R, *, similarity: Similarity | None, version: str | None, parent: str | None) -> R:
+    with router._lock:
+        router._ensure_state()
+        if version is None:
+            version, parent = router.policy_version, router._root_version if router._updates else router._parent
+        twin = type(router)(**router.get_params(), similarity=similarity)
+        twin._ensure_state()
+        twin._copy_model_from(router)
+        # through JSON, as a snapshot's header carries it: the twin reads what restore would read
+        twin._restore_extra_state(json.loads(json.dumps(router._extra_state())))
+        twin._decisions = router._decisions
+        twin._root_version = version
+        twin._parent = parent
+    return twin
+
+
+def restore_router(cls: type[R], snapshot: PolicySnapshot, similarity: Similarity | None) -> R:
+    if not isinstance(snapshot, PolicySnapshot):
+        raise SnapshotError(f"restore needs a PolicySnapshot, got {type(snapshot).__name__}")
+    if snapshot.policy != cls.name:
+        raise SnapshotError(f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, not {cls.name!r}")
+    header, payload = decode_envelope(snapshot.model, cls.name)
+    try:
+        router = cls(**dict(snapshot.learner_args), similarity=similarity)
+        router._ensure_state()
+    except (TypeError, RouterError) as exc:
+        raise SnapshotError(f"snapshot {snapshot.version} has unusable learner_args: {exc}") from exc
+    decisions = header.get("decisions")
+    if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 0:
+        raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (decisions={decisions!r})")
+    state = header.get("state", {})
+    if not isinstance(state, dict):
+        raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (state={state!r})")
+    router._load_model(payload)
+    router._restore_extra_state(state)
+    router._decisions = decisions
+    router._root_version = snapshot.version
+    router._parent = snapshot.parent
+    return router
