@@ -1,15 +1,15 @@
-"""Is every reward on its way to a learner? The checks ``memabra status`` and the admin view run on
-:meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`."""
+"""Is every reward on its way to a learner, and has every deletion finished? The checks ``memabra
+status`` and the admin view run on :meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from memabra.storage import LogStatus, PolicyStatus
+from memabra.storage import DeletionEntry, LogStatus, PolicyStatus
 
-__all__ = ["DEFAULT_MAX_LAG", "HealthProblem", "format_age", "health_problems"]
+__all__ = ["DEFAULT_MAX_LAG", "DELETIONS_CHECK", "HealthProblem", "format_age", "health_problems"]
 
 DEFAULT_MAX_LAG = timedelta(minutes=15)
 """How long a closed feedback window may stay open, or a final reward stay unlearned: the learner
@@ -17,9 +17,14 @@ commits at least every 30 s and closes windows at every step, so a quarter of an
 that is missing or stuck, not one that is busy."""
 
 
+DELETIONS_CHECK = "deletions"
+"""The check of deletion runs: the one problem that is not about learning."""
+
+
 @dataclass(frozen=True, slots=True)
 class HealthProblem:
-    """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``) and why."""
+    """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``,
+    ``deletions``) and why."""
 
     check: str
     message: str
@@ -29,8 +34,10 @@ def health_problems(
     state: LogStatus, max_lag: timedelta = DEFAULT_MAX_LAG, *, policies: Collection[str] | None = None
 ) -> tuple[HealthProblem, ...]:
     """What has waited longer than ``max_lag`` on its way to a learner, each named with its likely
-    cause. ``policies``: check only these policies' learners (a log that once served another policy
-    keeps that policy's checkpoint, and its learner falls behind for good); every one by default."""
+    cause, and each deletion run that has made no progress for longer than ``max_lag`` without
+    finishing (it died part way: what it was asked to delete is partly still there). ``policies``:
+    check only these policies' learners (a log that once served another policy keeps that policy's
+    checkpoint, and its learner falls behind for good); every one by default."""
     now = state.checked_at
     problems: list[HealthProblem] = []
     if state.overdue_since is not None and now - state.overdue_since > max_lag:
@@ -59,7 +66,21 @@ def health_problems(
             continue
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
+    for deletion in state.unfinished_deletions:
+        if now - deletion.progressed_at > max_lag:
+            problems.append(HealthProblem(DELETIONS_CHECK, _stalled(deletion, now)))
     return tuple(problems)
+
+
+def _stalled(deletion: DeletionEntry, now: datetime) -> str:
+    command = deletion.rerun_command()
+    again = f"`{command}`" if command is not None else f"the same command with all {deletion.named} ids"
+    return (
+        f"the deletion of {deletion.describe()} asked by {deletion.actor} {format_age(now - deletion.started_at)} ago "
+        f"stopped after {deletion.deleted} episode(s) and has not finished (nothing deleted for "
+        f"{format_age(now - deletion.progressed_at)}): some of what it was asked to delete is still in the log; "
+        f"run it again to finish: {again} (entry {deletion.id})"
+    )
 
 
 def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:

@@ -10,6 +10,7 @@ died half way reads as unfinished with exactly what it removed. Dry runs leave n
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,15 @@ from memabra.storage._models import DeletionRow
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["MAX_NAMED_KEPT", "DeletionEntry", "add_deleted", "deletion_history", "finish_deletion", "start_deletion"]
+__all__ = [
+    "MAX_NAMED_KEPT",
+    "DeletionEntry",
+    "add_deleted",
+    "deletion_history",
+    "finish_deletion",
+    "start_deletion",
+    "unfinished_deletions",
+]
 
 # Named ids an entry keeps: an admin deletes one at a time, a script may name thousands, and the
 # count (always kept) says how many there were.
@@ -32,6 +41,11 @@ MAX_NAMED_KEPT = 100
 
 # Named ids a one-line description shows.
 _IDS_DESCRIBED = 3
+
+# Unfinished runs a status check reads: each is reported on its own, and a few say what to do.
+_UNFINISHED_READ = 20
+# Finished runs read to find those that covered an unfinished one: a year of a daily retention job.
+_FINISHED_READ = 400
 
 # Longest actor or client text kept (the columns' width).
 _MAX_TEXT = 200
@@ -42,10 +56,12 @@ class DeletionEntry:
     """One deletion run. ``named``: how many ids it was given (0: none), ``episode_ids`` the first
     :data:`MAX_NAMED_KEPT` of them; ``user_id`` / ``created_before``: the other filters (``None``:
     not given). ``kept``: matching episodes kept because a learner had not read their reward.
-    ``finished_at`` is ``None`` while the run goes on, or for good when it died half way."""
+    ``progressed_at``: when the last chunk was deleted (the start before any). ``finished_at`` is
+    ``None`` while the run goes on, or for good when it died half way."""
 
     id: str
     started_at: datetime
+    progressed_at: datetime
     finished_at: datetime | None
     actor: str
     client: str | None
@@ -75,6 +91,41 @@ class DeletionEntry:
         asked = ", ".join(parts)
         return f"{asked} (unlearned rewards too)" if self.include_unlearned else asked
 
+    def covers(self, other: DeletionEntry) -> bool:
+        """Whether this run, finished after ``other`` started, deleted everything ``other`` was asked
+        to: every filter of this run is one ``other`` had or a wider one (a retention job that died
+        is covered by the next day's run, with its later cut-off)."""
+        if self.finished_at is None or self.started_at <= other.started_at:
+            return False
+        if self.named and not (
+            other.named
+            and self.named == len(self.episode_ids)
+            and other.named == len(other.episode_ids)
+            and set(other.episode_ids) <= set(self.episode_ids)
+        ):
+            return False
+        if self.user_id is not None and self.user_id != other.user_id:
+            return False
+        if self.created_before is not None and (
+            other.created_before is None or other.created_before > self.created_before
+        ):
+            return False
+        return self.include_unlearned or not other.include_unlearned
+
+    def rerun_command(self) -> str | None:
+        """The ``memabra episodes delete`` command that asks for the same deletion (``None`` when
+        the entry kept only the first of its named ids)."""
+        if self.named > len(self.episode_ids):
+            return None
+        args = ["memabra", "episodes", "delete", *self.episode_ids]
+        if self.user_id is not None:
+            args += ["--user", self.user_id]
+        if self.created_before is not None:
+            args += ["--before", self.created_before.isoformat()]
+        if self.include_unlearned:
+            args.append("--include-unlearned")
+        return shlex.join(args)
+
 
 def start_deletion(
     tx: Transactions,
@@ -90,9 +141,11 @@ def start_deletion(
     """Write the entry of a run about to delete; returns its id."""
     actor = clean_text(actor).strip()
     entry_id = uuid.uuid4().hex
+    started = utcnow()
     row = DeletionRow(
         id=entry_id,
-        started_at=utcnow(),
+        started_at=started,
+        progressed_at=started,
         finished_at=None,
         actor=actor[:_MAX_TEXT],
         client=None if client is None else clean_text(client)[:_MAX_TEXT],
@@ -114,7 +167,11 @@ def start_deletion(
 
 def add_deleted(s: Session, entry_id: str, n: int) -> None:
     """Count ``n`` more deleted episodes, in the caller's transaction (the one that deleted them)."""
-    s.execute(update(DeletionRow).where(DeletionRow.id == entry_id).values(deleted=DeletionRow.deleted + n))
+    s.execute(
+        update(DeletionRow)
+        .where(DeletionRow.id == entry_id)
+        .values(deleted=DeletionRow.deleted + n, progressed_at=utcnow())
+    )
 
 
 def finish_deletion(tx: Transactions, entry_id: str) -> None:
@@ -146,10 +203,24 @@ def deletion_history(
         return [_entry(row) for row in s.scalars(stmt)]
 
 
+def unfinished_deletions(s: Session) -> tuple[DeletionEntry, ...]:
+    """Runs with no finish recorded that no later finished run covers (:meth:`DeletionEntry.covers`),
+    the longest without progress first: running, or died with part of their work undone."""
+    stmt = select(DeletionRow).where(DeletionRow.finished_at.is_(None)).order_by(DeletionRow.progressed_at)
+    unfinished = [_entry(row) for row in s.scalars(stmt.limit(_UNFINISHED_READ))]
+    if not unfinished:
+        return ()
+    oldest = min(entry.started_at for entry in unfinished)
+    later = select(DeletionRow).where(DeletionRow.finished_at.is_not(None), DeletionRow.started_at > oldest)
+    finished = [_entry(row) for row in s.scalars(later.order_by(DeletionRow.started_at.desc()).limit(_FINISHED_READ))]
+    return tuple(entry for entry in unfinished if not any(run.covers(entry) for run in finished))
+
+
 def _entry(row: DeletionRow) -> DeletionEntry:
     return DeletionEntry(
         id=row.id,
         started_at=row.started_at,
+        progressed_at=row.progressed_at,
         finished_at=row.finished_at,
         actor=row.actor,
         client=row.client,

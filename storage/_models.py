@@ -331,13 +331,15 @@ class RevokedSessionRow(Base):
 class DeletionRow(Base):
     """One run of ``delete_episodes``: what was asked, by whom, and how many episodes it deleted.
 
-    ``deleted`` grows in the transaction of each chunk it counts, and ``finished_at`` is set after
-    the last, so a run that died half way reads as unfinished with exactly what it removed."""
+    ``deleted`` grows in the transaction of each chunk it counts (``progressed_at`` with it), and
+    ``finished_at`` is set after the last, so a run that died half way reads as unfinished with
+    exactly what it removed, and as stalled once no chunk has come for a while."""
 
     __tablename__ = "episode_deletions"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    progressed_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     actor: Mapped[str] = mapped_column(String(200))
     client: Mapped[str | None] = mapped_column(String(200), nullable=True)

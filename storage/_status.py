@@ -10,6 +10,9 @@ A reward is lost to learning in quiet ways, and each has a number here:
   open on the server (``held_back``): the learner cannot read past that transaction until it ends
   (see :mod:`memabra.storage._learner`), and ``oldest_transaction`` names it.
 
+Besides rewards, one other thing can stop half way unnoticed: a deletion (a retention job, an
+erasure) killed part way, whose audit entry stays unfinished (``unfinished_deletions``).
+
 Everything is a read; nothing here changes the log.
 """
 
@@ -22,6 +25,7 @@ from sqlalchemy import Engine, and_, func, literal, or_, select, text
 from sqlalchemy.orm import Session
 
 from memabra._records import utcnow
+from memabra.storage._deletion_log import DeletionEntry, unfinished_deletions
 from memabra.storage._engine import is_postgres
 from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
@@ -69,7 +73,8 @@ class LogStatus:
 
     ``overdue`` counts the episodes whose feedback window has ended but whose reward is not final
     (``overdue_since``: the earliest end); ``unlearned`` the final rewards no learner has marked
-    learned (``unlearned_since``: when the oldest became final), whatever the policy."""
+    learned (``unlearned_since``: when the oldest became final), whatever the policy.
+    ``unfinished_deletions``: deletion runs with no finish recorded (running, or died part way)."""
 
     checked_at: datetime
     backend: str
@@ -83,6 +88,7 @@ class LogStatus:
     unlearned_since: datetime | None
     policies: tuple[PolicyStatus, ...]
     oldest_transaction: OpenTransaction | None
+    unfinished_deletions: tuple[DeletionEntry, ...] = ()
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
@@ -127,6 +133,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
             )
         }
         oldest = _oldest_transaction(s) if postgres else None
+        unfinished = unfinished_deletions(s)
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
@@ -157,6 +164,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         unlearned_since=unlearned_since,
         policies=tuple(policies),
         oldest_transaction=oldest,
+        unfinished_deletions=unfinished,
     )
 
 

@@ -12,6 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id
 from memabra._errors import InvalidRecordError
+from memabra._health import DELETIONS_CHECK, health_problems
 
 __all__ = ["DeletionPages"]
 
@@ -57,6 +58,8 @@ class DeletionPages(_AdminBase):
                 )
             except InvalidRecordError as exc:
                 raise _HttpError(400, "Bad request", str(exc)) from None
+            status = await run_in_threadpool(self.log.status)
+            stalled = [p for p in health_problems(status) if p.check == DELETIONS_CHECK]
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             return self._render(
                 "deletions.html",
@@ -67,6 +70,7 @@ class DeletionPages(_AdminBase):
                 first_page=after is not None,
                 user=user or "",
                 notice=notice,
+                stalled=stalled,
             )
 
         return await self._page(request, build)

@@ -15,7 +15,7 @@ from memabra._admin._forms import parse_window
 from memabra._admin._ope_views import ope_rows
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
-from memabra._health import DEFAULT_MAX_LAG, format_age, health_problems
+from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
 from memabra._records import utcnow
 from memabra.storage import DEFAULT_SAMPLE
 
@@ -62,7 +62,11 @@ class PolicyPages(_AdminBase):
         served = self.current_policy.policy if isinstance(self.current_policy, ActiveSnapshotPolicy) else None
         return {
             "health": health,
-            "health_problems": health_problems(health, policies=None if served is None else [served]),
+            "health_problems": [
+                p
+                for p in health_problems(health, policies=None if served is None else [served])
+                if p.check != DELETIONS_CHECK  # shown with the deletion history
+            ],
             "checked_policy": served,
             "max_lag": format_age(DEFAULT_MAX_LAG),
             "snapshots": snapshots,

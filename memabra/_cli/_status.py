@@ -91,6 +91,12 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
         f"rewards   {state.unlearned:,} final and not learned"
         + ("" if state.unlearned_since is None else f"; the oldest final {_when(state.unlearned_since, now)}"),
     ]
+    if state.unfinished_deletions:
+        oldest = state.unfinished_deletions[0]
+        lines.append(
+            f"deletions {len(state.unfinished_deletions)} running or stopped part way; the longest without "
+            f"progress {_when(oldest.progressed_at, now)} (`memabra episodes deletions`)"
+        )
     for line in lines:
         console.print(Text(line), highlight=False)
     if state.policies:

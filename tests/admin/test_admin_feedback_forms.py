@@ -169,3 +169,35 @@ def test_the_deletion_history_pages_and_filters_by_user(make_client: ClientFacto
     assert "user gone-1" in only and "gone-2" not in only
     assert client.get("/deletions?after=nope").status_code == 400
     assert make_client(signed_in=False).get("/deletions").status_code == 303
+    assert "Stopped part way" not in page
+
+
+def test_a_deletion_that_stopped_part_way_is_flagged_with_the_command_that_finishes_it(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from memabra._records import utcnow
+    from memabra.storage._deletion_log import start_deletion
+    from memabra.storage._models import DeletionRow
+
+    # what a killed run leaves: an entry started, never finished, silent for an hour
+    start_deletion(
+        log._tx,
+        actor="cli:ops",
+        client=None,
+        episode_ids=None,
+        user_id="ann",
+        created_before=None,
+        include_unlearned=True,
+        kept=0,
+    )
+    with log.engine.begin() as conn:
+        conn.execute(update(DeletionRow).values(progressed_at=utcnow() - timedelta(hours=1)))
+    client = make_client()
+    page = html.unescape(client.get("/deletions").text)
+    assert "Stopped part way" in page and "<code>memabra episodes delete --user ann --include-unlearned</code>" in page
+    assert "unfinished" in page
+    assert "Stopped part way" not in client.get("/policies").text and "deletion of" not in client.get("/policies").text

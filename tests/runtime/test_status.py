@@ -200,3 +200,70 @@ def test_only_the_policies_named_are_checked() -> None:
     (problem,) = health_problems(state)
     assert problem.check == "learner vw" and "`memabra status --policy P`" in problem.message
     assert health_problems(state, policies=["linear"]) == ()
+
+
+def test_a_deletion_that_died_part_way_fails_the_check_until_it_is_run_again(
+    migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    from memabra.storage import _retention
+    from memabra.storage._deletion_log import DeletionRow
+
+    monkeypatch.setattr(_retention, "DELETE_CHUNK", 2)
+    with EpisodeLog(migrated_url) as log:
+        log.log_episodes([episode("ann") for _ in range(5)])
+
+        def die(deleted: int) -> None:
+            raise KeyboardInterrupt  # the process stops after its first chunk
+
+        with pytest.raises(KeyboardInterrupt):
+            log.delete_episodes(user_id="ann", include_unlearned=True, actor="cli:ops", progress=die)
+        (entry,) = log.status().unfinished_deletions
+        assert entry.deleted == 2 and entry.finished_at is None
+        assert _status(migrated_url)[0] == 0  # a run making progress is no problem
+        with log.engine.begin() as conn:
+            conn.execute(update(DeletionRow).values(progressed_at=utcnow() - timedelta(hours=1)))
+    code, output, document = _status(migrated_url)
+    assert code == UNHEALTHY_EXIT and "deletions 1 running or stopped part way" in output
+    (problem,) = document["problems"]
+    assert problem["check"] == "deletions"
+    assert "the deletion of user ann (unlearned rewards too) asked by cli:ops" in problem["message"]
+    assert "stopped after 2 episode(s)" in problem["message"]
+    command = problem["message"].split("`")[1]
+    assert command == "memabra episodes delete --user ann --include-unlearned"
+    again = runner.invoke(app, [*shlex.split(command)[1:], "--db", migrated_url])
+    assert again.exit_code == 0 and "deleted 3 episode(s)" in again.output
+    assert _status(migrated_url)[0] == 0
+
+
+def test_a_later_finished_run_covers_an_unfinished_one_only_when_it_asked_for_as_much() -> None:
+    from datetime import UTC, datetime
+
+    from memabra.storage import DeletionEntry
+
+    t = datetime(2026, 12, 5, 12, tzinfo=UTC)
+
+    def run(
+        at: int,
+        *,
+        ids: tuple[str, ...] = (),
+        user: str | None = None,
+        before: int | None = None,
+        unlearned: bool = False,
+    ) -> DeletionEntry:
+        started = t + timedelta(hours=at)
+        cutoff = None if before is None else t - timedelta(days=before)
+        return DeletionEntry("e", started, started, started, "cli", None, len(ids), ids, user, cutoff, unlearned, 0, 0)
+
+    died = run(0, before=90)
+    assert run(24, before=89).covers(died)  # the next day's retention job, with its later cut-off
+    assert not run(24, before=91).covers(died) and not run(-1, before=89).covers(died)
+    assert not run(24, before=89, user="ann").covers(died)
+    erasure = run(0, user="ann", unlearned=True)
+    assert run(1, user="ann", unlearned=True).covers(erasure) and run(1, unlearned=True, before=None).covers(erasure)
+    assert not run(1, user="ann").covers(erasure)  # kept episodes a learner had not read
+    assert not run(1, before=0, unlearned=True).covers(erasure)
+    named = run(0, ids=("a", "b"))
+    assert run(1, ids=("b", "a", "c")).covers(named) and not run(1, ids=("a",)).covers(named)
+    assert run(1, user="ann").covers(run(0, ids=("a",), user="ann")) and not run(1, ids=("a",)).covers(erasure)

@@ -24,6 +24,7 @@ def upgrade() -> None:
         "episode_deletions",
         sa.Column("id", sa.String(length=32), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("progressed_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("actor", sa.String(length=200), nullable=False),
         sa.Column("client", sa.String(length=200), nullable=True),
