@@ -84,6 +84,7 @@ _LAZY = {
     "CorrectionSignal": "memabra._corrections",
     # Is every reward on its way to a learner? (for a service's own health endpoint)
     "health_problems": "memabra._health",
+    "erase_user": "memabra._erasure",
     "HealthProblem": "memabra._health",
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
@@ -191,6 +192,7 @@ __all__ = [
     "create_memabra_agent",
     "create_memabra_middleware",
     "detect_correction",
+    "erase_user",
     "extract_facts",
     "health_problems",
     "load_reward_config",

@@ -34,7 +34,7 @@ from memabra.storage._memories import MemoryRegistry, forget_in_log, last_chosen
 from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
-from memabra.storage._retention import EpisodeDeletion
+from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
@@ -85,6 +85,7 @@ __all__ = [
     "SnapshotInfo",
     "StatusChange",
     "Transactions",
+    "UserErasure",
     "check_schema",
     "clean_text",
     "current_revision",

@@ -57,7 +57,9 @@ class DeletionEntry:
     :data:`MAX_NAMED_KEPT` of them; ``user_id`` / ``created_before``: the other filters (``None``:
     not given). ``kept``: matching episodes kept because a learner had not read their reward.
     ``progressed_at``: when the last chunk was deleted (the start before any). ``finished_at`` is
-    ``None`` while the run goes on, or for good when it died half way."""
+    ``None`` while the run goes on, or for good when it died half way. ``memories_forgotten``: for
+    a user's erasure (episodes and memories), the memories forgotten (0 until then); ``None`` for
+    a deletion of episodes only."""
 
     id: str
     started_at: datetime
@@ -72,10 +74,15 @@ class DeletionEntry:
     include_unlearned: bool
     kept: int
     deleted: int
+    memories_forgotten: int | None = None
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+    @property
+    def erasure(self) -> bool:
+        return self.memories_forgotten is not None
 
     def describe(self) -> str:
         """What the run was asked to delete, in one line."""
@@ -89,6 +96,8 @@ class DeletionEntry:
         if self.created_before is not None:
             parts.append(f"created before {self.created_before.strftime('%Y-%m-%d %H:%M:%S')} UTC")
         asked = ", ".join(parts)
+        if self.erasure:
+            return f"{asked}: episodes and memories (erasure)"
         return f"{asked} (unlearned rewards too)" if self.include_unlearned else asked
 
     def covers(self, other: DeletionEntry) -> bool:
@@ -96,6 +105,8 @@ class DeletionEntry:
         to: every filter of this run is one ``other`` had or a wider one (a retention job that died
         is covered by the next day's run, with its later cut-off)."""
         if self.finished_at is None or self.started_at <= other.started_at:
+            return False
+        if other.erasure and not self.erasure:
             return False
         if self.named and not (
             other.named
@@ -115,6 +126,8 @@ class DeletionEntry:
     def rerun_command(self) -> str | None:
         """The ``memabra episodes delete`` command that asks for the same deletion (``None`` when
         the entry kept only the first of its named ids)."""
+        if self.erasure and self.user_id is not None:
+            return shlex.join(["memabra", "erase", "--user", self.user_id])
         if self.named > len(self.episode_ids):
             return None
         args = ["memabra", "episodes", "delete", *self.episode_ids]
@@ -137,8 +150,10 @@ def start_deletion(
     created_before: datetime | None,
     include_unlearned: bool,
     kept: int,
+    erasure: bool = False,
 ) -> str:
-    """Write the entry of a run about to delete; returns its id."""
+    """Write the entry of a run about to delete; returns its id. ``erasure``: the run forgets the
+    user's memories too (:func:`finish_deletion` records how many)."""
     actor = clean_text(actor).strip()
     entry_id = uuid.uuid4().hex
     started = utcnow()
@@ -156,6 +171,7 @@ def start_deletion(
         include_unlearned=include_unlearned,
         kept=kept,
         deleted=0,
+        memories_forgotten=0 if erasure else None,
     )
 
     def work(s: Session) -> None:
@@ -174,9 +190,12 @@ def add_deleted(s: Session, entry_id: str, n: int) -> None:
     )
 
 
-def finish_deletion(tx: Transactions, entry_id: str) -> None:
+def finish_deletion(tx: Transactions, entry_id: str, *, memories_forgotten: int | None = None) -> None:
     def work(s: Session) -> None:
-        s.execute(update(DeletionRow).where(DeletionRow.id == entry_id).values(finished_at=utcnow()))
+        values: dict[str, object] = {"finished_at": utcnow()}
+        if memories_forgotten is not None:
+            values["memories_forgotten"] = memories_forgotten
+        s.execute(update(DeletionRow).where(DeletionRow.id == entry_id).values(**values))
 
     tx.write(work, what="finish_deletion")
 
@@ -231,4 +250,5 @@ def _entry(row: DeletionRow) -> DeletionEntry:
         include_unlearned=row.include_unlearned,
         kept=row.kept,
         deleted=row.deleted,
+        memories_forgotten=row.memories_forgotten,
     )

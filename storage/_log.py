@@ -52,7 +52,7 @@ from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._migrate import check_schema
-from memabra.storage._retention import EpisodeDeletion
+from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, log_status
@@ -205,6 +205,19 @@ class EpisodeLog:
             actor=actor,
             client=client,
         )
+
+    def erase_user(
+        self,
+        user_id: str,
+        forget_memories: Callable[[], int],
+        *,
+        actor: str = "library",
+        client: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> UserErasure:
+        """Delete every episode of ``user_id``, learned or not, then run ``forget_memories``, as one
+        audited run (:func:`memabra.erase_user` is the front door, with a memory backend)."""
+        return _retention.erase_user(self._tx, user_id, forget_memories, actor=actor, client=client, progress=progress)
 
     def deletion_history(
         self, *, limit: int = 50, after: str | None = None, user_id: str | None = None

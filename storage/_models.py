@@ -350,3 +350,5 @@ class DeletionRow(Base):
     include_unlearned: Mapped[bool] = mapped_column(Boolean)
     kept: Mapped[int] = mapped_column(Integer)
     deleted: Mapped[int] = mapped_column(Integer)
+    # an erasure's forgotten memories (0 until they are forgotten); NULL for a deletion of episodes
+    memories_forgotten: Mapped[int | None] = mapped_column(Integer, nullable=True)

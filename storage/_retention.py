@@ -1,5 +1,5 @@
 """Deleting episodes: a retention window (everything logged before a date) and erasure (one user's
-episodes, or named ones).
+episodes, or named ones; :func:`erase_user` takes the user's memories too).
 
 An episode goes with everything logged under it (decisions, offered candidates, slot
 distributions, steps, feedback, its reward, MemPO labels), through the schema's ``ON DELETE
@@ -34,7 +34,7 @@ from memabra.storage._models import EpisodeRow, RewardRow
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["DELETE_CHUNK", "EpisodeDeletion", "delete_episodes"]
+__all__ = ["DELETE_CHUNK", "EpisodeDeletion", "UserErasure", "delete_episodes", "erase_user"]
 
 logger = logging.getLogger("memabra")
 
@@ -45,6 +45,16 @@ DELETE_CHUNK = 200
 
 # Ids per IN (...) list, under SQLite's limit on bound parameters.
 _ID_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class UserErasure:
+    """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, and the
+    run's entry in the deletion audit trail."""
+
+    episodes: int
+    memories: int
+    audit_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +99,9 @@ def delete_episodes(
     """
     if episode_ids is None and user_id is None and before is None:
         raise InvalidRecordError("delete_episodes needs episode_ids, user_id or before; it never deletes the whole log")
-    if not actor.strip():
-        raise InvalidRecordError("actor is empty: name who asked for the deletion (the audit trail records it)")
-    if user_id is not None and not user_id.strip():
-        raise InvalidRecordError("user_id is empty: name the user whose episodes to delete")
+    _check_actor(actor)
+    if user_id is not None:
+        _check_user(user_id)
     if before is not None and before.tzinfo is None:
         raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
     ids = None if episode_ids is None else sorted({clean_text(i) for i in episode_ids})
@@ -124,16 +133,7 @@ def delete_episodes(
         include_unlearned=include_unlearned,
         kept=kept_open + kept_unlearned,
     )
-    deleted = 0
-    for cond in deletable:
-        while True:
-            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id)
-            selected, n = tx.write(chunk, what="delete_episodes")
-            if selected == 0:
-                break
-            deleted += n
-            if progress is not None:
-                progress(deleted)
+    deleted = _delete_matching(tx, deletable, audit_id, progress)
     finish_deletion(tx, audit_id)
     logger.info(
         "deleted %d episode(s) (ids: %s, user: %r, before: %s); kept %d a learner has not read",
@@ -144,6 +144,69 @@ def delete_episodes(
         kept_open + kept_unlearned,
     )
     return EpisodeDeletion(deleted, kept_open, kept_unlearned, dry_run=False, audit_id=audit_id)
+
+
+def erase_user(
+    tx: Transactions,
+    user_id: str,
+    forget_memories: Callable[[], int],
+    *,
+    actor: str = "library",
+    client: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> UserErasure:
+    """Erase a user: delete every episode of ``user_id`` (rewards a learner has not read too),
+    then call ``forget_memories`` (the memory backend's own deletion; it returns how many it
+    forgot), as one entry of the audit trail that is marked finished only after both. A run that
+    dies part way leaves the entry unfinished; running the erasure again finishes the job."""
+    _check_actor(actor)
+    _check_user(user_id)
+    audit_id = start_deletion(
+        tx,
+        actor=actor,
+        client=client,
+        episode_ids=None,
+        user_id=user_id,
+        created_before=None,
+        include_unlearned=True,
+        kept=0,
+        erasure=True,
+    )
+    deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress)
+    memories = forget_memories()
+    finish_deletion(tx, audit_id, memories_forgotten=memories)
+    logger.info("erased user %r: %d episode(s), %d memories", user_id, deleted, memories)
+    return UserErasure(deleted, memories, audit_id)
+
+
+def _check_actor(actor: str) -> None:
+    if not actor.strip():
+        raise InvalidRecordError("actor is empty: name who asked for the deletion (the audit trail records it)")
+
+
+def _check_user(user_id: str) -> None:
+    if not user_id.strip():
+        raise InvalidRecordError("user_id is empty: name the user whose episodes to delete")
+
+
+def _delete_matching(
+    tx: Transactions,
+    deletable: Sequence[ColumnElement[bool]],
+    audit_id: str,
+    progress: Callable[[int], None] | None,
+) -> int:
+    """Delete in chunks until nothing matches; each chunk counted in the audit entry ``audit_id``."""
+    deleted = 0
+    for cond in deletable:
+        while True:
+            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id)
+            selected, n = tx.write(chunk, what="delete_episodes")
+            if selected == 0:
+                break
+            deleted += n
+            if progress is not None:
+                progress(deleted)
+    return deleted
 
 
 def _check_known(tx: Transactions, ids: Sequence[str], groups: Sequence[Sequence[str] | None]) -> None:

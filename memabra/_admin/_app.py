@@ -346,6 +346,7 @@ def create_app(
         Route("/episodes/{episode_id:path}/delete", admin.delete_episode, methods=["POST"]),
         Route("/episodes/{episode_id:path}", admin.episode, methods=["GET"]),
         Route("/deletions", admin.deletions, methods=["GET"]),
+        Route("/erase", admin.erase_user, methods=["POST"]),
         Route("/policies", admin.policies, methods=["GET"]),
         Route("/policies/promote", admin.promote, methods=["POST"]),
         Route("/policies/rollback", admin.rollback, methods=["POST"]),

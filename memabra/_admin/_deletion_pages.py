@@ -1,16 +1,18 @@
-"""Deleting an episode from the admin view, and the deletion audit trail (``GET /deletions``):
+"""Deleting an episode or erasing a user from the admin view, and the deletion audit trail (``GET /deletions``):
 every run of ``delete_episodes``, whoever made it (this view, ``memabra episodes delete``, the
 library), with who asked, from where and how many episodes went."""
 
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id
+from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id, _required
+from memabra._erasure import erase_user
 from memabra._errors import InvalidRecordError
 from memabra._health import DELETIONS_CHECK, health_problems
 
@@ -23,7 +25,8 @@ _PAGE = 50
 
 
 class DeletionPages(_AdminBase):
-    """``POST /episodes/{id}/delete`` and ``GET /deletions``."""
+    """``POST /episodes/{id}/delete``, ``POST /erase`` (a user's episodes and memories) and
+    ``GET /deletions``."""
 
     async def delete_episode(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
@@ -45,6 +48,31 @@ class DeletionPages(_AdminBase):
                 episode.created_at.isoformat(),
             )
             return RedirectResponse("/episodes?notice=episode-deleted", status_code=303)
+
+        return await self._write(request, apply)
+
+    async def erase_user(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            user = _required(form, "user")
+            if form.get("confirm", "").strip() != user:
+                raise _HttpError(
+                    400, "Not erased", f"type the user id {user!r} to confirm the erasure; nothing was deleted"
+                )
+            backend = self._memory_backend()
+            result = await run_in_threadpool(
+                lambda: erase_user(
+                    self.log, user, memory=backend, actor=f"admin ({auth.principal})", client=_client(request)
+                )
+            )
+            logger.warning(
+                "admin: %s from %s erased user %s: %d episode(s), %d memories",
+                auth.principal,
+                _client(request),
+                user,
+                result.episodes,
+                result.memories,
+            )
+            return RedirectResponse(f"/deletions?notice=user-erased&user={quote(user, safe='')}", status_code=303)
 
         return await self._write(request, apply)
 

@@ -58,6 +58,7 @@ _NOTICES = {
     "memory-restored": "Memory restored: it is recalled again.",
     "signed-out": "Signed out.",
     "episode-deleted": "Episode deleted, with its decisions, steps, feedback and reward.",
+    "user-erased": "User erased: their episodes deleted and their memories forgotten (the first entry below).",
 }
 
 

@@ -18,7 +18,7 @@ from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
-from memabra._cli._retention import episodes_delete, episodes_deletions
+from memabra._cli._retention import episodes_delete, episodes_deletions, erase
 from memabra._cli._status import status
 
 app = typer.Typer(
@@ -48,6 +48,7 @@ app.add_typer(policies_app, name="policies")
 app.command("route")(route)
 app.command("learner")(learner)
 app.command("status")(status)
+app.command("erase")(erase)
 
 
 def main() -> None:

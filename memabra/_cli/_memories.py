@@ -243,7 +243,8 @@ def forget_memory(
         if all_:
             console.print(
                 f"the episode log still holds {user}'s conversations; to erase them too: "
-                f"memabra episodes delete --user {shlex.quote(user)} --include-unlearned",
+                f"memabra episodes delete --user {shlex.quote(user)} --include-unlearned "
+                f"(or both at once, audited: memabra erase --user {shlex.quote(user)})",
                 markup=False,
                 highlight=False,
             )

@@ -1,5 +1,5 @@
-"""``memabra episodes delete``: a retention window, or one user's erasure from the log; ``memabra
-episodes deletions``: the audit trail of those deletions."""
+"""``memabra episodes delete``: a retention window, or named episodes, or one user's; ``memabra
+erase``: a user's episodes and memories; ``memabra episodes deletions``: the audit trail of both."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from memabra._cli._common import (
 )
 from memabra.storage import DeletionEntry, EpisodeDeletion, EpisodeLog
 
-__all__ = ["episodes_delete", "episodes_deletions", "parse_age"]
+__all__ = ["episodes_delete", "episodes_deletions", "erase", "parse_age"]
 
 _AGE = re.compile(r"(\d+)\s*([dhm])")
 _AGE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -113,6 +113,41 @@ def episodes_delete(
     )
 
 
+def erase(
+    user: Annotated[str, typer.Option("--user", help="The user to erase.", show_default=False)],
+    db: DbOption = None,
+    json_out: JsonOutOption = None,
+) -> None:
+    """Erase a user: delete every episode the log holds of them (rewards not learned yet too) and
+    forget every memory of theirs with its history, as one run of the deletion audit trail. Policy
+    weights keep what was learned (hashed features, not text). Run it again if it stops part way."""
+    from memabra._erasure import erase_user
+
+    if not user.strip():
+        fail("--user is empty: name the user to erase")
+    with (
+        run_guarded(EpisodeLog, db) as log,
+        transient_progress(TextColumn("{task.completed} episodes deleted")) as bar,
+    ):
+        task = bar.add_task("erase", total=None)
+        result = run_guarded(
+            erase_user,
+            log,
+            user,
+            actor=cli_actor(),
+            client=socket.gethostname(),
+            progress=lambda n: bar.update(task, completed=n),
+        )
+    console.print(
+        Text(f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories forgotten"),
+        highlight=False,
+    )
+    write_json(
+        json_out,
+        {"user": user, "episodes": result.episodes, "memories": result.memories, "audit_id": result.audit_id},
+    )
+
+
 def episodes_deletions(
     user: Annotated[str | None, typer.Option("--user", help="Only deletions asked for this user.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
@@ -125,7 +160,7 @@ def episodes_deletions(
     with run_guarded(EpisodeLog, db) as log:
         entries = run_guarded(log.deletion_history, limit=limit, after=cursor, user_id=user)
     table = Table(title="episode deletions")
-    for col in ("started", "by", "from", "asked for", "deleted", "kept", "state"):
+    for col in ("started", "by", "from", "asked for", "deleted", "memories", "kept", "state"):
         table.add_column(col)
     for e in entries:
         table.add_row(
@@ -134,6 +169,7 @@ def episodes_deletions(
             plain(e.client or "-"),
             plain(e.describe()),
             str(e.deleted),
+            "-" if e.memories_forgotten is None else str(e.memories_forgotten),
             str(e.kept),
             "finished" if e.finished else "unfinished",
         )
@@ -157,6 +193,7 @@ def _entry_json(e: DeletionEntry) -> dict[str, object]:
         "include_unlearned": e.include_unlearned,
         "kept": e.kept,
         "deleted": e.deleted,
+        "memories_forgotten": e.memories_forgotten,
     }
 
 

@@ -201,3 +201,25 @@ def test_a_deletion_that_stopped_part_way_is_flagged_with_the_command_that_finis
     assert "Stopped part way" in page and "<code>memabra episodes delete --user ann --include-unlearned</code>" in page
     assert "unfinished" in page
     assert "Stopped part way" not in client.get("/policies").text and "deletion of" not in client.get("/policies").text
+
+
+def test_a_reviewer_erases_a_user_after_typing_their_id(make_client: ClientFactory, log: EpisodeLog) -> None:
+    from factories import episode as make_episode
+    from memabra import SQLMemory
+
+    log.log_episodes([make_episode("ann") for _ in range(3)] + [make_episode("bob")])
+    SQLMemory(log).remember("ann", "I live in Lyon")
+    client = make_client()
+    page = client.get("/memories?user=ann").text
+    assert 'id="erase-user-form"' in page and 'action="/erase"' in page
+    csrf = csrf_of(page)
+    wrong = client.post("/erase", data={"csrf_token": csrf, "user": "ann", "confirm": "an"})
+    assert wrong.status_code == 400 and "type the user id" in html.unescape(wrong.text)
+    assert log.count_episodes() == 4
+    done = client.post("/erase", data={"csrf_token": csrf, "user": "ann", "confirm": "ann"})
+    assert done.status_code == 303 and done.headers["location"] == "/deletions?notice=user-erased&user=ann"
+    assert {e.user_id for e in log.list_episodes(limit=9).items} == {"bob"} and SQLMemory(log).list("ann") == []
+    history = html.unescape(client.get(done.headers["location"]).text)
+    assert "User erased" in history and "user ann: episodes and memories (erasure)" in history
+    assert client.post("/erase", data={"user": "bob", "confirm": "bob"}).status_code == 403
+    assert log.count_episodes() == 1

@@ -1,5 +1,5 @@
-"""The audit trail of episode deletions: who deleted what (ids, a user, a retention cut-off), when,
-from where, and how many episodes went.
+"""The audit trail of episode deletions and user erasures: who deleted what (ids, a user, a
+retention cut-off), when, from where, and how many episodes (and an erasure's memories) went.
 
 Revision ID: 0009
 Revises: 0008
@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("include_unlearned", sa.Boolean(), nullable=False),
         sa.Column("kept", sa.Integer(), nullable=False),
         sa.Column("deleted", sa.Integer(), nullable=False),
+        sa.Column("memories_forgotten", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_episode_deletions")),
     )
     op.create_index(op.f("ix_episode_deletions_started_at"), "episode_deletions", ["started_at"])
