@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from factories import episode
 from memabra import (
     Selection,
 )
 from memabra._feedback import RewardService
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeFilter, EpisodeLog
 
 from .conftest import (
     TOKEN,
@@ -412,3 +413,24 @@ def test_deleting_an_episode_asks_first(page: Any, served: tuple[str, EpisodeLog
     assert "Episode deleted" in page.locator(".alert-ok").inner_text()
     with pytest.raises(UnknownEpisodeError):
         log.get_episode(episode.id)
+
+
+def test_erasing_a_user_asks_first_and_lands_on_the_deletion_history(
+    page: Any, served: tuple[str, EpisodeLog, Seeded]
+) -> None:
+    from memabra import SQLMemory
+
+    _, log, _ = served
+    log.log_episodes([episode("zoe") for _ in range(2)])
+    SQLMemory(log).remember("zoe", "I live in Quito")
+    sign_in(page)
+    page.goto("/memories?user=zoe")
+    page.fill("#erase-user-form input[name=confirm]", "zoe")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("#erase-user-form button[type=submit]")
+    assert log.list_episodes(EpisodeFilter(user_id="zoe")).items  # dismissed: nothing erased
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#erase-user-form button[type=submit]")
+    page.wait_for_url("**/deletions?notice=user-erased&user=zoe")
+    assert "user zoe: episodes and memories (erasure)" in page.locator("#deletion-table").inner_text()
+    assert not log.list_episodes(EpisodeFilter(user_id="zoe")).items and SQLMemory(log).list("zoe") == []
