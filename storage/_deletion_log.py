@@ -1,11 +1,13 @@
-"""The audit trail of episode deletions.
+"""The audit trail of episode deletions and user erasures.
 
 A deleted episode leaves no row behind, so each run of :func:`~memabra.storage._retention.delete_episodes`
 leaves one here instead: what it was asked to delete (named ids, a user, a cut-off time), who asked
 and from where, how many matching episodes it kept for the learner, and how many it deleted. The
 entry is written before the first chunk, its count grows in the transaction of each chunk, and it
 is marked finished after the last: it never counts an episode that was not deleted, and a run that
-died half way reads as unfinished with exactly what it removed. Dry runs leave no entry.
+died half way reads as unfinished with exactly what it removed. Dry runs leave no entry. An
+erasure (:func:`~memabra.storage._retention.erase_user`) is one entry for the user's episodes and
+memories, finished after both.
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ MAX_NAMED_KEPT = 100
 # Named ids a one-line description shows.
 _IDS_DESCRIBED = 3
 
-# Unfinished runs a status check reads: each is reported on its own, and a few say what to do.
-_UNFINISHED_READ = 20
+# Unfinished runs a status check reads (most were finished by a later run: a retention job that
+# dies now and then), and reports (each is reported on its own, and a few say what to do).
+_UNFINISHED_READ = 1000
+_UNFINISHED_REPORTED = 20
 # Finished runs read to find those that covered an unfinished one: a year of a daily retention job.
 _FINISHED_READ = 400
 
@@ -232,7 +236,8 @@ def unfinished_deletions(s: Session) -> tuple[DeletionEntry, ...]:
     oldest = min(entry.started_at for entry in unfinished)
     later = select(DeletionRow).where(DeletionRow.finished_at.is_not(None), DeletionRow.started_at > oldest)
     finished = [_entry(row) for row in s.scalars(later.order_by(DeletionRow.started_at.desc()).limit(_FINISHED_READ))]
-    return tuple(entry for entry in unfinished if not any(run.covers(entry) for run in finished))
+    open_runs = [entry for entry in unfinished if not any(run.covers(entry) for run in finished)]
+    return tuple(open_runs[:_UNFINISHED_REPORTED])
 
 
 def _entry(row: DeletionRow) -> DeletionEntry:
