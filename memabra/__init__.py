@@ -85,6 +85,7 @@ _LAZY = {
     # Is every reward on its way to a learner? (for a service's own health endpoint)
     "health_problems": "memabra._health",
     "erase_user": "memabra._erasure",
+    "Erasure": "memabra._erasure",
     "HealthProblem": "memabra._health",
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
@@ -125,6 +126,7 @@ __all__ = [
     "CorrectionSignal",
     "Episode",
     "EpisodeSummary",
+    "Erasure",
     "ExtractiveChatModel",
     "FactExtractor",
     "Feedback",

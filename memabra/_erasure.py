@@ -1,21 +1,44 @@
-"""Erasing a user: every episode the log holds of them and every memory, as one audited run.
+"""Erasing a user: every trace memabra and the agent keep of them, as one audited run.
 
-The episodes go first, with everything logged under them (rewards a learner has not read too: an
-erasure cannot wait for learning), then the memories with their histories, through the memory
-backend that holds them. The run's entry in the deletion audit trail (``memabra episodes
-deletions``) records both counts and is marked finished only after both; a run that dies part way
-stays unfinished, ``memabra status`` names it, and erasing again finishes the job. What was learned
-from the user stays: policy weights hold hashed features, not text.
+In order: the conversation threads of their episodes in the agent's checkpointer (when one is
+given: they hold every message of those conversations; their ids are read from the episodes, so
+this goes first), every episode the log holds of them (rewards a learner has not read too: an
+erasure cannot wait for learning), then every memory with its history, through the memory backend
+that holds them. A thread that another user's episodes name too is left in place and reported.
+The run's entry in the deletion audit trail (``memabra episodes deletions``) records the counts
+and is marked finished only after all of it; a run that dies part way stays unfinished, ``memabra
+status`` names it, and erasing again finishes the job. What was learned from the user stays:
+policy weights hold hashed features, not text.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from memabra._errors import InvalidRecordError
 from memabra._memory import MemoryBackend
-from memabra.storage import EpisodeLog, UserErasure
+from memabra.storage import EpisodeLog
 
-__all__ = ["erase_user"]
+__all__ = ["Erasure", "erase_user"]
+
+logger = logging.getLogger("memabra")
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What :func:`erase_user` removed: ``episodes`` deleted, ``memories`` forgotten, ``threads``
+    deleted from the checkpointer (``None``: none was given), ``shared_threads`` left in place
+    because other users' episodes name them too, and ``audit_id``, the run's audit entry."""
+
+    episodes: int
+    memories: int
+    threads: int | None
+    shared_threads: tuple[str, ...]
+    audit_id: str
 
 
 def erase_user(
@@ -23,17 +46,48 @@ def erase_user(
     user_id: str,
     *,
     memory: MemoryBackend | None = None,
+    checkpointer: BaseCheckpointSaver[str] | None = None,
     actor: str = "library",
     client: str | None = None,
     progress: Callable[[int], None] | None = None,
-) -> UserErasure:
-    """Delete every episode of ``user_id`` in ``log`` and forget every memory of theirs in
-    ``memory`` (default: the log's own memory table, :class:`~memabra.SQLMemory`), recorded in the
-    deletion audit trail under ``actor`` (who asked) and ``client`` (from where).
-    ``progress(episodes_deleted_so_far)`` is called after each committed chunk."""
+) -> Erasure:
+    """Erase ``user_id``: their threads in ``checkpointer`` (if given), their episodes in ``log``,
+    their memories in ``memory`` (default: the log's own memory table, :class:`~memabra.SQLMemory`),
+    recorded in the deletion audit trail under ``actor`` (who asked) and ``client`` (from where).
+    ``progress(episodes_deleted_so_far)`` is called after each committed chunk. A checkpointer
+    that cannot delete threads is refused before anything is deleted."""
+    if checkpointer is not None and type(checkpointer).delete_thread is BaseCheckpointSaver.delete_thread:
+        raise InvalidRecordError(
+            f"the checkpointer {type(checkpointer).__name__} cannot delete threads (no delete_thread); nothing was erased"
+        )
     if memory is None:
         from memabra._sql_memory import SQLMemory
 
         memory = SQLMemory(log)
     backend = memory
-    return log.erase_user(user_id, lambda: backend.forget_all(user_id), actor=actor, client=client, progress=progress)
+    shared: list[str] = []
+
+    def forget_threads() -> int:
+        assert checkpointer is not None
+        own, others = log.user_threads(user_id)
+        for thread_id in own:
+            checkpointer.delete_thread(thread_id)
+        if others:
+            logger.warning(
+                "erasing user %s: %d thread(s) kept in the checkpointer, other users' episodes name them too: %s",
+                user_id,
+                len(others),
+                ", ".join(others),
+            )
+        shared.extend(others)
+        return len(own)
+
+    result = log.erase_user(
+        user_id,
+        lambda: backend.forget_all(user_id),
+        forget_threads=forget_threads if checkpointer is not None else None,
+        actor=actor,
+        client=client,
+        progress=progress,
+    )
+    return Erasure(result.episodes, result.memories, result.threads, tuple(shared), result.audit_id)

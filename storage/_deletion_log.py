@@ -63,7 +63,8 @@ class DeletionEntry:
     ``progressed_at``: when the last chunk was deleted (the start before any). ``finished_at`` is
     ``None`` while the run goes on, or for good when it died half way. ``memories_forgotten``: for
     a user's erasure (episodes and memories), the memories forgotten (0 until then); ``None`` for
-    a deletion of episodes only."""
+    a deletion of episodes only. ``threads_deleted``: an erasure's conversation threads deleted
+    from the agent's checkpointer (0 until then; ``None``: no checkpointer was given)."""
 
     id: str
     started_at: datetime
@@ -79,6 +80,7 @@ class DeletionEntry:
     kept: int
     deleted: int
     memories_forgotten: int | None = None
+    threads_deleted: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -101,6 +103,9 @@ class DeletionEntry:
             parts.append(f"created before {self.created_before.strftime('%Y-%m-%d %H:%M:%S')} UTC")
         asked = ", ".join(parts)
         if self.erasure:
+            if self.threads_deleted is not None:
+                threads = f"{self.threads_deleted} checkpointer thread(s)" if self.finished else "checkpointer threads"
+                return f"{asked}: episodes, memories and {threads} (erasure)"
             return f"{asked}: episodes and memories (erasure)"
         return f"{asked} (unlearned rewards too)" if self.include_unlearned else asked
 
@@ -131,7 +136,9 @@ class DeletionEntry:
         """The ``memabra episodes delete`` command that asks for the same deletion (``None`` when
         the entry kept only the first of its named ids)."""
         if self.erasure and self.user_id is not None:
-            return shlex.join(["memabra", "erase", "--user", self.user_id])
+            command = shlex.join(["memabra", "erase", "--user", self.user_id])
+            # the checkpointer's URL is not kept (it may hold a password): the command names its place
+            return command if self.threads_deleted is None else f"{command} --checkpointer URL"
         if self.named > len(self.episode_ids):
             return None
         args = ["memabra", "episodes", "delete", *self.episode_ids]
@@ -155,9 +162,11 @@ def start_deletion(
     include_unlearned: bool,
     kept: int,
     erasure: bool = False,
+    threads: bool = False,
 ) -> str:
     """Write the entry of a run about to delete; returns its id. ``erasure``: the run forgets the
-    user's memories too (:func:`finish_deletion` records how many)."""
+    user's memories too, ``threads``: and deletes their checkpointer threads (:func:`finish_deletion`
+    records how many)."""
     actor = clean_text(actor).strip()
     entry_id = uuid.uuid4().hex
     started = utcnow()
@@ -176,6 +185,7 @@ def start_deletion(
         kept=kept,
         deleted=0,
         memories_forgotten=0 if erasure else None,
+        threads_deleted=0 if threads else None,
     )
 
     def work(s: Session) -> None:
@@ -194,11 +204,15 @@ def add_deleted(s: Session, entry_id: str, n: int) -> None:
     )
 
 
-def finish_deletion(tx: Transactions, entry_id: str, *, memories_forgotten: int | None = None) -> None:
+def finish_deletion(
+    tx: Transactions, entry_id: str, *, memories_forgotten: int | None = None, threads_deleted: int | None = None
+) -> None:
     def work(s: Session) -> None:
         values: dict[str, object] = {"finished_at": utcnow()}
         if memories_forgotten is not None:
             values["memories_forgotten"] = memories_forgotten
+        if threads_deleted is not None:
+            values["threads_deleted"] = threads_deleted
         s.execute(update(DeletionRow).where(DeletionRow.id == entry_id).values(**values))
 
     tx.write(work, what="finish_deletion")
@@ -256,4 +270,5 @@ def _entry(row: DeletionRow) -> DeletionEntry:
         kept=row.kept,
         deleted=row.deleted,
         memories_forgotten=row.memories_forgotten,
+        threads_deleted=row.threads_deleted,
     )

@@ -49,6 +49,7 @@ __all__ = [
     "load_selections",
     "log_episodes",
     "resolve_episode_id",
+    "user_threads",
 ]
 
 MIN_ID_PREFIX = 4
@@ -56,6 +57,9 @@ MIN_ID_PREFIX = 4
 worth a scan of the ids (git's rule for abbreviated hashes)."""
 
 _PREFIX_MATCHES_SHOWN = 5
+
+# Thread ids per IN (...) list, under SQLite's limit on bound parameters.
+_THREAD_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,3 +362,29 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         return when.astimezone(UTC), clean_text(str(episode_id))
     except Exception:
         raise InvalidRecordError(f"cursor is not a page cursor of this listing: {cursor!r}") from None
+
+
+def user_threads(tx: Transactions, user_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The thread ids of ``user_id``'s episodes: (those only this user's episodes name, those that
+    other users' episodes name too), each sorted."""
+    user = clean_text(user_id)
+    with tx.read() as s:
+        threads: set[str] = set(
+            s.scalars(
+                select(EpisodeRow.thread_id)
+                .where(EpisodeRow.user_id == user, EpisodeRow.thread_id.is_not(None))
+                .distinct()
+            )
+        )
+        shared: set[str | None] = set()
+        listed = sorted(threads)
+        for i in range(0, len(listed), _THREAD_BATCH):
+            batch = listed[i : i + _THREAD_BATCH]
+            shared.update(
+                s.scalars(
+                    select(EpisodeRow.thread_id)
+                    .where(EpisodeRow.thread_id.in_(batch), EpisodeRow.user_id != user)
+                    .distinct()
+                )
+            )
+    return tuple(sorted(threads - shared)), tuple(sorted(t for t in shared if t is not None))

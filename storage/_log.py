@@ -47,12 +47,11 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _deletion_log, _episodes, _offline, _registry, _retention, _rewards, _snapshots
-from memabra.storage._deletion_log import DeletionEntry
+from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
 from memabra.storage._engine import make_engine
 from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._log_retention import RetentionMethods
 from memabra.storage._migrate import check_schema
-from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, log_status
@@ -65,7 +64,7 @@ logger = logging.getLogger("memabra")
 DEFAULT_FEEDBACK_WINDOW = timedelta(minutes=10)
 
 
-class EpisodeLog:
+class EpisodeLog(RetentionMethods):
     """The SQL episode log.
 
     ``EpisodeLog(url)`` opens the database at ``url`` (see :func:`memabra.storage.resolve_url`
@@ -176,55 +175,6 @@ class EpisodeLog:
 
     def count_episodes(self) -> int:
         return _episodes.count_episodes(self._tx)
-
-    def delete_episodes(
-        self,
-        episode_ids: Sequence[str] | None = None,
-        *,
-        user_id: str | None = None,
-        before: datetime | None = None,
-        include_unlearned: bool = False,
-        dry_run: bool = False,
-        progress: Callable[[int], None] | None = None,
-        actor: str = "library",
-        client: str | None = None,
-    ) -> EpisodeDeletion:
-        """Retention and erasure: delete the episodes matching every filter given (ids, a user,
-        created before a time), with all that was logged under them, in chunks of one transaction
-        each. Episodes whose reward a learner has not read yet are kept (and counted) unless
-        ``include_unlearned``. Each run (not a dry run) leaves an entry naming ``actor`` and
-        ``client`` in :meth:`deletion_history`. See :mod:`memabra.storage._retention`."""
-        return _retention.delete_episodes(
-            self._tx,
-            episode_ids=episode_ids,
-            user_id=user_id,
-            before=before,
-            include_unlearned=include_unlearned,
-            dry_run=dry_run,
-            progress=progress,
-            actor=actor,
-            client=client,
-        )
-
-    def erase_user(
-        self,
-        user_id: str,
-        forget_memories: Callable[[], int],
-        *,
-        actor: str = "library",
-        client: str | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> UserErasure:
-        """Delete every episode of ``user_id``, learned or not, then run ``forget_memories``, as one
-        audited run (:func:`memabra.erase_user` is the front door, with a memory backend)."""
-        return _retention.erase_user(self._tx, user_id, forget_memories, actor=actor, client=client, progress=progress)
-
-    def deletion_history(
-        self, *, limit: int = 50, after: str | None = None, user_id: str | None = None
-    ) -> list[DeletionEntry]:
-        """The deletion audit trail, newest first: ``limit`` entries, those listed after the entry
-        ``after`` (keyset paging: pass the last id of a page), those of runs given ``user_id``."""
-        return _deletion_log.deletion_history(self._tx, limit=limit, after=after, user_id=user_id)
 
     # ------------------------------------------------------------------ feedback and rewards
 

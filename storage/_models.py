@@ -352,3 +352,5 @@ class DeletionRow(Base):
     deleted: Mapped[int] = mapped_column(Integer)
     # an erasure's forgotten memories (0 until they are forgotten); NULL for a deletion of episodes
     memories_forgotten: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # an erasure's checkpointer threads deleted (0 until then); NULL when no checkpointer was given
+    threads_deleted: Mapped[int | None] = mapped_column(Integer, nullable=True)

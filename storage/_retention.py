@@ -49,12 +49,14 @@ _ID_BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class UserErasure:
-    """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, and the
-    run's entry in the deletion audit trail."""
+    """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, the
+    run's entry in the deletion audit trail, and the conversation threads deleted from the agent's
+    checkpointer (``None``: none was given)."""
 
     episodes: int
     memories: int
     audit_id: str
+    threads: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +153,17 @@ def erase_user(
     user_id: str,
     forget_memories: Callable[[], int],
     *,
+    forget_threads: Callable[[], int] | None = None,
     actor: str = "library",
     client: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> UserErasure:
-    """Erase a user: delete every episode of ``user_id`` (rewards a learner has not read too),
-    then call ``forget_memories`` (the memory backend's own deletion; it returns how many it
-    forgot), as one entry of the audit trail that is marked finished only after both. A run that
-    dies part way leaves the entry unfinished; running the erasure again finishes the job."""
+    """Erase a user: call ``forget_threads`` (the checkpointer's threads; it reads their ids from
+    the user's episodes, so it runs while they are still here), delete every episode of
+    ``user_id`` (rewards a learner has not read too), then call ``forget_memories`` (the memory
+    backend's own deletion). Each callback returns how many it removed. One entry of the audit
+    trail is marked finished only after all three; a run that dies part way leaves it unfinished,
+    and erasing again finishes the job."""
     _check_actor(actor)
     _check_user(user_id)
     audit_id = start_deletion(
@@ -171,12 +176,14 @@ def erase_user(
         include_unlearned=True,
         kept=0,
         erasure=True,
+        threads=forget_threads is not None,
     )
+    threads = forget_threads() if forget_threads is not None else None
     deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress)
     memories = forget_memories()
-    finish_deletion(tx, audit_id, memories_forgotten=memories)
-    logger.info("erased user %r: %d episode(s), %d memories", user_id, deleted, memories)
-    return UserErasure(deleted, memories, audit_id)
+    finish_deletion(tx, audit_id, memories_forgotten=memories, threads_deleted=threads)
+    logger.info("erased user %r: %d episode(s), %d memories, threads: %s", user_id, deleted, memories, threads)
+    return UserErasure(deleted, memories, audit_id, threads)
 
 
 def _check_actor(actor: str) -> None:

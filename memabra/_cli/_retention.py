@@ -3,15 +3,20 @@ erase``: a user's episodes and memories; ``memabra episodes deletions``: the aud
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from rich.progress import TextColumn
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
     DbOption,
@@ -115,18 +120,28 @@ def episodes_delete(
 
 def erase(
     user: Annotated[str, typer.Option("--user", help="The user to erase.", show_default=False)],
+    checkpointer: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpointer",
+            help="The agent's LangGraph checkpointer (sqlite:///FILE or postgresql://...): the user's "
+            "conversation threads there are deleted too.",
+        ),
+    ] = None,
     db: DbOption = None,
     json_out: JsonOutOption = None,
 ) -> None:
-    """Erase a user: delete every episode the log holds of them (rewards not learned yet too) and
-    forget every memory of theirs with its history, as one run of the deletion audit trail. Policy
-    weights keep what was learned (hashed features, not text). Run it again if it stops part way."""
+    """Erase a user: their conversation threads in the agent's checkpointer (with --checkpointer),
+    every episode the log holds of them (rewards not learned yet too) and every memory of theirs
+    with its history, as one run of the deletion audit trail. Policy weights keep what was learned
+    (hashed features, not text). Run it again if it stops part way."""
     from memabra._erasure import erase_user
 
     if not user.strip():
         fail("--user is empty: name the user to erase")
     with (
         run_guarded(EpisodeLog, db) as log,
+        open_checkpointer(checkpointer) as saver,
         transient_progress(TextColumn("{task.completed} episodes deleted")) as bar,
     ):
         task = bar.add_task("erase", total=None)
@@ -134,18 +149,68 @@ def erase(
             erase_user,
             log,
             user,
+            checkpointer=saver,
             actor=cli_actor(),
             client=socket.gethostname(),
             progress=lambda n: bar.update(task, completed=n),
         )
+    threads = "" if result.threads is None else f", {result.threads} checkpointer thread(s) deleted"
     console.print(
-        Text(f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories forgotten"),
+        Text(
+            f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories forgotten{threads}"
+        ),
         highlight=False,
     )
+    if result.shared_threads:
+        console.print(
+            Text(
+                f"kept {len(result.shared_threads)} thread(s) that other users' episodes name too: "
+                + ", ".join(result.shared_threads)
+            ),
+            highlight=False,
+        )
     write_json(
         json_out,
-        {"user": user, "episodes": result.episodes, "memories": result.memories, "audit_id": result.audit_id},
+        {
+            "user": user,
+            "episodes": result.episodes,
+            "memories": result.memories,
+            "threads": result.threads,
+            "shared_threads": list(result.shared_threads),
+            "audit_id": result.audit_id,
+        },
     )
+
+
+@contextlib.contextmanager
+def open_checkpointer(url: str | None) -> Iterator[BaseCheckpointSaver[str] | None]:
+    """The checkpointer at ``url``: SQLite (the file must exist: a new one holds no thread) or
+    PostgreSQL, from the ``checkpoints`` extra; ``None`` when no URL is given."""
+    if url is None:
+        yield None
+        return
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - any unparseable value gets the same message
+        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {url!r}")
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {url!r}")
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.checkpoint.sqlite import SqliteSaver
+    except ImportError:
+        fail("--checkpointer needs the checkpoints extra: pip install 'memabra[checkpoints]'")
+    if backend == "sqlite":
+        path = Path(parsed.database or "")
+        if not path.is_file():
+            fail(f"--checkpointer: no checkpointer database at {path}")
+        with SqliteSaver.from_conn_string(str(path)) as saver:
+            yield saver
+    else:
+        conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        with PostgresSaver.from_conn_string(conninfo) as pg_saver:
+            yield pg_saver
 
 
 def episodes_deletions(
@@ -194,6 +259,7 @@ def _entry_json(e: DeletionEntry) -> dict[str, object]:
         "kept": e.kept,
         "deleted": e.deleted,
         "memories_forgotten": e.memories_forgotten,
+        "threads_deleted": e.threads_deleted,
     }
 
 

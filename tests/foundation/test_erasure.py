@@ -50,6 +50,65 @@ def test_erasure_takes_the_users_episodes_and_memories_and_leaves_one_finished_e
     assert (again.episodes, again.memories) == (0, 0)
 
 
+def _checkpoint(saver: object, *threads: str) -> None:
+    """One checkpointed turn in each thread, as an agent compiled with ``saver`` leaves it."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        said: str
+
+    graph = StateGraph(State)
+    graph.add_node("echo", lambda state: {"said": state["said"] + "!"})
+    graph.add_edge(START, "echo")
+    graph.add_edge("echo", END)
+    app = graph.compile(checkpointer=saver)  # type: ignore[arg-type]
+    for thread in threads:
+        app.invoke({"said": f"hello from {thread}"}, {"configurable": {"thread_id": thread}})
+
+
+def _threads_in(saver: object) -> set[str]:
+    return {c.config["configurable"]["thread_id"] for c in saver.list(None)}  # type: ignore[attr-defined]
+
+
+def test_an_erasure_deletes_the_users_checkpointer_threads_and_keeps_shared_ones(log: EpisodeLog) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    _checkpoint(saver, "ann-1", "ann-2", "both", "bob-1")
+    log.log_episodes(
+        [
+            episode("ann", thread_id="ann-1"),
+            episode("ann", thread_id="ann-2"),
+            episode("ann", thread_id="both"),
+            episode("bob", thread_id="both"),
+            episode("bob", thread_id="bob-1"),
+        ]
+    )
+    assert log.user_threads("ann") == (("ann-1", "ann-2"), ("both",))
+    result = erase_user(log, "ann", checkpointer=saver)
+    assert (result.episodes, result.threads, result.shared_threads) == (3, 2, ("both",))
+    assert _threads_in(saver) == {"both", "bob-1"}
+    (entry,) = log.deletion_history()
+    assert entry.threads_deleted == 2 and "2 checkpointer thread(s)" in entry.describe()
+    assert entry.rerun_command() == "memabra erase --user ann --checkpointer URL"
+
+
+def test_a_checkpointer_that_cannot_delete_threads_is_refused_before_anything_goes(log: EpisodeLog) -> None:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from memabra import InvalidRecordError
+
+    class ReadOnly(BaseCheckpointSaver[str]):
+        pass
+
+    _ann_and_bob(log)
+    with pytest.raises(InvalidRecordError, match="ReadOnly cannot delete threads"):
+        erase_user(log, "ann", checkpointer=ReadOnly())
+    assert log.count_episodes() == 7 and log.deletion_history() == []
+
+
 def test_an_erasure_that_died_before_the_memories_is_flagged_until_erased_again(log: EpisodeLog) -> None:
     from memabra import health_problems
 
@@ -98,3 +157,30 @@ def test_cli_erases_a_user_and_the_history_lists_it(migrated_url: str, tmp_path:
     assert "user ann: episodes and memories (erasure)" in listing.output
     assert runner.invoke(app, ["erase", "--user", " ", "--db", migrated_url]).exit_code == 1
     assert runner.invoke(app, ["erase", "--db", migrated_url]).exit_code == 2
+
+
+def test_cli_erases_the_users_threads_from_a_sqlite_checkpointer(migrated_url: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    checkpoints = tmp_path / "checkpoints.db"
+    with SqliteSaver.from_conn_string(str(checkpoints)) as saver:
+        _checkpoint(saver, "ann-1", "bob-1")
+    with EpisodeLog(migrated_url) as log:
+        log.log_episodes([episode("ann", thread_id="ann-1"), episode("bob", thread_id="bob-1")])
+    url = f"sqlite:///{checkpoints}"
+    result = runner.invoke(app, ["erase", "--user", "ann", "--checkpointer", url, "--db", migrated_url])
+    assert result.exit_code == 0, result.output
+    assert "1 checkpointer thread(s) deleted" in result.output
+    with sqlite3.connect(checkpoints) as conn:
+        assert {t for (t,) in conn.execute("SELECT DISTINCT thread_id FROM checkpoints")} == {"bob-1"}
+    for bad, message in (
+        ("sqlite:///" + str(tmp_path / "none.db"), "no checkpointer database at"),
+        ("redis://localhost", "--checkpointer takes sqlite:///FILE or postgresql://"),
+        ("::nonsense", "--checkpointer takes sqlite:///FILE or postgresql://"),
+    ):
+        out = runner.invoke(app, ["erase", "--user", "bob", "--checkpointer", bad, "--db", migrated_url])
+        assert out.exit_code == 1 and message in out.output, (bad, out.output)
+    with EpisodeLog(migrated_url) as log:
+        assert log.count_episodes() == 1  # bob's: a bad --checkpointer erased nothing

@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("kept", sa.Integer(), nullable=False),
         sa.Column("deleted", sa.Integer(), nullable=False),
         sa.Column("memories_forgotten", sa.Integer(), nullable=True),
+        sa.Column("threads_deleted", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_episode_deletions")),
     )
     op.create_index(op.f("ix_episode_deletions_started_at"), "episode_deletions", ["started_at"])
