@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from memabra.storage import EpisodeLog
 from memabra.storage._deletion_log import DeletionRow
 
 runner = CliRunner(env={"COLUMNS": "200"})
+PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 
 
 def _ann_and_bob(log: EpisodeLog) -> None:
@@ -184,3 +186,24 @@ def test_cli_erases_the_users_threads_from_a_sqlite_checkpointer(migrated_url: s
         assert out.exit_code == 1 and message in out.output, (bad, out.output)
     with EpisodeLog(migrated_url) as log:
         assert log.count_episodes() == 1  # bob's: a bad --checkpointer erased nothing
+
+
+@pytest.mark.skipif(not os.environ.get(PG_ENV), reason=f"PostgreSQL checkpointer: set {PG_ENV}")
+def test_cli_erases_the_users_threads_from_a_postgres_checkpointer(migrated_url: str) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from pg_schema import pg_schema
+
+    with pg_schema(os.environ[PG_ENV]) as checkpoints_url:
+        conninfo = checkpoints_url.replace("postgresql+psycopg://", "postgresql://")
+        with PostgresSaver.from_conn_string(conninfo) as saver:
+            saver.setup()
+            _checkpoint(saver, "ann-1", "bob-1")
+        with EpisodeLog(migrated_url) as log:
+            log.log_episodes([episode("ann", thread_id="ann-1"), episode("bob", thread_id="bob-1")])
+        args = ["erase", "--user", "ann", "--checkpointer", checkpoints_url, "--db", migrated_url]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "1 checkpointer thread(s) deleted" in result.output
+        with PostgresSaver.from_conn_string(conninfo) as saver:
+            assert _threads_in(saver) == {"bob-1"}
