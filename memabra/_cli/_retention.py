@@ -131,10 +131,12 @@ def erase(
     db: DbOption = None,
     json_out: JsonOutOption = None,
 ) -> None:
-    """Erase a user: their conversation threads in the agent's checkpointer (with --checkpointer),
-    every episode the log holds of them (rewards not learned yet too) and every memory of theirs
-    with its history, as one run of the deletion audit trail. Policy weights keep what was learned
-    (hashed features, not text). Run it again if it stops part way."""
+    """Erase a user: their checkpointer threads, episodes and memories, as one audited run.
+
+    In order: their conversation threads in the agent's checkpointer (with --checkpointer), every
+    episode the log holds of them (rewards not learned yet too) and every memory of theirs with its
+    history, as one run of the deletion audit trail. Policy weights keep what was learned (hashed
+    features, not text). Run it again if it stops part way."""
     from memabra._erasure import erase_user
 
     if not user.strip():
