@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -297,6 +298,7 @@ def create_app(
     secure_cookies: bool = False,
     revocations: SessionRevocations | None = None,
     throttle: AttemptThrottle | None = None,
+    checkpointer: BaseCheckpointSaver[str] | None = None,
 ) -> Starlette:
     """The admin ASGI app over an episode log (an :class:`EpisodeLog`, or a database URL that the
     app opens and closes with its lifespan).
@@ -311,6 +313,8 @@ def create_app(
     ``revocations``: where logged-out sessions are kept (default: the log's database, shared by
     every worker). ``throttle``: the per-client limit on failed sign-ins and bearer tokens
     (default: :class:`~memabra._admin._auth.AttemptThrottle` with its documented limits).
+    ``checkpointer``: the agent's LangGraph checkpointer; given, erasing a user deletes their
+    conversation threads there too.
     """
     credentials = Credentials(token=token, password=password)
     owns_log = not isinstance(log_or_url, EpisodeLog)
@@ -325,6 +329,7 @@ def create_app(
         secure_cookies=secure_cookies,
         revocations=revocations if revocations is not None else RevokedSessions(log),
         throttle=throttle if throttle is not None else AttemptThrottle(),
+        checkpointer=checkpointer,
     )
 
     @asynccontextmanager

@@ -61,7 +61,12 @@ class DeletionPages(_AdminBase):
             backend = self._memory_backend()
             result = await run_in_threadpool(
                 lambda: erase_user(
-                    self.log, user, memory=backend, actor=f"admin ({auth.principal})", client=_client(request)
+                    self.log,
+                    user,
+                    memory=backend,
+                    checkpointer=self.checkpointer,
+                    actor=f"admin ({auth.principal})",
+                    client=_client(request),
                 )
             )
             logger.warning(

@@ -32,6 +32,8 @@ from memabra._reward import RewardConfig
 from memabra.storage import AdminMemories, AdminQueries, EpisodeLog, SnapshotAudit
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
     from memabra._sql_memory import SQLMemory
 
 _HERE = Path(__file__).parent
@@ -140,8 +142,10 @@ class _AdminBase:
         secure_cookies: bool,
         revocations: SessionRevocations,
         throttle: AttemptThrottle,
+        checkpointer: BaseCheckpointSaver[str] | None = None,
     ) -> None:
         self.log = log
+        self.checkpointer = checkpointer
         self.revocations = revocations
         self.throttle = throttle
         self.queries = AdminQueries(log)
@@ -219,6 +223,7 @@ class _AdminBase:
             csrf_token=session.csrf if session is not None else "",
             signed_in=auth is not None and auth.ok,
             cookie_session=session is not None,
+            erases_threads=self.checkpointer is not None,
             **context,
         )
         response = HTMLResponse(html, status_code=status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import secrets
 import socket
@@ -12,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from memabra._cli._common import DbOption, configure_logging, console, fail, run_guarded
+from memabra._cli._retention import open_checkpointer
 from memabra._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,6 +52,14 @@ def admin(
             "(default: newest active)."
         ),
     ] = None,
+    checkpointer: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpointer",
+            help="The agent's LangGraph checkpointer (sqlite:///FILE or postgresql://...): erasing a user "
+            "deletes their conversation threads there too.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log requests and library events.")] = False,
 ) -> None:
     """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots,
@@ -71,7 +81,9 @@ def admin(
         # Loopback without configured credentials still gets a credential: one for this run only.
         token = secrets.token_urlsafe(24)
     log = run_guarded(EpisodeLog, db)
+    stack = contextlib.ExitStack()
     try:
+        saver = stack.enter_context(open_checkpointer(checkpointer))
         app = run_guarded(
             create_app,
             log,
@@ -80,6 +92,7 @@ def admin(
             read_only=read_only,
             session_ttl=timedelta(minutes=session_minutes),
             current_policy=_current_policy(log, policy),
+            checkpointer=saver,
         )
         # bound before the banner, so a taken port is a clear error, never an address that is not served
         listening = _bind(host, port)
@@ -94,6 +107,7 @@ def admin(
         finally:
             listening.close()
     finally:
+        stack.close()
         log.close()
 
 

@@ -223,3 +223,28 @@ def test_a_reviewer_erases_a_user_after_typing_their_id(make_client: ClientFacto
     assert "User erased" in history and "user ann: episodes and memories (erasure)" in history
     assert client.post("/erase", data={"user": "bob", "confirm": "bob"}).status_code == 403
     assert log.count_episodes() == 1
+
+
+def test_an_admin_started_with_the_checkpointer_erases_the_users_threads_too(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from factories import episode as make_episode
+
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": "ann-1", "checkpoint_ns": ""}}
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver.put(config, empty_checkpoint(), {}, {})  # type: ignore[arg-type]
+    log.log_episodes([make_episode("ann", thread_id="ann-1")])
+    without = make_client().get("/memories?user=ann").text
+    assert "are not touched" in without
+    client = make_client(checkpointer=saver)
+    page = client.get("/memories?user=ann").text
+    assert "go too" in page and "are not touched" not in page
+    done = client.post("/erase", data={"csrf_token": csrf_of(page), "user": "ann", "confirm": "ann"})
+    assert done.status_code == 303
+    assert not list(saver.list(None)) and log.count_episodes() == 0
+    (entry,) = log.deletion_history()
+    assert entry.threads_deleted == 1

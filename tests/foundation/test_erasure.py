@@ -186,6 +186,8 @@ def test_cli_erases_the_users_threads_from_a_sqlite_checkpointer(migrated_url: s
         assert out.exit_code == 1 and message in out.output, (bad, out.output)
     with EpisodeLog(migrated_url) as log:
         assert log.count_episodes() == 1  # bob's: a bad --checkpointer erased nothing
+    admin = runner.invoke(app, ["admin", "--db", migrated_url, "--checkpointer", "redis://localhost"])
+    assert admin.exit_code == 1 and "--checkpointer takes sqlite:///FILE" in admin.output  # before it serves
 
 
 @pytest.mark.skipif(not os.environ.get(PG_ENV), reason=f"PostgreSQL checkpointer: set {PG_ENV}")
