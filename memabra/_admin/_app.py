@@ -23,10 +23,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -65,6 +64,9 @@ from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, RevokedSessions
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = ["create_app"]
 

@@ -9,10 +9,9 @@ import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from rich.progress import TextColumn
 from rich.table import Table
 from rich.text import Text
@@ -31,6 +30,9 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra.storage import DeletionEntry, EpisodeDeletion, EpisodeLog
+
+if TYPE_CHECKING:  # langgraph loads only for --checkpointer: the CLI starts without it
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = ["episodes_delete", "episodes_deletions", "erase", "parse_age"]
 
