@@ -14,6 +14,8 @@ top-k are compared on identical conversations.
 
 from __future__ import annotations
 
+import itertools
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,11 +28,16 @@ from langchain_core.messages import HumanMessage
 from memabra._agent import create_memabra_agent
 from memabra._demo_world import ASSOCIATIONS, SKILLS, SimUser, Task, World, judge, make_tools
 from memabra._records import Budget, CandidateKind, utcnow
+from memabra._sql_memory import SQLMemory
 from memabra._standin import ExtractiveChatModel, associations_from
 from memabra.router import Router
 from memabra.storage import EpisodeLog
 
 __all__ = ["DemoEpisode", "DemoSummary", "WindowStats", "demo_budget", "run_demo", "summarize"]
+
+
+# How far the demo's memory clock moves per write: a run's writes span seconds, as they would live.
+_MEMORY_TICK = timedelta(milliseconds=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +94,29 @@ def run_demo(
     """Run ``episodes`` simulated task episodes against an agent with ``router`` logging to ``log``
     (``tool_search``: the model may fetch a tool the router left out with ``find_tools``)."""
     world = World(seed=seed, n_users=users, episodes=episodes)
+    now = utcnow()
+    # Memories take their times and ids from the run, not the wall clock and os.urandom: both feed
+    # the learner's features (age, identity), so a seeded run stores, and chooses, the same each time.
+    ticks = itertools.count()
+    # a demo run again on the same log must not draw the ids of the first run's memories
+    ids = random.Random(f"{seed}:{log.count_episodes()}")
+    memory = SQLMemory(
+        log,
+        clock=lambda: now + next(ticks) * _MEMORY_TICK,
+        new_id=lambda: f"{ids.getrandbits(128):032x}",
+    )
     agent = create_memabra_agent(
         model or standin_model(),
         tools=make_tools(),
         skills=SKILLS,
         router=router,
         db=log,
+        memory=memory,
         budget=demo_budget(),
         snapshot_every=100,
         tool_search=tool_search,
     )
     # What users said before the demo starts was said weeks ago: memories carry their age.
-    now = utcnow()
     for user in world.users:
         for k, line in enumerate(user.intro()):
             agent.session.memory.remember(user.id, line, source="onboarding", at=now - timedelta(days=30 + 7 * k))

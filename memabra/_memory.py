@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -91,15 +91,26 @@ class MemoryBackend(ABC):
 
     ``supersession`` decides which memories a new fact retires (rules by default; the agent
     passes its :class:`LLMFactExtractor` when built with ``extract_with_model=True``);
-    ``encoder`` is what recall embeds with (``None``: lexical recall only).
+    ``encoder`` is what recall embeds with (``None``: lexical recall only). ``clock`` and
+    ``new_id`` give a write its time and a new memory its id (default: the wall clock, random
+    UUIDs); a simulation passes its own so that a seeded run stores the same memories each time.
     """
 
     supersession: Supersession = RuleFactExtractor()
     encoder: CachingEncoder | None = None
 
-    def __init__(self, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        supersession: Supersession | None = None,
+        encoder: CachingEncoder | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        new_id: Callable[[], str] = new_id,
+    ) -> None:
         self.supersession = supersession if supersession is not None else RuleFactExtractor()
         self.encoder = encoder
+        self.clock = clock
+        self.new_id = new_id
 
     # ------------------------------------------------------------------ primitives
 
@@ -183,7 +194,7 @@ class MemoryBackend(ABC):
         and a fact on a subject with one current value retires the one it replaces (of a memory
         joining several facts, only the replaced one is cut out)."""
         fact = _clean(text)
-        now = at or utcnow()
+        now = at or self.clock()
         active = self._active_pairs(user_id)
         texts = dict(active)
         for mid, stored in active:
@@ -192,7 +203,7 @@ class MemoryBackend(ABC):
                     MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated")
                 )
                 return self._item(user_id, mid, include_retired=False)
-        item = _new_item(user_id, fact, source, now)
+        item = _new_item(user_id, fact, source, now, self.new_id())
         retire_ids = self.supersession.superseded(fact, active) if active else []
         retire: builtins.list[MemoryChange] = []
         trimmed: builtins.list[tuple[str, str]] = []
@@ -234,7 +245,7 @@ class MemoryBackend(ABC):
     ) -> builtins.list[RegistryItem]:
         """``remember`` for many facts at once (an import): restatements of stored or earlier
         facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
-        now = at or utcnow()
+        now = at or self.clock()
         facts = [_clean(t) for t in texts]
         active = self._active_pairs(user_id)
         seen = _RestatementIndex(text for _, text in active)
@@ -251,7 +262,7 @@ class MemoryBackend(ABC):
                 out.append(self.remember(user_id, fact, source=source, at=now))
                 continue
             subjects |= found
-            item = _new_item(user_id, fact, source, now)
+            item = _new_item(user_id, fact, source, now, self.new_id())
             plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
             out.append(item)
         self._store_many(plain)
@@ -272,7 +283,7 @@ class MemoryBackend(ABC):
             raise InvalidRecordError(
                 f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
             )
-        self._rewrite(user_id, memory_id, _clean(text), episode_id, "update", utcnow())
+        self._rewrite(user_id, memory_id, _clean(text), episode_id, "update", self.clock())
         return self.get(user_id, memory_id)
 
     def _rewrite(
@@ -311,7 +322,7 @@ class MemoryBackend(ABC):
         self._store(
             item,
             MemoryChange(
-                item.id, item.owner, MemoryAction.CREATED, item.updated_at or utcnow(), None, item.text, None, "put"
+                item.id, item.owner, MemoryAction.CREATED, item.updated_at or self.clock(), None, item.text, None, "put"
             ),
         )
 
@@ -370,12 +381,12 @@ def _clean(text: str) -> str:
     return fact
 
 
-def _new_item(user_id: str, fact: str, source: str, now: datetime) -> RegistryItem:
+def _new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:
     if not isinstance(user_id, str) or not user_id:
         raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
     return RegistryItem(
         kind=CandidateKind.MEMORY,
-        id=f"mem:{new_id()[:16]}",
+        id=f"mem:{unique[:16]}",
         owner=user_id,
         text=fact,
         tokens=approx_tokens(fact),
@@ -383,16 +394,3 @@ def _new_item(user_id: str, fact: str, source: str, now: datetime) -> RegistryIt
         source=source,
         created_at=now,
     )
-
-
-def __getattr__(name: str) -> object:
-    # The two backends live in their own modules; kept importable from here for existing code.
-    if name == "SQLMemory":
-        from memabra._sql_memory import SQLMemory
-
-        return SQLMemory
-    if name == "StoreMemory":
-        from memabra._store_memory import StoreMemory
-
-        return StoreMemory
-    raise AttributeError(name)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
 from memabra._memory_restore import RestoredMemory, restore_memory
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
-from memabra._records import RegistryItem, utcnow
+from memabra._records import RegistryItem, new_id, utcnow
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, MemoryRegistry
@@ -21,9 +21,15 @@ class SQLMemory(MemoryBackend):
     """Memories in memabra's registry table, next to the episode log."""
 
     def __init__(
-        self, log: EpisodeLog, *, supersession: Supersession | None = None, encoder: CachingEncoder | None = None
+        self,
+        log: EpisodeLog,
+        *,
+        supersession: Supersession | None = None,
+        encoder: CachingEncoder | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        new_id: Callable[[], str] = new_id,
     ) -> None:
-        super().__init__(supersession=supersession, encoder=encoder)
+        super().__init__(supersession=supersession, encoder=encoder, clock=clock, new_id=new_id)
         self.log = log
         self._registry = MemoryRegistry(log.engine)
         self._index = RecallIndex(encoder)
@@ -50,7 +56,7 @@ class SQLMemory(MemoryBackend):
         """Stop recalling a memory without forgetting it: it keeps its text, counters and history
         and can be restored. Raises :class:`~memabra.InvalidRecordError` if it is already retired."""
         text = self.get(user_id, memory_id).text
-        change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, at or utcnow(), text, text, None, reason)
+        change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, at or self.clock(), text, text, None, reason)
         self._registry.set_retired(change, retired=True)
         return self.get(user_id, memory_id)
 

@@ -19,7 +19,7 @@ in-process hybrid index of :mod:`memabra._recall`. History lives beside the memo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
-from memabra._records import CandidateKind, RegistryItem, new_id
+from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, forget_in_log, last_chosen
@@ -80,8 +80,10 @@ class StoreMemory(MemoryBackend):
         log: EpisodeLog | None = None,
         supersession: Supersession | None = None,
         encoder: CachingEncoder | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        new_id: Callable[[], str] = new_id,
     ) -> None:
-        super().__init__(supersession=supersession, encoder=encoder)
+        super().__init__(supersession=supersession, encoder=encoder, clock=clock, new_id=new_id)
         if namespace is not None and prefix is not None:
             raise ConfigError("give StoreMemory a namespace template or a prefix, not both")
         template = tuple(namespace) if namespace is not None else (*(prefix or ("memabra", "memories")), USER_FIELD)
