@@ -3,13 +3,13 @@ status`` and the admin view run on :meth:`EpisodeLog.status <memabra.storage.Epi
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memabra.storage import DeletionEntry, LogStatus, PolicyStatus
 
-__all__ = ["DEFAULT_MAX_LAG", "DELETIONS_CHECK", "HealthProblem", "format_age", "health_problems"]
+__all__ = ["DEFAULT_MAX_LAG", "DELETIONS_CHECK", "HealthProblem", "deletion_problems", "format_age", "health_problems"]
 
 DEFAULT_MAX_LAG = timedelta(minutes=15)
 """How long a closed feedback window may stay open, or a final reward stay unlearned: the learner
@@ -66,10 +66,19 @@ def health_problems(
             continue
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
-    for deletion in state.unfinished_deletions:
-        if now - deletion.progressed_at > max_lag:
-            problems.append(HealthProblem(DELETIONS_CHECK, _stalled(deletion, now)))
+    problems.extend(deletion_problems(state.unfinished_deletions, now, max_lag))
     return tuple(problems)
+
+
+def deletion_problems(
+    unfinished: Iterable[DeletionEntry], now: datetime, max_lag: timedelta = DEFAULT_MAX_LAG
+) -> tuple[HealthProblem, ...]:
+    """The ``deletions`` check alone: each unfinished run with no progress for ``max_lag``."""
+    return tuple(
+        HealthProblem(DELETIONS_CHECK, _stalled(deletion, now))
+        for deletion in unfinished
+        if now - deletion.progressed_at > max_lag
+    )
 
 
 def _stalled(deletion: DeletionEntry, now: datetime) -> str:

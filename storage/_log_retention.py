@@ -76,6 +76,12 @@ class RetentionMethods:
         names, those that other users' episodes name too)."""
         return _episodes.user_threads(self._tx, user_id)
 
+    def unfinished_deletions(self) -> tuple[DeletionEntry, ...]:
+        """Deletion runs with no finish that no later finished run covers (what
+        :meth:`status` reports as ``unfinished_deletions``)."""
+        with self._tx.read() as s:
+            return _deletion_log.unfinished_deletions(s)
+
     def deletion_history(
         self, *, limit: int = 50, after: str | None = None, user_id: str | None = None
     ) -> list[DeletionEntry]:
