@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from memabra._catalog import Skill, skill_items, tool_items
@@ -98,7 +99,13 @@ class RoutingSession:
         if extractor is not None and callable(getattr(extractor, "superseded", None)):  # e.g. the chat model decides
             self.memory.supersession = self.extractor  # type: ignore[assignment]
         self.kinds = self.settings.offered_kinds
-        self._shared = skill_items(skills) + list(tool_items_)
+        # Shared items are dated by the memory backend's clock, as memories are: a candidate's age is
+        # measured from the newest in the pool, so a tool dated by another clock would shift every age.
+        registered_at = self.memory.clock()
+        self._shared = [
+            replace(item, created_at=registered_at, updated_at=registered_at)
+            for item in skill_items(skills) + list(tool_items_)
+        ]
         self._tool_ids = frozenset(i.id for i in tool_items_)
         if self._shared:
             log.put_items(self._shared)

@@ -69,11 +69,17 @@ def test_a_seeded_demo_learns_the_same_way_every_run(tmp_path) -> None:  # type:
     from memabra.router import LinearRouter
     from memabra.storage import upgrade
 
-    def run(url: str) -> list[tuple[float, float, int]]:
+    def run(url: str) -> list[tuple[float, float, int, list[object]]]:
         upgrade(url)
         with EpisodeLog(url) as log:
             rows = run_demo(router=LinearRouter(seed=0, similarity=Similarity(encoder=None)), log=log, episodes=40)
-        return [(r.reward, r.hit_rate, r.tokens) for r in rows]
+            # the logged feature rows are what offline evaluation reads: no wall-clock time may leak in
+            # (tools and skills are dated by the memories' clock, or every age would shift with it)
+            features = [
+                [sorted(sc.features.items()) for s in log.get_episode(r.episode_id).selections for sc in s.offered]
+                for r in rows
+            ]
+        return [(r.reward, r.hit_rate, r.tokens, f) for r, f in zip(rows, features, strict=True)]
 
     first, second = run(f"sqlite:///{tmp_path / 'a.db'}"), run(f"sqlite:///{tmp_path / 'b.db'}")
     assert first == second
