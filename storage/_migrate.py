@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from memabra._errors import SchemaError, StorageContentionError
 from memabra.storage._engine import is_postgres, make_engine, resolve_url
+from memabra.storage._online_index import build_online_indexes
 from memabra.storage._tx import WRITE_OPTION, is_transient
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -71,9 +72,14 @@ def _migration_key(connection: Connection) -> int:
 
 
 def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -> str:
-    """Apply migrations up to ``revision``; returns the revision the database is now at."""
+    """Apply migrations up to ``revision``; returns the revision the database is now at. On
+    PostgreSQL the indexes a pending migration adds to an existing table are built first, without
+    blocking writes (see ``_online_index``)."""
     engine, owned = _engine_for(url_or_engine)
     try:
+        if is_postgres(engine):
+            script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+            build_online_indexes(engine, script, _migration_key, revision)
         _run(engine, "upgrade", revision)
         return current_revision(engine) or "base"
     finally:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -146,3 +148,66 @@ def test_opening_a_sqlite_file_in_a_missing_directory_names_the_path(tmp_path: P
     with pytest.raises(ConfigError, match="it is a directory"):
         open_log(f"sqlite:///{tmp_path}")
     assert not missing.parent.exists()
+
+
+def _feedback_index_valid(engine) -> bool | None:  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        return conn.execute(  # type: ignore[no-any-return]
+            text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('ix_feedback_decision_id')")
+        ).scalar()
+
+
+@pytest.mark.postgres
+def test_an_index_added_to_an_existing_table_is_built_while_its_writes_go_on(engine) -> None:  # type: ignore[no-untyped-def]
+    """Migration 0008's index on feedback: built in the upgrade's transaction, a plain CREATE INDEX
+    queued behind a long write transaction would hold every new feedback write behind it too."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite builds indexes in its one writer's transaction")
+    upgrade(engine, "0007")
+    outcome: list[str | BaseException] = []
+    with engine.connect() as long_writer:
+        long_writer.execute(text("LOCK TABLE feedback IN ROW EXCLUSIVE MODE"))  # an insert still open
+        upgrading = threading.Thread(target=lambda: outcome.append(_try(lambda: upgrade(engine))))
+        upgrading.start()
+        # autocommit: a transaction reads pg_stat_activity once and sees that snapshot until it ends
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
+            deadline = time.monotonic() + 30
+            while not watcher.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%'"
+                    " AND wait_event_type = 'Lock'"
+                )
+            ).scalar():
+                assert time.monotonic() < deadline, "the index build never started waiting"
+                time.sleep(0.05)
+        with engine.connect() as new_writer:  # arrives while the build waits: not held behind it
+            new_writer.execute(text("SET LOCAL lock_timeout = '2s'"))
+            new_writer.execute(text("LOCK TABLE feedback IN ROW EXCLUSIVE MODE"))
+            new_writer.commit()
+        long_writer.commit()
+        upgrading.join(timeout=60)
+    assert outcome == [head_revision()]
+    assert _feedback_index_valid(engine) is True
+
+
+@pytest.mark.postgres
+def test_an_index_a_dead_build_left_invalid_is_built_again(engine) -> None:  # type: ignore[no-untyped-def]
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL only: a concurrent build is PostgreSQL's")
+    upgrade(engine, "0007")
+    with engine.begin() as conn:  # what CREATE INDEX CONCURRENTLY leaves when it is killed part way
+        conn.execute(text("CREATE INDEX ix_feedback_decision_id ON feedback (decision_id)"))
+        conn.execute(
+            text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('ix_feedback_decision_id')")
+        )
+    assert _feedback_index_valid(engine) is False
+    assert upgrade(engine) == head_revision()
+    assert _feedback_index_valid(engine) is True
+    check_schema(engine)
+
+
+def _try(action):  # type: ignore[no-untyped-def]
+    try:
+        return action()
+    except BaseException as exc:  # noqa: BLE001 - handed to the test's thread to assert on
+        return exc
