@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, tuple_, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Exists, and_, exists, or_, select, tuple_, update
+from sqlalchemy.orm import Session, aliased
 
 from memabra._errors import InvalidRecordError
 from memabra._records import utcnow
@@ -44,12 +44,10 @@ MAX_NAMED_KEPT = 100
 # Named ids a one-line description shows.
 _IDS_DESCRIBED = 3
 
-# Unfinished runs a status check reads (most were finished by a later run: a retention job that
-# dies now and then), and reports (each is reported on its own, and a few say what to do).
-_UNFINISHED_READ = 1000
+# Unfinished runs a status check reports (each on its own line; a few say what to do), and the
+# page it reads them in (most were covered by a later run: a retention job that dies now and then).
 _UNFINISHED_REPORTED = 20
-# Finished runs read to find those that covered an unfinished one: a year of a daily retention job.
-_FINISHED_READ = 400
+_PAGE = 200
 
 # Longest actor or client text kept (the columns' width).
 _MAX_TEXT = 200
@@ -242,16 +240,66 @@ def deletion_history(
 
 def unfinished_deletions(s: Session) -> tuple[DeletionEntry, ...]:
     """Runs with no finish recorded that no later finished run covers (:meth:`DeletionEntry.covers`),
-    the longest without progress first: running, or died with part of their work undone."""
-    stmt = select(DeletionRow).where(DeletionRow.finished_at.is_(None)).order_by(DeletionRow.progressed_at)
-    unfinished = [_entry(row) for row in s.scalars(stmt.limit(_UNFINISHED_READ))]
-    if not unfinished:
-        return ()
-    oldest = min(entry.started_at for entry in unfinished)
-    later = select(DeletionRow).where(DeletionRow.finished_at.is_not(None), DeletionRow.started_at > oldest)
-    finished = [_entry(row) for row in s.scalars(later.order_by(DeletionRow.started_at.desc()).limit(_FINISHED_READ))]
-    open_runs = [entry for entry in unfinished if not any(run.covers(entry) for run in finished)]
+    the longest without progress first: running, or died with part of their work undone. Every
+    unfinished run is weighed against every later finished one, however many there are."""
+    open_runs: list[DeletionEntry] = []
+    after: tuple[datetime, str] | None = None
+    while len(open_runs) < _UNFINISHED_REPORTED:
+        stmt = select(DeletionRow).where(DeletionRow.finished_at.is_(None), ~_covered_without_ids())
+        if after is not None:
+            stmt = stmt.where(tuple_(DeletionRow.progressed_at, DeletionRow.id) > after)
+        page = [_entry(row) for row in s.scalars(stmt.order_by(DeletionRow.progressed_at, DeletionRow.id).limit(_PAGE))]
+        open_runs += [entry for entry in page if not (entry.named and _covered(s, entry))]
+        if len(page) < _PAGE:
+            break
+        after = (page[-1].progressed_at, page[-1].id)
     return tuple(open_runs[:_UNFINISHED_REPORTED])
+
+
+def _covered_without_ids() -> Exists:
+    """Whether a later finished run that named no ids covers the row: :meth:`DeletionEntry.covers`
+    in SQL for such runs, so a log of many dead, covered runs is weighed in one query."""
+    run, later = DeletionRow, aliased(DeletionRow)
+    return exists().where(
+        later.finished_at.is_not(None),
+        later.started_at > run.started_at,
+        later.named == 0,
+        or_(run.memories_forgotten.is_(None), later.memories_forgotten.is_not(None)),
+        or_(later.user_id.is_(None), later.user_id == run.user_id),
+        or_(
+            later.created_before.is_(None),
+            and_(run.created_before.is_not(None), later.created_before >= run.created_before),
+        ),
+        or_(later.include_unlearned.is_(True), run.include_unlearned.is_(False)),
+    )
+
+
+def _covered(s: Session, entry: DeletionEntry) -> bool:
+    """Whether a finished run that started later covers ``entry``. The query keeps every run whose
+    user, cut-off, unlearned and erasure filters could cover it (exact for runs that named no ids);
+    :meth:`DeletionEntry.covers` decides, runs without named ids first."""
+    stmt = select(DeletionRow).where(DeletionRow.finished_at.is_not(None), DeletionRow.started_at > entry.started_at)
+    stmt = stmt.where(
+        DeletionRow.user_id.is_(None)
+        if entry.user_id is None
+        else or_(DeletionRow.user_id.is_(None), DeletionRow.user_id == entry.user_id)
+    )
+    stmt = stmt.where(
+        DeletionRow.created_before.is_(None)
+        if entry.created_before is None
+        else or_(DeletionRow.created_before.is_(None), DeletionRow.created_before >= entry.created_before)
+    )
+    if entry.include_unlearned:
+        stmt = stmt.where(DeletionRow.include_unlearned.is_(True))
+    if entry.erasure:
+        stmt = stmt.where(DeletionRow.memories_forgotten.is_not(None))
+    if not entry.named:
+        stmt = stmt.where(DeletionRow.named == 0)
+    rows = s.scalars(stmt.order_by(DeletionRow.named).execution_options(yield_per=_PAGE))
+    try:
+        return any(_entry(row).covers(entry) for row in rows)
+    finally:
+        rows.close()  # the first covering run ends the read: its cursor is not left for the collector
 
 
 def _entry(row: DeletionRow) -> DeletionEntry:

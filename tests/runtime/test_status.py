@@ -237,6 +237,52 @@ def test_a_deletion_that_died_part_way_fails_the_check_until_it_is_run_again(
     assert _status(migrated_url)[0] == 0
 
 
+def test_every_unfinished_deletion_is_weighed_against_every_later_finished_one(migrated_url: str) -> None:
+    """Years of a nightly retention job that dies now and then (each death covered by that night's
+    rerun), then a stream of erasures: a dead erasure covered by its rerun long before the newest
+    runs is not reported, and a run nothing covered is, behind more than a thousand covered ones."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import insert
+
+    from memabra.storage._deletion_log import DeletionRow
+
+    t = datetime(2024, 1, 1, 3, tzinfo=UTC)
+
+    def row(day: int, minute: int, *, finished: bool, user: str | None = None) -> dict[str, object]:
+        at = t + timedelta(days=day, minutes=minute)
+        return {
+            "id": f"{day:05d}{minute:04d}{user or ''}",
+            "started_at": at,
+            "progressed_at": at,
+            "finished_at": at if finished else None,
+            "actor": "cron" if user is None else "cli:ops",
+            "client": None,
+            "named": 0,
+            "episode_ids": [],
+            "user_id": user,
+            "created_before": at - timedelta(days=90) if user is None else None,
+            "include_unlearned": user is not None,
+            "kept": 0,
+            "deleted": 0,
+            "memories_forgotten": None if user is None else 0,
+        }
+
+    rows = [row(day, minute, finished=minute == 30) for day in range(1, 1101) for minute in (0, 30)]
+    rows += [row(1101, 0, finished=False, user="ann"), row(1102, 0, finished=True, user="ann")]
+    rows += [row(1103 + k // 100, k % 100, finished=True, user=f"u{k}") for k in range(500)]
+    # the admin's deletions of named episodes: one covered by a later run naming more, one not
+    named = {"named": 2, "episode_ids": ["a", "b"], "created_before": None}
+    rows += [{**row(1200, 0, finished=False), **named}, {**row(1200, 5, finished=False), **named, "id": "lone"}]
+    rows += [{**row(1200, 2, finished=True), "named": 3, "episode_ids": ["b", "c", "a"], "created_before": None}]
+    uncovered = row(1300, 0, finished=False)
+    with EpisodeLog(migrated_url) as log:
+        with log.engine.begin() as conn:
+            conn.execute(insert(DeletionRow), [*rows, uncovered])
+        found = log.unfinished_deletions()
+    assert [e.id for e in found] == ["lone", uncovered["id"]]
+
+
 def test_a_later_finished_run_covers_an_unfinished_one_only_when_it_asked_for_as_much() -> None:
     from datetime import UTC, datetime
 
