@@ -47,7 +47,14 @@
   }
 
   function percent(value) {
-    return (value * 100).toFixed(0) + " %";
+    const p = value * 100;
+    return (Number.isInteger(Math.round(p * 1e6) / 1e6) ? p.toFixed(0) : p.toFixed(1)) + " %";
+  }
+
+  // a log axis labels only its powers of ten, as 1e-3: Chart.js's own labels crowd one another
+  function powerOfTen(value) {
+    const exponent = Math.log10(value);
+    return Math.abs(exponent - Math.round(exponent)) < 1e-9 ? "1e" + Math.round(exponent) : "";
   }
 
   draw("chart-reward", {
@@ -96,8 +103,12 @@
     },
     options: {
       scales: {
-        y: { min: 0, max: 1, position: "left", title: { display: true, text: "exploration rate" }, ticks: { callback: percent } },
-        y1: { type: "logarithmic", position: "right", title: { display: true, text: "min propensity (log)" }, grid: { drawOnChartArea: false } }
+        // a few percent is the usual rate: a fixed 0-100% axis would draw it as an empty chart
+        y: { min: 0, suggestedMax: 0.02, position: "left", title: { display: true, text: "exploration rate" }, ticks: { callback: percent } },
+        y1: {
+          type: "logarithmic", position: "right", title: { display: true, text: "min propensity (log)" },
+          grid: { drawOnChartArea: false }, ticks: { callback: powerOfTen }
+        }
       }
     }
   });
