@@ -127,7 +127,10 @@ def run_demo(
             drifted = True
             for user in world.users:
                 for line in world.drift(user):
-                    _say(agent, user.id, line, thread=f"{user.id}-drift")
+                    said = _say(agent, user.id, line, thread=f"{user.id}-drift")
+                    # the user says no more in that thread: its reward is final now, not when the
+                    # window ends after the run (a log left with open windows fails `memabra status`)
+                    agent.feedback(said["memabra_episode_id"], final=True, source="demo-user")
         user, task, query = world.next_task(index)
         thread = f"{user.id}-{index}"
         out = _say(agent, user.id, query, thread=thread)

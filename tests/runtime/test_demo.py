@@ -60,6 +60,9 @@ def test_a_short_demo_run_logs_every_episode(log: EpisodeLog) -> None:
         CandidateKind.TOOL,
     }
     assert log.list_snapshots()  # the demo leaves a snapshot for the admin view
+    # every simulated user has said all they will (the drift's statements too): no reward is left
+    # waiting for a window to end after the run, which `memabra status` would report
+    assert log.status().open_windows == 0
 
 
 def test_a_seeded_demo_learns_the_same_way_every_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
