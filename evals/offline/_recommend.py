@@ -60,10 +60,17 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # estimators unbiased only for a reward additive over slots: not recommended where the log shows its
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
-# estimators that weight no decision (the direct method): their verdict is the floor rule's alone
+# estimators that weight no decision (the direct method): never supported; the floor and skill rules
+# name the first reason where they fail
 WEIGHTLESS = frozenset({"dm"})
 # a sample variance, and so any interval, needs two decisions
 MIN_DECISIONS = 2
+# why the direct method is never read as an answer, even where its floor and skill rules pass
+_MODEL_ONLY = (
+    "the direct method's interval holds its sampling error only, not its reward model's bias on the "
+    "selections the log rarely drew (it covered the truth in none of the simulator's runs, docs/ope.md): "
+    "the model's guess, to read beside a weighted estimate"
+)
 
 
 def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
@@ -236,9 +243,9 @@ def _estimator_verdict(
     report: RewardModelReport | None = None,
 ) -> SupportVerdict:
     """The support verdict of one estimator's weight, or why the estimator cannot be read here.
-    The direct method weights nothing: it stands on its reward model, so a model that predicts
-    held-out rewards no better than their mean leaves it unsupported (its differences between
-    targets are the model's noise)."""
+    The direct method weights nothing: it stands on its reward model, whose bias its interval leaves
+    out, so it is never supported; the reason names the floor rule, or a model that predicts
+    held-out rewards no better than their mean (its differences between targets are noise), first."""
     if count < MIN_DECISIONS:
         return SupportVerdict(
             False,
@@ -255,6 +262,8 @@ def _estimator_verdict(
                 "between policies is noise",
                 "reward model",
             )
+        if verdict.supported:
+            verdict = SupportVerdict(False, _MODEL_ONLY, "model only")
     else:
         weight_name = SlotEstimator(estimator_name=name).weight_name
         verdict = support_verdict(summaries[weight_name], floor_share, alpha, WEIGHT_LABELS[weight_name])

@@ -389,9 +389,11 @@ def test_the_direct_method_is_judged_on_the_floor_alone() -> None:
     few.update(np.array([0.0] * 97 + [33.0] * 3))  # a weight with about 3 effective decisions
     summaries = {"joint_weight": few, "pi_weight": few, "slot_weight": few}
     estimate = PolicyValueInterval(0.5, 0.4, 0.6, 0.05, IntervalMethod.NORMAL)
-    # the weighting estimators fail on their weight; the model-only estimate weights nothing
+    # the weighting estimators fail on their weight; the model-only estimate weights nothing, and
+    # its interval leaves out its model's bias, so it is never read as an answer
     assert _estimator_verdict("dr", estimate, summaries, 0.0, 0.05, None, 100).rule == "effective sample size"
-    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100).supported
+    model_only = _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100)
+    assert not model_only.supported and model_only.rule == "model only" and "bias" in model_only.reason
     # but it extrapolates where the logger hardly went, as every estimator does
     assert _estimator_verdict("dm", estimate, summaries, 0.5, 0.05, None, 100).rule == "floor"
     # and it is only as good as its reward model: one no better than the mean says nothing
@@ -399,7 +401,7 @@ def test_the_direct_method_is_judged_on_the_floor_alone() -> None:
 
     skilled = RewardModelReport("hgb", 2, 100, heldout_rmse=0.40, constant_rmse=0.65)
     blind = RewardModelReport("hgb", 2, 100, heldout_rmse=0.646, constant_rmse=0.645)
-    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100, skilled).supported
+    assert _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100, skilled).rule == "model only"
     verdict = _estimator_verdict("dm", estimate, summaries, 0.0, 0.05, None, 100, blind)
     assert verdict.rule == "reward model" and "0.646 against 0.645" in verdict.reason
     # the weighting estimators are unbiased whatever the model: the rule is the direct method's alone

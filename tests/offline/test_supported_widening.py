@@ -141,8 +141,8 @@ def test_a_replay_showing_the_draws_over_drawn_leaves_no_replay_of_them_supporte
     rec = ev.recommended
     assert not rec.supported and rec.reason.startswith(overdrawn.reason)
     assert rec.ci_low <= truth <= rec.ci_high and rec.ci_high - rec.ci_low > 1.0  # bounds, not an interval
-    assert not any(v.supported for name, v in ev.verdicts.items() if name != "dm")
-    assert ev.verdicts["dm"].supported  # weights nothing: its verdict is the floor rule's alone
+    assert not any(v.supported for v in ev.verdicts.values())
+    assert ev.verdicts["dm"].rule == "model only"  # weights nothing, and is never an answer
 
 
 def test_a_supported_recommendation_is_widened_by_what_its_sample_missed_and_covers_the_truth() -> None:
