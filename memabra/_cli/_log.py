@@ -14,6 +14,7 @@ from memabra._cli._common import (
     CreateDbOption,
     DbOption,
     JsonOutOption,
+    configure_logging,
     console,
     fail,
     migrate,
@@ -49,6 +50,9 @@ rewards_app = typer.Typer(
 @db_app.command("upgrade")
 def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or migrate the schema to this memabra's version."""
+    # each migration step, and an index built concurrently on a large table (which may take
+    # minutes), is reported as it starts
+    configure_logging(verbose=True)
     url = run_guarded(resolve_url, db)
     now = migrate(upgrade, url, revision)
     where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
