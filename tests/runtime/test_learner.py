@@ -266,3 +266,39 @@ def test_the_router_serving_gets_from_the_learner_is_its_live_snapshot_restored(
     assert (served.policy_version, served.snapshot().parent) == (restored.policy_version, restored.snapshot().parent)
     assert served.snapshot().model == restored.snapshot().model
     learner.close()
+
+
+def test_a_step_asked_for_during_another_threads_step_does_not_wait_and_is_not_lost(log: EpisodeLog) -> None:
+    """Turns finishing at once each ask for a learner step: the second asker returns at once and
+    the thread stepping steps again, so the reward the asker made final is learned by then."""
+    import threading
+
+    log_final(log, 3)
+    runtime = PolicyRuntime(log, vw(), commit_every=1000, listen=False)
+    assert runtime.learner is not None
+    inside, go = threading.Event(), threading.Event()
+    calls: list[int] = []
+    step = runtime.learner.step
+
+    def slow_step():  # type: ignore[no-untyped-def]
+        status = step()
+        calls.append(status.learned)
+        if len(calls) == 1:
+            inside.set()
+            assert go.wait(30)
+        return status
+
+    runtime.learner.step = slow_step  # type: ignore[method-assign]
+    results: list[object] = []
+    stepping = threading.Thread(target=lambda: results.append(runtime.step()))
+    stepping.start()
+    assert inside.wait(30)
+    log_final(log, 2, start=3)  # made final while the first step runs
+    started = time.monotonic()
+    assert runtime.step() is None  # asked, and did not wait for the running step
+    assert time.monotonic() - started < 1.0
+    go.set()
+    stepping.join(30)
+    assert calls[0] == 3 and sum(calls) == 5  # the stepping thread stepped again and learned them
+    assert runtime.learner.learned == 5 and results and results[0] is not None
+    runtime.close()
