@@ -249,7 +249,7 @@ def unfinished_deletions(s: Session) -> tuple[DeletionEntry, ...]:
         if after is not None:
             stmt = stmt.where(tuple_(DeletionRow.progressed_at, DeletionRow.id) > after)
         page = [_entry(row) for row in s.scalars(stmt.order_by(DeletionRow.progressed_at, DeletionRow.id).limit(_PAGE))]
-        open_runs += [entry for entry in page if not (entry.named and _covered(s, entry))]
+        open_runs += [entry for entry in page if not (entry.named and _covered_by_named(s, entry))]
         if len(page) < _PAGE:
             break
         after = (page[-1].progressed_at, page[-1].id)
@@ -274,28 +274,15 @@ def _covered_without_ids() -> Exists:
     )
 
 
-def _covered(s: Session, entry: DeletionEntry) -> bool:
-    """Whether a finished run that started later covers ``entry``. The query keeps every run whose
-    user, cut-off, unlearned and erasure filters could cover it (exact for runs that named no ids);
-    :meth:`DeletionEntry.covers` decides, runs without named ids first."""
-    stmt = select(DeletionRow).where(DeletionRow.finished_at.is_not(None), DeletionRow.started_at > entry.started_at)
-    stmt = stmt.where(
-        DeletionRow.user_id.is_(None)
-        if entry.user_id is None
-        else or_(DeletionRow.user_id.is_(None), DeletionRow.user_id == entry.user_id)
+def _covered_by_named(s: Session, entry: DeletionEntry) -> bool:
+    """Whether a later finished run that named ids covers ``entry`` (itself named: a run naming ids
+    covers only one naming them all). Rare, so :meth:`DeletionEntry.covers` decides in Python."""
+    stmt = select(DeletionRow).where(
+        DeletionRow.finished_at.is_not(None),
+        DeletionRow.started_at > entry.started_at,
+        DeletionRow.named >= entry.named,
     )
-    stmt = stmt.where(
-        DeletionRow.created_before.is_(None)
-        if entry.created_before is None
-        else or_(DeletionRow.created_before.is_(None), DeletionRow.created_before >= entry.created_before)
-    )
-    if entry.include_unlearned:
-        stmt = stmt.where(DeletionRow.include_unlearned.is_(True))
-    if entry.erasure:
-        stmt = stmt.where(DeletionRow.memories_forgotten.is_not(None))
-    if not entry.named:
-        stmt = stmt.where(DeletionRow.named == 0)
-    rows = s.scalars(stmt.order_by(DeletionRow.named).execution_options(yield_per=_PAGE))
+    rows = s.scalars(stmt.order_by(DeletionRow.started_at).execution_options(yield_per=_PAGE))
     try:
         return any(_entry(row).covers(entry) for row in rows)
     finally:
