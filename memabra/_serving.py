@@ -214,21 +214,21 @@ class PolicyRuntime:
             raise
 
     def _step_once(self) -> LearnerStatus | None:
+        """One step; the caller holds the lock."""
         assert self.learner is not None
-        with self._lock:
-            if not self.learner.holds_lease and time.monotonic() < self._next_try:
-                return None
-            was_holding = self.learner.holds_lease
-            status = self.learner.step()
-            if not status.holds_lease:
-                self._next_try = time.monotonic() + LEASE_RETRY_S
-                self._following = None
-            elif not was_holding:
-                self._start_following()
-            elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
-                # serving follows the learner unless an operator made another snapshot active
-                self._serve_learner(self.watcher.loaded_version)
-            return status
+        if not self.learner.holds_lease and time.monotonic() < self._next_try:
+            return None
+        was_holding = self.learner.holds_lease
+        status = self.learner.step()
+        if not status.holds_lease:
+            self._next_try = time.monotonic() + LEASE_RETRY_S
+            self._following = None
+        elif not was_holding:
+            self._start_following()
+        elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
+            # serving follows the learner unless an operator made another snapshot active
+            self._serve_learner(self.watcher.loaded_version)
+        return status
 
     def _start_following(self) -> None:
         checkpoint = self._store.checkpoint(self.policy)
