@@ -29,9 +29,14 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+def _scripts() -> ScriptDirectory:
+    """The migrations this memabra ships (read from the package; no database involved)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
 @lru_cache(maxsize=1)
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    head = _scripts().get_current_head()
     if head is None:  # pragma: no cover - the wheel always ships migrations
         raise SchemaError("no migrations shipped with memabra")
     return head
@@ -39,7 +44,7 @@ def head_revision() -> str:
 
 def known_revisions() -> frozenset[str]:
     """Every schema revision this memabra ships (a database at any other one is newer)."""
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    script = _scripts()
     return frozenset(rev.revision for rev in script.walk_revisions())
 
 
@@ -78,8 +83,7 @@ def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -
     engine, owned = _engine_for(url_or_engine)
     try:
         if is_postgres(engine):
-            script = ScriptDirectory.from_config(alembic_config("sqlite://"))
-            build_online_indexes(engine, script, _migration_key, revision)
+            build_online_indexes(engine, _scripts(), _migration_key, revision)
         _run(engine, "upgrade", revision)
         return current_revision(engine) or "base"
     finally:
@@ -111,7 +115,7 @@ def check_schema(engine: Engine) -> None:
     where = engine.url.render_as_string(hide_password=True)
     if current is None:
         raise SchemaError(f"the database {where} has no memabra schema; run `memabra db upgrade --db {where}`")
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    script = _scripts()
     known = {rev.revision for rev in script.walk_revisions()}
     if current not in known:
         raise SchemaError(

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
 
+from alembic.runtime.migration import MigrationContext
 from alembic.script import Script, ScriptDirectory
 from alembic.script.revision import RevisionError
 from sqlalchemy import Connection, Engine, inspect, text
@@ -54,7 +54,7 @@ def build_online_indexes(
         key = lock_key(connection)
         connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
         try:
-            current = _current_revision(connection)
+            current = MigrationContext.configure(connection).get_current_revision()
             if current is None:  # a new database: the migrations create the tables with their indexes
                 return built
             tables = set(inspect(connection).get_table_names())
@@ -64,12 +64,6 @@ def build_online_indexes(
         finally:
             connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
     return built
-
-
-def _current_revision(connection: Connection) -> str | None:
-    if "alembic_version" not in inspect(connection).get_table_names():
-        return None
-    return cast(str | None, connection.execute(text("SELECT version_num FROM alembic_version")).scalar())
 
 
 def _pending(script: ScriptDirectory, current: str, target: str) -> Iterator[OnlineIndex]:
