@@ -24,7 +24,9 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from memabra._errors import ConfigError, UnknownSnapshotError
 from memabra._learner import Learner, LearnerStatus, fresh_router
@@ -36,6 +38,8 @@ from memabra.router import Router, SnapshotWatcher, learned_model, load_router
 from memabra.storage import EpisodeLog, LearnerStore
 
 __all__ = ["NOTIFY_CHANNEL", "RELOAD_INTERVAL_S", "PolicyRuntime"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("memabra")
 
@@ -200,15 +204,22 @@ class PolicyRuntime:
             if not self._lock.acquire(blocking=False):
                 self._step_again = True
                 return None
+            self._step_again = False
+        return self._then_release(self._step_once)
+
+    def _then_release(self, work: Callable[[], _T]) -> _T:
+        """Run ``work`` under the lock the caller acquired, then every step asked for meanwhile,
+        then release it: whoever holds the lock answers the requests it turned away."""
         try:
+            result = work()
             while True:
-                self._step_again = False
-                status = self._step_once()
                 with self._step_guard:
-                    if not self._step_again:
+                    if not self._step_again or self._closed:
                         # released under the guard: a request made after the check finds the lock free
                         self._lock.release()
-                        return status
+                        return result
+                    self._step_again = False
+                self._step_once()
         except BaseException:
             self._lock.release()
             raise
@@ -239,10 +250,10 @@ class PolicyRuntime:
 
     def commit(self) -> str:
         """Commit what the in-process learner has learned now; returns the version serving."""
-        with self._lock:
-            if self.learner is not None:
-                self.learner.acquire()
-                self.learner.commit(force=True)
+        learner = self.learner
+        if learner is not None:
+            self._lock.acquire()
+            self._then_release(lambda: (learner.acquire(), learner.commit(force=True)))
         return self.watcher.policy_version
 
     def close(self) -> None:

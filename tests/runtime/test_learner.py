@@ -302,3 +302,33 @@ def test_a_step_asked_for_during_another_threads_step_does_not_wait_and_is_not_l
     assert calls[0] == 3 and sum(calls) == 5  # the stepping thread stepped again and learned them
     assert runtime.learner.learned == 5 and results and results[0] is not None
     runtime.close()
+
+
+def test_a_step_asked_for_during_a_commit_is_stepped_by_the_committing_thread(log: EpisodeLog) -> None:
+    """``commit()`` holds the learner's lock too: a turn finishing meanwhile is answered the same
+    way, so its reward is learned when the commit returns, not at some later turn."""
+    import threading
+
+    log_final(log, 3)
+    runtime = PolicyRuntime(log, vw(), commit_every=1000, listen=False)
+    assert runtime.learner is not None and runtime.step() is not None and runtime.learner.learned == 3
+    inside, go = threading.Event(), threading.Event()
+    commit = runtime.learner.commit
+
+    def slow_commit(*, force: bool = False):  # type: ignore[no-untyped-def]
+        inside.set()
+        assert go.wait(30)
+        return commit(force=force)
+
+    runtime.learner.commit = slow_commit  # type: ignore[method-assign]
+    committing = threading.Thread(target=runtime.commit)
+    committing.start()
+    assert inside.wait(30)
+    log_final(log, 2, start=3)  # made final while the commit runs
+    started = time.monotonic()
+    assert runtime.step() is None  # asked, and did not wait for the commit
+    assert time.monotonic() - started < 1.0
+    go.set()
+    committing.join(30)
+    assert not committing.is_alive() and runtime.learner.learned == 5
+    runtime.close()
