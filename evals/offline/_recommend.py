@@ -75,15 +75,25 @@ _MODEL_ONLY = (
 
 def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], alpha: float) -> int:
     """The replay the estimate uses: the one whose joint weight the support verdict accepts, the
-    larger effective sample size if both are, else the set-equivalent one. Only weights decide,
-    never rewards."""
-    verdicts = [
-        support_verdict(s["joint_weight"], f, alpha, "joint").supported for s, f in zip(summaries, floors, strict=True)
-    ]
-    if verdicts[0] and verdicts[1]:
-        ess = [s["joint_weight"].effective_sample_size for s in summaries]
-        return int(ess[1] > ess[0])
-    return 1 if verdicts[1] else 0
+    larger effective sample size if both are. If neither is, the one that fails only for want of
+    effective samples (its weight reaches the target; more of the same log would do), the larger
+    if both do; else the set-equivalent one. Only weights decide, never rewards.
+
+    Where the logger's own choices reach the target's set only through its floor, the
+    set-equivalent replay spreads the target over orders the log practically never draws, and its
+    mean weight falls short of 1 ("does not cover this target") while the target's own order,
+    which a reference share draws often, only lacks samples (``memabra demo``'s top-k)."""
+    verdicts = [support_verdict(s["joint_weight"], f, alpha, "joint") for s, f in zip(summaries, floors, strict=True)]
+    ess = [s["joint_weight"].effective_sample_size for s in summaries]
+    for acceptable in ((True,), (False,)):
+        candidates = [
+            r
+            for r, v in enumerate(verdicts)
+            if v.supported in acceptable and (v.supported or v.rule == "effective sample size")
+        ]
+        if candidates:
+            return max(candidates, key=lambda r: (ess[r], -r))
+    return 0
 
 
 def summarise(

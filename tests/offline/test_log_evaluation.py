@@ -347,7 +347,8 @@ def test_a_logged_propensity_outside_0_1_or_a_distribution_off_1_names_pscore(
 
 
 def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
-    """Only weights choose the replay: the supported one, the larger ESS when both are, else the
+    """Only weights choose the replay: the supported one, the larger ESS when both are; when
+    neither is, the one short only of effective samples (its weight reaches the target), else the
     set-equivalent one."""
     from memabra.evals.offline._recommend import pick_replay
     from memabra.evals.offline._support import WeightSummary
@@ -364,6 +365,13 @@ def test_the_replay_whose_joint_weight_is_supported_is_the_one_used() -> None:
     assert pick_replay([supported, tail_unseen], [0.0, 0.0], 0.05) == 0
     assert pick_replay([wider, supported], [0.0, 0.0], 0.05) == 1  # both supported: the larger ESS
     assert pick_replay([tail_unseen, tail_unseen], [0.0, 0.0], 0.05) == 0
+    # unsupported both: a mean weight near 1 on 10 effective samples (log more) beats a tail unseen
+    few = summary([0.0] * 180 + [10.0] * 20)
+    fewer = summary([0.0] * 190 + [20.0] * 10)
+    assert pick_replay([tail_unseen, few], [0.0, 0.0], 0.05) == 1
+    assert pick_replay([few, tail_unseen], [0.0, 0.0], 0.05) == 0
+    assert pick_replay([fewer, few], [0.0, 0.0], 0.05) == 1  # both short of samples: the larger ESS
+    assert pick_replay([tail_unseen, few], [0.0, 0.5], 0.05) == 0  # the floor rule fails it: set-equivalent
 
 
 def test_unreached_share_and_bounds_by_hand() -> None:
