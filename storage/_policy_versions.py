@@ -15,7 +15,8 @@ from bisect import bisect_right
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from memabra.storage._models import DecisionRow, PolicySnapshotRow
 from memabra.storage._rows import clean_text
@@ -82,11 +83,17 @@ def snapshot_group(policy_version: str, snapshot_versions: Collection[str]) -> s
 
 
 def unused_snapshot_version(log: EpisodeLog, version: str) -> str:
-    """``version`` when no snapshot and no logged decision of the log uses it, else the first of
-    ``version~2``, ``version~3``, ... that none uses: the name for a model trained apart from the
-    lineage whose decisions carry ``version`` (an offline training run restarting from the same
-    configuration reaches the same ``root+n``), so the log never attributes one model's
-    decisions to another."""
+    """``version`` when nothing in the log could be attributed to it, else the first of
+    ``version~2``, ``version~3``, ... that no snapshot and no logged decision uses: the name for a
+    model trained apart from the lineage whose decisions carry ``version`` (an offline training
+    run restarting from the same configuration reaches the same ``root+n``), so the log never
+    attributes one model's decisions to another.
+
+    A ``root+n`` name is free only when the log holds no model of ``root``'s lineage at all:
+    :func:`snapshot_group` credits a snapshot with every later update of its root up to the next
+    snapshot, so an unused ``root+446`` beside an online lineage that logged ``root+447`` ... would
+    be credited with the lineage's decisions (and, at a count the lineage has not reached yet,
+    with those it logs later). The ``~`` suffix takes the name out of the lineage."""
     wanted = clean_text(version)
     with log.transactions.read() as s:
         taken = set(s.scalars(select(PolicySnapshotRow.version).where(PolicySnapshotRow.version.like(f"{wanted}%"))))
@@ -95,8 +102,27 @@ def unused_snapshot_version(log: EpisodeLog, version: str) -> str:
                 select(DecisionRow.policy_version).where(DecisionRow.policy_version.like(f"{wanted}%")).distinct()
             )
         )
+        parsed = _updates(wanted)
+        if parsed is not None and _lineage_exists(s, parsed[0]):
+            taken.add(wanted)
     candidate, n = wanted, 1
     while candidate in taken:
         n += 1
         candidate = f"{wanted}~{n}"
     return candidate
+
+
+def _lineage_exists(session: Session, root: str) -> bool:
+    """Whether a snapshot or a logged decision is ``root`` or an online update of it."""
+    updates = _escape_like(root) + "+%"
+    for column in (PolicySnapshotRow.version, DecisionRow.policy_version):
+        found = session.scalars(
+            select(column).where(or_(column == root, column.like(updates, escape="\\"))).limit(1)
+        ).first()
+        if found is not None:
+            return True
+    return False
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

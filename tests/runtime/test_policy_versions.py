@@ -73,8 +73,25 @@ def test_a_model_trained_apart_gets_a_version_nothing_in_the_log_uses(log: Episo
     _online_log(log)
     assert unused_snapshot_version(log, "linear-71c5+152") == "linear-71c5+152~2"  # decisions use it
     assert unused_snapshot_version(log, "linear-71c5+170") == "linear-71c5+170~2"  # a snapshot uses it
-    assert unused_snapshot_version(log, "linear-71c5+900") == "linear-71c5+900"
+    # unused, but inside the lineage: it would be credited with what the lineage logs from +900 on
+    assert unused_snapshot_version(log, "linear-71c5+900") == "linear-71c5+900~2"
+    assert unused_snapshot_version(log, "linear-71c6+152") == "linear-71c6+152"  # no such lineage
+    assert unused_snapshot_version(log, "linear_71c5+152") == "linear_71c5+152"  # "_" is no wildcard
     log.save_snapshot(PolicySnapshot("linear", "linear-71c5+152~2", b"z"))
     assert unused_snapshot_version(log, "linear-71c5+152") == "linear-71c5+152~3"
     # the suffixed name never captures the lineage's decisions
     assert snapshot_group("linear-71c5+152", {s.version for s in log.list_snapshots()}) == "linear-71c5+100"
+
+
+def test_a_model_trained_apart_at_an_unused_count_is_not_credited_with_the_lineage_s_decisions(
+    log: EpisodeLog,
+) -> None:
+    """Training from the log reaches ``root+n`` for the n decisions it read; between two of the
+    lineage's snapshots that name was free, and the policies page credited the candidate with the
+    lineage's decisions from +n on (found by a reviewer: 53 decisions it never served)."""
+    # a learner's version moves by the rewards it learns, not by decisions: the log skips counts
+    _log_versions(log, [f"linear-71c5+{n}" for n in range(100, 200, 10)])
+    log.save_snapshot(PolicySnapshot("linear", "linear-71c5+100", b"x", status="active"))
+    version = unused_snapshot_version(log, "linear-71c5+145")
+    log.save_snapshot(PolicySnapshot("linear", version, b"t", parent="linear-71c5+100", status="candidate"))
+    assert LearnerStore(log.engine).decisions_served() == {"linear-71c5+100": 10}
