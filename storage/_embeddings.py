@@ -8,12 +8,14 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from memabra._records import utcnow
 from memabra.storage._memory_models import EmbeddingRow
 from memabra.storage._models import table_of
+from memabra.storage._tx import Transactions
 
 __all__ = ["EmbeddingTable", "text_key"]
 
@@ -30,6 +32,7 @@ class EmbeddingTable:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._tx = Transactions(engine)
 
     def load(self, model: str, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
         keys = {text_key(t): t for t in dict.fromkeys(texts)}
@@ -60,14 +63,16 @@ class EmbeddingTable:
             }
             for text, v in vectors.items()
         }
-        t = EmbeddingRow
-        with Session(self._engine) as s, s.begin():
-            known: set[str] = set()
-            for chunk in _chunks(list(rows)):
-                known.update(s.scalars(select(t.text_sha256).where(t.model == model, t.text_sha256.in_(chunk))))
-            fresh = [row for sha, row in rows.items() if sha not in known]
-            if fresh:
-                s.execute(table_of(t).insert(), fresh)
+        # another process may store the same text at the same moment: the first one's row stands
+        insert = pg_insert if self._engine.dialect.name == "postgresql" else sqlite_insert
+        statement = insert(table_of(EmbeddingRow)).on_conflict_do_nothing(index_elements=["model", "text_sha256"])
+        values = list(rows.values())
+
+        def work(conn: Connection) -> None:
+            for start in range(0, len(values), _CHUNK):
+                conn.execute(statement, values[start : start + _CHUNK])
+
+        self._tx.write_connection(work, what="embedding cache write")
 
 
 def _chunks(values: list[str]) -> Iterator[list[str]]:

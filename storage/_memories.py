@@ -26,6 +26,7 @@ from memabra.storage._embeddings import text_key
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text, prepare
+from memabra.storage._tx import Transactions
 
 __all__ = ["MemoryRegistry", "forget_in_log", "last_chosen"]
 
@@ -70,6 +71,8 @@ class MemoryRegistry:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        # writes read before they write: on SQLite they must begin IMMEDIATE, and be retried
+        self._tx = Transactions(engine)
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
@@ -133,9 +136,10 @@ class MemoryRegistry:
         ``retire`` (superseded by ``item``), all in one transaction."""
         if item.kind is not CandidateKind.MEMORY:
             raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
-        with self._session() as s:
+        values = _registry_values(item)
+
+        def work(s: Session) -> None:
             existing = s.get(RegistryRow, (_MEMORY, item.owner, item.id))
-            values = _registry_values(item)
             if existing is None or existing.deleted_at is not None:
                 if existing is not None:
                     s.delete(existing)
@@ -155,6 +159,8 @@ class MemoryRegistry:
                 row.superseded_by = item.id
                 s.add(_history_row(old))
 
+        self._tx.write(work, what="memory write")
+
     def write_many(self, items: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         """Insert new memories (ids not yet stored) and their history in one transaction."""
         if not items:
@@ -164,16 +170,20 @@ class MemoryRegistry:
                 raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
         rows = [{**_registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
         history = [_history_values(change) for _, change in items]
-        with self._engine.begin() as conn:
+
+        def work(conn: Connection) -> None:
             conn.execute(table_of(RegistryRow).insert(), rows)
             conn.execute(table_of(MemoryHistoryRow).insert(), history)
             for owner in {item.owner for item, _ in items}:
                 _bump(conn, owner)
 
+        self._tx.write_connection(work, what="memory write")
+
     def refresh(self, change: MemoryChange, tokens: int) -> None:
         """A restatement: the memory takes the newest wording (``change.new_text``) and moves its
         update time; its id, counters and creation time stay."""
-        with self._session() as s:
+
+        def work(s: Session) -> None:
             row = _row(s, change.user_id, change.memory_id)
             row.updated_at = change.at
             if change.new_text:
@@ -182,10 +192,13 @@ class MemoryRegistry:
             s.add(_history_row(change))
             _bump(s.connection(), change.user_id)
 
+        self._tx.write(work, what="memory refresh")
+
     def set_retired(self, change: MemoryChange, *, retired: bool) -> None:
         """Retire a memory by hand (kept with its history, never recalled) or restore a retired one
         (recalled again, no longer superseded), recording ``change`` in the same transaction."""
-        with self._session() as s:
+
+        def work(s: Session) -> None:
             row = _row(s, change.user_id, change.memory_id)
             if (row.retired_at is not None) == retired:
                 state = "retired" if retired else "active"
@@ -196,49 +209,52 @@ class MemoryRegistry:
             s.add(_history_row(change))
             _bump(s.connection(), change.user_id)
 
+        self._tx.write(work, what="memory retire" if retired else "memory restore")
+
     def forget(self, user_id: str, memory_ids: Sequence[str] | None = None) -> int:
         """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
         the episode log keeps their ids for the decisions that offered them, not their text."""
         _need_user(user_id)
-        with self._session() as s:
-            stmt = select(RegistryRow.id).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id)
-            if memory_ids is not None:
-                wanted = list(dict.fromkeys(memory_ids))
-                stmt = stmt.where(RegistryRow.id.in_(wanted), RegistryRow.deleted_at.is_(None))
-            ids = list(s.scalars(stmt))
-            if memory_ids is not None:
-                unknown = sorted(set(wanted) - set(ids))
-                if unknown:
-                    raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
-            texts: set[str] = set()
-            for chunk in _chunks(ids):
-                texts.update(
-                    s.scalars(
-                        select(RegistryRow.text).where(
-                            RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
-                        )
-                    )
+        return self._tx.write(lambda s: _forget(s, user_id, memory_ids), what="forget memories")
+
+
+def _forget(s: Session, user_id: str, memory_ids: Sequence[str] | None) -> int:
+    stmt = select(RegistryRow.id).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id)
+    if memory_ids is not None:
+        wanted = list(dict.fromkeys(memory_ids))
+        stmt = stmt.where(RegistryRow.id.in_(wanted), RegistryRow.deleted_at.is_(None))
+    ids = list(s.scalars(stmt))
+    if memory_ids is not None:
+        unknown = sorted(set(wanted) - set(ids))
+        if unknown:
+            raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
+    texts: set[str] = set()
+    for chunk in _chunks(ids):
+        texts.update(
+            s.scalars(
+                select(RegistryRow.text).where(
+                    RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
                 )
-                for old_text, new_text in s.execute(
-                    select(MemoryHistoryRow.old_text, MemoryHistoryRow.new_text).where(
-                        MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
-                    )
-                ):
-                    texts.update(t for t in (old_text, new_text) if t)
-            for chunk in _chunks(ids):
-                s.execute(
-                    delete(RegistryRow).where(
-                        RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
-                    )
-                )
-                s.execute(
-                    delete(MemoryHistoryRow).where(
-                        MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
-                    )
-                )
-            scrub_log(s, user_id, ids, texts)
-            _bump(s.connection(), user_id)
-            return len(ids)
+            )
+        )
+        for old_text, new_text in s.execute(
+            select(MemoryHistoryRow.old_text, MemoryHistoryRow.new_text).where(
+                MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
+            )
+        ):
+            texts.update(t for t in (old_text, new_text) if t)
+    for chunk in _chunks(ids):
+        s.execute(
+            delete(RegistryRow).where(
+                RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
+            )
+        )
+        s.execute(
+            delete(MemoryHistoryRow).where(MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk))
+        )
+    scrub_log(s, user_id, ids, texts)
+    _bump(s.connection(), user_id)
+    return len(ids)
 
 
 def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
@@ -285,8 +301,7 @@ def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> d
 def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
     """The log side of forgetting, for memories kept outside the registry (a LangGraph store):
     their text blanked in the log, and the stored embeddings of their ``texts`` deleted."""
-    with Session(engine) as s, s.begin():
-        scrub_log(s, user_id, memory_ids, texts)
+    Transactions(engine).write(lambda s: scrub_log(s, user_id, memory_ids, texts), what="forget in the log")
 
 
 def _chunks(values: list[str]) -> Iterator[list[str]]:
