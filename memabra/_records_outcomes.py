@@ -349,7 +349,8 @@ class UsageCounts:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeSummary:
-    """One row of an episode listing."""
+    """One row of an episode listing; ``kinds`` are the kinds its decisions chose (a stop draw
+    chooses nothing), in the kinds' order."""
 
     id: str
     user_id: str
@@ -364,10 +365,18 @@ class EpisodeSummary:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page of a keyset-paginated listing; pass ``next_cursor`` back to get the next one."""
+    """A page of a keyset-paginated listing; pass ``next_cursor`` back to get the next one.
+
+    ``has_previous``: a page comes before this one; ``previous_cursor`` is that page's cursor
+    (``None`` when it is the first page). ``total`` counts the matching items when the listing was
+    asked to (``None`` otherwise), up to a cap (``total_capped``: there are more)."""
 
     items: tuple[Any, ...]
     next_cursor: str | None
+    has_previous: bool = False
+    previous_cursor: str | None = None
+    total: int | None = None
+    total_capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

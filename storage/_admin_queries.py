@@ -30,6 +30,7 @@ from memabra.storage._admin_records import (
 )
 from memabra.storage._convert import summary_from_row
 from memabra.storage._engine import is_postgres
+from memabra.storage._episode_listing import chosen_kinds
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
 from memabra.storage._snapshot_audit import status_history
@@ -69,7 +70,7 @@ class AdminQueries:
             r = s.get(EpisodeRow, episode_id)
             if r is None:
                 return None
-            return summary_from_row(r)
+            return summary_from_row(r, kinds=chosen_kinds(s, [r.id]).get(r.id, ()))
 
     def conversation(self, user_id: str, thread_id: str, *, limit: int = 50) -> list[ConversationTurn]:
         """The turns of one user's thread in order (at most ``limit``, the latest ones).

@@ -9,19 +9,17 @@ order, so concurrent batches lock the same rows in the same order and cannot dea
 
 from __future__ import annotations
 
-import base64
-import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Label, Row, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Label, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
-from memabra._records import CandidateKind, Episode, Page, Selection
+from memabra._records import CandidateKind, Episode, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._models import (
     Base,
@@ -44,7 +42,6 @@ __all__ = [
     "count_episodes",
     "get_episode",
     "get_selection",
-    "list_episodes",
     "load_episode",
     "load_selections",
     "log_episodes",
@@ -293,75 +290,9 @@ def get_selection(tx: Transactions, decision_id: str) -> Selection:
         return found[0]
 
 
-def list_episodes(tx: Transactions, filters: EpisodeFilter | None, cursor: str | None, limit: int) -> Page:
-    """Newest first, keyset-paginated on (created_at, id): constant cost per page at any depth."""
-    if limit < 1 or limit > 1000:
-        raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
-    f = filters or EpisodeFilter()
-    conds: list[Any] = []
-    if f.user_id is not None:
-        conds.append(EpisodeRow.user_id == clean_text(f.user_id))
-    if f.thread_id is not None:
-        conds.append(EpisodeRow.thread_id == clean_text(f.thread_id))
-    if f.since is not None:
-        conds.append(EpisodeRow.created_at >= f.since)
-    if f.until is not None:
-        conds.append(EpisodeRow.created_at < f.until)
-    if f.policy_version is not None:
-        conds.append(EpisodeRow.policy_version == clean_text(f.policy_version))
-    if f.kind is not None:
-        conds.append(EpisodeRow.kinds.contains(CandidateKind(f.kind).value))
-    if f.reward_min is not None:
-        conds.append(EpisodeRow.reward_total >= f.reward_min)
-    if f.reward_max is not None:
-        conds.append(EpisodeRow.reward_total <= f.reward_max)
-    if f.corrected is not None:
-        conds.append(EpisodeRow.corrected.is_(f.corrected))
-    if f.query_contains is not None:
-        if not f.query_contains.strip():
-            raise InvalidRecordError("query_contains must not be blank (leave it out to keep every query)")
-        conds.append(EpisodeRow.query.icontains(clean_text(f.query_contains), autoescape=True))
-    if cursor is not None:
-        at, last_id = _decode_cursor(cursor)
-        # Two conditions rather than one OR: the first is a plain index range, so a deep page
-        # seeks straight to the cursor instead of scanning every newer row.
-        conds.append(EpisodeRow.created_at <= at)
-        conds.append(or_(EpisodeRow.created_at < at, EpisodeRow.id < last_id))
-    stmt = select(EpisodeRow)
-    if conds:
-        stmt = stmt.where(*conds)
-    stmt = stmt.order_by(EpisodeRow.created_at.desc(), EpisodeRow.id.desc()).limit(limit + 1)
-    with tx.read() as s:
-        rows = s.scalars(stmt).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    items = tuple(cv.summary_from_row(r) for r in rows)
-    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None
-    return Page(items=items, next_cursor=next_cursor)
-
-
 def count_episodes(tx: Transactions) -> int:
     with tx.read() as s:
         return int(s.scalar(select(func.count()).select_from(EpisodeRow)) or 0)
-
-
-def _encode_cursor(at: datetime, episode_id: str) -> str:
-    raw = json.dumps([at.isoformat(), episode_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at, episode_id = json.loads(base64.urlsafe_b64decode(padded))
-        when = datetime.fromisoformat(at)
-        # every cursor this module writes carries its offset: a naive time was made by hand, and
-        # the log's time columns would refuse it only once the query ran
-        if when.tzinfo is None:
-            raise ValueError("naive time")
-        return when.astimezone(UTC), clean_text(str(episode_id))
-    except Exception:
-        raise InvalidRecordError(f"cursor is not a page cursor of this listing: {cursor!r}") from None
 
 
 def user_threads(tx: Transactions, user_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -218,14 +218,16 @@ def _by_name(row: object, record: type[_R], **converted: Any) -> _R:
     return record(**{name: getattr(row, name) for name in names}, **converted)
 
 
-def summary_from_row(r: EpisodeRow) -> EpisodeSummary:
+def summary_from_row(r: EpisodeRow, *, kinds: tuple[str, ...]) -> EpisodeSummary:
+    """The listing row of ``r``; ``kinds`` are the kinds its decisions chose (read from the slot
+    draws: ``r.kinds`` holds the kinds it was offered)."""
     return EpisodeSummary(
         id=r.id,
         user_id=r.user_id,
         query=r.query,
         created_at=r.created_at,
         policy_version=r.policy_version,
-        kinds=tuple(k for k in r.kinds.split(",") if k),
+        kinds=kinds,
         reward_total=r.reward_total,
         corrected=r.corrected,
         finalized=r.finalized_at is not None,

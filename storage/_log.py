@@ -49,6 +49,7 @@ from memabra._records import (
 )
 from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
 from memabra.storage._engine import make_engine
+from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log_retention import RetentionMethods
 from memabra.storage._migrate import check_schema
@@ -168,10 +169,12 @@ class EpisodeLog(RetentionMethods):
         return _episodes.get_selection(self._tx, decision_id)
 
     def list_episodes(
-        self, filters: EpisodeFilter | None = None, *, cursor: str | None = None, limit: int = 50
+        self, filters: EpisodeFilter | None = None, *, cursor: str | None = None, limit: int = 50, count: bool = False
     ) -> Page:
-        """Newest first, keyset-paginated on (created_at, id): constant cost per page at any depth."""
-        return _episodes.list_episodes(self._tx, filters, cursor, limit)
+        """Newest first, keyset-paginated on (created_at, id): constant cost per page at any depth.
+        A kind (the filter's, each summary's) is a kind the episode's decisions chose; ``count``
+        adds how many episodes match (``Page.total``, capped)."""
+        return list_episode_page(self._tx, filters, cursor, limit, count=count)
 
     def count_episodes(self) -> int:
         return _episodes.count_episodes(self._tx)

@@ -169,7 +169,7 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
                 flt, raw = parse_episode_filter(params)
                 limit = parse_limit(params.get("limit"))
                 cursor = params.get("cursor") or None
-                page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit)
+                page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit, count=True)
             except InvalidRecordError as exc:
                 # Show the form again as it was sent, with the message naming the bad field.
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}

@@ -2,7 +2,9 @@
 can be trusted, and how it compares with the logging policy (what production earned on the same
 decisions).
 
-A run stores one row per estimator of one target (``memabra ope log``); every row's details carry
+A run stores one row per estimator of one target (``memabra ope log``); the page shows one line
+per run (:class:`OPERun`: its recommended estimate) with every estimate folded under it. Every
+row's details carry
 the target's verdict (``supported``, ``reason``), the logging policy's value and, on runs stored
 since it was recorded, the data window. The recommended row carries the target's verdict; every
 other row its own estimator's (``estimator_supported``), which says only that its own weight looked
@@ -12,6 +14,7 @@ is shown muted and marked, however tight its interval.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +22,7 @@ from typing import Any
 
 from memabra._records import OPEResult
 
-__all__ = ["DataWindow", "OPERow", "ope_chart", "ope_rows", "ope_target"]
+__all__ = ["DataWindow", "OPERow", "OPERun", "ope_chart", "ope_rows", "ope_runs", "ope_target", "versus_logging"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +73,54 @@ class OPERow:
     @property
     def versus_logging(self) -> str:
         """The recommended estimate against the logging policy's value, in words ("" elsewhere)."""
-        if not self.recommended or self.logging_value is None:
+        if not self.recommended:
             return ""
-        if self.supported is not True:
-            return "cannot tell: the target is unsupported"
         r = self.result
-        if r.ci_low > self.logging_value:
-            return "better: the whole interval is above the logging policy"
-        if r.ci_high < self.logging_value:
-            return "worse: the whole interval is below the logging policy"
-        return "cannot tell: the interval contains the logging policy's value"
+        return versus_logging(self.supported, r.ci_low, r.ci_high, self.logging_value)
+
+
+def versus_logging(supported: bool | None, ci_low: float, ci_high: float, logging_value: float | None) -> str:
+    """An estimate's interval against the logging policy's value, in words ("" without that value)."""
+    if logging_value is None:
+        return ""
+    if supported is not True:
+        return "cannot tell: the target is unsupported"
+    if ci_low > logging_value:
+        return "better: the whole interval is above the logging policy"
+    if ci_high < logging_value:
+        return "worse: the whole interval is below the logging policy"
+    return "cannot tell: the interval contains the logging policy's value"
+
+
+@dataclass(frozen=True, slots=True)
+class OPERun:
+    """One evaluation run: its headline estimate (the recommended one; a run stored before
+    recommendations were recorded has none, and shows its first estimate) and every estimate."""
+
+    headline: OPERow
+    rows: tuple[OPERow, ...]
+
+    @property
+    def run_id(self) -> str:
+        return self.headline.result.run_id
+
+    @property
+    def created_at(self) -> datetime:
+        return max(row.result.created_at for row in self.rows)
+
+
+def ope_runs(rows: Sequence[OPERow]) -> list[OPERun]:
+    """The rows grouped by run, newest run first; in a run, the recommended estimate first, then
+    the others in the order the evaluation stored them."""
+    by_run: dict[str, list[OPERow]] = {}
+    for row in rows:
+        by_run.setdefault(row.result.run_id, []).append(row)
+    runs = []
+    for members in by_run.values():
+        members.sort(key=lambda row: (not row.recommended, row.result.created_at))
+        runs.append(OPERun(headline=members[0], rows=tuple(members)))
+    runs.sort(key=lambda run: run.created_at, reverse=True)
+    return runs
 
 
 def ope_target(result: OPEResult) -> str:
@@ -144,22 +185,56 @@ def _window(value: Any) -> DataWindow | None:
     )
 
 
-def ope_chart(rows: Sequence[OPERow]) -> dict[str, Any]:
+def ope_chart(rows: Sequence[OPERow], reward_range: tuple[float, float]) -> dict[str, Any]:
     """The OPE chart's data: one bar (interval) and one point per estimate, oldest run first, with
-    which estimates are unsupported or recommended and the logging policy's value per run."""
+    which estimates are unsupported or recommended and the logging policy's value per run.
+
+    The y axis spans the data, but never past ``reward_range`` (what the composite reward can
+    take): one wild estimate (a pseudo-inverse at +9 with an interval to +18) would otherwise
+    flatten every other interval. An interval that runs past the axis is drawn to its edge and
+    flagged in ``clipped_low`` / ``clipped_high``."""
     ordered = sorted(rows, key=lambda row: (row.result.created_at, row.target, row.result.estimator))
+    axis_min, axis_max = _axis(ordered, reward_range)
+    intervals = [(row.result.ci_low, row.result.ci_high) for row in ordered]
     return {
         "labels": [f"{row.target} · {row.result.estimator}" for row in ordered],
         "value": [row.result.value for row in ordered],
-        "interval": [[row.result.ci_low, row.result.ci_high] for row in ordered],
+        "interval": [[max(low, axis_min), min(high, axis_max)] for low, high in intervals],
         # None: a run stored before verdicts were recorded, drawn plainly rather than as untrusted
         "trusted": [
             row.trustworthy if row.supported is not None or row.target_unsupported else None for row in ordered
         ],
         "recommended": [row.recommended for row in ordered],
         "logging_value": [row.logging_value for row in ordered],
-        "note": [_note(row) for row in ordered],
+        "axis": [axis_min, axis_max],
+        "clipped_low": [low < axis_min for low, _ in intervals],
+        "clipped_high": [high > axis_max for _, high in intervals],
+        "note": [_chart_note(row, axis_min, axis_max) for row in ordered],
     }
+
+
+# Room left above and below the data, as a share of its span, so a bar's end is not the frame.
+_AXIS_MARGIN = 0.04
+
+
+def _axis(rows: Sequence[OPERow], reward_range: tuple[float, float]) -> tuple[float, float]:
+    low, high = reward_range
+    values = [v for row in rows for v in (row.result.ci_low, row.result.ci_high, row.result.value, row.logging_value)]
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    data_low, data_high = max(low, min(finite, default=low)), min(high, max(finite, default=high))
+    if data_low >= data_high:  # every value beyond one end of the range, or a single value
+        data_low, data_high = (low, high) if data_low > data_high else (data_low - 0.5, data_high + 0.5)
+    margin = (data_high - data_low) * _AXIS_MARGIN
+    return round(data_low - margin, 6), round(data_high + margin, 6)
+
+
+def _chart_note(row: OPERow, axis_min: float, axis_max: float) -> str:
+    note = _note(row)
+    r = row.result
+    if r.ci_low < axis_min or r.ci_high > axis_max:
+        clipped = f"interval [{r.ci_low:.3f}, {r.ci_high:.3f}] runs past the axis (cut at the reward's range)"
+        note = f"{note} · {clipped}" if note else clipped
+    return note
 
 
 def _note(row: OPERow) -> str:

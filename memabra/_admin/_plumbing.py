@@ -168,6 +168,7 @@ class _AdminBase:
         self.templates.filters.update(
             time=views.format_time,
             num=views.format_number,
+            prob=views.format_probability,
             truncate_text=views.truncate,
         )
         self.templates.filters.update(urlpart=views.url_part, code=views.code_spans)

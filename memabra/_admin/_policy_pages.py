@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,14 +13,20 @@ from starlette.responses import RedirectResponse, Response
 
 from memabra._admin import _views as views
 from memabra._admin._forms import parse_window
-from memabra._admin._ope_views import ope_rows
+from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
+from memabra._admin._promotion import promotion_check
 from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
-from memabra._records import utcnow
+from memabra._records import OPEResult, RewardWeights, utcnow
 from memabra.storage import DEFAULT_SAMPLE
 
 __all__ = ["PolicyPages"]
+
+# Stored estimates the page reads (a run stores one per estimator, about a dozen), and how many of
+# the latest runs' estimates the chart draws: past a few dozen bars, no label can be read.
+OPE_ROWS = 200
+OPE_CHART_ESTIMATES = 60
 
 
 class PolicyPages(_AdminBase):
@@ -41,7 +48,8 @@ class PolicyPages(_AdminBase):
         points = q.reward_over_time(since=since, bucket=views.choose_bucket(first, last))
         stats = q.policy_version_stats(since=since)
         shares = q.kind_shares(since=since)
-        ope = q.ope_results()
+        runs = _whole_runs(q.ope_results(limit=OPE_ROWS))
+        charted = [row.result for run in _latest(runs, OPE_CHART_ESTIMATES) for row in run.rows]
         snapshots = q.snapshots()
         # one row and one chart series per snapshot, however many online updates each made
         points, stats, shares = group_by_snapshot(points, stats, shares, {s.version for s in snapshots})
@@ -75,11 +83,16 @@ class PolicyPages(_AdminBase):
             "episodes_by_version": dict(episodes),
             "mean_reward": mean_reward,
             "shares": shares_by_version,
-            "ope": ope_rows(ope),
+            "ope_runs": runs,
+            "charted_runs": len(_latest(runs, OPE_CHART_ESTIMATES)),
+            "promotion": {s.version: promotion_check(s.version, s.metrics, runs) for s in snapshots},
             "has_snapshot": {s.version for s in snapshots},
-            "chart_data": views.chart_payload(points, stats, shares, ope),
+            "chart_data": views.chart_payload(points, stats, shares, charted, self._reward_weights().total_range()),
             "sample": DEFAULT_SAMPLE,
         }
+
+    def _reward_weights(self) -> RewardWeights:
+        return self.reward_config.weights if self.reward_config is not None else RewardWeights()
 
     async def promote(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
@@ -96,3 +109,23 @@ class PolicyPages(_AdminBase):
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
+
+
+def _whole_runs(results: Sequence[OPEResult]) -> list[OPERun]:
+    """The stored runs, newest first; when the read stopped at its limit, the oldest run read may
+    be cut short, so it is left out rather than shown with some of its estimates."""
+    runs = ope_runs(ope_rows(results))
+    return runs[:-1] if len(results) >= OPE_ROWS and len(runs) > 1 else runs
+
+
+def _latest(runs: Sequence[OPERun], estimates: int) -> list[OPERun]:
+    """The newest runs whose estimates add up to at most ``estimates`` (always the newest one),
+    oldest first, as the chart draws them."""
+    kept: list[OPERun] = []
+    total = 0
+    for run in runs:
+        total += len(run.rows)
+        if kept and total > estimates:
+            break
+        kept.append(run)
+    return kept[::-1]

@@ -21,7 +21,17 @@ from markupsafe import Markup, escape
 from memabra._admin._ope_views import ope_chart, ope_rows, ope_target
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import MemabraError
-from memabra._records import STOP_ID, CandidateKind, Episode, Feedback, OPEResult, RewardBreakdown, Selection, Step
+from memabra._records import (
+    STOP_ID,
+    CandidateKind,
+    Episode,
+    Feedback,
+    OPEResult,
+    RewardBreakdown,
+    RewardWeights,
+    Selection,
+    Step,
+)
 from memabra.storage import KindShare, PolicyVersionStats, RewardPoint
 
 __all__ = [
@@ -36,6 +46,7 @@ __all__ = [
     "feedback_summary",
     "filters_query",
     "format_number",
+    "format_probability",
     "format_time",
     "left_out_reason",
     "ope_target",
@@ -210,14 +221,15 @@ def left_out_reason(sel: Selection, candidate_id: str, kind: CandidateKind, toke
     for d in offered_in:
         own = d.probabilities[d.candidate_ids.index(candidate_id)]
         if d.chosen_probability < own - _EXPLORED_TOLERANCE:
-            odds = f"(p {d.chosen_probability:.3f}) over it (p {own:.3f})"
+            odds = f"(p {format_probability(d.chosen_probability)}) over it (p {format_probability(own)})"
             if d.chosen_id == STOP_ID:
                 return f"stop, by exploration: slot {d.slot} drew the stop option {odds}"
             return f"exploration: slot {d.slot} drew “{truncate(texts.get(d.chosen_id, d.chosen_id), 60)}” {odds}"
     last = offered_in[-1]
     if last.chosen_id == STOP_ID:
         own = last.probabilities[last.candidate_ids.index(candidate_id)]
-        return f"stop: the router stopped at slot {last.slot} (p(stop) {last.chosen_probability:.3f}, its p {own:.3f})"
+        stop, its = format_probability(last.chosen_probability), format_probability(own)
+        return f"stop: the router stopped at slot {last.slot} (p(stop) {stop}, its p {its})"
     budget = sel.context.budget.slots_for(kind)
     if len(draws) >= budget:
         return f"slots full: all {budget} {kind.value} slots went to options the router found more probable"
@@ -324,8 +336,10 @@ def chart_payload(
     stats: Sequence[PolicyVersionStats],
     shares: Sequence[KindShare],
     ope: Sequence[OPEResult],
+    reward_range: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """The data the policies page's charts draw, as plain JSON (read by static/admin.js)."""
+    """The data the policies page's charts draw, as plain JSON (read by static/admin.js).
+    ``reward_range``: the lowest and highest total reward (default: the default weights')."""
     buckets = sorted({p.bucket for p in points})
     versions = sorted({p.policy_version for p in points})
     by_key = {(p.policy_version, p.bucket): p.mean_reward for p in points}
@@ -346,7 +360,12 @@ def chart_payload(
         "exploration": [st.exploration_rate for st in ordered_stats],
         "min_propensity": [st.min_propensity for st in ordered_stats],
     }
-    return {"reward": reward, "kinds": kind_chart, "exploration": exploration, "ope": ope_chart(ope_rows(ope))}
+    return {
+        "reward": reward,
+        "kinds": kind_chart,
+        "exploration": exploration,
+        "ope": ope_chart(ope_rows(ope), reward_range or RewardWeights().total_range()),
+    }
 
 
 def format_time(value: datetime | None) -> str:
@@ -359,6 +378,22 @@ def format_number(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "–"
     return f"{value:.{digits}f}"
+
+
+# Below this a probability is written in scientific notation: 0.0011 and 0.0000 read as the same.
+_SMALL_PROBABILITY = 1e-3
+
+
+def format_probability(value: float | None) -> str:
+    """Three significant digits, in scientific notation below 0.001 (``0.00110``, ``9.97e-04``,
+    ``1.13e-06``): fixed decimals would print a 1-in-a-million draw as 0.0000."""
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0"
+    if abs(value) < _SMALL_PROBABILITY:
+        return f"{value:.2e}"
+    return f"{value:#.3g}"
 
 
 def truncate(text: str | None, limit: int = 120) -> str:

@@ -357,20 +357,22 @@ def test_the_ope_chart_marks_untrusted_and_recommended_estimates(
 
     _, log, _ = served
     verdict = {"supported": False, "reason": "the log does not cover this target", "unreached_share": 0.99}
+    other = {**verdict, "logging_value": 0.88, "recommended": False, "estimator_supported": True}
     log.record_ope_results(
         [
             OPEResult(
-                "uncovered", "cdr", 1.7, -1.9, 1.6, 190, details={**verdict, "logging_value": 0.88, "recommended": True}
-            ),
-            OPEResult(
                 "uncovered",
-                "dm",
-                0.93,
-                0.87,
-                0.98,
+                "cdr",
+                1.7,
+                -1.9,
+                1.6,
                 190,
-                details={**verdict, "logging_value": 0.88, "recommended": False, "estimator_supported": True},
+                run_id="uncovered-run",
+                details={**verdict, "logging_value": 0.88, "recommended": True},
             ),
+            OPEResult("uncovered", "dm", 0.93, 0.87, 0.98, 190, run_id="uncovered-run", details=other),
+            # a pseudo-inverse estimate far outside what the reward can be
+            OPEResult("uncovered", "pi", 9.0, 0.2, 18.0, 190, run_id="uncovered-run", details=other),
         ]
     )
     watch = _Watch(page, dialogs=False)
@@ -382,11 +384,68 @@ def test_the_ope_chart_marks_untrusted_and_recommended_estimates(
         "c => c.chart.data.datasets.map(d => ({label: d.label, points: d.data.filter(v => v !== null).length}))"
     )
     by_label = {d["label"]: d["points"] for d in datasets}
-    assert by_label["recommended"] >= 1 and by_label["estimate not to be trusted"] >= 1
+    assert by_label["recommended, unsupported"] >= 1 and by_label["estimate not to be trusted"] >= 1
     assert by_label["logging policy"] >= 2
-    assert "target unsupported" in page.locator("#ope tr.ope-muted").first.inner_text()
+    # the legend draws each dataset's own marker: a recommended star is not an untrusted cross
+    legend = canvas.evaluate("c => c.chart.legend.legendItems.map(i => [i.text, i.pointStyle])")
+    markers = dict(legend)
+    assert markers["recommended"] == markers["recommended, unsupported"] == "star"
+    assert markers["estimate not to be trusted"] == "crossRot"
+    assert canvas.evaluate("c => c.chart.legend.options.labels.usePointStyle") is True
+    # one wild estimate does not stretch the axis past the reward's range; it is marked instead
+    scale = canvas.evaluate("c => [c.chart.scales.y.min, c.chart.scales.y.max]")
+    assert scale[0] > -2.1 and scale[1] < 1.8
+    assert by_label["interval runs past the axis"] >= 1
+    # every estimate keeps its label
+    ticks = canvas.evaluate("c => [c.chart.scales.x.ticks.length, c.chart.data.labels.length]")
+    assert ticks[0] == ticks[1]
+    run = page.locator("#ope tbody.ope-run[data-run='uncovered-run']")
+    muted = run.locator("tr.ope-muted").first
+    assert not muted.is_visible()  # folded under its run
+    run.locator("details.ope-estimates > summary").click()
+    assert muted.is_visible() and "target unsupported" in muted.inner_text()
     page.locator("#chart-ope").screenshot(path=str(artifacts / "admin-ope-chart.png"))
     assert watch.errors == []
+
+
+def test_the_snapshot_actions_fit_a_1280_px_screen(
+    browser: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
+    from memabra import PolicySnapshot
+
+    url, log, _ = served
+    reason = "mean joint weight 0.181 [0.109, 0.252] excludes 1: the log does not cover this target " * 3
+    metrics = {"verdict": f"forced: unsupported: {reason}", "estimator": "cdr", "supported": False}
+    metrics |= {"estimate": 1.1891, "ci_low": -1.9, "ci_high": 1.6, "logging_value": 1.256}
+    log.save_snapshot(PolicySnapshot("test", "linear-71c5380081+446", b"\x05" * 512, parent="test-v2", metrics=metrics))
+    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        sign_in(page)
+        page.goto("/policies?window=all")
+        card = page.locator("#snapshots")
+        widths = card.evaluate("c => [c.scrollWidth, c.clientWidth]")
+        assert widths[0] <= widths[1], "the snapshots table scrolls sideways"
+        row = card.locator("tr[data-version='linear-71c5380081+446']")
+        promote = row.locator("button", has_text="Promote")
+        box = promote.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= 1280
+        assert "forced" in row.inner_text() and "unsupported" in row.inner_text()
+        card.screenshot(path=str(artifacts / "admin-snapshots-1280.png"))
+        asked: list[str] = []
+
+        def dismiss(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        page.once("dialog", dismiss)
+        promote.click()
+        assert asked and "UNSUPPORTED" in asked[0] and "FORCED" in asked[0] and "1.256" in asked[0]
+        assert log.get_snapshot("linear-71c5380081+446").status == "candidate"  # dismissed: not promoted
+        ope = page.locator("#ope").evaluate("c => [c.scrollWidth, c.clientWidth]")
+        assert ope[0] <= ope[1], "the offline-evaluation table scrolls sideways"
+    finally:
+        context.close()
 
 
 def test_deleting_an_episode_asks_first(page: Any, served: tuple[str, EpisodeLog, Seeded]) -> None:

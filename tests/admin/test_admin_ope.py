@@ -25,10 +25,10 @@ def test_policies_page_shows_offline_evaluation(client: TestClient, seeded: Seed
     assert sorted(of_v3, key=lambda r: r.estimator) == [r for r in stored if r.snapshot_version == "test-v3"][::-1]
     page = client.get("/policies").text
     section = page.split('id="ope"', 1)[1].split("</section>", 1)[0]
-    rows = re.findall(r"<tr [^>]*data-estimator[^>]*>(.*?)</tr>", section, re.S)
-    assert len(rows) == len(stored)
-    assert "bm25 baseline" in rows[0] and "[0.2100, 0.3900]" in rows[0] and "90%" in rows[0]
-    assert "test-v3" in rows[1] and "[0.4400, 0.6000]" in section and "95%" in rows[1]
+    runs = _runs(section)
+    assert len(runs) == len(stored)  # each estimate here was stored as a run of its own
+    assert "bm25 baseline" in runs[0] and "[0.2100, 0.3900]" in runs[0] and "90%" in runs[0]
+    assert "test-v3" in runs[1] and "[0.4400, 0.6000]" in section and "95%" in runs[1]
     assert 'id="chart-ope"' in page and "No offline evaluation yet" not in page
     data = json.loads(re.search(r'id="chart-data">(.*?)</script>', page, re.S).group(1))
     assert data["ope"]["labels"][0] == "test-v2 · dr" and data["ope"]["labels"][-1] == "bm25 baseline · ipw"
@@ -40,11 +40,26 @@ def _ope_section(client: TestClient) -> str:
     return client.get("/policies").text.split('id="ope"', 1)[1].split("</section>", 1)[0]
 
 
-def _row(section: str, estimator: str, policy: str) -> str:
+def _runs(section: str) -> list[str]:
+    """Each run's rows: its line, then its reason and every estimate folded under it."""
+    return section.split('<tbody class="ope-run"')[1:]
+
+
+def _run(section: str, policy: str) -> str:
+    return next(run for run in _runs(section) if f'<td class="target">{policy}<' in run)
+
+
+def _line(run: str) -> str:
+    """The run's one line: its recommended estimate."""
+    return run.split("</tr>", 1)[0]
+
+
+def _estimate(run: str, estimator: str) -> str:
+    """One estimator's row among the run's folded estimates."""
     return next(
         row
-        for row in re.findall(r"<tr [^>]*data-estimator[^>]*>.*?</tr>", section, re.S)
-        if f'data-estimator="{estimator}"' in row and f"<td>{policy}</td>" in row
+        for row in re.findall(r"<tr [^>]*data-estimator[^>]*>.*?</tr>", run, re.S)
+        if f'data-estimator="{estimator}"' in row
     )
 
 
@@ -69,7 +84,9 @@ def test_an_unsupported_targets_other_rows_do_not_read_as_answers(
     # out of reach) while dm, which weights nothing, passes its own check with a tight interval
     log.record_ope_results(
         [
-            OPEResult("active", "cdr", 1.74, -1.9, 1.6, 190, details={**UNSUPPORTED, "recommended": True}),
+            OPEResult(
+                "active", "cdr", 1.74, -1.9, 1.6, 190, details={**UNSUPPORTED, "recommended": True}, run_id="run-a"
+            ),
             OPEResult(
                 "active",
                 "dm",
@@ -78,16 +95,20 @@ def test_an_unsupported_targets_other_rows_do_not_read_as_answers(
                 0.980,
                 190,
                 details={**UNSUPPORTED, "recommended": False, "estimator_supported": True, "estimator_reason": ""},
+                run_id="run-a",
             ),
         ]
     )
-    section = _ope_section(client)
-    dm = _row(section, "dm", "active")
+    run = _run(_ope_section(client), "active")
+    dm = _estimate(run, "dm")
     assert "ope-muted" in dm and "target unsupported" in dm and "99% of the target" in dm
     assert "badge-ok" not in dm and "supported</span>" in dm  # its own verdict, not shown as trustworthy
-    cdr = _row(section, "cdr", "active")
+    cdr = _line(run)
     assert "ope-muted" not in cdr and "recommended" in cdr and "unsupported" in cdr
     assert "0.8824" in cdr and "cannot tell: the target is unsupported" in cdr
+    assert "ope-muted" not in _estimate(run, "cdr")
+    # the verdict's reason is on the page, not folded away with the other estimators
+    assert UNSUPPORTED["reason"] in run.split("<details", 1)[0]
     chart = _chart(client)
     assert chart["labels"] == ["active · cdr", "active · dm"]
     assert chart["trusted"] == [False, False] and chart["recommended"] == [True, False]
@@ -101,7 +122,7 @@ def test_a_supported_recommendation_is_compared_with_the_logging_policy(
     target = {"supported": True, "reason": "", "logging_value": 0.40}
     log.record_ope_results(
         [
-            OPEResult("better", "cdr", 0.52, 0.45, 0.60, 300, details={**target, "recommended": True}),
+            OPEResult("better", "cdr", 0.52, 0.45, 0.60, 300, details={**target, "recommended": True}, run_id="b"),
             OPEResult("tied", "cdr", 0.42, 0.30, 0.55, 300, details={**target, "recommended": True}),
             OPEResult("worse", "pi", 0.20, 0.10, 0.30, 300, details={**target, "recommended": True}),
             OPEResult(
@@ -112,14 +133,15 @@ def test_a_supported_recommendation_is_compared_with_the_logging_policy(
                 0.6,
                 300,
                 details={**target, "recommended": False, "estimator_supported": True, "estimator_reason": ""},
+                run_id="b",
             ),
         ]
     )
     section = _ope_section(client)
-    assert "better: the whole interval is above the logging policy" in _row(section, "cdr", "better")
-    assert "cannot tell: the interval contains the logging policy" in _row(section, "cdr", "tied")
-    assert "worse: the whole interval is below the logging policy" in _row(section, "pi", "worse")
-    sips = _row(section, "sips", "better")
+    assert "better: the whole interval is above the logging policy" in _line(_run(section, "better"))
+    assert "cannot tell: the interval contains the logging policy" in _line(_run(section, "tied"))
+    assert "worse: the whole interval is below the logging policy" in _line(_run(section, "worse"))
+    sips = _estimate(_run(section, "better"), "sips")
     assert "badge badge-ok" in sips and "ope-muted" not in sips and "0.4000" in sips
     assert _chart(client)["trusted"] == [True, True, True, True]
 
@@ -136,8 +158,69 @@ def test_each_run_shows_the_data_window_it_read(client: TestClient, seeded: Seed
         ]
     )
     section = _ope_section(client)
-    until = _row(section, "cdr", "until-run")
+    until = _line(_run(section, "until-run"))
     assert "2026-11-01 08:00:00 → 2026-11-30 17:59:00" in until and "restricted" in until
     assert "until 2026-12-01 00:00:00" in until and ">120<" in until
-    assert "whole log" in _row(section, "cdr", "whole-run") and "restricted" not in _row(section, "cdr", "whole-run")
-    assert "not recorded" in _row(section, "cdr", "old-run")
+    whole = _line(_run(section, "whole-run"))
+    assert "whole log" in whole and "restricted" not in whole
+    assert "not recorded" in _line(_run(section, "old-run"))
+
+
+ESTIMATORS = ("sips", "snsips", "iips", "rips", "pi", "snpi", "dm", "dr", "idr", "cdr", "pi-dr")
+
+
+def _full_run(policy: str, run_id: str, details: dict[str, object]) -> list[OPEResult]:
+    """A run as `memabra ope log` stores it: every estimator, cdr recommended, the others muted."""
+    return [
+        OPEResult(
+            policy,
+            name,
+            0.5 + i / 100,
+            0.4,
+            0.6 + i / 100,
+            190,
+            run_id=run_id,
+            details={**details, "recommended": name == "cdr", "estimator_supported": True, "estimator_reason": ""},
+        )
+        for i, name in enumerate(ESTIMATORS)
+    ]
+
+
+def test_each_run_is_one_line_with_its_estimators_folded_under_it(
+    client: TestClient, seeded: Seeded, log: EpisodeLog
+) -> None:
+    log.record_ope_results(_full_run("hybrid", "run-h", UNSUPPORTED) + _full_run("bm25", "run-b", UNSUPPORTED))
+    section = _ope_section(client)
+    runs = _runs(section)
+    assert len(runs) == 2 and section.count('class="ope-summary') == 2
+    for run in runs:
+        line, rest = run.split("</tr>", 1)
+        assert "data-estimator" not in line and ">cdr <span" in line and "recommended" in line
+        assert "0.8824" in line and ">unsupported</span>" in line
+        # the verdict's reason under the line, every estimate behind one <details>
+        reason, folded = rest.split('<details class="ope-estimates">', 1)
+        assert UNSUPPORTED["reason"] in reason
+        assert re.findall(r'data-estimator="([^"]+)"', folded) == ["cdr", *(e for e in ESTIMATORS if e != "cdr")]
+        assert folded.count("ope-muted") == len(ESTIMATORS) - 1
+
+
+def test_the_chart_axis_stops_at_the_rewards_range() -> None:
+    from memabra._admin._ope_views import ope_chart, ope_rows
+
+    supported = {"supported": True, "reason": "", "recommended": False}
+    rows = ope_rows(
+        [
+            OPEResult("hybrid", "cdr", 0.8, 0.7, 0.9, 100, run_id="r", details={**supported, "recommended": True}),
+            OPEResult("hybrid", "pi", 9.0, -0.5, 18.0, 100, run_id="r", details=supported),
+            OPEResult("hybrid", "sips", -3.0, -6.0, 0.1, 100, run_id="r", details=supported),
+        ]
+    )
+    chart = ope_chart(rows, (-1.9, 1.6))
+    low, high = chart["axis"]
+    assert -2.1 < low < -1.9 and 1.6 < high < 1.8  # the reward's range, with a margin
+    assert chart["clipped_high"] == [False, True, False] and chart["clipped_low"] == [False, False, True]
+    assert chart["interval"] == [[0.7, 0.9], [-0.5, high], [low, 0.1]]
+    assert "interval [-0.500, 18.000] runs past the axis" in chart["note"][1]
+    # within the range, the axis spans the data: narrow intervals stay readable
+    narrow = ope_chart(ope_rows([OPEResult("hybrid", "cdr", 0.5, 0.45, 0.55, 100, details=supported)]), (-1.9, 1.6))
+    assert narrow["axis"] == [0.446, 0.554] and narrow["clipped_high"] == [False]

@@ -13,6 +13,7 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from memabra import Selection
+from memabra._admin._views import format_probability
 from memabra._errors import SnapshotError
 from memabra._records import utcnow
 from memabra.storage import EpisodeLog
@@ -136,8 +137,8 @@ def test_episode_page_shows_the_decision(client: TestClient, seeded: Seeded, log
     assert "hyb_z" in page and "tokens_log" in page
     assert page.count('class="check"') == len(sel.chosen_ids)
     chosen_draw = sel.slots[0]
-    assert f"{chosen_draw.chosen_probability:.4f}" in page
-    assert f"{sel.propensity:.4g}" in page
+    assert format_probability(chosen_draw.chosen_probability) in page
+    assert format_probability(sel.propensity) in page
     # The counterfactual: i=0 picked the second memory, so the best one was high-scoring and left out.
     counterfactual = page.split("High-scoring but not chosen", 1)[1].split("What the current policy", 1)[0]
     assert "mem-alice-0" in counterfactual
@@ -219,7 +220,7 @@ def test_policies_page(client: TestClient, seeded: Seeded) -> None:
         ("test-v3", "test-v2", "candidate"),
     ):
         row = snapshots.split(f'data-version="{version}"', 1)[1].split("</tr>", 1)[0]
-        assert f'<td class="mono">{parent}</td>' in row and f">{status}</span>" in row
+        assert f'parent <span class="mono parent">{parent}</span>' in row and f">{status}</span>" in row
     assert "Roll back" in snapshots and snapshots.count(">Promote<") == 2
     data = json.loads(re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', page, re.S).group(1))
     assert [s["label"] for s in data["reward"]["series"]] == ["test-v1", "test-v2"]

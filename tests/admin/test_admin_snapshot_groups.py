@@ -64,7 +64,7 @@ def test_a_non_recommended_row_shows_its_own_estimators_verdict(
     target = {"supported": True, "reason": ""}
     log.record_ope_results(
         [
-            OPEResult("hybrid", "cdr", 0.8, 0.7, 0.9, 100, details={**target, "recommended": True}),
+            OPEResult("hybrid", "cdr", 0.8, 0.7, 0.9, 100, details={**target, "recommended": True}, run_id="h"),
             OPEResult(
                 "hybrid",
                 "pi",
@@ -73,6 +73,7 @@ def test_a_non_recommended_row_shows_its_own_estimators_verdict(
                 18.0,
                 100,
                 details={**target, "recommended": False, "estimator_supported": False, "estimator_reason": own},
+                run_id="h",
             ),
         ]
     )

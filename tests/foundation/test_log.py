@@ -320,3 +320,33 @@ def test_timestamps_are_timezone_aware_utc(log: EpisodeLog) -> None:
     back = log.get_episode(ep.id)
     assert back.created_at.utcoffset() == timedelta(0)
     assert back.selections[0].created_at == ep.selections[0].created_at
+
+
+def test_an_episode_s_kinds_are_the_kinds_it_chose_and_a_page_can_count_and_go_back(log: EpisodeLog) -> None:
+    """A kind in the listing (filter and summary) is one a slot drew, not one offered; ``count``
+    gives how many match; each page after the first knows where the one before it starts."""
+    base = utcnow() - timedelta(hours=1)
+    chose_memories = [dataclasses.replace(episode("ann"), created_at=base + timedelta(seconds=i)) for i in range(5)]
+    chose_nothing = dataclasses.replace(episode("ann", chosen=()), created_at=base + timedelta(seconds=10))
+    chose_a_tool = Episode(
+        user_id="ann",
+        query="q",
+        selections=(uniform_selection("ann", candidates("t", kind=CandidateKind.TOOL), ["t0"]),),
+        created_at=base + timedelta(seconds=11),
+    )
+    log.log_episodes([*chose_memories, chose_nothing, chose_a_tool])
+    by_id = {s.id: s.kinds for s in log.list_episodes(limit=100).items}
+    assert by_id[chose_a_tool.id] == ("tool",) and by_id[chose_nothing.id] == ()
+    assert all(by_id[e.id] == ("memory",) for e in chose_memories)
+    tools = log.list_episodes(EpisodeFilter(kind=CandidateKind.TOOL), count=True)
+    assert [s.id for s in tools.items] == [chose_a_tool.id] and tools.total == 1
+    memories = log.list_episodes(EpisodeFilter(kind=CandidateKind.MEMORY), count=True)
+    assert memories.total == 5 and not memories.total_capped
+    assert log.list_episodes().total is None  # not asked to count
+
+    first = log.list_episodes(limit=3)
+    second = log.list_episodes(cursor=first.next_cursor, limit=3)
+    third = log.list_episodes(cursor=second.next_cursor, limit=3)
+    assert not first.has_previous and second.has_previous and second.previous_cursor is None
+    back = log.list_episodes(cursor=third.previous_cursor, limit=3)
+    assert [s.id for s in back.items] == [s.id for s in second.items]

@@ -113,12 +113,19 @@
     }
   });
 
-  // Untrusted estimates (unsupported, or of an unsupported target) are grey bars with red crosses,
-  // the recommended estimate of each run a star; the dashed line is the logging policy's value.
+  // Untrusted estimates (unsupported, or of an unsupported target) are grey bars with red crosses;
+  // the recommended estimate of each run a star, green, or red where it is unsupported (one colour
+  // per dataset, so the legend's marker is the one on the chart); the dashed line is the
+  // logging policy's value. The axis stops at the reward's range: a triangle at its edge marks an
+  // interval that runs past it.
   var ope = data.ope;
   function pick(values, keep) {
     return values.map(function (v, i) { return keep(i) ? v : null; });
   }
+  function edge(flags, at) {
+    return flags.map(function (f) { return f ? at : null; });
+  }
+  var trusted = function (i) { return ope.trusted[i] !== false; };
   draw("chart-ope", {
     type: "bar",
     data: {
@@ -127,22 +134,33 @@
         { type: "bar", label: "confidence interval", data: ope.interval,
           backgroundColor: ope.trusted.map(function (t) { return t !== false ? "rgba(37, 99, 235, 0.25)" : "rgba(148, 163, 184, 0.25)"; }),
           borderColor: ope.trusted.map(function (t) { return t !== false ? "#2563eb" : "#94a3b8"; }),
-          borderWidth: 1, barPercentage: 0.5 },
-        { type: "line", label: "estimate", data: pick(ope.value, function (i) { return ope.trusted[i] !== false && !ope.recommended[i]; }),
+          borderWidth: 1, barPercentage: 0.5, pointStyle: "rect" },
+        { type: "line", label: "estimate", data: pick(ope.value, function (i) { return trusted(i) && !ope.recommended[i]; }),
           showLine: false, pointRadius: 5, pointStyle: "rectRot", backgroundColor: "#2563eb", borderColor: "#2563eb" },
-        { type: "line", label: "estimate not to be trusted", data: pick(ope.value, function (i) { return ope.trusted[i] === false && !ope.recommended[i]; }),
+        { type: "line", label: "estimate not to be trusted", data: pick(ope.value, function (i) { return !trusted(i) && !ope.recommended[i]; }),
           showLine: false, pointRadius: 6, pointStyle: "crossRot", borderWidth: 2, backgroundColor: "#dc2626", borderColor: "#dc2626" },
-        { type: "line", label: "recommended", data: pick(ope.value, function (i) { return ope.recommended[i]; }),
-          showLine: false, pointRadius: 9, pointStyle: "star", borderWidth: 2,
-          backgroundColor: ope.trusted.map(function (t) { return t !== false ? "#16a34a" : "#dc2626"; }),
-          borderColor: ope.trusted.map(function (t) { return t !== false ? "#16a34a" : "#dc2626"; }) },
+        { type: "line", label: "recommended", data: pick(ope.value, function (i) { return ope.recommended[i] && trusted(i); }),
+          showLine: false, pointRadius: 9, pointStyle: "star", borderWidth: 2, backgroundColor: "#16a34a", borderColor: "#16a34a" },
+        { type: "line", label: "recommended, unsupported", data: pick(ope.value, function (i) { return ope.recommended[i] && !trusted(i); }),
+          showLine: false, pointRadius: 9, pointStyle: "star", borderWidth: 2, backgroundColor: "#dc2626", borderColor: "#dc2626" },
         { type: "line", label: "logging policy", data: ope.logging_value, stepped: "middle", spanGaps: false,
-          pointRadius: 0, borderDash: [6, 4], borderWidth: 2, borderColor: "#475569", backgroundColor: "#475569" }
+          pointRadius: 0, pointStyle: "line", borderDash: [6, 4], borderWidth: 2, borderColor: "#475569", backgroundColor: "#475569" },
+        { type: "line", label: "interval runs past the axis", data: edge(ope.clipped_high, ope.axis[1]),
+          showLine: false, pointRadius: 6, pointStyle: "triangle", backgroundColor: "#a16207", borderColor: "#a16207", clip: false },
+        { type: "line", label: "interval runs past the axis (below)", data: edge(ope.clipped_low, ope.axis[0]),
+          showLine: false, pointRadius: 6, pointStyle: "triangle", rotation: 180, backgroundColor: "#a16207", borderColor: "#a16207", clip: false }
       ]
     },
     options: {
-      scales: { y: { title: { display: true, text: "estimated policy value" } } },
+      scales: {
+        y: { min: ope.axis[0], max: ope.axis[1], title: { display: true, text: "estimated policy value" } },
+        // every estimate keeps its label: rotated, smaller, none skipped
+        x: { ticks: { autoSkip: false, maxRotation: 90, minRotation: 50, font: { size: 10 } } }
+      },
       plugins: {
+        // the legend draws each dataset's own marker, not a colour box: a star is not a cross;
+        // one triangle entry stands for both ends
+        legend: { labels: { usePointStyle: true, filter: function (item) { return item.text.indexOf("(below)") < 0; } } },
         tooltip: {
           callbacks: {
             afterBody: function (items) {

@@ -1,0 +1,178 @@
+"""The episode listing: newest first, keyset-paginated on (created_at, id), so a page costs the
+same at any depth.
+
+An episode's kinds are the kinds its decisions *chose* (a slot drew a candidate of the kind; a
+stop draw chooses nothing), read from the slot draws: the denormalised ``episodes.kinds`` column
+holds the kinds it was *offered*, and a router offered memories, skills and tools on every turn,
+so a filter on it matched every episode and every row read ``memory skill tool``.
+
+A page also says where the page before it starts (one short read upwards from its cursor) and,
+when asked, how many episodes match: one ``COUNT`` under the same filters that stops at
+:data:`COUNT_CAP`, so that it stays cheap on a log of millions of episodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import exists, func, or_, select
+from sqlalchemy.orm import Session
+
+from memabra._errors import InvalidRecordError
+from memabra._records import STOP_ID, CandidateKind, Page
+from memabra.storage import _convert as cv
+from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow
+from memabra.storage._rows import clean_text
+from memabra.storage._tx import Transactions
+
+__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes"]
+
+COUNT_CAP = 10_000
+"""A count stops here (``Page.total_capped``): counting every row of a large log on each page view
+would cost more than the page."""
+
+
+def list_episodes(
+    tx: Transactions, filters: EpisodeFilter | None, cursor: str | None, limit: int, *, count: bool = False
+) -> Page:
+    """One page of episode summaries, newest first, after ``cursor``; with ``count``, how many
+    episodes match (up to :data:`COUNT_CAP`)."""
+    if limit < 1 or limit > 1000:
+        raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
+    conds = _conditions(filters or EpisodeFilter())
+    at_cursor = _decode_cursor(cursor) if cursor is not None else None
+    with tx.read() as s:
+        rows = _page(s, conds, at_cursor, limit)
+        chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
+        previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
+        total = _count(s, conds) if count else None
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(
+        items=tuple(cv.summary_from_row(r, kinds=chosen.get(r.id, ())) for r in rows),
+        next_cursor=_encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None,
+        has_previous=at_cursor is not None,
+        previous_cursor=previous,
+        total=None if total is None else min(total, COUNT_CAP),
+        total_capped=total is not None and total > COUNT_CAP,
+    )
+
+
+def _conditions(f: EpisodeFilter) -> list[Any]:
+    e = EpisodeRow
+    conds: list[Any] = []
+    if f.user_id is not None:
+        conds.append(e.user_id == clean_text(f.user_id))
+    if f.thread_id is not None:
+        conds.append(e.thread_id == clean_text(f.thread_id))
+    if f.since is not None:
+        conds.append(e.created_at >= f.since)
+    if f.until is not None:
+        conds.append(e.created_at < f.until)
+    if f.policy_version is not None:
+        conds.append(e.policy_version == clean_text(f.policy_version))
+    if f.kind is not None:
+        conds.append(_chose(CandidateKind(f.kind)))
+    if f.reward_min is not None:
+        conds.append(e.reward_total >= f.reward_min)
+    if f.reward_max is not None:
+        conds.append(e.reward_total <= f.reward_max)
+    if f.corrected is not None:
+        conds.append(e.corrected.is_(f.corrected))
+    if f.query_contains is not None:
+        if not f.query_contains.strip():
+            raise InvalidRecordError("query_contains must not be blank (leave it out to keep every query)")
+        conds.append(e.query.icontains(clean_text(f.query_contains), autoescape=True))
+    return conds
+
+
+def _chose(kind: CandidateKind) -> Any:
+    """Whether one of the episode's slot draws drew a candidate of ``kind``."""
+    d, slot = DecisionRow, DecisionSlotRow
+    return exists().where(
+        d.episode_id == EpisodeRow.id,
+        slot.decision_id == d.id,
+        slot.kind == kind.value,
+        slot.chosen_id != STOP_ID,
+    )
+
+
+def _page(s: Session, conds: list[Any], at_cursor: tuple[datetime, str] | None, limit: int) -> Sequence[EpisodeRow]:
+    """``limit + 1`` rows older than the cursor (the extra one says whether a next page exists)."""
+    e = EpisodeRow
+    where = list(conds)
+    if at_cursor is not None:
+        at, last_id = at_cursor
+        # two conditions rather than one OR: the first is a plain index range, so a deep page
+        # seeks straight to the cursor instead of scanning every newer row
+        where += [e.created_at <= at, or_(e.created_at < at, e.id < last_id)]
+    stmt = select(e).where(*where).order_by(e.created_at.desc(), e.id.desc()).limit(limit + 1)
+    return s.scalars(stmt).all()
+
+
+def _previous_cursor(s: Session, conds: list[Any], at_cursor: tuple[datetime, str], limit: int) -> str | None:
+    """The cursor of the page before the one that starts after ``at_cursor``.
+
+    A cursor is the last row of the page before it, so that page is the cursor's row and the
+    ``limit - 1`` rows above it; its own cursor is the row above those, the ``limit``-th row
+    newer than the cursor. ``None`` when there is none: the previous page is the first."""
+    e = EpisodeRow
+    at, last_id = at_cursor
+    stmt = (
+        select(e.created_at, e.id)
+        .where(*conds, e.created_at >= at, or_(e.created_at > at, e.id > last_id))
+        .order_by(e.created_at.asc(), e.id.asc())
+        .offset(limit - 1)
+        .limit(1)
+    )
+    row = s.execute(stmt).first()
+    return None if row is None else _encode_cursor(row[0], row[1])
+
+
+def _count(s: Session, conds: list[Any]) -> int:
+    """How many episodes match, counting at most ``COUNT_CAP + 1``."""
+    matching = select(EpisodeRow.id).where(*conds).limit(COUNT_CAP + 1).subquery()
+    return int(s.scalar(select(func.count()).select_from(matching)) or 0)
+
+
+def chosen_kinds(s: Session, episode_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The kinds each episode's slot draws chose, in the kinds' own order."""
+    if not episode_ids:
+        return {}
+    d, slot = DecisionRow, DecisionSlotRow
+    stmt = (
+        select(d.episode_id, slot.kind)
+        .join(slot, slot.decision_id == d.id)
+        .where(d.episode_id.in_(episode_ids), slot.chosen_id != STOP_ID)
+        .distinct()
+    )
+    found: dict[str, set[str]] = defaultdict(set)
+    for episode_id, kind in s.execute(stmt):
+        found[episode_id].add(kind)
+    order = [k.value for k in CandidateKind]
+    return {episode_id: tuple(k for k in order if k in kinds) for episode_id, kinds in found.items()}
+
+
+def _encode_cursor(at: datetime, episode_id: str) -> str:
+    raw = json.dumps([at.isoformat(), episode_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, episode_id = json.loads(base64.urlsafe_b64decode(padded))
+        when = datetime.fromisoformat(at)
+        # every cursor this module writes carries its offset: a naive time was made by hand, and
+        # the log's time columns would refuse it only once the query ran
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        return when.astimezone(UTC), clean_text(str(episode_id))
+    except Exception:
+        raise InvalidRecordError(f"cursor is not a page cursor of this listing: {cursor!r}") from None

@@ -1,0 +1,73 @@
+"""One episode's page: small probabilities stay readable, and the feedback forms neither pick a
+rating for the reviewer nor let feedback on a final reward look as if it counted."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from starlette.testclient import TestClient
+
+from memabra import STOP_ID, CandidateKind, Episode, SlotDraw
+from memabra._admin._views import decision_views, format_probability
+from memabra._feedback import RewardService
+from memabra.storage import EpisodeLog
+
+from .conftest import ClientFactory, Seeded, explained_episode
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "–"),
+        (0.0, "0"),
+        (1.0, "1.00"),
+        (0.993, "0.993"),
+        (0.15, "0.150"),
+        (0.0011, "0.00110"),
+        (0.000997, "9.97e-04"),
+        (1.13e-06, "1.13e-06"),
+    ],
+)
+def test_a_probability_keeps_three_significant_digits(value: float | None, shown: str) -> None:
+    assert format_probability(value) == shown
+
+
+def _long_tail_episode() -> Episode:
+    """The explained decision whose tool slot stopped, where a tool had a one-in-100,000 chance."""
+    episode = explained_episode()
+    sel = episode.selections[0]
+    tools = SlotDraw(2, CandidateKind.TOOL, ("t-search", "t-weather", STOP_ID), (0.00001, 0.00999, 0.99), STOP_ID, 0.99)
+    return replace(episode, selections=(replace(sel, slots=(*sel.slots[:2], tools)),))
+
+
+def test_small_probabilities_do_not_read_as_zero(make_client: ClientFactory, log: EpisodeLog) -> None:
+    episode = _long_tail_episode()
+    RewardService(log).record(episode)
+    page = make_client().get(f"/episodes/{episode.id}").text
+    search = page.split('data-candidate="t-search"', 1)[1].split("</tr>", 1)[0]
+    assert ">1.00e-05</td>" in search and "0.0000" not in search
+    assert "(p(stop) 0.990, its p 1.00e-05)" in search  # the reason says it the same way
+    (view,) = decision_views(episode, None)
+    assert next(c for c in view.candidates if c.id == "t-search").probability == 0.00001
+
+
+def _rating_form(page: str) -> str:
+    return page.split('id="rating-form"', 1)[1].split("</form>", 1)[0]
+
+
+def test_no_rating_is_chosen_for_the_reviewer(client: TestClient, seeded: Seeded) -> None:
+    form = _rating_form(client.get(f"/episodes/{seeded.episodes[10]}").text)
+    radios = re.findall(r'<input type="radio" name="rating"[^>]*>', form)
+    assert len(radios) == 5
+    assert not any("checked" in r for r in radios) and all("required" in r for r in radios)
+
+
+def test_feedback_on_a_final_reward_says_it_will_be_late_before_it_is_sent(client: TestClient, seeded: Seeded) -> None:
+    final = client.get(f"/episodes/{seeded.episodes[0]}").text  # finalised by the seed
+    warning = final.split('id="feedback-late-warning"', 1)[1].split("</div>", 1)[0]
+    assert "late" in warning and "not applied" in warning
+    assert "Record late rating" in final and "Record late correction" in final
+    open_ = client.get(f"/episodes/{seeded.episodes[10]}").text
+    assert 'id="feedback-late-warning"' not in open_ and "Record rating" in open_
