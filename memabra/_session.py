@@ -255,9 +255,20 @@ class RoutingSession:
             accepted = ", ".join(k.value for k in FeedbackKind)
             raise InvalidFeedbackError(f"feedback kind must be one of {accepted}; got {kind!r}") from None
         receipt = self.rewards.post_feedback(Feedback(episode_id, parsed, source, payload, **extra))
+        correction = payload.get("correction")
+        if isinstance(correction, str) and correction.strip() and receipt.status != "duplicate":
+            self._remember_correction(episode_id, correction)
         if self.learn_online:
             self.learn_pending()
         return receipt
+
+    def _remember_correction(self, episode_id: str, correction: str) -> None:
+        """A correction's fact goes into the user's memory by the write path a user message takes
+        ("I moved to Oslo" retires "I live in Lyon"; "wrong tool" states no fact). After the
+        feedback is stored: a failure here costs the fact, never the reward's signal. Late feedback
+        still carries the fact, so it is remembered too."""
+        user_id = self.log.get_episode(episode_id).user_id
+        self.memory.write_from_message(user_id, correction, self.extractor, episode_id=episode_id)
 
     def learn_pending(self) -> int:
         """Run the in-process learner (when this process holds the policy's lease): close episodes

@@ -101,3 +101,21 @@ def test_feedback_of_an_unknown_kind_or_with_no_signal_is_refused_and_nothing_st
     assert log.feedback_for(eid) == ()
     assert agent.feedback(eid, kind="programmatic", accepted=True).status != "late"
     agent.close()
+
+
+def test_a_correction_given_as_feedback_is_remembered_as_its_fact(log: EpisodeLog) -> None:
+    """``feedback(correction="I moved to Oslo")`` updates the user's memory as a message saying
+    it would (the README's first example); a correction stating no fact changes nothing, and a
+    duplicate post writes nothing again."""
+    agent = _agent(log, [AIMessage("ok")] * 3, [])
+    first = _ask(agent, "I live in Lyon")
+    assert [m.text for m in agent.session.memory.list("ann", include_retired=False)] == ["I live in Lyon"]
+    eid = _ask(agent, "Do I need an umbrella tomorrow?")
+    agent.feedback(eid, correct=False, correction="I moved to Oslo", idempotency_key="k1")
+    current = [m.text for m in agent.session.memory.list("ann", include_retired=False)]
+    assert current == ["I moved to Oslo"]
+    agent.feedback(eid, correct=False, correction="I moved to Oslo", idempotency_key="k1")  # a retry
+    assert len(agent.session.memory.list("ann")) == 2  # Lyon (retired) and Oslo: nothing added
+    agent.feedback(first, correction="wrong tool")
+    assert [m.text for m in agent.session.memory.list("ann", include_retired=False)] == current
+    agent.close()
