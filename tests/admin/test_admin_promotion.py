@@ -75,31 +75,15 @@ def test_the_latest_recommended_run_of_a_snapshot_is_what_promote_shows(
 ) -> None:
     _save_candidate(log, "test-v4", FORCED_UNSUPPORTED)
     verdict = {"supported": True, "reason": "", "logging_value": 0.40}
+
+    def estimate(estimator: str, value: float, low: float, high: float, *, recommended: bool) -> OPEResult:
+        details = verdict | {"recommended": recommended}
+        return OPEResult(
+            "test", estimator, value, low, high, 300, snapshot_version="test-v4", run_id="later", details=details
+        )
+
     log.record_ope_results(
-        [
-            OPEResult(
-                "test",
-                "cdr",
-                0.52,
-                0.45,
-                0.60,
-                300,
-                snapshot_version="test-v4",
-                run_id="later",
-                details=verdict | {"recommended": True},
-            ),
-            OPEResult(
-                "test",
-                "dm",
-                0.9,
-                0.8,
-                1.0,
-                300,
-                snapshot_version="test-v4",
-                run_id="later",
-                details=verdict | {"recommended": False},
-            ),
-        ]
+        [estimate("cdr", 0.52, 0.45, 0.60, recommended=True), estimate("dm", 0.9, 0.8, 1.0, recommended=False)]
     )
     row = _snapshot_row(client, "test-v4")
     confirm = _confirmation(row)
