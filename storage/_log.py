@@ -219,6 +219,11 @@ class EpisodeLog(RetentionMethods):
         """Every stored reward as (episode id, breakdown), of episodes created since ``since``."""
         return _rewards.stored_rewards(self._tx, since)
 
+    def count_learned_rewards(self, *, since: datetime | None = None) -> int:
+        """How many stored rewards (of episodes created since ``since``) a learner has learned:
+        re-totalling those leaves the learner's model on their old totals."""
+        return _rewards.count_learned(self._tx, since)
+
     def memory_labels(self) -> dict[str, float]:
         """MemPO's +1 / -1 label of each episode that has one, by episode id."""
         return _rewards.memory_labels(self._tx)

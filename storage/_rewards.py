@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, tuple_, update
+from sqlalchemy import bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -295,6 +295,20 @@ def stored_rewards(tx: Transactions, since: datetime | None) -> list[tuple[str, 
         stmt = stmt.where(EpisodeRow.created_at >= since)
     with tx.read() as s:
         return [(r.episode_id, cv.reward_from_row(r)) for r in s.scalars(stmt)]
+
+
+def count_learned(tx: Transactions, since: datetime | None) -> int:
+    """How many stored rewards (of episodes created since ``since``) a learner has learned."""
+    stmt = (
+        select(func.count())
+        .select_from(RewardRow)
+        .join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id)
+        .where(RewardRow.learned_at.is_not(None))
+    )
+    if since is not None:
+        stmt = stmt.where(EpisodeRow.created_at >= since)
+    with tx.read() as s:
+        return int(s.scalar(stmt) or 0)
 
 
 def memory_labels(tx: Transactions) -> dict[str, float]:

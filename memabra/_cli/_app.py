@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
-from memabra._cli._common import err_console
+from memabra._cli._common import console, err_console
 from memabra._cli._demo import demo
 from memabra._cli._export import episodes_export
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
@@ -28,6 +30,26 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from memabra import __version__
+
+        console.print(f"memabra {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print memabra's version and exit.", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Learned, logged, evaluable context routing for LangGraph agents."""
+
+
 app.add_typer(db_app, name="db")
 episodes_app.command("delete")(episodes_delete)
 episodes_app.command("deletions")(episodes_deletions)

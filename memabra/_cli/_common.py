@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -138,22 +139,62 @@ def _resolved_url(db: str | None) -> str:
         return resolve_url(db)
     except MemabraError as exc:
         given = db or os.environ.get(URL_ENV, "")
-        hint = ""
-        if given and "://" not in given:
-            slashes = " (four slashes before an absolute path)" if given.startswith("/") else ""
-            hint = f"; a SQLite file is written sqlite:///{given}{slashes}"
-        raise typer.BadParameter(f"{exc}{hint}", param_hint=_db_source(db)) from None
+        raise typer.BadParameter(f"{exc}{_url_hint(given)}", param_hint=_db_source(db)) from None
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
+
+
+def _url_hint(given: str) -> str:
+    """How to write what ``given`` (not a database URL) seems to mean: a file path, or a SQLite
+    URL with too few slashes (``sqlite:/tmp/x.db``), as a SQLite URL."""
+    if not given or "://" in given:
+        return ""
+    path = given
+    scheme = _SCHEME.fullmatch(given)
+    if scheme is not None and len(scheme.group(1)) > 1:  # one letter: a Windows drive (C:/...)
+        if not scheme.group(1).lower().startswith("sqlite"):
+            return "; a database URL is written sqlite:///FILE or postgresql+psycopg://USER@HOST/NAME"
+        path = scheme.group(2)
+    if not path:
+        return "; a SQLite file is written sqlite:///relative.db or sqlite:////absolute/path.db"
+    slashes = " (four slashes before an absolute path)" if path.startswith("/") else ""
+    return f"; a SQLite file is written sqlite:///{path}{slashes}"
 
 
 def _db_source(db: str | None) -> str:
-    from memabra.storage import URL_ENV
+    """Where the database URL came from, for a usage error: ``--db``, ``$MEMABRA_DATABASE_URL``, or
+    (neither given) the default."""
+    from memabra.storage import DEFAULT_URL, URL_ENV
 
-    return "'--db'" if db else f"${URL_ENV} (no --db given)"
+    if db:
+        return "'--db'"
+    if os.environ.get(URL_ENV):
+        return f"${URL_ENV} (no --db given)"
+    return f"the default database {DEFAULT_URL} (no --db given and ${URL_ENV} is not set)"
+
+
+def _missing_folder(path: Path) -> Path | None:
+    """The folder that should hold the SQLite file ``path``, when it does not exist (as an
+    absolute path: sqlite3 itself says only ``unable to open database file``)."""
+    folder = path.absolute().parent
+    return None if folder.is_dir() else folder
 
 
 def database_url(db: str | None) -> str | None:
-    """Typer callback of a ``--db`` that may create the database: the URL must parse."""
-    _resolved_url(db)
+    """Typer callback of a ``--db`` that may create the database: the URL must parse, and a SQLite
+    file's folder must exist (a missing one is named, not left to sqlite3's vaguer error)."""
+    url = _resolved_url(db)
+    path = _sqlite_file(url)
+    if path is not None:
+        folder = _missing_folder(path)
+        if folder is not None:
+            raise typer.BadParameter(
+                f"cannot create the SQLite database {path}: the directory {folder} does not exist; create it first",
+                param_hint=_db_source(db),
+            )
+        if path.is_dir():
+            raise typer.BadParameter(f"{path} is a folder, not a SQLite database file", param_hint=_db_source(db))
     return db
 
 
@@ -162,7 +203,18 @@ def existing_database(db: str | None) -> str | None:
     empty one (only ``memabra db upgrade`` and ``memabra demo`` create databases)."""
     url = _resolved_url(db)
     path = _sqlite_file(url)
-    if path is not None and not path.exists():
+    if path is None:
+        return db
+    folder = _missing_folder(path)
+    if folder is not None:
+        raise typer.BadParameter(
+            f"no database at {path}: the directory {folder} does not exist (check the path; to start a new "
+            f"database there, create the directory first, then run `memabra db upgrade --db {url}`)",
+            param_hint=_db_source(db),
+        )
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder, not a SQLite database file", param_hint=_db_source(db))
+    if not path.exists():
         raise typer.BadParameter(
             f"no database at {path}; create it with `memabra db upgrade --db {url}` (or check the path)",
             param_hint=_db_source(db),

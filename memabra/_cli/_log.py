@@ -259,6 +259,8 @@ def rewards_recompute(
     """Re-total stored rewards from their components under new weights."""
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
+        labelled = len(run_guarded(log.memory_labels)) if use_mempo else 0
+        learned = run_guarded(log.count_learned_rewards, since=parse_time(since, "--since"))
         n = run_guarded(
             recompute_rewards,
             log,
@@ -268,6 +270,20 @@ def rewards_recompute(
             use_memory_scores=use_mempo,
         )
     console.print(f"recomputed {n} rewards with weights {new.as_dict()}")
+    if use_mempo and not labelled:
+        console.print(
+            "no MemPO labels stored: recomputed without them (Hm as logged); `memabra mempo score` stores them",
+            highlight=False,
+        )
+    if learned:
+        # a learner reads each final reward once: re-totalled, it is not learned again
+        console.print(
+            f"[yellow]{learned} of these rewards were already learned under their old totals[/]: the online "
+            "learner does not learn them again, so its model no longer equals a replay of the log (`memabra "
+            "learner --replay` will differ from the committed model); offline evaluation and `memabra train "
+            "--from-log` read the new totals",
+            highlight=False,
+        )
 
 
 @rewards_app.command("finalize")

@@ -51,6 +51,35 @@ def _backend(db: str | None, *, semantic: bool = False) -> Iterator[SQLMemory]:
         log.close()
 
 
+_MIN_ID_START = 4
+"""Shortest start of a memory id (after ``mem:``) that names a memory, as for episode ids."""
+_MATCHES_SHOWN = 5
+_ID_SCHEME = "mem:"
+
+
+def _memory_id(memory: SQLMemory, user: str, ref: str) -> str:
+    """The id of the memory of ``user`` that ``ref`` names: its whole id, or the start of exactly
+    one of the user's memory ids (from ``_MIN_ID_START`` characters after ``mem:``, which may be
+    left out), as ``memabra memories list`` prints them. Anything else is a one-line error."""
+    ids = [r.id for r in run_guarded(memory.list, user, include_retired=True)]
+    if ref in ids:
+        return ref
+    listing = f"see `memabra memories list --user {shlex.quote(user)}`"
+    if len(ref.removeprefix(_ID_SCHEME)) < _MIN_ID_START:
+        fail(
+            f"user {user!r} has no memory {ref!r}; give the whole id, or its start from "
+            f"{_MIN_ID_START} characters after {_ID_SCHEME!r} on ({listing})"
+        )
+    matches = sorted(i for i in ids if i.startswith(ref) or i.startswith(_ID_SCHEME + ref))
+    if not matches:
+        fail(f"user {user!r} has no memory {ref!r} or one whose id starts with it ({listing})")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:_MATCHES_SHOWN])
+        more = f" and {len(matches) - _MATCHES_SHOWN} more" if len(matches) > _MATCHES_SHOWN else ""
+        fail(f"{ref!r} is the start of several memory ids of user {user!r} ({shown}{more}); give more of it")
+    return matches[0]
+
+
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value is not None else "never"
 
@@ -159,7 +188,7 @@ def import_memories(
 
 @memories_app.command("update")
 def update_memory(
-    memory_id: Annotated[str, typer.Argument(help="The memory's id (see `memabra memories list`).")],
+    memory_id: Annotated[str, typer.Argument(help="The memory's id, or its start (see `memabra memories list`).")],
     text: Annotated[str, typer.Argument(help="Its new text.")],
     user: UserOption,
     db: DbOption = None,
@@ -168,14 +197,14 @@ def update_memory(
     """Replace an active memory's text; the old one stays in its history (a retired memory is
     refused: restore it first)."""
     with _backend(db) as memory:
-        record = run_guarded(memory.update, user, memory_id, text)
+        record = run_guarded(memory.update, user, _memory_id(memory, user, memory_id), text)
         write_json(json_out, asdict(record))
         console.print(f"updated {record.id}: {record.text}", markup=False, highlight=False)
 
 
 @memories_app.command("retire")
 def retire_memory(
-    memory_id: Annotated[str, typer.Argument(help="The memory's id.")],
+    memory_id: Annotated[str, typer.Argument(help="The memory's id, or its start.")],
     user: UserOption,
     db: DbOption = None,
     reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "retired by hand",
@@ -184,14 +213,14 @@ def retire_memory(
     """Stop recalling a memory without deleting it: it keeps its text and history, and
     `memabra memories restore` brings it back."""
     with _backend(db) as memory:
-        record = run_guarded(memory.retire, user, memory_id, reason=reason)
+        record = run_guarded(memory.retire, user, _memory_id(memory, user, memory_id), reason=reason)
         write_json(json_out, asdict(record))
         console.print(f"retired {record.id}: {record.text}", markup=False, highlight=False)
 
 
 @memories_app.command("restore")
 def restore_memory_command(
-    memory_id: Annotated[str, typer.Argument(help="The retired memory's id.")],
+    memory_id: Annotated[str, typer.Argument(help="The retired memory's id, or its start.")],
     user: UserOption,
     db: DbOption = None,
     replace: Annotated[
@@ -211,7 +240,15 @@ def restore_memory_command(
     from memabra._memory_restore import restore_memory
 
     with _backend(db) as memory:
-        done = run_guarded(restore_memory, memory, user, memory_id, replace=replace, keep_both=keep_both, reason=reason)
+        done = run_guarded(
+            restore_memory,
+            memory,
+            user,
+            _memory_id(memory, user, memory_id),
+            replace=replace,
+            keep_both=keep_both,
+            reason=reason,
+        )
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
         console.print(f"restored {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
         for mid in done.retired:
@@ -223,7 +260,7 @@ def restore_memory_command(
 @memories_app.command("forget")
 def forget_memory(
     user: UserOption,
-    memory_id: Annotated[str | None, typer.Argument(help="The memory's id.", show_default=False)] = None,
+    memory_id: Annotated[str | None, typer.Argument(help="The memory's id, or its start.", show_default=False)] = None,
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     db: DbOption = None,
     json_out: JsonOption = None,
@@ -236,7 +273,7 @@ def forget_memory(
             n = run_guarded(memory.forget_all, user)
         else:
             assert memory_id is not None
-            run_guarded(memory.forget, user, memory_id)
+            run_guarded(memory.forget, user, _memory_id(memory, user, memory_id))
             n = 1
         write_json(json_out, {"forgotten": n})
         console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
@@ -252,14 +289,14 @@ def forget_memory(
 
 @memories_app.command("history")
 def memory_history(
-    memory_id: Annotated[str, typer.Argument(help="The memory's id.")],
+    memory_id: Annotated[str, typer.Argument(help="The memory's id, or its start.")],
     user: UserOption,
     db: DbOption = None,
     json_out: JsonOption = None,
 ) -> None:
     """What changed in a memory, when, and from which episode."""
     with _backend(db) as memory:
-        changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id)
+        changes: list[MemoryChange] = run_guarded(memory.history, user, _memory_id(memory, user, memory_id))
         write_json(json_out, [asdict(c) for c in changes])
         table = Table()
         for column in ("when", "action", "old text", "new text", "episode", "reason"):

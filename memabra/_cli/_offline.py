@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,6 +17,7 @@ from rich.progress import (
     TextColumn,
 )
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
     DbOption,
@@ -354,8 +356,11 @@ def train(
         )
     if report.saved_version:
         verdict = "beats the logging policy" if report.promotable else "forced, does NOT beat the logging policy"
+        where = ["--db", make_url(db).render_as_string(hide_password=True)] if db else []
+        promote = shlex.join(["memabra", "policies", "promote", report.saved_version, *where])
         console.print(
-            f"saved snapshot [bold]{report.saved_version}[/] ({verdict}); promote it from the admin view or the API"
+            f"saved snapshot [bold]{escape(report.saved_version)}[/] ({verdict}); promote it with: {escape(promote)}",
+            soft_wrap=True,  # the command stays on one line, to copy whole
         )
     else:
         why = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +16,7 @@ import typer
 from rich.progress import TextColumn
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from memabra._cli._common import (
     DbOption,
@@ -149,15 +150,26 @@ def erase(
         transient_progress(TextColumn("{task.completed} episodes deleted")) as bar,
     ):
         task = bar.add_task("erase", total=None)
-        result = run_guarded(
-            erase_user,
-            log,
-            user,
-            checkpointer=saver,
-            actor=cli_actor(),
-            client=socket.gethostname(),
-            progress=lambda n: bar.update(task, completed=n),
-        )
+        try:
+            result = run_guarded(
+                erase_user,
+                log,
+                user,
+                checkpointer=saver,
+                actor=cli_actor(),
+                client=socket.gethostname(),
+                progress=lambda n: bar.update(task, completed=n),
+            )
+        except checkpointer_errors() as exc:
+            # the threads go first: a checkpointer that fails stops the run before any episode
+            # or memory is deleted; the run's audit entry stays unfinished until it is rerun
+            assert checkpointer is not None
+            url = make_url(checkpointer)
+            fail(
+                f"the checkpointer at {url.render_as_string(hide_password=True)} failed while deleting the "
+                f"user's threads: {checkpointer_error(exc, url)}; no episode or memory was deleted yet, the "
+                "erasure is recorded as unfinished: run the same command again to finish it"
+            )
     threads = "" if result.threads is None else f", {result.threads} checkpointer thread(s) deleted"
     console.print(
         Text(
@@ -205,16 +217,51 @@ def open_checkpointer(url: str | None) -> Iterator[BaseCheckpointSaver[str] | No
         from langgraph.checkpoint.sqlite import SqliteSaver
     except ImportError:
         fail("--checkpointer needs the checkpoints extra: pip install 'memabra[checkpoints]'")
+    shown = parsed.render_as_string(hide_password=True)
     if backend == "sqlite":
         path = Path(parsed.database or "")
         if not path.is_file():
             fail(f"--checkpointer: no checkpointer database at {path}")
-        with SqliteSaver.from_conn_string(str(path)) as saver:
+        with contextlib.ExitStack() as stack:
+            try:
+                saver = stack.enter_context(SqliteSaver.from_conn_string(str(path)))
+                saver.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # a SQLite file at all?
+            except sqlite3.Error as exc:
+                fail(f"--checkpointer: cannot open the checkpointer at {shown}: {checkpointer_error(exc, parsed)}")
             yield saver
     else:
+        import psycopg  # the checkpoints extra's PostgresSaver brings it
+
         conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-        with PostgresSaver.from_conn_string(conninfo) as pg_saver:
+        with contextlib.ExitStack() as stack:
+            try:
+                pg_saver = stack.enter_context(PostgresSaver.from_conn_string(conninfo))
+            except psycopg.Error as exc:
+                fail(
+                    f"--checkpointer: cannot connect to the checkpointer at {shown}: {checkpointer_error(exc, parsed)}"
+                )
             yield pg_saver
+
+
+def checkpointer_error(exc: BaseException, url: URL) -> str:
+    """The first line of a checkpointer driver's error, with the URL's password (should the driver
+    repeat it) hidden."""
+    lines = str(exc).strip().splitlines()
+    reason = lines[0] if lines else type(exc).__name__
+    if url.password:
+        reason = reason.replace(str(url.password), "***")
+    return reason
+
+
+def checkpointer_errors() -> tuple[type[Exception], ...]:
+    """The errors a checkpointer's own driver raises (SQLAlchemy wraps those of memabra's log, so
+    a bare driver error came from the checkpointer)."""
+    errors: list[type[Exception]] = [sqlite3.Error]
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        errors.append(psycopg.Error)
+    return tuple(errors)
 
 
 def episodes_deletions(
