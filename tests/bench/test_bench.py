@@ -203,6 +203,8 @@ def test_cli_writes_json_and_plot(tiny: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "hybrid" in result.output and "first" in result.output
     report = json.loads(out.read_text(encoding="utf-8"))
+    # the table shows what the README's tables quote: the unseen half's tokens beside its hit rate
+    assert f"{report['routers']['hybrid']['tokens_mean_unseen']:.1f}" in result.output
     assert set(report["routers"]["hybrid"]) == ROUTER_KEYS
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     broken = CliRunner().invoke(app, [str(tmp_path / "missing.jsonl")])
