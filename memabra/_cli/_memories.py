@@ -135,7 +135,11 @@ def add_memory(
     db: DbOption = None,
     json_out: JsonOption = None,
 ) -> None:
-    """Remember one fact (a restatement refreshes; a new value of a subject retires the old one)."""
+    """Remember one fact (a restatement refreshes; a new value of a subject retires the old one).
+
+    The text is stored as given: a sentence joining several facts ("I live in Lyon and my dog is
+    called Rex") is one memory here, where the agent's write path stores one per fact; add them
+    one by one, or import a file of facts (`memabra memories import`)."""
     with _backend(db) as memory:
         item = run_guarded(memory.remember, user, text, source="cli")
         record = run_guarded(memory.get, user, item.id)
