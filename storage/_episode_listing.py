@@ -20,18 +20,22 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import exists, func, or_, select
+from sqlalchemy import exists, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
 from memabra._records import STOP_ID, CandidateKind, Page
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import EpisodeFilter
-from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow
+from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
+from memabra.storage._policy_versions import SnapshotIndex
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
 __all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes"]
+
+# versions per IN (...) list, under SQLite's limit on bound parameters
+_IN_CHUNK = 900
 
 COUNT_CAP = 10_000
 """A count stops here (``Page.total_capped``): counting every row of a large log on each page view
@@ -45,9 +49,12 @@ def list_episodes(
     episodes match (up to :data:`COUNT_CAP`)."""
     if limit < 1 or limit > 1000:
         raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
-    conds = _conditions(filters or EpisodeFilter())
+    flt = filters or EpisodeFilter()
+    conds = _conditions(flt)
     at_cursor = _decode_cursor(cursor) if cursor is not None else None
     with tx.read() as s:
+        if flt.snapshot is not None:
+            conds.append(_served_by(s, clean_text(flt.snapshot)))
         rows = _page(s, conds, at_cursor, limit)
         chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
         previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
@@ -90,6 +97,20 @@ def _conditions(f: EpisodeFilter) -> list[Any]:
             raise InvalidRecordError("query_contains must not be blank (leave it out to keep every query)")
         conds.append(e.query.icontains(clean_text(f.query_contains), autoescape=True))
     return conds
+
+
+def _served_by(s: Session, snapshot: str) -> Any:
+    """Whether the episode's policy version grew from ``snapshot`` (or is it). The versions are
+    grouped in Python by the one rule every view uses; the log holds one version per online
+    update, so the list is chunked under the databases' limits on bound parameters."""
+    if s.get(PolicySnapshotRow, snapshot) is None:
+        raise InvalidRecordError(f"snapshot: no policy snapshot with version {snapshot!r}")
+    index = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all())
+    versions = s.scalars(select(EpisodeRow.policy_version).where(EpisodeRow.policy_version.is_not(None)).distinct())
+    served = sorted(v for v in versions if v is not None and index.group(v) == snapshot)
+    if not served:
+        return false()
+    return or_(*(EpisodeRow.policy_version.in_(served[i : i + _IN_CHUNK]) for i in range(0, len(served), _IN_CHUNK)))
 
 
 def _chose(kind: CandidateKind) -> Any:

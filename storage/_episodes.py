@@ -64,13 +64,17 @@ class EpisodeFilter:
     """Filters of an episode listing; every field is optional and they combine with AND.
 
     ``query_contains`` keeps episodes whose query holds that text, ignoring case (on SQLite, the
-    case of ASCII letters only); ``%`` and ``_`` in it are plain characters."""
+    case of ASCII letters only); ``%`` and ``_`` in it are plain characters. ``snapshot`` keeps the
+    episodes a saved snapshot served: its own version and the online updates that grew from it
+    (:func:`~memabra.storage.snapshot_group`, the rule the policies page counts by), where
+    ``policy_version`` matches one version exactly."""
 
     user_id: str | None = None
     thread_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     policy_version: str | None = None
+    snapshot: str | None = None
     kind: CandidateKind | None = None
     reward_min: float | None = None
     reward_max: float | None = None

@@ -95,3 +95,22 @@ def test_a_model_trained_apart_at_an_unused_count_is_not_credited_with_the_linea
     version = unused_snapshot_version(log, "linear-71c5+145")
     log.save_snapshot(PolicySnapshot("linear", version, b"t", parent="linear-71c5+100", status="candidate"))
     assert LearnerStore(log.engine).decisions_served() == {"linear-71c5+100": 10}
+
+
+def test_the_episode_listing_keeps_the_episodes_a_snapshot_served(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``EpisodeFilter(snapshot=V)`` counts as the policies page does: V's own version and every
+    online update that grew from it, where ``policy_version`` is one version exactly."""
+    from memabra._errors import InvalidRecordError
+    from memabra.storage import EpisodeFilter, _episode_listing
+
+    monkeypatch.setattr(_episode_listing, "_IN_CHUNK", 7)  # 70 versions: ten IN lists
+    _online_log(log)
+    grown = log.list_episodes(EpisodeFilter(snapshot="linear-71c5+100"), limit=1000, count=True)
+    assert grown.total == 90 == LearnerStore(log.engine).decisions_served()["linear-71c5+100"]
+    assert {s.policy_version for s in grown.items} == {f"linear-71c5+{n}" for n in range(100, 170)}
+    assert log.list_episodes(EpisodeFilter(snapshot="linear-71c5+170"), count=True).total == 0
+    assert log.list_episodes(EpisodeFilter(policy_version="linear-71c5+100"), count=True).total == 1
+    with pytest.raises(InvalidRecordError, match="snapshot: no policy snapshot with version 'linear-9'"):
+        log.list_episodes(EpisodeFilter(snapshot="linear-9"))
