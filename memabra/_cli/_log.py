@@ -95,7 +95,10 @@ def episodes_list(
     search: str | None = typer.Option(None, help="Only episodes whose query contains this text (any case)."),
     since: str | None = typer.Option(None, help="ISO time: episodes at or after."),
     until: str | None = typer.Option(None, help="ISO time: episodes before."),
-    policy_version: str | None = typer.Option(None, "--policy-version"),
+    policy_version: str | None = typer.Option(None, "--policy-version", help="Only this exact policy version."),
+    snapshot: str | None = typer.Option(
+        None, help="Only what this saved snapshot served, its online updates included (as `policies list` counts)."
+    ),
     corrected: bool | None = typer.Option(None, "--corrected/--not-corrected", show_default=False),
     limit: int = typer.Option(20, min=1, max=1000),
     cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
@@ -114,12 +117,15 @@ def episodes_list(
                 since=parse_time(since, "--since"),
                 until=parse_time(until, "--until"),
                 policy_version=policy_version,
+                snapshot=snapshot,
                 corrected=corrected,
             ),
             cursor=cursor,
             limit=limit,
+            count=True,
         )
-    table = Table(title="episodes")
+    total = f"{page.total:,}{'+' if page.total_capped else ''}"
+    table = Table(title=f"episodes ({total} match)")
     table.add_column("id", no_wrap=True, min_width=32)
     for col in ("created", "user", "query", "policy", "reward", "corrected", "final"):
         table.add_column(col)

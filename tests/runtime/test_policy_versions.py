@@ -114,3 +114,16 @@ def test_the_episode_listing_keeps_the_episodes_a_snapshot_served(
     assert log.list_episodes(EpisodeFilter(policy_version="linear-71c5+100"), count=True).total == 1
     with pytest.raises(InvalidRecordError, match="snapshot: no policy snapshot with version 'linear-9'"):
         log.list_episodes(EpisodeFilter(snapshot="linear-9"))
+
+
+def test_episodes_list_takes_a_snapshot_and_says_how_many_match(log: EpisodeLog, migrated_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    _online_log(log)
+    args = ["episodes", "list", "--db", migrated_url, "--limit", "5"]
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [*args, "--snapshot", "linear-71c5+100"])
+    assert result.exit_code == 0 and "episodes (90 match)" in result.output
+    unknown = CliRunner().invoke(app, [*args, "--snapshot", "linear-9"])
+    assert unknown.exit_code == 1 and "no policy snapshot with version 'linear-9'" in unknown.output
