@@ -229,7 +229,7 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             "summary": summary,
             "conversation": conversation,
             "decisions": views.decision_views(episode, self.current_policy),
-            "reward_lines": views.reward_lines(episode.reward) if episode.reward is not None else [],
+            "reward_lines": [] if episode.reward is None else views.reward_lines(episode.reward, self.reward_config),
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
             "steps": [(s, views.step_arguments(s)) for s in episode.steps],
             "idempotency_key": secrets.token_urlsafe(16),
@@ -364,7 +364,7 @@ def create_app(
         Route("/memories/restore", admin.restore_memory, methods=["POST"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: admin.not_found})
     app.add_middleware(_SecurityHeaders)
     app.state.admin = admin
     return app

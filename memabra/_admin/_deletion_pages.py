@@ -57,7 +57,10 @@ class DeletionPages(_AdminBase):
             user = _required(form, "user")
             if form.get("confirm", "").strip() != user:
                 raise _HttpError(
-                    400, "Not erased", f"type the user id {user!r} to confirm the erasure; nothing was deleted"
+                    400,
+                    "Not erased",
+                    f"type the user id {user!r} to confirm the erasure; nothing was deleted",
+                    back=(f"/memories?user={quote(user, safe='')}", f"Back to {user}'s memories"),
                 )
             backend = self._memory_backend()
             result = await run_in_threadpool(
@@ -99,7 +102,7 @@ class DeletionPages(_AdminBase):
             return self._render(
                 "deletions.html",
                 auth=auth,
-                section="episodes",
+                section="deletions",
                 entries=entries[:_PAGE],
                 next_after=entries[_PAGE - 1].id if len(entries) > _PAGE else None,
                 first_page=after is not None,

@@ -41,6 +41,8 @@ FILTER_FIELDS = (
     "corrected",
 )
 WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
+# each window as its selector and the columns that count within it name it
+WINDOW_LABELS = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "1 year", "all": "all time"}
 MAX_TEXT = 10_000
 
 

@@ -20,6 +20,7 @@ from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._memory_restore import restore_memory
+from memabra.storage import EpisodeFilter
 
 __all__ = ["MemoryPages"]
 
@@ -55,7 +56,14 @@ class MemoryPages(_AdminBase):
             offset=query.offset,
             limit=query.limit,
         )
-        return {**_empty(), "page": page}
+        # a filter that matches nothing is not "nothing stored": the erase form is for a user the
+        # log holds something of (a memory, retired or not, or an episode)
+        stored = (
+            page.total > 0
+            or self.memory_queries.memories(query.user, limit=1).total > 0
+            or bool(self.log.list_episodes(EpisodeFilter(user_id=query.user), limit=1).items)
+        )
+        return {**_empty(), "page": page if stored else None, "unknown_user": not stored}
 
     async def memory(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
@@ -128,7 +136,7 @@ class MemoryPages(_AdminBase):
 
 
 def _empty() -> dict[str, Any]:
-    return {"users": [], "page": None}
+    return {"users": [], "page": None, "unknown_user": False}
 
 
 def _to_memory(user: str, memory_id: str, notice: str) -> Response:

@@ -105,12 +105,24 @@ class _Auth:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, title: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+    """An error page: its status, title and message, and where it leads back to (``back``: a
+    link's URL and text; the episodes when not given)."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        back: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.title = title
         self.message = message
         self.headers = dict(headers or {})
+        self.back = back or ("/episodes", "Back to the episodes")
 
 
 def _locked_out(seconds: float) -> _HttpError:
@@ -247,8 +259,23 @@ class _AdminBase:
 
     def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:
         return self._render(
-            "error.html", exc.status, auth=auth, headers=exc.headers, title=exc.title, message=exc.message
+            "error.html",
+            exc.status,
+            auth=auth,
+            headers=exc.headers,
+            title=exc.title,
+            message=exc.message,
+            back_url=exc.back[0],
+            back_label=exc.back[1],
         )
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        """The admin's own page for a URL it does not serve (404), with the navigation when signed in."""
+        try:
+            auth: _Auth | None = await self._authenticate(request)
+        except _HttpError:
+            auth = None  # a wrong bearer token: the page still says "not found", signed out
+        return self._error(_HttpError(404, "Not found", f"No page at {request.url.path}."), auth)
 
     def _login_redirect(self, request: Request, auth: _Auth) -> Response:
         target = _raw_path(request) + (f"?{request.url.query}" if request.url.query else "")

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from memabra._admin import _views as views
-from memabra._admin._forms import parse_window
+from memabra._admin._forms import WINDOW_LABELS, parse_window
 from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
@@ -37,7 +37,17 @@ class PolicyPages(_AdminBase):
             window, since = parse_window(request.query_params.get("window"), utcnow())
             context = await run_in_threadpool(self._policies_context, since)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
-            return self._render("policies.html", auth=auth, window=window, notice=notice, section="policies", **context)
+            return self._render(
+                "policies.html",
+                auth=auth,
+                window=window,
+                windows=WINDOW_LABELS,
+                window_label=WINDOW_LABELS[window],
+                window_span="all time" if since is None else f"the last {WINDOW_LABELS[window]}",
+                notice=notice,
+                section="policies",
+                **context,
+            )
 
         return await self._page(request, build)
 
@@ -45,7 +55,8 @@ class PolicyPages(_AdminBase):
         q = self.queries
         health = q.log.status()
         first, last = q.time_span(since=since)
-        points = q.reward_over_time(since=since, bucket=views.choose_bucket(first, last))
+        bucket = views.choose_bucket(first, last)
+        points = q.reward_over_time(since=since, bucket=bucket)
         stats = q.policy_version_stats(since=since)
         shares = q.kind_shares(since=since)
         runs = _whole_runs(q.ope_results(limit=OPE_ROWS))
@@ -87,7 +98,10 @@ class PolicyPages(_AdminBase):
             "charted_runs": len(_latest(runs, OPE_CHART_ESTIMATES)),
             "promotion": {s.version: promotion_check(s.version, s.metrics, runs) for s in snapshots},
             "has_snapshot": {s.version for s in snapshots},
-            "chart_data": views.chart_payload(points, stats, shares, charted, self._reward_weights().total_range()),
+            "chart_data": views.chart_payload(
+                points, stats, shares, charted, self._reward_weights().total_range(), bucket=bucket
+            ),
+            "bucket": bucket,
             "sample": DEFAULT_SAMPLE,
         }
 

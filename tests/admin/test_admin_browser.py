@@ -424,7 +424,7 @@ def test_the_snapshot_actions_fit_a_1280_px_screen(
         sign_in(page)
         page.goto("/policies?window=all")
         card = page.locator("#snapshots")
-        widths = card.evaluate("c => [c.scrollWidth, c.clientWidth]")
+        widths = card.locator(".table-scroll").evaluate("c => [c.scrollWidth, c.clientWidth]")
         assert widths[0] <= widths[1], "the snapshots table scrolls sideways"
         row = card.locator("tr[data-version='linear-71c5380081+446']")
         promote = row.locator("button", has_text="Promote")
@@ -442,7 +442,7 @@ def test_the_snapshot_actions_fit_a_1280_px_screen(
         promote.click()
         assert asked and "UNSUPPORTED" in asked[0] and "FORCED" in asked[0] and "1.256" in asked[0]
         assert log.get_snapshot("linear-71c5380081+446").status == "candidate"  # dismissed: not promoted
-        ope = page.locator("#ope").evaluate("c => [c.scrollWidth, c.clientWidth]")
+        ope = page.locator("#ope > .table-scroll").evaluate("c => [c.scrollWidth, c.clientWidth]")
         assert ope[0] <= ope[1], "the offline-evaluation table scrolls sideways"
     finally:
         context.close()
@@ -493,3 +493,54 @@ def test_erasing_a_user_asks_first_and_lands_on_the_deletion_history(
     page.wait_for_url("**/deletions?notice=user-erased&user=zoe")
     assert "user zoe: episodes and memories (erasure)" in page.locator("#deletion-table").inner_text()
     assert not log.list_episodes(EpisodeFilter(user_id="zoe")).items and SQLMemory(log).list("zoe") == []
+
+
+def test_a_phone_never_scrolls_the_page_sideways(
+    browser: Any, served: tuple[str, EpisodeLog, Seeded], artifacts: Path
+) -> None:
+    """At 390 px the bar wraps with every link inside it, a wide table scrolls inside its card and
+    a chart is as wide as its card: only the table moves sideways, never the page."""
+    url, log, seeded = served
+    episode = explained_episode()
+    RewardService(log).record(episode)
+    context = browser.new_context(base_url=url, viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        watch = _Watch(page)
+        sign_in(page)
+        for path in ("/episodes", "/policies?window=all", f"/episodes/{episode.id}", "/memories", "/deletions"):
+            page.goto(path)
+            page.wait_for_load_state("load")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 391, path
+            bar = page.locator("header.topbar").bounding_box()
+            assert bar is not None and bar["x"] >= 0 and bar["x"] + bar["width"] <= 391, path
+            for item in page.locator("header.topbar nav.nav a, header.topbar button").all():
+                box = item.bounding_box()
+                assert box is not None, path
+                inside_x = bar["x"] <= box["x"] and box["x"] + box["width"] <= bar["x"] + bar["width"]
+                inside_y = bar["y"] <= box["y"] and box["y"] + box["height"] <= bar["y"] + bar["height"]
+                assert inside_x and inside_y, (path, item.inner_text(), box, bar)
+            name = path.strip("/").split("?")[0].replace("/", "-")[:20]
+            page.screenshot(path=str(artifacts / f"admin-phone-{name}.png"), full_page=True)
+        # the episode page: the candidate table scrolls inside its card, every column reachable
+        page.goto(f"/episodes/{episode.id}")
+        scroller = page.locator("article.decision .table-scroll").first
+        widths = scroller.evaluate("c => [c.scrollWidth, c.clientWidth]")
+        assert widths[0] > widths[1]  # wider than the phone: it scrolls, inside the card
+        scroller.evaluate("c => { c.scrollLeft = c.scrollWidth; }")
+        features = scroller.locator("thead th").last
+        box, frame = features.bounding_box(), scroller.bounding_box()
+        assert box is not None and frame is not None and box["x"] + box["width"] <= frame["x"] + frame["width"] + 1
+        # the charts fit their cards
+        page.goto("/policies?window=all")
+        for canvas_id in ("chart-reward", "chart-kinds", "chart-exploration", "chart-ope"):
+            canvas = page.locator(f"#{canvas_id}")
+            card = page.locator(f"section.chart-card:has(#{canvas_id})")
+            c, k = canvas.bounding_box(), card.bounding_box()
+            assert c is not None and k is not None and c["width"] > 200, canvas_id
+            assert k["x"] <= c["x"] and c["x"] + c["width"] <= k["x"] + k["width"], canvas_id
+            assert k["x"] + k["width"] <= 391, canvas_id
+        assert watch.dialogs == [] and watch.errors == []
+    finally:
+        context.close()

@@ -70,7 +70,10 @@
     },
     options: {
       interaction: { mode: "index", intersect: false },
-      scales: { y: { title: { display: true, text: "mean reward" } } }
+      scales: {
+        x: { title: { display: true, text: data.reward.axis } },
+        y: { title: { display: true, text: "mean reward" } }
+      }
     }
   });
 
