@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -135,8 +136,13 @@ def test_the_policies_page_counts_an_online_learners_decisions_per_snapshot(
         version: re.search(rf'data-version="{re.escape(version)}">(.*?)</tr>', snapshots, re.S).group(1)  # type: ignore[union-attr]
         for version in ("linear-71c5+100", "linear-71c5+170")
     }
-    cells = {v: re.findall(r'<td class="num">([^<]*)</td>', r) for v, r in row.items()}
+    cells = {v: re.findall(r'<td class="num">(?:<a[^>]*>)?([^<]*)(?:</a>)?</td>', r) for v, r in row.items()}
     assert cells["linear-71c5+100"][0] == "70" and cells["linear-71c5+170"][0] == "20"
+    # the count links to the episodes it counts
+    link = re.search(r'<a class="served" href="([^"]+)"', row["linear-71c5+100"]).group(1)  # type: ignore[union-attr]
+    listed = client.get(html.unescape(link)).text
+    assert "70 episodes match these filters" in listed
+    assert "no policy snapshot with version" in client.get("/episodes?snapshot=linear-9").text
     versions = page.split('id="versions"', 1)[1].split("</section>", 1)[0]
     assert "latest saved snapshot of the same root whose update count is at most n" in versions
     decisions = dict(
