@@ -28,6 +28,7 @@ from langchain_core.messages import HumanMessage
 from memabra._agent import create_memabra_agent
 from memabra._demo_world import ASSOCIATIONS, SKILLS, SimUser, Task, World, judge, make_tools
 from memabra._records import Budget, CandidateKind, utcnow
+from memabra._settings import DEMO_EPISODES
 from memabra._sql_memory import SQLMemory
 from memabra._standin import ExtractiveChatModel, associations_from
 from memabra.router import Router
@@ -84,7 +85,7 @@ def run_demo(
     *,
     router: Router,
     log: EpisodeLog,
-    episodes: int = 500,
+    episodes: int = DEMO_EPISODES,
     seed: int = 0,
     users: int = 10,
     model: BaseChatModel | None = None,

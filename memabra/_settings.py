@@ -11,12 +11,17 @@ from memabra._errors import ConfigError
 from memabra._records import Budget, CandidateKind
 from memabra._reward import RewardConfig
 
-__all__ = ["COMMIT_INTERVAL_S", "RELOAD_INTERVAL_S", "SessionSettings"]
+__all__ = ["COMMIT_INTERVAL_S", "DEMO_EPISODES", "RELOAD_INTERVAL_S", "SessionSettings"]
 
 # How often a serving process asks the log which snapshot is active (PostgreSQL also pushes it).
 RELOAD_INTERVAL_S = 2.0
 # The learner commits at least this often while it has learned something (besides every ``snapshot_every``).
 COMMIT_INTERVAL_S = 30.0
+# The demo's task episodes per router: the fewest at which the learned router's log supports its
+# offline estimate of similarity top-k (the reference share follows top-k's whole selection on
+# about 2.5% of decisions; 500 episodes give about half the effective samples the verdict needs;
+# measured in README "The demo").
+DEMO_EPISODES = 1500
 
 
 @dataclass(frozen=True, slots=True)

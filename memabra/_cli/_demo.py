@@ -15,6 +15,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import CreateDbOption, console, fail, migrate, run_guarded
+from memabra._settings import DEMO_EPISODES
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 def demo(
     db: CreateDbOption = None,
-    episodes: Annotated[int, typer.Option(min=20, help="Simulated task episodes per router.")] = 500,
+    episodes: Annotated[int, typer.Option(min=20, help="Simulated task episodes per router.")] = DEMO_EPISODES,
     seed: Annotated[int, typer.Option(help="Seeds the users, their tasks and the routers.")] = 0,
     users: Annotated[int, typer.Option(min=1, max=12, help="Simulated users.")] = 10,
     model: Annotated[
