@@ -58,6 +58,7 @@ from memabra._admin._plumbing import (
 )
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
+from memabra._admin._reward_view import reward_lines
 from memabra._episode_document import episode_document
 from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
@@ -229,7 +230,7 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             "summary": summary,
             "conversation": conversation,
             "decisions": views.decision_views(episode, self.current_policy),
-            "reward_lines": [] if episode.reward is None else views.reward_lines(episode.reward, self.reward_config),
+            "reward_lines": [] if episode.reward is None else reward_lines(episode.reward, self.reward_config),
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
             "steps": [(s, views.step_arguments(s)) for s in episode.steps],
             "idempotency_key": secrets.token_urlsafe(16),

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from memabra._cli._common import DbOption, configure_logging, console, fail, run_guarded
+from memabra._cli._common import configure_logging, console, fail, run_guarded
+from memabra._cli._database import DbOption
 from memabra._cli._retention import open_checkpointer
 from memabra._errors import ConfigError
 

@@ -19,15 +19,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import (
-    JsonOutOption,
-    check_output_path,
-    console,
-    fail,
-    run_guarded,
-    write_json,
-    write_output,
-)
+from memabra._cli._common import JsonOutOption, check_output_path, console, fail, run_guarded, write_json, write_output
 
 if TYPE_CHECKING:
     from memabra.evals.bench import BenchRound, RouterFactory

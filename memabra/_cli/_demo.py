@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from memabra._cli._common import CreateDbOption, console, fail, migrate, run_guarded
+from memabra._cli._common import console, fail, run_guarded
+from memabra._cli._database import CreateDbOption, migrate
 from memabra._settings import DEMO_EPISODES
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ from rich.text import Text
 
 from memabra._cli._common import (
     STDOUT,
-    DbOption,
     check_json_output,
     console,
     fail,
@@ -20,6 +19,7 @@ from memabra._cli._common import (
     run_guarded,
     transient_progress,
 )
+from memabra._cli._database import DbOption
 from memabra.storage import EpisodeLog
 
 __all__ = ["episodes_export"]

@@ -11,18 +11,16 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
-    CreateDbOption,
-    DbOption,
     JsonOutOption,
     configure_logging,
     console,
     fail,
-    migrate,
     parse_time,
     plain,
     run_guarded,
     write_json,
 )
+from memabra._cli._database import CreateDbOption, DbOption, migrate
 from memabra._config import load_reward_config, parse_weights
 from memabra._episode_document import episode_document, probability_shown, reward_terms
 from memabra._feedback import RewardService, recompute_rewards

@@ -16,7 +16,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import DbOption, JsonOutOption, console, fail, run_guarded, write_json
+from memabra._cli._common import JsonOutOption, console, fail, run_guarded, write_json
+from memabra._cli._database import DbOption
 
 if TYPE_CHECKING:
     # the memory backend brings the write path's LangChain parts and the router: imported when a

@@ -13,7 +13,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from memabra._cli._common import DbOption, console, fail, parse_time, run_guarded
+from memabra._cli._common import console, fail, parse_time, run_guarded
+from memabra._cli._database import DbOption
 from memabra._records import MemoryQuality
 from memabra.storage import EpisodeLog
 

@@ -20,7 +20,6 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
-    DbOption,
     check_output_path,
     console,
     fail,
@@ -29,6 +28,7 @@ from memabra._cli._common import (
     transient_progress,
     write_output,
 )
+from memabra._cli._database import DbOption
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
 

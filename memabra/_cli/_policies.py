@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from memabra._cli._common import (
-    DbOption,
     JsonOutOption,
     check_output_path,
     cli_actor,
@@ -21,6 +20,7 @@ from memabra._cli._common import (
     write_json,
     write_output,
 )
+from memabra._cli._database import DbOption
 from memabra._learner import DEFAULT_POLICY
 from memabra.router import learned_model
 from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit

@@ -15,7 +15,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from memabra._cli._common import (
-    DbOption,
     JsonOutOption,
     check_output_path,
     configure_logging,
@@ -25,6 +24,7 @@ from memabra._cli._common import (
     write_json,
     write_output,
 )
+from memabra._cli._database import DbOption
 from memabra._cli._policies import PolicyOption, open_log
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay

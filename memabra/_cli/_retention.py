@@ -19,7 +19,6 @@ from rich.text import Text
 from sqlalchemy.engine import URL, make_url
 
 from memabra._cli._common import (
-    DbOption,
     JsonOutOption,
     cli_actor,
     console,
@@ -30,6 +29,7 @@ from memabra._cli._common import (
     transient_progress,
     write_json,
 )
+from memabra._cli._database import DbOption
 from memabra.storage import DeletionEntry, EpisodeDeletion, EpisodeLog
 
 if TYPE_CHECKING:  # langgraph loads only for --checkpointer: the CLI starts without it

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import DbOption, JsonOutOption, console, err_console, fail, run_guarded, write_json
+from memabra._cli._common import JsonOutOption, console, err_console, fail, run_guarded, write_json
+from memabra._cli._database import DbOption
 from memabra._cli._retention import parse_age
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision

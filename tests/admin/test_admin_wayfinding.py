@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from memabra import SQLMemory
-from memabra._admin._views import reward_lines
+from memabra._admin._reward_view import reward_lines
 from memabra._records import RewardBreakdown, RewardComponents, RewardWeights
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog

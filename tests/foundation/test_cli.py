@@ -112,7 +112,7 @@ def test_a_missing_sqlite_file_is_refused_not_created(tmp_path: Path) -> None:
 def test_demo_and_db_upgrade_may_create_the_database() -> None:
     import inspect
 
-    from memabra._cli._common import CreateDbOption, DbOption
+    from memabra._cli._database import CreateDbOption, DbOption
     from memabra._cli._demo import demo
     from memabra._cli._log import db_upgrade
 
