@@ -60,7 +60,8 @@ class PolicyPages(_AdminBase):
         stats = q.policy_version_stats(since=since)
         shares = q.kind_shares(since=since)
         runs = _whole_runs(q.ope_results(limit=OPE_ROWS))
-        charted = [row.result for run in _latest(runs, OPE_CHART_ESTIMATES) for row in run.rows]
+        charted_runs = _latest(runs, OPE_CHART_ESTIMATES)
+        charted = [row.result for run in charted_runs for row in run.rows]
         snapshots = q.snapshots()
         # one row and one chart series per snapshot, however many online updates each made
         points, stats, shares = group_by_snapshot(points, stats, shares, {s.version for s in snapshots})
@@ -95,7 +96,7 @@ class PolicyPages(_AdminBase):
             "mean_reward": mean_reward,
             "shares": shares_by_version,
             "ope_runs": runs,
-            "charted_runs": len(_latest(runs, OPE_CHART_ESTIMATES)),
+            "charted_runs": len(charted_runs),
             "promotion": {s.version: promotion_check(s.version, s.metrics, runs) for s in snapshots},
             "has_snapshot": {s.version for s in snapshots},
             "chart_data": views.chart_payload(
