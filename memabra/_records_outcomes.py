@@ -350,7 +350,8 @@ class UsageCounts:
 @dataclass(frozen=True, slots=True)
 class EpisodeSummary:
     """One row of an episode listing; ``kinds`` are the kinds its decisions chose (a stop draw
-    chooses nothing), in the kinds' order."""
+    chooses nothing), in the kinds' order. Feedback received after ``feedback_due_at`` (or once
+    ``finalized``) is kept as late and never scored."""
 
     id: str
     user_id: str
@@ -361,6 +362,7 @@ class EpisodeSummary:
     reward_total: float | None
     corrected: bool
     finalized: bool
+    feedback_due_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,4 +231,5 @@ def summary_from_row(r: EpisodeRow, *, kinds: tuple[str, ...]) -> EpisodeSummary
         reward_total=r.reward_total,
         corrected=r.corrected,
         finalized=r.finalized_at is not None,
+        feedback_due_at=r.feedback_due_at,
     )

@@ -62,7 +62,7 @@ from memabra._admin._reward_view import reward_lines
 from memabra._episode_document import episode_document
 from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
-from memabra._records import Feedback, FeedbackKind
+from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, RevokedSessions
 
@@ -222,12 +222,16 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
     def _episode_context(self, episode_id: str) -> dict[str, Any]:
         episode = self.log.get_episode(episode_id)
         summary = self.queries.episode_summary(episode_id)
+        # The log scores feedback by the same rule: late once final, or once the window has closed
+        # even before the learner's next step finalises the reward.
+        window_closed = summary is not None and utcnow() > summary.feedback_due_at
         conversation = (
             self.queries.conversation(episode.user_id, episode.thread_id) if episode.thread_id is not None else []
         )
         return {
             "episode": episode,
             "summary": summary,
+            "feedback_late": episode.finalized_at is not None or window_closed,
             "conversation": conversation,
             "decisions": views.decision_views(episode, self.current_policy),
             "reward_lines": [] if episode.reward is None else reward_lines(episode.reward, self.reward_config),

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from starlette.testclient import TestClient
 
-from memabra import STOP_ID, CandidateKind, Episode, SlotDraw
+from memabra import STOP_ID, CandidateKind, Episode, RewardConfig, SlotDraw
 from memabra._admin._views import decision_views, format_probability
 from memabra._feedback import RewardService
+from memabra._records import utcnow
 from memabra.storage import EpisodeLog
 
 from .conftest import ClientFactory, Seeded, explained_episode
@@ -71,3 +73,32 @@ def test_feedback_on_a_final_reward_says_it_will_be_late_before_it_is_sent(clien
     assert "Record late rating" in final and "Record late correction" in final
     open_ = client.get(f"/episodes/{seeded.episodes[10]}").text
     assert 'id="feedback-late-warning"' not in open_ and "Record rating" in open_
+
+
+def test_feedback_after_the_window_closed_is_announced_as_late_before_the_reward_is_final(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    # The window closed an hour ago, but no learner step has finalised the reward yet: the log
+    # already scores feedback as late, so the page must say so before the reviewer sends it.
+    episode = replace(explained_episode(), created_at=utcnow() - timedelta(hours=2))
+    RewardService(log, RewardConfig(feedback_window=timedelta(hours=1))).record(episode)
+    client = make_client()
+    page = client.get(f"/episodes/{episode.id}").text
+    warning = page.split('id="feedback-late-warning"', 1)[1].split("</div>", 1)[0]
+    assert "window closed" in warning and "not applied" in warning
+    assert "Record late rating" in page and "Record late correction" in page
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert csrf is not None
+    sent = client.post(
+        f"/episodes/{episode.id}/feedback",
+        data={"csrf_token": csrf.group(1), "idempotency_key": "k-late", "action": "rating", "rating": "5"},
+    )
+    assert sent.status_code == 303 and "notice=feedback-late" in sent.headers["location"]
+
+
+def test_an_open_episode_says_until_when_feedback_counts(make_client: ClientFactory, log: EpisodeLog) -> None:
+    episode = explained_episode()
+    RewardService(log, RewardConfig(feedback_window=timedelta(hours=1))).record(episode)
+    page = make_client().get(f"/episodes/{episode.id}").text
+    assert 'id="feedback-late-warning"' not in page
+    assert 'id="feedback-window"' in page and "changes this episode's reward" in page
