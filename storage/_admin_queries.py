@@ -13,6 +13,7 @@ table function (``json_each`` on SQLite, ``jsonb_array_elements_text`` on Postgr
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,11 +29,11 @@ from memabra.storage._admin_records import (
     SnapshotInfo,
     VersionCount,
 )
-from memabra.storage._convert import summary_from_row
+from memabra.storage._convert import ope_from_row, summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._episode_listing import chosen_kinds
 from memabra.storage._log import EpisodeLog
-from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
+from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, OPERunRow, PolicySnapshotRow
 from memabra.storage._snapshot_audit import status_history
 
 __all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
@@ -299,6 +300,28 @@ class AdminQueries:
     def ope_results(self, version: str | None = None, *, limit: int = 200) -> list[OPEResult]:
         """Stored offline-evaluation estimates (of every target policy, or of one snapshot), newest first."""
         return self.log.list_ope_runs(version, limit=limit)
+
+    def latest_ope_results(self, versions: Collection[str], *, per_version: int = 50) -> list[OPEResult]:
+        """Each snapshot's newest ``per_version`` stored estimates (a run stores about a dozen), newest
+        first, in one query however old the runs: the page's list of recent runs may hold none of
+        a snapshot that was evaluated long ago."""
+        if not versions:
+            return []
+        t = OPERunRow
+        newest = (
+            func.row_number()
+            .over(partition_by=t.snapshot_version, order_by=(t.created_at.desc(), t.estimator))
+            .label("newest")
+        )
+        ranked = select(t.id, newest).where(t.snapshot_version.in_(sorted(set(versions)))).subquery()
+        stmt = (
+            select(t)
+            .join(ranked, ranked.c.id == t.id)
+            .where(ranked.c.newest <= per_version)
+            .order_by(t.created_at.desc(), t.estimator)
+        )
+        with self._session() as s:
+            return [ope_from_row(r) for r in s.scalars(stmt)]
 
     def active_version(self, policy: str | None = None) -> str | None:
         """The version of the newest active snapshot (of ``policy``, or of any policy)."""

@@ -16,10 +16,10 @@ from memabra._admin._forms import WINDOW_LABELS, parse_window
 from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
-from memabra._admin._promotion import promotion_check
+from memabra._admin._promotion import PromotionCheck, promotion_check
 from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
 from memabra._records import OPEResult, RewardWeights, utcnow
-from memabra.storage import DEFAULT_SAMPLE
+from memabra.storage import DEFAULT_SAMPLE, SnapshotInfo
 
 __all__ = ["PolicyPages"]
 
@@ -50,6 +50,15 @@ class PolicyPages(_AdminBase):
             )
 
         return await self._page(request, build)
+
+    def _promotion_checks(self, snapshots: Sequence[SnapshotInfo], runs: Sequence[OPERun]) -> dict[str, PromotionCheck]:
+        """Each snapshot's verdict, from its own newest runs where the page's recent ones hold none."""
+        shown = _evaluated(runs)
+        older = ope_runs(
+            ope_rows(self.queries.latest_ope_results([s.version for s in snapshots if s.version not in shown]))
+        )
+        every = sorted([*runs, *older], key=lambda run: run.created_at, reverse=True)
+        return {s.version: promotion_check(s.version, s.metrics, every) for s in snapshots}
 
     def _policies_context(self, since: datetime | None) -> dict[str, Any]:
         q = self.queries
@@ -97,7 +106,7 @@ class PolicyPages(_AdminBase):
             "shares": shares_by_version,
             "ope_runs": runs,
             "charted_runs": len(charted_runs),
-            "promotion": {s.version: promotion_check(s.version, s.metrics, runs) for s in snapshots},
+            "promotion": self._promotion_checks(snapshots, runs),
             "has_snapshot": {s.version for s in snapshots},
             "chart_data": views.chart_payload(
                 points, stats, shares, charted, self._reward_weights().total_range(), bucket=bucket
@@ -124,6 +133,10 @@ class PolicyPages(_AdminBase):
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
+
+
+def _evaluated(runs: Sequence[OPERun]) -> set[str]:
+    return {row.result.snapshot_version for run in runs for row in run.rows if row.result.snapshot_version}
 
 
 def _whole_runs(results: Sequence[OPEResult]) -> list[OPERun]:

@@ -116,3 +116,38 @@ def test_a_snapshot_that_beat_the_logging_policy_is_promoted_without_a_warning()
         "Make v9 the active policy?\n\nOffline evaluation (its training metrics): cdr estimate 0.700 [0.650, 0.750]"
         " against the logging policy's 0.500: better: the whole interval is above the logging policy."
     )
+
+
+def test_a_snapshot_evaluated_before_many_later_runs_keeps_its_verdict(
+    client: TestClient, seeded: Seeded, log: EpisodeLog
+) -> None:
+    # The page lists the newest runs only; the Promote column must not call a snapshot
+    # "not evaluated" because later runs of other targets pushed its own run off that list.
+    _save_candidate(log, "test-v4", {})
+    details = {"supported": True, "reason": "", "logging_value": 0.40, "recommended": True}
+    log.record_ope_results(
+        [
+            OPEResult(
+                "test",
+                "cdr",
+                0.52,
+                0.45,
+                0.60,
+                300,
+                snapshot_version="test-v4",
+                run_id="early",
+                details=details,
+                created_at=NOW - timedelta(days=3),
+            )
+        ]
+    )
+    later = [
+        OPEResult(
+            "bm25", f"est{i}", 0.3, 0.2, 0.4, 300, run_id=f"bm25-{i // 12}", created_at=NOW - timedelta(minutes=i)
+        )
+        for i in range(250)
+    ]
+    log.record_ope_results(later)
+    row = _snapshot_row(client, "test-v4")
+    assert ">not evaluated</span>" not in row and ">supported</span>" in row
+    assert "cdr estimate 0.520 [0.450, 0.600]" in _confirmation(row)
