@@ -6,22 +6,19 @@ behind its producer's back. Validation happens in ``__post_init__`` and raises
 :class:`~memabra._errors.InvalidRecordError` naming the offending field.
 """
 
+from memabra._records_listing import EpisodeSummary, Page, RegistryItem, UsageCounts
 from memabra._records_offline import GoldDecision, LoggedDecision, MemoryQuality, OPEResult
 from memabra._records_outcomes import (
     COMPONENT_RANGES,
     Episode,
-    EpisodeSummary,
     Feedback,
     FeedbackReceipt,
     LearningItem,
-    Page,
     PolicySnapshot,
-    RegistryItem,
     RewardBreakdown,
     RewardComponents,
     RewardWeights,
     Step,
-    UsageCounts,
 )
 from memabra._records_routing import (
     MAX_ID_LENGTH,
