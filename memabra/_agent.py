@@ -32,7 +32,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
 
@@ -41,11 +41,11 @@ from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
-from memabra._graph_steps import close_failed_turn, cut_off_error, error_text, refuse
+from memabra._graph_steps import close_failed_turn, current_turn, cut_off_error, error_text, refuse
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget, FeedbackKind, FeedbackReceipt
 from memabra._reward import RewardConfig
-from memabra._session import RoutingSession
+from memabra._session import RoutingSession, Turn
 from memabra._settings import SessionSettings
 from memabra._tool_search import ToolSearch
 from memabra._turns import model_step
@@ -107,8 +107,11 @@ class _Graph:
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
 
     # --- agent
-    def _prepare(self, state: MemabraState) -> tuple[Any, list[AnyMessage]]:
-        turn = self.session.get_turn(state["memabra_turn"])
+    def _turn(self, state: MemabraState, config: RunnableConfig) -> Turn:
+        messages = state.get("messages", [])
+        return current_turn(self.session, state["memabra_turn"], messages, get_runtime(), config)
+
+    def _prepare(self, turn: Turn, state: MemabraState) -> tuple[Any, list[AnyMessage]]:
         system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
         chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
         if self.tool_search is not None:
@@ -141,10 +144,11 @@ class _Graph:
         close_failed_turn(self.session, turn_id, step)
 
     # agent and aagent differ only in ``invoke`` vs ``await ainvoke`` (a deliberate repeat).
-    def agent(self, state: MemabraState) -> dict[str, Any]:
+    def agent(self, state: MemabraState, config: RunnableConfig) -> dict[str, Any]:
+        turn = self._turn(state, config)
         started = time.perf_counter()
         try:
-            bound, messages = self._prepare(state)
+            bound, messages = self._prepare(turn, state)
             reply = bound.invoke(messages)
         except GraphBubbleUp:  # an interrupt pauses the run; the turn stays in flight for the resume
             raise
@@ -153,10 +157,11 @@ class _Graph:
             raise
         return self._replied(state, reply, started)
 
-    async def aagent(self, state: MemabraState) -> dict[str, Any]:
+    async def aagent(self, state: MemabraState, config: RunnableConfig) -> dict[str, Any]:
+        turn = self._turn(state, config)
         started = time.perf_counter()
         try:
-            bound, messages = self._prepare(state)
+            bound, messages = self._prepare(turn, state)
             reply = await bound.ainvoke(messages)
         except GraphBubbleUp:
             raise
@@ -203,7 +208,9 @@ class MemabraAgent:
     """A compiled LangGraph agent plus memabra's feedback API.
 
     ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
-    graph (``graph``); the result's ``memabra_episode_id`` names the logged episode.
+    graph (``graph``), and so does every other attribute of it (``astream_events``, ``batch``,
+    ``update_state``, ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
+    ``memabra_episode_id`` names the logged episode.
     """
 
     # Deliberate repeats: the feedback, learning and close methods below forward to the session's
@@ -237,6 +244,13 @@ class MemabraAgent:
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names this class lacks: the rest of the compiled graph's API, so code written
+        # for a LangGraph agent keeps working on this one.
+        if name in ("graph", "session"):  # not set yet (unpickling, a half-built object)
+            raise AttributeError(name)
+        return getattr(self.graph, name)
 
     def close(self) -> None:
         """Save what was learned since the last snapshot and release the learner lease."""

@@ -24,7 +24,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from memabra._graph_steps import record_raised, record_result, refuse, unavailable_error
+from memabra._graph_steps import current_turn, record_raised, record_result, refuse, unavailable_error
 from memabra._session import RoutingSession, Turn
 from memabra._tool_search import FIND_TOOLS, ToolSearch
 
@@ -48,6 +48,7 @@ class ToolRunner:
     def __init__(self, session: RoutingSession, tools: Sequence[BaseTool], tool_search: ToolSearch | None) -> None:
         self.session = session
         self.tools = list(tools)
+        self._names = frozenset(t.name for t in tools)
         self.tool_search = tool_search
 
     def node(self) -> ToolNode:
@@ -69,7 +70,15 @@ class ToolRunner:
     def _admit(self, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
         """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
         turn_id: str = request.state["memabra_turn"]
-        turn = self.session.get_turn(turn_id)
+        runtime = request.runtime
+        turn = current_turn(
+            self.session,
+            turn_id,
+            request.state.get("messages", []),
+            runtime,
+            getattr(runtime, "config", None),
+            pending_allowed=self._names.__contains__,
+        )
         name = request.tool_call["name"]
         if name == FIND_TOOLS and self.tool_search is not None:
             return request.override(tool=self.find_tools(self.tool_search, turn))

@@ -7,20 +7,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
 
 from memabra._errors import InvalidRecordError
-from memabra._graph_io import content_text
+from memabra._graph_io import content_text, message_text, run_thread_id, run_user_id
 from memabra._records import Feedback, FeedbackKind, Step
-from memabra._session import RoutingSession
+from memabra._session import RoutingSession, Turn
 from memabra._turns import jsonable
 
 __all__ = [
     "FAILED_TURN_SOURCE",
     "close_failed_turn",
+    "current_turn",
     "cut_off_error",
     "error_text",
     "log_text",
@@ -34,6 +36,46 @@ logger = logging.getLogger("memabra")
 
 # The feedback source of the ``accepted: false`` a turn ended by an exception is logged with.
 FAILED_TURN_SOURCE = "memabra.failed_turn"
+
+
+def current_turn(
+    session: RoutingSession,
+    turn_id: str,
+    messages: Sequence[AnyMessage],
+    runtime: Any,
+    config: RunnableConfig | None,
+    *,
+    pending_allowed: Callable[[str], bool] | None = None,
+) -> Turn:
+    """The turn the graph's state names, routed again when this process has none in flight.
+
+    A checkpointed run can go on where this process never saw it start (resumed after an
+    interrupt in another worker, or after a restart) or after its turn was logged as failed (a
+    retried model call): the turn is then routed afresh under the same id
+    (:meth:`RoutingSession.resume`). ``pending_allowed`` is given at the tools step: the calls
+    the last reply made were answered with a lost turn's tools bound (an approved interrupt among
+    them), so the ones it allows are bound to the new turn rather than refused."""
+    try:
+        return session.get_turn(turn_id)
+    except InvalidRecordError:
+        pass
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    if not humans:
+        raise InvalidRecordError(f"turn {turn_id!r} is not in flight and the state holds no user message to route")
+    last = messages[-1]
+    pending = (
+        [c["name"] for c in last.tool_calls if pending_allowed(c["name"])]
+        if pending_allowed is not None and isinstance(last, AIMessage)
+        else []
+    )
+    return session.resume(
+        turn_id,
+        user_id=run_user_id(runtime, config),
+        query=message_text(humans[-1]),
+        thread_id=run_thread_id(config),
+        turn=len(humans) - 1,
+        bind=pending,
+    )
 
 
 def unavailable_error(name: str) -> str:

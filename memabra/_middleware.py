@@ -22,17 +22,28 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph.message import add_messages
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 from typing_extensions import TypedDict
 
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
-from memabra._graph_steps import close_failed_turn, record_raised, record_result, refuse, unavailable_error
-from memabra._session import RoutingSession
+from memabra._graph_steps import (
+    close_failed_turn,
+    current_turn,
+    error_text,
+    record_raised,
+    record_result,
+    refuse,
+    unavailable_error,
+)
+from memabra._records import Step
+from memabra._session import RoutingSession, Turn
+from memabra._turns import model_step
 
 __all__ = ["MemabraMiddleware", "MemabraNodeState", "MemabraNodes", "create_memabra_middleware"]
 
@@ -46,14 +57,18 @@ class _MiddlewareState(AgentState[Any]):
     memabra_episode_id: NotRequired[str]
 
 
+def _run_config() -> RunnableConfig | None:
+    try:
+        return get_config()
+    except RuntimeError:  # called outside a run
+        return None
+
+
 def _route(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Runtime[Any]) -> str:
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
         raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
-    try:
-        config = get_config()
-    except RuntimeError:
-        config = None
+    config = _run_config()
     turn = session.begin(
         user_id=run_user_id(runtime, config),
         query=message_text(humans[-1]),
@@ -89,7 +104,8 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
 
     def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         # request.state is typed as the base AgentState; at run time it is state_schema (_MiddlewareState)
-        turn = self.session.get_turn(request.state["memabra_turn"])  # type: ignore[typeddict-item, unused-ignore]
+        turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
+        turn = current_turn(self.session, turn_id, request.state["messages"], request.runtime, _run_config())
         base = request.system_prompt or ""
         system = "\n\n".join(p for p in (base, turn.system_prompt) if p)
         tools = [t for t in request.tools if getattr(t, "name", None) in turn.tool_names]
@@ -110,19 +126,51 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
             output_tokens=out,
         )
 
+    def _model_raised(self, request: ModelRequest[Any], started: float, exc: Exception) -> None:
+        # As in the built-in agent: the exception ends the run before after_agent, so the turn is
+        # logged now, as failed (a retry of the call routes a new turn: see current_turn).
+        turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
+        name = getattr(request.model, "model_name", None) or type(request.model).__name__
+        ms = (time.perf_counter() - started) * 1000.0
+        self._close_failed(turn_id, model_step(str(name), ms, None, None, status="error", error=error_text(exc)))
+
+    def _close_failed(self, turn_id: str, failure: Step | None) -> None:
+        episode_id = close_failed_turn(self.session, turn_id, failure)
+        if episode_id is None:
+            return
+        with self._lock:
+            self._ended[turn_id] = episode_id
+            while len(self._ended) > _MAX_ENDED:
+                self._ended.popitem(last=False)
+
+    # wrap_model_call and awrap_model_call differ only in ``handler`` vs ``await handler`` (a deliberate repeat).
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> Any:
+        routed = self._request(request)
         started = time.perf_counter()
-        response = handler(self._request(request))
+        try:
+            response = handler(routed)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            self._model_raised(request, started, exc)
+            raise
         self._record_model(request, response, started)
         return response
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> Any:
+        routed = self._request(request)
         started = time.perf_counter()
-        response = await handler(self._request(request))
+        try:
+            response = await handler(routed)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            self._model_raised(request, started, exc)
+            raise
         self._record_model(request, response, started)
         return response
 
@@ -131,7 +179,11 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         hiding a tool from the model must not leave it runnable."""
         turn_id = request.state["memabra_turn"]
         name = request.tool_call["name"]
-        if name in self.session.get_turn(turn_id).tool_names:
+        runtime = request.runtime
+        config = getattr(runtime, "config", None)
+        # a resumed run's pending calls were made with the lost turn's tools bound (see current_turn)
+        turn = current_turn(self.session, turn_id, request.state["messages"], runtime, config, pending_allowed=bool)
+        if name in turn.tool_names:
             return None
         return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
 
@@ -140,13 +192,7 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         # episode (as a failed turn) now, so the turn is neither lost nor left in flight.
         turn_id = request.state["memabra_turn"]
         record_raised(self.session, turn_id, request.tool_call, exc, started)
-        episode_id = close_failed_turn(self.session, turn_id)
-        if episode_id is None:
-            return
-        with self._lock:
-            self._ended[turn_id] = episode_id
-            while len(self._ended) > _MAX_ENDED:
-                self._ended.popitem(last=False)
+        self._close_failed(turn_id, None)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
         refused = self._refusal(request)
@@ -181,10 +227,15 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         return result
 
     def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        turn_id = state["memabra_turn"]
         with self._lock:
-            ended = self._ended.pop(state["memabra_turn"], None)
-        if ended is not None:  # a raising tool already logged it, and something caught the error
-            return {"memabra_episode_id": ended}
+            ended = self._ended.pop(turn_id, None)
+        try:
+            self.session.get_turn(turn_id)
+        except InvalidRecordError:
+            if ended is not None:  # a raising tool or model already logged it, and something caught the error
+                return {"memabra_episode_id": ended}
+            raise
         episode_id = self.session.finish(state["memabra_turn"], _answer(state["messages"]))
         return {"memabra_episode_id": episode_id}
 
@@ -213,11 +264,17 @@ class MemabraNodes:
     def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
         return {"memabra_turn": _route(self.session, state.get("messages", []), runtime)}
 
+    def _turn(self, state: MemabraNodeState) -> Turn:
+        config = _run_config()
+        if config is None:  # outside a run: only a turn in flight here can be meant
+            return self.session.get_turn(state["memabra_turn"])
+        return current_turn(self.session, state["memabra_turn"], state.get("messages", []), get_runtime(), config)
+
     def system_prompt(self, state: MemabraNodeState) -> str:
-        return self.session.get_turn(state["memabra_turn"]).system_prompt
+        return self._turn(state).system_prompt
 
     def tools(self, state: MemabraNodeState, available: Sequence[BaseTool]) -> list[BaseTool]:
-        chosen = self.session.get_turn(state["memabra_turn"]).tool_names
+        chosen = self._turn(state).tool_names
         return [t for t in available if t.name in chosen]
 
     def record_model_call(

@@ -13,6 +13,7 @@ has become final is learned exactly once, by whichever process holds the policy'
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -121,6 +122,8 @@ class RoutingSession:
             reward_config=self.rewards.config,
         )
         self._turns = TurnTable()
+        # two parallel tool calls of a resumed run must not route its turn twice
+        self._resume_lock = threading.Lock()
         self._previous = PreviousTurns(log)
 
     @classmethod
@@ -150,12 +153,53 @@ class RoutingSession:
     # ------------------------------------------------------------------ one turn
 
     def begin(self, *, user_id: str, query: str, thread_id: str | None = None, turn: int | None = None) -> Turn:
-        if not isinstance(user_id, str) or not user_id:
-            raise InvalidRecordError("a memabra turn needs a user_id (pass context={'user_id': ...})")
+        _require_user(user_id)
         memory_items = self.memory.recall(user_id, query)
         on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
+        t = self._routed(new_id(), user_id, query, thread_id, turn, memory_items)
+        self._turns.add(t)
+        return t
+
+    def resume(
+        self,
+        turn_id: str,
+        *,
+        user_id: str,
+        query: str,
+        thread_id: str | None = None,
+        turn: int | None = None,
+        bind: Sequence[str] = (),
+    ) -> Turn:
+        """The turn in flight under ``turn_id``, or, when this process has none (a run resumed
+        from its checkpoint after an interrupt in another process or before a restart, or retried
+        after its model raised and the turn was logged as failed), a new turn routed afresh under
+        the same id, so the graph's state still names it. Its episode is a new one; the user's
+        message is not read as feedback on their previous turn again (it was when first routed).
+        ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
+        model made, still to run)."""
+        with self._resume_lock:
+            try:
+                return self._turns.get(turn_id)
+            except InvalidRecordError:
+                pass
+            _require_user(user_id)
+            logger.info("turn %s is not in flight in this process: routing it again", turn_id)
+            t = self._routed(turn_id, user_id, query, thread_id, turn, self.memory.recall(user_id, query))
+            t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
+            self._turns.add(t)
+            return t
+
+    def _routed(
+        self,
+        turn_id: str,
+        user_id: str,
+        query: str,
+        thread_id: str | None,
+        turn: int | None,
+        memory_items: Sequence[RegistryItem],
+    ) -> Turn:
         shared = own_items(self._shared, self.log.items(user_id)) if self._shared else []
         candidates = gather_candidates(memory_items, shared, self.kinds)
         turn_no = turn if turn is not None else 0
@@ -168,9 +212,7 @@ class RoutingSession:
             warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
             system_prompt, tool_names = assemble(selection, self.skills, self._tool_ids)
-        t = Turn(new_id(), user_id, thread_id, turn_no, query, selection, system_prompt, tool_names)
-        self._turns.add(t)
-        return t
+        return Turn(turn_id, user_id, thread_id, turn_no, query, selection, system_prompt, tool_names)
 
     def get_turn(self, turn_id: str) -> Turn:
         return self._turns.get(turn_id)
@@ -293,3 +335,8 @@ class RoutingSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _require_user(user_id: object) -> None:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("a memabra turn needs a user_id (pass context={'user_id': ...})")
