@@ -33,9 +33,11 @@ from memabra.evals.offline._evaluation_records import (
     OWN_ORDER,
     SET_EQUIVALENT,
     LogEvaluation,
+    LoggedValue,
     Recommended,
     Target,
 )
+from memabra.evals.offline._inputs import check_decision_ids, check_targets, check_window
 from memabra.evals.offline._paired import PairedMoments, widen
 from memabra.evals.offline._recommend import (
     RECOMMENDED_ESTIMATOR,
@@ -65,6 +67,7 @@ __all__ = [
     "RECOMMENDED_ESTIMATOR",
     "RECOMMENDED_ORDER",
     "LogEvaluation",
+    "LoggedValue",
     "Recommended",
     "Target",
     "check_window",
@@ -86,38 +89,6 @@ def _reward(reward: RewardBreakdown, weights: RewardWeights | None) -> float:
     return reward.reweighted(weights).total if weights is not None else reward.total
 
 
-def check_window(since: datetime | None, until: datetime | None) -> None:
-    """``since`` and ``until`` must be timezone-aware datetimes (the log keeps UTC instants, and a
-    naive time names none), ``since`` before ``until``."""
-    for name, value in (("since", since), ("until", until)):
-        if value is None:
-            continue
-        if not isinstance(value, datetime):
-            raise InvalidRecordError(f"{name} must be a datetime, got {type(value).__name__}")
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidRecordError(
-                f"{name} is a naive datetime ({value.isoformat()}): pass a timezone-aware one "
-                "(for a UTC time, .replace(tzinfo=datetime.timezone.utc))"
-            )
-    if since is not None and until is not None and since >= until:
-        raise InvalidRecordError(f"since ({since.isoformat()}) must be before until ({until.isoformat()})")
-
-
-def check_decision_ids(decision_ids: Collection[str] | None) -> frozenset[str] | None:
-    """``decision_ids`` as a set: a collection of decision ids (a bare string is refused, it would
-    be read as its characters)."""
-    if decision_ids is None:
-        return None
-    if isinstance(decision_ids, str) or not isinstance(decision_ids, Collection):
-        raise InvalidRecordError(
-            f"decision_ids must be a collection of decision ids, got {type(decision_ids).__name__}"
-        )
-    wrong = [d for d in decision_ids if not isinstance(d, str)]
-    if wrong:
-        raise InvalidRecordError(f"decision_ids must hold decision ids (strings), got {wrong[0]!r}")
-    return frozenset(decision_ids)
-
-
 def rollout_seed(seed: int, position: int) -> int:
     """The seed of a target's rollouts on the decision at ``position``: one stream per (seed,
     position), so the evaluation's ``seed`` decides every rollout and another seed redraws them."""
@@ -136,7 +107,7 @@ def logged_value(
     weights: RewardWeights | None = None,
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
-) -> tuple[float, float, int]:
+) -> LoggedValue:
     """Mean logged reward, its standard error and the number of rewarded decisions (one pass);
     final rewards only unless ``include_provisional``; only the decisions ``decision_ids`` names
     when given."""
@@ -154,8 +125,8 @@ def logged_value(
         mean += delta / n
         m2 += delta * (x - mean)
     if n == 0:
-        return math.nan, math.nan, 0
-    return mean, math.sqrt(m2 / (n - 1) / n) if n > 1 else math.inf, n
+        return LoggedValue(math.nan, math.nan, 0)
+    return LoggedValue(mean, math.sqrt(m2 / (n - 1) / n) if n > 1 else math.inf, n)
 
 
 def evaluate_policies(
@@ -180,8 +151,7 @@ def evaluate_policies(
     check_alpha(alpha)
     check_window(since, until)
     only = check_decision_ids(decision_ids)
-    if not targets:
-        raise InvalidRecordError("name at least one policy to evaluate")
+    check_targets(targets)
     names = list(estimators)
     names.extend(name for name in RECOMMENDED_ORDER if name not in names)
     chosen = make_slot_estimators(names)
@@ -234,8 +204,14 @@ def evaluate_policies(
             if provisional
             else ""
         )
+        named = (
+            f" among the {len(only)} decision ids given (check that they are decision ids, not episode ids)"
+            if only is not None
+            else ""
+        )
         raise InvalidRecordError(
-            "reward: the episode log holds no rewarded decisions in the chosen range: nothing to evaluate" + left_out
+            f"reward: the episode log holds no rewarded decisions in the chosen range{named}: nothing to evaluate"
+            + left_out
         )
     if model is not None:
         report = model.fit()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from memabra._records import OPEResult
 from memabra.evals.offline._additivity import AdditivityReport
@@ -14,7 +14,17 @@ from memabra.evals.offline._support import SupportVerdict, finite_or_none
 from memabra.evals.ope import PolicyValueInterval, SlotEstimator
 from memabra.router import Router
 
-__all__ = ["LOGGING_POLICY", "OWN_ORDER", "SET_EQUIVALENT", "WEIGHT_LABELS", "LogEvaluation", "Recommended", "Target"]
+__all__ = [
+    "LOGGING_POLICY",
+    "OWN_ORDER",
+    "SET_EQUIVALENT",
+    "WEIGHTLESS",
+    "WEIGHT_LABELS",
+    "LogEvaluation",
+    "LoggedValue",
+    "Recommended",
+    "Target",
+]
 
 # how a deterministic target's draws are replayed (docs/ope.md): in proportion to the logger's own
 # probabilities within the target's set, or in the target's own order
@@ -30,6 +40,11 @@ WEIGHT_LABELS = {
 }
 
 
+# estimators that weight no decision (the direct method): never supported; the floor and skill rules
+# name the first reason where they fail
+WEIGHTLESS = frozenset({"dm"})
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A policy to evaluate: its display name, the router and the snapshot it came from."""
@@ -37,6 +52,16 @@ class Target:
     policy: str
     router: Router
     snapshot_version: str | None = None
+
+
+class LoggedValue(NamedTuple):
+    """The logging policy's value on a slice of the log: the mean logged reward, its standard
+    error and the number of rewarded decisions (a tuple, so ``value, stderr, n = ...`` unpacks it).
+    ``value`` and ``stderr`` are NaN when no decision was read, ``stderr`` infinite for one."""
+
+    value: float
+    stderr: float
+    n_rounds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +112,11 @@ class LogEvaluation:
     # rewarded decisions left out because their reward is provisional (0 with include_provisional)
     n_provisional: int = 0
 
-    def weight_diagnostics(self, estimator: str) -> Mapping[str, float]:
-        """The diagnostics of the importance weight ``estimator`` leans on."""
+    def weight_diagnostics(self, estimator: str) -> Mapping[str, float] | None:
+        """The diagnostics of the importance weight ``estimator`` leans on; ``None`` for the direct
+        method, which weights no decision (another weight's figures would read as its own)."""
+        if estimator in WEIGHTLESS:
+            return None
         return self.diagnostics[WEIGHT_LABELS[SlotEstimator(estimator_name=estimator).weight_name]]
 
     def _estimate_json(self, name: str, estimate: PolicyValueInterval) -> dict[str, Any]:

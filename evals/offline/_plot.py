@@ -8,14 +8,35 @@ from pathlib import Path
 from memabra._errors import ConfigError
 from memabra._records import OPEResult
 
-__all__ = ["plot_estimates"]
+__all__ = ["is_supported", "plot_estimates", "row_label"]
+
+# point and bar colours: a supported estimate in blue, an unsupported one in grey, so that a narrow
+# interval the verdict rejects does not read like an answer
+_SUPPORTED = ("#2b6cb0", "#90cdf4")
+_UNSUPPORTED = ("#a0aec0", "#e2e8f0")
+
+
+def is_supported(result: OPEResult) -> bool:
+    """The verdict on this row: the target's for its recommended estimate, else the estimator's own
+    (an evaluation's results carry both in ``details``; a result without them counts as supported)."""
+    details = result.details
+    if details.get("recommended"):
+        return bool(details.get("supported", True))
+    return bool(details.get("estimator_supported", True))
+
+
+def row_label(result: OPEResult) -> str:
+    """``policy · estimator``, starred where it is the recommended estimate, marked where unsupported."""
+    star = " *" if result.details.get("recommended") else ""
+    verdict = "" if is_supported(result) else " (unsupported)"
+    return f"{result.policy} · {result.estimator}{star}{verdict}"
 
 
 def plot_estimates(
     results: Sequence[OPEResult], path: str | Path, *, logging_value: float | None = None, title: str = ""
 ) -> Path:
-    """One row per (policy, estimator): the estimate with its interval; the logging policy's
-    value as a dashed line."""
+    """One row per (policy, estimator): the estimate with its interval, the recommended one starred,
+    unsupported ones in grey and marked; the logging policy's value as a dashed line."""
     try:
         import matplotlib
 
@@ -25,14 +46,16 @@ def plot_estimates(
         raise ConfigError("plots need matplotlib: pip install 'memabra[plots]'") from None
     if not results:
         raise ConfigError("no estimates to plot")
-    labels = [f"{r.policy} · {r.estimator}" for r in results]
-    values = [r.value for r in results]
-    # an estimate outside its bounds (an unsupported target's raw value) draws no negative bar
-    lows = [max(r.value - r.ci_low, 0.0) for r in results]
-    highs = [max(r.ci_high - r.value, 0.0) for r in results]
+    labels = [row_label(r) for r in results]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(results) + 1.6))
+    for y, result in enumerate(results):
+        # an estimate outside its bounds (an unsupported target's raw value) draws no negative bar
+        low, high = max(result.value - result.ci_low, 0.0), max(result.ci_high - result.value, 0.0)
+        point, bar = _SUPPORTED if is_supported(result) else _UNSUPPORTED
+        ax.errorbar(
+            [result.value], [y], xerr=[[low], [high]], fmt="o", color=point, ecolor=bar, elinewidth=3, capsize=4
+        )
     ys = list(range(len(results)))
-    ax.errorbar(values, ys, xerr=[lows, highs], fmt="o", color="#2b6cb0", ecolor="#90cdf4", elinewidth=3, capsize=4)
     if logging_value is not None:
         ax.axvline(logging_value, color="#c53030", linestyle="--", label=f"logging policy {logging_value:+.3f}")
         ax.legend(loc="lower right", fontsize=8)

@@ -27,6 +27,7 @@ from memabra.evals.offline._additivity import AdditivityReport
 from memabra.evals.offline._evaluation_records import (
     SET_EQUIVALENT,
     WEIGHT_LABELS,
+    WEIGHTLESS,
     LogEvaluation,
     Recommended,
     Target,
@@ -60,9 +61,6 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # estimators unbiased only for a reward additive over slots: not recommended where the log shows its
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
-# estimators that weight no decision (the direct method): never supported; the floor and skill rules
-# name the first reason where they fail
-WEIGHTLESS = frozenset({"dm"})
 # a sample variance, and so any interval, needs two decisions
 MIN_DECISIONS = 2
 # why the direct method is never read as an answer, even where its floor and skill rules pass

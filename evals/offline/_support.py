@@ -216,10 +216,12 @@ def overdrawn_verdict(weight: WeightSummary, alpha: float, weight_label: str, re
 
 
 def _times(ratio: float) -> str:
-    """A growth factor rounded up (to a tenth below 10): 19.6 effective samples need 1.1x, not "1x"."""
+    """A growth factor rounded up (to a tenth below 10, else to two significant figures): 19.6
+    effective samples need 1.1x, not "1x"; a large one reads 920x or 500,000x, not 9.1e+02x."""
     if ratio < 10.0:
         return f"{math.ceil(ratio * 10.0 - 1e-9) / 10.0:g}x"
-    return f"{ratio:.2g}x"
+    step = 10 ** (math.floor(math.log10(ratio)) - 1)
+    return f"{math.ceil(ratio / step - 1e-9) * step:,}x"
 
 
 def unreached_share(weight: WeightSummary, floor_share: float, alpha: float) -> float:

@@ -9,6 +9,7 @@ from os import PathLike
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from memabra.evals.ope._batch import BanditArrays
 from memabra.evals.ope._diagnostics import ImportanceWeightDiagnostics
@@ -39,6 +40,9 @@ ESTIMATOR_NAMES = ("ipw", "snipw", "dm", "dr", "sndr", "switch-dr", "dr-os")
 
 # obp's name for the reward model's predictions is accepted alongside the short one
 _ESTIMATED_REWARDS_KEYS = ("estimated_rewards", "estimated_rewards_by_reg_model")
+# an .npz is a zip archive; np.save writes its own magic string
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
 _ARRAY_KEYS = ("action", "reward", "pscore", "action_dist", "position", "context", "action_context")
 
 
@@ -81,8 +85,7 @@ def load_bandit_arrays(path: str | PathLike[str]) -> BanditArrays:
     """Read and validate an ``.npz`` holding ``action``, ``reward``, ``pscore``, ``action_dist`` and
     optionally ``position``, ``estimated_rewards`` (or ``estimated_rewards_by_reg_model``),
     ``context`` and ``action_context``."""
-    with np.load(path, allow_pickle=False) as data:
-        stored = {key: data[key] for key in data.files}
+    stored = _read_npz(path)
     unknown = sorted(set(stored) - set(_ARRAY_KEYS) - set(_ESTIMATED_REWARDS_KEYS))
     if unknown:
         known = ", ".join(_ARRAY_KEYS + _ESTIMATED_REWARDS_KEYS)
@@ -103,6 +106,21 @@ def load_bandit_arrays(path: str | PathLike[str]) -> BanditArrays:
         context=stored.get("context"),
         action_context=stored.get("action_context"),
     )
+
+
+def _read_npz(path: str | PathLike[str]) -> dict[str, NDArray[Any]]:
+    """The arrays of an ``.npz`` archive by name. np.load reads a plain ``.npy`` as one array and
+    reads any other file as a pickle, whose refusal would blame pickling: both are named for what
+    they are instead."""
+    with open(path, "rb") as handle:
+        magic = handle.read(len(_NPY_MAGIC))
+    if not magic.startswith(_ZIP_MAGIC):
+        kind = "a single .npy array" if magic.startswith(_NPY_MAGIC) else "not a zip archive"
+        raise OPEInputError(
+            "file", f"{path} is not an .npz archive ({kind}); save the arrays with np.savez(path, action=..., ...)"
+        )
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
 
 
 @dataclass(frozen=True, slots=True)

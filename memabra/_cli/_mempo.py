@@ -75,7 +75,17 @@ def score(
                     highlight=False,
                 )
             else:
-                console.print("no decisions with a known gold answer to score")
+                # the demo's and most agents' logs hold none: say where one comes from
+                console.print(
+                    Text(
+                        "no decisions with a known gold answer to score"
+                        + (" since --since" if since_at is not None else "")
+                        + ": a gold answer arrives as feedback on its episode "
+                        '(memabra feedback EPISODE_ID \'{"gold_answer": "..."}\', or agent.feedback(..., '
+                        "gold_answer=...)), and only decisions that offered memories are scored"
+                    ),
+                    highlight=False,
+                )
             return
         # streamed a chunk of episodes at a time: memory holds what is being scored, not the log
         items = (

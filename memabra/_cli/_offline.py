@@ -186,8 +186,10 @@ def ope_log(
                 _fmt(rec.value if is_rec else e.value),  # clipped to the reward's range
                 _fmt(rec.ci_low if is_rec else e.ci_low),  # an unsupported recommendation's bounds
                 _fmt(rec.ci_high if is_rec else e.ci_high),
-                f"{weight['effective_sample_size']:.0f}",
-                f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
+                "-" if weight is None else f"{weight['effective_sample_size']:.0f}",  # dm weights nothing
+                "-"
+                if weight is None
+                else f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
                 f"{ev.floor_share:.0%}",
                 verdict,
             )
@@ -341,7 +343,9 @@ def train(
         )
     e = report.estimate
     if not report.supported:
-        console.print(f"[bold red]unsupported[/]: {report.reason}; promotion refused")
+        # --force saves it all the same: say what the verdict decides only where it decides
+        refused = "" if report.saved_version else "; not saved"
+        console.print(f"[bold red]unsupported[/]: {escape(report.reason)}{refused}")
     console.print(
         f"trained {report.learner} on {report.n_train} decisions; held out {report.n_holdout} from {report.split_at:%Y-%m-%d %H:%M:%S}"
     )
@@ -355,7 +359,13 @@ def train(
             f"new minus logging policy, paired on the held-out decisions: {d.value:+.4f} [{d.ci_low:+.4f}, {d.ci_high:+.4f}]"
         )
     if report.saved_version:
-        verdict = "beats the logging policy" if report.promotable else "forced, does NOT beat the logging policy"
+        verdict = (
+            "beats the logging policy"
+            if report.promotable
+            else "forced: the log does NOT support its estimate"
+            if not report.supported
+            else "forced, does NOT beat the logging policy"
+        )
         where = ["--db", make_url(db).render_as_string(hide_password=True)] if db else []
         promote = shlex.join(["memabra", "policies", "promote", report.saved_version, *where])
         console.print(

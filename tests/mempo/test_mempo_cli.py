@@ -85,6 +85,9 @@ def test_score_stores_one_label_per_decision_and_reports_throughput(trained_mode
 def test_nothing_to_score_loads_no_model(tmp_path: Path, migrated_url: str) -> None:
     result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path / "absent"), "--db", migrated_url])
     assert result.exit_code == 0 and "no decisions" in result.output
+    # a log without gold answers (the demo's) says where one comes from, not only that there is none
+    assert "a gold answer arrives as feedback on its episode" in result.output
+    assert """memabra feedback EPISODE_ID '{"gold_answer": "..."}'""" in result.output
 
 
 def test_a_missing_model_is_a_one_line_error(tmp_path: Path, migrated_url: str) -> None:

@@ -308,6 +308,22 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output
 
 
+def test_a_forced_training_on_an_unsupported_estimate_does_not_also_say_promotion_refused(  # type: ignore[no-untyped-def]
+    migrated_url: str, lexical
+) -> None:
+    with EpisodeLog(migrated_url) as log:
+        log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 120)  # never explores
+    base = ["train", "--from-log", "--learner", "random", "--db", migrated_url, "--holdout", "0.5"]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 0, refused.output
+    assert re.search(r"^unsupported: .*; not saved$", refused.output, re.M | re.S), refused.output
+    forced = runner.invoke(app, [*base, "--force"])
+    assert forced.exit_code == 0, forced.output
+    # it was saved: the old "; promotion refused" contradicted the next lines
+    assert "promotion refused" not in forced.output and "not saved" not in forced.output
+    assert "(forced: the log does NOT support its estimate)" in forced.output
+
+
 def test_cli_ope_log_says_why_there_are_no_paired_differences(migrated_url: str, lexical) -> None:  # type: ignore[no-untyped-def]
     with EpisodeLog(migrated_url) as log:
         log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 120)  # never explores
@@ -318,6 +334,21 @@ def test_cli_ope_log_says_why_there_are_no_paired_differences(migrated_url: str,
     # the reason is a paragraph under the table, not a cell that stretches every row
     assert re.search(r"^random \([a-z-]+\): unsupported: \d+% of the target's probability", result.output, re.M)
     assert "paired differences: none, no target is supported on this log" in result.output
+
+
+def test_the_direct_methods_row_shows_no_weight_since_it_weights_nothing(migrated_url: str, lexical) -> None:  # type: ignore[no-untyped-def]
+    with EpisodeLog(migrated_url) as log:
+        log_world(log, RandomRouter(similarity=lexical, seed=1), 120)
+        ev = evaluate_on_log(log, HybridRouter(similarity=lexical), policy="hybrid", estimators=["dm", "cdr"])
+    assert ev.weight_diagnostics("dm") is None
+    cdr = ev.weight_diagnostics("cdr")
+    assert cdr is not None and cdr == ev.diagnostics["joint"]
+    result = runner.invoke(
+        app, ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--estimators", "dm,cdr", "--no-store"]
+    )
+    assert result.exit_code == 0, result.output
+    # the row used to show the per-slot weight's effective sample size and mean as if dm leaned on it
+    assert re.search(r"│ hybrid │ dm +│( [+-]\d\.\d{4} │){3} +- │ +- │", result.output), result.output
 
 
 @pytest.mark.parametrize(

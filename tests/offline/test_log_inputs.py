@@ -162,6 +162,9 @@ def test_decision_ids_restrict_the_evaluation_and_the_logged_value_to_those_deci
     mean = sum(d.reward.total for d in decisions[::2] if d.reward is not None) / len(kept)
     value, _, n = logged_value(log, decision_ids=kept)
     assert n == 20 and value == pytest.approx(mean)
+    named = logged_value(log, decision_ids=kept)  # a named record, not a bare (float, float, int)
+    assert (named.value, named.n_rounds) == (value, n) and named.stderr > 0
+    assert math.isnan(logged_value(log, decision_ids=["no-such-decision"]).value)
     target = HybridRouter(similarity=lexical)
     segment = evaluate_on_log(log, target, policy="hybrid", estimators=["cdr"], decision_ids=set(kept))
     assert segment.n_rounds == 20
@@ -280,3 +283,27 @@ def test_a_snapshot_that_no_longer_loads_says_whether_its_learner_args_or_its_mo
         resolve_policy("snapshot:bad-value", log)
     with pytest.raises(ConfigError, match=r"bad-model no longer loads \(model\)"):
         resolve_policy("snapshot:bad-model", log)
+
+
+def test_targets_must_be_targets_with_distinct_names(log: EpisodeLog, lexical: Similarity, migrated_url: str) -> None:
+    log_world(log, RandomRouter(similarity=lexical, seed=1), 20)
+    hybrid = Target("hybrid", HybridRouter(similarity=lexical))
+    # the JSON's policies and the paired differences are keyed by name: the second would replace the first
+    with pytest.raises(InvalidRecordError, match="policy 'hybrid' is named twice"):
+        evaluate_policies(log, [hybrid, Target("hybrid", RandomRouter(similarity=lexical))], estimators=["cdr"])
+    with pytest.raises(InvalidRecordError, match=r"targets must be a sequence of Target\(policy, router\), got Target"):
+        evaluate_policies(log, hybrid, estimators=["cdr"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidRecordError, match=r"targets\[0\] must be a Target"):
+        evaluate_policies(log, [HybridRouter(similarity=lexical)], estimators=["cdr"])  # type: ignore[list-item]
+    result = runner.invoke(
+        app, ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--policy", "hybrid", "--no-store"]
+    )
+    assert result.exit_code == 1 and "policy 'hybrid' is named twice" in result.output
+
+
+def test_decision_ids_naming_no_rewarded_decision_say_so(log: EpisodeLog, lexical: Similarity) -> None:
+    log_world(log, RandomRouter(similarity=lexical, seed=1), 20)
+    episode_ids = [e.id for e in log.list_episodes(limit=3).items]
+    target = HybridRouter(similarity=lexical)
+    with pytest.raises(InvalidRecordError, match="among the 3 decision ids given .*not episode ids"):
+        evaluate_on_log(log, target, policy="hybrid", estimators=["cdr"], decision_ids=episode_ids)

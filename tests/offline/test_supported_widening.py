@@ -114,6 +114,18 @@ def test_a_short_log_says_how_much_longer_it_would_need_to_be() -> None:
     )
 
 
+def test_a_log_far_too_short_reads_as_a_plain_factor_not_scientific_notation() -> None:
+    # the demo log's pseudo-inverse weight: an effective sample size of 0.02 read "about 9.1e+02x"
+    far = WeightSummary()
+    far.update(np.array([0.0] * 399 + [1.0]))  # effective sample size 1: 20x
+    assert "about 20x as many decisions" in support_verdict(far, 0.0, 0.05, "joint").reason
+    tiny = WeightSummary()
+    tiny.update(np.array([2.0] * 100 + [-2.0] * 100 + [1.0]))  # signed weights summing to 1
+    reason = support_verdict(tiny, 0.0, 0.05, "pseudo-inverse").reason
+    assert "e+" not in reason
+    assert "about 17,000x as many decisions" in reason  # 20 / (1 / 801) = 16,020, rounded up to two figures
+
+
 def test_a_replay_showing_the_draws_over_drawn_leaves_no_replay_of_them_supported() -> None:
     # the demo's seed-2 log at 1,000 episodes: hybrid's selection drawn in its own order 39 times
     # where its logged probabilities gave about 26 (own-order mean weight 1.56 [1.07, 2.05]), and
@@ -188,7 +200,7 @@ def test_on_a_real_log_a_mean_weight_below_1_by_noise_alone_widens_nothing(log: 
     rec = ev.recommended
     assert rec.supported, rec.reason
     weight = ev.weight_diagnostics(rec.estimator)
-    assert weight["mean_weight"] < 1.0 < weight["mean_weight_ci_high"]
+    assert weight is not None and weight["mean_weight"] < 1.0 < weight["mean_weight_ci_high"]
     assert ev.unreached_share == 0.0
     raw = ev.estimates[rec.estimator]
     assert (rec.ci_low, rec.ci_high) == (raw.ci_low, raw.ci_high)
@@ -241,3 +253,40 @@ def test_an_unsupported_estimate_beyond_its_bounds_is_reported_at_their_edge_and
     assert stored.value == rec.value and stored.details["unclipped_value"] == pytest.approx(raw)
     # a non-recommended row's raw value may lie outside its interval: the plot draws no negative bar
     assert plot_estimates(ev.results, tmp_path / "p.png", logging_value=1.5).exists()
+
+
+def test_the_plot_stars_the_recommended_row_and_marks_unsupported_ones() -> None:
+    # every row used to be drawn alike: a narrow interval the verdict rejects read like an answer
+    from dataclasses import replace
+
+    from memabra.evals.offline._plot import is_supported, row_label
+
+    n = 100
+    weight = np.where(np.arange(n) < 5, 40.0, 0.0)
+    zeros = np.zeros(n)
+    terms = SlateTerms(
+        reward=np.full(n, 1.0),
+        joint_weight=weight,
+        pi_weight=weight,
+        slot_weight=weight,
+        last_weight=weight,
+        independent_ips=weight,
+        cascade_ips=weight,
+        independent_baseline=zeros,
+        cascade_baseline=zeros,
+        q_logged=zeros,
+        q_target=zeros,
+    )
+    streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "sips"])]
+    summaries = {name: WeightSummary() for name in ("joint_weight", "pi_weight", "slot_weight")}
+    for stream in streams:
+        stream.update(terms)
+    for name, summary in summaries.items():
+        summary.update(getattr(terms, name))
+    ev = summarise(Target("t", RandomRouter()), streams, summaries, 0.0, n, 1.0, None, 0.05, None, REWARD_RANGE)
+    labels = {r.estimator: row_label(r) for r in ev.results}
+    assert labels[ev.recommended.estimator] == f"t · {ev.recommended.estimator} * (unsupported)"
+    assert labels["sips"] == "t · sips (unsupported)"
+    recommended = next(r for r in ev.results if r.details["recommended"])
+    supported = replace(recommended, details={**recommended.details, "supported": True})
+    assert is_supported(supported) and row_label(supported) == f"t · {recommended.estimator} *"

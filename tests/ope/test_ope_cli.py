@@ -156,4 +156,24 @@ def test_a_file_that_is_not_npz_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "log.npz"
     path.write_text("not arrays")
     result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path)])
-    assert result.exit_code == 1 and "cannot read" in result.output
+    assert result.exit_code == 1 and "is not an .npz archive" in result.output
+
+
+def test_a_single_npy_array_is_named_not_a_traceback(tmp_path: Path) -> None:
+    # np.load reads a .npy as one bare array, which has no context manager: this was a TypeError
+    path = tmp_path / "action.npy"
+    np.save(path, np.zeros(3))
+    with pytest.raises(ope.OPEInputError, match=r"is not an \.npz archive \(a single \.npy array\)"):
+        ope.load_bandit_arrays(path)
+    result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path)])
+    assert result.exit_code == 1 and "a single .npy array" in result.output
+
+
+def test_a_text_file_is_not_blamed_on_pickling(tmp_path: Path) -> None:
+    # np.load reads any non-zip, non-npy file as a pickle and refused it as "pickled (object) data"
+    path = tmp_path / "log.npz"
+    path.write_text("action,reward\n0,1\n")
+    result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path)])
+    assert result.exit_code == 1
+    assert "is not an .npz archive (not a zip archive)" in result.output
+    assert "pickle" not in result.output
