@@ -183,7 +183,7 @@ def evaluate_policies(
     if needs_model:
         model = SlateRewardModel(random_state=seed)
     additivity = AdditivityCheck(random_state=seed)
-    total, count = 0.0, 0
+    total, squares, count = 0.0, 0.0, 0
     first_at: datetime | None = None
     last_at: datetime | None = None
     lowest, highest = math.inf, -math.inf
@@ -192,6 +192,7 @@ def evaluate_policies(
         first_at = selection.created_at if first_at is None else min(first_at, selection.created_at)
         last_at = selection.created_at if last_at is None else max(last_at, selection.created_at)
         total += reward
+        squares += reward * reward
         lowest, highest = min(lowest, reward), max(highest, reward)
         table = DecisionTable.of(selection)
         additivity.observe(selection, reward, table, used_ids, count - 1)
@@ -277,6 +278,9 @@ def evaluate_policies(
     fingerprints[1].check_same(fingerprints[0])
     out: list[LogEvaluation] = []
     logging_value = total / count
+    logging_stderr = (
+        math.sqrt(max(squares - count * logging_value**2, 0.0) / (count - 1) / count) if count > 1 else math.inf
+    )
     # what a target's unreached share could have earned: anything the reward allows, or the log held
     allowed = (weights or RewardWeights()).total_range()
     reward_range = (min(allowed[0], lowest), max(allowed[1], highest))
@@ -322,6 +326,7 @@ def evaluate_policies(
         replace(
             ev,
             versus=versus(t) if ev.recommended.supported else {},
+            logging_stderr=logging_stderr,
             n_provisional=provisional,
             results=with_window(ev.results, since, until, as_of, first_at, last_at, only),
         )

@@ -3,6 +3,7 @@ recommended estimate (:mod:`memabra.evals.offline._evaluate` computes them)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -109,6 +110,8 @@ class LogEvaluation:
     versus: Mapping[str, PolicyValueInterval] = field(default_factory=dict)
     # each estimator's own support verdict (its weight's; the recommended one's, before widening)
     verdicts: Mapping[str, SupportVerdict] = field(default_factory=dict)
+    # the standard error of logging_value, the mean logged reward of the same decisions
+    logging_stderr: float = math.nan
     # rewarded decisions left out because their reward is provisional (0 with include_provisional)
     n_provisional: int = 0
 

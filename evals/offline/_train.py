@@ -28,7 +28,6 @@ from memabra.evals.offline._evaluate import (
     LogEvaluation,
     check_window,
     evaluate_on_log,
-    logged_value,
 )
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.evals.ope import PolicyValueInterval
@@ -121,7 +120,10 @@ def train_from_log(
             f"{recommended.estimator} is undefined on the held-out decisions: {recommended.reason}"
         )
     estimate = next(r for r in evaluation.results if r.estimator == recommended.estimator)
-    value, stderr, _ = logged_value(log, since=split_at, weights=weights, include_provisional=include_provisional)
+    # the logging policy's value on the very decisions the estimate read: on a log still being
+    # written, a second pass would read more of them
+    value, stderr = evaluation.logging_value, evaluation.logging_stderr
+    n_holdout = evaluation.n_rounds
     improvement = evaluation.versus.get(LOGGING_POLICY)  # present exactly when supported
     promotable = improvement is not None and math.isfinite(improvement.ci_low) and improvement.ci_low > 0.0
     if not recommended.supported:

@@ -7,6 +7,7 @@ import math
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -349,9 +350,12 @@ def train(
     console.print(
         f"trained {report.learner} on {report.n_train} decisions; held out {report.n_holdout} from {report.split_at:%Y-%m-%d %H:%M:%S}"
     )
+    # the logging policy's mean with an interval at the same level as the estimate's
+    half = NormalDist().inv_cdf(1 - alpha / 2) * report.logging_stderr
     console.print(
         f"{e.estimator}: new policy {e.value:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] vs logging policy "
-        f"{report.logging_value:+.4f} ± {report.logging_stderr:.4f}"
+        f"{report.logging_value:+.4f} [{report.logging_value - half:+.4f}, {report.logging_value + half:+.4f}] "
+        f"({1 - alpha:.0%} intervals)"
     )
     if report.improvement is not None:
         d = report.improvement

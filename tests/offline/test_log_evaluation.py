@@ -234,6 +234,30 @@ def test_off_policy_training_saves_only_a_supported_policy_that_beats_the_logger
     assert report.estimate.estimator in {r.estimator for r in stored}
 
 
+def test_training_compares_with_the_logging_policy_on_the_decisions_its_estimate_read(  # type: ignore[no-untyped-def]
+    log: EpisodeLog, fill_log, lexical
+) -> None:
+    # A log still being written: decisions land while the training pass runs. The logging policy's
+    # value, and the held-out count, must be those of the decisions the estimate read.
+    fill_log(log, n=300)
+    added = []
+
+    def more_traffic(done: int) -> None:
+        if not added:
+            added.append(done)
+            log_world(log, RandomRouter(similarity=lexical, seed=7), 60)
+
+    report = train_from_log(log, learner="linear", holdout=0.3, progress=more_traffic)
+    assert added and report.n_holdout == report.evaluation.n_rounds == 90 + 60
+    assert report.logging_value == report.evaluation.logging_value
+    mean, stderr, n = logged_value(log, since=report.split_at)
+    assert (
+        n == report.n_holdout
+        and report.logging_value == pytest.approx(mean)
+        and report.logging_stderr == pytest.approx(stderr)
+    )
+
+
 def test_off_policy_training_refuses_bad_learner_arguments_before_reading_the_log(log: EpisodeLog, fill_log) -> None:  # type: ignore[no-untyped-def]
     fill_log(log, n=20)
     with pytest.raises(ConfigError, match="bad arguments for learner 'linear'.*bogus"):
@@ -303,7 +327,9 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
         assert len(log.list_ope_runs(policy="hybrid")) == len(hybrid["estimates"])
     trained = runner.invoke(app, ["train", "--from-log", "--db", migrated_url, "--holdout", "0.3"])
     assert trained.exit_code == 0, trained.output
-    assert "vs logging policy" in trained.output
+    assert re.search(
+        r"vs logging policy [+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] \(95% intervals\)", trained.output
+    )
     bogus = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "bogus"])
     assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output
 
