@@ -208,6 +208,14 @@ def ope_log(
             "evaluates them too)",
             highlight=False,
         )
+    if only is not None and first.n_rounds + first.n_provisional < len(only):
+        # ids that read nothing are left out silently by the query: a file of episode ids, or of
+        # another log's decisions, would evaluate a smaller segment than the user meant
+        console.print(
+            f"{len(only) - first.n_rounds - first.n_provisional} of the {len(only)} decision ids in --decisions "
+            "named no rewarded decision in the window (unknown ids, episode ids, or outside --since/--until)",
+            highlight=False,
+        )
     paired = _paired_table(evaluations, alpha)
     if paired.row_count:
         console.print(paired)

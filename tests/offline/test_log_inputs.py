@@ -128,7 +128,13 @@ def test_cli_ope_log_evaluates_the_decisions_a_file_lists(migrated_url: str, lex
     args = ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--estimators", "cdr", "--no-store"]
     result = runner.invoke(app, [*args, "--decisions", str(listed)])
     assert result.exit_code == 0, result.output
-    assert "on 25 logged decisions" in result.output
+    assert "on 25 logged decisions" in result.output and "named no rewarded decision" not in result.output
+    partly = tmp_path / "partly.txt"
+    partly.write_text("\n".join([*ids[:10], "ep-not-a-decision", "another-unknown"]) + "\n")
+    some = runner.invoke(app, [*args, "--decisions", str(partly)])
+    assert some.exit_code == 0, some.output
+    assert "on 10 logged decisions" in some.output
+    assert "2 of the 12 decision ids in --decisions named no rewarded decision" in some.output
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n")
     refused = runner.invoke(app, [*args, "--decisions", str(empty)])
