@@ -29,7 +29,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime, get_runtime
@@ -150,7 +150,10 @@ class _Graph:
         try:
             bound, messages = self._prepare(turn, state)
             reply = bound.invoke(messages)
-        except GraphBubbleUp:  # an interrupt pauses the run; the turn stays in flight for the resume
+        except GraphInterrupt:  # the run pauses: the turn is kept for whichever process resumes it
+            self.session.suspend(turn.id)
+            raise
+        except GraphBubbleUp:
             raise
         except Exception as exc:
             self._failed(state, exc, started)
@@ -163,6 +166,9 @@ class _Graph:
         try:
             bound, messages = self._prepare(turn, state)
             reply = await bound.ainvoke(messages)
+        except GraphInterrupt:
+            self.session.suspend(turn.id)
+            raise
         except GraphBubbleUp:
             raise
         except Exception as exc:

@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -101,7 +101,10 @@ class ToolRunner:
         started = time.perf_counter()
         try:
             result = execute(admitted)
-        except GraphBubbleUp:  # an interrupt: the run pauses, the turn stays in flight
+        except GraphInterrupt:  # the run pauses: the turn is kept for whichever process resumes it
+            self.session.suspend(admitted.state["memabra_turn"])
+            raise
+        except GraphBubbleUp:
             raise
         except Exception as exc:
             return record_raised(self.session, admitted.state["memabra_turn"], admitted.tool_call, exc, started)
@@ -117,6 +120,9 @@ class ToolRunner:
         started = time.perf_counter()
         try:
             result = await execute(admitted)
+        except GraphInterrupt:
+            self.session.suspend(admitted.state["memabra_turn"])
+            raise
         except GraphBubbleUp:
             raise
         except Exception as exc:

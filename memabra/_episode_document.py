@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, ScoredCandidate, Selection
+from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, ScoredCandidate, Selection, SlotDraw
 
-__all__ = ["candidate_fields", "episode_document", "probability_shown", "reward_terms"]
+__all__ = ["candidate_fields", "episode_document", "probability_shown", "reward_terms", "slot_fields"]
 
 
 def candidate_fields(sc: ScoredCandidate) -> dict[str, Any]:
@@ -20,6 +20,19 @@ def candidate_fields(sc: ScoredCandidate) -> dict[str, Any]:
         "tokens": sc.candidate.tokens,
         "score": sc.score,
         "rank": sc.rank,
+    }
+
+
+def slot_fields(d: SlotDraw) -> dict[str, Any]:
+    """One slot's draw, whole: its distribution and what was drawn (the ``memabra.decision/1``
+    export and a paused turn's document)."""
+    return {
+        "slot": d.slot,
+        "kind": d.kind.value,
+        "candidate_ids": list(d.candidate_ids),
+        "probabilities": list(d.probabilities),
+        "chosen_id": d.chosen_id,
+        "chosen_probability": d.chosen_probability,
     }
 
 

@@ -47,18 +47,23 @@ def current_turn(
     *,
     pending_allowed: Callable[[str], bool] | None = None,
 ) -> Turn:
-    """The turn the graph's state names, routed again when this process has none in flight.
+    """The turn the graph's state names: in flight here (past its pause, where an interrupt paused
+    it), else the one an interrupt paused and the log keeps, else routed again.
 
     A checkpointed run can go on where this process never saw it start (resumed after an
-    interrupt in another worker, or after a restart) or after its turn was logged as failed (a
-    retried model call): the turn is then routed afresh under the same id
-    (:meth:`RoutingSession.resume`). ``pending_allowed`` is given at the tools step: the calls
+    interrupt in another worker, or after a restart): a turn paused by an ``interrupt`` in
+    memabra's own nodes or hooks was kept in the log (:meth:`RoutingSession.suspend`) and goes on
+    whole. Otherwise (paused between nodes, by another middleware's hook, or retried after its
+    turn was logged as failed) the turn is routed afresh under the same id
+    (:meth:`RoutingSession.resume`); ``pending_allowed`` is given at the tools step: the calls
     the last reply made were answered with a lost turn's tools bound (an approved interrupt among
     them), so the ones it allows are bound to the new turn rather than refused."""
     try:
-        return session.get_turn(turn_id)
+        turn = session.get_turn(turn_id)
     except InvalidRecordError:
         pass
+    else:
+        return turn if turn.paused_at is None else session.unpause(turn)
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
         raise InvalidRecordError(f"turn {turn_id!r} is not in flight and the state holds no user message to route")

@@ -25,7 +25,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime, get_runtime
 from typing_extensions import TypedDict
@@ -151,6 +151,9 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         started = time.perf_counter()
         try:
             response = handler(routed)
+        except GraphInterrupt:  # the run pauses: the turn is kept for whichever process resumes it
+            self.session.suspend(request.state["memabra_turn"])  # type: ignore[typeddict-item, unused-ignore]
+            raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -166,6 +169,9 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         started = time.perf_counter()
         try:
             response = await handler(routed)
+        except GraphInterrupt:
+            self.session.suspend(request.state["memabra_turn"])  # type: ignore[typeddict-item, unused-ignore]
+            raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -201,7 +207,10 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         started = time.perf_counter()
         try:
             result = handler(request)
-        except GraphBubbleUp:  # an interrupt pauses the run; the turn stays in flight for the resume
+        except GraphInterrupt:  # the run pauses: the turn is kept for whichever process resumes it
+            self.session.suspend(request.state["memabra_turn"])
+            raise
+        except GraphBubbleUp:
             raise
         except Exception as exc:
             self._tool_raised(request, started, exc)
@@ -218,6 +227,9 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         started = time.perf_counter()
         try:
             result = await handler(request)
+        except GraphInterrupt:
+            self.session.suspend(request.state["memabra_turn"])
+            raise
         except GraphBubbleUp:
             raise
         except Exception as exc:

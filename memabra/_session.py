@@ -36,14 +36,16 @@ from memabra._records import (
     RoutingContext,
     Selection,
     new_id,
+    utcnow,
 )
 from memabra._serving import PolicyRuntime
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
+from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, SuspendedTurn
 
 __all__ = ["RoutingSession", "Turn"]
 
@@ -184,11 +186,59 @@ class RoutingSession:
                 return self._turns.get(turn_id)
             except InvalidRecordError:
                 pass
+            kept = self.log.suspended_turn(turn_id)
+            if kept is not None:
+                t = turn_from_document(kept.document, time.perf_counter())
+                self._turns.add(t)
+                logger.info("turn %s resumed from the log, where an interrupt paused it", turn_id)
+                return t
             _require_user(user_id)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
             t = self._routed(turn_id, user_id, query, thread_id, turn, self.memory.recall(user_id, query))
             t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
             self._turns.add(t)
+            return t
+
+    def suspend(self, turn_id: str) -> None:
+        """Keep the turn in the log while an interrupt pauses it, so that any process, this one
+        after a restart included, can go on with it (:meth:`resume`). Writing it is best effort:
+        the interrupt must still reach LangGraph, and this process can still resume the turn."""
+        with self._resume_lock:
+            try:
+                t = self._turns.get(turn_id)
+            except InvalidRecordError:
+                return
+            if t.paused_at is None:
+                t.paused_at = time.perf_counter()
+                t.pauses += 1
+            kept = SuspendedTurn(
+                t.id,
+                t.episode_id,
+                t.user_id,
+                t.thread_id,
+                utcnow(),
+                turn_document(t, (t.paused_at - t.started) * 1000.0),
+            )
+        try:
+            self.log.suspend_turn(kept)
+        except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
+            logger.warning(
+                "could not keep paused turn %s in the log: only this process can resume it", turn_id, exc_info=True
+            )
+
+    def unpause(self, t: Turn) -> Turn:
+        """``t``, paused here, going on: the log's copy where another process paused it since
+        (it holds that process's steps), else ``t`` with its clock moved past the pause."""
+        with self._resume_lock:
+            if t.paused_at is None:
+                return t
+            kept = self.log.suspended_turn(t.id)
+            if kept is not None and kept.document.get("pauses", 0) > t.pauses:
+                newer = turn_from_document(kept.document, time.perf_counter())
+                self._turns.add(newer)
+                return newer
+            t.started += time.perf_counter() - t.paused_at
+            t.paused_at = None
             return t
 
     def _routed(

@@ -38,6 +38,10 @@ class Turn:
     steps: list[Step] = field(default_factory=list)
     feedback: list[Feedback] = field(default_factory=list)
     episode_id: str = field(default_factory=new_id)
+    # perf counter when an interrupt paused it: the pause is not the turn's latency
+    paused_at: float | None = None
+    # how many times it has paused: a process holding an older pause takes the log's newer one
+    pauses: int = 0
 
     def numbered_steps(self) -> tuple[Step, ...]:
         return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))

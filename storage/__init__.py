@@ -39,6 +39,7 @@ from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
+from memabra.storage._suspended_turns import SuspendedTurn
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "SnapshotIndex",
     "SnapshotInfo",
     "StatusChange",
+    "SuspendedTurn",
     "Transactions",
     "UserErasure",
     "check_schema",

@@ -8,6 +8,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
+from memabra._episode_document import slot_fields
 from memabra._records import (
     STOP_ID,
     Candidate,
@@ -82,18 +83,7 @@ def decision_values(episode: Episode, seq: int, sel: Selection) -> dict[str, Any
 
 
 def slot_values(sel: Selection) -> list[dict[str, Any]]:
-    return [
-        {
-            "decision_id": sel.id,
-            "slot": d.slot,
-            "kind": d.kind.value,
-            "candidate_ids": list(d.candidate_ids),
-            "probabilities": list(d.probabilities),
-            "chosen_id": d.chosen_id,
-            "chosen_probability": d.chosen_probability,
-        }
-        for d in sel.slots
-    ]
+    return [{"decision_id": sel.id, **slot_fields(d)} for d in sel.slots]
 
 
 # Enum member -> stored text, as a dict lookup: ``.value`` is a descriptor call per candidate row.

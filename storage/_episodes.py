@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import CandidateKind, Episode, Selection
 from memabra.storage import _convert as cv
+from memabra.storage import _suspended_turns
 from memabra.storage._models import (
     Base,
     DecisionCandidateRow,
@@ -31,6 +32,7 @@ from memabra.storage._models import (
     RegistryRow,
     RewardRow,
     StepRow,
+    SuspendedTurnRow,
     table_of,
 )
 from memabra.storage._rows import clean_text, insert_batches
@@ -149,6 +151,7 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                 (table_of(RewardRow), reward_rows),
             ],
         )
+        _suspended_turns.discard_logged(conn, ids)
         if counter_params:
             registry = table_of(RegistryRow)
             conn.execute(
@@ -310,6 +313,12 @@ def user_threads(tx: Transactions, user_id: str) -> tuple[tuple[str, ...], tuple
                 .where(EpisodeRow.user_id == user, EpisodeRow.thread_id.is_not(None))
                 .distinct()
             )
+        )
+        # a thread whose first turn is paused by an interrupt has no episode yet
+        threads.update(
+            t
+            for t in s.scalars(select(SuspendedTurnRow.thread_id).where(SuspendedTurnRow.user_id == user))
+            if t is not None
         )
         shared: set[str | None] = set()
         listed = sorted(threads)

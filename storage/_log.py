@@ -47,7 +47,7 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots
+from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots, _suspended_turns
 from memabra.storage._engine import make_engine
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
@@ -56,6 +56,7 @@ from memabra.storage._migrate import check_schema
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, log_status
+from memabra.storage._suspended_turns import SuspendedTurn
 from memabra.storage._tx import Transactions
 
 __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
@@ -153,6 +154,15 @@ class EpisodeLog(RetentionMethods):
 
     def get_episode(self, episode_id: str) -> Episode:
         return _episodes.get_episode(self._tx, episode_id)
+
+    def suspend_turn(self, turn: SuspendedTurn) -> None:
+        """Keep a turn paused by an interrupt until its episode is logged (see
+        :mod:`memabra.storage._suspended_turns`); pausing again replaces it."""
+        _suspended_turns.save(self._tx, turn)
+
+    def suspended_turn(self, turn_id: str) -> SuspendedTurn | None:
+        """The paused turn ``turn_id``, or ``None`` (never paused, or logged since)."""
+        return _suspended_turns.load(self._tx, turn_id)
 
     def status(self) -> LogStatus:
         """Where the log stands: schema, episodes, feedback windows open and overdue, and per

@@ -354,3 +354,17 @@ class DeletionRow(Base):
     memories_forgotten: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # an erasure's checkpointer threads deleted (0 until then); NULL when no checkpointer was given
     threads_deleted: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class SuspendedTurnRow(Base):
+    """A turn paused by a LangGraph ``interrupt``: what was routed and done so far, so that any
+    process can go on with it. Deleted in the transaction that logs its episode."""
+
+    __tablename__ = "suspended_turns"
+
+    turn_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(String(32), unique=True)
+    user_id: Mapped[str] = mapped_column(String(200), index=True)
+    thread_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    suspended_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)

@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, sel
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra.storage import _suspended_turns
 from memabra.storage._deletion_log import add_deleted, finish_deletion, start_deletion
 from memabra.storage._episodes import resolve_episode_id
 from memabra.storage._models import EpisodeRow, RewardRow
@@ -180,9 +181,17 @@ def erase_user(
     )
     threads = forget_threads() if forget_threads is not None else None
     deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress)
+    paused = tx.write(lambda s: _suspended_turns.erase_user(s, user_id), what="erase_user")
     memories = forget_memories()
     finish_deletion(tx, audit_id, memories_forgotten=memories, threads_deleted=threads)
-    logger.info("erased user %r: %d episode(s), %d memories, threads: %s", user_id, deleted, memories, threads)
+    logger.info(
+        "erased user %r: %d episode(s), %d paused turn(s), %d memories, threads: %s",
+        user_id,
+        deleted,
+        paused,
+        memories,
+        threads,
+    )
     return UserErasure(deleted, memories, audit_id, threads)
 
 

@@ -11,7 +11,8 @@ A reward is lost to learning in quiet ways, and each has a number here:
   (see :mod:`memabra.storage._learner`), and ``oldest_transaction`` names it.
 
 Besides rewards, one other thing can stop half way unnoticed: a deletion (a retention job, an
-erasure) killed part way, whose audit entry stays unfinished (``unfinished_deletions``).
+erasure) killed part way, whose audit entry stays unfinished (``unfinished_deletions``). And
+turns an ``interrupt`` paused wait in the log for someone to resume them (``paused_turns``).
 
 Everything is a read; nothing here changes the log.
 """
@@ -30,7 +31,7 @@ from memabra.storage._engine import is_postgres
 from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
-from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow, SuspendedTurnRow
 
 __all__ = ["LogStatus", "OpenTransaction", "PolicyStatus", "log_status"]
 
@@ -89,6 +90,9 @@ class LogStatus:
     policies: tuple[PolicyStatus, ...]
     oldest_transaction: OpenTransaction | None
     unfinished_deletions: tuple[DeletionEntry, ...] = ()
+    # turns an interrupt paused and nobody has resumed yet (``paused_since``: the oldest pause)
+    paused_turns: int = 0
+    paused_since: datetime | None = None
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
@@ -134,6 +138,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         }
         oldest = _oldest_transaction(s) if postgres else None
         unfinished = unfinished_deletions(s)
+        paused, paused_since = s.execute(select(func.count(), func.min(SuspendedTurnRow.suspended_at))).one()
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
@@ -165,6 +170,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         policies=tuple(policies),
         oldest_transaction=oldest,
         unfinished_deletions=unfinished,
+        paused_turns=int(paused),
+        paused_since=paused_since,
     )
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memabra._episode_document import candidate_fields
+from memabra._episode_document import candidate_fields, slot_fields
 from memabra._records import LoggedDecision, RewardBreakdown
 
 if TYPE_CHECKING:
@@ -61,17 +61,7 @@ def decision_record(decision: LoggedDecision) -> dict[str, Any]:
         "seed": sel.seed,
         "latency_ms": sel.latency_ms,
         "candidates": [{**candidate_fields(sc), "features": dict(sc.features)} for sc in sel.offered],
-        "slots": [
-            {
-                "slot": d.slot,
-                "kind": d.kind.value,
-                "candidate_ids": list(d.candidate_ids),
-                "probabilities": list(d.probabilities),
-                "chosen_id": d.chosen_id,
-                "chosen_probability": d.chosen_probability,
-            }
-            for d in sel.slots
-        ],
+        "slots": [slot_fields(d) for d in sel.slots],
         "propensity": sel.propensity,
         "used_ids": None if decision.used_ids is None else sorted(decision.used_ids),
         "reward": None if decision.reward is None else _reward(decision.reward, final=decision.final),

@@ -92,6 +92,11 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
         f"rewards   {state.unlearned:,} final and not learned"
         + ("" if state.unlearned_since is None else f"; the oldest final {_when(state.unlearned_since, now)}"),
     ]
+    if state.paused_turns:
+        lines.append(
+            f"paused    {state.paused_turns:,} turn(s) waiting on an interrupt"
+            + ("" if state.paused_since is None else f"; the oldest paused {_when(state.paused_since, now)}")
+        )
     if state.unfinished_deletions:
         oldest = state.unfinished_deletions[0]
         lines.append(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from memabra._records import RewardWeights
-from memabra.evals.offline import LOGGING_POLICY, Target, evaluate_policies
+from memabra.evals.offline import LOGGING_POLICY, LogEvaluation, Target, evaluate_policies
 from memabra.evals.offline._paired import widen
 from memabra.evals.offline._recommend import summarise
 from memabra.evals.offline._support import (
@@ -216,23 +216,20 @@ def test_a_paired_difference_is_widened_by_both_sides_shares() -> None:
     assert (widened.value, widened.ci_low, widened.ci_high) == pytest.approx((0.1, -0.105, 0.305))
 
 
-def test_an_unsupported_estimate_beyond_its_bounds_is_reported_at_their_edge_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # five decisions of weight 40 and the rest unreached: the raw estimates land far above the
-    # most any policy can earn, and an unsupported target's bounds are the reward's range
-    from memabra.evals.offline import plot_estimates
-
+def _five_heavy_draws(reward: float) -> LogEvaluation:
+    """100 decisions: five of weight 40 and the rest unreached, each earning ``reward``."""
     n = 100
-    reward = np.full(n, 1.5)
+    rewards = np.full(n, reward)
     weight = np.where(np.arange(n) < 5, 40.0, 0.0)
     zeros = np.zeros(n)
     terms = SlateTerms(
-        reward=reward,
+        reward=rewards,
         joint_weight=weight,
         pi_weight=weight,
         slot_weight=weight,
         last_weight=weight,
-        independent_ips=weight * reward,
-        cascade_ips=weight * reward,
+        independent_ips=weight * rewards,
+        cascade_ips=weight * rewards,
         independent_baseline=zeros,
         cascade_baseline=zeros,
         q_logged=zeros,
@@ -244,7 +241,15 @@ def test_an_unsupported_estimate_beyond_its_bounds_is_reported_at_their_edge_and
         stream.update(terms)
     for name, summary in summaries.items():
         summary.update(getattr(terms, name))
-    ev = summarise(Target("t", RandomRouter()), streams, summaries, 0.0, n, 1.5, None, 0.05, None, REWARD_RANGE)
+    return summarise(Target("t", RandomRouter()), streams, summaries, 0.0, n, reward, None, 0.05, None, REWARD_RANGE)
+
+
+def test_an_unsupported_estimate_beyond_its_bounds_is_reported_at_their_edge_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # five decisions of weight 40 and the rest unreached: the raw estimates land far above the
+    # most any policy can earn, and an unsupported target's bounds are the reward's range
+    from memabra.evals.offline import plot_estimates
+
+    ev = _five_heavy_draws(reward=1.5)
     rec = ev.recommended
     raw = ev.estimates[rec.estimator].value
     assert not rec.supported and raw > REWARD_RANGE[1]
@@ -261,29 +266,7 @@ def test_the_plot_stars_the_recommended_row_and_marks_unsupported_ones() -> None
 
     from memabra.evals.offline._plot import is_supported, row_label
 
-    n = 100
-    weight = np.where(np.arange(n) < 5, 40.0, 0.0)
-    zeros = np.zeros(n)
-    terms = SlateTerms(
-        reward=np.full(n, 1.0),
-        joint_weight=weight,
-        pi_weight=weight,
-        slot_weight=weight,
-        last_weight=weight,
-        independent_ips=weight,
-        cascade_ips=weight,
-        independent_baseline=zeros,
-        cascade_baseline=zeros,
-        q_logged=zeros,
-        q_target=zeros,
-    )
-    streams = [StreamingEstimate(e) for e in make_slot_estimators(["cdr", "pi", "sips"])]
-    summaries = {name: WeightSummary() for name in ("joint_weight", "pi_weight", "slot_weight")}
-    for stream in streams:
-        stream.update(terms)
-    for name, summary in summaries.items():
-        summary.update(getattr(terms, name))
-    ev = summarise(Target("t", RandomRouter()), streams, summaries, 0.0, n, 1.0, None, 0.05, None, REWARD_RANGE)
+    ev = _five_heavy_draws(reward=1.0)
     labels = {r.estimator: row_label(r) for r in ev.results}
     assert labels[ev.recommended.estimator] == f"t · {ev.recommended.estimator} * (unsupported)"
     assert labels["sips"] == "t · sips (unsupported)"

@@ -56,13 +56,19 @@ def test_a_run_interrupted_in_one_worker_resumes_in_another(log: EpisodeLog, lex
     else:
         out = asyncio.run(other.ainvoke(Command(resume=True), config))
     assert out["messages"][-1].content == "Sent it."
+    (summary,) = log.list_episodes().items
     ep = log.get_episode(out["memabra_episode_id"])
-    # the approved call runs (it is not refused for a tool the new routing left out) and is logged
+    assert summary.id == ep.id
+    # one episode holds the whole turn: the first worker's model call and routing decision, the
+    # approved call and the reply
     assert [(s.kind.value, s.name, s.status, s.result) for s in ep.steps] == [
+        ("model", "ScriptedChatModel", "ok", None),
         ("tool", "send_email", "ok", "sent to bob"),
         ("model", "ScriptedChatModel", "ok", None),
     ]
     assert ep.selections and ep.selections[0].propensity > 0 and ep.user_id == "ann" and ep.thread_id == "mail"
+    assert "tool:send_email" in ep.selections[0].chosen_ids
+    assert log.suspended_turn(paused["memabra_turn"]) is None  # logged, so no longer kept as paused
 
 
 def _raises(messages: list[BaseMessage], bound: list[str]) -> AIMessage:
@@ -133,7 +139,9 @@ def test_a_middleware_run_interrupted_in_one_worker_resumes_in_another(log: Epis
     out = other.invoke(Command(resume=True), config)
     ep = log.get_episode(out["memabra_episode_id"])
     assert [(s.kind.value, s.name, s.status, s.result) for s in ep.steps] == [
+        ("model", "ScriptedChatModel", "ok", None),
         ("tool", "send_email", "ok", "sent to bob"),
         ("model", "ScriptedChatModel", "ok", None),
     ]
+    assert len(log.list_episodes().items) == 1
     assert not middleware.session._turns._turns  # finished, not left in flight
