@@ -57,6 +57,9 @@ __all__ = [
 
 logger = logging.getLogger("memabra")
 
+# Reads one ``remember`` makes while other processes keep retiring the memory it restates.
+_RESTATE_TRIES = 3
+
 # A restatement, not a new fact: content words overlap this much both ways, at most one differs.
 _DEDUP_OVERLAP = 0.85
 
@@ -195,14 +198,23 @@ class MemoryBackend(ABC):
         joining several facts, only the replaced one is cut out)."""
         fact = _clean(text)
         now = at or self.clock()
-        active = self._active_pairs(user_id)
+        # Another process may retire the restated memory between this read and the refresh (its
+        # user stated a new value there): read again, and the fact is stored as the newest value.
+        for _ in range(_RESTATE_TRIES):
+            active = self._active_pairs(user_id)
+            same = next((mid for mid, stored in active if _is_restatement(fact, stored)), None)
+            if same is None:
+                break
+            change = MemoryChange(
+                same, user_id, MemoryAction.REFRESHED, now, dict(active)[same], fact, episode_id, "restated"
+            )
+            try:
+                self._refresh(change)
+                return self._item(user_id, same, include_retired=False)
+            except InvalidRecordError:
+                if self.get(user_id, same).status is not MemoryStatus.RETIRED:
+                    raise
         texts = dict(active)
-        for mid, stored in active:
-            if _is_restatement(fact, stored):
-                self._refresh(
-                    MemoryChange(mid, user_id, MemoryAction.REFRESHED, now, stored, fact, episode_id, "restated")
-                )
-                return self._item(user_id, mid, include_retired=False)
         item = _new_item(user_id, fact, source, now, self.new_id())
         retire_ids = self.supersession.superseded(fact, active) if active else []
         retire: builtins.list[MemoryChange] = []

@@ -239,6 +239,8 @@ class StoreMemory(MemoryBackend):
         current = self.store.get(ns, change.memory_id)
         if current is None:
             raise InvalidRecordError(f"user {change.user_id!r} has no memory {change.memory_id!r}")
+        if current.value.get("status") == "retired":  # since the caller read it: leave its text as it was
+            raise InvalidRecordError(f"memory {change.memory_id!r} is retired")
         value = dict(current.value)
         if change.new_text:
             value.update(

@@ -185,6 +185,8 @@ class MemoryRegistry:
 
         def work(s: Session) -> None:
             row = _row(s, change.user_id, change.memory_id)
+            if row.retired_at is not None:  # retired since the caller read it: a retired text stays as it was
+                raise InvalidRecordError(f"memory {change.memory_id!r} is retired")
             row.updated_at = change.at
             if change.new_text:
                 text = clean_text(change.new_text)
