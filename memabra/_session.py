@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -318,12 +318,25 @@ class RoutingSession:
             metadata={"latency_ms": (time.perf_counter() - t.started) * 1000.0},
         )
         self.rewards.record(episode)
-        self.memory.write_from_message(t.user_id, t.query, self.extractor, episode_id=t.episode_id)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()
         self._previous.remember(t.user_id, t.thread_id, PreviousTurn(t.episode_id, t.query, injected))
+        self._after_logging(
+            t.episode_id,
+            "storing the facts of its message",
+            lambda: self.memory.write_from_message(t.user_id, t.query, self.extractor, episode_id=t.episode_id),
+        )
         if self.learn_online:
-            self.learn_pending()
+            self._after_logging(t.episode_id, "the learner's step", self.learn_pending)
         return t.episode_id
+
+    def _after_logging(self, episode_id: str, what: str, work: Callable[[], object]) -> None:
+        # The episode is in the log: raising now would cost the caller its id and make a retry log
+        # the turn twice. A learner step that failed is taken again by the next one (rewards are
+        # read in commit order); facts that failed to store are named in the log.
+        try:
+            work()
+        except Exception:
+            logger.error("episode %s is logged, but %s failed", episode_id, what, exc_info=True)
 
     def abandon(self, turn_id: str) -> None:
         """Forget a turn that failed before it could be logged (nothing is written)."""
@@ -349,9 +362,13 @@ class RoutingSession:
         receipt = self.rewards.post_feedback(Feedback(episode_id, parsed, source, payload, **extra))
         correction = payload.get("correction")
         if isinstance(correction, str) and correction.strip() and receipt.status != "duplicate":
-            self._remember_correction(episode_id, correction)
+            self._after_logging(
+                episode_id,
+                "storing the fact of its correction",
+                lambda: self._remember_correction(episode_id, correction),
+            )
         if self.learn_online:
-            self.learn_pending()
+            self._after_logging(episode_id, "the learner's step", self.learn_pending)
         return receipt
 
     def _remember_correction(self, episode_id: str, correction: str) -> None:

@@ -119,3 +119,28 @@ def test_a_correction_given_as_feedback_is_remembered_as_its_fact(log: EpisodeLo
     agent.feedback(first, correction="wrong tool")
     assert [m.text for m in agent.session.memory.list("ann", include_retired=False)] == current
     agent.close()
+
+
+def test_a_failure_after_the_episode_is_logged_costs_the_caller_neither_its_id_nor_a_retry(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Storing the message's facts or the learner's step can fail once the episode is in the log
+    (a memory store down, a lock held too long): the turn still returns its episode id, so a retry
+    does not log the turn twice, and the log names what failed."""
+    agent = create_memabra_agent(
+        ScriptedChatModel(replies=[AIMessage("ok")]), db=log, router=HybridRouter(similarity=Similarity(encoder=None))
+    )
+
+    def store_down(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("memory store unreachable")
+
+    monkeypatch.setattr(agent.session.memory, "write_from_message", store_down)
+    monkeypatch.setattr(agent.session, "learn_pending", store_down)
+    with caplog.at_level("ERROR", logger="memabra"):
+        eid = _ask(agent, "I live in Lyon")
+        receipt = agent.feedback(eid, correct=False, correction="I moved to Oslo")
+    assert log.get_episode(eid).query == "I live in Lyon" and receipt.status == "stored"
+    assert f"episode {eid} is logged, but storing the facts of its message failed" in caplog.text
+    assert "but storing the fact of its correction failed" in caplog.text
+    assert "but the learner's step failed" in caplog.text
+    agent.close()
