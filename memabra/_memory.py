@@ -21,7 +21,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Protocol
 
 from memabra._errors import InvalidRecordError
@@ -38,7 +37,8 @@ from memabra._facts import (
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow
-from memabra._text import approx_tokens, content_words, overlap
+from memabra._restatement import RestatementIndex, is_restatement
+from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 
 __all__ = [
@@ -60,9 +60,6 @@ logger = logging.getLogger("memabra")
 # Reads one ``remember`` makes while other processes keep retiring the memory it restates.
 _RESTATE_TRIES = 3
 
-# A restatement, not a new fact: content words overlap this much both ways, at most one differs.
-_DEDUP_OVERLAP = 0.85
-
 
 class Supersession(Protocol):
     """Decides which stored memories (``(id, text)`` pairs) a new fact replaces."""
@@ -76,17 +73,6 @@ class RecalledMemory:
 
     memory: MemoryRecord
     score: float
-
-
-@lru_cache(maxsize=65_536)
-def _words(text: str) -> frozenset[str]:
-    # remember() compares a new fact with every stored one: each stored text is analysed once.
-    return content_words(text)
-
-
-def _is_restatement(a: str, b: str) -> bool:
-    wa, wb = _words(a), _words(b)
-    return bool(wa and wb) and len(wa ^ wb) <= 1 and overlap(wa, wb) >= _DEDUP_OVERLAP
 
 
 class MemoryBackend(ABC):
@@ -202,7 +188,7 @@ class MemoryBackend(ABC):
         # user stated a new value there): read again, and the fact is stored as the newest value.
         for _ in range(_RESTATE_TRIES):
             active = self._active_pairs(user_id)
-            same = next((mid for mid, stored in active if _is_restatement(fact, stored)), None)
+            same = next((mid for mid, stored in active if is_restatement(fact, stored)), None)
             if same is None:
                 break
             change = MemoryChange(
@@ -260,7 +246,7 @@ class MemoryBackend(ABC):
         now = at or self.clock()
         facts = [_clean(t) for t in texts]
         active = self._active_pairs(user_id)
-        seen = _RestatementIndex(text for _, text in active)
+        seen = RestatementIndex(text for _, text in active)
         plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
         out: builtins.list[RegistryItem] = []
         subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
@@ -356,32 +342,6 @@ class MemoryBackend(ABC):
             times_chosen=record.times_chosen,
             times_used=record.times_used,
         )
-
-
-class _RestatementIndex:
-    """Finds restatements among many texts in O(words) per text: two texts restate each other
-    when their content-word sets differ by at most one word (see :func:`_is_restatement`), so a
-    set is looked up as it is, with one word less, and among the stored sets with one word less."""
-
-    def __init__(self, texts: Iterable[str]) -> None:
-        self._exact: set[frozenset[str]] = set()
-        self._minus_one: set[frozenset[str]] = set()
-        for text in texts:
-            self._insert(_words(text))
-
-    def _insert(self, words: frozenset[str]) -> None:
-        self._exact.add(words)
-        self._minus_one.update(words - {w} for w in words)
-
-    def add(self, text: str) -> bool:
-        """Store ``text``'s words unless they restate a stored text; True when it was new."""
-        words = _words(text)
-        if words and (
-            words in self._exact or words in self._minus_one or any(words - {w} in self._exact for w in words)
-        ):
-            return False
-        self._insert(words)
-        return True
 
 
 def _clean(text: str) -> str:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memabra._errors import InvalidRecordError
-from memabra._memory import MemoryBackend, _is_restatement
+from memabra._memory import MemoryBackend
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._records import utcnow
+from memabra._restatement import is_restatement
 
 __all__ = ["RestoredMemory", "conflicting_memories", "restore_memory"]
 
@@ -45,7 +46,7 @@ def conflicting_memories(backend: MemoryBackend, user_id: str, memory_id: str) -
         return []
     pairs = [(r.id, r.text) for r in current]
     clashing = set(backend.supersession.superseded(record.text, pairs))
-    clashing.update(r.id for r in current if _is_restatement(record.text, r.text))
+    clashing.update(r.id for r in current if is_restatement(record.text, r.text))
     return [r for r in current if r.id in clashing]
 
 
@@ -83,7 +84,7 @@ def restore_memory(
     trimmed: list[tuple[str, str]] = []
     for c in clashing:
         # _left_standing: None retires the whole memory, a text keeps the facts not contradicted
-        rest = None if _is_restatement(record.text, c.text) else backend._left_standing(record.text, c.text)
+        rest = None if is_restatement(record.text, c.text) else backend._left_standing(record.text, c.text)
         if rest is None:
             why = f"superseded by {memory_id} (restored)"
             whole.append(MemoryChange(c.id, user_id, MemoryAction.RETIRED, now, c.text, None, None, why))
