@@ -16,7 +16,7 @@ from memabra import Selection
 from memabra._admin._views import format_probability
 from memabra._errors import SnapshotError
 from memabra._records import utcnow
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, SuspendedTurn
 from memabra.storage._models import EpisodeRow
 
 from .conftest import NOW, XSS_ANSWER, XSS_MEMORY, XSS_QUERY, XSS_TOOL_RESULT, ClientFactory, Seeded
@@ -252,6 +252,14 @@ def test_policies_page_says_whether_rewards_reach_a_learner(client: TestClient, 
     assert "no learner holds the lease" in learning
     row = learning.split('data-policy="test"', 1)[1].split("</tr>", 1)[0]
     assert "test-v2" in row and "none yet" in row and "free" in row
+
+
+def test_the_learning_card_counts_turns_paused_by_an_interrupt(client: TestClient, log: EpisodeLog) -> None:
+    learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
+    assert 'id="paused-turns"' not in learning
+    log.suspend_turn(SuspendedTurn("turn-1", "episode-1", "ann", "t", utcnow() - timedelta(hours=2), {"version": 1}))
+    learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
+    assert "1 turn(s) paused by an interrupt (the oldest since" in learning
 
 
 def test_the_learning_card_checks_the_policy_the_view_serves(
