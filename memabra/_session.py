@@ -45,7 +45,7 @@ from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
-from memabra.storage import EpisodeLog, SuspendedTurn
+from memabra.storage import PAUSES_KEY, EpisodeLog, SuspendedTurn
 
 __all__ = ["RoutingSession", "Turn"]
 
@@ -315,7 +315,10 @@ class RoutingSession:
             id=t.episode_id,
             feedback=tuple(t.feedback),
             used_ids=used,
-            metadata={"latency_ms": (time.perf_counter() - t.started) * 1000.0},
+            metadata={
+                "latency_ms": (time.perf_counter() - t.started) * 1000.0,
+                **({PAUSES_KEY: t.pauses} if t.pauses else {}),
+            },
         )
         self.rewards.record(episode)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()

@@ -36,6 +36,7 @@ from memabra.storage._models import (
     table_of,
 )
 from memabra.storage._rows import clean_text, insert_batches
+from memabra.storage._suspended_turns import PAUSES_KEY
 from memabra.storage._tx import Transactions, is_duplicate_key
 
 __all__ = [
@@ -138,6 +139,9 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
         for (k, o, i), n in sorted(chosen_counts.items())
     ]
 
+    # only a turn that paused was kept as suspended: the others cost no statement
+    paused = [e.id for e in episodes if e.metadata.get(PAUSES_KEY)]
+
     def write(conn: Connection) -> None:
         insert_batches(
             conn,
@@ -151,7 +155,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                 (table_of(RewardRow), reward_rows),
             ],
         )
-        _suspended_turns.discard_logged(conn, ids)
+        if paused:
+            _suspended_turns.discard_logged(conn, paused)
         if counter_params:
             registry = table_of(RegistryRow)
             conn.execute(

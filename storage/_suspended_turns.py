@@ -3,8 +3,9 @@ them: a human approval may come hours later, through another worker or after a d
 
 The row holds the turn as a JSON document (:mod:`memabra._turn_document` writes and reads it;
 storage keeps it opaque). It is written each time the turn pauses, read by the process that
-resumes it, and deleted in the transaction that logs the turn's episode
-(:func:`discard_logged`), so a turn is either suspended or logged, never both and never neither.
+resumes it, and deleted in the transaction that logs the turn's episode (:func:`discard_logged`,
+for an episode whose metadata counts its pauses), so a turn is either suspended or logged, never
+both and never neither.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["SuspendedTurn", "discard_logged", "erase_user", "load", "save"]
+__all__ = ["PAUSES_KEY", "SuspendedTurn", "discard_logged", "erase_user", "load", "save"]
+
+
+PAUSES_KEY = "pauses"
+"""Episode metadata: how many times the turn paused. Only such an episode's logging looks for a
+suspended row to delete."""
 
 
 @dataclass(frozen=True, slots=True)

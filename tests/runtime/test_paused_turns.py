@@ -56,6 +56,7 @@ def test_a_pause_is_not_the_turns_latency(log: EpisodeLog, lexical) -> None:  # 
     ep = log.get_episode(out["memabra_episode_id"])
     latency = ep.metadata["latency_ms"]
     assert isinstance(latency, float) and latency < 400.0, latency
+    assert ep.metadata["pauses"] == 1
     assert [s.name for s in ep.steps] == ["ScriptedChatModel", "send_email", "ScriptedChatModel"]
     assert log.suspended_turn(paused["memabra_turn"]) is None and log.status().paused_turns == 0
 
