@@ -1,20 +1,21 @@
 """The episode log: a facade over the storage modules. It takes and returns records; ORM rows
 never leave this package, and nothing here decides what a reward or a correction is.
 
-==================  ==========================================================================
-module              what it stores
-==================  ==========================================================================
-``_episodes``       episodes with their decisions, candidates, slots and steps; listings
-``_rewards``        feedback and rewards, applied together; the learning queue
-``_snapshots``      policy snapshots, promote and roll back
-``_registry``       memories, skills and tools; per-user usage counts
-``_offline``        decisions for replay, OPE results, MemPO labels
-``_retention``      deleting episodes: a retention window, one user's erasure
-``_deletion_log``   the audit trail of those deletions
-``_admin_queries``  the admin view's read-only aggregates (:class:`AdminQueries`)
-``_rows``           the row boundary: text cleaned, ids and integers checked, bulk COPY
-``_tx``             read sessions and retried write transactions
-==================  ==========================================================================
+=====================  ==========================================================================
+module                 what it stores
+=====================  ==========================================================================
+``_episodes``          episodes with their decisions, candidates, slots and steps; listings
+``_rewards``           feedback and rewards, applied together; the learning queue
+``_snapshots``         policy snapshots, promote and roll back
+``_registry``          memories, skills and tools; per-user usage counts
+``_offline``           decisions for replay, OPE results, MemPO labels
+``_retention``         deleting episodes: a retention window, one user's erasure
+``_deletion_log``      the audit trail of those deletions
+``_suspended_turns``   turns an interrupt paused, until their episode is logged
+``_admin_queries``     the admin view's read-only aggregates (:class:`AdminQueries`)
+``_rows``              the row boundary: text cleaned, ids and integers checked, bulk COPY
+``_tx``                read sessions and retried write transactions
+=====================  ==========================================================================
 """
 
 from __future__ import annotations
