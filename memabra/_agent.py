@@ -20,6 +20,7 @@ exception, after the turn is logged as failed. The per-run user comes through La
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -167,7 +168,7 @@ class _Graph:
             bound, messages = self._prepare(turn, state)
             reply = await bound.ainvoke(messages)
         except GraphInterrupt:
-            self.session.suspend(turn.id)
+            await asyncio.to_thread(self.session.suspend, turn.id)  # a database write: off the event loop
             raise
         except GraphBubbleUp:
             raise

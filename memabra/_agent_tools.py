@@ -12,6 +12,7 @@ outcome, not a crash), an interrupt still propagates.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -121,7 +122,7 @@ class ToolRunner:
         try:
             result = await execute(admitted)
         except GraphInterrupt:
-            self.session.suspend(admitted.state["memabra_turn"])
+            await asyncio.to_thread(self.session.suspend, admitted.state["memabra_turn"])  # off the event loop
             raise
         except GraphBubbleUp:
             raise

@@ -13,6 +13,7 @@ learned from — the same loop as :func:`memabra.create_memabra_agent`.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -170,7 +171,8 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         try:
             response = await handler(routed)
         except GraphInterrupt:
-            self.session.suspend(request.state["memabra_turn"])  # type: ignore[typeddict-item, unused-ignore]
+            turn_id = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
+            await asyncio.to_thread(self.session.suspend, turn_id)  # a database write: off the event loop
             raise
         except GraphBubbleUp:
             raise
@@ -228,7 +230,7 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         try:
             result = await handler(request)
         except GraphInterrupt:
-            self.session.suspend(request.state["memabra_turn"])
+            await asyncio.to_thread(self.session.suspend, request.state["memabra_turn"])  # off the event loop
             raise
         except GraphBubbleUp:
             raise

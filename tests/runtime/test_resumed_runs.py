@@ -124,7 +124,8 @@ def test_a_raising_model_behind_the_middleware_logs_the_turn_as_failed(log: Epis
     assert [s.status for s in log.get_episode(out["memabra_episode_id"]).steps] == ["ok"]
 
 
-def test_a_middleware_run_interrupted_in_one_worker_resumes_in_another(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_middleware_run_interrupted_in_one_worker_resumes_in_another(log: EpisodeLog, lexical, mode: str) -> None:  # type: ignore[no-untyped-def]
     saver = InMemorySaver()
     config = {"configurable": {"thread_id": "mail", "user_id": "ann"}}
 
@@ -134,9 +135,13 @@ def test_a_middleware_run_interrupted_in_one_worker_resumes_in_another(log: Epis
         return create_agent(model, tools=[send_email], middleware=[middleware], checkpointer=saver), middleware
 
     first, _ = worker([_email_call()])
-    assert first.invoke({"messages": [HumanMessage("Email bob please")]}, config)["__interrupt__"]
     other, middleware = worker([AIMessage("Sent it.")])
-    out = other.invoke(Command(resume=True), config)
+    if mode == "sync":
+        assert first.invoke({"messages": [HumanMessage("Email bob please")]}, config)["__interrupt__"]
+        out = other.invoke(Command(resume=True), config)
+    else:
+        assert asyncio.run(first.ainvoke({"messages": [HumanMessage("Email bob please")]}, config))["__interrupt__"]
+        out = asyncio.run(other.ainvoke(Command(resume=True), config))
     ep = log.get_episode(out["memabra_episode_id"])
     assert [(s.kind.value, s.name, s.status, s.result) for s in ep.steps] == [
         ("model", "ScriptedChatModel", "ok", None),
