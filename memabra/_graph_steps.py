@@ -63,7 +63,9 @@ def current_turn(
     except InvalidRecordError:
         pass
     else:
-        return turn if turn.paused_at is None else session.unpause(turn)
+        going_on = turn if turn.paused_at is None else session.unpause(turn)
+        if going_on is not None:
+            return going_on
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
         raise InvalidRecordError(f"turn {turn_id!r} is not in flight and the state holds no user message to route")

@@ -13,7 +13,6 @@ has become final is learned exactly once, by whichever process holds the policy'
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -26,6 +25,7 @@ from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidFeedbackError, InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
+from memabra._paused_turns import PausedTurns
 from memabra._records import (
     Budget,
     Episode,
@@ -36,16 +36,14 @@ from memabra._records import (
     RoutingContext,
     Selection,
     new_id,
-    utcnow,
 )
 from memabra._serving import PolicyRuntime
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
-from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
-from memabra.storage import PAUSES_KEY, EpisodeLog, SuspendedTurn
+from memabra.storage import PAUSES_KEY, EpisodeLog
 
 __all__ = ["RoutingSession", "Turn"]
 
@@ -124,8 +122,7 @@ class RoutingSession:
             reward_config=self.rewards.config,
         )
         self._turns = TurnTable()
-        # two parallel tool calls of a resumed run must not route its turn twice
-        self._resume_lock = threading.Lock()
+        self._paused = PausedTurns(log, self._turns)
         self._previous = PreviousTurns(log)
 
     @classmethod
@@ -181,17 +178,14 @@ class RoutingSession:
         message is not read as feedback on their previous turn again (it was when first routed).
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
         model made, still to run)."""
-        with self._resume_lock:
+        with self._paused.lock:
             try:
                 return self._turns.get(turn_id)
             except InvalidRecordError:
                 pass
-            kept = self.log.suspended_turn(turn_id)
+            kept = self._paused.from_log(turn_id)
             if kept is not None:
-                t = turn_from_document(kept.document, time.perf_counter())
-                self._turns.add(t)
-                logger.info("turn %s resumed from the log, where an interrupt paused it", turn_id)
-                return t
+                return kept
             _require_user(user_id)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
             t = self._routed(turn_id, user_id, query, thread_id, turn, self.memory.recall(user_id, query))
@@ -200,46 +194,12 @@ class RoutingSession:
             return t
 
     def suspend(self, turn_id: str) -> None:
-        """Keep the turn in the log while an interrupt pauses it, so that any process, this one
-        after a restart included, can go on with it (:meth:`resume`). Writing it is best effort:
-        the interrupt must still reach LangGraph, and this process can still resume the turn."""
-        with self._resume_lock:
-            try:
-                t = self._turns.get(turn_id)
-            except InvalidRecordError:
-                return
-            if t.paused_at is None:
-                t.paused_at = time.perf_counter()
-                t.pauses += 1
-            kept = SuspendedTurn(
-                t.id,
-                t.episode_id,
-                t.user_id,
-                t.thread_id,
-                utcnow(),
-                turn_document(t, (t.paused_at - t.started) * 1000.0),
-            )
-        try:
-            self.log.suspend_turn(kept)
-        except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
-            logger.warning(
-                "could not keep paused turn %s in the log: only this process can resume it", turn_id, exc_info=True
-            )
+        """Keep the turn in the log while an interrupt pauses it (:class:`PausedTurns`)."""
+        self._paused.suspend(turn_id)
 
-    def unpause(self, t: Turn) -> Turn:
-        """``t``, paused here, going on: the log's copy where another process paused it since
-        (it holds that process's steps), else ``t`` with its clock moved past the pause."""
-        with self._resume_lock:
-            if t.paused_at is None:
-                return t
-            kept = self.log.suspended_turn(t.id)
-            if kept is not None and kept.document.get("pauses", 0) > t.pauses:
-                newer = turn_from_document(kept.document, time.perf_counter())
-                self._turns.add(newer)
-                return newer
-            t.started += time.perf_counter() - t.paused_at
-            t.paused_at = None
-            return t
+    def unpause(self, t: Turn) -> Turn | None:
+        """``t``, paused here, going on; ``None`` where the run needs a new turn (:class:`PausedTurns`)."""
+        return self._paused.unpause(t)
 
     def _routed(
         self,

@@ -161,6 +161,12 @@ class EpisodeLog(RetentionMethods):
         :mod:`memabra.storage._suspended_turns`); pausing again replaces it."""
         _suspended_turns.save(self._tx, turn)
 
+    def suspended_turns(self, *, before: datetime | None = None, limit: int = 100) -> list[SuspendedTurn]:
+        """Paused turns, the oldest pause first; ``before``: only those paused before it."""
+        if before is not None and before.tzinfo is None:
+            raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
+        return _suspended_turns.listing(self._tx, before, limit)
+
     def suspended_turn(self, turn_id: str) -> SuspendedTurn | None:
         """The paused turn ``turn_id``, or ``None`` (never paused, or logged since)."""
         return _suspended_turns.load(self._tx, turn_id)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection, delete, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -23,7 +23,7 @@ from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["PAUSES_KEY", "SuspendedTurn", "discard_logged", "erase_user", "load", "save"]
+__all__ = ["PAUSES_KEY", "SuspendedTurn", "discard_logged", "erase_user", "listing", "load", "save"]
 
 
 PAUSES_KEY = "pauses"
@@ -68,6 +68,18 @@ def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
         if row is None:
             return None
         return SuspendedTurn(row.turn_id, row.episode_id, row.user_id, row.thread_id, row.suspended_at, row.document)
+
+
+def listing(tx: Transactions, before: datetime | None, limit: int) -> list[SuspendedTurn]:
+    """Paused turns, the oldest pause first (``before``: only those paused before it)."""
+    stmt = select(SuspendedTurnRow).order_by(SuspendedTurnRow.suspended_at, SuspendedTurnRow.turn_id).limit(limit)
+    if before is not None:
+        stmt = stmt.where(SuspendedTurnRow.suspended_at < before)
+    with tx.read() as s:
+        return [
+            SuspendedTurn(r.turn_id, r.episode_id, r.user_id, r.thread_id, r.suspended_at, r.document)
+            for r in s.scalars(stmt)
+        ]
 
 
 def discard_logged(conn: Connection, episode_ids: Sequence[str]) -> None:

@@ -18,6 +18,7 @@ from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train
 from memabra._cli._ope import ope_app
+from memabra._cli._paused import episodes_paused
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete, episodes_deletions, erase
@@ -54,6 +55,7 @@ app.add_typer(db_app, name="db")
 episodes_app.command("delete")(episodes_delete)
 episodes_app.command("deletions")(episodes_deletions)
 episodes_app.command("export")(episodes_export)
+episodes_app.command("paused")(episodes_paused)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(rewards_app, name="rewards")
 app.add_typer(memories_app, name="memories")

@@ -140,3 +140,30 @@ def test_the_document_round_trips_a_turn_exactly(lexical) -> None:  # type: igno
     assert back.selection is not None and back.selection.propensity == selection.propensity
     with pytest.raises(Exception, match="document version 99"):
         turn_from_document({**stored, "version": 99}, started=0.0)
+
+
+def test_an_operator_abandons_a_paused_turn_and_its_decision_stays_in_the_log(
+    migrated_url: str, log: EpisodeLog, lexical, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    runner = CliRunner(env={"COLUMNS": "240"})
+    config = {"configurable": {"thread_id": "t", "user_id": "ann"}}
+    agent = _agent(log, lexical, [_email("bob"), AIMessage("Hello again.")], InMemorySaver())
+    paused = agent.invoke({"messages": [HumanMessage("Email bob please")]}, config)
+    listed = runner.invoke(app, ["episodes", "paused", "--db", migrated_url])
+    assert listed.exit_code == 0, listed.output
+    assert paused["memabra_turn"] in listed.output and "Email bob please" in listed.output
+    out = tmp_path / "paused.json"
+    done = runner.invoke(app, ["episodes", "paused", "--db", migrated_url, "--abandon", "--json", str(out)])
+    assert done.exit_code == 0, done.output
+    (row,) = json.loads(out.read_text())["paused"]
+    ep = log.get_episode(row["logged_as"])
+    assert ep.selections and [s.name for s in ep.steps] == ["ScriptedChatModel"]
+    assert ep.reward is not None and ep.reward.components.s == 0.0 and ep.metadata["pauses"] == 1
+    assert log.suspended_turn(paused["memabra_turn"]) is None and log.status().paused_turns == 0
+    # the worker that paused it still holds the turn: its run goes on as a new turn, not a duplicate
+    resumed = agent.invoke(Command(resume=True), config)
+    assert resumed["memabra_episode_id"] != ep.id and len(log.list_episodes().items) == 2
