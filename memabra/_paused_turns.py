@@ -13,7 +13,7 @@ import time
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
-from memabra._records import Episode, Feedback, FeedbackKind, utcnow
+from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
 from memabra.storage import PAUSES_KEY, EpisodeLog, SuspendedTurn
@@ -31,22 +31,15 @@ def abandon_paused_turn(rewards: RewardService, kept: SuspendedTurn) -> str:
     episode id. A turn resumed and logged meanwhile is refused by the log (its id is taken)."""
     turn = turn_from_document(kept.document, time.perf_counter())
     failed = Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, ABANDONED_SOURCE, {"accepted": False})
-    episode = Episode(
-        user_id=turn.user_id,
-        query=turn.query,
-        selections=(turn.selection,) if turn.selection is not None else (),
-        steps=turn.numbered_steps(),
-        answer=None,
-        thread_id=turn.thread_id,
-        turn=turn.turn,
-        id=turn.episode_id,
-        created_at=turn.selection.created_at if turn.selection is not None else kept.suspended_at,
-        feedback=(*turn.feedback, failed),
-        metadata={
-            "latency_ms": kept.document["elapsed_ms"],
-            PAUSES_KEY: max(turn.pauses, 1),
-            "abandoned_at": utcnow().isoformat(),
-        },
+    turn.feedback.append(failed)
+    metadata = {
+        "latency_ms": kept.document["elapsed_ms"],
+        PAUSES_KEY: max(turn.pauses, 1),
+        "abandoned_at": utcnow().isoformat(),
+    }
+    # the turn's own time, not the operator's: its feedback window has long passed
+    episode = turn.episode(
+        None, metadata, created_at=turn.selection.created_at if turn.selection else kept.suspended_at
     )
     rewards.record(episode)
     logger.info("paused turn %s abandoned: logged as failed episode %s", kept.turn_id, turn.episode_id)

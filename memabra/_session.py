@@ -28,7 +28,6 @@ from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._paused_turns import PausedTurns
 from memabra._records import (
     Budget,
-    Episode,
     Feedback,
     FeedbackKind,
     FeedbackReceipt,
@@ -264,21 +263,9 @@ class RoutingSession:
                 t.feedback.append(
                     Feedback(t.episode_id, FeedbackKind.IMPLICIT, "memabra.usage", {"useful_ids": sorted(usage.useful)})
                 )
-        episode = Episode(
-            user_id=t.user_id,
-            query=t.query,
-            selections=(t.selection,) if t.selection is not None else (),
-            steps=t.numbered_steps(),
-            answer=answer,
-            thread_id=t.thread_id,
-            turn=t.turn,
-            id=t.episode_id,
-            feedback=tuple(t.feedback),
-            used_ids=used,
-            metadata={
-                "latency_ms": (time.perf_counter() - t.started) * 1000.0,
-                **({PAUSES_KEY: t.pauses} if t.pauses else {}),
-            },
+        latency_ms = (time.perf_counter() - t.started) * 1000.0
+        episode = t.episode(
+            answer, {"latency_ms": latency_ms, **({PAUSES_KEY: t.pauses} if t.pauses else {})}, used_ids=used
         )
         self.rewards.record(episode)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()

@@ -9,10 +9,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from memabra._errors import InvalidRecordError
-from memabra._records import Feedback, Selection, Step, StepKind, new_id
+from memabra._records import Episode, Feedback, JSONValue, Selection, Step, StepKind, new_id
 
 __all__ = ["Turn", "TurnTable", "jsonable", "model_step", "tool_step"]
 
@@ -45,6 +46,30 @@ class Turn:
 
     def numbered_steps(self) -> tuple[Step, ...]:
         return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))
+
+    def episode(
+        self,
+        answer: str | None,
+        metadata: Mapping[str, JSONValue],
+        *,
+        used_ids: frozenset[str] | None = None,
+        created_at: datetime | None = None,
+    ) -> Episode:
+        """The turn as the episode the log keeps (``created_at``: now unless given)."""
+        episode = Episode(
+            user_id=self.user_id,
+            query=self.query,
+            selections=(self.selection,) if self.selection is not None else (),
+            steps=self.numbered_steps(),
+            answer=answer,
+            thread_id=self.thread_id,
+            turn=self.turn,
+            id=self.episode_id,
+            feedback=tuple(self.feedback),
+            used_ids=used_ids,
+            metadata=metadata,
+        )
+        return episode if created_at is None else replace(episode, created_at=created_at)
 
 
 class TurnTable:
