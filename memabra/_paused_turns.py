@@ -16,7 +16,7 @@ from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
-from memabra.storage import PAUSES_KEY, EpisodeLog, SuspendedTurn
+from memabra.storage import EpisodeLog, SuspendedTurn
 
 __all__ = ["ABANDONED_SOURCE", "PausedTurns", "abandon_paused_turn"]
 
@@ -32,11 +32,7 @@ def abandon_paused_turn(rewards: RewardService, kept: SuspendedTurn) -> str:
     turn = turn_from_document(kept.document, time.perf_counter())
     failed = Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, ABANDONED_SOURCE, {"accepted": False})
     turn.feedback.append(failed)
-    metadata = {
-        "latency_ms": kept.document["elapsed_ms"],
-        PAUSES_KEY: max(turn.pauses, 1),
-        "abandoned_at": utcnow().isoformat(),
-    }
+    metadata = {"latency_ms": kept.document["elapsed_ms"], "abandoned_at": utcnow().isoformat()}
     # the turn's own time, not the operator's: its feedback window has long passed
     episode = turn.episode(
         None, metadata, created_at=turn.selection.created_at if turn.selection else kept.suspended_at

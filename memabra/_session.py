@@ -42,7 +42,7 @@ from memabra._sql_memory import SQLMemory
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
-from memabra.storage import PAUSES_KEY, EpisodeLog
+from memabra.storage import EpisodeLog
 
 __all__ = ["RoutingSession", "Turn"]
 
@@ -263,10 +263,7 @@ class RoutingSession:
                 t.feedback.append(
                     Feedback(t.episode_id, FeedbackKind.IMPLICIT, "memabra.usage", {"useful_ids": sorted(usage.useful)})
                 )
-        latency_ms = (time.perf_counter() - t.started) * 1000.0
-        episode = t.episode(
-            answer, {"latency_ms": latency_ms, **({PAUSES_KEY: t.pauses} if t.pauses else {})}, used_ids=used
-        )
+        episode = t.episode(answer, {"latency_ms": (time.perf_counter() - t.started) * 1000.0}, used_ids=used)
         self.rewards.record(episode)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()
         self._previous.remember(t.user_id, t.thread_id, PreviousTurn(t.episode_id, t.query, injected))

@@ -14,6 +14,7 @@ from typing import Any
 
 from memabra._errors import InvalidRecordError
 from memabra._records import Episode, Feedback, JSONValue, Selection, Step, StepKind, new_id
+from memabra.storage import PAUSES_KEY
 
 __all__ = ["Turn", "TurnTable", "jsonable", "model_step", "tool_step"]
 
@@ -55,7 +56,10 @@ class Turn:
         used_ids: frozenset[str] | None = None,
         created_at: datetime | None = None,
     ) -> Episode:
-        """The turn as the episode the log keeps (``created_at``: now unless given)."""
+        """The turn as the episode the log keeps (``created_at``: now unless given); a turn that
+        paused says how often in its metadata, which tells the log to drop its paused copy."""
+        if self.pauses:
+            metadata = {**metadata, PAUSES_KEY: self.pauses}
         episode = Episode(
             user_id=self.user_id,
             query=self.query,

@@ -65,9 +65,7 @@ def save(tx: Transactions, turn: SuspendedTurn) -> None:
 def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
     with tx.read() as s:
         row = s.get(SuspendedTurnRow, clean_text(turn_id))
-        if row is None:
-            return None
-        return SuspendedTurn(row.turn_id, row.episode_id, row.user_id, row.thread_id, row.suspended_at, row.document)
+        return None if row is None else _record(row)
 
 
 def listing(tx: Transactions, before: datetime | None, limit: int) -> list[SuspendedTurn]:
@@ -76,10 +74,11 @@ def listing(tx: Transactions, before: datetime | None, limit: int) -> list[Suspe
     if before is not None:
         stmt = stmt.where(SuspendedTurnRow.suspended_at < before)
     with tx.read() as s:
-        return [
-            SuspendedTurn(r.turn_id, r.episode_id, r.user_id, r.thread_id, r.suspended_at, r.document)
-            for r in s.scalars(stmt)
-        ]
+        return [_record(r) for r in s.scalars(stmt)]
+
+
+def _record(row: SuspendedTurnRow) -> SuspendedTurn:
+    return SuspendedTurn(row.turn_id, row.episode_id, row.user_id, row.thread_id, row.suspended_at, row.document)
 
 
 def discard_logged(conn: Connection, episode_ids: Sequence[str]) -> None:
