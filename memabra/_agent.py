@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -42,9 +42,10 @@ from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
-from memabra._graph_steps import close_failed_turn, current_turn, cut_off_error, error_text, refuse
+from memabra._graph_steps import close_failed_turn, current_turn, cut_off_error, error_text, finishing_turn, refuse
+from memabra._memabra_agent import MemabraAgent
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
-from memabra._records import Budget, FeedbackKind, FeedbackReceipt
+from memabra._records import Budget
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession, Turn
 from memabra._settings import SessionSettings
@@ -199,6 +200,7 @@ class _Graph:
         return answers
 
     def finish(self, state: MemabraState) -> dict[str, Any]:
+        finishing_turn(self.session, state["memabra_turn"])  # paused before this node: goes on here
         last = state["messages"][-1]
         answers = self._unanswered(state, last)
         answer = message_text(last) if isinstance(last, AIMessage) and not answers else ""
@@ -209,78 +211,6 @@ class _Graph:
         if answers:
             update["messages"] = answers
         return update
-
-
-class MemabraAgent:
-    """A compiled LangGraph agent plus memabra's feedback API.
-
-    ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
-    graph (``graph``), and so does every other attribute of it (``astream_events``, ``batch``,
-    ``update_state``, ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
-    ``memabra_episode_id`` names the logged episode.
-    """
-
-    # Deliberate repeats: the feedback, learning and close methods below forward to the session's
-    # with the same signatures, so an application holds one object (``duplicates`` pairs them).
-
-    def __init__(self, graph: Any, session: RoutingSession) -> None:
-        self.graph = graph
-        self.session = session
-
-    @property
-    def router(self) -> Router:
-        return self.session.router
-
-    @property
-    def log(self) -> EpisodeLog:
-        return self.session.log
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self.graph.invoke(input, config, **kwargs)
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self.graph.ainvoke(input, config, **kwargs)
-
-    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        chunks: Iterator[Any] = self.graph.stream(input, config, **kwargs)
-        return chunks
-
-    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        chunks: AsyncIterator[Any] = self.graph.astream(input, config, **kwargs)
-        return chunks
-
-    def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
-        return self.graph.get_state(config, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only for names this class lacks: the rest of the compiled graph's API, so code written
-        # for a LangGraph agent keeps working on this one.
-        if name in ("graph", "session"):  # not set yet (unpickling, a half-built object)
-            raise AttributeError(name)
-        return getattr(self.graph, name)
-
-    def close(self) -> None:
-        """Save what was learned since the last snapshot and release the learner lease."""
-        self.session.close()
-
-    def __enter__(self) -> MemabraAgent:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def feedback(
-        self,
-        episode_id: str,
-        *,
-        kind: FeedbackKind | str = FeedbackKind.EXPLICIT,
-        source: str = "api",
-        idempotency_key: str | None = None,
-        **payload: Any,
-    ) -> FeedbackReceipt:
-        """Explicit feedback on an episode, e.g. ``agent.feedback(eid, correct=False, correction="I'm vegan")``.
-        Keys are those of :data:`memabra.FEEDBACK_KEYS`."""
-        return self.session.feedback(episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload)
 
 
 # Kept for callers of the old private name (the demo command).

@@ -25,6 +25,7 @@ __all__ = [
     "current_turn",
     "cut_off_error",
     "error_text",
+    "finishing_turn",
     "log_text",
     "record_raised",
     "record_result",
@@ -52,9 +53,10 @@ def current_turn(
 
     A checkpointed run can go on where this process never saw it start (resumed after an
     interrupt in another worker, or after a restart): a turn paused by an ``interrupt`` in
-    memabra's own nodes or hooks was kept in the log (:meth:`RoutingSession.suspend`) and goes on
-    whole. Otherwise (paused between nodes, by another middleware's hook, or retried after its
-    turn was logged as failed) the turn is routed afresh under the same id
+    memabra's own nodes or hooks, or between nodes in a run :class:`~memabra.MemabraAgent` drove,
+    was kept in the log (:meth:`RoutingSession.suspend`) and goes on whole. Otherwise (paused
+    between nodes of a run driven some other way, or retried after its turn was logged as
+    failed) the turn is routed afresh under the same id
     (:meth:`RoutingSession.resume`); ``pending_allowed`` is given at the tools step: the calls
     the last reply made were answered with a lost turn's tools bound (an approved interrupt among
     them), so the ones it allows are bound to the new turn rather than refused."""
@@ -83,6 +85,29 @@ def current_turn(
         turn=len(humans) - 1,
         bind=pending,
     )
+
+
+def finishing_turn(session: RoutingSession, turn_id: str) -> Turn:
+    """The turn a run is about to log, going on here: in flight (past its pause, where the run
+    paused here), else the one the log keeps paused (the run paused in another process, or
+    before a restart). Never routed afresh: a decision made now would be credited with an answer
+    it did not shape."""
+    try:
+        turn: Turn | None = session.get_turn(turn_id)
+    except InvalidRecordError:
+        turn = None
+    if turn is not None and turn.paused_at is not None:
+        turn = session.unpause(turn)
+        if turn is None:
+            raise InvalidRecordError(f"turn {turn_id!r} was logged elsewhere while its run was paused here")
+    if turn is None:
+        turn = session.kept_turn(turn_id)
+    if turn is None:
+        raise InvalidRecordError(
+            f"turn {turn_id!r} is not in flight in this process and the log keeps no pause of it:"
+            " there is no routing decision to log it with"
+        )
+    return turn
 
 
 def unavailable_error(name: str) -> str:

@@ -37,6 +37,7 @@ from memabra._graph_steps import (
     close_failed_turn,
     current_turn,
     error_text,
+    finishing_turn,
     record_raised,
     record_result,
     refuse,
@@ -245,7 +246,7 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         with self._lock:
             ended = self._ended.pop(turn_id, None)
         try:
-            self.session.get_turn(turn_id)
+            finishing_turn(self.session, turn_id)  # paused before this hook: goes on here
         except InvalidRecordError:
             if ended is not None:  # a raising tool or model already logged it, and something caught the error
                 return {"memabra_episode_id": ended}

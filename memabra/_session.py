@@ -192,6 +192,20 @@ class RoutingSession:
             self._turns.add(t)
             return t
 
+    def kept_turn(self, turn_id: str) -> Turn | None:
+        """The turn in flight under ``turn_id``, else the one the log keeps paused (now in flight
+        here), else ``None``. Unlike :meth:`resume` it never routes: for logging a turn, where a
+        decision made now would be credited with an answer it did not shape."""
+        with self._paused.lock:
+            try:
+                return self._turns.get(turn_id)
+            except InvalidRecordError:
+                return self._paused.from_log(turn_id)
+
+    def running_turns(self, thread_id: str) -> frozenset[str]:
+        """Ids of the thread's turns in flight in this process and not paused."""
+        return self._turns.running_in(thread_id)
+
     def suspend(self, turn_id: str) -> None:
         """Keep the turn in the log while an interrupt pauses it (:class:`PausedTurns`)."""
         self._paused.suspend(turn_id)

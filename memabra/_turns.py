@@ -109,6 +109,11 @@ class TurnTable:
         with self._lock:
             self._turns.pop(turn_id, None)
 
+    def running_in(self, thread_id: str) -> frozenset[str]:
+        """Ids of the thread's turns in flight here and not paused."""
+        with self._lock:
+            return frozenset(t.id for t in self._turns.values() if t.thread_id == thread_id and t.paused_at is None)
+
 
 def model_step(
     name: str,
