@@ -29,10 +29,10 @@ class MemabraAgent:
     """A compiled LangGraph agent plus memabra's feedback API.
 
     ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
-    graph (``graph``), and so does every other attribute of it (``astream_events``, ``batch``,
+    graph (``graph``), and so does every other attribute of it (``batch``,
     ``update_state``, ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
     ``memabra_episode_id`` names the logged episode. A run of ``invoke`` / ``ainvoke`` /
-    ``stream`` / ``astream`` (a stream read to its end) that ends paused between nodes keeps its
+    ``stream`` / ``astream`` / ``astream_events`` (a stream read to its end) that ends paused between nodes keeps its
     turn in the log for whichever worker resumes it.
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
@@ -71,6 +71,13 @@ class MemabraAgent:
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         async for chunk in self.graph.astream(input, config, **kwargs):
             yield chunk
+        await self._akeep_paused(config)
+
+    async def astream_events(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async for event in self.graph.astream_events(input, config, **kwargs):
+            yield event
         await self._akeep_paused(config)
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:

@@ -52,7 +52,7 @@ def _worker(log: EpisodeLog, lexical, replies: list, saver: InMemorySaver) -> Me
 
 
 def _run(agent: MemabraAgent, payload: Any, how: str, **kwargs: Any) -> dict[str, Any]:
-    """The run's final state, by ``invoke``, ``ainvoke``, ``stream`` or ``astream``."""
+    """The run's final state, by ``invoke``, ``ainvoke``, ``stream``, ``astream`` or ``astream_events``."""
     if how == "invoke":
         agent.invoke(payload, CONFIG, **kwargs)
     elif how == "ainvoke":
@@ -63,7 +63,7 @@ def _run(agent: MemabraAgent, payload: Any, how: str, **kwargs: Any) -> dict[str
     else:
 
         async def read_all() -> None:
-            async for _ in agent.astream(payload, CONFIG, **kwargs):
+            async for _ in getattr(agent, how)(payload, CONFIG, **kwargs):
                 pass
 
         asyncio.run(read_all())
@@ -80,7 +80,7 @@ def _steps(episode: Any) -> list[tuple[Any, ...]]:
     return [(s.kind.value, s.name, s.status, s.result) for s in episode.steps]
 
 
-@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream"])
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream", "astream_events"])
 def test_a_run_stopped_before_its_tools_resumes_whole_in_another_worker(log: EpisodeLog, lexical, how: str) -> None:  # type: ignore[no-untyped-def]
     saver = InMemorySaver()
     first = _worker(log, lexical, [_email_call()], saver)
