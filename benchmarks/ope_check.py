@@ -88,7 +88,7 @@ def check_file(
                 "covered": rec.ci_low <= truth <= rec.ci_high,
                 "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
                 "floor_share": ev.floor_share,
-                "diagnostics": ev.diagnostics,
+                "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                 "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
                 "ope_seconds": seconds,
                 # paired on the same decisions, against the other supported targets' truths
@@ -191,7 +191,7 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
                     "truth": truth,
                     "recommended": rec.as_dict(),
                     "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
-                    "diagnostics": ev.diagnostics,
+                    "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                     "floor_share": ev.floor_share,
                 }
             )

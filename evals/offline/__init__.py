@@ -26,6 +26,7 @@ from memabra.evals.offline._support import (
     MAX_FLOOR_SHARE,
     MIN_EFFECTIVE_SAMPLE_SIZE,
     SUPPORT_PROBABILITY,
+    WeightDiagnostics,
 )
 from memabra.evals.offline._train import TrainReport, train_from_log
 
@@ -46,6 +47,7 @@ __all__ = [
     "RewardModelReport",
     "Target",
     "TrainReport",
+    "WeightDiagnostics",
     "decision_record",
     "evaluate_on_log",
     "evaluate_policies",

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from memabra._records import OPEResult
 from memabra.evals.offline._additivity import AdditivityReport
 from memabra.evals.offline._slate_model import RewardModelReport
-from memabra.evals.offline._support import SupportVerdict, finite_or_none
+from memabra.evals.offline._support import SupportVerdict, WeightDiagnostics, finite_or_none
 from memabra.evals.ope import PolicyValueInterval, SlotEstimator
 from memabra.router import Router
 
@@ -95,7 +95,8 @@ class LogEvaluation:
     logging_value: float
     estimates: Mapping[str, PolicyValueInterval]
     recommended: Recommended
-    diagnostics: Mapping[str, Mapping[str, float]]
+    # each importance weight's, by its label ("joint", "pseudo-inverse", "per-slot")
+    diagnostics: Mapping[str, WeightDiagnostics]
     floor_share: float
     reward_model: RewardModelReport | None
     results: tuple[OPEResult, ...]
@@ -115,7 +116,7 @@ class LogEvaluation:
     # rewarded decisions left out because their reward is provisional (0 with include_provisional)
     n_provisional: int = 0
 
-    def weight_diagnostics(self, estimator: str) -> Mapping[str, float] | None:
+    def weight_diagnostics(self, estimator: str) -> WeightDiagnostics | None:
         """The diagnostics of the importance weight ``estimator`` leans on; ``None`` for the direct
         method, which weights no decision (another weight's figures would read as its own)."""
         if estimator in WEIGHTLESS:
@@ -149,6 +150,8 @@ class LogEvaluation:
                 "floor_share": self.floor_share,
                 "unreached_share": self.unreached_share,
                 "additivity": self.additivity.as_dict() if self.additivity else None,
-                **{name: {k: finite_or_none(v) for k, v in d.items()} for name, d in self.diagnostics.items()},
+                **{
+                    name: {k: finite_or_none(v) for k, v in d.as_dict().items()} for name, d in self.diagnostics.items()
+                },
             },
         }

@@ -158,7 +158,7 @@ def summarise(
     if not verdict.supported and math.isfinite(point) and ci_low <= ci_high:
         point = min(max(point, ci_low), ci_high)
     recommended = Recommended(chosen, point, ci_low, ci_high, verdict.supported, verdict.reason)
-    diagnostics = {WEIGHT_LABELS[name]: summary.as_dict(alpha) for name, summary in summaries.items()}
+    diagnostics = {WEIGHT_LABELS[name]: summary.diagnostics(alpha) for name, summary in summaries.items()}
     run_id = new_id()
     details: dict[str, Any] = {
         "logging_value": logging_value,
@@ -169,7 +169,7 @@ def summarise(
         "floor_share": floor_share,
         "unreached_share": unreached,
         "unclipped_value": finite_or_none(value.value) if point != value.value else None,
-        "diagnostics": {k: {m: finite_or_none(v) for m, v in d.items()} for k, d in diagnostics.items()},
+        "diagnostics": {k: {m: finite_or_none(v) for m, v in d.as_dict().items()} for k, d in diagnostics.items()},
         "reward_model": report.as_dict() if report else None,
         "additivity": additivity.as_dict() if additivity else None,
     }

@@ -57,6 +57,7 @@ __all__ = [
     "MIN_EFFECTIVE_SAMPLE_SIZE",
     "SUPPORT_PROBABILITY",
     "SupportVerdict",
+    "WeightDiagnostics",
     "WeightSummary",
     "floor_verdict",
     "missing_share",
@@ -121,15 +122,46 @@ class WeightSummary:
         half = NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(variance / self._count)
         return self.mean - half, self.mean + half
 
-    def as_dict(self, alpha: float) -> dict[str, float]:
+    def diagnostics(self, alpha: float) -> WeightDiagnostics:
         low, high = self.mean_interval(alpha)
+        return WeightDiagnostics(
+            effective_sample_size=self.effective_sample_size,
+            mean_weight=self.mean,
+            mean_weight_ci_low=low,
+            mean_weight_ci_high=high,
+            max_weight=self._max if self._count else math.nan,
+            zero_weight_share=self._zeros / self._count if self._count else math.nan,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WeightDiagnostics:
+    """One importance weight ``w`` of a target on the log's decisions.
+
+    - ``effective_sample_size`` = (sum w)^2 / sum w^2: how many decisions the estimate rests on.
+    - ``mean_weight`` with its normal ``1 - alpha`` interval ``[mean_weight_ci_low,
+      mean_weight_ci_high]``: E_b[w] = 1 where the log supports the target; infinite bounds from
+      fewer than 2 decisions.
+    - ``max_weight``, ``zero_weight_share``: the largest weight; the share of decisions the target
+      never takes. NaN where no decision was weighted.
+    """
+
+    effective_sample_size: float
+    mean_weight: float
+    mean_weight_ci_low: float
+    mean_weight_ci_high: float
+    max_weight: float
+    zero_weight_share: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The figures by name, as ``memabra ope log --json`` and the stored results hold them."""
         return {
             "effective_sample_size": self.effective_sample_size,
-            "mean_weight": self.mean,
-            "mean_weight_ci_low": low,
-            "mean_weight_ci_high": high,
-            "max_weight": self._max if self._count else math.nan,
-            "zero_weight_share": self._zeros / self._count if self._count else math.nan,
+            "mean_weight": self.mean_weight,
+            "mean_weight_ci_low": self.mean_weight_ci_low,
+            "mean_weight_ci_high": self.mean_weight_ci_high,
+            "max_weight": self.max_weight,
+            "zero_weight_share": self.zero_weight_share,
         }
 
 

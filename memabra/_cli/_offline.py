@@ -187,10 +187,10 @@ def ope_log(
                 _fmt(rec.value if is_rec else e.value),  # clipped to the reward's range
                 _fmt(rec.ci_low if is_rec else e.ci_low),  # an unsupported recommendation's bounds
                 _fmt(rec.ci_high if is_rec else e.ci_high),
-                "-" if weight is None else f"{weight['effective_sample_size']:.0f}",  # dm weights nothing
+                "-" if weight is None else f"{weight.effective_sample_size:.0f}",  # dm weights nothing
                 "-"
                 if weight is None
-                else f"{weight['mean_weight']:.2f} [{weight['mean_weight_ci_low']:.2f}, {weight['mean_weight_ci_high']:.2f}]",
+                else f"{weight.mean_weight:.2f} [{weight.mean_weight_ci_low:.2f}, {weight.mean_weight_ci_high:.2f}]",
                 f"{ev.floor_share:.0%}",
                 verdict,
             )

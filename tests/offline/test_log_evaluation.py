@@ -37,7 +37,7 @@ def test_the_logging_policy_evaluated_on_its_own_log_is_the_logged_mean(log: Epi
     assert n == 300 and ev.n_rounds == 300
     for name in ("sips", "snsips", "pi", "snpi", "iips", "rips"):
         assert ev.estimates[name].value == pytest.approx(mean, abs=1e-9), name
-    assert ev.diagnostics["joint"]["max_weight"] == pytest.approx(1.0)
+    assert ev.diagnostics["joint"].max_weight == pytest.approx(1.0)
     assert ev.recommended.supported, ev.recommended.reason
 
 

@@ -200,7 +200,7 @@ def test_on_a_real_log_a_mean_weight_below_1_by_noise_alone_widens_nothing(log: 
     rec = ev.recommended
     assert rec.supported, rec.reason
     weight = ev.weight_diagnostics(rec.estimator)
-    assert weight is not None and weight["mean_weight"] < 1.0 < weight["mean_weight_ci_high"]
+    assert weight is not None and weight.mean_weight < 1.0 < weight.mean_weight_ci_high
     assert ev.unreached_share == 0.0
     raw = ev.estimates[rec.estimator]
     assert (rec.ci_low, rec.ci_high) == (raw.ci_low, raw.ci_high)
