@@ -109,7 +109,7 @@ def list_memories(
         records = run_guarded(memory.list, user, include_retired=not active)
         write_json(json_out, [asdict(r) for r in records])
         console.print(_table(records))
-        console.print(f"{len(records)} memories")
+        console.print(f"{len(records)} {'memory' if len(records) == 1 else 'memories'}")
 
 
 @memories_app.command("search")

@@ -83,7 +83,7 @@ def test_a_bad_json_path_is_refused_before_anything_is_stored_or_deleted(url: st
     assert run("add", "I drink tea", "--user", "ann", "--db", url).exit_code == 0
     gone = run("forget", "--all", "--user", "ann", "--db", url, "--json", str(tmp_path))
     assert gone.exit_code == 2 and "is a folder" in gone.output
-    assert "1 memories" in run("list", "--user", "ann", "--db", url).output
+    assert "1 memory" in run("list", "--user", "ann", "--db", url).output
     assert not missing.parent.exists() and list(tmp_path.glob("*.tmp")) == []
 
 
