@@ -29,11 +29,12 @@ class MemabraAgent:
     """A compiled LangGraph agent plus memabra's feedback API.
 
     ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` / ``get_state`` behave as on the compiled
-    graph (``graph``), and so does every other attribute of it (``batch``,
-    ``update_state``, ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
-    ``memabra_episode_id`` names the logged episode. A run of ``invoke`` / ``ainvoke`` /
-    ``stream`` / ``astream`` / ``astream_events`` (a stream read to its end) that ends paused between nodes keeps its
-    turn in the log for whichever worker resumes it.
+    graph (``graph``), and so does every other attribute of it (``update_state``,
+    ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
+    ``memabra_episode_id`` names the logged episode. A run of ``invoke``, ``ainvoke``,
+    ``stream``, ``astream``, ``astream_events`` (a stream read to its end), ``batch`` or
+    ``abatch`` that ends paused between nodes keeps its turn in the log for whichever worker
+    resumes it.
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
     ``MemabraAgent(create_agent(..., middleware=[middleware]), middleware.session)``.
@@ -72,6 +73,22 @@ class MemabraAgent:
         async for chunk in self.graph.astream(input, config, **kwargs):
             yield chunk
         await self._akeep_paused(config)
+
+    def batch(
+        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
+    ) -> Any:
+        out = self.graph.batch(inputs, config, **kwargs)
+        for each in _each_config(config, len(inputs)):
+            self._keep_paused(each)
+        return out
+
+    async def abatch(
+        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
+    ) -> Any:
+        out = await self.graph.abatch(inputs, config, **kwargs)
+        for each in _each_config(config, len(inputs)):
+            await self._akeep_paused(each)
+        return out
 
     async def astream_events(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -153,3 +170,10 @@ def _paused_turn(snapshot: Any, running: frozenset[str]) -> str | None:
     turn is one still running here."""
     turn_id = snapshot.values.get("memabra_turn") if isinstance(snapshot.values, dict) else None
     return turn_id if snapshot.next and turn_id in running else None
+
+
+def _each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:
+    """The config of each of a batch's runs, given as one for all or one each."""
+    if isinstance(config, list):
+        return list(config)
+    return [config] * n

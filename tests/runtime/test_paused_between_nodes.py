@@ -52,11 +52,15 @@ def _worker(log: EpisodeLog, lexical, replies: list, saver: InMemorySaver) -> Me
 
 
 def _run(agent: MemabraAgent, payload: Any, how: str, **kwargs: Any) -> dict[str, Any]:
-    """The run's final state, by ``invoke``, ``ainvoke``, ``stream``, ``astream`` or ``astream_events``."""
+    """The run's final state, by the named method of the agent."""
     if how == "invoke":
         agent.invoke(payload, CONFIG, **kwargs)
     elif how == "ainvoke":
         asyncio.run(agent.ainvoke(payload, CONFIG, **kwargs))
+    elif how == "batch":
+        agent.batch([payload], [CONFIG], **kwargs)
+    elif how == "abatch":
+        asyncio.run(agent.abatch([payload], CONFIG, **kwargs))
     elif how == "stream":
         for _ in agent.stream(payload, CONFIG, **kwargs):
             pass
@@ -80,7 +84,7 @@ def _steps(episode: Any) -> list[tuple[Any, ...]]:
     return [(s.kind.value, s.name, s.status, s.result) for s in episode.steps]
 
 
-@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream", "astream_events"])
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream", "astream", "astream_events", "batch", "abatch"])
 def test_a_run_stopped_before_its_tools_resumes_whole_in_another_worker(log: EpisodeLog, lexical, how: str) -> None:  # type: ignore[no-untyped-def]
     saver = InMemorySaver()
     first = _worker(log, lexical, [_email_call()], saver)
