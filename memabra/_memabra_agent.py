@@ -24,6 +24,8 @@ __all__ = ["MemabraAgent"]
 
 logger = logging.getLogger("memabra")
 
+_UNREAD = "could not read the run's state to see whether it paused: only this process can resume its turn"
+
 
 class MemabraAgent:
     """A compiled LangGraph agent plus memabra's feedback API.
@@ -114,7 +116,12 @@ class MemabraAgent:
         if where is None:
             return
         state_config, running = where
-        turn_id = _paused_turn(self.graph.get_state(state_config), running)
+        try:
+            snapshot = self.graph.get_state(state_config)
+        except Exception:  # noqa: BLE001 - the run itself succeeded; only this process can resume it now
+            logger.warning(_UNREAD, exc_info=True)
+            return
+        turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
             self.session.suspend(turn_id)
             logger.info("turn %s paused between nodes: kept in the log", turn_id)
@@ -124,7 +131,12 @@ class MemabraAgent:
         if where is None:
             return
         state_config, running = where
-        turn_id = _paused_turn(await self.graph.aget_state(state_config), running)
+        try:
+            snapshot = await self.graph.aget_state(state_config)
+        except Exception:  # noqa: BLE001 - as in _keep_paused
+            logger.warning(_UNREAD, exc_info=True)
+            return
+        turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
             await asyncio.to_thread(self.session.suspend, turn_id)  # a database write: off the event loop
             logger.info("turn %s paused between nodes: kept in the log", turn_id)

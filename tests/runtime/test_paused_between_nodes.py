@@ -129,6 +129,22 @@ def test_a_run_that_ends_as_usual_reads_no_state(log: EpisodeLog, lexical) -> No
     assert agent.invoke({"messages": [HumanMessage("Hi there")]}, CONFIG)["memabra_episode_id"]
 
 
+def test_a_state_that_cannot_be_read_leaves_the_paused_run_to_this_process(log: EpisodeLog, lexical, caplog) -> None:  # type: ignore[no-untyped-def]
+    agent = _worker(log, lexical, [_email_call(), AIMessage("Sent it.")], InMemorySaver())
+    graph_get_state = agent.graph.get_state
+
+    def unreadable(config: Any) -> Any:
+        raise ConnectionError("checkpointer down")
+
+    agent.graph.get_state = unreadable
+    paused = agent.invoke({"messages": [HumanMessage("Email bob please")]}, CONFIG, interrupt_before=["tools"])
+    assert "could not read the run's state" in caplog.text
+    assert log.suspended_turn(paused["memabra_turn"]) is None
+    agent.graph.get_state = graph_get_state
+    done = agent.invoke(None, CONFIG)
+    assert _steps(log.get_episode(done["memabra_episode_id"])) == WHOLE_TURN
+
+
 def _middleware_worker(log: EpisodeLog, replies: list, saver: InMemorySaver, **approval: Any) -> MemabraAgent:  # type: ignore[type-arg]
     middleware = MemabraMiddleware(build_session(tools=[send_email], db=log, budget=ALL_TOOLS))
     approvals = HumanInTheLoopMiddleware(interrupt_on={"send_email": True}, **approval)
