@@ -270,7 +270,9 @@ class MemabraNodes:
         builder.add_node("finish", nodes.finish)
         builder.add_edge(START, "route"); builder.add_edge("route", "model"); builder.add_edge("model", "finish")
 
-    Tool calls your graph makes can be logged with ``nodes.session.record_tool_call``.
+    Tool calls your graph makes can be logged with ``nodes.session.record_tool_call``. Run the
+    compiled graph as ``MemabraAgent(graph, nodes.session)`` where a run can pause between nodes
+    and go on in another worker: the turn is kept in the log when the run ends paused.
     """
 
     def __init__(self, session: RoutingSession) -> None:
@@ -299,6 +301,7 @@ class MemabraNodes:
         self.session.record_model_call(state["memabra_turn"], name, latency_ms, input_tokens=inp, output_tokens=out)
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
+        finishing_turn(self.session, state["memabra_turn"])  # paused before this node: goes on here
         return {"memabra_episode_id": self.session.finish(state["memabra_turn"], _answer(state.get("messages", [])))}
 
 

@@ -15,12 +15,13 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind, MemabraAgent
 from memabra._agent import build_session, create_memabra_agent
-from memabra._middleware import MemabraMiddleware
+from memabra._middleware import MemabraMiddleware, MemabraNodes, MemabraNodeState
 from memabra.router import HybridRouter
 from memabra.storage import EpisodeLog
 
@@ -143,6 +144,34 @@ def test_a_state_that_cannot_be_read_leaves_the_paused_run_to_this_process(log: 
     agent.graph.get_state = graph_get_state
     done = agent.invoke(None, CONFIG)
     assert _steps(log.get_episode(done["memabra_episode_id"])) == WHOLE_TURN
+
+
+def test_a_graph_of_your_own_paused_before_finish_is_logged_where_it_resumes(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
+    saver = InMemorySaver()
+
+    def worker() -> MemabraAgent:
+        nodes = MemabraNodes(build_session(tools=[send_email], db=log, router=HybridRouter(similarity=lexical)))
+
+        def model_node(state: MemabraNodeState) -> dict[str, Any]:
+            reply = AIMessage("Hello Ann")
+            nodes.record_model_call(state, reply, 1.0)
+            return {"messages": [reply]}
+
+        builder = StateGraph(MemabraNodeState)
+        builder.add_node("route", nodes.route)
+        builder.add_node("model", model_node)
+        builder.add_node("finish", nodes.finish)
+        builder.add_edge(START, "route")
+        builder.add_edge("route", "model")
+        builder.add_edge("model", "finish")
+        builder.add_edge("finish", END)
+        return MemabraAgent(builder.compile(checkpointer=saver, interrupt_before=["finish"]), nodes.session)
+
+    worker().invoke({"messages": [HumanMessage("Hi there")]}, CONFIG)
+    done = worker().invoke(None, CONFIG)
+    episode = _only_episode(log)
+    assert done["memabra_episode_id"] == episode.id and episode.answer == "Hello Ann"
+    assert [s.kind.value for s in episode.steps] == ["model"] and episode.metadata["pauses"] == 1
 
 
 def _middleware_worker(log: EpisodeLog, replies: list, saver: InMemorySaver, **approval: Any) -> MemabraAgent:  # type: ignore[type-arg]
