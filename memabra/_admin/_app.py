@@ -43,6 +43,7 @@ from memabra._admin._auth import (
     SessionState,
     WebSession,
 )
+from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
 from memabra._admin._forms import FILTER_FIELDS, parse_episode_filter, parse_feedback_form, parse_limit
 from memabra._admin._memory_pages import MemoryPages
@@ -225,14 +226,16 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
         # The log scores feedback by the same rule: late once final, or once the window has closed
         # even before the learner's next step finalises the reward.
         window_closed = summary is not None and utcnow() > summary.feedback_due_at
-        conversation = (
-            self.queries.conversation(episode.user_id, episode.thread_id) if episode.thread_id is not None else []
+        turns = (
+            self.queries.conversation(episode.user_id, episode.thread_id, limit=TURNS)
+            if episode.thread_id is not None
+            else []
         )
         return {
             "episode": episode,
             "summary": summary,
             "feedback_late": episode.finalized_at is not None or window_closed,
-            "conversation": conversation,
+            "conversation": conversation_view(episode, turns),
             "decisions": views.decision_views(episode, self.current_policy),
             "reward_lines": [] if episode.reward is None else reward_lines(episode.reward, self.reward_config),
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from memabra._admin._forms import MAX_ID, FormError, clean_field
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id, _required
 from memabra._erasure import erase_user
 from memabra._errors import InvalidRecordError
@@ -55,6 +56,11 @@ class DeletionPages(_AdminBase):
     async def erase_user(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             user = _required(form, "user")
+            if len(user) > MAX_ID:
+                # the log holds no such user (its user ids are at most MAX_ID characters)
+                raise FormError(
+                    f"user is longer than {MAX_ID} characters, which no user id in the log is; nothing was deleted"
+                )
             if form.get("confirm", "").strip() != user:
                 raise _HttpError(
                     400,
@@ -88,7 +94,7 @@ class DeletionPages(_AdminBase):
     async def deletions(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
             after = request.query_params.get("after") or None
-            user = (request.query_params.get("user") or "").strip() or None
+            user = clean_field(request.query_params.get("user") or "").strip() or None
             try:
                 entries = await run_in_threadpool(
                     lambda: self.log.deletion_history(limit=_PAGE + 1, after=after, user_id=user)

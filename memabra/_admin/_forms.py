@@ -19,6 +19,7 @@ __all__ = [
     "FeedbackForm",
     "FormError",
     "MemoryQuery",
+    "clean_field",
     "parse_episode_filter",
     "parse_feedback_form",
     "parse_limit",
@@ -45,10 +46,20 @@ WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
 # each window as its selector and the columns that count within it name it
 WINDOW_LABELS = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "1 year", "all": "all time"}
 MAX_TEXT = 10_000
+# The longest id (user, thread, memory) the log stores: its id columns are VARCHAR(200).
+MAX_ID = 200
+# Past this a memory page's offset is no page at all, and the databases' integers end not far above.
+MAX_OFFSET = 1_000_000_000
 
 
 class FormError(InvalidRecordError):
     """A query-string or form value the admin view cannot use; the message names the field."""
+
+
+def clean_field(value: str) -> str:
+    """A query-string or form value without NUL bytes: the log stores text without them (PostgreSQL
+    refuses them), so an id or a search that holds one names what the log holds without it."""
+    return value.replace("\x00", "")
 
 
 def _time(field: str, raw: str) -> datetime:
@@ -133,7 +144,8 @@ def parse_window(raw: str | None, now: datetime) -> tuple[str, datetime | None]:
     if key not in WINDOWS:
         raise FormError(f"window must be one of {', '.join(WINDOWS)}, got {key!r}")
     days = WINDOWS[key]
-    return key, (now - timedelta(days=days) if days is not None else None)
+    # to the second: the episodes page's From, which links carry, has no finer unit
+    return key, ((now - timedelta(days=days)).replace(microsecond=0) if days is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +219,7 @@ def _choice(field: str, raw: str, allowed: type[MemoryStatus] | type[MemoryUsage
 
 
 def parse_memory_query(params: Mapping[str, str]) -> MemoryQuery:
-    raw = {name: params.get(name, "").strip() for name in (*MEMORY_FIELDS, "offset")}
+    raw = {name: clean_field(params.get(name, "")).strip() for name in (*MEMORY_FIELDS, "offset")}
     if len(raw["q"]) > 200:
         raise FormError("q is longer than 200 characters")
     offset = 0
@@ -216,8 +228,8 @@ def parse_memory_query(params: Mapping[str, str]) -> MemoryQuery:
             offset = int(raw["offset"])
         except ValueError:
             raise FormError(f"offset must be an integer, got {raw['offset']!r}") from None
-        if offset < 0:
-            raise FormError(f"offset must not be negative, got {offset}")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise FormError(f"offset must be between 0 and {MAX_OFFSET:,}, got {raw['offset']!r}")
     limit = parse_limit(raw["limit"])
     if limit > MAX_MEMORY_PAGE:
         raise FormError(f"limit must be between 1 and {MAX_MEMORY_PAGE}, got {limit}")

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from memabra._admin._forms import MemoryQuery, parse_memory_edit, parse_memory_query
+from memabra._admin._forms import MemoryQuery, clean_field, parse_memory_edit, parse_memory_query
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
@@ -25,6 +25,8 @@ from memabra.storage import EpisodeFilter
 __all__ = ["MemoryPages"]
 
 _RECENT_USES = 20
+# Users the list shows (those with the most memories); a search finds the others.
+USERS_SHOWN = 200
 
 
 class MemoryPages(_AdminBase):
@@ -46,7 +48,8 @@ class MemoryPages(_AdminBase):
 
     def _memories_context(self, query: MemoryQuery) -> dict[str, Any]:
         if not query.user:
-            return {**_empty(), "users": self.memory_queries.users(search=query.search or None)}
+            users = self.memory_queries.users(search=query.search or None, limit=USERS_SHOWN + 1)
+            return {**_empty(), "users": users[:USERS_SHOWN], "more_users": len(users) > USERS_SHOWN}
         page = self.memory_queries.memories(
             query.user,
             search=query.search or None,
@@ -67,8 +70,8 @@ class MemoryPages(_AdminBase):
 
     async def memory(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
-            user = request.query_params.get("user", "")
-            memory_id = request.query_params.get("id", "")
+            user = clean_field(request.query_params.get("user", ""))
+            memory_id = clean_field(request.query_params.get("id", ""))
             if not user or not memory_id:
                 raise _HttpError(400, "Bad request", "user and id are required: /memories/item?user=…&id=…")
             context = await run_in_threadpool(self._memory_context, user, memory_id)
@@ -95,17 +98,40 @@ class MemoryPages(_AdminBase):
             user, memory_id, text = parse_memory_edit(form)
             if not text:
                 raise InvalidRecordError("text is required: a memory needs non-empty text (retire it instead)")
-            await run_in_threadpool(self._update, user, memory_id, text)
+            base = form.get("base_text")
+            outcome = await run_in_threadpool(
+                self._update, user, memory_id, _lf(text), None if base is None else _lf(base)
+            )
+            if outcome is not None:
+                return await self._edit_conflict(auth, user, memory_id, text, outcome)
             return _to_memory(user, memory_id, "memory-updated")
 
         return await self._write(request, apply)
 
-    def _update(self, user: str, memory_id: str, text: str) -> None:
+    def _update(self, user: str, memory_id: str, text: str, base: str | None) -> str | None:
+        """Save ``text`` unless the memory changed since its form was opened with ``base``: then
+        nothing is written and its current text comes back (``None``: saved)."""
         backend = self._memory_backend()
-        if backend.get(user, memory_id).status is MemoryStatus.RETIRED:
+        record = backend.get(user, memory_id)
+        if record.status is MemoryStatus.RETIRED:
             # the backend's update would restore it as a side effect: make that a deliberate step
             raise InvalidRecordError(f"memory {memory_id!r} is retired: restore it first, then edit it")
+        if base is not None and base.strip() != record.text:
+            return record.text
         backend.update(user, memory_id, text)
+        return None
+
+    async def _edit_conflict(self, auth: _Auth, user: str, memory_id: str, draft: str, current: str) -> Response:
+        """409: another edit landed after this form was opened. Saving would silently overwrite
+        it, so nothing is saved; the page comes back with the current text and the draft to merge."""
+        context = await run_in_threadpool(self._memory_context, user, memory_id)
+        message = (
+            f"This memory was changed after you opened it: it now reads “{current}”. Your text was not saved; "
+            "it is in the box below: save it again to replace the current text."
+        )
+        return self._render(
+            "memory.html", 409, auth=auth, notice="", error=message, draft=draft, section="memories", **context
+        )
 
     async def retire_memory(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
@@ -135,8 +161,13 @@ class MemoryPages(_AdminBase):
         return await self._write(request, apply)
 
 
+def _lf(text: str) -> str:
+    """A form field's text with the CRLF line breaks a browser sends as the page's LF ones."""
+    return text.replace("\r\n", "\n")
+
+
 def _empty() -> dict[str, Any]:
-    return {"users": [], "page": None, "unknown_user": False}
+    return {"users": [], "more_users": False, "page": None, "unknown_user": False}
 
 
 def _to_memory(user: str, memory_id: str, notice: str) -> Response:

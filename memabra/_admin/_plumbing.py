@@ -25,7 +25,7 @@ from memabra._admin._auth import (
     SessionState,
     WebSession,
 )
-from memabra._admin._forms import FormError
+from memabra._admin._forms import FormError, clean_field
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._reward import RewardConfig
@@ -299,7 +299,7 @@ class _AdminBase:
         origin = request.headers.get("origin")
         if origin and urlparse(origin).netloc != request.headers.get("host", ""):
             raise _HttpError(403, "Forbidden", "The request came from another origin.")
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        form = {k: clean_field(v) for k, v in (await request.form()).items() if isinstance(v, str)}
         if not auth.bearer and (auth.session is None or not auth.session.csrf_matches(form.get("csrf_token"))):
             raise _HttpError(
                 403, "Forbidden", "The form's CSRF token is missing or wrong; reload the page and try again."

@@ -44,6 +44,8 @@ class PolicyPages(_AdminBase):
                 windows=WINDOW_LABELS,
                 window_label=WINDOW_LABELS[window],
                 window_span="all time" if since is None else f"the last {WINDOW_LABELS[window]}",
+                # the episodes page's From, so a snapshot's episode count links the episodes it counts
+                window_since="" if since is None else since.strftime("%Y-%m-%dT%H:%M:%S"),
                 notice=notice,
                 section="policies",
                 **context,

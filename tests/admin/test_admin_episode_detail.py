@@ -102,3 +102,55 @@ def test_an_open_episode_says_until_when_feedback_counts(make_client: ClientFact
     page = make_client().get(f"/episodes/{episode.id}").text
     assert 'id="feedback-late-warning"' not in page
     assert 'id="feedback-window"' in page and "changes this episode's reward" in page
+
+
+def _long_thread(log: EpisodeLog, turns: int) -> list[Episode]:
+    """``turns`` episodes of one thread of dana's, a minute apart, oldest first."""
+    start = utcnow() - timedelta(days=1)
+    episodes = [
+        Episode(
+            user_id="dana",
+            query=f"dana asks {turn}",
+            answer=f"answer {turn}",
+            thread_id="thread-dana",
+            turn=turn,
+            created_at=start + timedelta(minutes=turn),
+        )
+        for turn in range(turns)
+    ]
+    for episode in episodes:
+        log.log_episode(episode)
+    return episodes
+
+
+def test_an_old_turn_of_a_long_thread_shows_itself_and_links_its_earlier_turns(
+    client: TestClient, log: EpisodeLog
+) -> None:
+    episodes = _long_thread(log, 60)
+    page = client.get(f"/episodes/{episodes[3].id}").text
+    conversation = page.split('id="conversation"', 1)[1].split("</section>", 1)[0]
+    # the thread's latest turns are about something else: this turn is shown, not 50 later ones
+    assert "dana asks 3" in conversation and "answer 3" in conversation
+    assert "dana asks 59" not in conversation
+    earlier = re.search(r'<a id="earlier-turns" href="([^"]+)"', conversation)
+    assert earlier is not None
+    listing = client.get(earlier.group(1).replace("&amp;", "&")).text
+    assert "dana asks 3" in listing and "dana asks 0" in listing and "dana asks 4" not in listing
+
+
+def test_the_latest_turn_of_a_long_thread_says_its_earlier_turns_are_not_shown(
+    client: TestClient, log: EpisodeLog
+) -> None:
+    episodes = _long_thread(log, 60)
+    page = client.get(f"/episodes/{episodes[-1].id}").text
+    conversation = page.split('id="conversation"', 1)[1].split("</section>", 1)[0]
+    assert conversation.count('class="bubble user"') == 50 and "this episode" in conversation
+    assert "dana asks 10" in conversation and "dana asks 9<" not in conversation
+    assert 'id="earlier-turns"' in conversation
+
+
+def test_a_short_thread_shows_every_turn_and_no_link(client: TestClient, log: EpisodeLog) -> None:
+    episodes = _long_thread(log, 5)
+    conversation = client.get(f"/episodes/{episodes[2].id}").text.split('id="conversation"', 1)[1]
+    conversation = conversation.split("</section>", 1)[0]
+    assert conversation.count('class="bubble user"') == 5 and 'id="earlier-turns"' not in conversation

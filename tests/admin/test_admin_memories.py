@@ -214,3 +214,60 @@ def test_a_wrong_supersession_is_undone_in_the_admin_keeping_both(
     assert client.post("/memories/restore", data={**fields, "keep_both": "on"}).status_code == 303
     assert memory.get("ann", memories.retired).status is MemoryStatus.ACTIVE
     assert memory.get("ann", paris).status is MemoryStatus.ACTIVE
+
+
+def test_an_edit_made_since_the_form_was_opened_is_not_overwritten(
+    make_client: ClientFactory, memories: Memories, log: EpisodeLog
+) -> None:
+    """Two reviewers open the same memory; the second to save is told, and nothing of the first is lost."""
+    first, second = make_client(), make_client()
+    mine = _form(first, memories, memories.helpful, "memory-edit-form")
+    theirs = _form(second, memories, memories.helpful, "memory-edit-form")
+    assert mine["base_text"] == "I drink green tea"
+    assert second.post("/memories/update", data={**theirs, "text": "I drink oolong tea"}).status_code == 303
+
+    stale = first.post("/memories/update", data={**mine, "text": "I drink black tea"})
+    assert stale.status_code == 409
+    page = html.unescape(stale.text)
+    assert "changed after you opened it" in page and "I drink oolong tea" in page
+    # the draft comes back in the box, and the form now starts from the current text
+    assert re.search(r'<textarea id="memory-new-text"[^>]*>I drink black tea</textarea>', page)
+    assert 'name="base_text" value="I drink oolong tea"' in page
+    memory = SQLMemory(log)
+    assert memory.get("ann", memories.helpful).text == "I drink oolong tea"
+
+    again = {**_form(first, memories, memories.helpful, "memory-edit-form"), "text": "I drink black tea"}
+    assert first.post("/memories/update", data=again).status_code == 303
+    assert memory.get("ann", memories.helpful).text == "I drink black tea"
+    olds = [c.old_text for c in memory.history("ann", memories.helpful) if c.action is MemoryAction.UPDATED]
+    assert olds == ["I drink green tea", "I drink oolong tea"]
+
+
+def test_an_edit_form_sent_with_browser_line_breaks_is_not_a_conflict(
+    make_client: ClientFactory, log: EpisodeLog
+) -> None:
+    memory = SQLMemory(log)
+    record = memory.remember("ann", "Shopping list:\nmilk\nbread")
+    client = make_client()
+    page = client.get(f"/memories/item?user=ann&id={record.id}").text
+    form = page.split('id="memory-edit-form"', 1)[1].split("</form>", 1)[0]
+    fields = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)}
+    # a browser sends every line break of a form as CRLF
+    fields = {k: v.replace("\n", "\r\n") for k, v in fields.items()}
+    response = client.post("/memories/update", data={**fields, "text": "Shopping list:\r\nmilk\r\neggs"})
+    assert response.status_code == 303
+    assert memory.get("ann", record.id).text == "Shopping list:\nmilk\neggs"
+
+
+def test_a_users_list_cut_short_says_so(
+    make_client: ClientFactory, memories: Memories, log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memabra._admin import _memory_pages
+
+    monkeypatch.setattr(_memory_pages, "USERS_SHOWN", 1)
+    page = make_client().get("/memories").text
+    # ann has the most memories; bob is not listed, and the page says there are more
+    assert 'href="/memories?user=ann"' in page and 'href="/memories?user=bob"' not in page
+    assert 'id="more-users"' in page
+    found = make_client().get("/memories?q=bo").text
+    assert 'href="/memories?user=bob"' in found and 'id="more-users"' not in found

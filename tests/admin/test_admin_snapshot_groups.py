@@ -162,3 +162,18 @@ def test_the_episode_filter_suggests_the_versions_episodes_were_logged_with(clie
     for version, count in suggested:
         listed = client.get(f"/episodes?policy_version={version}&limit=500").text
         assert listed.count('<td class="nowrap"><a href="/episodes/') == int(count)
+
+
+def test_a_snapshots_episode_count_links_the_episodes_of_the_window_it_counts(
+    client: TestClient, seeded: Seeded
+) -> None:
+    """test-v1 served episodes nine to four and a half days ago: a week's window counts some of them."""
+    page = client.get("/policies?window=7").text
+    snapshots = page.split('id="snapshots"', 1)[1].split("</section>", 1)[0]
+    row = re.search(r'data-version="test-v1">(.*?)</tr>', snapshots, re.S).group(1)  # type: ignore[union-attr]
+    link = re.search(r'<a class="served" href="([^"]+)"[^>]*>(\d+)</a>', row)
+    assert link is not None
+    counted = int(link.group(2))
+    assert 0 < counted < len(seeded.by_version["test-v1"])
+    listed = client.get(html.unescape(link.group(1))).text
+    assert f"{counted} episodes match these filters" in listed

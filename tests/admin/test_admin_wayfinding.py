@@ -39,9 +39,19 @@ def _nav(page: str) -> dict[str, bool]:
 def test_every_section_is_in_the_navigation_and_only_its_own_is_highlighted(
     client: TestClient, seeded: Seeded, url: str, active: str
 ) -> None:
-    nav = _nav(client.get(url).text)
+    page = client.get(url).text
+    nav = _nav(page)
     assert list(nav) == ["/episodes", "/policies", "/memories", "/deletions"]
     assert [href for href, on in nav.items() if on] == [active]
+    # a screen reader is told which section this is, not only shown it in colour
+    links = page.split('<nav class="nav"', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'<a href="([^"]+)"[^>]* aria-current="page"', links) == [active]
+
+
+def test_the_selected_policies_window_is_announced(client: TestClient, seeded: Seeded) -> None:
+    page = client.get("/policies?window=90").text
+    windows = page.split('aria-label="time window"', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'href="/policies\?window=(\w+)"[^>]* aria-current="true"', windows) == ["90"]
 
 
 def test_an_unknown_url_gets_the_admins_own_404_page(make_client: ClientFactory, seeded: Seeded) -> None:
