@@ -272,16 +272,19 @@ class MemoryBackend(ABC):
         """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
         return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
 
-    def update(self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None) -> MemoryRecord:
-        """Replace an active memory's text; the old text goes into its history. A retired memory
-        is refused: rewriting it would make it current again beside the fact that replaced it."""
+    def update(
+        self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None, reason: str = "update"
+    ) -> MemoryRecord:
+        """Replace an active memory's text; the old text goes into its history with ``reason`` (who
+        or what changed it). A retired memory is refused: rewriting it would make it current again
+        beside the fact that replaced it."""
         record = self.get(user_id, memory_id)
         if record.status is MemoryStatus.RETIRED:
             by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
             raise InvalidRecordError(
                 f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
             )
-        self._rewrite(user_id, memory_id, _clean(text), episode_id, "update", self.clock())
+        self._rewrite(user_id, memory_id, _clean(text), episode_id, reason, self.clock())
         return self.get(user_id, memory_id)
 
     def _rewrite(

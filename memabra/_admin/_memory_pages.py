@@ -100,7 +100,7 @@ class MemoryPages(_AdminBase):
                 raise InvalidRecordError("text is required: a memory needs non-empty text (retire it instead)")
             base = form.get("base_text")
             outcome = await run_in_threadpool(
-                self._update, user, memory_id, _lf(text), None if base is None else _lf(base)
+                self._update, user, memory_id, _lf(text), None if base is None else _lf(base), auth.principal
             )
             if outcome is not None:
                 return await self._edit_conflict(auth, user, memory_id, text, outcome)
@@ -108,7 +108,7 @@ class MemoryPages(_AdminBase):
 
         return await self._write(request, apply)
 
-    def _update(self, user: str, memory_id: str, text: str, base: str | None) -> str | None:
+    def _update(self, user: str, memory_id: str, text: str, base: str | None, principal: str) -> str | None:
         """Save ``text`` unless the memory changed since its form was opened with ``base``: then
         nothing is written and its current text comes back (``None``: saved)."""
         backend = self._memory_backend()
@@ -118,7 +118,7 @@ class MemoryPages(_AdminBase):
             raise InvalidRecordError(f"memory {memory_id!r} is retired: restore it first, then edit it")
         if base is not None and base.strip() != record.text:
             return record.text
-        backend.update(user, memory_id, text)
+        backend.update(user, memory_id, text, reason=f"edited in the admin ({principal})")
         return None
 
     async def _edit_conflict(self, auth: _Auth, user: str, memory_id: str, draft: str, current: str) -> Response:

@@ -128,7 +128,9 @@ def test_edit_retire_and_restore(make_client: ClientFactory, memories: Memories,
     assert response.status_code == 303 and "notice=memory-updated" in response.headers["location"]
     assert memory.get("ann", memories.never).text == "My cat is called Felix"
     page = html.unescape(client.get(response.headers["location"]).text)
-    assert "Memory updated" in page and "My cat is called Tom" in page.split('id="memory-history"', 1)[1]
+    history = page.split('id="memory-history"', 1)[1]
+    assert "Memory updated" in page and "My cat is called Tom" in history
+    assert "edited in the admin (" in history  # who changed it, as retire and restore say
 
     fields = _form(client, memories, memories.never, "memory-retire-form")
     assert client.post("/memories/retire", data=fields).status_code == 303
