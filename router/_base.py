@@ -9,14 +9,13 @@ probability floor, draws from it with a seeded generator and records the whole d
 is not a leftover of the first slot's ranking.
 
 Implementations override :meth:`Router._slot_distribution` (deterministic given the model, so
-teacher-forced replays reproduce it), and learners also :meth:`Router._update`,
-:meth:`Router._model_bytes` and :meth:`Router._load_model`.
+teacher-forced replays reproduce it; its feature table is read-only), and learners also
+:meth:`Router._update`, :meth:`Router._model_bytes` and :meth:`Router._load_model` (docs/custom_router.md).
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import threading
 import time
@@ -41,6 +40,7 @@ from memabra._records import (
 )
 from memabra.router._credit import SlotCredit, credit_learning
 from memabra.router._features import FeatureTable, featurize, recall
+from memabra.router._params import constructor_params
 from memabra.router._persistence import replica_of, restore_router, snapshot_of
 from memabra.router._sampling import apply_floor, check_distribution
 from memabra.router._similarity import Similarity
@@ -77,6 +77,12 @@ class Router(ABC):
     name: ClassVar[str] = "router"
     learns: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a class that defines _update learns unless it says otherwise (it was never updated before)
+        if "_update" in cls.__dict__ and "learns" not in cls.__dict__:
+            cls.learns = True
+
     def __init__(
         self,
         *,
@@ -99,14 +105,9 @@ class Router(ABC):
     # ----------------------------------------------------------------- parameters and state
     def get_params(self) -> dict[str, Any]:
         """Constructor arguments as JSON values (``similarity`` is recorded as a flag only): those of
-        the concrete class's ``__init__``, so a snapshot's ``learner_args`` rebuild it."""
-        params: dict[str, Any] = {}
-        for pname, param in inspect.signature(type(self).__init__).parameters.items():
-            if pname in ("self", "similarity") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-                continue
-            value = getattr(self, pname)
-            params[pname] = list(value) if isinstance(value, tuple) else value
-        return params
+        the concrete class's ``__init__`` (and of the one its ``**kwargs`` go to), so a snapshot's
+        ``learner_args`` rebuild it."""
+        return constructor_params(self, Router)
 
     def _check_params(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -182,7 +183,7 @@ class Router(ABC):
             table = features
             wanted = [i for i, c in enumerate(table.candidates) if c.kind in context.kinds]
             table = table.subset(wanted)
-            table = table.subset(recall(table, self.recall_limit))
+            table = _read_only(table.subset(recall(table, self.recall_limit)))
             if seed is None:
                 seed = int(np.random.SeedSequence([self.seed, self._decisions]).generate_state(1)[0])
             self._decisions += 1
@@ -213,7 +214,15 @@ class Router(ABC):
         return tuple(self._distribution(view).tolist())
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
-        raw = self._slot_distribution(view)
+        try:
+            raw = self._slot_distribution(view)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            raise RouterError(
+                f"{type(self).__name__}._slot_distribution wrote into the slot's feature table ({exc}): a router "
+                "must not change its input; copy a column before changing it (view.table.column(name).copy())"
+            ) from exc
         probabilities = check_distribution(raw, f"{type(self).__name__} slot {view.slot}")
         if probabilities.size != view.n_options:
             raise RouterError(
@@ -248,7 +257,9 @@ class Router(ABC):
     # ------------------------------------------------------------------ teacher-forced replay
     def _replay(self, selection: Selection) -> Iterator[tuple[SlotView, SlotDraw, tuple[int, ...]]]:
         """Each slot's view of a logged selection, logged choices forced (:func:`replay_slots`)."""
-        return replay_slots(selection)
+        for view, draw, option_of in replay_slots(selection):
+            view.table.matrix.flags.writeable = False  # the replay's own table, rebuilt from the log
+            yield view, draw, option_of
 
     def slot_probabilities(self, selection: Selection) -> tuple[tuple[float, ...], ...]:
         """This router's probabilities for each logged slot, aligned with
@@ -389,3 +400,12 @@ class Router(ABC):
         snapshotted one did. Raises :class:`~memabra.SnapshotError` for a snapshot of another
         policy or with corrupted bytes."""
         return restore_router(cls, snapshot, similarity)
+
+
+def _read_only(table: FeatureTable) -> FeatureTable:
+    """``table`` over a read-only view of its matrix: precomputed features stay as they were."""
+    if not table.matrix.flags.writeable:
+        return table
+    matrix = table.matrix.view()
+    matrix.flags.writeable = False
+    return FeatureTable(table.candidates, matrix, table.rows)

@@ -3,8 +3,10 @@
 ``check_router(factory)`` builds routers with ``factory(seed)`` and raises ``AssertionError`` naming
 the first broken contract: valid logged distributions and propensities, budgets and kinds respected,
 the probability floor, exploration (every option of a learner's explored set keeps its floor),
-seeded determinism, teacher-forced replays that reproduce the logged
-distributions, learning only from its own selections, snapshot round-trips and replicas, and a clear
+seeded determinism, draws that follow the logged distributions (which depend on the model and the
+slot only, never on the seed or on earlier decisions), teacher-forced replays that reproduce them,
+inputs left unchanged, learning only from its own selections, snapshot round-trips and replicas that
+keep every learned state (they go on learning as the original does), and a clear
 :class:`~memabra.RouterError` / :class:`~memabra.SnapshotError` for every bad input.
 """
 
@@ -36,10 +38,17 @@ from memabra._records import (
 from memabra.router._base import Router
 from memabra.router._exploration import exploration_floor
 from memabra.router._features import FeatureTable
+from memabra.router._watcher import learned_model
 
 __all__ = ["check_router", "conformance_candidates"]
 
 RouterFactory = Callable[[int], Router]
+
+# decisions of an unchanged router whose first-slot picks are counted against the logged distribution
+_DRAWS = 300
+# the Router parameters a restored router must carry over (a subclass forwarding **kwargs lost them)
+_BASE_PARAMS = ("seed", "min_probability", "recall_limit", "unused_penalty", "max_pending")
+_SNAPSHOT_HINT = "does the router keep its learned state in _model_bytes / _load_model or _extra_state?"
 
 
 def conformance_candidates() -> tuple[Candidate, ...]:
@@ -188,11 +197,13 @@ def check_router(factory: RouterFactory) -> None:
     for draw, probabilities in zip(first.slots, replayed, strict=True):
         assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "teacher-forced replay differs from the log"
 
-    # precomputed features give the same selection
+    # precomputed features give the same selection, and stay as they were
     table = router.featurize(context, candidates)
+    matrix = table.matrix.copy()
     assert _signature(router.choose(context, candidates, features=table, seed=first.seed)) == _signature(first), (
         "precomputed features changed the selection"
     )
+    assert np.array_equal(table.matrix, matrix), "choose changed the precomputed features it was given"
 
     # budgets
     tight = router.choose(_context(budget=Budget(max_tokens=5)), candidates)
@@ -235,6 +246,7 @@ def check_router(factory: RouterFactory) -> None:
                 "replay after learning differs from the log"
             )
         router.learn(later, _reward(i % 2 == 0), {cid: float(i % 2) for cid in later.chosen_ids})
+    check_draws(router, candidates)
 
     # bad input
     _expect(RouterError, "an empty candidate list", lambda: router.choose(context, []))
@@ -262,9 +274,14 @@ def check_router(factory: RouterFactory) -> None:
     restored = type(router).restore(snapshot, similarity=router.similarity)
     probe = router.choose(context, candidates, seed=123)
     assert restored.slot_probabilities(probe) == router.slot_probabilities(probe), (
-        "restored router predicts differently"
+        f"restored router predicts differently: {_SNAPSHOT_HINT}"
     )
     assert restored.policy_version == router.policy_version, "restored router reports another version"
+    lost = [p for p in _BASE_PARAMS if getattr(restored, p) != getattr(router, p)]
+    assert not lost, (
+        f"a restored router has other {', '.join(lost)}: its constructor must take the Router arguments "
+        "(or **kwargs) and forward them to Router.__init__, so get_params() records them"
+    )
     assert _signature(restored.choose(context, candidates)) == _signature(
         type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)
     ), "two restores of one snapshot choose differently"
@@ -285,6 +302,63 @@ def check_router(factory: RouterFactory) -> None:
         lambda: type(router).restore(replace(snapshot, policy="someone-else")),
     )
     _expect(TypeError, "pickling a router", lambda: pickle.dumps(router))
+    check_learned_state(router, context, candidates)
+
+
+def check_draws(router: Router, candidates: tuple[Candidate, ...]) -> None:
+    """Decisions of an unchanged router on one input, seeds ``0 .. _DRAWS - 1``: each logs the same
+    first-slot distribution (it depends on the model and the slot, not on the seed or on earlier
+    decisions), the picks follow it (within five standard deviations), and the first decision still
+    replays as logged after the others."""
+    one_slot = _context(budget=Budget(max_tokens=200, slots={CandidateKind.TOOL: 1}))
+    selections = [router.choose(one_slot, candidates, seed=seed) for seed in range(_DRAWS)]
+    logged = selections[0].slots[0]
+    counts = dict.fromkeys(logged.candidate_ids, 0)
+    for seed, selection in enumerate(selections):
+        draw = selection.slots[0]
+        assert draw.candidate_ids == logged.candidate_ids and np.allclose(
+            draw.probabilities, logged.probabilities, rtol=0.0, atol=1e-12
+        ), (
+            f"an unchanged router logged {draw.probabilities} with seed {seed} and {logged.probabilities} with "
+            "seed 0 for the same input: a slot's distribution must depend on the model and the slot only "
+            "(the slot loop draws from it with the decision's seed)"
+        )
+        counts[draw.chosen_id] += 1
+    for cid, p in zip(logged.candidate_ids, logged.probabilities, strict=True):
+        expected = _DRAWS * p
+        assert abs(counts[cid] - expected) <= 5.0 * math.sqrt(_DRAWS * p * (1.0 - p)) + 2.0, (
+            f"{cid!r} was drawn {counts[cid]} times in {_DRAWS} decisions; its logged probability {p:.4g} "
+            f"predicts {expected:.1f}: what is drawn must follow what is logged"
+        )
+    for selection in (selections[0], selections[-1]):
+        replayed = router.slot_probabilities(selection)
+        assert np.allclose(replayed[0], selection.slots[0].probabilities, atol=1e-9), (
+            "a logged decision no longer replays after later decisions (no learning in between): "
+            "choose must not change what the router predicts"
+        )
+
+
+def check_learned_state(router: Router, context: RoutingContext, candidates: tuple[Candidate, ...]) -> None:
+    """A restored router and a replica go on as the original does: making the same decisions and
+    learning the same rewards, all three choose alike and end with the same learned model."""
+    trio = (
+        router,
+        type(router).restore(router.snapshot(), similarity=router.similarity),
+        router.replica(similarity=router.similarity),
+    )
+    for i in range(4):
+        made = [learner.choose(context, candidates, seed=1000 + i) for learner in trio]
+        for selection, what in zip(made[1:], ("a restored router", "a replica"), strict=True):
+            assert _signature(selection) == _signature(made[0]), (
+                f"{what} chose differently from the original after learning the same rewards: {_SNAPSHOT_HINT}"
+            )
+        for learner, selection in zip(trio, made, strict=True):
+            learner.learn(selection, _reward(i % 2 == 0), {cid: float(i % 2 == 0) for cid in selection.chosen_ids})
+    model = learned_model(router.snapshot())
+    for learner, what in zip(trio[1:], ("a restored router", "a replica"), strict=True):
+        assert learned_model(learner.snapshot()) == model, (
+            f"{what} learned the same rewards as the original and ended with another model: {_SNAPSHOT_HINT}"
+        )
 
 
 def _check_replica(

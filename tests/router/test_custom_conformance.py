@@ -1,0 +1,34 @@
+"""The conformance suite rejects a custom router that breaks a contract the rest of the suite let
+through, each with a message that names what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from memabra import RouterError
+from memabra.router import Router, Similarity, check_router
+
+from .conftest import HashingEncoder
+from .custom_routers import ForgetfulMean, GreedyDrawer, RenamedArgument, SampledThompson, ScalingInPlace
+
+SIM = Similarity(encoder=HashingEncoder())
+
+
+@pytest.mark.parametrize(
+    ("cls", "error", "message"),
+    [
+        # logs probability 1 for a pick that the decision's seed makes random: every replay matched
+        (SampledThompson, AssertionError, "must depend on the model and the slot only"),
+        # logs the softmax but draws with a fixed generator: seeded, replayable and wrong
+        (GreedyDrawer, AssertionError, "what is drawn must follow what is logged"),
+        # a snapshot that keeps the means and loses the counts predicted alike until the next reward
+        (ForgetfulMean, AssertionError, "restored router .* learned state"),
+        # changed the caller's features in place and passed
+        (ScalingInPlace, RouterError, "wrote into the slot's feature table"),
+        # failed with an AttributeError from get_params
+        (RenamedArgument, RouterError, "store every constructor argument under its own name"),
+    ],
+)
+def test_a_broken_custom_router_is_rejected(cls: type[Router], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        check_router(lambda seed: cls(seed=seed, similarity=SIM))
