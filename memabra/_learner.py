@@ -287,11 +287,19 @@ class Learner:
             return True
         return self._pending_since is not None and time.monotonic() - self._pending_since >= self.commit_interval_s
 
+    def _classes(self) -> tuple[type[Router], ...]:
+        """The class ``make_router`` builds: a router of your own restores from its snapshots."""
+        return (type(self.make_router()),)
+
     def _resume(self) -> None:
         checkpoint = self._store.checkpoint(self.policy)
         if checkpoint is None or checkpoint.snapshot_version is None:
             start = self.base() if self.base is not None else None
-            router = load_router(start, similarity=self.similarity) if start is not None else self.make_router()
+            router = (
+                load_router(start, similarity=self.similarity, classes=self._classes())
+                if start is not None
+                else self.make_router()
+            )
             if router.name != self.policy:
                 raise ConfigError(f"the learner of policy {self.policy!r} was given a {router.name!r} router")
             self._router = router
@@ -302,7 +310,7 @@ class Learner:
             self._last_snapshot = None
         else:
             snapshot = self.log.get_snapshot(checkpoint.snapshot_version)
-            self._router = load_router(snapshot, similarity=self.similarity)
+            self._router = load_router(snapshot, similarity=self.similarity, classes=self._classes())
             meta = learner_meta(snapshot)
             base = meta.get("base")
             self._base = str(base) if base else None

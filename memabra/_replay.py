@@ -6,7 +6,7 @@ stored in the log) or from scratch, then every final reward in commit order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -42,9 +42,14 @@ META_KEY = "learner"
 
 
 def fresh_router(
-    policy: str, learner_args: dict[str, Any] | None = None, *, similarity: Similarity | None = None
+    policy: str,
+    learner_args: dict[str, Any] | None = None,
+    *,
+    similarity: Similarity | None = None,
+    classes: Iterable[type[Router]] = (),
 ) -> Router:
-    """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained."""
+    """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained;
+    ``classes`` are routers of your own, found by their ``name`` before the built-in ones."""
     from memabra.router import (
         EmbeddingRouter,
         FixedListRouter,
@@ -55,13 +60,19 @@ def fresh_router(
         VWRouter,
     )
 
-    classes: dict[str, type[Router]] = {
-        cls.name: cls
-        for cls in (VWRouter, LinearRouter, HybridRouter, LexicalRouter, EmbeddingRouter, RandomRouter, FixedListRouter)
-    }
-    cls = classes.get(policy)
+    built_in: tuple[type[Router], ...] = (
+        VWRouter,
+        LinearRouter,
+        HybridRouter,
+        LexicalRouter,
+        EmbeddingRouter,
+        RandomRouter,
+        FixedListRouter,
+    )
+    known = {cls.name: cls for cls in (*built_in, *classes)}
+    cls = known.get(policy)
     if cls is None:
-        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(classes))}")
+        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(known))}")
     return cls(**(learner_args or {}), similarity=similarity if similarity is not None else LEARNER_SIMILARITY)
 
 
@@ -93,20 +104,21 @@ def replay(
     *,
     learner_args: dict[str, Any] | None = None,
     local_credit: bool | None = None,
+    classes: Iterable[type[Router]] = (),
 ) -> tuple[Router, int]:
     """The router the policy's learner started from, taught every final reward of the log in commit
     order; returns it and the number of rewards. The start is the base the learner recorded in its
     checkpoint (the trained router an agent was given), else a fresh router; ``learner_args``
     (a fresh router with them) and ``local_credit`` default to what the learner recorded (else the
-    policy's defaults and ``False``)."""
+    policy's defaults and ``False``); ``classes``: routers of your own, by their ``name``."""
     store = LearnerStore(log.engine)
     made = recorded(log, policy)
     credit = local_credit if local_credit is not None else made.local_credit
     if learner_args is None and made.base is not None:
-        router = load_router(log.get_snapshot(made.base), similarity=LEARNER_SIMILARITY)
+        router = load_router(log.get_snapshot(made.base), similarity=LEARNER_SIMILARITY, classes=classes)
     else:
         args = learner_args if learner_args is not None else made.learner_args
-        router = fresh_router(policy, dict(args) if args is not None else None)
+        router = fresh_router(policy, dict(args) if args is not None else None, classes=classes)
     n = 0
     for _, item in iter_final(store):
         learn_item(router, item, local_credit=credit)

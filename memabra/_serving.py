@@ -89,7 +89,11 @@ class PolicyRuntime:
         active = self._store.active_version(self.policy)
         if self._base is not None:
             self._note_set_aside(active)
-        initial = load_router(log.get_snapshot(active), similarity=router.similarity) if active is not None else router
+        initial = (
+            load_router(log.get_snapshot(active), similarity=router.similarity, classes=(type(router),))
+            if active is not None
+            else router
+        )
         self.watcher = SnapshotWatcher(
             initial, self._source, interval_s=reload_interval_s, similarity=router.similarity
         )
@@ -135,7 +139,7 @@ class PolicyRuntime:
     def _make_router(self) -> Router:
         # A log with no learner yet and an untrained router given: a fresh one with its parameters.
         given = self._given
-        return fresh_router(self.policy, given.get_params(), similarity=given.similarity)
+        return fresh_router(self.policy, given.get_params(), similarity=given.similarity, classes=(type(given),))
 
     def _store_base(self) -> PolicySnapshot:
         """The given router's learned state as stored in the log (stored now unless it already is):
@@ -333,7 +337,9 @@ def _learned_state(router: Router) -> PolicySnapshot | None:
     """``router``'s snapshot when it has learned anything (its version is not the one its
     parameters alone give), else ``None``: an untrained router adds nothing to a fresh learner."""
     try:
-        untrained = fresh_router(router.name, router.get_params(), similarity=router.similarity)
+        untrained = fresh_router(
+            router.name, router.get_params(), similarity=router.similarity, classes=(type(router),)
+        )
     except ConfigError:  # not a policy a learner can run: the learner says so when it starts
         return None
     if router.policy_version == untrained.policy_version:

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,11 +50,14 @@ def _registry() -> dict[str, type[Router]]:
     return {cls.name: cls for cls in classes}
 
 
-def load_router(snapshot: PolicySnapshot, *, similarity: Similarity | None = None) -> Router:
-    """The router a snapshot describes, whatever its class (dispatch on ``snapshot.policy``)."""
+def load_router(
+    snapshot: PolicySnapshot, *, similarity: Similarity | None = None, classes: Iterable[type[Router]] = ()
+) -> Router:
+    """The router a snapshot describes, whatever its class (dispatch on ``snapshot.policy``):
+    ``classes`` are routers of your own, found by their ``name`` before the built-in ones."""
     if not isinstance(snapshot, PolicySnapshot):
         raise SnapshotError(f"load_router needs a PolicySnapshot, got {type(snapshot).__name__}")
-    registry = _registry()
+    registry = {**_registry(), **{cls.name: cls for cls in classes}}
     cls = registry.get(snapshot.policy)
     if cls is None:
         raise SnapshotError(
@@ -174,7 +177,7 @@ class SnapshotWatcher(Router):
             if snapshot is None or snapshot.version == self._loaded_version:
                 return False
             try:
-                fresh = load_router(snapshot, similarity=self.similarity)
+                fresh = load_router(snapshot, similarity=self.similarity, classes=(type(self._current),))
             except SnapshotError:
                 _log.exception(
                     "snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version
