@@ -33,7 +33,8 @@ def bench(
     routers: Annotated[
         str,
         typer.Option(
-            help="Comma-separated routers: linear (alias sklearn), vw, hybrid, bm25, embedding, random, fixed; "
+            help="Comma-separated routers: linear (alias sklearn), vw, hybrid, bm25, embedding, random, fixed, "
+            "or one of your own as module:Class or module:function (docs/custom_router.md); "
             "the first one writes --log-db."
         ),
     ] = "linear,vw,hybrid,bm25,embedding,random",
