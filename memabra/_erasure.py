@@ -32,13 +32,20 @@ logger = logging.getLogger("memabra")
 class Erasure:
     """What :func:`erase_user` removed: ``episodes`` deleted, ``memories`` forgotten, ``threads``
     deleted from the checkpointer (``None``: none was given), ``shared_threads`` left in place
-    because other users' episodes name them too, and ``audit_id``, the run's audit entry."""
+    because other users' episodes name them too, ``audit_id``, the run's audit entry, and
+    ``paused``, the turns an interrupt paused that were deleted unresumed."""
 
     episodes: int
     memories: int
     threads: int | None
     shared_threads: tuple[str, ...]
     audit_id: str
+    paused: int = 0
+
+    @property
+    def found_nothing(self) -> bool:
+        """Whether the run found nothing of the user (already erased, or an id never seen)."""
+        return not (self.episodes or self.memories or self.threads or self.shared_threads or self.paused)
 
 
 def erase_user(
@@ -90,4 +97,4 @@ def erase_user(
         client=client,
         progress=progress,
     )
-    return Erasure(result.episodes, result.memories, result.threads, tuple(shared), result.audit_id)
+    return Erasure(result.episodes, result.memories, result.threads, tuple(shared), result.audit_id, result.paused)

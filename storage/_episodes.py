@@ -308,8 +308,8 @@ def count_episodes(tx: Transactions) -> int:
 
 
 def user_threads(tx: Transactions, user_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The thread ids of ``user_id``'s episodes: (those only this user's episodes name, those that
-    other users' episodes name too), each sorted."""
+    """The thread ids of ``user_id``'s episodes and paused turns: (those only this user's name,
+    those that other users' episodes or paused turns name too), each sorted."""
     user = clean_text(user_id)
     with tx.read() as s:
         threads: set[str] = set(
@@ -333,6 +333,14 @@ def user_threads(tx: Transactions, user_id: str) -> tuple[tuple[str, ...], tuple
                 s.scalars(
                     select(EpisodeRow.thread_id)
                     .where(EpisodeRow.thread_id.in_(batch), EpisodeRow.user_id != user)
+                    .distinct()
+                )
+            )
+            # another user's turn paused in the thread lives in its checkpoints until resumed
+            shared.update(
+                s.scalars(
+                    select(SuspendedTurnRow.thread_id)
+                    .where(SuspendedTurnRow.thread_id.in_(batch), SuspendedTurnRow.user_id != user)
                     .distinct()
                 )
             )

@@ -13,6 +13,7 @@ builds in the migration as before.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,10 @@ from sqlalchemy import Connection, Engine, inspect, text
 __all__ = ["OnlineIndex", "build_online_indexes", "has_index"]
 
 _log = logging.getLogger("memabra")
+
+# How often a deploy job that finds another upgrade holding the migration lock tries again (the
+# first pause; doubled up to the second).
+_LOCK_RETRY_S = (0.05, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +57,7 @@ def build_online_indexes(
         connection = connection.execution_options(isolation_level="AUTOCOMMIT")
         # the deploy jobs that queue for the migration queue here too: one builds, the rest find it
         key = lock_key(connection)
-        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        _lock(connection, key)
         try:
             current = MigrationContext.configure(connection).get_current_revision()
             if current is None:  # a new database: the migrations create the tables with their indexes
@@ -64,6 +69,22 @@ def build_online_indexes(
         finally:
             connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
     return built
+
+
+def _lock(connection: Connection, key: int) -> None:
+    """Take the session-level migration lock, waiting for it between short tries rather than in
+    one blocking ``pg_advisory_lock``: a statement blocked on the lock holds its snapshot for as
+    long as it waits, and the holder's ``CREATE INDEX CONCURRENTLY`` waits for every older
+    snapshot to end before it finishes, so two upgrades started together deadlocked and one of
+    them failed. Between tries (autocommit) this connection holds no snapshot."""
+    pause, longest = _LOCK_RETRY_S
+    said = False
+    while not connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+        if not said:
+            _log.info("waiting for another schema upgrade of this database to finish")
+            said = True
+        time.sleep(pause)
+        pause = min(pause * 2, longest)
 
 
 def _pending(script: ScriptDirectory, current: str, target: str) -> Iterator[OnlineIndex]:

@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, sel
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra._records import MAX_ID_LENGTH
 from memabra.storage import _suspended_turns
 from memabra.storage._deletion_log import add_deleted, finish_deletion, start_deletion
 from memabra.storage._episodes import resolve_episode_id
@@ -51,13 +52,14 @@ _ID_BATCH = 500
 @dataclass(frozen=True, slots=True)
 class UserErasure:
     """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, the
-    run's entry in the deletion audit trail, and the conversation threads deleted from the agent's
-    checkpointer (``None``: none was given)."""
+    run's entry in the deletion audit trail, the conversation threads deleted from the agent's
+    checkpointer (``None``: none was given) and the paused turns deleted."""
 
     episodes: int
     memories: int
     audit_id: str
     threads: int | None = None
+    paused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,7 @@ def erase_user(
         memories,
         threads,
     )
-    return UserErasure(deleted, memories, audit_id, threads)
+    return UserErasure(deleted, memories, audit_id, threads, paused)
 
 
 def _check_actor(actor: str) -> None:
@@ -203,6 +205,11 @@ def _check_actor(actor: str) -> None:
 def _check_user(user_id: str) -> None:
     if not user_id.strip():
         raise InvalidRecordError("user_id is empty: name the user whose episodes to delete")
+    if len(user_id) > MAX_ID_LENGTH:  # no episode holds such an id, and the audit trail's column refuses it
+        raise InvalidRecordError(
+            f"user_id holds at most {MAX_ID_LENGTH} characters, got {len(user_id)} ({user_id[:40]!r}...); "
+            "nothing was deleted"
+        )
 
 
 def _delete_matching(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -152,25 +152,31 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
         raise InvalidRecordError(f"keep must be at least 1, got {keep}")
 
     def work(s: Session) -> PruneResult:
-        stmt = select(PolicySnapshotRow).order_by(PolicySnapshotRow.created_at.desc(), PolicySnapshotRow.version.desc())
+        # the rules read these columns only: a model (megabytes each, thousands of snapshots on a
+        # log nobody pruned yet) is never loaded, and a snapshot's metrics only for a checkpoint's
+        snap = PolicySnapshotRow
+        stmt = select(snap.version, snap.policy, snap.parent, snap.status).order_by(
+            snap.created_at.desc(), snap.version.desc()
+        )
         if policy is not None:
-            stmt = stmt.where(PolicySnapshotRow.policy == clean_text(policy))
-        rows = s.scalars(stmt if dry_run else stmt.with_for_update()).all()
+            stmt = stmt.where(snap.policy == clean_text(policy))
+        rows = [_Weighed(*row) for row in s.execute(stmt if dry_run else stmt.with_for_update())]
         by_version = {r.version: r for r in rows}
         kept: set[str] = set()
         for state in s.scalars(select(LearnerStateRow)):
             kept.update(v for v in (state.snapshot_version, state.published) if v is not None)
-            checkpoint = by_version.get(state.snapshot_version) if state.snapshot_version is not None else None
-            if checkpoint is not None and (base := _learner_base(checkpoint)) is not None:
-                kept.add(base)
+            if state.snapshot_version in by_version:
+                metrics = s.scalar(select(snap.metrics).where(snap.version == state.snapshot_version))
+                if (base := _learner_base(metrics)) is not None:
+                    kept.add(base)
         kept.update(v for v in s.scalars(select(OPERunRow.snapshot_version).distinct()) if v is not None)
-        newest: dict[str, list[PolicySnapshotRow]] = defaultdict(list)
+        newest: dict[str, list[_Weighed]] = defaultdict(list)
         for row in rows:  # newest first
             newest[row.policy].append(row)
         for group in newest.values():
             kept.update(r.version for r in group[:keep])
             for active in (r for r in group if r.status == "active"):
-                current: PolicySnapshotRow | None = active
+                current: _Weighed | None = active
                 for _ in range(keep + 1):  # the active snapshot and `keep` generations above it
                     if current is None:
                         break
@@ -185,6 +191,15 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
         return PruneResult(tuple(r.version for r in oldest_first if r.version in kept), pruned, dry_run)
 
     return tx.write(work, what="prune_snapshots")
+
+
+class _Weighed(NamedTuple):
+    """What the prune rules read of a snapshot (never its model)."""
+
+    version: str
+    policy: str
+    parent: str | None
+    status: str
 
 
 # Versions per DELETE statement: well under SQLite's limit on bound parameters.
@@ -216,9 +231,10 @@ def _no_snapshot(s: Session, version: str) -> str:
     )
 
 
-def _learner_base(row: PolicySnapshotRow) -> str | None:
-    """The snapshot a learner's model started from, as its metadata records it (memabra._replay)."""
-    meta = (row.metrics or {}).get("learner")
+def _learner_base(metrics: Mapping[str, Any] | None) -> str | None:
+    """The snapshot a learner's model started from, as a snapshot's ``metrics`` record it
+    (memabra._replay)."""
+    meta = (metrics or {}).get("learner")
     base = meta.get("base") if isinstance(meta, dict) else None
     return str(base) if base else None
 

@@ -22,6 +22,7 @@ from memabra._cli._common import (
     JsonOutOption,
     cli_actor,
     console,
+    err_console,
     fail,
     parse_time,
     plain,
@@ -35,7 +36,7 @@ from memabra.storage import DeletionEntry, EpisodeDeletion, EpisodeLog
 if TYPE_CHECKING:  # langgraph loads only for --checkpointer: the CLI starts without it
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-__all__ = ["episodes_delete", "episodes_deletions", "erase", "parse_age"]
+__all__ = ["check_age", "episodes_delete", "episodes_deletions", "erase", "parse_age"]
 
 _AGE = re.compile(r"(\d+)\s*([dhm])")
 _AGE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -50,6 +51,14 @@ def parse_age(value: str) -> timedelta:
         return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
     except OverflowError:
         raise typer.BadParameter(f"{value!r} is longer than any date can reach back") from None
+
+
+def check_age(value: str | None) -> str | None:
+    """Typer callback of an age option: a bad value is named with its option while the command
+    line is parsed (raised later, the usage error named no option)."""
+    if value is not None:
+        parse_age(value)
+    return value
 
 
 def _cutoff(before: str | None, older_than: str | None) -> datetime | None:
@@ -72,7 +81,8 @@ def episodes_delete(
         str | None, typer.Option("--before", help="ISO time: episodes created before it (UTC when no offset).")
     ] = None,
     older_than: Annotated[
-        str | None, typer.Option("--older-than", help="Episodes older than this age: 90d, 12h, 30m.")
+        str | None,
+        typer.Option("--older-than", help="Episodes older than this age: 90d, 12h, 30m.", callback=check_age),
     ] = None,
     include_unlearned: Annotated[
         bool,
@@ -171,12 +181,23 @@ def erase(
                 "erasure is recorded as unfinished: run the same command again to finish it"
             )
     threads = "" if result.threads is None else f", {result.threads} checkpointer thread(s) deleted"
+    paused = f", {result.paused} paused turn(s) deleted" if result.paused else ""
     console.print(
         Text(
-            f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories forgotten{threads}"
+            f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories "
+            f"forgotten{paused}{threads}"
         ),
         highlight=False,
     )
+    if result.found_nothing:
+        # a typo in the id erases nothing and still succeeds: say so rather than let it pass as done
+        err_console.print(
+            Text(
+                f"warning: the log held nothing of user {user!r}: already erased, or not the id the agent "
+                "logged them under (`memabra episodes list --user ID` shows a user's episodes)"
+            ),
+            highlight=False,
+        )
     if result.shared_threads:
         console.print(
             Text(
@@ -193,6 +214,7 @@ def erase(
             "memories": result.memories,
             "threads": result.threads,
             "shared_threads": list(result.shared_threads),
+            "paused_turns": result.paused,
             "audit_id": result.audit_id,
         },
     )

@@ -211,3 +211,36 @@ def _try(action):  # type: ignore[no-untyped-def]
         return action()
     except BaseException as exc:  # noqa: BLE001 - handed to the test's thread to assert on
         return exc
+
+
+@pytest.mark.postgres
+def test_two_upgrades_that_build_an_online_index_together_both_succeed(engine, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    """Two deploy jobs upgrading one database from before 0008: the second waited for the first's
+    migration lock in a blocking statement, holding a snapshot the first's CREATE INDEX
+    CONCURRENTLY then waited on, and one of them died with "deadlock detected"."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL only: the concurrent index build is PostgreSQL's")
+    upgrade(engine, "0007")
+    outcome: list[str | BaseException] = []
+    with engine.connect() as long_writer:
+        long_writer.execute(text("LOCK TABLE feedback IN ROW EXCLUSIVE MODE"))  # holds the first build
+        first = threading.Thread(target=lambda: outcome.append(_try(lambda: upgrade(db_url))))
+        first.start()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
+            deadline = time.monotonic() + 30
+            while not watcher.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%'"
+                    " AND wait_event_type = 'Lock'"
+                )
+            ).scalar():
+                assert time.monotonic() < deadline, "the index build never started waiting"
+                time.sleep(0.05)
+        second = threading.Thread(target=lambda: outcome.append(_try(lambda: upgrade(db_url))))
+        second.start()
+        time.sleep(1.0)  # the second job now waits for the migration lock
+        long_writer.commit()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    assert outcome == [head_revision(), head_revision()]
+    assert _feedback_index_valid(engine) is True
