@@ -23,7 +23,7 @@ from memabra._cli._common import (
 from memabra._cli._database import DbOption
 from memabra._learner import DEFAULT_POLICY
 from memabra.router import learned_model
-from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit
+from memabra.storage import AdminQueries, EpisodeLog, LearnerStore, SnapshotAudit
 
 policies_app = typer.Typer(
     help="Policy snapshots: list, export, promote, roll back and prune.",
@@ -43,7 +43,8 @@ def policies_list(db: DbOption = None, json_out: JsonOutOption = None) -> None:
     """Every snapshot: version, policy, parent, status, created, and the decisions it served
     (those of the online updates that grew from it, which are not each saved, included)."""
     with open_log(db) as log:
-        snapshots = log.list_snapshots()
+        # without their models (megabytes each), oldest first
+        snapshots = AdminQueries(log).snapshots()[::-1]
         served = LearnerStore(log.engine).decisions_served()
     rows = [
         {
