@@ -55,14 +55,32 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     now = migrate(upgrade, url, revision)
     where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
+    if revision not in ("head", "heads") and not revision.startswith("+") and now != revision:
+        # an upgrade to a revision the database is already past changes nothing
+        console.print(f"it was already past {escape(revision)}: nothing was changed (db downgrade goes back)")
 
 
 @db_app.command("downgrade")
 def db_downgrade(
-    revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")], db: DbOption = None
+    revision: Annotated[str, typer.Argument(help="Target revision, e.g. base.")],
+    db: DbOption = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Do not ask: the tables and columns added since are dropped with their data.")
+    ] = False,
 ) -> None:
-    """Migrate the schema down (``base`` drops every memabra table)."""
-    now = migrate(downgrade, run_guarded(resolve_url, db), revision)
+    """Migrate the schema down (``base`` drops every memabra table). What the revisions after the
+    target added is dropped with its data, so it asks first (``--yes`` in scripts)."""
+    from memabra.storage import known_revisions
+
+    url = run_guarded(resolve_url, db)
+    if revision not in known_revisions() and revision != "base" and not revision.startswith("-"):
+        migrate(downgrade, url, revision)  # names the unknown revision
+    if not yes:
+        where = make_url(url).render_as_string(hide_password=True)
+        what = "every memabra table" if revision == "base" else f"what the revisions after {revision} added"
+        if not typer.confirm(f"Drop {what} in {where}, with its data?", default=False):
+            fail("nothing was changed (pass --yes to downgrade without asking)")
+    now = migrate(downgrade, url, revision)
     console.print(f"schema revision is now [bold]{escape(now)}[/]")
 
 

@@ -21,7 +21,7 @@ from factories import candidates, episode, uniform_selection
 from memabra import Candidate, CandidateKind, Episode, Step, StepKind
 from memabra._cli import app, main
 from memabra._feedback import RewardService
-from memabra.storage import EpisodeLog, head_revision, make_engine
+from memabra.storage import EpisodeLog, current_revision, head_revision, known_revisions, make_engine
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -192,6 +192,26 @@ def test_db_upgrade_names_a_bad_revision(db_url: str) -> None:
     _no_traceback(down)
 
 
+def test_a_downgrade_asks_before_dropping_data_and_an_upgrade_backwards_says_it_did_nothing(db_url: str) -> None:
+    assert runner.invoke(app, ["db", "upgrade", "--db", db_url]).exit_code == 0
+    refused = runner.invoke(app, ["db", "downgrade", "base", "--db", db_url], input="n\n")
+    assert refused.exit_code == 1 and "Drop every memabra table" in refused.output
+    assert "nothing was changed" in refused.output
+    engine = make_engine(db_url)
+    try:
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+    behind = sorted(known_revisions())[-2]
+    backwards = runner.invoke(app, ["db", "upgrade", "--db", db_url, "--revision", behind])
+    assert backwards.exit_code == 0 and f"already past {behind}: nothing was changed" in " ".join(
+        backwards.output.split()
+    )
+    done = runner.invoke(app, ["db", "downgrade", behind, "--db", db_url, "--yes"])
+    assert done.exit_code == 0 and f"schema revision is now {behind}" in done.output
+    runner.invoke(app, ["db", "upgrade", "--db", db_url])
+
+
 def test_db_upgrade_on_a_newer_schema_says_to_upgrade_memabra(db_url: str) -> None:
     assert runner.invoke(app, ["db", "upgrade", "--db", db_url]).exit_code == 0
     engine = make_engine(db_url)
@@ -200,7 +220,7 @@ def test_db_upgrade_on_a_newer_schema_says_to_upgrade_memabra(db_url: str) -> No
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     finally:
         engine.dispose()
-    for args in (["db", "upgrade"], ["db", "downgrade", "base"]):
+    for args in (["db", "upgrade"], ["db", "downgrade", "base", "--yes"]):
         result = runner.invoke(app, [*args, "--db", db_url])
         assert result.exit_code == 1, result.output
         assert "at schema revision 9999, newer than this memabra" in result.output
