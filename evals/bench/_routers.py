@@ -4,12 +4,10 @@ for a factory taking a seed)."""
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable, Sequence
 
 from memabra._errors import ConfigError
+from memabra.evals._router_paths import built_router, router_target
 from memabra.evals.bench._harness import RouterFactory
 from memabra.router import (
     EmbeddingRouter,
@@ -64,49 +62,22 @@ def _factory(build: Callable[[int, Similarity], Router], sim: Similarity) -> Rou
 def _custom(spec: str, sim: Similarity) -> Callable[[int, Similarity], Router]:
     """The builder of ``module:attr``, checked by building one router now (a bad path or a class
     that takes no ``seed`` fails before the bench starts, not after a router's whole run)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"router {spec!r}: give an import path as module:Class or module:function")
-    target = getattr(_import(module_name, spec), attr, None)
-    if target is None:
-        raise ConfigError(f"router {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    target = router_target(spec)
     build: Callable[[int, Similarity], Router]
     if isinstance(target, type) and issubclass(target, Router):
-        cls = target
+        cls: type[Router] = target
 
         def build(seed: int, similarity: Similarity) -> Router:
             return cls(seed=seed, similarity=similarity)
 
-    elif callable(target) and not isinstance(target, type):
+    else:
         function = target
 
         def build(seed: int, similarity: Similarity) -> Router:
-            router = function(seed)
-            if not isinstance(router, Router):
-                raise ConfigError(f"router {spec!r} returned {type(router).__name__}, not a memabra.router.Router")
-            return router
+            return built_router(spec, function, seed)
 
-    else:
-        raise ConfigError(f"router {spec!r} is not a memabra.router.Router subclass or a function taking a seed")
     try:
         build(0, sim)
     except TypeError as exc:
         raise ConfigError(f"router {spec!r} cannot be built from a seed: {exc}") from None
     return build
-
-
-def _import(module_name: str, spec: str) -> object:
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        here = os.getcwd()
-        if exc.name != module_name.split(".")[0] or here in sys.path:
-            raise ConfigError(f"router {spec!r}: cannot import {module_name!r}: {exc}") from None
-    # as `python -m` would: a console script does not put the current directory on the path
-    sys.path.insert(0, here)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"router {spec!r}: cannot import {module_name!r} here or on the path: {exc}") from None
-    finally:
-        sys.path.remove(here)

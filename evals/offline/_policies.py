@@ -5,7 +5,9 @@ Accepted specs:
 * ``snapshot:VERSION`` (or just ``VERSION`` when a snapshot of that version is in the log);
 * ``active`` / ``active:POLICY``: the snapshot currently promoted;
 * a router name — ``vw``, ``linear``, ``hybrid``, ``bm25``, ``embedding``, ``random`` — optionally with
-  constructor arguments as JSON: ``vw:{"epsilon": 0.05}``.
+  constructor arguments as JSON: ``vw:{"epsilon": 0.05}``;
+* a router of your own by import path: ``module:Class`` (optionally ``module:Class:{"temperature":
+  0.5}``) or ``module:function`` (a factory taking a seed), as ``memabra bench --routers`` takes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from memabra._errors import ConfigError, RouterError, SnapshotError, UnknownEpisodeError
 from memabra._records import PolicySnapshot
+from memabra.evals._router_paths import built_router, is_router_path, router_target
 from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
 from memabra.storage import EpisodeLog
 
@@ -66,15 +69,11 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
         if active is None:
             raise ConfigError(f"no active snapshot{' of ' + rest if rest else ''} in the log; promote one first")
         return ResolvedPolicy(spec, router_from_snapshot(active), active.version)
+    attr, _, own_args = rest.partition(":")
+    if head not in ROUTERS and is_router_path(f"{head}:{attr}"):
+        return ResolvedPolicy(spec, _own_router(spec, f"{head}:{attr}", own_args), None)
     if head in ROUTERS:
-        kwargs: dict[str, Any] = {}
-        if rest:
-            try:
-                kwargs = json.loads(rest)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"router arguments in {spec!r} are not JSON: {exc}") from None
-            if not isinstance(kwargs, dict):
-                raise ConfigError(f"router arguments in {spec!r} must be a JSON object")
+        kwargs = _arguments(spec, rest)
         try:
             router = ROUTERS[head](**kwargs)
             # a router checks its arguments when it first builds its state; build it now, so a bad
@@ -87,9 +86,41 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
         snap = log.get_snapshot(spec)
     except UnknownEpisodeError:
         raise ConfigError(
-            f"unknown policy {spec!r}: use snapshot:VERSION, active, or one of {', '.join(sorted(ROUTERS))}"
+            f"unknown policy {spec!r}: use snapshot:VERSION, active, one of {', '.join(sorted(ROUTERS))}"
+            " or a router of your own as module:Class"
         ) from None
     return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+
+
+def _arguments(spec: str, raw: str) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        kwargs = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"router arguments in {spec!r} are not JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"router arguments in {spec!r} must be a JSON object")
+    return kwargs
+
+
+def _own_router(spec: str, path: str, raw_args: str) -> Router:
+    """The router of your own ``path`` names: its class with the JSON arguments, or what its
+    factory builds for seed 0."""
+    target = router_target(path)
+    kwargs = _arguments(spec, raw_args)
+    try:
+        router: Router
+        if isinstance(target, type) and issubclass(target, Router):
+            router = target(**kwargs)
+        elif kwargs:
+            raise ConfigError(f"router {path!r} is a factory: it takes a seed, not arguments ({spec!r})")
+        else:
+            router = built_router(path, target, 0)
+        _ = router.policy_version  # as for a built-in: bad arguments fail here, not after a pass over the log
+    except (TypeError, RouterError) as exc:
+        raise ConfigError(f"bad arguments for router {path!r}: {exc}") from None
+    return router
 
 
 def _snapshot(log: EpisodeLog, version: str) -> PolicySnapshot:
