@@ -31,7 +31,10 @@ def admin(
     token: Annotated[
         str | None,
         typer.Option(
-            envvar="MEMABRA_ADMIN_TOKEN", help="Admin token (prefer the environment variable).", show_default=False
+            envvar="MEMABRA_ADMIN_TOKEN",
+            help="Admin token (prefer the environment variable). On loopback with neither a token nor a password, "
+            "a one-time token is made and printed.",
+            show_default=False,
         ),
     ] = None,
     password: Annotated[
@@ -50,7 +53,7 @@ def admin(
         str | None,
         typer.Option(
             help="Policy whose active snapshot shows its most probable slate as 'what would it choose now' "
-            "(default: newest active)."
+            "(default: newest active); the policies page's learning checks then look at its learner only."
         ),
     ] = None,
     checkpointer: Annotated[

@@ -104,12 +104,15 @@ def bench(
         finally:
             if writer is not None:
                 writer.close()
-    _render(report)
-    if writer is not None:
-        console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
+    # files first: a reader of the tables that stops early (`| head`) ends the command, and the
+    # report of a long run must not go with it
     write_json(json_out, report)
     if plot is not None:
         _plot(report, plot)
+    _render(report)
+    if writer is not None:
+        console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
+    if plot is not None:
         console.print(Text(f"wrote {plot}"), highlight=False)
 
 

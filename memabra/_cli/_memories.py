@@ -142,10 +142,15 @@ def add_memory(
     called Rex") is one memory here, where the agent's write path stores one per fact; add them
     one by one, or import a file of facts (`memabra memories import`)."""
     with _backend(db) as memory:
+        active = {r.id: r.text for r in run_guarded(memory.list, user, include_retired=False)}
         item = run_guarded(memory.remember, user, text, source="cli")
         record = run_guarded(memory.get, user, item.id)
+        still = {r.id for r in run_guarded(memory.list, user, include_retired=False)}
         write_json(json_out, asdict(record))
         console.print(f"remembered {record.id}: {record.text}", markup=False, highlight=False)
+        for mid, old in active.items():  # what the new fact superseded: the write path says so
+            if mid not in still and mid != record.id:
+                console.print(f"  retired {mid} (superseded by {record.id}): {old}", markup=False, highlight=False)
 
 
 def _read_facts(path: Path) -> list[str]:

@@ -112,6 +112,7 @@ def route(
             for d in selection.slots
         ],
     }
+    write_json(json_out, result)  # before the tables: a reader that stops early (`| head`) ends the command
     console.print(f"policy version [bold]{escape(selection.policy_version)}[/] (seed {selection.seed})")
     console.print(f"budget: {_describe(budget)}")
     for c in selection.chosen:
@@ -131,7 +132,6 @@ def route(
         for cid, p in sorted(zip(d.candidate_ids, d.probabilities, strict=True), key=lambda t: -t[1]):
             table.add_row(escape(cid), f"{p:.3f}", "*" if cid == d.chosen_id else "")
         console.print(table)
-    write_json(json_out, result)
 
 
 def learner(
@@ -167,7 +167,9 @@ def learner(
         float, typer.Option("--lease-ttl", min=0.5, help="SQLite: seconds a dead learner's lease outlives it.")
     ] = 10.0,
     poll: Annotated[float, typer.Option("--poll", min=0.05, help="Seconds between looks at the log when idle.")] = 1.0,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what the learner does (INFO), not only warnings.")
+    ] = False,
 ) -> None:
     """Run the policy's learner: take the lease (or stand by until it is free), learn final
     rewards in commit order, commit model and read position together."""
