@@ -67,7 +67,7 @@ class MemabraContext:
 class MemabraState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     memabra_turn: str
-    memabra_episode_id: str
+    memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned while paused)
     memabra_tool_rounds: int  # replies of this turn that asked for tools
 
 
@@ -185,13 +185,13 @@ class _Graph:
         return "finish"
 
     # --- finish
-    def _unanswered(self, state: MemabraState, last: AnyMessage) -> list[ToolMessage]:
+    def _unanswered(self, turn_id: str | None, last: AnyMessage) -> list[ToolMessage]:
         """Answers to the calls of a last reply that no tool ran: over the round limit, or with
         arguments that did not parse. A thread whose tool call has no answer is refused by the chat
-        APIs on every later turn; each answer is logged as a failed tool step (E in the reward)."""
+        APIs on every later turn; each answer is logged as a failed tool step (E in the reward) of
+        ``turn_id`` (``None``: the run has no turn to log)."""
         if not isinstance(last, AIMessage):
             return []
-        turn_id = state["memabra_turn"]
         answers = [refuse(self.session, turn_id, c, cut_off_error(self.max_tool_rounds)) for c in last.tool_calls]
         for bad in last.invalid_tool_calls:
             if bad.get("id"):
@@ -200,13 +200,15 @@ class _Graph:
         return answers
 
     def finish(self, state: MemabraState) -> dict[str, Any]:
-        finishing_turn(self.session, state["memabra_turn"])  # paused before this node: goes on here
+        # paused before this node: goes on here; none where its turn was abandoned meanwhile
+        turn = finishing_turn(self.session, state["memabra_turn"])
         last = state["messages"][-1]
-        answers = self._unanswered(state, last)
+        answers = self._unanswered(turn.id if turn is not None else None, last)
         answer = message_text(last) if isinstance(last, AIMessage) and not answers else ""
         if self.tool_search is not None:
             self.tool_search.end(state["memabra_turn"])
-        episode_id = self.session.finish(state["memabra_turn"], answer)
+        # no turn: the run has no episode of its own (and must not name the previous turn's)
+        episode_id = self.session.finish(turn.id, answer) if turn is not None else None
         update: dict[str, Any] = {"memabra_episode_id": episode_id}
         if answers:
             update["messages"] = answers

@@ -87,11 +87,16 @@ def current_turn(
     )
 
 
-def finishing_turn(session: RoutingSession, turn_id: str) -> Turn:
+def finishing_turn(session: RoutingSession, turn_id: str) -> Turn | None:
     """The turn a run is about to log, going on here: in flight (past its pause, where the run
     paused here), else the one the log keeps paused (the run paused in another process, or
     before a restart). Never routed afresh: a decision made now would be credited with an answer
-    it did not shape."""
+    it did not shape.
+
+    ``None`` (with a warning) where there is none to log: its episode was logged while the run was
+    paused (an operator abandoned the turn), or nobody kept it (a run driven without
+    :class:`~memabra.MemabraAgent` that paused between nodes in another worker). The run still
+    ends with its answer; it has no episode of its own."""
     try:
         turn: Turn | None = session.get_turn(turn_id)
     except InvalidRecordError:
@@ -99,13 +104,15 @@ def finishing_turn(session: RoutingSession, turn_id: str) -> Turn:
     if turn is not None and turn.paused_at is not None:
         turn = session.unpause(turn)
         if turn is None:
-            raise InvalidRecordError(f"turn {turn_id!r} was logged elsewhere while its run was paused here")
+            logger.warning("turn %s was logged while its run was paused (abandoned?): not logged again", turn_id)
+            return None
     if turn is None:
         turn = session.kept_turn(turn_id)
     if turn is None:
-        raise InvalidRecordError(
-            f"turn {turn_id!r} is not in flight in this process and the log keeps no pause of it:"
-            " there is no routing decision to log it with"
+        logger.warning(
+            "turn %s is not in flight here and the log keeps no pause of it (abandoned, or paused where"
+            " no MemabraAgent kept it): there is no routing decision to log it with",
+            turn_id,
         )
     return turn
 
@@ -131,10 +138,12 @@ def _args(call: ToolCall | Mapping[str, Any]) -> Mapping[str, Any]:
     return args if isinstance(args, Mapping) else {}
 
 
-def refuse(session: RoutingSession, turn_id: str, call: ToolCall | Mapping[str, Any], error: str) -> ToolMessage:
-    """Log a call that was not run as a failed step; the error ToolMessage that answers it."""
+def refuse(session: RoutingSession, turn_id: str | None, call: ToolCall | Mapping[str, Any], error: str) -> ToolMessage:
+    """Log a call that was not run as a failed step (``turn_id`` ``None``: a run with no turn to
+    log it in); the error ToolMessage that answers it."""
     name = str(call.get("name") or "")
-    session.record_tool_call(turn_id, name, _args(call), result=None, status="error", error=error)
+    if turn_id is not None:
+        session.record_tool_call(turn_id, name, _args(call), result=None, status="error", error=error)
     return ToolMessage(content=f"Error: {error}", tool_call_id=call["id"], name=name, status="error")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -34,9 +35,11 @@ class MemabraAgent:
     graph (``graph``), and so does every other attribute of it (``update_state``,
     ``get_state_history``, ``aget_state``, ``get_graph``, ...); the result's
     ``memabra_episode_id`` names the logged episode. A run of ``invoke``, ``ainvoke``,
-    ``stream``, ``astream``, ``astream_events`` (a stream read to its end), ``batch`` or
-    ``abatch`` that ends paused between nodes keeps its turn in the log for whichever worker
-    resumes it.
+    ``stream``, ``astream``, ``astream_events``, ``batch`` or ``abatch`` that ends with nodes
+    still to run keeps its turn in the log for whichever worker goes on with it: paused between
+    nodes, raised (a retry from the checkpoint goes on with the same turn), or a stream whose
+    reader stopped early (a UI that stops at the ``__interrupt__`` chunk). A run that logged its
+    turn reads no state.
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
     ``MemabraAgent(create_agent(..., middleware=[middleware]), middleware.session)``.
@@ -57,47 +60,61 @@ class MemabraAgent:
     def log(self) -> EpisodeLog:
         return self.session.log
 
+    # Each run is checked when it ends, however it ends: returned, raised, or a stream its reader
+    # stopped reading (a UI that stops at the ``__interrupt__`` chunk, a client that went away).
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = self.graph.invoke(input, config, **kwargs)
-        self._keep_paused(config)
-        return out
+        try:
+            return self.graph.invoke(input, config, **kwargs)
+        finally:
+            self._keep_paused(config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        out = await self.graph.ainvoke(input, config, **kwargs)
-        await self._akeep_paused(config)
-        return out
+        try:
+            return await self.graph.ainvoke(input, config, **kwargs)
+        finally:
+            await self._akeep_paused(config)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        yield from self.graph.stream(input, config, **kwargs)
-        self._keep_paused(config)
+        try:
+            yield from self.graph.stream(input, config, **kwargs)  # closing this closes the run's stream
+        finally:
+            self._keep_paused(config)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        async for chunk in self.graph.astream(input, config, **kwargs):
-            yield chunk
-        await self._akeep_paused(config)
+        try:
+            async with aclosing(self.graph.astream(input, config, **kwargs)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            await self._akeep_paused(config)
 
     def batch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
-        out = self.graph.batch(inputs, config, **kwargs)
-        for each in _each_config(config, len(inputs)):
-            self._keep_paused(each)
-        return out
+        try:
+            return self.graph.batch(inputs, config, **kwargs)
+        finally:
+            for each in _each_config(config, len(inputs)):
+                self._keep_paused(each)
 
     async def abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
-        out = await self.graph.abatch(inputs, config, **kwargs)
-        for each in _each_config(config, len(inputs)):
-            await self._akeep_paused(each)
-        return out
+        try:
+            return await self.graph.abatch(inputs, config, **kwargs)
+        finally:
+            for each in _each_config(config, len(inputs)):
+                await self._akeep_paused(each)
 
     async def astream_events(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        async for event in self.graph.astream_events(input, config, **kwargs):
-            yield event
-        await self._akeep_paused(config)
+        try:
+            async with aclosing(self.graph.astream_events(input, config, **kwargs)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            await self._akeep_paused(config)
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
@@ -110,36 +127,41 @@ class MemabraAgent:
         return getattr(self.graph, name)
 
     # ``_keep_paused`` and ``_akeep_paused`` differ only in how the state is read and the turn
-    # written (a deliberate repeat: an async checkpointer has no sync reads).
+    # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
+    # run's own outcome (its result, or its exception) is what the caller gets.
     def _keep_paused(self, config: RunnableConfig | None) -> None:
         where = self._unfinished(config)
         if where is None:
             return
         state_config, running = where
         try:
-            snapshot = self.graph.get_state(state_config)
-        except Exception:  # noqa: BLE001 - the run itself succeeded; only this process can resume it now
+            snapshot = self.graph.get_state(state_config, subgraphs=True)
+        except Exception:  # noqa: BLE001 - only this process can resume the run now
             logger.warning(_UNREAD, exc_info=True)
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
             self.session.suspend(turn_id)
-            logger.info("turn %s paused between nodes: kept in the log", turn_id)
+            logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
     async def _akeep_paused(self, config: RunnableConfig | None) -> None:
         where = self._unfinished(config)
         if where is None:
             return
-        state_config, running = where
+        # Shielded: a server that cancels the request (the client went away) cancels it again at
+        # each await of its cleanup; the turn is kept all the same.
+        await asyncio.shield(self._akeep(*where))
+
+    async def _akeep(self, state_config: RunnableConfig, running: frozenset[str]) -> None:
         try:
-            snapshot = await self.graph.aget_state(state_config)
+            snapshot = await self.graph.aget_state(state_config, subgraphs=True)
         except Exception:  # noqa: BLE001 - as in _keep_paused
             logger.warning(_UNREAD, exc_info=True)
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
             await asyncio.to_thread(self.session.suspend, turn_id)  # a database write: off the event loop
-            logger.info("turn %s paused between nodes: kept in the log", turn_id)
+            logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
     def _unfinished(self, config: RunnableConfig | None) -> tuple[RunnableConfig, frozenset[str]] | None:
         """The thread's latest checkpoint and its turns still running here, where the run could
@@ -178,10 +200,20 @@ class MemabraAgent:
 
 
 def _paused_turn(snapshot: Any, running: frozenset[str]) -> str | None:
-    """The turn the state names, where the run stopped with nodes still to run (a pause) and the
-    turn is one still running here."""
-    turn_id = snapshot.values.get("memabra_turn") if isinstance(snapshot.values, dict) else None
-    return turn_id if snapshot.next and turn_id in running else None
+    """The turn still running here that the state names where the run stopped with nodes still to
+    run (a pause, or a run that raised or was closed): in the graph's own state, or in a subgraph's
+    (memabra's nodes in an agent added as a node of a bigger graph)."""
+    if not snapshot.next:
+        return None
+    values = snapshot.values if isinstance(snapshot.values, dict) else {}
+    if values.get("memabra_turn") in running:
+        return str(values["memabra_turn"])
+    for task in snapshot.tasks:
+        nested = getattr(task, "state", None)
+        found = _paused_turn(nested, running) if nested is not None and hasattr(nested, "next") else None
+        if found is not None:
+            return found
+    return None
 
 
 def _each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:

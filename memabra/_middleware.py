@@ -56,7 +56,7 @@ _MAX_ENDED = 10_000
 
 class _MiddlewareState(AgentState[Any]):
     memabra_turn: NotRequired[str]
-    memabra_episode_id: NotRequired[str]
+    memabra_episode_id: NotRequired[str | None]  # None: a run whose turn was logged elsewhere (abandoned)
 
 
 def _run_config() -> RunnableConfig | None:
@@ -241,24 +241,31 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         record_result(self.session, request.state["memabra_turn"], request.tool_call, result, started)
         return result
 
+    def _in_flight(self, turn_id: str) -> bool:
+        try:
+            self.session.get_turn(turn_id)
+        except InvalidRecordError:
+            return False
+        return True
+
     def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         turn_id = state["memabra_turn"]
         with self._lock:
             ended = self._ended.pop(turn_id, None)
-        try:
-            finishing_turn(self.session, turn_id)  # paused before this hook: goes on here
-        except InvalidRecordError:
-            if ended is not None:  # a raising tool or model already logged it, and something caught the error
-                return {"memabra_episode_id": ended}
-            raise
-        episode_id = self.session.finish(state["memabra_turn"], _answer(state["messages"]))
-        return {"memabra_episode_id": episode_id}
+        if ended is not None and not self._in_flight(turn_id):
+            # a raising tool or model already logged it, and something caught the error
+            return {"memabra_episode_id": ended}
+        # paused before this hook: goes on here; none where its turn was abandoned meanwhile
+        turn = finishing_turn(self.session, turn_id)
+        if turn is None:  # the run has no episode of its own (and must not name the previous turn's)
+            return {"memabra_episode_id": None}
+        return {"memabra_episode_id": self.session.finish(turn.id, _answer(state["messages"]))}
 
 
 class MemabraNodeState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     memabra_turn: str
-    memabra_episode_id: str
+    memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned)
 
 
 class MemabraNodes:
@@ -301,8 +308,11 @@ class MemabraNodes:
         self.session.record_model_call(state["memabra_turn"], name, latency_ms, input_tokens=inp, output_tokens=out)
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
-        finishing_turn(self.session, state["memabra_turn"])  # paused before this node: goes on here
-        return {"memabra_episode_id": self.session.finish(state["memabra_turn"], _answer(state.get("messages", [])))}
+        # paused before this node: goes on here; none where its turn was abandoned meanwhile
+        turn = finishing_turn(self.session, state["memabra_turn"])
+        if turn is None:
+            return {"memabra_episode_id": None}
+        return {"memabra_episode_id": self.session.finish(turn.id, _answer(state.get("messages", [])))}
 
 
 def create_memabra_middleware(**session_kwargs: Any) -> MemabraMiddleware:

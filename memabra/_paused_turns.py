@@ -52,16 +52,24 @@ class PausedTurns:
         self._turns = turns
         self.lock = threading.Lock()
 
-    def suspend(self, turn_id: str) -> None:
+    def suspend(self, turn_id: str, *, steps_only: bool = False) -> None:
         """Keep the turn in the log while an interrupt pauses it, so that any process, this one
         after a restart included, can go on with it. Writing it is best effort: the interrupt must
-        still reach LangGraph, and this process can still resume the turn."""
+        still reach LangGraph, and this process can still resume the turn.
+
+        Called again for a turn already paused, it writes the turn's copy again, with the steps
+        recorded since: a sibling interrupt in the same step, or a call that ended after the
+        interrupt paused the turn (LangGraph keeps its answer and does not run it again);
+        ``steps_only`` writes only such a copy, never pausing a running turn. The write is made
+        holding :attr:`lock`, so a later copy is never overwritten by an earlier one."""
         with self.lock:
             try:
                 t = self._turns.get(turn_id)
             except InvalidRecordError:
                 return
             if t.paused_at is None:
+                if steps_only:
+                    return
                 t.paused_at = time.perf_counter()
                 t.pauses += 1
             kept = SuspendedTurn(
@@ -72,12 +80,12 @@ class PausedTurns:
                 utcnow(),
                 turn_document(t, (t.paused_at - t.started) * 1000.0),
             )
-        try:
-            self._log.suspend_turn(kept)
-        except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
-            logger.warning(
-                "could not keep paused turn %s in the log: only this process can resume it", turn_id, exc_info=True
-            )
+            try:
+                self._log.suspend_turn(kept)
+            except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
+                logger.warning(
+                    "could not keep paused turn %s in the log: only this process can resume it", turn_id, exc_info=True
+                )
 
     def unpause(self, t: Turn) -> Turn | None:
         """``t``, paused here, going on: the log's copy where another process paused it since

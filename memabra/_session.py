@@ -34,6 +34,7 @@ from memabra._records import (
     RegistryItem,
     RoutingContext,
     Selection,
+    Step,
     new_id,
 )
 from memabra._serving import PolicyRuntime
@@ -249,7 +250,7 @@ class RoutingSession:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
     ) -> None:
-        self._turns.get(turn_id).steps.append(model_step(name, latency_ms, input_tokens, output_tokens))
+        self._recorded(turn_id, model_step(name, latency_ms, input_tokens, output_tokens))
 
     def record_tool_call(
         self,
@@ -262,8 +263,15 @@ class RoutingSession:
         error: str | None = None,
         latency_ms: float = 0.0,
     ) -> None:
-        step = tool_step(name, arguments, result=result, status=status, error=error, latency_ms=latency_ms)
-        self._turns.get(turn_id).steps.append(step)
+        self._recorded(
+            turn_id, tool_step(name, arguments, result=result, status=status, error=error, latency_ms=latency_ms)
+        )
+
+    def _recorded(self, turn_id: str, step: Step) -> None:
+        t = self._turns.get(turn_id)
+        t.steps.append(step)
+        if t.paused_at is not None:  # ended after another call's interrupt paused the turn: keep it too
+            self._paused.suspend(turn_id, steps_only=True)
 
     def finish(self, turn_id: str, answer: str) -> str:
         """Log the turn as an episode and learn from whatever rewards became final; returns the
