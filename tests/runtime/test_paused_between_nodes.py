@@ -174,12 +174,13 @@ def test_a_graph_of_your_own_paused_before_finish_is_logged_where_it_resumes(log
     assert [s.kind.value for s in episode.steps] == ["model"] and episode.metadata["pauses"] == 1
 
 
-def _middleware_worker(log: EpisodeLog, replies: list, saver: InMemorySaver, **approval: Any) -> MemabraAgent:  # type: ignore[type-arg]
+def _middleware_worker(  # type: ignore[type-arg]
+    log: EpisodeLog, replies: list, saver: InMemorySaver, *, approvals_first: bool = False, **approval: Any
+) -> MemabraAgent:
     middleware = MemabraMiddleware(build_session(tools=[send_email], db=log, budget=ALL_TOOLS))
     approvals = HumanInTheLoopMiddleware(interrupt_on={"send_email": True}, **approval)
-    graph = create_agent(
-        ScriptedChatModel(replies=replies), tools=[send_email], middleware=[middleware, approvals], checkpointer=saver
-    )
+    order = [approvals, middleware] if approvals_first else [middleware, approvals]
+    graph = create_agent(ScriptedChatModel(replies=replies), tools=[send_email], middleware=order, checkpointer=saver)
     return MemabraAgent(graph, middleware.session)
 
 
@@ -209,3 +210,16 @@ def test_an_approval_asked_per_call_inside_memabra_s_hook_needs_no_wrapper(log: 
     done = second.invoke(Command(resume={"type": "approve"}), CONFIG)
     episode = _only_episode(log)
     assert done["memabra_episode_id"] == episode.id and _steps(episode) == WHOLE_TURN
+
+
+def test_with_approvals_listed_first_the_log_holds_the_call_a_reviewer_edited(log: EpisodeLog) -> None:
+    saver = InMemorySaver()
+    first = _middleware_worker(log, [_email_call()], saver, approvals_first=True)
+    first.invoke({"messages": [HumanMessage("Email bob please")]}, CONFIG)
+    edit = {"type": "edit", "edited_action": {"name": "send_email", "args": {"to": "dan"}}}
+    done = _middleware_worker(log, [AIMessage("Sent it.")], saver, approvals_first=True).invoke(
+        Command(resume={"decisions": [edit]}), CONFIG
+    )
+    episode = log.get_episode(done["memabra_episode_id"])
+    (sent,) = [s for s in episode.steps if s.name == "send_email"]
+    assert dict(sent.arguments) == {"to": "dan"} and sent.result is not None and "sent to dan" in sent.result
