@@ -23,6 +23,7 @@ from memabra._context import assemble, gather_candidates, own_items
 from memabra._correction_scan import PreviousTurn, PreviousTurns, correction_feedback
 from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidFeedbackError, InvalidRecordError
+from memabra._config import load_reward_config
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._paused_turns import PausedTurns
@@ -95,7 +96,9 @@ class RoutingSession:
         # episode id -> tools the turn needed and the router left out (filled by find_tools)
         self.missing_tools: dict[str, tuple[str, ...]] = {}
         self.skills = {f"skill:{s.name}": s for s in skills}
-        self.rewards = RewardService(log, self.settings.reward)
+        # as the CLI's feedback, finalize and learner commands read them: one log, one weighting
+        reward = self.settings.reward if self.settings.reward is not None else load_reward_config()
+        self.rewards = RewardService(log, reward)
         self.extractor = extractor if extractor is not None else RuleFactExtractor()
         if extractor is not None and callable(getattr(extractor, "superseded", None)):  # e.g. the chat model decides
             self.memory.supersession = self.extractor  # type: ignore[assignment]

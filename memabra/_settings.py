@@ -31,7 +31,9 @@ class SessionSettings:
     budget
         What one turn may inject (tokens and slots per kind).
     reward
-        The composite reward's weights and feedback window (``None``: the spec's defaults).
+        The composite reward's weights and feedback window (``None``: what
+        :func:`memabra.load_reward_config` reads, as the CLI does: ``memabra.toml`` or
+        ``$MEMABRA_CONFIG``, ``$MEMABRA_REWARD_WEIGHTS``, else the spec's defaults).
     learn
         ``False`` logs and serves (with hot reload) but never runs the learner in this process.
     snapshot_every

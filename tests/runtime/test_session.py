@@ -144,3 +144,16 @@ def test_a_failure_after_the_episode_is_logged_costs_the_caller_neither_its_id_n
     assert "but storing the fact of its correction failed" in caplog.text
     assert "but the learner's step failed" in caplog.text
     agent.close()
+
+
+def test_a_session_reads_the_reward_weights_the_cli_reads(log: EpisodeLog, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """memabra.toml / $MEMABRA_REWARD_WEIGHTS weighted the CLI's rewards (feedback, finalize, the
+    learner) but not an agent's: one log held rewards totalled under two weightings."""
+    from memabra import RewardConfig, RewardWeights
+    from memabra._build import build_session
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMABRA_REWARD_WEIGHTS", "wc=0.9")
+    assert build_session(db=log, learn=False).rewards.config.weights.wc == 0.9
+    given = RewardConfig(weights=RewardWeights(wc=0.2))
+    assert build_session(db=log, learn=False, reward=given).rewards.config.weights.wc == 0.2
