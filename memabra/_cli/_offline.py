@@ -59,7 +59,8 @@ def ope_log(
         list[str],
         typer.Option(
             "--policy",
-            help="snapshot:VERSION, active, or a router (linear, vw, hybrid, bm25, embedding, random[:JSON args]); repeatable.",
+            help="snapshot:VERSION, active, a router (linear, vw, hybrid, bm25, embedding, random[:JSON args]), "
+            "or one of your own (module:Class[:JSON args], module:function); repeatable.",
         ),
     ],
     db: DbOption = None,
