@@ -19,11 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from memabra._catalog import Skill, skill_items, tool_items
+from memabra._config import load_reward_config
 from memabra._context import assemble, gather_candidates, own_items
 from memabra._correction_scan import PreviousTurn, PreviousTurns, correction_feedback
 from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidFeedbackError, InvalidRecordError
-from memabra._config import load_reward_config
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._paused_turns import PausedTurns

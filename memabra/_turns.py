@@ -89,7 +89,11 @@ class TurnTable:
             self._turns[turn.id] = turn
             while len(self._turns) > self._limit:
                 dropped, _ = self._turns.popitem(last=False)
-                logger.warning("dropping turn %s: it never finished (did the agent run fail?)", dropped)
+                logger.warning(
+                    "dropping turn %s from this process: it never finished here (its run failed or was"
+                    " abandoned, or it went on in another worker after a pause)",
+                    dropped,
+                )
 
     def get(self, turn_id: str) -> Turn:
         with self._lock:

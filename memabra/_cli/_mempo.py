@@ -61,6 +61,8 @@ def score(
     except ImportError as exc:
         fail(str(exc))
     since_at = parse_time(since, "--since")
+    if not model.is_dir():  # said now, not only once the log holds a gold answer to score
+        fail(f"--model {model} is not a directory: give the local folder of a saved causal LM and its tokenizer")
     scorer_name = f"mempo:{Path(model).resolve().name}"
     unscored_by = None if rescore else scorer_name
     with run_guarded(EpisodeLog, db) as log:

@@ -83,11 +83,18 @@ def test_score_stores_one_label_per_decision_and_reports_throughput(trained_mode
 
 
 def test_nothing_to_score_loads_no_model(tmp_path: Path, migrated_url: str) -> None:
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path / "absent"), "--db", migrated_url])
+    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--db", migrated_url])  # no model in it
     assert result.exit_code == 0 and "no decisions" in result.output
     # a log without gold answers (the demo's) says where one comes from, not only that there is none
     assert "a gold answer arrives as feedback on its episode" in result.output
     assert """memabra feedback EPISODE_ID '{"gold_answer": "..."}'""" in result.output
+
+
+def test_a_model_folder_that_does_not_exist_is_refused_before_the_log_is_read(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path / "absent"), "--db", migrated_url])
+    assert result.exit_code == 1 and "is not a directory" in " ".join(result.output.split())
 
 
 def test_a_missing_model_is_a_one_line_error(tmp_path: Path, migrated_url: str) -> None:
