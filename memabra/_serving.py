@@ -89,14 +89,12 @@ class PolicyRuntime:
         active = self._store.active_version(self.policy)
         if self._base is not None:
             self._note_set_aside(active)
-        initial = (
-            load_router(log.get_snapshot(active), similarity=router.similarity, classes=(type(router),))
-            if active is not None
-            else router
-        )
+        initial, refused = self._first_router(active)
         self.watcher = SnapshotWatcher(
             initial, self._source, interval_s=reload_interval_s, similarity=router.similarity
         )
+        if refused is not None:
+            self.watcher.refuse(refused)
         self.learner: Learner | None = None
         if learn:
             self.learner = Learner(
@@ -132,9 +130,46 @@ class PolicyRuntime:
 
     def _source(self) -> PolicySnapshot | None:
         version = self._store.active_version(self.policy)
-        if version is None or version == self.watcher.loaded_version:
+        # a version that did not restore is not fetched again (its model bytes, every interval)
+        if version is None or version in (self.watcher.loaded_version, self.watcher.refused_version):
             return None
         return self.log.get_snapshot(version)
+
+    def _first_router(self, active: str | None) -> tuple[Router, str | None]:
+        """What serves first, and the active version that could not be restored (else ``None``):
+        the active snapshot; when it does not restore (a corrupted or mislabelled promote), the
+        learner's last published snapshot, else the router given, so that a bad promote does not
+        keep new processes from starting (those running keep serving what they had)."""
+        if active is None:
+            return self._given, None
+        checkpoint = self._store.checkpoint(self.policy)
+        fallbacks = [checkpoint.published, checkpoint.snapshot_version] if checkpoint is not None else []
+        for version in dict.fromkeys([active, *fallbacks]):
+            if version is None:
+                continue
+            try:
+                restored = load_router(
+                    self.log.get_snapshot(version), similarity=self._given.similarity, classes=(type(self._given),)
+                )
+            except Exception:  # noqa: BLE001 - say why and try the next one
+                logger.exception("policy %s: snapshot %s cannot be restored", self.policy, version)
+                continue
+            if version != active:
+                logger.error(
+                    "policy %s: the active snapshot %s cannot be restored; serving %s until another one is made active",
+                    self.policy,
+                    active,
+                    version,
+                )
+            return restored, None if version == active else active
+        logger.error(
+            "policy %s: the active snapshot %s cannot be restored; serving the router given (%s) until another "
+            "one is made active",
+            self.policy,
+            active,
+            self._given.policy_version,
+        )
+        return self._given, active
 
     def _make_router(self) -> Router:
         # A log with no learner yet and an untrained router given: a fresh one with its parameters.
@@ -186,12 +221,13 @@ class PolicyRuntime:
         if stored.status == "active":
             self._serve_learner(stored.version)
 
-    def _serve_learner(self, tag: str) -> None:
+    def _serve_learner(self, tag: str, *, replacing: str | None = None) -> None:
         """Serve a copy of the learner's live model. A copy, because predictions move VW's example
-        counters: the learner itself only learns, so its bytes stay equal to a replay's."""
+        counters: the learner itself only learns, so its bytes stay equal to a replay's.
+        ``replacing``: only while the watcher still serves that version (see ``adopt``)."""
         assert self.learner is not None
-        self.watcher.adopt(self.learner.live_router(similarity=self._given.similarity), tag)
-        self._following = tag
+        if self.watcher.adopt(self.learner.live_router(similarity=self._given.similarity), tag, replacing=replacing):
+            self._following = tag
 
     # ------------------------------------------------------------------ learning
 
@@ -240,9 +276,10 @@ class PolicyRuntime:
             self._following = None
         elif not was_holding:
             self._start_following()
-        elif status.learned and status.committed is None and self._following == self.watcher.loaded_version:
-            # serving follows the learner unless an operator made another snapshot active
-            self._serve_learner(self.watcher.loaded_version)
+        elif status.learned and status.committed is None and (following := self._following) is not None:
+            # serving follows the learner unless an operator made another snapshot active; checked
+            # under the watcher's lock, as a reload (a NOTIFY's, on another thread) may land meanwhile
+            self._serve_learner(following, replacing=following)
         return status
 
     def _start_following(self) -> None:

@@ -125,6 +125,8 @@ class SnapshotWatcher(Router):
         self.clock = clock
         self._current = initial
         self._loaded_version = initial.policy_version
+        # a snapshot that could not be restored: not fetched or logged again until another loads
+        self._refused: str | None = None
         self._checked_at: float | None = None
         # weakly: a strong reference would keep every router a hot reload replaced alive (each one a
         # whole model) for as long as its selections wait for a reward, up to max_pending of them
@@ -150,17 +152,35 @@ class SnapshotWatcher(Router):
         """The snapshot version the serving router came from (or the initial router's version)."""
         return self._loaded_version
 
-    def adopt(self, router: Router, version: str) -> None:
+    @property
+    def refused_version(self) -> str | None:
+        """The last snapshot version that could not be restored (still serving the one before it);
+        the watcher does not try it again until another version has loaded."""
+        return self._refused
+
+    def refuse(self, version: str) -> None:
+        """Treat ``version`` as unrestorable (its owner already tried it and said why)."""
+        with self._swap_lock:
+            self._refused = version
+
+    def adopt(self, router: Router, version: str, *, replacing: str | None = None) -> bool:
         """Serve ``router`` (already in the state of snapshot ``version``) without restoring it from
-        bytes: a process that just wrote ``version`` serves its live learner."""
+        bytes: a process that just wrote ``version`` serves its live learner. With ``replacing``,
+        only while the snapshot loaded is still that one (checked and swapped under the lock, so a
+        snapshot a reload brought in meanwhile is not undone); returns whether it adopted."""
         if not isinstance(router, Router):
             raise RouterError(f"adopt needs a Router, got {type(router).__name__}")
         with self._swap_lock:
+            if replacing is not None and self._loaded_version != replacing:
+                return False
             if router is not self._current:
-                _log.info("serving the live learner at %s (was %s)", version, self._current.policy_version)
+                # a fresher copy of the same snapshot's line after every learned reward: not news
+                level = logging.DEBUG if version == self._loaded_version else logging.INFO
+                _log.log(level, "serving the live learner at %s (was %s)", version, self._current.policy_version)
                 _continue_draws(router, self._current)
             self._current = router
             self._loaded_version = version
+            return True
 
     def refresh(self, *, force: bool = True) -> bool:
         """Ask the source for a newer snapshot now; ``True`` if the serving router changed."""
@@ -174,19 +194,24 @@ class SnapshotWatcher(Router):
             except Exception:  # noqa: BLE001 - a failing source must not take serving down
                 _log.exception("snapshot source failed; keeping policy %s", self._current.policy_version)
                 return False
-            if snapshot is None or snapshot.version == self._loaded_version:
+            if snapshot is None or snapshot.version in (self._loaded_version, self._refused):
                 return False
             try:
                 fresh = load_router(snapshot, similarity=self.similarity, classes=(type(self._current),))
-            except SnapshotError:
+            except Exception:  # noqa: BLE001 - a snapshot that does not restore must not take serving down
                 _log.exception(
-                    "snapshot %s cannot be restored; keeping policy %s", snapshot.version, self._current.policy_version
+                    "snapshot %s cannot be restored; keeping policy %s (not retried until another snapshot "
+                    "is made active)",
+                    snapshot.version,
+                    self._current.policy_version,
                 )
+                self._refused = snapshot.version
                 return False
             _log.info("serving policy %s (was %s)", snapshot.version, self._current.policy_version)
             _continue_draws(fresh, self._current)
             self._current = fresh
             self._loaded_version = snapshot.version
+            self._refused = None
             return True
 
     # ------------------------------------------------------------------------- delegation

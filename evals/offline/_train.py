@@ -135,7 +135,8 @@ def train_from_log(
     saved: str | None = None
     if promotable or force:
         snapshot = router.snapshot()
-        active = log.latest_snapshot(status="active")
+        # its own policy's: a rollback of it re-activates a snapshot of the same policy
+        active = log.latest_snapshot(snapshot.policy, status="active")
         metrics = {
             "verdict": verdict if promotable else f"forced: {verdict}",
             "estimator": recommended.estimator,

@@ -114,6 +114,17 @@ def policies_promote(
             f"the learner of policy {escape(snapshot.policy)} keeps learning from its own model and now stores "
             "its snapshots as candidates, until one of them is promoted"
         )
+    if previous is not None and snapshot.parent != previous:
+        # a rollback re-activates the parent, which is not always what was serving before this promote
+        # (a model trained from the log names the snapshot active when it was trained)
+        back = (
+            f"re-activates its parent {escape(snapshot.parent)}, not {escape(previous)}"
+            if snapshot.parent is not None
+            else "is refused: it has no parent"
+        )
+        console.print(
+            f"note: `memabra policies rollback` now {back}; to return to what served before, promote {escape(previous)}"
+        )
 
 
 @policies_app.command("rollback")
@@ -125,7 +136,22 @@ def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY
         if active is None:
             fail(f"policy {policy!r} has no active snapshot; nothing to roll back")
         parent = run_guarded(SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname())
+        checkpoint = LearnerStore(log.engine).checkpoint(policy)
     console.print(f"rolled back policy {escape(policy)}: {escape(parent)} is active again, {escape(active)} retired")
+    if (
+        checkpoint is not None
+        and checkpoint.snapshot_version is not None
+        and parent
+        not in (
+            checkpoint.published,
+            checkpoint.snapshot_version,
+        )
+    ):
+        console.print(
+            f"the learner of policy {escape(policy)} keeps learning from its own model and stores its snapshots "
+            f"as candidates (newest: {escape(checkpoint.snapshot_version)}); {escape(parent)} serves as it is, "
+            "learning nothing, until a candidate is promoted"
+        )
 
 
 @policies_app.command("prune")

@@ -1,0 +1,79 @@
+"""The nightly job's loop: train a candidate from the log, promote it, roll it back, on a log that
+serves several policies (the operator switched linear → vw once)."""
+
+from __future__ import annotations
+
+from runtime.learning_log import log_final
+from typer.testing import CliRunner
+
+from memabra._cli._app import app
+from memabra._learner import Learner, fresh_router
+from memabra.evals.offline import train_from_log
+from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit
+
+
+def _serve_two_policies(log: EpisodeLog) -> tuple[str, str]:
+    """A log whose linear learner published first and whose vw learner published last; returns
+    their active versions."""
+    log_final(log, 30)
+    for policy in ("linear", "vw"):
+        learner = Learner(log, lambda p=policy: fresh_router(p), policy=policy, commit_every=30)  # type: ignore[misc]
+        learner.step()
+        learner.close()
+    store = LearnerStore(log.engine)
+    linear, vw = store.active_version("linear"), store.active_version("vw")
+    assert linear is not None and vw is not None
+    return linear, vw
+
+
+def test_a_trained_snapshot_descends_from_its_own_policys_active_snapshot(log: EpisodeLog) -> None:
+    linear, vw = _serve_two_policies(log)
+    report = train_from_log(log, learner="linear", holdout=0.3, force=True)
+    assert report.saved_version is not None
+    trained = log.get_snapshot(report.saved_version)
+    assert trained.policy == "linear"
+    # not the newest active snapshot of any policy (vw's): a rollback walks its own policy's line
+    assert trained.parent == linear
+
+    audit = SnapshotAudit(log)
+    audit.promote(trained.version, by="op")
+    assert audit.rollback(trained.version, by="op") == linear
+    store = LearnerStore(log.engine)
+    assert store.active_version("linear") == linear
+    assert store.active_version("vw") == vw
+
+
+def test_promote_and_rollback_say_where_a_rollback_goes_and_what_the_learner_does(migrated_url: str) -> None:
+    """The nightly candidate names the snapshot active when it was trained; the learner has
+    published since, so undoing the promote with a rollback does not return to what served."""
+    runner = CliRunner(env={"COLUMNS": "240"})
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 30)
+        learner = Learner(log, lambda: fresh_router("linear"), commit_every=30)
+        learner.step()
+        trained_from = LearnerStore(log.engine).active_version("linear")
+        report = train_from_log(log, learner="linear", holdout=0.3, force=True)
+        assert report.saved_version is not None
+        log_final(log, 30, start=30)
+        learner.step()
+        learner.close()
+        serving = LearnerStore(log.engine).active_version("linear")
+        newest = LearnerStore(log.engine).checkpoint("linear")
+    assert trained_from is not None and serving is not None and serving != trained_from and newest is not None
+
+    promoted = runner.invoke(app, ["policies", "promote", report.saved_version, "--db", migrated_url])
+    assert promoted.exit_code == 0, promoted.output
+    said = " ".join(promoted.output.split())
+    assert f"rollback` now re-activates its parent {trained_from}, not {serving}" in said, said
+    assert f"promote {serving}" in said
+
+    back = runner.invoke(app, ["policies", "rollback", "--db", migrated_url])
+    assert back.exit_code == 0, back.output
+    said = " ".join(back.output.split())
+    assert f"{trained_from} is active again" in said
+    assert f"stores its snapshots as candidates (newest: {newest.snapshot_version})" in said, said
+
+    # a learner snapshot promoted over its own parent says nothing more
+    again = runner.invoke(app, ["policies", "promote", serving, "--db", migrated_url])
+    assert again.exit_code == 0, again.output
+    assert "note:" not in again.output
