@@ -16,9 +16,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memabra._restatement import is_negated
 from memabra._text import content_words, overlap
 
-__all__ = ["CorrectionSignal", "detect_correction", "verdict_of"]
+__all__ = [
+    "CorrectionSignal",
+    "detect_correction",
+    "normalised",
+    "opens_with_complaint",
+    "strip_complaint",
+    "verdict_of",
+]
 
 _WRONG = re.compile(
     r"\b(that'?s|that is|this is|you'?re|you are|it'?s|it is)\s+(not\s+(right|correct|true|what i)|wrong|incorrect)"
@@ -27,14 +35,18 @@ _WRONG = re.compile(
     re.IGNORECASE,
 )
 # An outright complaint that the agent should have known.
+# "I already ..." alone is no complaint ("I already ordered, thanks"): it has to be about telling.
 _ALREADY_TOLD = re.compile(
-    r"\b(i|i'?ve) (already )?(told|said|mentioned) (you|that|this)\b"
-    r"|\byou (should|ought to) (know|remember)\b|\bi already\b|\byou forgot\b",
+    r"\b(i|i'?ve|i have) (already )?(told|said|mentioned) (you|u|that|this|it)\b"
+    r"|\bi(?:'?ve| have)? already (told|said|mentioned|explained|gave you)\b|\bi said (?=(?:i|i'm|my)\b)"
+    r"|\bhow many times (do|must|should|have) i\b.*\b(tell|say|repeat)\b"
+    r"|\byou (should|ought to) (know|remember)\b|\byou forgot\b",
     re.IGNORECASE,
 )
 # A reminder that may be a mere restatement.
 _AS_I_SAID = re.compile(
-    r"\bas i (said|mentioned)\b|\blike i said\b|\bremember,? (that )?i\b|\bagain,? my\b", re.IGNORECASE
+    r"\bas i (said|mentioned)\b|\blike i said\b|\bremember,? (that )?i\b|\bagain,? my\b|\bremember\s*\?",
+    re.IGNORECASE,
 )
 _WRONG_TOOL = re.compile(
     r"\bwrong (tool|function|api)\b|\b(don'?t|do not|shouldn'?t|should not) (use|call) (that|the|this)\b"
@@ -43,6 +55,58 @@ _WRONG_TOOL = re.compile(
 )
 # An explicit success score at or above this means the turn worked (S ranges -0.5 .. 1).
 _SUCCESS_AT = 0.75
+
+
+# The complaint around a restated fact: "I already told you: ...", "..., as I said."
+_INTERJECTION = (
+    r"(?:no+|nope|nah|but|well|again|look|remember|ugh+|omg|oh|come\s+on|seriously|sorry|hey|hi|hello|actually"
+    r"|ok(?:ay)?|so|yes|yeah|yep|also|anyway|btw|fyi|lol|um+|uh+|hmm+)"
+)
+_COMPLAINT_HEAD = re.compile(
+    rf"^\s*(?:{_INTERJECTION}\b[,!.]?\s*)*"
+    r"(?:(?:i(?:'ve| have)?\s+(?:already\s+|just\s+)?(?:told|said|mentioned)(?:\s+(?:you|u|this|that|it))?"
+    r"(?:\s+(?:already|before|earlier|twice|many times|last time))*"
+    r"|as i (?:said|mentioned|told you)(?:\s+before)?|like i said|you should (?:know|remember)(?: that)?"
+    r"|how many times (?:do|must|should|have) i (?:have to |got to |need to )?(?:tell|say|repeat)(?: (?:it|this|that))?"
+    r"(?: to)?(?: (?:you|u))?"
+    r"|(?:that'?s|that is|you'?re|you are|it'?s|it is)\s+(?:wrong|not right|incorrect|not correct)"
+    r"|remember(?:,)?(?= i\b| my\b)|you forgot(?: that)?)"
+    r"\s*[:,;.!-]*\s*(?:that\s+)?)+",
+    re.IGNORECASE,
+)
+_COMPLAINT_TAIL = re.compile(
+    r"[\s,;(-]*(?:as\s+i(?:'ve|\s+have)?\s+(?:already\s+)?(?:said|mentioned|told\s+(?:you|u))"
+    r"|as\s+(?:already\s+)?mentioned|like\s+i\s+(?:said|told\s+(?:you|u))|remember\??|again)"
+    r"(?:\s+(?:before|already|earlier|twice))*\s*\)?\s*[.!?]*\s*$",
+    re.IGNORECASE,
+)
+# Words that open a message without belonging to the fact ("No no, I live in Hobart", "Actually my
+# name is Annabel"): cut off before a first-person clause.
+_LEAD_IN = re.compile(rf"^\s*(?:{_INTERJECTION}\b[\s,!.:;-]*)+(?=(?:i|i'm|i've|my|our)\b)", re.IGNORECASE)
+
+_IM = re.compile(r"\b[iI]m\b")
+
+
+def normalised(text: str) -> str:
+    """``text`` with typographic quotes made plain (phones type a right single quote for the
+    apostrophe) and a lone "im" read as "I'm"."""
+    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    return _IM.sub("I'm", text)
+
+
+def opens_with_complaint(text: str) -> bool:
+    return _COMPLAINT_HEAD.match(normalised(text)) is not None
+
+
+def strip_complaint(sentence: str) -> str:
+    """``sentence`` without a correction's complaint: "I already told you: I'm vegetarian."
+    gives "I'm vegetarian."; a sentence with no complaint comes back unchanged."""
+    sentence = normalised(sentence)
+    out = _COMPLAINT_TAIL.sub("", _COMPLAINT_HEAD.sub("", sentence, count=1)).strip()
+    out = _LEAD_IN.sub("", out, count=1) or out
+    if out and out != sentence.strip() and out[0].islower() and not out.startswith("i'"):
+        out = out[0].upper() + out[1:]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +153,7 @@ def detect_correction(
     that succeeded, or that had the restated memory, is not a correction.
     """
     signals: list[CorrectionSignal] = []
+    next_message = normalised(next_message)
     words = content_words(next_message)
     if _WRONG_TOOL.search(next_message):
         signals.append(CorrectionSignal("wrong_tool", 1.0))
@@ -97,7 +162,10 @@ def detect_correction(
     told = complaint or reminder
     if told:
         best_id, best = None, 0.0
+        negated = is_negated(next_message)
         for memory_id, text in memories:
+            if is_negated(text) != negated:  # "I told you I'm not vegetarian" names no "I'm vegetarian"
+                continue
             score = overlap(words, content_words(text))
             if score > best:
                 best_id, best = memory_id, score

@@ -28,6 +28,9 @@ from typing import Protocol
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from memabra._corrections import normalised, opens_with_complaint, strip_complaint
+from memabra._restatement import contradicts, is_negated
+
 __all__ = [
     "FactExtractor",
     "LLMFactExtractor",
@@ -60,40 +63,43 @@ _QUESTION_START = re.compile(
 _REQUEST_START = re.compile(
     r"^\s*(?:please\s+|kindly\s+)?(?:draft|write|compose|send|email|text|message|tell|ask|book|reserve|"
     r"order|buy|find|search|look\s+up|check|translate|convert|set|schedule|plan|make|create|prepare|"
-    r"suggest|recommend|give|show|list|summari[sz]e|explain|help|let\s+me\s+know|reply|answer|call)\b",
+    r"suggest|recommend|give|show|list|summari[sz]e|explain|help|let\s+me\s+know|reply|answer|call)\b"
+    # ...also in the first person: "I need you to book a flight", "I need help with my email"
+    r"|^\s*i\s+(?:need|want|would\s+like|'d\s+like)\s+(?:you|u)\s+to\b|^\s*i\s+need\s+(?:some\s+)?help\b"
+    r"|^\s*i\s+have\s+(?:a|another|one\s+more)\s+question\b",
     re.I,
 )
 _CLAUSE = re.compile(r"\s*[,;]\s*")
 _FIRST_PERSON = re.compile(r"(?:i|i'm|my|our)\b", re.I)
 # ...unless it asks to be remembered: then its clause is the fact ("remember that I'm vegetarian")
 _REMEMBER_CLAUSE = re.compile(
-    r"^\s*(?:please\s+)?(?:remember|note|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|remind\s+me)"
+    r"^\s*(?:(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?|i\s+(?:need|want|would\s+like|'d\s+like)"
+    r"\s+(?:you|u)\s+to\s+|please\s+)?(?:remember|note|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|remind\s+me)"
     r"(?:\s+that)?[\s:,]+(?P<fact>.+)$",
     re.I,
 )
 
-# The complaint around a restated fact: "I already told you: ...", "..., as I said."
-_COMPLAINT_HEAD = re.compile(
-    r"^\s*(?:(?:no|but|well|again|look|remember)\b[,!.]?\s*)*"
-    r"(?:(?:i(?:'ve| have)?\s+(?:already\s+|just\s+)?(?:told|said|mentioned)(?:\s+(?:you|this|that|it))?"
-    r"(?:\s+(?:already|before|earlier|twice|many times|last time))*"
-    r"|as i (?:said|mentioned|told you)(?:\s+before)?|like i said|you should (?:know|remember)(?: that)?"
-    r"|remember(?:,)?(?= i\b| my\b)|you forgot(?: that)?)"
-    r"\s*[:,;.!-]*\s*(?:that\s+)?)+",
-    re.IGNORECASE,
-)
-_COMPLAINT_TAIL = re.compile(
-    r"[\s,;-]*(?:as i (?:said|mentioned|told you)(?: before| already| earlier)?|like i said|remember\??|again)\s*[.!]*\s*$",
-    re.IGNORECASE,
+# Someone else's words: a first-person clause inside quotes is not the user's ("my friend said 'I
+# live in Paris'").
+_QUOTED = re.compile(r'"[^"]+"|(?<!\w)\'.+?\'(?!\w)')
+# A statement hedged ("I think I'm allergic to nuts", "maybe I'm vegetarian") is kept as said, but
+# states no current value to replace another with.
+_HEDGE = re.compile(
+    r"\b(?:i\s+(?:don'?t\s+|do\s+not\s+)?(?:think|guess|believe|suppose|reckon)|maybe|perhaps|probably|possibly|might|not\s+sure|unsure"
+    r"|not\s+certain)\b",
+    re.I,
 )
 
 # Where a sentence may join two facts: "..., and my dog ...", "... but I ...", "..., I ...". A cut
 # is only tried where a first-person clause starts, so "I like salt and pepper" is never cut.
-_JOIN = re.compile(r"\s*,\s*(?:(?:and|but)\s+)?(?=(?:i|my|our)\b)|\s+(?:and|but)\s+(?=(?:i|my|our)\b)", re.I)
+_JOIN = re.compile(r"\s*,\s*(?:(?:and|but)\s+)?(?=(?:i|my|our)\b)|\s+(?:and|but|&)\s+(?=(?:i|my|our)\b)", re.I)
 # A clause leaning on the one before ("... and I love it", "... and my wife is too") is no fact of
 # its own: it stays joined to what it refers to.
 _BACK_REFERENCE = re.compile(
-    r"\b(?:it|its|that|this|there|them|those|these|he|she|him|his|her|they|their|one|too|either|same|as well)\b", re.I
+    r"\b(?:it|its|that|this|there|them|those|these|he|she|him|his|her|they|their|one|too|either|same|as well)\b"
+    # ...and so does one that stops at its verb ("I'm not vegetarian, my wife is")
+    r"|\b(?:is|are|am|was|were|do|does|did|has|have)(?:\s+(?:though|still|anyway|now))?\s*[.!]*\s*$",
+    re.I,
 )
 
 # A passing state or event: it has no single current value to replace, and replaces none.
@@ -138,12 +144,20 @@ _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "diet",
         re.compile(
-            r"\bdiet\b|\bi(?:'m| am)\s+(?:a\s+)?(?:vegetarian|vegan|pescatarian|keto|halal|kosher|omnivore)\b|\bi eat meat\b",
+            # the user's own diet only: "my wife's diet is vegan" or "my wife is on a keto diet" is hers
+            r"\bmy diet\b|\bi(?:'m| am)?\s+(?:(?:now|currently|strictly|still|mostly|always|usually)\s+)?"
+            r"(?:follow|on|eat|keep|have|do|stick\s+to)\b[^,;.]{0,30}?\bdiet\b"
+            r"|\bi(?:'m| am)\s+(?:a\s+)?(?:vegetarian|vegan|pescatarian|keto|halal|kosher|omnivore)\b|\bi eat meat\b",
             re.I,
         ),
     ),
     ("coffee", re.compile(r"\b(?:take|have|drink|like) my coffee\b|\bmy (?:usual )?coffee(?: order)? is\b", re.I)),
     ("units", re.compile(r"\b(?:metric|imperial)\s+units\b", re.I)),
+    # "I'm 34" is "my age is 34"
+    (
+        "my age",
+        re.compile(r"\bi(?:'m| am)\s+\d{1,3}(?:\s+(?:years?|yrs?)(?:\s+old)?)?(?=\s*(?:$|[,.!;]|and\b|now\b))", re.I),
+    ),
 )
 # "my dog is called Rex" is about the dog's name: the dog may be sick, old or a labrador as well.
 _CALLED = re.compile(r"\b(my|our)\s+([a-z']+(?:\s+[a-z']+)?)\s+(?:is|are)\s+(?:called|named)\b", re.I)
@@ -181,21 +195,14 @@ class FactExtractor(Protocol):
     def __call__(self, text: str) -> list[str]: ...
 
 
-def strip_complaint(sentence: str) -> str:
-    """``sentence`` without a correction's complaint: "I already told you: I'm vegetarian."
-    gives "I'm vegetarian."; a sentence with no complaint comes back unchanged."""
-    out = _COMPLAINT_TAIL.sub("", _COMPLAINT_HEAD.sub("", sentence, count=1)).strip()
-    if out and out != sentence.strip() and out[0].islower() and not out.startswith("i'"):
-        out = out[0].upper() + out[1:]
-    return out
-
-
 def fact_subject(text: str) -> str | None:
     """The single-valued subject a fact is about ("residence", "name", "work", "diet", "coffee",
     "units", "my dog's name", "my email", "my favourite colour", ...), or None when facts like it
     may coexist (allergies, likes, "my sister is a doctor") or it states a passing state or event
-    ("my dog is sick", "I'm living in Paris this summer")."""
-    if _TEMPORARY.search(text):
+    ("my dog is sick", "I'm living in Paris this summer"), or it is hedged ("maybe I'm vegan") or
+    negated ("I'm not vegetarian now": it retires the fact it negates, see :func:`contradicts`)."""
+    text = _QUOTED.sub(" ", normalised(text))
+    if _TEMPORARY.search(text) or _HEDGE.search(text) or is_negated(text):
         return None
     for subject, pattern in _SUBJECTS:
         if pattern.search(text):
@@ -215,7 +222,16 @@ def fact_subject(text: str) -> str | None:
 @lru_cache(maxsize=65_536)
 def fact_subjects(text: str) -> frozenset[str]:
     """The subjects of every fact ``text`` states (a memory stored whole may join several)."""
-    return frozenset(s for s in map(fact_subject, split_facts(text)) if s is not None)
+    return frozenset(s for s in map(fact_subject, _parts(text)) if s is not None)
+
+
+@lru_cache(maxsize=65_536)
+def _parts(text: str) -> tuple[str, ...]:
+    return tuple(split_facts(text))
+
+
+def _negates_part(fact: str, text: str) -> bool:
+    return any(contradicts(fact, part) for part in _parts(text))
 
 
 def split_facts(sentence: str) -> list[str]:
@@ -257,9 +273,16 @@ def _capitalised(clause: str) -> str:
     return clause[0].upper() + clause[1:] if _FIRST_PERSON.match(clause) else clause
 
 
+def _asks(s: str) -> bool:
+    return s.rstrip().endswith("?") or _QUESTION_START.match(s) is not None
+
+
 def _is_fact(s: str) -> bool:
     s = s.strip()
-    return len(s) >= 6 and not s.endswith("?") and not _QUESTION_START.match(s) and bool(_FACT.search(s))
+    if len(s) < 6 or _asks(s):
+        return False
+    # someone else's words, quoted, are not the user's ("my friend said 'I live in Paris'")
+    return bool(_FACT.search(_QUOTED.sub(" ", s)))
 
 
 def extract_facts(text: str) -> list[str]:
@@ -272,16 +295,24 @@ def extract_facts(text: str) -> list[str]:
     said it.
     """
     facts = []
-    for raw in _SENTENCE.split(strip_complaint(text) if _COMPLAINT_HEAD.match(text) else text):
-        sentence = strip_complaint(raw.strip().strip('"'))
+    text = normalised(text)
+    for raw in _SENTENCE.split(strip_complaint(text) if opens_with_complaint(text) else text):
+        raw = raw.strip()
+        if (len(raw) > 1 and raw[0] == raw[-1] == '"') or raw.count('"') == 1:  # the user's own words, quoted
+            raw = raw.strip('"')
+        sentence = strip_complaint(raw)
         remembered = _REMEMBER_CLAUSE.match(sentence)
         if remembered is not None:
             clause = remembered.group("fact").strip()
+            clause = clause.rstrip("?").strip()  # "can you remember that I'm vegetarian?"
             sentence = clause[0].upper() + clause[1:] if clause[:2].lower() != "i'" else "I" + clause[1:]
-        elif _REQUEST_START.match(sentence):
-            # a statement after the task, in a clause of its own, still counts ("plan a trip, I hate flying")
-            clauses = [c[0].upper() + c[1:] for c in _CLAUSE.split(sentence)[1:] if _FIRST_PERSON.match(c)]
-            facts.extend(_facts_of(clauses))
+        elif _REQUEST_START.match(sentence) or _asks(sentence):
+            # a statement in a clause of its own still counts, after a task ("plan a trip for me, I
+            # hate flying") or beside a question ("I'm vegan, what should I cook?"); the task's or
+            # the question's own clauses never do
+            clauses = _CLAUSE.split(sentence)
+            clauses = clauses[1:] if _REQUEST_START.match(sentence) else [c for c in clauses if not _asks(c)]
+            facts.extend(_facts_of([c[0].upper() + c[1:] for c in clauses if _FIRST_PERSON.match(c)]))
             continue
         facts.extend(_facts_of([sentence]))
     return facts
@@ -299,12 +330,16 @@ class RuleFactExtractor:
 
     def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
         """Ids among ``existing`` (id, text) that ``fact`` replaces: a subject in common, other
-        text. A memory joining several facts is named when any of them is replaced (the write path
+        text; or a fact it negates ("I don't live in Lyon anymore" retires "I live in Lyon"). A memory joining several facts is named when any of them is replaced (the write path
         keeps the others: :meth:`~memabra._memory.MemoryBackend.remember`)."""
         subjects = fact_subjects(fact)
-        if not subjects:
-            return []
-        return [mid for mid, text in existing if subjects & fact_subjects(text) and text.strip() != fact.strip()]
+        negates = _HEDGE.search(fact) is None  # "I don't think I'm allergic to nuts" retires no allergy
+        return [
+            mid
+            for mid, text in existing
+            if text.strip() != fact.strip()
+            and (subjects & fact_subjects(text) or (negates and _negates_part(fact, text)))
+        ]
 
 
 class LLMFactExtractor:

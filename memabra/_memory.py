@@ -251,10 +251,11 @@ class MemoryBackend(ABC):
         out: builtins.list[RegistryItem] = []
         subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
         for fact in facts:
+            negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
             if not seen.add(fact):
                 continue
             found = fact_subjects(fact)
-            if found & subjects:
+            if found & subjects or negates:
                 self._store_many(plain)
                 plain = []
                 out.append(self.remember(user_id, fact, source=source, at=now))
