@@ -40,6 +40,7 @@ from memabra.storage._models import (
     table_of,
 )
 from memabra.storage._policy_versions import SnapshotIndex
+from memabra.storage._snapshots import lock_policy
 
 __all__ = [
     "START",
@@ -288,6 +289,7 @@ class LearnerStore:
                     s.add(state)
                     s.flush()
                 assert state is not None
+                lock_policy(s, policy)  # a promote or rollback lands before this read or after the commit
                 active = s.scalar(
                     select(PolicySnapshotRow.version).where(
                         PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"

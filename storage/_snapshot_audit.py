@@ -22,7 +22,7 @@ from memabra._records import JSONValue, utcnow
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import PolicySnapshotRow, table_of
 from memabra.storage._rows import prepare
-from memabra.storage._snapshots import _row
+from memabra.storage._snapshots import _policy_locked_row, _row
 
 __all__ = ["HISTORY_KEY", "MAX_HISTORY", "SnapshotAudit", "StatusChange", "status_history"]
 
@@ -93,7 +93,7 @@ class SnapshotAudit:
         when = _when(at)
 
         def work(s: Session) -> None:
-            row = _row(s, version, lock=True)
+            row = _policy_locked_row(s, version)
             if row.status == "active":
                 raise SnapshotError(f"snapshot {row.version} is already the active one; nothing changed")
             row.status = "active"
@@ -108,7 +108,7 @@ class SnapshotAudit:
         when = _when(at)
 
         def work(s: Session) -> str:
-            row = _row(s, version, lock=True)
+            row = _policy_locked_row(s, version)
             if row.status != "active":
                 raise SnapshotError(
                     f"snapshot {row.version} is not active ({row.status}); only the active one rolls back"

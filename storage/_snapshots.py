@@ -9,12 +9,13 @@ logged propensities is unaffected; only its model bytes are gone.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError, UnknownSnapshotError
@@ -88,7 +89,7 @@ def set_snapshot_status(tx: Transactions, version: str, status: str) -> None:
         raise InvalidRecordError(f"snapshot status must be candidate, active or retired, got {status!r}")
 
     def work(s: Session) -> None:
-        row = _row(s, version, lock=True)
+        row = _policy_locked_row(s, version)
         row.status = status
         if status == "active":
             s.flush()
@@ -102,6 +103,7 @@ def rollback(tx: Transactions, policy: str) -> PolicySnapshot:
     the snapshot now active. :class:`SnapshotError` when there is nothing to roll back to."""
 
     def work(s: Session) -> PolicySnapshot:
+        lock_policy(s, policy)
         active = s.scalars(
             select(PolicySnapshotRow)
             .where(PolicySnapshotRow.policy == clean_text(policy), PolicySnapshotRow.status == "active")
@@ -204,6 +206,31 @@ class _Weighed(NamedTuple):
 
 # Versions per DELETE statement: well under SQLite's limit on bound parameters.
 _DELETE_CHUNK = 500
+
+
+# The advisory-lock class of the per-policy lock below (ASCII "mema"), so its keys meet no other user's.
+_POLICY_LOCK_CLASS = 0x6D656D61
+
+
+def lock_policy(s: Session, policy: str) -> None:
+    """Serialise, per policy, the transactions that change which snapshot is active (a promote, a
+    rollback, a learner's commit), until ``s``'s transaction ends. Each reads the active snapshot
+    and then writes; on PostgreSQL (READ COMMITTED) two of them interleaved lost one's change: a
+    promote committed between a learner commit's read and its retire was retired by it, the
+    operator told "promoted". SQLite already runs one writer at a time."""
+    if s.get_bind().dialect.name != "postgresql":
+        return
+    key = zlib.crc32(clean_text(policy).encode()) - 2**31  # the int4 pg_advisory_xact_lock takes
+    s.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _POLICY_LOCK_CLASS, "k": key})
+
+
+def _policy_locked_row(s: Session, version: str) -> PolicySnapshotRow:
+    """``version``'s row, locked, after its policy's lock (taken first: the learner's commit takes
+    the policy lock before it touches snapshot rows, so the two never wait on each other)."""
+    policy = s.scalar(select(PolicySnapshotRow.policy).where(PolicySnapshotRow.version == clean_text(version)))
+    if policy is not None:
+        lock_policy(s, policy)
+    return _row(s, version, lock=True)
 
 
 def _row(s: Session, version: str, *, lock: bool = False) -> PolicySnapshotRow:
