@@ -50,26 +50,9 @@ def fresh_router(
 ) -> Router:
     """A router of ``policy`` with ``learner_args`` (its defaults when ``None``), never trained;
     ``classes`` are routers of your own, found by their ``name`` before the built-in ones."""
-    from memabra.router import (
-        EmbeddingRouter,
-        FixedListRouter,
-        HybridRouter,
-        LexicalRouter,
-        LinearRouter,
-        RandomRouter,
-        VWRouter,
-    )
+    from memabra.router._watcher import router_classes
 
-    built_in: tuple[type[Router], ...] = (
-        VWRouter,
-        LinearRouter,
-        HybridRouter,
-        LexicalRouter,
-        EmbeddingRouter,
-        RandomRouter,
-        FixedListRouter,
-    )
-    known = {cls.name: cls for cls in (*built_in, *classes)}
+    known = router_classes(classes)
     cls = known.get(policy)
     if cls is None:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(known))}")

@@ -28,17 +28,18 @@ from memabra.router._features import FeatureTable
 from memabra.router._similarity import Similarity
 from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 
-__all__ = ["SnapshotWatcher", "learned_model", "load_router"]
+__all__ = ["SnapshotWatcher", "learned_model", "load_router", "router_classes"]
 
 _log = logging.getLogger("memabra")
 
 
-def _registry() -> dict[str, type[Router]]:
+def router_classes(classes: Iterable[type[Router]] = ()) -> dict[str, type[Router]]:
+    """The router classes by policy name: ``classes`` (routers of your own) before the built-in ones."""
     from memabra.router._baselines import EmbeddingRouter, FixedListRouter, HybridRouter, LexicalRouter, RandomRouter
     from memabra.router._linear import LinearRouter
     from memabra.router._vw import VWRouter
 
-    classes: tuple[type[Router], ...] = (
+    built_in: tuple[type[Router], ...] = (
         VWRouter,
         LinearRouter,
         HybridRouter,
@@ -47,7 +48,7 @@ def _registry() -> dict[str, type[Router]]:
         RandomRouter,
         FixedListRouter,
     )
-    return {cls.name: cls for cls in classes}
+    return {cls.name: cls for cls in (*built_in, *classes)}
 
 
 def load_router(
@@ -57,7 +58,7 @@ def load_router(
     ``classes`` are routers of your own, found by their ``name`` before the built-in ones."""
     if not isinstance(snapshot, PolicySnapshot):
         raise SnapshotError(f"load_router needs a PolicySnapshot, got {type(snapshot).__name__}")
-    registry = {**_registry(), **{cls.name: cls for cls in classes}}
+    registry = router_classes(classes)
     cls = registry.get(snapshot.policy)
     if cls is None:
         raise SnapshotError(
