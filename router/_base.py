@@ -183,7 +183,7 @@ class Router(ABC):
             table = features
             wanted = [i for i, c in enumerate(table.candidates) if c.kind in context.kinds]
             table = table.subset(wanted)
-            table = _read_only(table.subset(recall(table, self.recall_limit)))
+            table = table.subset(recall(table, self.recall_limit)).read_only()
             if seed is None:
                 seed = int(np.random.SeedSequence([self.seed, self._decisions]).generate_state(1)[0])
             self._decisions += 1
@@ -400,12 +400,3 @@ class Router(ABC):
         snapshotted one did. Raises :class:`~memabra.SnapshotError` for a snapshot of another
         policy or with corrupted bytes."""
         return restore_router(cls, snapshot, similarity)
-
-
-def _read_only(table: FeatureTable) -> FeatureTable:
-    """``table`` over a read-only view of its matrix: precomputed features stay as they were."""
-    if not table.matrix.flags.writeable:
-        return table
-    matrix = table.matrix.view()
-    matrix.flags.writeable = False
-    return FeatureTable(table.candidates, matrix, table.rows)

@@ -115,6 +115,14 @@ class FeatureTable:
     def column(self, name: str) -> NDArray[np.float64]:
         return self.matrix[:, _COLUMN_OF[name]]
 
+    def read_only(self) -> FeatureTable:
+        """This table over a read-only view of its matrix: a router cannot change its input."""
+        if not self.matrix.flags.writeable:
+            return self
+        matrix = self.matrix.view()
+        matrix.flags.writeable = False
+        return FeatureTable(self.candidates, matrix, self.rows)
+
     def subset(self, indices: Sequence[int]) -> FeatureTable:
         idx = list(indices)
         if idx == list(range(len(self.candidates))):
