@@ -25,16 +25,40 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
-from memabra._cli._policies import PolicyOption, open_log
+from memabra._cli._policies import open_log
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, RoutingContext
-from memabra.router import learned_model, load_router, most_probable_slate
+from memabra.evals._router_paths import is_router_path, router_target
+from memabra.router import Router, learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
 
 # `memabra learner --once` when another learner holds the lease: not a failure of this run, but
 # nothing was learned, and a script must be able to tell that apart from an error (exit 1).
 LEASE_HELD_EXIT = 3
+
+RouterPolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        help="Policy name (the router's name), or module:Class for a router of your own (its snapshots "
+        "restore from that class).",
+    ),
+]
+
+
+def _policy_classes(policy: str) -> tuple[str, tuple[type[Router], ...]]:
+    """The policy's name and the router classes of your own its snapshots restore from: a
+    ``module:Class`` path names its class's policy; a built-in name needs none."""
+    if not is_router_path(policy):
+        return policy, ()
+    target = run_guarded(router_target, policy)
+    if not isinstance(target, type):
+        fail(
+            f"--policy {policy}: a learner restores snapshots from the router's class; name a "
+            "memabra.router.Router subclass (module:Class), not a factory function"
+        )
+    return target.name, (target,)
 
 
 def _describe(budget: Budget) -> str:
@@ -50,7 +74,7 @@ def route(
     seed: Annotated[
         int | None, typer.Option("--seed", min=0, help="Seed of the draw (default: the router's own).")
     ] = None,
-    policy: PolicyOption = DEFAULT_POLICY,
+    policy: RouterPolicyOption = DEFAULT_POLICY,
     max_tokens: Annotated[
         int | None,
         typer.Option(
@@ -66,12 +90,13 @@ def route(
     """One routing decision from the command line: what would be injected, by which policy
     version, with each slot's distribution. Nothing is logged."""
     budget = Budget() if max_tokens is None else Budget(max_tokens=max_tokens)
+    policy, classes = _policy_classes(policy)
     with open_log(db) as log:
         version = LearnerStore(log.engine).active_version(policy)
         if version is not None:
-            router = run_guarded(load_router, run_guarded(log.get_snapshot, version))
+            router = run_guarded(load_router, run_guarded(log.get_snapshot, version), classes=classes)
         else:
-            router = run_guarded(fresh_router, policy)
+            router = run_guarded(fresh_router, policy, classes=classes)
         items = run_guarded(log.items, user)
     candidates = [item.as_candidate() for item in items]
     if not candidates:
@@ -136,7 +161,7 @@ def route(
 
 def learner(
     db: DbOption = None,
-    policy: PolicyOption = DEFAULT_POLICY,
+    policy: RouterPolicyOption = DEFAULT_POLICY,
     once: Annotated[
         bool,
         typer.Option(
@@ -174,11 +199,12 @@ def learner(
     """Run the policy's learner: take the lease (or stand by until it is free), learn final
     rewards in commit order, commit model and read position together."""
     configure_logging(verbose)
+    policy, classes = _policy_classes(policy)
     if do_replay:
         if out is None:
             fail("--replay needs --out FILE")
         with open_log(db) as log:
-            router, n = run_guarded(replay, log, policy)
+            router, n = run_guarded(replay, log, policy, classes=classes)
         write_output(out, learned_model(router.snapshot()))
         console.print(f"replayed {n} final rewards into {escape(str(out))}")
         return
@@ -188,7 +214,7 @@ def learner(
         store = LearnerStore(log.engine)
         loop = Learner(
             log,
-            lambda: fresh_router(policy, _learner_args(log, policy)),
+            lambda: fresh_router(policy, _learner_args(log, policy), classes=classes),
             policy=policy,
             commit_every=commit_every,
             commit_interval_s=commit_interval,

@@ -266,3 +266,40 @@ def test_route_shows_what_the_policy_injects_without_exploring(migrated_url: str
             assert [c["id"] for c in decision["injected"]] != list(mode)
             assert f"this draw explored (probability {decision['propensity']:.3g})" in said
             assert "without exploring, the policy injects: memory m0: I live in Lyon" in said
+
+
+def test_learner_and_route_run_a_router_of_your_own_by_import_path(migrated_url: str, tmp_path: Path) -> None:
+    own = "router.custom_routers:PopularityRouter"
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 12)
+        log.put_items([RegistryItem(CandidateKind.MEMORY, "m1", "ann", "I live in Lyon", tokens=4)])
+    learned = runner.invoke(app, ["learner", "--once", "--db", migrated_url, "--policy", own])
+    assert learned.exit_code == 0, learned.output
+    assert "learned 12 rewards in this run" in learned.output
+    with EpisodeLog(migrated_url) as log:
+        assert (LearnerStore(log.engine).active_version("popularity") or "").startswith("popularity-")
+    replay, export = tmp_path / "replay.bin", tmp_path / "active.bin"
+    assert (
+        runner.invoke(
+            app, ["learner", "--replay", "--policy", own, "--db", migrated_url, "--out", str(replay)]
+        ).exit_code
+        == 0
+    )
+    assert (
+        runner.invoke(
+            app, ["policies", "export", "--policy", "popularity", "--db", migrated_url, "--out", str(export)]
+        ).exit_code
+        == 0
+    )
+    assert replay.read_bytes() == export.read_bytes()
+    out = tmp_path / "route.json"
+    routed = runner.invoke(
+        app, ["route", "--db", migrated_url, "--user", "ann", "--policy", own, "--json", str(out), "home?"]
+    )
+    assert routed.exit_code == 0, routed.output
+    assert json.loads(out.read_text())["policy_version"].startswith("popularity-")
+    # a factory builds a router but cannot restore one from a snapshot
+    factory = runner.invoke(
+        app, ["learner", "--once", "--db", migrated_url, "--policy", "runtime.learning_log:log_final"]
+    )
+    assert factory.exit_code == 1 and "not a factory function" in factory.output
