@@ -53,7 +53,7 @@ def _policy_classes(policy: str) -> tuple[str, tuple[type[Router], ...]]:
     if not is_router_path(policy):
         return policy, ()
     target = run_guarded(router_target, policy)
-    if not isinstance(target, type):
+    if not (isinstance(target, type) and issubclass(target, Router)):
         fail(
             f"--policy {policy}: a learner restores snapshots from the router's class; name a "
             "memabra.router.Router subclass (module:Class), not a factory function"
