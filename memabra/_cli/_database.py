@@ -126,7 +126,20 @@ def existing_database(db: str | None) -> str | None:
 
 def migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
     """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
-    revision that does not exist) in one line instead of Alembic's traceback."""
+    revision that does not exist) in one line instead of Alembic's traceback. A SQLite file the
+    failed run created is removed again."""
+    created = _sqlite_file(url)
+    if created is not None and created.exists():
+        created = None
+    try:
+        return _migrate(action, url, revision)
+    except BaseException:
+        if created is not None:
+            _remove_new_sqlite(created)
+        raise
+
+
+def _migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
     from alembic.util import CommandError
 
     from memabra.storage import current_revision, head_revision, known_revisions, make_engine
@@ -150,6 +163,13 @@ def migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
         if revision not in known and revision not in ("head", "base", "heads") and not revision.startswith(("+", "-")):
             fail(f"unknown schema revision {revision!r}; known: {', '.join(sorted(known))}, head or base")
         fail(f"cannot migrate to {revision!r}: {exc}")
+
+
+def _remove_new_sqlite(path: Path) -> None:
+    """A SQLite file this run created, gone again: a migration that failed on a new path must not
+    leave an empty database behind that later commands take for a real one."""
+    for leftover in (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        leftover.unlink(missing_ok=True)
 
 
 DbOption = Annotated[

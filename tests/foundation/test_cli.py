@@ -187,9 +187,21 @@ def test_db_upgrade_names_a_bad_revision(db_url: str) -> None:
     assert bad.exit_code == 1, bad.output
     assert "unknown schema revision 'nope'" in bad.output and head_revision() in bad.output
     _no_traceback(bad)
+    assert runner.invoke(app, ["db", "upgrade", "--db", db_url]).exit_code == 0
     down = runner.invoke(app, ["db", "downgrade", "zzz", "--db", db_url])
     assert down.exit_code == 1 and "unknown schema revision 'zzz'" in down.output
     _no_traceback(down)
+
+
+def test_a_failed_upgrade_of_a_new_sqlite_path_leaves_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    bad = runner.invoke(app, ["db", "upgrade", "--db", f"sqlite:///{path}", "--revision", "9999"])
+    assert bad.exit_code == 1 and "unknown schema revision '9999'" in bad.output
+    assert not path.exists()  # an empty file would pass for a database in every later command
+    existing = tmp_path / "kept.db"
+    assert runner.invoke(app, ["db", "upgrade", "--db", f"sqlite:///{existing}"]).exit_code == 0
+    assert runner.invoke(app, ["db", "upgrade", "--db", f"sqlite:///{existing}", "--revision", "9999"]).exit_code == 1
+    assert existing.exists()  # only a file this run created is removed
 
 
 def test_a_downgrade_asks_before_dropping_data_and_an_upgrade_backwards_says_it_did_nothing(db_url: str) -> None:
