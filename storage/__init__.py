@@ -28,6 +28,7 @@ from memabra.storage._learner import (
     LeaseLostError,
     ReadPosition,
 )
+from memabra.storage._learner_claims import LearnerBusyError, RetentionHold
 from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
 from memabra.storage._memories import MemoryRegistry, forget_in_log, last_chosen
@@ -61,6 +62,7 @@ __all__ = [
     "EpisodeLog",
     "FinalReward",
     "KindShare",
+    "LearnerBusyError",
     "LearnerCheckpoint",
     "LearnerLease",
     "LearnerStore",
@@ -73,6 +75,7 @@ __all__ = [
     "MemorySort",
     "MemoryUsage",
     "MemoryUse",
+    "RetentionHold",
     "MemoryUser",
     "OpenTransaction",
     "PolicyStatus",

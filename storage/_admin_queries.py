@@ -95,9 +95,9 @@ class AdminQueries:
     def snapshots(self, policy: str | None = None) -> list[SnapshotInfo]:
         """Every snapshot, newest first, without loading model bytes."""
         t = PolicySnapshotRow
-        stmt = select(t.version, t.policy, t.parent, t.status, t.created_at, func.length(t.model), t.metrics).order_by(
-            t.created_at.desc(), t.version.desc()
-        )
+        stmt = select(
+            t.version, t.policy, t.parent, t.status, t.created_at, func.length(t.model), t.metrics, t.previous_active
+        ).order_by(t.created_at.desc(), t.version.desc())
         if policy is not None:
             stmt = stmt.where(t.policy == policy)
         with self._session() as s:
@@ -112,6 +112,7 @@ class AdminQueries:
                 model_size=int(r[5] or 0),
                 metrics=dict(r[6] or {}),
                 history=status_history(r[6] or {}),
+                rollback_to=r[7] or r[2],
             )
             for r in rows
         ]

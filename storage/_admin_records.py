@@ -43,6 +43,9 @@ class SnapshotInfo:
     model_size: int
     metrics: Mapping[str, JSONValue]
     history: tuple[StatusChange, ...] = ()
+    # what a rollback of this snapshot, once active, re-activates: the snapshot it replaced when it
+    # was made active, else its parent (``None``: nothing to roll back to)
+    rollback_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,20 +15,20 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, insert, or_, select, text, update
+from sqlalchemy import Engine, and_, func, or_, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from memabra._errors import MemabraError
 from memabra._records import LearningItem, PolicySnapshot, Selection, utcnow
 from memabra.storage._engine import is_postgres
 from memabra.storage._episodes import assemble_selections
 from memabra.storage._from_rows import missed_by_episode, reward_from_row
+from memabra.storage._learner_commit import START, LeaseLostError, ReadPosition, commit_checkpoint
 from memabra.storage._learner_lease import LearnerLease
 from memabra.storage._learner_models import LearnerLeaseRow, LearnerStateRow
 from memabra.storage._models import (
@@ -37,10 +37,9 @@ from memabra.storage._models import (
     FeedbackRow,
     PolicySnapshotRow,
     RewardRow,
-    table_of,
 )
 from memabra.storage._policy_versions import SnapshotIndex
-from memabra.storage._snapshots import lock_policy
+from memabra.storage._tx import Transactions
 
 __all__ = [
     "START",
@@ -53,21 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memabra")
-
-
-class LeaseLostError(MemabraError):
-    """Another learner committed since this one read its position: this one must stand by."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class ReadPosition:
-    """A point in the commit order of final rewards (the last one read)."""
-
-    seq: int
-    episode_id: str
-
-
-START = ReadPosition(-1, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,115 +241,17 @@ class LearnerStore:
         since the learner's last commit (then it is stored as a candidate, to promote by hand).
         Raises :class:`LeaseLostError` when the stored position is no longer ``previous``.
         """
-        now = utcnow()
         policy = snapshot.policy
+
+        def work(s: Session) -> PolicySnapshot:
+            return commit_checkpoint(s, snapshot, previous=previous, position=position, learned=learned)
+
         try:
-            with self._session() as s, s.begin():
-                # The guard is the first statement, a write: SQLite takes its write lock here.
-                moved = s.execute(
-                    update(LearnerStateRow)
-                    .where(
-                        LearnerStateRow.policy == policy,
-                        LearnerStateRow.position_seq == previous.seq,
-                        LearnerStateRow.position_episode == previous.episode_id,
-                    )
-                    .values(
-                        position_seq=position.seq, position_episode=position.episode_id, learned=learned, updated_at=now
-                    )
-                )
-                state = s.get(LearnerStateRow, policy)
-                if moved.rowcount != 1:  # type: ignore[attr-defined]
-                    if state is not None or previous != START:
-                        raise LeaseLostError(f"learner position of policy {policy!r} moved: another learner committed")
-                    state = LearnerStateRow(
-                        policy=policy,
-                        snapshot_version=None,
-                        position_seq=position.seq,
-                        position_episode=position.episode_id,
-                        learned=learned,
-                        published=None,
-                        updated_at=now,
-                    )
-                    s.add(state)
-                    s.flush()
-                assert state is not None
-                lock_policy(s, policy)  # a promote or rollback lands before this read or after the commit
-                active = s.scalar(
-                    select(PolicySnapshotRow.version).where(
-                        PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
-                    )
-                )
-                # an operator promoting the learner's newest candidate hands serving back to it
-                publish = (
-                    active is None or state.published is None or active in (state.published, state.snapshot_version)
-                )
-                stored = replace(
-                    snapshot, version=_free_version(s, snapshot.version), status="active" if publish else "candidate"
-                )
-                parent = (
-                    stored.parent if stored.parent and s.get(PolicySnapshotRow, stored.parent) is not None else None
-                )
-                stored = replace(stored, parent=parent)
-                if publish:
-                    s.execute(
-                        update(PolicySnapshotRow)
-                        .where(PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active")
-                        .values(status="retired")
-                    )
-                s.execute(
-                    insert(table_of(PolicySnapshotRow)),
-                    [
-                        {
-                            "version": stored.version,
-                            "policy": policy,
-                            "parent": stored.parent,
-                            "model": stored.model,
-                            "learner_args": _thaw(stored.learner_args),
-                            "metrics": _thaw(stored.metrics),
-                            "status": stored.status,
-                            "created_at": stored.created_at,
-                        }
-                    ],
-                )
-                state.snapshot_version = stored.version
-                if publish:
-                    state.published = stored.version
-                if position != previous:
-                    s.execute(
-                        update(RewardRow)
-                        .where(
-                            or_(
-                                RewardRow.commit_seq > previous.seq,
-                                and_(RewardRow.commit_seq == previous.seq, RewardRow.episode_id > previous.episode_id),
-                            ),
-                            or_(
-                                RewardRow.commit_seq < position.seq,
-                                and_(RewardRow.commit_seq == position.seq, RewardRow.episode_id <= position.episode_id),
-                            ),
-                        )
-                        .values(learned_at=now)
-                    )
-                return stored
+            # retried whole on a deadlock, a serialisation failure or SQLite's busy lock, then
+            # StorageContentionError: the guard makes a retry of a commit that never landed safe
+            return Transactions(self._engine).write(work, what=f"the learner commit of policy {policy!r}")
         except IntegrityError as exc:
             raise LeaseLostError(f"another learner of policy {policy!r} committed first ({exc.orig})") from None
-
-
-def _thaw(value: Any) -> Any:
-    """Frozen record mappings and tuples back to plain JSON values."""
-    if isinstance(value, Mapping):
-        return {str(k): _thaw(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_thaw(v) for v in value]
-    return value
-
-
-def _free_version(s: Session, version: str) -> str:
-    """``version``, or a suffixed one when a snapshot of that name exists (another lineage)."""
-    candidate, n = version, 1
-    while s.get(PolicySnapshotRow, candidate) is not None:
-        n += 1
-        candidate = f"{version}~{n}"
-    return candidate
 
 
 def _selections(s: Session, episode_ids: Sequence[str]) -> dict[str, list[Selection]]:

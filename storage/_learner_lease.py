@@ -16,7 +16,7 @@ from memabra.storage._engine import is_postgres
 from memabra.storage._learner_models import LearnerLeaseRow
 from memabra.storage._models import table_of
 
-__all__ = ["SQLITE_LEASE_TTL", "LearnerLease"]
+__all__ = ["SQLITE_LEASE_TTL", "LearnerLease", "lease_key"]
 
 logger = logging.getLogger("memabra")
 
@@ -96,9 +96,7 @@ class LearnerLease:
             logger.debug("releasing the learner lease of %s failed", self.policy, exc_info=True)
 
     def _key(self, conn: Connection) -> int:
-        schema = conn.execute(text("SELECT current_schema()")).scalar_one()
-        digest = hashlib.blake2b(f"memabra-learner:{schema}:{self.policy}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return lease_key(conn, self.policy)
 
     def _acquire_advisory(self) -> bool:
         conn = self._engine.connect()
@@ -148,3 +146,10 @@ class LearnerLease:
             return True
         except IntegrityError:
             return False
+
+
+def lease_key(conn: Connection, policy: str) -> int:
+    """The PostgreSQL advisory-lock key of ``policy``'s learner lease (schema and policy)."""
+    schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+    digest = hashlib.blake2b(f"memabra-learner:{schema}:{policy}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)

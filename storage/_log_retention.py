@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from memabra.storage import _deletion_log, _episodes, _retention
+from memabra.storage import _deletion_log, _episodes, _learner_claims, _retention
 from memabra.storage._deletion_log import DeletionEntry
+from memabra.storage._learner_claims import RetentionHold
 from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._tx import Transactions
 
@@ -88,3 +89,14 @@ class RetentionMethods:
         """The deletion audit trail, newest first: ``limit`` entries, those listed after the entry
         ``after`` (keyset paging: pass the last id of a page), those of runs given ``user_id``."""
         return _deletion_log.deletion_history(self._tx, limit=limit, after=after, user_id=user_id)
+
+    def retention_holds(self) -> list[RetentionHold]:
+        """The learner checkpoints retention waits for (one per policy learned from this log), each
+        with the final rewards it has yet to read: :meth:`delete_episodes` keeps those."""
+        return _learner_claims.retention_holds(self._tx)
+
+    def forget_learner(self, policy: str) -> bool:
+        """Delete ``policy``'s learner checkpoint (a policy no longer learned), so retention stops
+        keeping rewards for it; its snapshots stay. ``False`` when it had none;
+        :class:`~memabra.storage.LearnerBusyError` while a learner holds its lease."""
+        return _learner_claims.forget_learner(self._tx, policy)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -233,8 +234,22 @@ class PolicySnapshotRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONType)
     status: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # the snapshot of the policy that was active when a promote or a learner's publish made this
+    # one active: what a rollback re-activates (its parent when unset, revision 0011)
+    previous_active: Mapped[str | None] = mapped_column(String(100))
 
-    __table_args__ = (Index(None, "policy", "created_at"),)
+    # at most one active snapshot per policy, held by the database (revision 0011): whatever
+    # activates a snapshot retires the active one first, in the same transaction
+    __table_args__ = (
+        Index(None, "policy", "created_at"),
+        Index(
+            "uq_policy_snapshots_one_active",
+            "policy",
+            unique=True,
+            sqlite_where=text("status = 'active'"),
+            postgresql_where=text("status = 'active'"),
+        ),
+    )
 
 
 class RegistryRow(Base):

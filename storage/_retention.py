@@ -11,9 +11,11 @@ for one chunk at most; a chunk goes whole or not at all, so a run that dies half
 episodes, and running it again finishes the job.
 
 Episodes whose reward a learner has yet to read are kept unless asked otherwise: a reward not
-final yet (its feedback window is open), or final but not yet learned (``rewards.learned_at``,
-set by the in-process learner's claim and by a ``memabra learner`` commit). Deleting those loses
-what the learner would have learned from them.
+final yet (its feedback window is open), or final but not yet read by every learner: no learner
+has read it (``rewards.learned_at``, set by the first learner's commit or a claim), or the
+checkpoint of some policy's learner (``learner_state``) stands before it in the commit order
+(:mod:`memabra.storage._learner_claims`). Deleting those loses what a learner would have learned
+from them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from memabra._records import MAX_ID_LENGTH
 from memabra.storage import _suspended_turns
 from memabra.storage._deletion_log import add_deleted, finish_deletion, start_deletion
 from memabra.storage._episodes import resolve_episode_id
+from memabra.storage._learner_claims import behind_a_learner
 from memabra.storage._models import EpisodeRow, RewardRow
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
@@ -67,7 +70,7 @@ class EpisodeDeletion:
     """What one deletion did (with ``dry_run``: would do).
 
     ``deleted``: episodes deleted. ``kept_open``: matching episodes kept because their reward is
-    not final yet; ``kept_unlearned``: kept because their final reward has not been learned yet.
+    not final yet; ``kept_unlearned``: kept because some learner has not read their final reward yet.
     Both are 0 with ``include_unlearned``. ``audit_id``: the run's entry in the deletion audit
     trail (``None`` for a dry run, which leaves none)."""
 
@@ -271,16 +274,18 @@ def _reward_open() -> ColumnElement[bool]:
     return exists().where(RewardRow.episode_id == EpisodeRow.id, RewardRow.final.is_(False))
 
 
+def _unread() -> ColumnElement[bool]:
+    """A final reward some learner has yet to read: none has (``learned_at``), or a learner
+    checkpoint stands before it (another policy's learner read it first)."""
+    return or_(RewardRow.learned_at.is_(None), behind_a_learner())
+
+
 def _reward_unlearned() -> ColumnElement[bool]:
-    return exists().where(
-        RewardRow.episode_id == EpisodeRow.id, RewardRow.final.is_(True), RewardRow.learned_at.is_(None)
-    )
+    return exists().where(RewardRow.episode_id == EpisodeRow.id, RewardRow.final.is_(True), _unread())
 
 
 def _awaiting_learner() -> ColumnElement[bool]:
-    return exists().where(
-        RewardRow.episode_id == EpisodeRow.id, or_(RewardRow.final.is_(False), RewardRow.learned_at.is_(None))
-    )
+    return exists().where(RewardRow.episode_id == EpisodeRow.id, or_(RewardRow.final.is_(False), _unread()))
 
 
 def _count(s: Session, *conds: ColumnElement[bool]) -> int:

@@ -1,7 +1,8 @@
 """Promote and roll back policy snapshots with an audit trail.
 
 Each status change a person makes is appended to the ``admin_history`` list in the metrics of
-every snapshot it touches (the one promoted, the one it retired, the parent a rollback re-activates),
+every snapshot it touches (the one promoted, the one it retired, the one a rollback re-activates:
+what the rolled-back snapshot replaced when it was promoted, else its parent),
 in the same transaction as the change itself: a snapshot never changes status without its entry,
 and an entry never describes a change that did not happen. The newest :data:`MAX_HISTORY` entries
 per snapshot are kept.
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError
@@ -22,7 +22,7 @@ from memabra._records import JSONValue, utcnow
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import PolicySnapshotRow, table_of
 from memabra.storage._rows import prepare
-from memabra.storage._snapshots import _policy_locked_row, _row
+from memabra.storage._snapshots import _policy_locked_row, activate, rollback_target
 
 __all__ = ["HISTORY_KEY", "MAX_HISTORY", "SnapshotAudit", "StatusChange", "status_history"]
 
@@ -36,7 +36,7 @@ _MAX_TEXT = 200
 class StatusChange:
     """One entry of a snapshot's audit trail: what happened to it, who did it, when and from where.
 
-    ``action`` is ``promoted``, ``rolled back`` (retired by a rollback), ``re-activated`` (the parent a
+    ``action`` is ``promoted``, ``rolled back`` (retired by a rollback), ``re-activated`` (the snapshot a
     rollback made active) or ``retired`` (the previously active snapshot a promotion replaced);
     ``by`` names the signed-in principal (empty when unknown); ``note`` says what caused it."""
 
@@ -96,15 +96,17 @@ class SnapshotAudit:
             row = _policy_locked_row(s, version)
             if row.status == "active":
                 raise SnapshotError(f"snapshot {row.version} is already the active one; nothing changed")
-            row.status = "active"
+            retired = StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted")
+            activate(s, row, retired=lambda other: _append(other, retired))
             _append(row, StatusChange("promoted", _text(by), when, _text(client)))
-            _retire_others(s, row, StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted"))
 
         self._tx.write(work, what="promote")
 
     def rollback(self, version: str, *, by: str, client: str = "", at: datetime | None = None) -> str:
-        """Retire the active snapshot ``version`` and make its parent active again; returns the
-        parent's version. :class:`SnapshotError` when ``version`` is not active or has no parent."""
+        """Retire the active snapshot ``version`` and make active again the snapshot it replaced when
+        it was promoted (its parent for snapshots activated before revision 0011); returns that
+        version. :class:`SnapshotError` when ``version`` is not active or there is nothing to
+        return to."""
         when = _when(at)
 
         def work(s: Session) -> str:
@@ -113,17 +115,12 @@ class SnapshotAudit:
                 raise SnapshotError(
                     f"snapshot {row.version} is not active ({row.status}); only the active one rolls back"
                 )
-            if row.parent is None:
-                raise SnapshotError(f"snapshot {row.version} has no parent to roll back to")
-            parent = _row(s, row.parent, lock=True)
-            row.status = "retired"
-            _append(row, StatusChange("rolled back", _text(by), when, _text(client), f"{parent.version} re-activated"))
-            parent.status = "active"
-            _append(parent, StatusChange("re-activated", _text(by), when, _text(client), f"rollback of {row.version}"))
-            _retire_others(
-                s, parent, StatusChange("retired", _text(by), when, _text(client), f"rollback to {parent.version}")
-            )
-            return parent.version
+            target = rollback_target(s, row)
+            others = StatusChange("retired", _text(by), when, _text(client), f"rollback to {target.version}")
+            back = StatusChange("rolled back", _text(by), when, _text(client), f"{target.version} re-activated")
+            activate(s, target, record=False, retired=lambda other: _append(other, back if other is row else others))
+            _append(target, StatusChange("re-activated", _text(by), when, _text(client), f"rollback of {row.version}"))
+            return target.version
 
         return self._tx.write(work, what="rollback")
 
@@ -149,18 +146,3 @@ def _append(row: PolicySnapshotRow, change: StatusChange) -> None:
     metrics[HISTORY_KEY] = [*history, change.as_json()][-MAX_HISTORY:]
     # a new dict, not a mutated one: the JSON column only notices an assignment
     row.metrics = prepare(table_of(PolicySnapshotRow), [{"metrics": metrics}])[0]["metrics"]
-
-
-def _retire_others(s: Session, active: PolicySnapshotRow, change: StatusChange) -> None:
-    others = s.scalars(
-        select(PolicySnapshotRow)
-        .where(
-            PolicySnapshotRow.policy == active.policy,
-            PolicySnapshotRow.status == "active",
-            PolicySnapshotRow.version != active.version,
-        )
-        .with_for_update()
-    ).all()
-    for other in others:
-        other.status = "retired"
-        _append(other, change)

@@ -1,9 +1,13 @@
-"""Policy snapshots: saved model bytes, promote (make active), roll back (re-activate the parent)
-and prune (retention).
+"""Policy snapshots: saved model bytes, promote (make active), roll back (re-activate what the
+promote replaced) and prune (retention).
 
-At most one snapshot per policy is ``active``: activating one retires the others in the same
-transaction. :func:`prune_snapshots` deletes old snapshots in one transaction; a decision keeps
-its ``policy_version`` string, so what a pruned snapshot served stays in the log and OPE on the
+At most one snapshot per policy is ``active``, held by a unique partial index (revision 0011):
+:func:`activate`, the one way code makes a snapshot active, retires the active one first in the
+same transaction and records it in the new one's ``previous_active``, which :func:`rollback_target`
+re-activates (the parent for rows activated before that revision).
+
+:func:`prune_snapshots` deletes old snapshots in one transaction; a decision keeps its
+``policy_version`` string, so what a pruned snapshot served stays in the log and OPE on the
 logged propensities is unaffected; only its model bytes are gone.
 """
 
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -30,11 +34,13 @@ from memabra.storage._tx import Transactions
 __all__ = [
     "SNAPSHOT_STATUSES",
     "PruneResult",
+    "activate",
     "get_snapshot",
     "latest_snapshot",
     "list_snapshots",
     "prune_snapshots",
     "rollback",
+    "rollback_target",
     "save_snapshot",
     "set_snapshot_status",
     "update_snapshot_metrics",
@@ -51,10 +57,13 @@ def save_snapshot(tx: Transactions, snapshot: PolicySnapshot) -> None:
             raise InvalidRecordError(f"snapshot parent {snapshot.parent!r} is not in the log")
         if s.get(PolicySnapshotRow, values["version"]) is not None:
             raise InvalidRecordError(f"a snapshot with version {snapshot.version!r} already exists")
-        s.add(PolicySnapshotRow(**values))
+        row = PolicySnapshotRow(**{**values, "status": "candidate" if snapshot.status == "active" else snapshot.status})
         if snapshot.status == "active":
-            s.flush()
-            _retire_others(s, values["policy"], values["version"])
+            lock_policy(s, row.policy)
+        s.add(row)
+        s.flush()
+        if snapshot.status == "active":
+            activate(s, row)
 
     tx.write(work, what="save_snapshot")
 
@@ -90,17 +99,18 @@ def set_snapshot_status(tx: Transactions, version: str, status: str) -> None:
 
     def work(s: Session) -> None:
         row = _policy_locked_row(s, version)
-        row.status = status
         if status == "active":
-            s.flush()
-            _retire_others(s, row.policy, row.version)
+            activate(s, row)
+        else:
+            row.status = status
 
     tx.write(work, what="set_snapshot_status")
 
 
 def rollback(tx: Transactions, policy: str) -> PolicySnapshot:
-    """Re-activate the parent of the policy's active snapshot (retiring the active one); returns
-    the snapshot now active. :class:`SnapshotError` when there is nothing to roll back to."""
+    """Re-activate what the policy's active snapshot replaced (:func:`rollback_target`), retiring
+    the active one; returns the snapshot now active. :class:`SnapshotError` when there is nothing
+    to roll back to."""
 
     def work(s: Session) -> PolicySnapshot:
         lock_policy(s, policy)
@@ -111,14 +121,10 @@ def rollback(tx: Transactions, policy: str) -> PolicySnapshot:
         ).first()
         if active is None:
             raise SnapshotError(f"policy {policy!r} has no active snapshot to roll back")
-        if active.parent is None:
-            raise SnapshotError(f"snapshot {active.version!r} of policy {policy!r} has no parent to roll back to")
-        parent = _row(s, active.parent, lock=True)
-        parent.status = "active"
-        s.flush()
-        _retire_others(s, parent.policy, parent.version)
-        s.refresh(parent)
-        return cv.snapshot_from_row(parent)
+        target = rollback_target(s, active)
+        activate(s, target, record=False)
+        s.refresh(target)
+        return cv.snapshot_from_row(target)
 
     return tx.write(work, what="rollback")
 
@@ -157,7 +163,7 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
         # the rules read these columns only: a model (megabytes each, thousands of snapshots on a
         # log nobody pruned yet) is never loaded, and a snapshot's metrics only for a checkpoint's
         snap = PolicySnapshotRow
-        stmt = select(snap.version, snap.policy, snap.parent, snap.status).order_by(
+        stmt = select(snap.version, snap.policy, snap.parent, snap.status, snap.previous_active).order_by(
             snap.created_at.desc(), snap.version.desc()
         )
         if policy is not None:
@@ -178,18 +184,26 @@ def prune_snapshots(tx: Transactions, keep: int, policy: str | None, *, dry_run:
         for group in newest.values():
             kept.update(r.version for r in group[:keep])
             for active in (r for r in group if r.status == "active"):
-                current: _Weighed | None = active
-                for _ in range(keep + 1):  # the active snapshot and `keep` generations above it
-                    if current is None:
-                        break
-                    kept.add(current.version)
-                    current = by_version.get(current.parent) if current.parent is not None else None
+                # the active snapshot and `keep` generations above it, along parents and along
+                # what each replaced when it was made active (the way a rollback walks)
+                generation, walked = [active], {active.version}
+                for _ in range(keep + 1):
+                    kept.update(r.version for r in generation)
+                    up = {v for r in generation for v in (r.parent, r.previous_active) if v in by_version}
+                    generation = [by_version[v] for v in sorted(up - walked)]
+                    walked |= up
         oldest_first = list(reversed(rows))
         pruned = tuple(r.version for r in oldest_first if r.version not in kept)
         if pruned and not dry_run:
             for start in range(0, len(pruned), _DELETE_CHUNK):
                 chunk = pruned[start : start + _DELETE_CHUNK]
                 s.execute(delete(PolicySnapshotRow).where(PolicySnapshotRow.version.in_(chunk)))
+                # no foreign key clears these (the parent's does): a rollback then takes the parent
+                s.execute(
+                    update(PolicySnapshotRow)
+                    .where(PolicySnapshotRow.previous_active.in_(chunk))
+                    .values(previous_active=None)
+                )
         return PruneResult(tuple(r.version for r in oldest_first if r.version in kept), pruned, dry_run)
 
     return tx.write(work, what="prune_snapshots")
@@ -202,6 +216,7 @@ class _Weighed(NamedTuple):
     policy: str
     parent: str | None
     status: str
+    previous_active: str | None
 
 
 # Versions per DELETE statement: well under SQLite's limit on bound parameters.
@@ -266,13 +281,54 @@ def _learner_base(metrics: Mapping[str, Any] | None) -> str | None:
     return str(base) if base else None
 
 
-def _retire_others(s: Session, policy: str, version: str) -> None:
-    s.execute(
-        update(PolicySnapshotRow)
+def activate(
+    s: Session,
+    row: PolicySnapshotRow,
+    *,
+    record: bool = True,
+    retired: Callable[[PolicySnapshotRow], None] | None = None,
+) -> str | None:
+    """Make ``row`` its policy's active snapshot: retire the active one first (flushed, so the
+    unique index on one active snapshot per policy never sees two), then activate ``row``. With
+    ``record`` (a promote, a learner's publish; not a rollback, which would make the next rollback
+    return to the snapshot it just left), ``row.previous_active`` names the snapshot it replaced.
+    ``retired(other)`` is called for each snapshot retired. Returns the replaced version. The
+    caller holds the policy's lock (:func:`lock_policy`)."""
+    if row.status == "active":
+        return None
+    others = s.scalars(
+        select(PolicySnapshotRow)
         .where(
-            PolicySnapshotRow.policy == policy,
+            PolicySnapshotRow.policy == row.policy,
             PolicySnapshotRow.status == "active",
-            PolicySnapshotRow.version != version,
+            PolicySnapshotRow.version != row.version,
         )
-        .values(status="retired")
+        .order_by(PolicySnapshotRow.created_at.desc(), PolicySnapshotRow.version.desc())
+        .with_for_update()
+    ).all()
+    for other in others:
+        other.status = "retired"
+        if retired is not None:
+            retired(other)
+    s.flush()
+    replaced = others[0].version if others else None
+    if record:
+        row.previous_active = replaced
+    row.status = "active"
+    s.flush()
+    return replaced
+
+
+def rollback_target(s: Session, active: PolicySnapshotRow) -> PolicySnapshotRow:
+    """The snapshot a rollback of ``active`` re-activates, locked: the one it replaced when it was
+    made active, else (activated before revision 0011, or that snapshot is gone) its parent."""
+    for version in (active.previous_active, active.parent):
+        if version is None:
+            continue
+        target = s.get(PolicySnapshotRow, version, with_for_update=True)
+        if target is not None and target.policy == active.policy:
+            return target
+    raise SnapshotError(
+        f"snapshot {active.version!r} of policy {active.policy!r} has no parent to roll back to "
+        "(and replaced no snapshot when it was made active)"
     )

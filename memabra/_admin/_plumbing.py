@@ -54,7 +54,7 @@ _NOTICES = {
     "feedback-late": "Feedback recorded as late: the episode's reward was already final (learned from, or its feedback window had closed), so it is kept for review and never applied.",
     "feedback-duplicate": "This feedback was already recorded; nothing changed.",
     "promoted": "Snapshot promoted: it is now the active policy.",
-    "rolled-back": "Rolled back: the parent snapshot is active again.",
+    "rolled-back": "Rolled back: the snapshot the rolled-back one replaced is active again.",
     "memory-updated": "Memory updated; its old text is in its history.",
     "memory-retired": "Memory retired: it is no longer recalled. Restore it to recall it again.",
     "memory-restored": "Memory restored: it is recalled again.",

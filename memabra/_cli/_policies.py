@@ -114,34 +114,26 @@ def policies_promote(
             f"the learner of policy {escape(snapshot.policy)} keeps learning from its own model and now stores "
             "its snapshots as candidates, until one of them is promoted"
         )
-    if previous is not None and snapshot.parent != previous:
-        # a rollback re-activates the parent, which is not always what was serving before this promote
-        # (a model trained from the log names the snapshot active when it was trained)
-        back = (
-            f"re-activates its parent {escape(snapshot.parent)}, not {escape(previous)}"
-            if snapshot.parent is not None
-            else "is refused: it has no parent"
-        )
-        console.print(
-            f"note: `memabra policies rollback` now {back}; to return to what served before, promote {escape(previous)}"
-        )
+    if previous is not None:
+        console.print(f"`memabra policies rollback --policy {escape(snapshot.policy)}` returns to {escape(previous)}")
 
 
 @policies_app.command("rollback")
 def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY) -> None:
-    """Retire the policy's active snapshot and make its parent active again (audited like a
-    rollback in the admin view)."""
+    """Retire the policy's active snapshot and make active again the snapshot it replaced when it
+    was promoted or published (its parent, for snapshots activated before schema revision 0011);
+    audited like a rollback in the admin view."""
     with open_log(db) as log:
         active = LearnerStore(log.engine).active_version(policy)
         if active is None:
             fail(f"policy {policy!r} has no active snapshot; nothing to roll back")
-        parent = run_guarded(SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname())
+        back = run_guarded(SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname())
         checkpoint = LearnerStore(log.engine).checkpoint(policy)
-    console.print(f"rolled back policy {escape(policy)}: {escape(parent)} is active again, {escape(active)} retired")
+    console.print(f"rolled back policy {escape(policy)}: {escape(back)} is active again, {escape(active)} retired")
     if (
         checkpoint is not None
         and checkpoint.snapshot_version is not None
-        and parent
+        and back
         not in (
             checkpoint.published,
             checkpoint.snapshot_version,
@@ -149,9 +141,24 @@ def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY
     ):
         console.print(
             f"the learner of policy {escape(policy)} keeps learning from its own model and stores its snapshots "
-            f"as candidates (newest: {escape(checkpoint.snapshot_version)}); {escape(parent)} serves as it is, "
+            f"as candidates (newest: {escape(checkpoint.snapshot_version)}); {escape(back)} serves as it is, "
             "learning nothing, until a candidate is promoted"
         )
+
+
+@policies_app.command("forget-learner")
+def policies_forget_learner(
+    policy: Annotated[str, typer.Option("--policy", help="The policy no longer learned.", show_default=False)],
+    db: DbOption = None,
+) -> None:
+    """Delete a policy's learner checkpoint: episode retention keeps every final reward until each
+    policy's learner has read it, so a policy nobody learns any more holds it back for good. Its
+    snapshots stay; a learner started for it later begins from the start of the log."""
+    with open_log(db) as log:
+        forgotten = run_guarded(log.forget_learner, policy)
+    if not forgotten:
+        fail(f"policy {policy!r} has no learner checkpoint in this log; nothing to forget")
+    console.print(f"forgot the learner checkpoint of policy {escape(policy)}: retention no longer waits for it")
 
 
 @policies_app.command("prune")
@@ -165,7 +172,8 @@ def policies_prune(
     json_out: JsonOutOption = None,
 ) -> None:
     """Delete old snapshots in one transaction. Kept: the newest N per policy, the active one and
-    N generations of its ancestors, and any snapshot a learner checkpoint or an OPE result names."""
+    N generations above it (its ancestors and the snapshots a rollback returns to), and any
+    snapshot a learner checkpoint or an OPE result names."""
     with open_log(db) as log:
         result = run_guarded(log.prune_snapshots, keep, policy=policy, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"

@@ -117,7 +117,17 @@ def episodes_delete(
             actor=cli_actor(),
             client=socket.gethostname(),
         )
+        holds = [h for h in run_guarded(log.retention_holds) if h.behind] if result.kept_unlearned else []
     _report(result)
+    for hold in holds:
+        console.print(
+            Text(
+                f"  the learner of policy {hold.policy} has {hold.behind} final reward(s) left to read "
+                f"(last commit {hold.updated_at.strftime('%Y-%m-%d %H:%M:%S')}); if that policy is no longer "
+                f"learned: memabra policies forget-learner --policy {hold.policy}"
+            ),
+            highlight=False,
+        )
     write_json(
         json_out,
         {
@@ -125,6 +135,7 @@ def episodes_delete(
             "deleted": result.deleted,
             "kept_open": result.kept_open,
             "kept_unlearned": result.kept_unlearned,
+            "waiting_for": [h.policy for h in holds],
             "before": None if cutoff is None else cutoff.isoformat(),
             "audit_id": result.audit_id,
         },
@@ -343,7 +354,7 @@ def _report(result: EpisodeDeletion) -> None:
         console.print(
             Text(
                 f"kept {result.kept} whose reward a learner has not read yet "
-                f"({result.kept_open} not final, {result.kept_unlearned} final but not learned); "
+                f"({result.kept_open} not final, {result.kept_unlearned} final but not read by every learner); "
                 "run again once they are learned, or pass --include-unlearned"
             ),
             highlight=False,

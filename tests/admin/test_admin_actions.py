@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from memabra.storage import EpisodeFilter, EpisodeLog
@@ -82,6 +83,15 @@ def test_roll_back_needs_an_active_snapshot_with_a_parent(client: TestClient, se
     response = client.post("/policies/rollback", data={"csrf_token": token, "version": "test-v3"})
     assert response.status_code == 409 and "not active" in response.text
     client.post("/policies/promote", data={"csrf_token": token, "version": "test-v1"})
+    page = client.get("/policies").text  # the button's confirmation names where the rollback goes
+    assert 'data-confirm="Roll back test-v1? test-v2 becomes active again."' in page
+    # a rollback returns to what the promote replaced (schema revision 0011), not only to a parent
+    response = client.post("/policies/rollback", data={"csrf_token": token, "version": "test-v1"})
+    assert response.status_code == 303 and log.get_snapshot("test-v2").status == "active"
+    client.post("/policies/promote", data={"csrf_token": token, "version": "test-v1"})
+    with log.engine.begin() as conn:  # as if promoted before revision 0011: the parent is all there is
+        conn.execute(text("UPDATE policy_snapshots SET previous_active = NULL WHERE version = 'test-v1'"))
+    assert "Roll back test-v1?" not in client.get("/policies").text  # no parent, nothing replaced: no button
     response = client.post("/policies/rollback", data={"csrf_token": token, "version": "test-v1"})
     assert response.status_code == 409 and "no parent" in response.text
     assert client.post("/policies/promote", data={"csrf_token": token, "version": "nope"}).status_code == 404

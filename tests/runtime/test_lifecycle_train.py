@@ -4,6 +4,7 @@ serves several policies (the operator switched linear → vw once)."""
 from __future__ import annotations
 
 from runtime.learning_log import log_final
+from sqlalchemy import text
 from typer.testing import CliRunner
 
 from memabra._cli._app import app
@@ -45,7 +46,8 @@ def test_a_trained_snapshot_descends_from_its_own_policys_active_snapshot(log: E
 
 def test_promote_and_rollback_say_where_a_rollback_goes_and_what_the_learner_does(migrated_url: str) -> None:
     """The nightly candidate names the snapshot active when it was trained; the learner has
-    published since, so undoing the promote with a rollback does not return to what served."""
+    published since, and undoing the promote with a rollback returns to what served (the learner's
+    snapshot), not to the candidate's parent (before revision 0011 it did)."""
     runner = CliRunner(env={"COLUMNS": "240"})
     with EpisodeLog(migrated_url) as log:
         log_final(log, 30)
@@ -64,16 +66,22 @@ def test_promote_and_rollback_say_where_a_rollback_goes_and_what_the_learner_doe
     promoted = runner.invoke(app, ["policies", "promote", report.saved_version, "--db", migrated_url])
     assert promoted.exit_code == 0, promoted.output
     said = " ".join(promoted.output.split())
-    assert f"rollback` now re-activates its parent {trained_from}, not {serving}" in said, said
-    assert f"promote {serving}" in said
+    assert f"rollback --policy linear` returns to {serving}" in said, said
+    assert "stores its snapshots as candidates" in said, said
 
     back = runner.invoke(app, ["policies", "rollback", "--db", migrated_url])
     assert back.exit_code == 0, back.output
     said = " ".join(back.output.split())
-    assert f"{trained_from} is active again" in said
-    assert f"stores its snapshots as candidates (newest: {newest.snapshot_version})" in said, said
+    assert f"{serving} is active again, {report.saved_version} retired" in said, said
+    # what the learner last published serves again: it publishes again, no candidates
+    assert "as candidates" not in said, said
 
-    # a learner snapshot promoted over its own parent says nothing more
-    again = runner.invoke(app, ["policies", "promote", serving, "--db", migrated_url])
+    # a rollback of a snapshot activated before revision 0011 (no record) still takes its parent
+    with EpisodeLog(migrated_url) as log:
+        learner_parent = log.get_snapshot(serving).parent
+    assert learner_parent is not None
+    with EpisodeLog(migrated_url) as log, log.engine.begin() as conn:
+        conn.execute(text("UPDATE policy_snapshots SET previous_active = NULL"))
+    again = runner.invoke(app, ["policies", "rollback", "--db", migrated_url])
     assert again.exit_code == 0, again.output
-    assert "note:" not in again.output
+    assert f"{learner_parent} is active again" in " ".join(again.output.split()), again.output
