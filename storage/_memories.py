@@ -83,7 +83,7 @@ class MemoryRegistry:
 
     def active_items(self, user_id: str) -> list[RegistryItem]:
         """The user's memories that may be recalled, oldest first."""
-        _need_user(user_id)
+        user_id = _need_user(user_id)
         stmt = (
             select(RegistryRow)
             .where(
@@ -99,18 +99,18 @@ class MemoryRegistry:
 
     def active_texts(self, user_id: str) -> list[tuple[str, str]]:
         """``(id, text)`` of the user's recallable memories, without building records."""
-        _need_user(user_id)
+        user_id = _need_user(user_id)
         with self._engine.connect() as conn:
             return [(str(i), str(t)) for i, t in conn.execute(_ACTIVE_TEXTS, {"owner": user_id}).all()]
 
     def generation(self, user_id: str) -> int:
         """Moves with every write to the user's memories through this class (one key lookup)."""
         with self._engine.connect() as conn:
-            found = conn.execute(_GENERATION, {"owner": user_id}).scalar()
+            found = conn.execute(_GENERATION, {"owner": clean_text(user_id)}).scalar()
         return int(found or 0)
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
-        _need_user(user_id)
+        user_id = _need_user(user_id)
         stmt = select(RegistryRow).where(
             RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.deleted_at.is_(None)
         )
@@ -125,7 +125,9 @@ class MemoryRegistry:
 
     def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
         t = MemoryHistoryRow
-        stmt = select(t).where(t.owner == user_id, t.memory_id == memory_id).order_by(t.at, t.id)
+        stmt = (
+            select(t).where(t.owner == clean_text(user_id), t.memory_id == clean_text(memory_id)).order_by(t.at, t.id)
+        )
         with self._session() as s:
             return [_change(r) for r in s.scalars(stmt)]
 
@@ -139,7 +141,7 @@ class MemoryRegistry:
         values = _registry_values(item)
 
         def work(s: Session) -> None:
-            existing = s.get(RegistryRow, (_MEMORY, item.owner, item.id))
+            existing = s.get(RegistryRow, (_MEMORY, values["owner"], values["id"]))
             if existing is None or existing.deleted_at is not None:
                 if existing is not None:
                     s.delete(existing)
@@ -152,7 +154,7 @@ class MemoryRegistry:
                 existing.retired_at = None
                 existing.superseded_by = None
             s.add(_history_row(change))
-            _bump(s.connection(), item.owner)
+            _bump(s.connection(), str(values["owner"]))
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
@@ -174,7 +176,7 @@ class MemoryRegistry:
         def work(conn: Connection) -> None:
             conn.execute(table_of(RegistryRow).insert(), rows)
             conn.execute(table_of(MemoryHistoryRow).insert(), history)
-            for owner in {item.owner for item, _ in items}:
+            for owner in {str(row["owner"]) for row in rows}:
                 _bump(conn, owner)
 
         self._tx.write_connection(work, what="memory write")
@@ -192,7 +194,7 @@ class MemoryRegistry:
                 text = clean_text(change.new_text)
                 row.text, row.tokens, row.name = text, tokens, text[:60]
             s.add(_history_row(change))
-            _bump(s.connection(), change.user_id)
+            _bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory refresh")
 
@@ -209,18 +211,19 @@ class MemoryRegistry:
             if not retired:
                 row.superseded_by = None
             s.add(_history_row(change))
-            _bump(s.connection(), change.user_id)
+            _bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory retire" if retired else "memory restore")
 
     def forget(self, user_id: str, memory_ids: Sequence[str] | None = None) -> int:
         """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
         the episode log keeps their ids for the decisions that offered them, not their text."""
-        _need_user(user_id)
+        user_id = _need_user(user_id)
         return self._tx.write(lambda s: _forget(s, user_id, memory_ids), what="forget memories")
 
 
 def _forget(s: Session, user_id: str, memory_ids: Sequence[str] | None) -> int:
+    memory_ids = None if memory_ids is None else [clean_text(m) for m in memory_ids]
     stmt = select(RegistryRow.id).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id)
     if memory_ids is not None:
         wanted = list(dict.fromkeys(memory_ids))
@@ -263,6 +266,7 @@ def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterab
     """Blank the text of forgotten memories wherever the log offered them (ids stay), and delete
     the stored embeddings of every text they had (the log's and ``texts``). Embeddings are shared
     by content, so another user's identical text loses its row too and is embedded again on use."""
+    user_id, memory_ids = clean_text(user_id), [clean_text(m) for m in memory_ids]
     t = DecisionCandidateRow
     forgotten = set(texts)
     for chunk in _chunks(list(memory_ids)):
@@ -287,6 +291,7 @@ def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterab
 def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> dict[str, datetime]:
     """When the router last injected each candidate for ``user_id`` (absent: never)."""
     t, d = DecisionCandidateRow, DecisionRow
+    user_id, candidate_ids = clean_text(user_id), [clean_text(c) for c in candidate_ids]
     out: dict[str, datetime] = {}
     with Session(engine) as s:
         for chunk in _chunks(list(dict.fromkeys(candidate_ids))):
@@ -311,13 +316,16 @@ def _chunks(values: list[str]) -> Iterator[list[str]]:
         yield values[i : i + _CHUNK]
 
 
-def _need_user(user_id: str) -> None:
-    if not isinstance(user_id, str) or not user_id:
+def _need_user(user_id: str) -> str:
+    """``user_id`` as the writes store it (:func:`clean_text`): a lookup with a NUL byte finds what
+    a write with it stored, on both databases, instead of PostgreSQL refusing the query."""
+    if not isinstance(user_id, str) or not clean_text(user_id):
         raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    return clean_text(user_id)
 
 
 def _row(s: Session, user_id: str, memory_id: str) -> RegistryRow:
-    row = s.get(RegistryRow, (_MEMORY, user_id, memory_id))
+    row = s.get(RegistryRow, (_MEMORY, clean_text(user_id), clean_text(memory_id)))
     if row is None or row.deleted_at is not None:
         raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
     return row

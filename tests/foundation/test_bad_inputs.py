@@ -284,6 +284,21 @@ def test_lookups_with_text_the_database_refuses_find_nothing(log: EpisodeLog) ->
     assert recompute_rewards(log, RewardWeights()) == 0
 
 
+def test_memory_lookups_with_a_nul_byte_find_what_the_write_stored(log: EpisodeLog) -> None:
+    from memabra import SQLMemory
+
+    memory = SQLMemory(log)
+    stored = memory.remember("ann\x00", "I live in Lyon")  # PostgreSQL refused the lookup before the write
+    assert [r.id for r in memory.list("ann\x00")] == [r.id for r in memory.list("ann")] == [stored.id]
+    assert memory.get("ann\x00", stored.id + "\x00").text == "I live in Lyon"
+    assert [c.action for c in memory.history("ann", stored.id + "\x00")] == [
+        c.action for c in memory.history("ann", stored.id)
+    ]
+    assert [i.id for i in memory.recall("ann\x00", "where do I live")] == [stored.id]
+    memory.forget("ann\x00", stored.id + "\x00")
+    assert memory.list("ann") == [] and memory.forget_all("ann\x00") == 0
+
+
 # ---------------------------------------------------------------- through the agent
 
 
