@@ -29,7 +29,7 @@ import torch
 import transformers
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
 
-from memabra.evals.mempo import MemPOScorer, Trajectory, memory_probes
+from memabra.evals.mempo import MemPOScorer, ScorerOutOfMemoryError, Trajectory, memory_probes
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def measure(
                 _synchronize(scorer.device)
                 seconds.append(time.perf_counter() - started)
                 tokens = int(scored.sequence_tokens.sum())
-        except torch.cuda.OutOfMemoryError:
+        except (ScorerOutOfMemoryError, torch.cuda.OutOfMemoryError):  # the scorer names its own
             rows.append({"batch_size": batch_size, "status": "out of memory"})
             torch.cuda.empty_cache()
             break
@@ -236,7 +236,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        partial = args.json.with_name(f".{args.json.name}.tmp")
+        partial.write_text(json.dumps(report, indent=2))
+        partial.replace(args.json)  # a report killed mid-write leaves the previous file, not half of one
     return report
 
 

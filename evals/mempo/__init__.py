@@ -29,6 +29,7 @@ from memabra.evals.mempo._probability import (
     ANSWER_OPEN,
     AnswerProbabilities,
     AnswerScorer,
+    UnscorablePairError,
     format_context,
     memory_block,
 )
@@ -51,7 +52,7 @@ from memabra.evals.mempo._trajectory import (
 )
 
 if TYPE_CHECKING:
-    from memabra.evals.mempo._scorer import MemPOScorer
+    from memabra.evals.mempo._scorer import MemPOScorer, ScorerOutOfMemoryError
 
 __all__ = [
     "ANSWER_OPEN",
@@ -63,8 +64,10 @@ __all__ = [
     "MemoryProbe",
     "RoutingDecisionItem",
     "RoutingDecisionScore",
+    "ScorerOutOfMemoryError",
     "ScoringProgress",
     "Trajectory",
+    "UnscorablePairError",
     "compute_score",
     "em_check",
     "extract_solution",
@@ -87,10 +90,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MemPOScorer":
+    if name in ("MemPOScorer", "ScorerOutOfMemoryError"):
         try:
-            from memabra.evals.mempo._scorer import MemPOScorer
+            from memabra.evals.mempo import _scorer
         except ImportError as exc:
-            raise ImportError(f"MemPOScorer needs the mempo extra (pip install 'memabra[mempo]'): {exc}") from exc
-        return MemPOScorer
+            raise ImportError(f"{name} needs the mempo extra (pip install 'memabra[mempo]'): {exc}") from exc
+        return getattr(_scorer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

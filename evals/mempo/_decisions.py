@@ -11,7 +11,7 @@ from itertools import islice
 
 from memabra._errors import InvalidRecordError
 from memabra.evals.mempo._advantage import memory_reward
-from memabra.evals.mempo._probability import AnswerScorer, format_context, memory_block
+from memabra.evals.mempo._probability import AnswerScorer, UnscorablePairError, format_context, memory_block
 
 __all__ = [
     "RoutingDecisionItem",
@@ -142,8 +142,13 @@ def _score_chunk(
             raise TypeError(f"items must be RoutingDecisionItem records, got {type(item).__name__}")
     contexts = [routing_contexts(item) for item in chunk]
     golds = [item.gold_answer for item in chunk]
-    scored = scorer.answer_probabilities([c[0] for c in contexts] + [c[1] for c in contexts], golds + golds)
     count = len(chunk)
+    try:
+        scored = scorer.answer_probabilities([c[0] for c in contexts] + [c[1] for c in contexts], golds + golds)
+    except UnscorablePairError as exc:  # "answers[k] ...": name the decision, not the pair
+        if not 0 <= exc.index < 2 * count:
+            raise
+        raise InvalidRecordError(f"decision {chunk[exc.index % count].id!r}: {exc}") from None
     p_selected, p_all = scored.probabilities[:count], scored.probabilities[count:]
     rewards = memory_reward(p_selected, p_all, eps=eps)
     return tuple(

@@ -9,7 +9,16 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ANSWER_OPEN", "AnswerProbabilities", "AnswerScorer", "format_context", "memory_block"]
+from memabra._errors import InvalidRecordError
+
+__all__ = [
+    "ANSWER_OPEN",
+    "AnswerProbabilities",
+    "AnswerScorer",
+    "UnscorablePairError",
+    "format_context",
+    "memory_block",
+]
 
 ANSWER_OPEN = "<answer>"
 """Every context ends with the answer tag, so the gold answer is scored in the answer format."""
@@ -31,8 +40,9 @@ def format_context(question: str, body: str) -> str:
 class AnswerProbabilities:
     """Per (context, answer) pair: ``probabilities`` = exp(mean log p(answer tokens | context)),
     the geometric mean of the answer tokens' probabilities; ``answer_tokens`` the number of answer
-    tokens scored; ``sequence_tokens`` the tokens run through the model (context and answer,
-    padding excluded). All three have shape (n_pairs,)."""
+    tokens scored; ``sequence_tokens`` the length of the pair's sequence as run through the model
+    (context, after any cut, and answer; padding excluded; a pair repeated in one call is run once
+    but counts each time). All three have shape (n_pairs,)."""
 
     probabilities: np.ndarray
     answer_tokens: np.ndarray
@@ -52,3 +62,12 @@ class AnswerScorer(Protocol):
     """Computes the probability of each answer after its context."""
 
     def answer_probabilities(self, contexts: Sequence[str], answers: Sequence[str]) -> AnswerProbabilities: ...
+
+
+class UnscorablePairError(InvalidRecordError):
+    """A (context, answer) pair a scorer cannot score (an answer with no tokens, or longer than the
+    model); ``index`` is the pair's position in the call, so a caller can name its own record."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import transformers
+from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
@@ -23,10 +25,11 @@ from memabra.evals.mempo._decisions import (
     ScoringProgress,
     score_routing_decisions,
 )
-from memabra.evals.mempo._probability import AnswerProbabilities
+from memabra.evals.mempo._model_dir import check_model_directory
+from memabra.evals.mempo._probability import AnswerProbabilities, UnscorablePairError
 from memabra.evals.mempo._trajectory import MemoryBlockScore, Trajectory, score_memory_blocks
 
-__all__ = ["MemPOScorer"]
+__all__ = ["MemPOScorer", "ScorerOutOfMemoryError"]
 
 _log = logging.getLogger("memabra")
 
@@ -38,7 +41,15 @@ _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "fp32": torch.float32,
 }
-_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+_CHARS_PER_TOKEN = 64
+"""More characters than any token of a real vocabulary spans on average over half a context (about
+4 for English text): a context this many characters per model position is cut before tokenising."""
+
+
+class ScorerOutOfMemoryError(ConfigError):
+    """A batch did not fit in the device's memory; the message names the batch size to lower."""
 
 
 class MemPOScorer:
@@ -49,7 +60,8 @@ class MemPOScorer:
     concatenated, so the same answer tokens are scored after every context. Sequences are sorted by
     length and run ``batch_size`` at a time without gradient, padded on ``padding_side`` with an
     attention mask and position ids that count real tokens only, so neither the batch nor the
-    padding changes a result. Contexts too long for the model lose their oldest tokens.
+    padding changes a result, and identical pairs are scored once. A context too long for the model
+    loses tokens from its middle (half the room to its beginning, half to its end), with a warning.
 
     ``device="auto"`` picks CUDA when available, else the CPU; ``dtype=None`` picks bfloat16 on
     CUDA and float32 on the CPU. Log-probabilities are always taken in float32.
@@ -72,7 +84,7 @@ class MemPOScorer:
         self.dtype = _resolve_dtype(dtype, self.device)
         self.batch_size = batch_size
         self.padding_side = padding_side
-        _check_model_directory(self.model_path)
+        check_model_directory(self.model_path)
         self._tokenizer, self._model = _load(self.model_path, self.device, self.dtype)
         self._pad_id = _pad_id(self._tokenizer)
         self._max_length = _max_length(self._model.config)
@@ -98,17 +110,27 @@ class MemPOScorer:
         if not contexts:
             empty = np.zeros(0)
             return AnswerProbabilities(empty, empty.astype(np.int64), empty.astype(np.int64))
-        sequences = self._encode(contexts, answers)
+        # identical pairs (a decision that selected every candidate) are scored once: in bf16 a row's
+        # result moves with its batch's padding, and two copies must not grade a tie as a loss
+        first: dict[tuple[str, str], int] = {}
+        for index, pair in enumerate(zip(contexts, answers, strict=True)):
+            if not isinstance(pair[0], str) or not isinstance(pair[1], str):
+                raise TypeError(f"contexts[{index}] and answers[{index}] must be strings")
+            first.setdefault(pair, index)
+        unique = list(first)
+        slot = {pair: position for position, pair in enumerate(unique)}
+        sequences = self._encode(unique, list(first.values()))
         mean_log_p = np.zeros(len(sequences))
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]), reverse=True)
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
                 mean_log_p[rows] = self._mean_log_probs([sequences[i] for i in rows])
+        back = np.asarray([slot[pair] for pair in zip(contexts, answers, strict=True)], dtype=np.int64)
         return AnswerProbabilities(
-            probabilities=np.exp(mean_log_p),
-            answer_tokens=np.asarray([answer_length for _, answer_length in sequences], dtype=np.int64),
-            sequence_tokens=np.asarray([len(ids) for ids, _ in sequences], dtype=np.int64),
+            probabilities=np.exp(mean_log_p)[back],
+            answer_tokens=np.asarray([answer_length for _, answer_length in sequences], dtype=np.int64)[back],
+            sequence_tokens=np.asarray([len(ids) for ids, _ in sequences], dtype=np.int64)[back],
         )
 
     def score_memory_blocks(self, trajectories: Sequence[Trajectory], eps: float = 0.0) -> list[MemoryBlockScore]:
@@ -126,20 +148,41 @@ class MemPOScorer:
         """Grade routing decisions chunk by chunk (see :func:`score_routing_decisions`)."""
         return score_routing_decisions(self, items, eps=eps, chunk_size=chunk_size, on_progress=on_progress)
 
-    def _encode(self, contexts: Sequence[str], answers: Sequence[str]) -> list[tuple[list[int], int]]:
-        for index, (context, answer) in enumerate(zip(contexts, answers, strict=True)):
-            if not isinstance(context, str) or not isinstance(answer, str):
-                raise TypeError(f"contexts[{index}] and answers[{index}] must be strings")
-        context_ids = self._tokenizer(list(contexts))["input_ids"]
-        answer_ids = self._tokenizer(list(answers), add_special_tokens=False)["input_ids"]
-        return [
-            self._join(list(c), list(a), index)
-            for index, (c, a) in enumerate(zip(context_ids, answer_ids, strict=True))
+    def _encode(self, pairs: Sequence[tuple[str, str]], indices: Sequence[int]) -> list[tuple[list[int], int]]:
+        """Token ids of each (context, answer) pair; ``indices`` are the caller's, for error messages."""
+        limit = self._max_length * _CHARS_PER_TOKEN
+        context_ids = self._tokenizer([self._precut(c, limit) for c, _ in pairs])["input_ids"]
+        answer_ids = self._tokenizer([a for _, a in pairs], add_special_tokens=False)["input_ids"]
+        joined = [
+            self._join(list(c), list(a), index) for index, c, a in zip(indices, context_ids, answer_ids, strict=True)
         ]
+        cut = sum(
+            len(c) + len(a) > self._max_length or len(pair[0]) > limit
+            for pair, c, a in zip(pairs, context_ids, answer_ids, strict=True)
+        )
+        if cut:
+            _log.warning(
+                "MemPO: %d of %d contexts exceed the model's %d positions: tokens were cut from their middle "
+                "(the question and the end kept), so their probabilities describe part of the context",
+                cut,
+                len(joined),
+                self._max_length,
+            )
+        return joined
+
+    @staticmethod
+    def _precut(context: str, limit: int) -> str:
+        """A context far longer than the model could take loses its middle characters before it is
+        tokenised (the token-level cut of :meth:`_join` then takes the middle out exactly): a
+        megabyte memory costs a tokenisation of what can be kept, not of the megabyte."""
+        if len(context) <= limit:
+            return context
+        head = limit // 2
+        return context[:head] + context[len(context) - (limit - head) :]
 
     def _join(self, context_ids: list[int], answer_ids: list[int], index: int) -> tuple[list[int], int]:
         if not answer_ids:
-            raise ValueError(f"answers[{index}] encodes to no tokens")
+            raise UnscorablePairError(index, f"answers[{index}] encodes to no tokens")
         if not context_ids:
             fallback = (
                 self._tokenizer.bos_token_id
@@ -147,16 +190,23 @@ class MemPOScorer:
                 else self._tokenizer.eos_token_id
             )
             if fallback is None:
-                raise ValueError(f"contexts[{index}] encodes to no tokens and the tokenizer has no BOS or EOS token")
+                raise UnscorablePairError(
+                    index, f"contexts[{index}] encodes to no tokens and the tokenizer has no BOS or EOS token"
+                )
             context_ids = [fallback]
         room = self._max_length - len(answer_ids)
         if room < 1:
-            raise ValueError(
-                f"answers[{index}] has {len(answer_ids)} tokens, more than the model's {self._max_length} positions allow"
+            raise UnscorablePairError(
+                index,
+                f"answers[{index}] has {len(answer_ids)} tokens, more than the model's {self._max_length} positions allow",
             )
         if len(context_ids) > room:
-            _log.debug("context %d truncated from %d to its last %d tokens", index, len(context_ids), room)
-            context_ids = context_ids[-room:]
+            # the middle goes: the question opens a context and the latest memory and answer tag close it
+            head = room // 2
+            _log.debug(
+                "context %d cut from %d to its first %d and last %d tokens", index, len(context_ids), head, room - head
+            )
+            context_ids = context_ids[:head] + context_ids[len(context_ids) - (room - head) :]
         return context_ids + answer_ids, len(answer_ids)
 
     def _mean_log_probs(self, batch: list[tuple[list[int], int]]) -> np.ndarray:
@@ -170,9 +220,15 @@ class MemPOScorer:
         if self.padding_side == "left" and self._can_keep_last_logits:
             kept = int(answer_lengths.max()) + 1
             extra["logits_to_keep"] = kept
-        logits = self._model(
-            input_ids=ids_tensor, attention_mask=mask_tensor, position_ids=positions, use_cache=False, **extra
-        ).logits
+        try:
+            logits = self._model(
+                input_ids=ids_tensor, attention_mask=mask_tensor, position_ids=positions, use_cache=False, **extra
+            ).logits
+        except torch.cuda.OutOfMemoryError:
+            raise ScorerOutOfMemoryError(
+                f"out of memory on {self.device} scoring {len(batch)} sequences of up to {input_ids.shape[1]} "
+                f"tokens: lower batch_size (now {self.batch_size})"
+            ) from None
         return _mean_answer_log_probs(
             logits, ids_tensor, answer_starts, answer_lengths, first_logit=input_ids.shape[1] - kept
         )
@@ -224,6 +280,11 @@ def _resolve_device(device: str | torch.device) -> torch.device:
         raise ConfigError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}: {exc}") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} asked for CUDA, which is not available here")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(
+            f"device {device!r} does not exist: there are {count} CUDA devices (cuda:0 to cuda:{count - 1})"
+        )
     return resolved
 
 
@@ -235,17 +296,6 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> tor
     if isinstance(dtype, str) and dtype.lower() in _DTYPES:
         return _DTYPES[dtype.lower()]
     raise ConfigError(f"dtype must be one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
-
-
-def _check_model_directory(path: Path) -> None:
-    if not path.is_dir():
-        raise ConfigError(
-            f"model_path {str(path)!r} is not a local directory holding a saved causal LM (models are never fetched from a hub)"
-        )
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"model_path {str(path)!r} holds no model: config.json is missing")
-    if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
-        raise ConfigError(f"model_path {str(path)!r} holds no weights (*.safetensors or pytorch_model*.bin)")
 
 
 @contextmanager
@@ -264,13 +314,24 @@ def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, An
     with _quiet_transformers():
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"model_path {str(path)!r}: no usable tokenizer: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - tokenizers and sentencepiece raise their own
+            raise ConfigError(
+                f"model_path {str(path)!r}: no usable tokenizer (save the model's tokenizer into the same "
+                f"directory with tokenizer.save_pretrained): {type(exc).__name__}: {exc}"
+            ) from None
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"model_path {str(path)!r}: the model does not load: {exc}") from None
-    model.to(device)
+            dtype_argument = {_dtype_keyword(transformers.__version__): dtype}
+            model: Any = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **dtype_argument)
+        except Exception as exc:  # noqa: BLE001 - safetensors, pickle and torch each raise their own
+            raise ConfigError(
+                f"model_path {str(path)!r}: the model does not load: {type(exc).__name__}: {exc}"
+            ) from None
+    try:
+        model.to(device)
+    except RuntimeError as exc:  # out of memory, most often
+        raise ConfigError(f"model_path {str(path)!r}: the model could not be placed on {device}: {exc}") from None
+    if model.get_input_embeddings().weight.dtype != dtype:
+        model.to(dtype)  # whatever a loader made of the keyword, the scorer runs in the dtype it reports
     model.eval()
     _log.info("MemPO scorer loaded %s on %s (%s)", path, device, dtype)
     return tokenizer, model
@@ -289,3 +350,8 @@ def _max_length(config: Any) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 1 << 30
+
+
+def _dtype_keyword(version: str) -> str:
+    """``from_pretrained``'s dtype keyword: ``dtype`` from transformers 4.56, ``torch_dtype`` before."""
+    return "dtype" if Version(version) >= Version("4.56") else "torch_dtype"

@@ -72,7 +72,7 @@ def test_score_stores_one_label_per_decision_and_reports_throughput(trained_mode
         "--device",
         "cpu",
     ]
-    result = runner.invoke(cli.mempo_app, ["--model", str(trained_model_dir), *options])
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(trained_model_dir), *options])
     assert result.exit_code == 0, result.output
     with EpisodeLog(migrated_url) as log:
         labels = log.memory_scores(decision_ids)
@@ -83,7 +83,9 @@ def test_score_stores_one_label_per_decision_and_reports_throughput(trained_mode
 
 
 def test_nothing_to_score_loads_no_model(tmp_path: Path, migrated_url: str) -> None:
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--db", migrated_url])  # no model in it
+    (tmp_path / "config.json").write_text("{}")  # what a model directory holds, but nothing loadable
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url])
     assert result.exit_code == 0 and "no decisions" in result.output
     # a log without gold answers (the demo's) says where one comes from, not only that there is none
     assert "a gold answer arrives as feedback on its episode" in result.output
@@ -93,19 +95,21 @@ def test_nothing_to_score_loads_no_model(tmp_path: Path, migrated_url: str) -> N
 def test_a_model_folder_that_does_not_exist_is_refused_before_the_log_is_read(
     tmp_path: Path, migrated_url: str
 ) -> None:
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path / "absent"), "--db", migrated_url])
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path / "absent"), "--db", migrated_url])
     assert result.exit_code == 1 and "is not a directory" in " ".join(result.output.split())
 
 
 def test_a_missing_model_is_a_one_line_error(tmp_path: Path, migrated_url: str) -> None:
     _log_decisions(migrated_url)
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--db", migrated_url])
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url])
     assert result.exit_code == 1
     assert "config.json is missing" in result.output
 
 
 def test_a_bad_since_names_the_option(tmp_path: Path, migrated_url: str) -> None:
-    result = runner.invoke(cli.mempo_app, ["--model", str(tmp_path), "--since", "yesterday", "--db", migrated_url])
+    result = runner.invoke(
+        cli.mempo_app, ["score", "--model", str(tmp_path), "--since", "yesterday", "--db", migrated_url]
+    )
     assert result.exit_code == 1 and "--since" in result.output
 
 
@@ -121,7 +125,7 @@ def test_a_second_run_scores_only_what_the_first_left(trained_model_dir: Path, m
         log.store_memory_scores([MemoryQuality(decision_ids[2], "mempo:another-model", 0.5, 0.5, 0.0, 1, 3)])
     options = ["--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu", "--chunk-size", "2"]
 
-    resumed = runner.invoke(cli.mempo_app, options)
+    resumed = runner.invoke(cli.mempo_app, ["score", *options])
     assert resumed.exit_code == 0, resumed.output
     assert "scoring 2 decisions" in resumed.output  # the other model's label is not this model's
     with EpisodeLog(migrated_url) as log:
@@ -129,10 +133,109 @@ def test_a_second_run_scores_only_what_the_first_left(trained_model_dir: Path, m
     assert [labels[d].reward for d in decision_ids] == [1, 1, -1, -1]  # the first two kept, as stored
     assert {labels[d].scorer for d in decision_ids} == {scorer}
 
-    again = runner.invoke(cli.mempo_app, options)
+    again = runner.invoke(cli.mempo_app, ["score", *options])
     assert again.exit_code == 0 and "nothing left to score" in again.output and "--rescore" in again.output
 
-    rescored = runner.invoke(cli.mempo_app, [*options, "--rescore"])
+    rescored = runner.invoke(cli.mempo_app, ["score", *options, "--rescore"])
     assert rescored.exit_code == 0 and "scoring 4 decisions" in rescored.output
     with EpisodeLog(migrated_url) as log:
         assert all(label.reward == -1 for label in log.memory_scores(decision_ids).values())
+
+
+def test_a_folder_that_is_not_a_model_is_refused_even_with_nothing_to_score(tmp_path: Path, migrated_url: str) -> None:
+    """A nightly job pointed at the wrong folder fails on its first night, not on the first night
+    a gold answer arrives."""
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url])
+    assert result.exit_code == 1 and "config.json is missing" in result.output
+    (tmp_path / "config.json").write_text("{}")
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url])
+    assert result.exit_code == 1 and "holds no weights" in result.output
+
+
+def test_dtype_and_name_reach_the_scorer_and_the_labels(trained_model_dir: Path, migrated_url: str) -> None:
+    decision_ids = _log_decisions(migrated_url)
+    options = ["--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    result = runner.invoke(cli.mempo_app, ["score", *options, "--dtype", "bf16", "--name", "mempo:capitals-v2"])
+    assert result.exit_code == 0, result.output
+    assert "(bfloat16), labels stored as mempo:capitals-v2" in result.output
+    with EpisodeLog(migrated_url) as log:
+        assert {label.scorer for label in log.memory_scores(decision_ids).values()} == {"mempo:capitals-v2"}
+    # another model in a folder of the same name is not taken for this one when it is named
+    again = runner.invoke(cli.mempo_app, ["score", *options, "--name", "mempo:capitals-v3"])
+    assert again.exit_code == 0 and "scoring 4 decisions" in again.output
+    bad = runner.invoke(cli.mempo_app, ["score", *options, "--dtype", "int8"])
+    assert bad.exit_code == 1 and "dtype must be one of" in bad.output
+    long_name = runner.invoke(cli.mempo_app, ["score", *options, "--name", "x" * 201])
+    assert long_name.exit_code == 1 and "shorter --name" in long_name.output
+
+
+def test_an_interrupted_run_says_what_it_stored(
+    trained_model_dir: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memabra.evals.mempo import MemPOScorer
+
+    decision_ids = _log_decisions(migrated_url)
+    real = MemPOScorer.score_routing_decisions
+
+    def interrupted_after_one_chunk(self: MemPOScorer, *args: object, **kwargs: object) -> object:
+        chunks = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        yield next(chunks)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemPOScorer, "score_routing_decisions", interrupted_after_one_chunk)
+    options = ["--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu", "--chunk-size", "3"]
+    result = runner.invoke(cli.mempo_app, ["score", *options])
+    assert result.exit_code == 130
+    assert "interrupted: 3 of 4 decisions scored and stored; the same command scores the rest" in result.output
+    with EpisodeLog(migrated_url) as log:
+        assert len(log.memory_scores(decision_ids)) == 3
+
+
+def test_a_decision_the_model_cannot_score_is_a_one_line_error(trained_model_dir: Path, migrated_url: str) -> None:
+    from memabra import Feedback
+
+    _log_decisions(migrated_url)
+    with EpisodeLog(migrated_url) as log:
+        episode = log.list_episodes(limit=1).items[0]
+        log.add_feedback(Feedback(episode.id, "programmatic", "checker", {"gold_answer": "paris " * 300}))
+    result = runner.invoke(
+        cli.mempo_app, ["score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    )
+    assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
+    assert "more than the model's 256 positions" in result.output and "decision '" in result.output
+
+
+def test_labels_summarise_what_score_stored(migrated_url: str, tmp_path: Path) -> None:
+    import json
+
+    from memabra._records import MemoryQuality
+
+    decision_ids = _log_decisions(migrated_url)
+    empty = runner.invoke(cli.mempo_app, ["labels", "--db", migrated_url])
+    assert empty.exit_code == 0 and "4 decisions with a known gold answer, 0 labelled" in empty.output
+    assert "memabra mempo score --model PATH" in empty.output
+    with EpisodeLog(migrated_url) as log:
+        log.store_memory_scores(
+            [
+                MemoryQuality(decision_ids[0], "mempo:a", 0.2, 0.9, -0.7, -1, 1),
+                MemoryQuality(decision_ids[1], "mempo:a", 0.8, 0.6, 0.2, 1, 1),
+                MemoryQuality(decision_ids[2], "mempo:b", 0.5, 0.6, -0.1, -1, 1),
+            ]
+        )
+    out = tmp_path / "labels.json"
+    result = runner.invoke(cli.mempo_app, ["labels", "--db", migrated_url, "--worst", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "4 decisions with a known gold answer, 3 labelled" in result.output
+    assert "what is the capital of france ?" in result.output  # the worst decision's question
+    data = json.loads(out.read_text())
+    assert (data["decisions"], data["labelled"]) == (4, 3)
+    assert [(s["scorer"], s["labels"], s["as_good"], s["worse"]) for s in data["scorers"]] == [
+        ("mempo:a", 2, 1, 1),
+        ("mempo:b", 1, 0, 1),
+    ]
+    assert data["scorers"][0]["mean_difference"] == pytest.approx(-0.25)
+    assert [(d["decision_id"], d["difference"]) for d in data["worst"]] == [(decision_ids[0], -0.7)]
+    only_b = runner.invoke(cli.mempo_app, ["labels", "--db", migrated_url, "--scorer", "mempo:b", "--json", "-"])
+    assert only_b.exit_code == 0
+    data = json.loads(only_b.stdout)
+    assert data["labelled"] == 1 and [d["decision_id"] for d in data["worst"]] == [decision_ids[2]]

@@ -23,7 +23,7 @@ from .conftest import CITIES, capital_items, capital_trajectories
 torch = pytest.importorskip("torch", reason="the MemPO scorer needs the mempo extra (torch)")
 pytest.importorskip("transformers", reason="the MemPO scorer needs the mempo extra (transformers)")
 
-from memabra.evals.mempo import MemPOScorer  # noqa: E402
+from memabra.evals.mempo import MemPOScorer, ScorerOutOfMemoryError  # noqa: E402
 
 CONTEXTS = [
     format_context("what is the capital of france ?", memory_block(["the capital of france is paris"])),
@@ -188,3 +188,144 @@ def test_memory_scores_do_not_depend_on_the_batch(trained_model_dir: Path) -> No
     np.testing.assert_allclose([b.p_mem for b in one], [b.p_mem for b in many], atol=1e-5)
     np.testing.assert_allclose([b.p_full for b in one], [b.p_full for b in many], atol=1e-5)
     assert set(CITIES.values()) == {t.gold_answer for t in trajectories}
+
+
+def test_identical_pairs_get_identical_probabilities_whatever_their_batch(random_model_dir: Path) -> None:
+    """bf16 with left padding (the CUDA default) gives a row a slightly different result when its
+    batch is padded wider; a decision that selected every candidate has two identical contexts, and
+    a difference of -4e-6 between them would grade it -1. Identical pairs are scored once."""
+    short = format_context("what is the capital of france ?", memory_block(["bob likes green tea"]))
+    long = format_context("what ?", memory_block(["bob likes green tea alice plays chess every sunday"] * 3))
+    scorer = MemPOScorer(random_model_dir, device="cpu", batch_size=2, dtype="bf16")
+    scored = scorer.answer_probabilities([short, long, short], ["paris", "paris", "paris"])
+    assert scored.probabilities[0] == scored.probabilities[2]
+    assert scored.sequence_tokens[0] == scored.sequence_tokens[2] < scored.sequence_tokens[1]
+    everything = ("bob likes green tea", "the capital of france is paris")
+    items = [
+        dataclasses.replace(item, selected=everything, candidates=everything)
+        if index == 1
+        else dataclasses.replace(item, candidates=(*item.candidates, long))
+        for index, (_, item) in enumerate(capital_items())
+    ]
+    for batch_size in (1, 2, 3):
+        bf16 = MemPOScorer(random_model_dir, device="cpu", batch_size=batch_size, dtype="bf16")
+        score = [s for chunk in bf16.score_routing_decisions(items) for s in chunk][1]
+        assert score.difference == 0.0 and score.reward == 1
+
+
+def test_unreadable_weights_are_a_config_error(tmp_path: Path, random_model_dir: Path) -> None:
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((random_model_dir / name).read_bytes())
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ConfigError, match="the model does not load"):
+        MemPOScorer(tmp_path, device="cpu")
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not a pickle either")
+    with pytest.raises(ConfigError, match="the model does not load"):
+        MemPOScorer(tmp_path, device="cpu")
+
+
+def test_an_overlong_context_keeps_its_beginning_and_its_end(
+    random_model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The question opens a context and the answer tag closes it: a context too long for the model
+    loses tokens from its middle (as LongBench truncates), never its question, and says so."""
+    scorer = MemPOScorer(random_model_dir, device="cpu", batch_size=2)
+    question = "what is the capital of france ?"
+    words = ("bob likes green tea alice plays chess every sunday the river flows north " * 30).split()
+    overlong = f"{question} {' '.join(words)} <answer>"
+    room = 256 - 1  # the model's positions less the one answer token
+    head = room // 2 - 1 - 7  # less the BOS token and the question's seven
+    tail = room - room // 2 - 1  # less the answer tag
+    kept = f"{question} {' '.join(words[:head])} {' '.join(words[-tail:])} <answer>"
+    with caplog.at_level("WARNING", logger="memabra"):
+        scored = scorer.answer_probabilities([overlong, kept], ["paris", "paris"])
+    assert scored.sequence_tokens.tolist() == [256, 256]
+    assert scored.probabilities[0] == pytest.approx(scored.probabilities[1], abs=1e-6)
+    assert "1 of 2 contexts" in caplog.text and "middle" in caplog.text
+
+
+def test_running_out_of_memory_names_the_batch_size(random_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scorer = MemPOScorer(random_model_dir, device="cpu", batch_size=4)
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(scorer.model, "forward", out_of_memory)
+    with pytest.raises(
+        ScorerOutOfMemoryError, match=r"out of memory on cpu scoring 2 sequences .* lower batch_size \(now 4\)"
+    ):
+        scorer.answer_probabilities(CONTEXTS[:2], ANSWERS[:2])
+
+
+def test_a_gold_answer_longer_than_the_model_names_its_decision(random_model_dir: Path) -> None:
+    from memabra._errors import InvalidRecordError
+
+    items = [item for _, item in capital_items()]
+    items[2] = dataclasses.replace(items[2], gold_answer="paris " * 300)
+    scorer = MemPOScorer(random_model_dir, device="cpu")
+    with pytest.raises(InvalidRecordError, match=rf"decision {items[2].id!r}: .*300 tokens, more than the model's 256"):
+        list(scorer.score_routing_decisions(items))
+    # the index a direct call names is its caller's, duplicates or not
+    with pytest.raises(ValueError, match=r"answers\[2\] has 300 tokens"):
+        scorer.answer_probabilities(["what", "what", "what"], ["paris", "paris", "paris " * 300])
+
+
+@pytest.mark.parametrize(
+    ("version", "keyword"),
+    [("4.44.2", "torch_dtype"), ("4.55.4", "torch_dtype"), ("4.56.0", "dtype"), ("5.25.0", "dtype")],
+)
+def test_the_dtype_keyword_follows_the_transformers_version(version: str, keyword: str) -> None:
+    """transformers before 4.56 takes ``torch_dtype`` (and would load float32 silently otherwise)."""
+    from memabra.evals.mempo._scorer import _dtype_keyword
+
+    assert _dtype_keyword(version) == keyword
+
+
+def test_the_loaded_model_has_the_dtype_asked_for(random_model_dir: Path) -> None:
+    scorer = MemPOScorer(random_model_dir, device="cpu", dtype="bf16")
+    assert next(scorer.model.parameters()).dtype == torch.bfloat16
+
+
+def test_a_pair_that_is_not_two_strings_names_its_index(random_model_dir: Path) -> None:
+    scorer = MemPOScorer(random_model_dir, device="cpu")
+    with pytest.raises(TypeError, match=r"contexts\[1\] and answers\[1\] must be strings"):
+        scorer.answer_probabilities(["what", ["not", "a", "string"]], ["paris", "paris"])  # type: ignore[list-item]
+
+
+def test_a_cuda_device_that_does_not_exist_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memabra.evals.mempo._scorer import _resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ConfigError, match=r"device 'cuda:2' .* 2 CUDA devices \(cuda:0 to cuda:1\)"):
+        _resolve_device("cuda:2")
+
+
+def test_a_huge_context_is_not_tokenised_whole(random_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory of megabytes would cost seconds and gigabytes to tokenise only to be cut to the
+    model's positions: its middle goes before tokenising, and the result is the same middle cut."""
+    from memabra.evals.mempo import _scorer
+
+    scorer = MemPOScorer(random_model_dir, device="cpu")
+    real = scorer._tokenizer
+    seen: list[int] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def __call__(self, texts: list[str], **kwargs: object) -> object:
+            seen.extend(len(text) for text in texts)
+            return real(texts, **kwargs)
+
+    monkeypatch.setattr(scorer, "_tokenizer", Spy())
+    middle = "bob likes green tea " * 100_000  # 2 MB
+    huge = f"what is the capital of france ? {middle}the river flows north <answer>"
+    scored = scorer.answer_probabilities([huge], ["paris"])
+    assert max(seen) <= 256 * _scorer._CHARS_PER_TOKEN and scored.sequence_tokens.tolist() == [256]
+    monkeypatch.setattr(_scorer, "_CHARS_PER_TOKEN", 10**9)  # tokenise it whole, then cut
+    whole = scorer.answer_probabilities([huge], ["paris"])
+    assert max(seen) > 2_000_000
+    assert scored.probabilities[0] == pytest.approx(whole.probabilities[0], abs=1e-7)
