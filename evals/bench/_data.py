@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,14 @@ from memabra._records import Candidate, CandidateKind
 __all__ = ["NEED_RULES", "BenchFormatError", "BenchRound", "load_rounds"]
 
 NEED_RULES = ("any", "all")
+
+_log = logging.getLogger("memabra")
+
+# the fields the format defines; any other is reported (a typo such as "neeed" would otherwise
+# silently become the default)
+_ROUND_FIELDS = frozenset({"id", "query", "candidates", "relevant", "slots", "group", "need"})
+_CANDIDATE_FIELDS = frozenset({"id", "kind", "text", "tokens"})
+_JSON_LINES = "a bench file is JSON Lines: one round per line, each a JSON object"
 
 
 class BenchFormatError(MemabraError, ValueError):
@@ -56,36 +65,46 @@ def _field(obj: dict[str, object], name: str, kind: type, where: str) -> object:
     return value
 
 
-def parse_round(obj: object, where: str) -> BenchRound:
+def _candidate(raw: object, spot: str, pool: dict[tuple[str, str, str, int], Candidate] | None) -> Candidate:
+    """One candidate object; with ``pool``, the same candidate as an earlier round's (one object
+    per distinct candidate, so a shared registry is held once, not once per round)."""
+    if not isinstance(raw, dict):
+        raise BenchFormatError(f"{spot}: must be an object")
+    kind_name = str(_field(raw, "kind", str, spot))
+    if kind_name not in {k.value for k in CandidateKind}:
+        raise BenchFormatError(f"{spot}: field 'kind' must be memory, skill or tool, got {kind_name!r}")
+    key = (
+        str(_field(raw, "id", str, spot)),
+        kind_name,
+        str(_field(raw, "text", str, spot)),
+        int(_field(raw, "tokens", int, spot)),  # type: ignore[call-overload]
+    )
+    known = pool.get(key) if pool is not None else None
+    if known is not None:
+        return known
+    try:
+        candidate = Candidate(id=key[0], kind=CandidateKind(kind_name), text=key[2], tokens=key[3])
+    except (InvalidRecordError, ValueError) as exc:
+        raise BenchFormatError(f"{spot}: {exc}") from None
+    if pool is not None:
+        pool[key] = candidate
+    return candidate
+
+
+def parse_round(obj: object, where: str, pool: dict[tuple[str, str, str, int], Candidate] | None = None) -> BenchRound:
+    """One round from its JSON object; ``where`` prefixes every error (file and line). Rounds
+    parsed with the same ``pool`` dict share one object per distinct candidate."""
     if not isinstance(obj, dict):
-        raise BenchFormatError(f"{where}: a round must be a JSON object")
+        raise BenchFormatError(f"{where}: a round must be a JSON object, got {type(obj).__name__} ({_JSON_LINES})")
     round_id = str(_field(obj, "id", str, where))
+    if not round_id:
+        raise BenchFormatError(f"{where}: field 'id' must not be empty")
     query = str(_field(obj, "query", str, where))
     raw_candidates = _field(obj, "candidates", list, where)
     assert isinstance(raw_candidates, list)
     if not raw_candidates:
         raise BenchFormatError(f"{where}: field 'candidates' is empty")
-    candidates: list[Candidate] = []
-    for j, raw in enumerate(raw_candidates):
-        spot = f"{where} candidates[{j}]"
-        if not isinstance(raw, dict):
-            raise BenchFormatError(f"{spot}: must be an object")
-        kind_name = str(_field(raw, "kind", str, spot))
-        if kind_name not in {k.value for k in CandidateKind}:
-            raise BenchFormatError(f"{spot}: field 'kind' must be memory, skill or tool, got {kind_name!r}")
-        try:
-            candidates.append(
-                Candidate(
-                    id=str(_field(raw, "id", str, spot)),
-                    kind=CandidateKind(kind_name),
-                    text=str(_field(raw, "text", str, spot)),
-                    tokens=int(_field(raw, "tokens", int, spot)),  # type: ignore[call-overload]
-                )
-            )
-        except (InvalidRecordError, ValueError) as exc:
-            if isinstance(exc, BenchFormatError):
-                raise
-            raise BenchFormatError(f"{spot}: {exc}") from None
+    candidates = [_candidate(raw, f"{where} candidates[{j}]", pool) for j, raw in enumerate(raw_candidates)]
     ids = [c.id for c in candidates]
     if len(set(ids)) != len(ids):
         raise BenchFormatError(f"{where}: duplicate candidate ids {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -98,13 +117,13 @@ def parse_round(obj: object, where: str) -> BenchRound:
         raise BenchFormatError(f"{where}: 'relevant' names ids that are not candidates: {unknown}")
     slots = _field(obj, "slots", int, where)
     assert isinstance(slots, int)
-    if slots < 0:
-        raise BenchFormatError(f"{where}: field 'slots' must be non-negative, got {slots}")
+    if slots < 1:
+        raise BenchFormatError(f"{where}: field 'slots' must be at least 1, got {slots}")
     if len({c.kind for c in candidates}) != 1:
         raise BenchFormatError(f"{where}: a round's candidates must all be of one kind")
     group = obj.get("group", "")
     if not isinstance(group, str):
-        raise BenchFormatError(f"{where}: field 'group' must be a string")
+        raise BenchFormatError(f"{where}: field 'group' must be str, got {type(group).__name__}")
     need = obj.get("need", "any")
     if need not in NEED_RULES:
         raise BenchFormatError(f"{where}: field 'need' must be one of {', '.join(NEED_RULES)}, got {need!r}")
@@ -112,9 +131,17 @@ def parse_round(obj: object, where: str) -> BenchRound:
 
 
 def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:
-    """All rounds of a bench file; :class:`BenchFormatError` names the first bad line and field."""
+    """All rounds of a bench file; :class:`BenchFormatError` names the first bad line and field.
+
+    A UTF-8 byte order mark and CRLF line endings are read as the text they frame. Fields the
+    format does not define, and ``need: all`` rounds that need more candidates than they have
+    slots (no router can hit them), are logged as warnings naming the first line of each."""
     path = Path(path)
     rounds: list[BenchRound] = []
+    first_line: dict[str, int] = {}
+    unknown: dict[str, int] = {}
+    unwinnable: list[int] = []
+    pool: dict[tuple[str, str, str, int], Candidate] = {}
     try:
         handle = path.open("rb")  # decoded line by line, so a bad byte is reported on its own line
     except OSError as exc:
@@ -122,6 +149,8 @@ def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:
     with handle:
         for number, raw in enumerate(handle, start=1):
             where = f"{path.name} line {number}"
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -134,16 +163,46 @@ def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise BenchFormatError(f"{where}: not valid JSON ({exc.msg})") from None
-            rounds.append(parse_round(obj, where))
+                raise BenchFormatError(f"{where}: not valid JSON ({exc.msg}; {_JSON_LINES})") from None
+            round_ = parse_round(obj, where, pool)
+            if round_.id in first_line:
+                raise BenchFormatError(
+                    f"{where}: duplicate round id {round_.id!r} (first on line {first_line[round_.id]})"
+                )
+            first_line[round_.id] = number
+            _note_unknown(obj, number, unknown)
+            if round_.need == "all" and len(round_.relevant) > round_.slots:
+                unwinnable.append(number)
+            rounds.append(round_)
     if not rounds:
         raise BenchFormatError(f"{path.name}: no rounds")
-    seen: set[str] = set()
-    for r in rounds:
-        if r.id in seen:
-            raise BenchFormatError(f"{path.name}: duplicate round id {r.id!r}")
-        seen.add(r.id)
+    for name, number in unknown.items():
+        _log.warning(
+            "%s line %d: unknown field %r ignored (the format's fields are in the bench README)",
+            path.name,
+            number,
+            name,
+        )
+    if unwinnable:
+        _log.warning(
+            "%s: %d round(s) need all of more relevant candidates than they have slots (first on line %d): "
+            "no router can hit them",
+            path.name,
+            len(unwinnable),
+            unwinnable[0],
+        )
     return tuple(rounds)
+
+
+def _note_unknown(obj: dict[str, object], number: int, unknown: dict[str, int]) -> None:
+    """Record, on first sight, each field of ``obj`` (a parsed round) the format does not define."""
+    names = [str(k) for k in obj if k not in _ROUND_FIELDS]
+    raw_candidates = obj["candidates"]
+    assert isinstance(raw_candidates, list)
+    for raw in raw_candidates:
+        names += [f"candidates[].{k}" for k in raw if k not in _CANDIDATE_FIELDS]
+    for name in names:
+        unknown.setdefault(name, number)
 
 
 def split_unseen(rounds: Sequence[BenchRound], seed: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -2,15 +2,16 @@
 composite reward of :mod:`memabra.evals.bench._reward` and learns; ``passes`` passes over the rounds
 in a seeded shuffled order (the same order for every router).
 
-Candidate usage statistics (``times_chosen``, ``times_helped``) are kept per router, as the episode
-log would, and handed to it as ``Candidate.usage``.
+Candidate usage statistics (``times_chosen``, ``times_helped``) are kept per router and per round
+``group`` (one candidate pool: a user's memories, whose counts the episode log keeps per user, or
+a tool registry), and handed to it as ``Candidate.usage``.
 
 Decision times are ``Selection.latency_ms`` (featurisation included) measured after the similarity
 caches were warmed with every round's texts, so the first router timed does not pay for them.
 
 ``hit_rate_unseen``: a fresh router learns for ``passes`` passes on a seeded half of the rounds (rounds
 sharing a query stay together) and is then scored, without learning, on the other half
-(``tokens_mean_unseen`` is what it injects there).
+(``tokens_mean_unseen`` is what it injects there; the report's ``rounds_unseen`` is that half's size).
 
 A hit follows the round's ``need`` rule (:meth:`BenchRound.is_hit`); ``recall`` is the share of the
 relevant candidates chosen. The feedback is what an agent sees: each chosen candidate's own outcome
@@ -62,24 +63,34 @@ class RoundResult:
 
 @dataclass
 class _Usage:
-    chosen: dict[str, int] = field(default_factory=dict)
-    helped: dict[str, int] = field(default_factory=dict)
+    """Per (group, candidate id) counts. A group is one candidate pool (a user's memories, whose
+    counts the episode log keeps per user, or one tool registry), so two users' ``mem-1`` never
+    share counts."""
 
-    def annotate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        return [
-            replace(
-                c,
-                metadata={**c.metadata, "source": "bench"},
-                usage=CandidateStats(self.chosen.get(c.id, 0), self.helped.get(c.id, 0)),
-            )
-            for c in candidates
-        ]
+    chosen: dict[tuple[str, str], int] = field(default_factory=dict)
+    helped: dict[tuple[str, str], int] = field(default_factory=dict)
+    # the annotated copy of each candidate (by identity: load_rounds shares one object per distinct
+    # candidate) with the counts it carries, rebuilt only when they change
+    _copies: dict[tuple[int, str], Candidate] = field(default_factory=dict)
 
-    def record(self, chosen: Sequence[str], relevant: frozenset[str]) -> None:
+    def annotate(self, round_: BenchRound) -> list[Candidate]:
+        g = round_.group
+        out = []
+        for c in round_.candidates:
+            stats = CandidateStats(self.chosen.get((g, c.id), 0), self.helped.get((g, c.id), 0))
+            copy = self._copies.get((id(c), g))
+            if copy is None or copy.usage != stats:
+                copy = replace(c, metadata={**c.metadata, "source": "bench"}, usage=stats)
+                self._copies[(id(c), g)] = copy
+            out.append(copy)
+        return out
+
+    def record(self, round_: BenchRound, chosen: Sequence[str]) -> None:
         for cid in chosen:
-            self.chosen[cid] = self.chosen.get(cid, 0) + 1
-            if cid in relevant:
-                self.helped[cid] = self.helped.get(cid, 0) + 1
+            key = (round_.group, cid)
+            self.chosen[key] = self.chosen.get(key, 0) + 1
+            if cid in round_.relevant:
+                self.helped[key] = self.helped.get(key, 0) + 1
 
 
 def _play(
@@ -93,7 +104,7 @@ def _play(
     kind = round_.kind
     budget = Budget(max_tokens=bench_budget_tokens(round_), slots={kind: round_.slots})
     context = RoutingContext(query=round_.query, user_id=round_.group or "bench", kinds=(kind,), budget=budget)
-    selection = router.choose(context, usage.annotate(round_.candidates))
+    selection = router.choose(context, usage.annotate(round_))
     chosen = selection.chosen_ids
     reward = bench_reward(round_, chosen)
     if on_decision is not None:
@@ -105,7 +116,7 @@ def _play(
             offered = {sc.candidate.id for sc in selection.offered}
             missing = tuple(sorted(cid for cid in round_.relevant if cid not in chosen and cid in offered))
         router.learn(selection, reward, outcomes, missing=missing)
-        usage.record(chosen, round_.relevant)
+        usage.record(round_, chosen)
     return RoundResult(
         pass_index=pass_index,
         round_id=round_.id,
@@ -240,6 +251,7 @@ def run_bench(
         "rounds": len(rounds),
         "passes": passes,
         "seed": seed,
+        "rounds_unseen": len(split_unseen(rounds, seed)[1]),
         "routers": {},
     }
     if routers:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
 from memabra.evals.bench._data import BenchRound
 from memabra.storage import EpisodeLog, upgrade
@@ -22,12 +23,22 @@ _FLUSH_EVERY = 500
 
 
 class DecisionLogWriter:
-    """A bench decision hook (``on_decision``) writing to the episode log at ``url`` (migrated to the head schema)."""
+    """A bench decision hook (``on_decision``) writing to the episode log at ``url`` (migrated to
+    the head schema). The log must hold no episode yet: a second run's decisions beside the first's
+    would make ``memabra ope log`` evaluate a mix of the two, which no run's ``reward_mean`` checks
+    (:class:`~memabra.ConfigError` says so)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         upgrade(url)
         self._log = EpisodeLog(url)
+        held = self._log.count_episodes()
+        if held:
+            self._log.close()
+            raise ConfigError(
+                f"the episode log at {url} already holds {held} episodes; a bench log holds one run's "
+                "decisions, so `memabra ope log` can be checked against that run: give a new database"
+            )
         self._pending: list[Episode] = []
         self.written = 0
 

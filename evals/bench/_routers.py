@@ -44,6 +44,12 @@ def router_factories(names: Sequence[str], similarity: Similarity | None = None)
     with a colon is an import path: ``module:Class`` (built as ``Class(seed=seed, similarity=...)``)
     or ``module:function`` (called as ``function(seed)``); the current directory is searched too."""
     names = [ROUTER_ALIASES.get(n, n) for n in names]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"router(s) named more than once: {', '.join(twice)} (sklearn is another name for linear); "
+            "each router is one row of the report"
+        )
     unknown = [n for n in names if n not in _BUILDERS and ":" not in n]
     if unknown:
         raise ConfigError(
@@ -79,5 +85,11 @@ def _custom(spec: str, sim: Similarity) -> Callable[[int, Similarity], Router]:
     try:
         build(0, sim)
     except TypeError as exc:
-        raise ConfigError(f"router {spec!r} cannot be built from a seed: {exc}") from None
+        how = (
+            f"the bench builds a class as {target.__name__}(seed=..., similarity=...); take **kwargs and pass "
+            "them on to Router.__init__, or name a factory taking a seed as module:function"
+            if isinstance(target, type)
+            else "the bench calls a factory with the seed alone"
+        )
+        raise ConfigError(f"router {spec!r} cannot be built: {exc}; {how}") from None
     return build

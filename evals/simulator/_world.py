@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from memabra._errors import ConfigError
 from memabra._records import Candidate, CandidateKind, RewardWeights
 
 __all__ = ["SimRound", "World", "WorldConfig", "expected_reward", "oracle_value"]
@@ -60,6 +61,24 @@ class WorldConfig:
     p_off_topic: float = 0.01
     drift_at: int = 1000
     drift_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        others = (len(TOPICS) - 1) * len(STYLES)  # the notes of the other topics
+        counts = {"n_users": self.n_users, "slots": self.slots, "max_tokens": self.max_tokens}
+        counts |= {"note_tokens": self.note_tokens, "decoy_tokens": self.decoy_tokens}
+        for name, value in counts.items():
+            if value < 1:
+                raise ConfigError(f"WorldConfig.{name} must be at least 1, got {value}")
+        if not 0 <= self.off_topic <= others:
+            raise ConfigError(
+                f"WorldConfig.off_topic must be 0 to {others} (the other topics' notes), got {self.off_topic}"
+            )
+        if self.drift_at < 0:
+            raise ConfigError(f"WorldConfig.drift_at must be at least 0, got {self.drift_at}")
+        for name in ("p_preferred", "p_other_style", "p_off_topic", "drift_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"WorldConfig.{name} must be a probability (0 to 1), got {value}")
 
 
 @dataclass(frozen=True, slots=True)

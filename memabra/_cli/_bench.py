@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -39,7 +40,12 @@ def bench(
         ),
     ] = "linear,vw,hybrid,bm25,embedding,random",
     passes: Annotated[int, typer.Option(min=1, help="Passes over the rounds, each in a seeded shuffled order.")] = 3,
-    seed: Annotated[int, typer.Option(min=0, help="Seeds the round order, the unseen split and the routers.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="Seeds the round order, the unseen split and the routers [default: 0].", show_default=False
+        ),
+    ] = None,
     seeds: Annotated[
         str | None,
         typer.Option(
@@ -48,6 +54,13 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    lexical: Annotated[
+        bool,
+        typer.Option(
+            "--lexical",
+            help="Rank by BM25 alone, without the MiniLM embeddings (faster; the report's similarity says which).",
+        ),
+    ] = False,
     json_out: JsonOutOption = None,
     plot: Annotated[
         Path | None,
@@ -76,13 +89,19 @@ def bench(
         for given, option in ((log_db, "--log-db"), (plot, "--plot")):
             if given is not None:
                 fail(f"{option} writes one run; give it with --seed, not --seeds")
-        if seed != 0:
+        if seed is not None:
             fail("give either --seed or --seeds, not both")
         seed_list = run_guarded(parse_seeds, seeds)
+    seed = 0 if seed is None else seed
+    from memabra.router import Similarity
+
     rounds = run_guarded(load_rounds, file)
-    factories = run_guarded(router_factories, names)
+    # BM25 + MiniLM with the embeddings extra, else (or with --lexical) BM25 alone
+    similarity = Similarity() if lexical else Similarity.default()
+    factories = run_guarded(router_factories, names, similarity)
+    prior = "bm25+minilm" if similarity.has_semantic else "bm25"
     if seeds is not None:
-        _bench_seeds(file, rounds, factories, passes, seed_list, json_out)
+        _bench_seeds(file, rounds, factories, passes, seed_list, json_out, prior)
         return
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -104,12 +123,14 @@ def bench(
         finally:
             if writer is not None:
                 writer.close()
+    report["similarity"] = prior
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
     write_json(json_out, report)
     if plot is not None:
         _plot(report, plot)
     _render(report)
+    _explain_missing_unseen(report["routers"], rounds)
     if writer is not None:
         console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
     if plot is not None:
@@ -123,6 +144,7 @@ def _bench_seeds(
     passes: int,
     seed_list: tuple[int, ...],
     json_out: Path | None,
+    prior: str,
 ) -> None:
     from memabra.evals.bench import run_bench, summarize_seeds
 
@@ -138,17 +160,19 @@ def _bench_seeds(
                     tasks[name] = bar.add_task(f"seed {seed} {name:>10}", total=total)
                 bar.update(tasks[name], completed=done)
 
-            reports.append(run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name))
-    summary = summarize_seeds(reports)
+            report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name)
+            reports.append({**report, "similarity": prior})
+    summary = {**summarize_seeds(reports), "similarity": prior}
     _render_seeds(summary)
+    _explain_missing_unseen(reports[0]["routers"], rounds)
     write_json(json_out, summary)
 
 
 def _render_seeds(summary: dict[str, Any]) -> None:
     seeds = summary["seeds"]
     table = Table(
-        title=f"{summary['file']}: {summary['rounds']} rounds x {summary['passes']} passes, "
-        f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): median \\[min, max]"
+        title=f"{summary['file']}: {summary['rounds']} rounds x {summary['passes']} passes, similarity "
+        f"{summary['similarity']}, {len(seeds)} seeds ({', '.join(map(str, seeds))}): median \\[min, max]"
     )
     columns = {
         "first pass": ("hit_rate_first_pass", ".3f"),
@@ -164,7 +188,11 @@ def _render_seeds(summary: dict[str, Any]) -> None:
         cells = []
         for metric, spec in columns.values():
             m = metrics[metric]
-            cells.append(f"{m['median']:{spec}} [{m['min']:{spec}}, {m['max']:{spec}}]")
+            cells.append(
+                _number(m["median"], spec)
+                if not math.isfinite(m["median"])
+                else f"{m['median']:{spec}} [{m['min']:{spec}}, {m['max']:{spec}}]"
+            )
         table.add_row(name, *cells)
     console.print(table)
 
@@ -176,9 +204,31 @@ def _router_names(routers: str) -> list[str]:
     return names
 
 
+def _number(value: float, spec: str) -> str:
+    """``value`` formatted, or a dash where the run had nothing to compute it from (NaN)."""
+    return f"{value:{spec}}" if math.isfinite(value) else "-"
+
+
+def _explain_missing_unseen(routers: Mapping[str, Any], rounds: Sequence[BenchRound]) -> None:
+    """Say why the unseen columns are empty, where they are: the split keeps rounds that share a
+    query together, so a file with one distinct query leaves nothing to score unseen."""
+    if not any(not math.isfinite(row["hit_rate_unseen"]) for row in routers.values()):
+        return
+    queries = len({r.query for r in rounds})
+    console.print(
+        Text(
+            f"the unseen half is empty: {len(rounds)} round(s) with {queries} distinct query text(s), and rounds "
+            "sharing a query stay on one side of the split; hit_rate_unseen and tokens_mean_unseen are null "
+            "in the JSON (give rounds with different queries to measure generalisation)"
+        ),
+        highlight=False,
+    )
+
+
 def _render(report: dict[str, Any]) -> None:
     table = Table(
-        title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}"
+        title=f"{report['file']}: {report['rounds']} rounds x {report['passes']} passes, seed {report['seed']}, "
+        f"unseen half {report['rounds_unseen']} rounds, similarity {report['similarity']}"
     )
     for column in (
         "router",
@@ -200,8 +250,8 @@ def _render(report: dict[str, Any]) -> None:
             f"{row['hit_rate']:.3f}",
             f"{row['hit_rate_first_pass']:.3f}",
             f"{row['hit_rate_last_pass']:.3f}",
-            f"{row['hit_rate_unseen']:.3f}",
-            f"{row['tokens_mean_unseen']:.1f}",
+            _number(row["hit_rate_unseen"], ".3f"),
+            _number(row["tokens_mean_unseen"], ".1f"),
             f"{row['reward_mean']:.3f}",
             f"{row['tokens_mean']:.1f}",
             f"{row['tokens_mean_last_pass']:.1f}",

@@ -163,7 +163,7 @@ def test_report_has_the_documented_keys_and_is_seeded(tiny: Path) -> None:
     rounds = load_rounds(tiny)
     factories = router_factories(["hybrid", "random", "vw"], similarity=Similarity())
     report = run_bench(rounds, factories, passes=2, seed=1, source="tiny.jsonl")
-    assert set(report) == {"file", "rounds", "passes", "seed", "routers"}
+    assert set(report) == {"file", "rounds", "passes", "seed", "rounds_unseen", "routers"}
     assert set(report["routers"]) == {"hybrid", "random", "vw"}
     for row in report["routers"].values():
         assert set(row) == ROUTER_KEYS
