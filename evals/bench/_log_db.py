@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from sqlalchemy import inspect, text
+
 from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
 from memabra.evals.bench._data import BenchRound
-from memabra.storage import EpisodeLog, upgrade
+from memabra.storage import EpisodeLog, make_engine, upgrade
 
 __all__ = ["DecisionLogWriter"]
 
@@ -30,15 +32,14 @@ class DecisionLogWriter:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        upgrade(url)
-        self._log = EpisodeLog(url)
-        held = self._log.count_episodes()
+        held = _episodes_held(url)  # before migrating: a production log given by mistake stays as it was
         if held:
-            self._log.close()
             raise ConfigError(
                 f"the episode log at {url} already holds {held} episodes; a bench log holds one run's "
                 "decisions, so `memabra ope log` can be checked against that run: give a new database"
             )
+        upgrade(url)
+        self._log = EpisodeLog(url)
         self._pending: list[Episode] = []
         self.written = 0
 
@@ -79,3 +80,15 @@ class DecisionLogWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _episodes_held(url: str) -> int:
+    """Episodes the database at ``url`` holds, at whatever schema revision (0: none, or no log yet)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table("episodes"):
+                return 0
+            return int(conn.execute(text("SELECT COUNT(*) FROM episodes")).scalar_one())
+    finally:
+        engine.dispose()

@@ -143,6 +143,33 @@ def test_log_db_refuses_a_log_that_already_holds_episodes(tmp_path: Path) -> Non
     assert "already holds 4 episodes" in output
 
 
+def test_log_db_refuses_an_older_log_without_migrating_it(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    from memabra.storage import current_revision, downgrade, make_engine
+
+    path = _write(tmp_path, [_round(i) for i in range(4)])
+    url = f"sqlite:///{tmp_path / 'production.db'}"
+    code, _ = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", url)
+    assert code == 0
+    engine = make_engine(url)
+    try:
+        downgrade(engine, "0010")  # a log an older memabra wrote, given by mistake
+        code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", url)
+        assert code == 1 and "already holds 4 episodes" in output
+        assert current_revision(engine) == "0010"  # refused before anything was migrated
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM episodes")).scalar_one() == 4
+    finally:
+        engine.dispose()
+
+
+def test_log_db_given_a_path_suggests_the_sqlite_url(tmp_path: Path) -> None:
+    path = _write(tmp_path, [_round(i) for i in range(4)])
+    code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", "bench.db")
+    assert code == 1 and "sqlite:///bench.db" in output
+
+
 def test_a_router_named_twice_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, [_round(i) for i in range(4)])
     code, output = _cli(str(path), "--routers", "hybrid,random,hybrid")
