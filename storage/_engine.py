@@ -36,8 +36,7 @@ def resolve_url(url: str | None = None) -> str:
     try:
         parsed = make_url(chosen)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
-        hint = f"; for a SQLite file give sqlite:///{chosen}" if "://" not in chosen else ""
-        raise ConfigError(f"not a database URL: {chosen!r} ({exc}){hint}") from None
+        raise ConfigError(f"not a database URL: {chosen!r} ({exc})") from None
     if parsed.drivername in ("postgresql", "postgres"):
         # psycopg 3 is the supported driver; a bare scheme would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, check_output_path, console, fail, run_guarded, write_json, write_output
+from memabra._cli._database import checked_url
 
 if TYPE_CHECKING:
     from memabra.evals.bench import BenchRound, RouterFactory
@@ -76,6 +77,7 @@ def bench(
             "--log-db",
             help="Write the first router's decisions and rewards to this episode log (a database URL), to check `memabra ope log` against the other routers' on-policy reward_mean.",
             show_default=False,
+            callback=checked_url,
         ),
     ] = None,
 ) -> None:

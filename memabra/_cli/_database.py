@@ -44,6 +44,20 @@ def _resolved_url(db: str | None) -> str:
         raise typer.BadParameter(f"{exc}{_url_hint(given)}", param_hint=_db_source(db)) from None
 
 
+def checked_url(value: str | None) -> str | None:
+    """Typer callback of an option naming a database other than ``--db`` (``bench --log-db``): a
+    bad URL is a usage error with the same hint."""
+    if value is None:
+        return None
+    from memabra.storage import resolve_url
+
+    try:
+        resolve_url(value)
+    except MemabraError as exc:
+        raise typer.BadParameter(f"{exc}{_url_hint(value)}") from None
+    return value
+
+
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
 
 

@@ -166,8 +166,10 @@ def test_log_db_refuses_an_older_log_without_migrating_it(tmp_path: Path) -> Non
 
 def test_log_db_given_a_path_suggests_the_sqlite_url(tmp_path: Path) -> None:
     path = _write(tmp_path, [_round(i) for i in range(4)])
-    code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", "bench.db")
-    assert code == 1 and "sqlite:///bench.db" in output
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(app, [str(path), "--routers", "hybrid", "--log-db", "bench.db"])
+    assert result.exit_code == 2 and "a SQLite file is written sqlite:///bench.db" in result.output
 
 
 def test_a_router_named_twice_is_refused(tmp_path: Path) -> None:
