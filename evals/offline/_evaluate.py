@@ -37,7 +37,7 @@ from memabra.evals.offline._evaluation_records import (
     Recommended,
     Target,
 )
-from memabra.evals.offline._inputs import check_decision_ids, check_targets, check_window
+from memabra.evals.offline._inputs import check_decision_ids, check_seed, check_targets, check_window
 from memabra.evals.offline._paired import PairedMoments, widen
 from memabra.evals.offline._recommend import (
     RECOMMENDED_ESTIMATOR,
@@ -149,6 +149,7 @@ def evaluate_policies(
     the decisions it names (one segment of the traffic: decisions whose contexts do not depend on
     the policy, say). ``seed`` seeds the reward model and the target's rollouts."""
     check_alpha(alpha)
+    check_seed(seed)
     check_window(since, until)
     only = check_decision_ids(decision_ids)
     check_targets(targets)
@@ -213,6 +214,7 @@ def evaluate_policies(
         raise InvalidRecordError(
             f"reward: the episode log holds no rewarded decisions in the chosen range{named}: nothing to evaluate"
             + left_out
+            + _outside(log, since, until, include_provisional)
         )
     if model is not None:
         report = model.fit()
@@ -332,6 +334,15 @@ def evaluate_policies(
         )
         for t, ev in enumerate(out)
     )
+
+
+def _outside(log: EpisodeLog, since: datetime | None, until: datetime | None, include_provisional: bool) -> str:
+    """Where a window read nothing: the window, and how many rewarded decisions the log holds outside it."""
+    if since is None and until is None:
+        return ""
+    window = f"[{since.isoformat() if since else 'the first decision'}, {until.isoformat() if until else 'now'})"
+    total = log.count_rewarded(include_provisional=include_provisional)
+    return f" (the window since/until {window} is empty; {total} rewarded decisions lie outside it)"
 
 
 def evaluate_on_log(

@@ -15,9 +15,12 @@ One object per decision, in time order, self-describing (``"format": "memabra.de
   reported) and ``reward`` (``null`` until one is stored): ``total``, ``final``, ``version``, the
   seven ``components`` (``hm``/``hs``/``ht``: H by kind) and the ``weights`` that gave the total.
 
-A slate estimator reads it directly: the slate is the decision, a position is a slot,
-``chosen_probability`` is the per-position propensity and the running product along ``slots`` is
-the cascade propensity.
+A slate estimator reads it directly: the slate is the decision and a position is a slot.
+``chosen_probability`` is the draw's probability *given the draws before it*: its running product
+along ``slots`` is obp's cascade propensity (``pscore_cascade``) and its product over the slots the
+joint one (``pscore``, the record's ``propensity``). It is not obp's ``pscore_item_position``, the
+item's marginal probability at that position (a sum over every prefix that could precede it), except
+at the first slot: independent IPS fed the conditional probabilities is biased.
 """
 
 from __future__ import annotations

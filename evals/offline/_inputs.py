@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from numbers import Integral
 
 from memabra._errors import InvalidRecordError
 from memabra.evals.offline._evaluation_records import Target
 from memabra.router import Router
 
-__all__ = ["check_decision_ids", "check_targets", "check_window"]
+__all__ = ["check_decision_ids", "check_seed", "check_targets", "check_window"]
 
 
 def check_window(since: datetime | None, until: datetime | None) -> None:
@@ -63,3 +64,10 @@ def check_decision_ids(decision_ids: Collection[str] | None) -> frozenset[str] |
     if wrong:
         raise InvalidRecordError(f"decision_ids must hold decision ids (strings), got {wrong[0]!r}")
     return frozenset(decision_ids)
+
+
+def check_seed(seed: int) -> None:
+    """``seed`` must be an integer >= 0 (it seeds the reward model and every rollout; numpy refuses
+    anything else halfway through the pass, naming nothing)."""
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+        raise InvalidRecordError(f"seed must be an integer >= 0, got {seed!r}")

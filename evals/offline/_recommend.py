@@ -4,7 +4,8 @@ and, where unsupported, the bounds its interval widens to.
 The rule (:data:`RECOMMENDED_ORDER`): the first estimator whose weight passes the support verdict
 (:mod:`memabra.evals.offline._support`): cascade DR (unbiased under support, but its joint weight
 runs out of effective samples as slates lengthen), then the pseudo-inverse estimator PI (additive
-weights, many more effective samples, unbiased when the reward is additive over slots; without a
+weights, many more effective samples, unbiased when the reward is additive over slots and the draws
+independent, the latter not tested: docs/ope.md shows it biased where a target moves the stop draw; without a
 reward model, whose extrapolation PI-DR's non-additive residual leaks; and only where the picks'
 outcomes do not show the reward is non-additive, :mod:`._additivity`). When neither passes, the
 first is reported with ``supported`` false and its first failing rule as the reason, followed by

@@ -3,10 +3,14 @@
 For each target and each importance weight (joint W, pseudo-inverse P, per-slot mean of rho) the
 diagnostics keep the effective sample size (sum w)^2 / sum w^2, the mean weight with its normal
 interval, the largest weight and the share of zero weights. Whatever the target, E_b[W] = E_b[P] =
-E_b[rho] = 1 when the logger gives every option the target uses a positive probability, so a mean
-weight whose interval excludes 1 says the log does not support the target (or holds wrong
-propensities). The floor share is the part of the target's probability, averaged over the logged
-draws, that falls on options where the logger put only its floor: the slot's smallest probability
+1 when the logger gives every option the target uses a positive probability, so a mean weight whose
+interval excludes 1 says the log does not support the target (or holds wrong propensities). The
+per-slot mean of a decision's ratios is descriptive only and judges no estimator: each draw's
+E[rho_s | prefix] is 1, but how many draws a decision makes depends on them, so their per-decision
+mean is not 1 in expectation (1.24 for a covered target that stops more often than its logger);
+iips and idr are judged on P, whose mean is 1 exactly under that per-draw support. The floor share
+is the part of the target's probability, averaged over the logged draws, that falls on options
+where the logger put only its floor: the slot's smallest probability
 when the slot's distribution is not uniform and that smallest probability is below
 :data:`FLOOR_CEILING`, or anything below :data:`SUPPORT_PROBABILITY`. What the
 logger gave only its floor it almost never tried, so the estimate there rests on a handful of draws.

@@ -67,7 +67,10 @@ def _split_time(
     n = log.count_rewarded(since=since, include_provisional=include_provisional)
     if n < 10:
         kind = "rewarded" if include_provisional else "finally rewarded"
-        raise InvalidRecordError(f"the episode log holds {n} {kind} decisions; off-policy training needs at least 10")
+        window = f" since {since.isoformat()}" if since is not None else ""
+        raise InvalidRecordError(
+            f"the episode log holds {n} {kind} decisions{window}; off-policy training needs at least 10"
+        )
     k = min(n - 1, max(1, int(round(n * (1.0 - holdout)))))
     return log.rewarded_time_at(k, since=since, include_provisional=include_provisional), k, n - k
 

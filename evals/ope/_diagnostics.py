@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +41,7 @@ class WeightTally:
     _count: int = field(default=0, init=False)
     _total: float = field(default=0.0, init=False)
     _total_squared: float = field(default=0.0, init=False)
-    _max: float = field(default=0.0, init=False)
+    _max: float = field(default=-math.inf, init=False)  # signed weights (pseudo-inverse) may all be < 0
     _zeros: int = field(default=0, init=False)
 
     @property

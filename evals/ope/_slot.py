@@ -35,7 +35,10 @@ cdr         E[q_0 + sum_s W_(1:s-1) Q_s + W (R - q(S_L))]  support, or the model
 pi-dr       E[q_e + P (R - q(S_L))]                    the model's residual additive over slots
 ========== ========================================= ==============================================
 
-E[W] = E[P] = 1 when the target's support lies within the logger's, which the diagnostics test.
+E[W] = E[P] = 1 when the target's support lies within the logger's, which the diagnostics test
+(iips and idr, which need each draw covered, are judged on P: E[P] = 1 is that per-draw support).
+The per-decision mean of the ratios (``slot_weight``) is descriptive only: whether a decision makes
+another draw depends on its own draws, so its expectation is not 1 even under full support.
 """
 
 from __future__ import annotations
@@ -159,13 +162,17 @@ _RATIOS = {"snsips": "joint_weight", "snpi": "pi_weight"}
 _WEIGHT_OF = {
     "sips": "joint_weight",
     "snsips": "joint_weight",
-    "iips": "slot_weight",
+    # iips and idr lean on every draw's rho_s with E[rho_s | prefix] = 1: the pseudo-inverse weight
+    # 1 + sum_s (rho_s - 1) has mean exactly 1 under that per-draw support (optional stopping: whether
+    # draw s happens is known before it). The mean of a decision's ratios, slot_weight, is not 1 in
+    # expectation when how many draws a decision makes depends on them (the stop option is a draw)
+    "iips": "pi_weight",
     "rips": "joint_weight",
     "pi": "pi_weight",
     "snpi": "pi_weight",
     "dm": "slot_weight",
     "dr": "joint_weight",
-    "idr": "slot_weight",
+    "idr": "pi_weight",
     "cdr": "joint_weight",
     "pi-dr": "pi_weight",
 }

@@ -41,6 +41,11 @@ def _fmt(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:+.4f}"
 
 
+def _intervals(alpha: float) -> str:
+    """What ope log and train print: "95% normal (delta-method) intervals" (99.9%, not "100%")."""
+    return f"{round(100 * (1 - alpha), 10):g}% normal (delta-method) intervals"
+
+
 def _decision_ids(path: Path) -> list[str]:
     """The decision ids ``--decisions`` lists: one per line, blank lines and ``#`` comments skipped."""
     try:
@@ -142,10 +147,12 @@ def ope_log(
                 run_guarded(log.record_ope_results, list(evaluation.results))
     first = evaluations[0]
     model = first.reward_model
-    caption = (
+    caption = _intervals(alpha)
+    caption += (
         ""
         if model is None
         else (
+            "\n"
             f"reward model: {model.learner}, {model.n_folds}-fold cross-fitted on {model.n_fit} decisions; "
             f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
         )
@@ -157,7 +164,7 @@ def ope_log(
             f"reward {verdict}: held-out RMSE {additivity.additive_rmse:.3f} additive, "
             f"{additivity.free_rmse:.3f} counting used picks freely"
         )
-        caption = f"{caption}\n{line}" if caption else line
+        caption = f"{caption}\n{line}"
     table = Table(
         title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}",
         caption=caption,
@@ -233,6 +240,7 @@ def ope_log(
             "n_provisional_left_out": first.n_provisional,
             "logging_value": first.logging_value,
             "alpha": alpha,
+            "ci_method": "normal",  # as ope arrays --json names it: every interval here is normal (delta method)
             "reward_model": None if model is None else model.as_dict(),
             # the data read: the range asked for, the instant the log was read as of, the first and last decision
             "window": first.results[0].details.get("window") if first.results else None,
@@ -263,7 +271,7 @@ def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
     from memabra.evals.offline import LOGGING_POLICY
 
     table = Table(
-        title=f"paired differences of the recommended estimates on the same decisions ({1 - alpha:.0%} intervals)",
+        title=f"paired differences of the recommended estimates on the same decisions ({_intervals(alpha)})",
         caption="only supported targets are compared: an unsupported one's bounds say all the log can",
     )
     for col in ("policy", "minus", "difference", "ci low", "ci high", "verdict"):
@@ -364,7 +372,7 @@ def train(
     console.print(
         f"{e.estimator}: new policy {e.value:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] vs logging policy "
         f"{report.logging_value:+.4f} [{report.logging_value - half:+.4f}, {report.logging_value + half:+.4f}] "
-        f"({1 - alpha:.0%} intervals)"
+        f"({_intervals(alpha)})"
     )
     if report.improvement is not None:
         d = report.improvement

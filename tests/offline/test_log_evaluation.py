@@ -328,7 +328,8 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
     trained = runner.invoke(app, ["train", "--from-log", "--db", migrated_url, "--holdout", "0.3"])
     assert trained.exit_code == 0, trained.output
     assert re.search(
-        r"vs logging policy [+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] \(95% intervals\)", trained.output
+        r"vs logging policy [+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] \(95% normal \(delta-method\) intervals\)",
+        trained.output,
     )
     bogus = runner.invoke(app, ["ope", "log", "--db", migrated_url, "--policy", "bogus"])
     assert bogus.exit_code == 1 and "unknown policy 'bogus'" in bogus.output

@@ -30,3 +30,10 @@ def test_report_diagnostics_match_the_logged_weights() -> None:
     assert report.diagnostics.max_weight == pytest.approx(weights.max())
     assert report.diagnostics.effective_sample_size == pytest.approx(weights.sum() ** 2 / (weights**2).sum())
     assert report.reward_model == "not needed"
+
+
+def test_the_largest_of_signed_weights_is_read_not_zero() -> None:
+    # the pseudo-inverse weight sum_s rho_s - L + 1 is negative wherever the target avoids the
+    # logged draws; the tally started its maximum at 0 and read 0 for an all-negative stream
+    weights = np.array([-2.0, -0.5, -1.0])
+    assert ope.ImportanceWeightDiagnostics.from_weights(weights).max_weight == -0.5
