@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from bench.bench_rounds import bench_round
 from typer.testing import CliRunner
 
 from memabra import RewardWeights
@@ -41,24 +42,6 @@ ROUTER_KEYS = {
 }
 
 
-def _round(i: int, relevant: str = "t-a", slots: int = 1, **extra: object) -> dict[str, object]:
-    topics = ["weather forecast", "divorce lawyer", "pizza recipe", "flight booking"]
-    candidates = [
-        {"id": f"t-{c}", "kind": "tool", "text": f"{c} tool for {topics[j % 4]}", "tokens": 10 + j}
-        for j, c in enumerate("abcd")
-    ]
-    row: dict[str, object] = {
-        "id": f"r{i}",
-        "query": f"question {i} about {topics[i % 4]}",
-        "candidates": candidates,
-        "relevant": [relevant],
-        "slots": slots,
-        "group": "g",
-    }
-    row.update(extra)
-    return row
-
-
 def _write(tmp_path: Path, rows: list[dict[str, object]], name: str = "tiny.jsonl") -> Path:
     path = tmp_path / name
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -67,7 +50,7 @@ def _write(tmp_path: Path, rows: list[dict[str, object]], name: str = "tiny.json
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
-    return _write(tmp_path, [_round(i, relevant=f"t-{'abcd'[i % 4]}") for i in range(12)])
+    return _write(tmp_path, [bench_round(i, relevant=f"t-{'abcd'[i % 4]}") for i in range(12)])
 
 
 @pytest.mark.parametrize(
@@ -85,9 +68,9 @@ def tiny(tmp_path: Path) -> Path:
     ],
 )
 def test_bad_rounds_name_line_and_field(tmp_path: Path, mutate: object, message: str) -> None:
-    row = _round(0)
+    row = bench_round(0)
     mutate(row)  # type: ignore[operator]
-    path = _write(tmp_path, [_round(1), row])
+    path = _write(tmp_path, [bench_round(1), row])
     with pytest.raises(BenchFormatError, match=message) as info:
         load_rounds(path)
     assert "line 2" in str(info.value)
@@ -100,7 +83,7 @@ def test_unreadable_files(tmp_path: Path) -> None:
     bad.write_text("{not json\n", encoding="utf-8")
     with pytest.raises(BenchFormatError, match="not valid JSON"):
         load_rounds(bad)
-    twice = _write(tmp_path, [_round(0), _round(0)], "twice.jsonl")
+    twice = _write(tmp_path, [bench_round(0), bench_round(0)], "twice.jsonl")
     with pytest.raises(BenchFormatError, match="duplicate round id"):
         load_rounds(twice)
 
@@ -118,9 +101,9 @@ def test_reward_formula(tiny: Path) -> None:
 
 
 def test_need_all_counts_a_hit_only_when_every_relevant_candidate_is_chosen(tmp_path: Path) -> None:
-    needs_two = _round(0, slots=3, need="all")
+    needs_two = bench_round(0, slots=3, need="all")
     needs_two["relevant"] = ["t-a", "t-b"]
-    path = _write(tmp_path, [needs_two, _round(1, slots=3)])
+    path = _write(tmp_path, [needs_two, bench_round(1, slots=3)])
     both, single = load_rounds(path)
     assert both.need == "all" and single.need == "any"
     assert both.is_hit(["t-a", "t-b"]) and not both.is_hit(["t-a", "t-c"])
@@ -128,14 +111,14 @@ def test_need_all_counts_a_hit_only_when_every_relevant_candidate_is_chosen(tmp_
     partial = bench_reward(both, ["t-a", "t-c"])
     assert partial.components.s == 0.0 and partial.components.ht == -1.0
     assert bench_reward(both, ["t-a", "t-b"]).components.s == 1.0
-    bad = _round(2, need="most")
+    bad = bench_round(2, need="most")
     with pytest.raises(BenchFormatError, match="need"):
         load_rounds(_write(tmp_path, [bad], "bad-need.jsonl"))
 
 
 def test_need_all_rounds_feed_the_missing_tools_back(tmp_path: Path) -> None:
     # one tool answers the round's words; the other is needed without being named (like cd for mv)
-    rows = [_round(i, slots=2, need="all") for i in range(40)]
+    rows = [bench_round(i, slots=2, need="all") for i in range(40)]
     for row in rows:
         row["query"] = f"weather forecast {row['id']}"
         row["relevant"] = ["t-a", "t-d"]
@@ -242,7 +225,7 @@ def test_log_db_writes_the_first_routers_decisions_for_offline_evaluation(tmp_pa
     from memabra.router import Similarity
     from memabra.storage import EpisodeLog
 
-    rounds = load_rounds(_write(tmp_path, [_round(i) for i in range(20)]))
+    rounds = load_rounds(_write(tmp_path, [bench_round(i) for i in range(20)]))
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     factories = router_factories(["random", "hybrid"], Similarity(encoder=None))
     with DecisionLogWriter(url) as writer:

@@ -10,30 +10,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from bench.bench_rounds import bench_round
 from typer.testing import CliRunner
 
 from memabra._cli._bench import bench
 from memabra.evals.bench import BenchFormatError, BenchRound, load_rounds, parse_round, run_router
 from memabra.evals.bench._harness import _Usage
 from memabra.router import HybridRouter, Similarity
-
-
-def _round(i: int, relevant: str = "t-a", slots: int = 1, **extra: object) -> dict[str, object]:
-    topics = ["weather forecast", "divorce lawyer", "pizza recipe", "flight booking"]
-    candidates = [
-        {"id": f"t-{c}", "kind": "tool", "text": f"{c} tool for {topics[j % 4]}", "tokens": 10 + j}
-        for j, c in enumerate("abcd")
-    ]
-    row: dict[str, object] = {
-        "id": f"r{i}",
-        "query": f"question {i} about {topics[i % 4]}",
-        "candidates": candidates,
-        "relevant": [relevant],
-        "slots": slots,
-        "group": "g",
-    }
-    row.update(extra)
-    return row
 
 
 def _write(tmp_path: Path, rows: list[dict[str, object]], name: str = "mine.jsonl", **kw: str) -> Path:
@@ -55,18 +38,18 @@ def _cli(*args: str) -> tuple[int, str]:
 
 def test_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
     # Notepad and PowerShell's Out-File write one; the format says UTF-8, and a BOM is UTF-8
-    path = _write(tmp_path, [_round(0), _round(1)], encoding="utf-8-sig")
+    path = _write(tmp_path, [bench_round(0), bench_round(1)], encoding="utf-8-sig")
     assert [r.id for r in load_rounds(path)] == ["r0", "r1"]
 
 
 def test_crlf_line_endings_are_read(tmp_path: Path) -> None:
     path = tmp_path / "crlf.jsonl"
-    path.write_bytes(b"".join(json.dumps(r).encode() + b"\r\n" for r in [_round(0), _round(1)]))
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\r\n" for r in [bench_round(0), bench_round(1)]))
     assert len(load_rounds(path)) == 2
 
 
 def test_duplicate_round_ids_name_both_lines(tmp_path: Path) -> None:
-    path = _write(tmp_path, [_round(0), _round(1), _round(0)])
+    path = _write(tmp_path, [bench_round(0), bench_round(1), bench_round(0)])
     with pytest.raises(BenchFormatError, match=r"line 3: duplicate round id 'r0' \(first on line 1\)"):
         load_rounds(path)
 
@@ -80,15 +63,15 @@ def test_duplicate_round_ids_name_both_lines(tmp_path: Path) -> None:
     ],
 )
 def test_rounds_no_router_could_play_are_refused(tmp_path: Path, mutate: object, message: str) -> None:
-    row = _round(1)
+    row = bench_round(1)
     mutate(row)  # type: ignore[operator]
     with pytest.raises(BenchFormatError, match=f"line 2: {message}"):
-        load_rounds(_write(tmp_path, [_round(0), row]))
+        load_rounds(_write(tmp_path, [bench_round(0), row]))
 
 
 def test_a_whole_json_document_gets_a_hint_about_json_lines(tmp_path: Path) -> None:
     path = tmp_path / "rounds.json"
-    path.write_text(json.dumps([_round(0), _round(1)], indent=2), encoding="utf-8")
+    path.write_text(json.dumps([bench_round(0), bench_round(1)], indent=2), encoding="utf-8")
     with pytest.raises(BenchFormatError, match="one round per line"):
         load_rounds(path)
 
@@ -97,10 +80,10 @@ def test_unknown_fields_and_unwinnable_rounds_are_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # a typo in an optional field would otherwise silently become its default ("need": "any")
-    typo = _round(1, neeed="all")
-    too_many = _round(2, slots=1, need="all")
+    typo = bench_round(1, neeed="all")
+    too_many = bench_round(2, slots=1, need="all")
     too_many["relevant"] = ["t-a", "t-b"]
-    path = _write(tmp_path, [_round(0), typo, too_many])
+    path = _write(tmp_path, [bench_round(0), typo, too_many])
     with caplog.at_level(logging.WARNING, logger="memabra"):
         rounds = load_rounds(path)
     assert rounds[1].need == "any"
@@ -110,7 +93,7 @@ def test_unknown_fields_and_unwinnable_rounds_are_warned_about(
 
 
 def test_usage_counts_are_kept_per_group_as_the_episode_log_keeps_them_per_user() -> None:
-    rounds = _parsed([_round(0), _round(1, group="other")])
+    rounds = _parsed([bench_round(0), bench_round(1, group="other")])
     usage = _Usage()
     usage.record(rounds[0], ["t-a"])
     mine = {c.id: c.usage for c in usage.annotate(rounds[0])}
@@ -120,7 +103,7 @@ def test_usage_counts_are_kept_per_group_as_the_episode_log_keeps_them_per_user(
 
 
 def test_an_empty_unseen_half_is_explained_not_printed_as_nan(tmp_path: Path) -> None:
-    rows = [_round(i, query="same question") for i in range(6)]
+    rows = [bench_round(i, query="same question") for i in range(6)]
     code, output = _cli(str(_write(tmp_path, rows)), "--routers", "hybrid", "--passes", "1")
     assert code == 0, output
     assert "nan" not in output
@@ -134,7 +117,7 @@ def test_an_empty_unseen_half_is_explained_not_printed_as_nan(tmp_path: Path) ->
 
 
 def test_log_db_refuses_a_log_that_already_holds_episodes(tmp_path: Path) -> None:
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", url)
     assert code == 0, output
@@ -148,7 +131,7 @@ def test_log_db_refuses_an_older_log_without_migrating_it(tmp_path: Path) -> Non
 
     from memabra.storage import current_revision, downgrade, make_engine
 
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     url = f"sqlite:///{tmp_path / 'production.db'}"
     code, _ = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", url)
     assert code == 0
@@ -165,7 +148,7 @@ def test_log_db_refuses_an_older_log_without_migrating_it(tmp_path: Path) -> Non
 
 
 def test_log_db_given_a_path_suggests_the_sqlite_url(tmp_path: Path) -> None:
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     app = typer.Typer()
     app.command()(bench)
     result = CliRunner(env={"COLUMNS": "300"}).invoke(app, [str(path), "--routers", "hybrid", "--log-db", "bench.db"])
@@ -173,13 +156,13 @@ def test_log_db_given_a_path_suggests_the_sqlite_url(tmp_path: Path) -> None:
 
 
 def test_a_router_named_twice_is_refused(tmp_path: Path) -> None:
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     code, output = _cli(str(path), "--routers", "hybrid,random,hybrid")
     assert code == 1 and "hybrid" in output and "more than once" in output
 
 
 def test_seed_zero_with_seeds_is_refused(tmp_path: Path) -> None:
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     code, output = _cli(str(path), "--routers", "hybrid", "--seed", "0", "--seeds", "1-2")
     assert code == 1 and "either --seed or --seeds" in output
 
@@ -206,9 +189,9 @@ def test_a_class_that_takes_no_similarity_is_told_how_the_bench_builds_it(
         router_factories(["my_bench_routers:OnlySeed"], similarity=Similarity())
 
 
-def test_a_shared_pool_is_held_once_not_once_per_round(tmp_path: Path) -> None:
+def test_a_shared_pool_is_held_once_not_once_perbench_round(tmp_path: Path) -> None:
     # a registry of 128 tools on each of thousands of rounds would otherwise be thousands of copies
-    rounds = load_rounds(_write(tmp_path, [_round(i) for i in range(3)]))
+    rounds = load_rounds(_write(tmp_path, [bench_round(i) for i in range(3)]))
     assert all(a is b for a, b in zip(rounds[0].candidates, rounds[2].candidates, strict=True))
 
 
@@ -217,7 +200,7 @@ def test_the_report_says_which_similarity_the_baselines_ranked_by(tmp_path: Path
     # not: two machines' numbers are comparable only if the report says which
     from memabra.router import Similarity
 
-    path = _write(tmp_path, [_round(i) for i in range(4)])
+    path = _write(tmp_path, [bench_round(i) for i in range(4)])
     out = tmp_path / "out.json"
     code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--json", str(out))
     assert code == 0, output
@@ -233,16 +216,16 @@ def test_the_report_says_how_many_rounds_the_unseen_half_holds(tmp_path: Path) -
     # a hit rate over 3 rounds and one over 300 read alike; the count says which this is
     from memabra.evals.bench import router_factories, run_bench, split_unseen
 
-    rounds = load_rounds(_write(tmp_path, [_round(i) for i in range(7)]))
+    rounds = load_rounds(_write(tmp_path, [bench_round(i) for i in range(7)]))
     report = run_bench(rounds, router_factories(["hybrid"], Similarity()), 1, 2)
     assert report["rounds_unseen"] == len(split_unseen(rounds, 2)[1]) == 3
-    code, output = _cli(str(_write(tmp_path, [_round(i) for i in range(7)])), "--routers", "hybrid", "--seed", "2")
+    code, output = _cli(str(_write(tmp_path, [bench_round(i) for i in range(7)])), "--routers", "hybrid", "--seed", "2")
     assert code == 0, output
     assert "unseen half 3 rounds" in output
 
 
 def test_lexical_ranks_by_bm25_alone_and_says_so(tmp_path: Path) -> None:
-    path, out = _write(tmp_path, [_round(i) for i in range(4)]), tmp_path / "out.json"
+    path, out = _write(tmp_path, [bench_round(i) for i in range(4)]), tmp_path / "out.json"
     code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--lexical", "--json", str(out))
     assert code == 0, output
     assert json.loads(out.read_text(encoding="utf-8"))["similarity"] == "bm25"
