@@ -59,14 +59,17 @@ _SUCCESS_AT = 0.75
 
 # The complaint around a restated fact: "I already told you: ...", "..., as I said."
 _INTERJECTION = (
-    r"(?:no+|nope|nah|but|well|again|look|remember|ugh+|omg|oh|come\s+on|seriously|sorry|hey|hi|hello|actually"
-    r"|ok(?:ay)?|so|yes|yeah|yep|also|anyway|btw|fyi|lol|um+|uh+|hmm+)"
+    r"(?:no+|nope|nah|but|and|plus|well|again|look|remember|ugh+|omg|oh|come\s+on|seriously|sorry|hey|hi|hello|actually"
+    r"|ok(?:ay)?|so|yes|yeah|yep|also|anyway|btw|fyi|lol|um+|uh+|hmm+|thanks|thank\s+you|thx|ty|cool|great|nice|sure"
+    r"|alright|wow|guess\s+what)"
 )
 _COMPLAINT_HEAD = re.compile(
     rf"^\s*(?:{_INTERJECTION}\b[,!.]?\s*)*"
-    r"(?:(?:i(?:'ve| have)?\s+(?:already\s+|just\s+)?(?:told|said|mentioned)(?:\s+(?:you|u|this|that|it))?"
+    # "told" needs its object ("I told my mom I live in Lyon" is no complaint)
+    r"(?:(?:i(?:'ve| have)?\s+(?:already\s+|just\s+)?(?:told\s+(?:you|u|ya|this|that|it)|(?:said|mentioned)"
+    r"(?:\s+(?:you|u|this|that|it))?)"
     r"(?:\s+(?:already|before|earlier|twice|many times|last time))*"
-    r"|as i (?:said|mentioned|told you)(?:\s+before)?|like i said|you should (?:know|remember)(?: that)?"
+    r"|as i (?:said|mentioned|told you)(?:\s+before)?|as (?:already |previously )?mentioned|like i said|you should (?:know|remember)(?: that)?"
     r"|how many times (?:do|must|should|have) i (?:have to |got to |need to )?(?:tell|say|repeat)(?: (?:it|this|that))?"
     r"(?: to)?(?: (?:you|u))?"
     r"|(?:that'?s|that is|you'?re|you are|it'?s|it is)\s+(?:wrong|not right|incorrect|not correct)"
@@ -85,13 +88,15 @@ _COMPLAINT_TAIL = re.compile(
 _LEAD_IN = re.compile(rf"^\s*(?:{_INTERJECTION}\b[\s,!.:;-]*)+(?=(?:i|i'm|i've|my|our)\b)", re.IGNORECASE)
 
 _IM = re.compile(r"\b[iI]m\b")
+# "dont", "doesnt", "cant" typed without the apostrophe
+_NT = re.compile(r"\b(do|does|did|is|are|was|were|has|have|had|could|would|should|ca|wo)nt\b", re.I)
 
 
 def normalised(text: str) -> str:
     """``text`` with typographic quotes made plain (phones type a right single quote for the
-    apostrophe) and a lone "im" read as "I'm"."""
+    apostrophe), a lone "im" read as "I'm" and "dont" as "don't"."""
     text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
-    return _IM.sub("I'm", text)
+    return _NT.sub(r"\1n't", _IM.sub("I'm", text))
 
 
 def opens_with_complaint(text: str) -> bool:

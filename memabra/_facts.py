@@ -13,7 +13,8 @@ Rules by default (:func:`extract_facts`); a chat model when one is given
   relative's name, "my email / birthday / favourite X is ..." — so a new fact on that subject can
   supersede the old one (:func:`fact_subject`). A passing state or event ("my dog is sick", "my
   sister is visiting next week") has none, so it never retires a standing fact;
-* questions and small talk without a first-person statement are skipped.
+* questions and small talk without a first-person statement are skipped, and so are jokes, passing
+  states and requests after a fact (:mod:`memabra._message_shapes`: messy chat English).
 """
 
 from __future__ import annotations
@@ -29,6 +30,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from memabra._corrections import normalised, opens_with_complaint, strip_complaint
+from memabra._message_shapes import (
+    CALL_ME,
+    JOB,
+    JOB_CHANGED,
+    REMEMBER_CLAUSE,
+    REQUEST_START,
+    TEMPORARY,
+    consequence_split,
+    dated_before,
+    not_meant,
+    passing_state,
+    reported,
+    trimmed,
+)
 from memabra._restatement import contradicts, is_negated
 
 __all__ = [
@@ -45,40 +60,25 @@ __all__ = [
 
 logger = logging.getLogger("memabra")
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+# A sentence ends at . ! ? ; but not after a title ("Call me Dr. Smith").
+_SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)\s+|\n+")
 _FACT = re.compile(
-    r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b"
+    r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b|\bmy\s+name'?s\b"
     r"|\bi(?:'m| am)\s+(?!not sure|wondering|asking|looking|trying|going to ask|curious)\w"
-    r"|\bi\s+(?:really\s+|usually\s+|always\s+|never\s+|don't\s+|do not\s+|no longer\s+|now\s+)?"
+    r"|\bi\s+(?:really\s+|usually\s+|always\s+|never\s+|don't\s+|do not\s+|no longer\s+|now\s+|just\s+|recently\s+"
+    r"|finally\s+|also\s+|still\s+|currently\s+|actually\s+)?"
     r"(live|work|prefer|like|love|hate|dislike|own|have|moved|eat|drink|speak|use|need|want|take|follow)\b"
-    r"|\bcall me\b|\bremember (that )?|\bplease (always|never)\b",
+    r"|\bwe\s+(?:now\s+|just\s+|recently\s+|finally\s+)?(?:live|moved|relocated)\b|"
+    + CALL_ME
+    + r"|\bremember (that )?|\bplease (always|never)\b|"
+    + JOB,
     re.IGNORECASE,
 )
 _QUESTION_START = re.compile(
     r"^\s*(what|who|where|when|why|how|which|can|could|would|should|is|are|do|does|did)\b", re.I
 )
-# A task for the assistant ("Draft a message telling my team I am away", "Tell them I live in
-# Paris") states no lasting fact of its own: stored whole it would be offered as a memory in every
-# later turn, and its first-person clause is as often a passing state ("I am away") as a fact
-_REQUEST_START = re.compile(
-    r"^\s*(?:please\s+|kindly\s+)?(?:draft|write|compose|send|email|text|message|tell|ask|book|reserve|"
-    r"order|buy|find|search|look\s+up|check|translate|convert|set|schedule|plan|make|create|prepare|"
-    r"suggest|recommend|give|show|list|summari[sz]e|explain|help|let\s+me\s+know|reply|answer|call)\b"
-    # ...also in the first person: "I need you to book a flight", "I need help with my email"
-    r"|^\s*i\s+(?:need|want|would\s+like|'d\s+like)\s+(?:you|u)\s+to\b|^\s*i\s+need\s+(?:some\s+)?help\b"
-    r"|^\s*i\s+have\s+(?:a|another|one\s+more)\s+question\b",
-    re.I,
-)
 _CLAUSE = re.compile(r"\s*[,;]\s*")
-_FIRST_PERSON = re.compile(r"(?:i|i'm|my|our)\b", re.I)
-# ...unless it asks to be remembered: then its clause is the fact ("remember that I'm vegetarian")
-_REMEMBER_CLAUSE = re.compile(
-    r"^\s*(?:(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?|i\s+(?:need|want|would\s+like|'d\s+like)"
-    r"\s+(?:you|u)\s+to\s+|please\s+)?(?:remember|note|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|remind\s+me)"
-    r"(?:\s+that)?[\s:,]+(?P<fact>.+)$",
-    re.I,
-)
-
+_FIRST_PERSON = re.compile(r"(?:i|i'm|my|our|we)\b", re.I)
 # Someone else's words: a first-person clause inside quotes is not the user's ("my friend said 'I
 # live in Paris'").
 _QUOTED = re.compile(r'"[^"]+"|(?<!\w)\'.+?\'(?!\w)')
@@ -92,23 +92,13 @@ _HEDGE = re.compile(
 
 # Where a sentence may join two facts: "..., and my dog ...", "... but I ...", "..., I ...". A cut
 # is only tried where a first-person clause starts, so "I like salt and pepper" is never cut.
-_JOIN = re.compile(r"\s*,\s*(?:(?:and|but)\s+)?(?=(?:i|my|our)\b)|\s+(?:and|but|&)\s+(?=(?:i|my|our)\b)", re.I)
+_JOIN = re.compile(r"\s*,\s*(?:(?:and|but)\s+)?(?=(?:i|my|our|we)\b)|\s+(?:and|but|&)\s+(?=(?:i|my|our|we)\b)", re.I)
 # A clause leaning on the one before ("... and I love it", "... and my wife is too") is no fact of
 # its own: it stays joined to what it refers to.
 _BACK_REFERENCE = re.compile(
     r"\b(?:it|its|that|this|there|them|those|these|he|she|him|his|her|they|their|one|too|either|same|as well)\b"
     # ...and so does one that stops at its verb ("I'm not vegetarian, my wife is")
     r"|\b(?:is|are|am|was|were|do|does|did|has|have)(?:\s+(?:though|still|anyway|now))?\s*[.!]*\s*$",
-    re.I,
-)
-
-# A passing state or event: it has no single current value to replace, and replaces none.
-_TEMPORARY = re.compile(
-    r"\b(?:today|tonight|tomorrow|yesterday|(?:right|just) now|at the moment|for now|for the time being"
-    r"|temporarily|until|this (?:morning|afternoon|evening|week|weekend|month|year|summer|winter|spring|autumn|fall)"
-    r"|next (?:week|weekend|month|year|summer|winter|spring|autumn|fall|time"
-    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
-    r"|for (?:a|the|two|three|few|a few|a couple of) (?:few )?(?:days?|weeks?|months?|while|nights?))\b",
     re.I,
 )
 
@@ -121,7 +111,8 @@ _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "residence",
         re.compile(
-            r"\bi\s+(?:now\s+|currently\s+)?(?:live|am living|reside)\s+in\b|\bi(?:'ve| have)?\s+(?:just\s+)?(?:moved|relocated)\s+to\b"
+            r"\b(?:i|we)\s+(?:now\s+|currently\s+)?(?:live|am living|reside)\s+in\b"
+            r"|\b(?:i|we)(?:'ve| have)?\s+(?:just\s+)?(?:moved|relocated)\s+to\b"
             r"|\bi(?:'m| am)\s+(?:now\s+)?(?:based|living)\s+in\b|\bmy (?:home|city|address) is\b",
             re.I,
         ),
@@ -129,16 +120,18 @@ _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "name",
         re.compile(
-            r"\bmy name(?: is|'s)\b"
-            + _A_VALUE
-            + r"|\bcall me\b(?!\s+(?:back|later|when|if|at|on|after|before|anytime|any time)\b)|\bi(?:'m| am) called\b",
+            r"\bmy name(?: is|'?s)\b" + _A_VALUE + "|" + CALL_ME + r"|\bi(?:'m| am) called\b",
             re.I,
         ),
     ),
     (
         "work",
         re.compile(
-            r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b(?!\s+home\b)|\bmy job is\b|\bi(?:'m| am) employed\b", re.I
+            r"\bi\s+(?:now\s+)?work\s+(?:as|at|for)\b(?!\s+home\b)|\bmy job is\b|\bi(?:'m| am) employed\b|"
+            + JOB
+            + "|"
+            + JOB_CHANGED,
+            re.I,
         ),
     ),
     (
@@ -202,7 +195,7 @@ def fact_subject(text: str) -> str | None:
     ("my dog is sick", "I'm living in Paris this summer"), or it is hedged ("maybe I'm vegan") or
     negated ("I'm not vegetarian now": it retires the fact it negates, see :func:`contradicts`)."""
     text = _QUOTED.sub(" ", normalised(text))
-    if _TEMPORARY.search(text) or _HEDGE.search(text) or is_negated(text):
+    if TEMPORARY.search(text) or _HEDGE.search(text) or is_negated(text) or reported(text):
         return None
     for subject, pattern in _SUBJECTS:
         if pattern.search(text):
@@ -239,6 +232,8 @@ def split_facts(sentence: str) -> list[str]:
     nuts" gives "My name is Ann" and "I'm allergic to nuts". A cut is made only where a
     first-person clause starts and both sides are facts of their own, so "I like salt and pepper",
     "My wife and I live in Lyon" and "I live in Lyon and I love it" stay whole."""
+    if reported(sentence):  # "my doctor said I'm vegan and I ...": all of it is the report
+        return [sentence]
     pieces: list[str] = []
     seps: list[str] = []
     start = 0
@@ -250,17 +245,19 @@ def split_facts(sentence: str) -> list[str]:
     if len(pieces) == 1:
         return [sentence]
     out: list[str] = []
-    lead = ""  # text before the first fact ("Hi, I'm Ann") stays with it
+    lead, dropped = "", False  # text before the first fact ("Hi, I'm Ann") stays with it
     for sep, piece in zip(("", *seps), pieces, strict=True):
         if out and _is_fact(piece) and not _BACK_REFERENCE.search(piece):
             out.append(_capitalised(piece))
         elif out:
             out[-1] += sep + piece
         else:
-            lead += sep + piece
+            lead = lead + sep + piece if lead else piece
             if _is_fact(lead):
                 out.append(lead)
-    return out if len(out) > 1 else [sentence]
+            elif passing_state(lead):  # "I'm not kidding, I'm vegan": the state goes
+                lead, dropped = "", True
+    return out if len(out) > 1 or (dropped and out) else [sentence]
 
 
 def join_facts(facts: Sequence[str]) -> str:
@@ -279,7 +276,7 @@ def _asks(s: str) -> bool:
 
 def _is_fact(s: str) -> bool:
     s = s.strip()
-    if len(s) < 6 or _asks(s):
+    if len(s) < 6 or _asks(s) or passing_state(s):
         return False
     # someone else's words, quoted, are not the user's ("my friend said 'I live in Paris'")
     return bool(_FACT.search(_QUOTED.sub(" ", s)))
@@ -298,28 +295,34 @@ def extract_facts(text: str) -> list[str]:
     text = normalised(text)
     for raw in _SENTENCE.split(strip_complaint(text) if opens_with_complaint(text) else text):
         raw = raw.strip()
+        if not_meant(raw):  # "yeah right I live on the moon", "..., just kidding"
+            continue
         if (len(raw) > 1 and raw[0] == raw[-1] == '"') or raw.count('"') == 1:  # the user's own words, quoted
             raw = raw.strip('"')
         sentence = strip_complaint(raw)
-        remembered = _REMEMBER_CLAUSE.match(sentence)
+        remembered = REMEMBER_CLAUSE.match(sentence)
         if remembered is not None:
             clause = remembered.group("fact").strip()
             clause = clause.rstrip("?").strip()  # "can you remember that I'm vegetarian?"
             sentence = clause[0].upper() + clause[1:] if clause[:2].lower() != "i'" else "I" + clause[1:]
-        elif _REQUEST_START.match(sentence) or _asks(sentence):
+        elif REQUEST_START.match(sentence) or _asks(sentence):
             # a statement in a clause of its own still counts, after a task ("plan a trip for me, I
             # hate flying") or beside a question ("I'm vegan, what should I cook?"); the task's or
             # the question's own clauses never do
             clauses = _CLAUSE.split(sentence)
-            clauses = clauses[1:] if _REQUEST_START.match(sentence) else [c for c in clauses if not _asks(c)]
+            clauses = clauses[1:] if REQUEST_START.match(sentence) else [c for c in clauses if not _asks(c)]
             facts.extend(_facts_of([c[0].upper() + c[1:] for c in clauses if _FIRST_PERSON.match(c)]))
             continue
-        facts.extend(_facts_of([sentence]))
+        # a consequence is no fact ("I'm vegan so no cheese please"), unless first-person itself
+        head, consequence = consequence_split(sentence)
+        facts.extend(_facts_of([head]))
+        if _FIRST_PERSON.match(consequence):
+            facts.extend(_facts_of([_capitalised(consequence)]))
     return facts
 
 
 def _facts_of(sentences: list[str]) -> list[str]:
-    return [f.rstrip(".!; ") for s in sentences if _is_fact(s) for f in split_facts(s)]
+    return [trimmed(f) for s in sentences if _is_fact(s) for f in split_facts(s)]
 
 
 class RuleFactExtractor:
@@ -333,11 +336,13 @@ class RuleFactExtractor:
         text; or a fact it negates ("I don't live in Lyon anymore" retires "I live in Lyon"). A memory joining several facts is named when any of them is replaced (the write path
         keeps the others: :meth:`~memabra._memory.MemoryBackend.remember`)."""
         subjects = fact_subjects(fact)
-        negates = _HEDGE.search(fact) is None  # "I don't think I'm allergic to nuts" retires no allergy
+        # "I don't think I'm allergic to nuts" or "my doctor said I don't have diabetes" retires nothing
+        negates = _HEDGE.search(fact) is None and not reported(fact)
         return [
             mid
             for mid, text in existing
             if text.strip() != fact.strip()
+            and not dated_before(fact, text)  # "I moved to Oslo in 2021" leaves "... Rome in 2023"
             and (subjects & fact_subjects(text) or (negates and _negates_part(fact, text)))
         ]
 
@@ -351,7 +356,9 @@ class LLMFactExtractor:
         "circumstances) from the message. A complaint such as 'I already told you' is not a fact: keep only "
         "the fact it restates; a task for the assistant ('draft a message saying I am away') is not a fact either. "
         "Give each independent fact its own sentence: 'I live in Lyon and my dog is called Rex' is two facts, "
-        "'I like salt and pepper' is one. "
+        "'I like salt and pepper' is one. A joke, a passing state ('I'm tired') or a request that follows a fact "
+        "('I'm vegan so no cheese please': keep 'I'm vegan') is not a fact; what someone else says about the user "
+        "('my doctor said I'm diabetic') is kept with who said it. "
         "Reply with a JSON list of short first-person sentences, or [] if there are none."
     )
     SUPERSEDE_PROMPT = (
@@ -359,7 +366,8 @@ class LLMFactExtractor:
         "memories does the new fact make outdated (the same subject, one that has a single current value, with "
         "a different, now wrong, value: where the user lives, their name, their job, a pet's name)? A passing "
         "state or event ('my dog is sick', 'my sister is visiting next week') makes no standing fact outdated, "
-        "and facts that can hold together (allergies, likes, 'my sister is a doctor') do not replace each other. "
+        "and facts that can hold together (allergies, likes, 'my sister is a doctor') do not replace each other; "
+        "neither does a plan ('next month I'm moving to Berlin') or what someone else says about the user. "
         "Reply with a JSON list of ids, or [] if none."
     )
 
