@@ -15,21 +15,48 @@ LangMem's memory-manager shape (``kind`` / ``content``) plus its own fields (``s
 When the store has a vector index, recall is ``store.search(namespace, query=...)``; otherwise the
 in-process hybrid index of :mod:`memabra._recall`. History lives beside the memories, under
 ``("memabra_history", *namespace)``; usage counters come from the episode log when ``log`` is given.
+
+A store has no transactions: each item is written with its latest change (``memabra_change``) in
+one put, and a new fact names the memories it retires, so a process dying between two puts is
+finished by the next reader or writer (``_finish``). One user's writers in a process take turns.
+User ids with '.' or NUL (which LangGraph refuses in a label) are stored percent-escaped
+(:func:`memabra._store_items.user_label`). docs/memory.md ("LangGraph stores") has the details.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import MemoryBackend, Supersession
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_records import MemoryChange, MemoryRecord, MemoryStatus
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
+from memabra._store_items import (
+    PENDING,
+    change_from,
+    change_order,
+    change_texts,
+    history_entry,
+    memory_record,
+    memory_text,
+    new_record,
+    pending_change,
+    readable_text,
+    retirements,
+    seq_of,
+    stored_tokens,
+    unfinished,
+    user_label,
+)
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, forget_in_log, last_chosen
@@ -40,29 +67,9 @@ USER_FIELD = "{user_id}"
 _HISTORY_ROOT = "memabra_history"
 # LangGraph stores page their search; memabra reads a user's memories in pages of this size.
 _PAGE = 1000
-
-
-def memory_text(value: Mapping[str, Any], *, where: str = "") -> str:
-    """The text of a store item in any of the shapes this module reads (see the module doc)."""
-    text = value.get("text")
-    if isinstance(text, str) and text.strip():
-        return text.strip()
-    content = value.get("content")
-    if isinstance(content, str) and content.strip():
-        return content.strip()
-    if isinstance(content, Mapping):
-        for key in ("content", "text", "memory", "fact"):
-            inner = content.get(key)
-            if isinstance(inner, str) and inner.strip():
-                return inner.strip()
-        fields = [f"{k}: {v}" for k, v in content.items() if isinstance(v, (str, int, float, bool)) and str(v).strip()]
-        if fields:
-            return "; ".join(fields)
-    keys = ", ".join(sorted(map(str, value))) or "none"
-    raise InvalidRecordError(
-        f"memabra cannot read the store item {where or '(unnamed)'}: it needs a 'text' or 'content' string, or a "
-        f"'content' object with a 'content' string or scalar fields; its keys are: {keys}"
-    )
+logger = logging.getLogger("memabra")
+# Writers of one user in this process take turns (remember reads, then writes): striped locks.
+_LOCKS = tuple(threading.RLock() for _ in range(64))
 
 
 class StoreMemory(MemoryBackend):
@@ -99,9 +106,13 @@ class StoreMemory(MemoryBackend):
     # ------------------------------------------------------------------ namespaces
 
     def namespace_for(self, user_id: str) -> tuple[str, ...]:
-        if not isinstance(user_id, str) or not user_id:
-            raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
-        return tuple(part.replace(USER_FIELD, user_id) for part in self.namespace)
+        label = user_label(user_id)
+        return tuple(part.replace(USER_FIELD, label) for part in self.namespace)
+
+    @contextmanager
+    def _locked(self, user_id: str) -> Iterator[None]:
+        with _LOCKS[hash((id(self.store), self.namespace_for(user_id))) % len(_LOCKS)]:
+            yield
 
     def _history_ns(self, user_id: str) -> tuple[str, ...]:
         return (_HISTORY_ROOT, *self.namespace_for(user_id))
@@ -112,10 +123,10 @@ class StoreMemory(MemoryBackend):
 
     # ------------------------------------------------------------------ reading
 
-    def _all(self, ns: tuple[str, ...]) -> list[Any]:
+    def _all(self, ns: tuple[str, ...], filter: dict[str, Any] | None = None) -> list[Any]:
         found: list[Any] = []
         while True:
-            page = self.store.search(ns, limit=_PAGE, offset=len(found))
+            page = self.store.search(ns, filter=filter, limit=_PAGE, offset=len(found))
             found.extend(page)
             if len(page) < _PAGE:
                 return found
@@ -123,7 +134,14 @@ class StoreMemory(MemoryBackend):
     def _raw(self, user_id: str) -> list[tuple[RegistryItem, Mapping[str, Any]]]:
         ns = self.namespace_for(user_id)
         # search() matches namespace prefixes: keep the user's own namespace only.
-        return [(self._to_item(user_id, it), it.value) for it in self._all(ns) if tuple(it.namespace) == ns]
+        found = [it for it in self._all(ns) if tuple(it.namespace) == ns]
+        # a writer died between a new fact and the retirements it names: finish them
+        if unfinished((str(it.key), it.value) for it in found):
+            with self._locked(user_id):
+                retiring = [it for it in found if retirements(pending_change(it.value) or {})]
+                if sum(self._finish(ns, it.value) for it in retiring):
+                    found = [it for it in self._all(ns) if tuple(it.namespace) == ns]
+        return [(self._to_item(user_id, it), it.value) for it in found]
 
     def _to_item(self, user_id: str, it: Any) -> RegistryItem:
         value = it.value if isinstance(it.value, Mapping) else {}
@@ -134,7 +152,7 @@ class StoreMemory(MemoryBackend):
             id=str(it.key),
             owner=user_id,
             text=text,
-            tokens=_tokens(value.get("tokens"), text),
+            tokens=stored_tokens(value.get("tokens"), text),
             name=str(value.get("name") or text[:60]),
             source=str(value.get("source", "store")),
             metadata=metadata,
@@ -149,7 +167,7 @@ class StoreMemory(MemoryBackend):
         out = []
         for i in items:
             s = stats.get(i.id)
-            out.append(i if s is None else _counted(i, s.times_chosen, s.times_used))
+            out.append(i if s is None else dataclasses.replace(i, times_chosen=s.times_chosen, times_used=s.times_used))
         return out
 
     def items(self, user_id: str) -> list[RegistryItem]:
@@ -159,44 +177,59 @@ class StoreMemory(MemoryBackend):
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
         raw = self._raw(user_id)
         used = last_chosen(self.log.engine, user_id, [i.id for i, _ in raw]) if self.log is not None and raw else {}
-        out = []
-        for item, value in raw:
-            retired = bool(item.metadata.get("status"))
-            if retired and not include_retired:
-                continue
-            out.append(
-                MemoryRecord(
-                    id=item.id,
-                    user_id=user_id,
-                    text=item.text,
-                    status=MemoryStatus.RETIRED if retired else MemoryStatus.ACTIVE,
-                    created_at=item.created_at,
-                    updated_at=item.updated_at or item.created_at,
-                    last_used_at=used.get(item.id),
-                    superseded_by=value.get("superseded_by") if isinstance(value.get("superseded_by"), str) else None,
-                    source=item.source,
-                )
-            )
+        out = [
+            memory_record(user_id, item, value, used.get(item.id))
+            for item, value in raw
+            if include_retired or not item.metadata.get("status")
+        ]
         return sorted(out, key=lambda r: (r.created_at, r.id))
 
+    def get(self, user_id: str, memory_id: str) -> MemoryRecord:
+        ns = self.namespace_for(user_id)
+        found = self.store.get(ns, memory_id) if isinstance(memory_id, str) and memory_id else None
+        if found is None:
+            raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+        used = last_chosen(self.log.engine, user_id, [memory_id]) if self.log is not None else {}
+        return memory_record(user_id, self._to_item(user_id, found), found.value, used.get(memory_id))
+
     def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
-        self.get(user_id, memory_id)
-        found = self.store.search(self._history_ns(user_id), filter={"memory_id": memory_id}, limit=10_000)
-        changes = [_change_from(user_id, it.value) for it in found]
-        return sorted(changes, key=lambda c: c.at)
+        ns = self.namespace_for(user_id)
+        current = self.store.get(ns, memory_id) if isinstance(memory_id, str) and memory_id else None
+        if current is None:
+            raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+        hns = self._history_ns(user_id)
+        found = self._all(hns, {"memory_id": memory_id})
+        entries = {str(it.key): it.value for it in found if tuple(it.namespace) == hns}
+        pending = pending_change(current.value)
+        if pending is not None and pending.get("memory_id") == memory_id:
+            entries.setdefault(str(pending.get("key")), pending)  # its history entry was never written
+        at = "/".join(hns)
+        changes = [(change_from(user_id, v, where=f"{at}/{k}"), seq_of(v.get("seq"))) for k, v in entries.items()]
+        return [c for c, _ in sorted(changes, key=change_order)]
 
     def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
         if self.has_index and query.strip():
-            ns = self.namespace_for(user_id)
-            hits = self.store.search(ns, query=query, limit=limit * 2)
-            items = [self._to_item(user_id, it) for it in hits if tuple(it.namespace) == ns]
-            return self._with_counts(user_id, [i for i in items if not i.metadata.get("status")][:limit])
+            return self._with_counts(user_id, self._searched(user_id, query, limit))
         items = self.items(user_id)
         if len(items) <= max(RECALL_ALL, limit):
             return items
         version = (len(items), max(str(i.updated_at) for i in items))
         self._index.encoder = self.encoder
         return self._index.top(user_id, version, lambda: items, query, limit)
+
+    def _searched(self, user_id: str, query: str, limit: int) -> list[RegistryItem]:
+        """The store's vector search, read on past retired memories and nested namespaces (which
+        its search also returns) until ``limit`` active memories of the user are found."""
+        ns, offset, page = self.namespace_for(user_id), 0, max(limit * 2, 20)
+        found: list[RegistryItem] = []
+        while len(found) < limit:
+            hits = self.store.search(ns, query=query, limit=page, offset=offset)
+            offset += len(hits)
+            items = (self._to_item(user_id, it) for it in hits if tuple(it.namespace) == ns)
+            found.extend(i for i in items if not i.metadata.get("status"))
+            if len(hits) < page:
+                break
+        return found[:limit]
 
     # ------------------------------------------------------------------ writing
 
@@ -214,10 +247,35 @@ class StoreMemory(MemoryBackend):
             value["superseded_by"] = superseded_by
         return value
 
-    def _log_change(self, change: MemoryChange) -> None:
-        self.store.put(
-            self._history_ns(change.user_id), f"{change.memory_id}-{new_id()[:12]}", _change_value(change), index=False
-        )
+    def _put(self, ns: tuple[str, ...], value: dict[str, Any], record: dict[str, Any], current: Any) -> None:
+        """Write an item with its change ``record`` (in the same put), then the history entry.
+        What a process died before on ``current`` (its last history entry, its retirements) first."""
+        if current is not None:
+            self._finish(ns, current.value)
+        self.store.put(ns, str(record["memory_id"]), {**value, PENDING: record})
+        self.store.put((_HISTORY_ROOT, *ns), str(record["key"]), history_entry(record), index=False)
+
+    def _finish(self, ns: tuple[str, ...], value: object) -> bool:
+        """Finish what the write of ``value`` left undone: the history entry of its last change and
+        the memories that change retires. True when anything was written."""
+        pending = pending_change(value)
+        if pending is None:
+            return False
+        hns, wrote = (_HISTORY_ROOT, *ns), False
+        if self.store.get(hns, str(pending["key"])) is None:
+            self.store.put(hns, str(pending["key"]), history_entry(pending), index=False)
+            wrote = True
+        for r in retirements(pending):
+            prior = self.store.get(ns, str(r["memory_id"]))
+            if prior is None or prior.value.get("status") == "retired":
+                continue
+            if self.store.get(hns, str(r["key"])) is not None:
+                continue  # retired by this change, and restored since
+            self._put(ns, {**prior.value, "status": "retired", "superseded_by": pending["memory_id"]}, r, prior)
+            wrote = True
+        if wrote:
+            logger.warning("finished an interrupted store write of memory %s in %s", pending["memory_id"], "/".join(ns))
+        return wrote
 
     def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
         ns = self.namespace_for(item.owner)
@@ -226,13 +284,30 @@ class StoreMemory(MemoryBackend):
         missing = [mid for mid, it in old.items() if it is None]
         if missing:
             raise InvalidRecordError(f"user {item.owner!r} has no memory {missing[0]!r}")
-        self.store.put(ns, item.id, self._value(item))
-        self._log_change(change)
-        for c in retire:
-            prior = old[c.memory_id]
-            assert prior is not None
-            self.store.put(ns, c.memory_id, {**prior.value, "status": "retired", "superseded_by": item.id})
-            self._log_change(c)
+        # The new memory names what it retires: a process dying before those writes leaves them to
+        # the next reader (``_raw``) or writer (``_finish``), never both memories current.
+        retired = [new_record(c) for c in retire]
+        record = {**new_record(change), **({"retires": retired} if retired else {})}
+        self._put(ns, self._value(item), record, self.store.get(ns, item.id))
+        for r in retired:
+            prior = old[r["memory_id"]]
+            self._put(ns, {**prior.value, "status": "retired", "superseded_by": item.id}, r, prior)  # type: ignore[union-attr]
+
+    def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        """New memories (an import) in a few batches: each item carries its change (see ``_put``)."""
+        if len({item.owner for item, _ in pairs}) != 1:
+            return super()._store_many(pairs)
+        ns = self.namespace_for(pairs[0][0].owner)
+        if any(found is not None for found in self.store.batch([GetOp(ns, item.id) for item, _ in pairs])):
+            return super()._store_many(pairs)  # a given id that is stored: one by one, each finished first
+        records = [new_record(change) for _, change in pairs]
+        puts = [PutOp(ns, i.id, {**self._value(i), PENDING: r}) for (i, _), r in zip(pairs, records, strict=True)]
+        puts += [PutOp((_HISTORY_ROOT, *ns), str(r["key"]), history_entry(r), index=False) for r in records]
+        self._batched(puts)
+
+    def _batched(self, ops: Sequence[PutOp]) -> None:
+        for start in range(0, len(ops), _PAGE):
+            self.store.batch(ops[start : start + _PAGE])
 
     def _refresh(self, change: MemoryChange) -> None:
         ns = self.namespace_for(change.user_id)
@@ -249,83 +324,69 @@ class StoreMemory(MemoryBackend):
                 tokens=approx_tokens(change.new_text),
                 name=change.new_text[:60],
             )
-        self.store.put(ns, change.memory_id, value)
-        self._log_change(change)
+        self._put(ns, value, new_record(change), current)
 
     def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
-        ns = self.namespace_for(user_id)
+        ns, hns = self.namespace_for(user_id), self._history_ns(user_id)
         items = {str(it.key): it for it in self._all(ns) if tuple(it.namespace) == ns}
         ids = sorted(items) if memory_ids is None else list(dict.fromkeys(memory_ids))
         unknown = [m for m in ids if m not in items]
         if unknown:
             raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
-        history = self._all(self._history_ns(user_id))
         wanted = set(ids)
+        # Forgetting all takes every history entry, those of memories deleted behind memabra's back too.
+        history = [
+            it
+            for it in self._all(hns)
+            if tuple(it.namespace) == hns
+            and isinstance(it.value, Mapping)
+            and (memory_ids is None or it.value.get("memory_id") in wanted)
+        ]
         # every text the memories had, so their stored embeddings go too
-        texts = {t for mid in ids if (t := _readable_text(items[mid].value))}
-        for it in history:
-            if isinstance(it.value, Mapping) and it.value.get("memory_id") in wanted:
-                texts.update(str(t) for t in (it.value.get("old_text"), it.value.get("new_text")) if t)
-                self.store.delete(self._history_ns(user_id), it.key)
-        for mid in ids:
-            self.store.delete(ns, mid)
-        if self.log is not None and ids:
-            forget_in_log(self.log.engine, user_id, ids, texts)
+        texts = {t for mid in ids if (t := readable_text(items[mid].value))}
+        texts.update(change_texts(it.value for it in history))
+        texts.update(change_texts(p for mid in ids if (p := pending_change(items[mid].value)) is not None))
+        gone = list(dict.fromkeys([*ids, *(str(it.value.get("memory_id")) for it in history)]))
+        # history first: a forget cut short is run again and finds the memories
+        self._batched([PutOp(hns, str(it.key), None) for it in history])
+        self._batched([PutOp(ns, mid, None) for mid in ids])
+        if self.log is not None and gone:
+            forget_in_log(self.log.engine, user_id, gone, texts)
         return len(ids)
 
+    # one user's writers in this process take turns: each reads the memories, then writes
+    def remember(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        source: str = "user",
+        at: datetime | None = None,
+        episode_id: str | None = None,
+    ) -> RegistryItem:
+        with self._locked(user_id):
+            return super().remember(user_id, text, source=source, at=at, episode_id=episode_id)
 
-def _readable_text(value: object) -> str | None:
-    """An item's text, or None for a shape memabra cannot read (forgetting it must still work)."""
-    if not isinstance(value, Mapping):
-        return None
-    try:
-        return memory_text(value)
-    except InvalidRecordError:
-        return None
+    def remember_many(
+        self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
+    ) -> list[RegistryItem]:
+        with self._locked(user_id):
+            return super().remember_many(user_id, texts, source=source, at=at)
 
+    def update(
+        self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None, reason: str = "update"
+    ) -> MemoryRecord:
+        with self._locked(user_id):
+            return super().update(user_id, memory_id, text, episode_id=episode_id, reason=reason)
 
-def _tokens(value: object, text: str) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else approx_tokens(text)
+    def put(self, item: RegistryItem) -> None:
+        with self._locked(item.owner):
+            super().put(item)
 
+    def forget(self, user_id: str, memory_id: str) -> None:
+        with self._locked(user_id):
+            super().forget(user_id, memory_id)
 
-def _counted(item: RegistryItem, chosen: int, used: int) -> RegistryItem:
-    return RegistryItem(
-        kind=item.kind,
-        id=item.id,
-        owner=item.owner,
-        text=item.text,
-        tokens=item.tokens,
-        name=item.name,
-        body=item.body,
-        source=item.source,
-        metadata=item.metadata,
-        created_at=item.created_at,
-        updated_at=item.updated_at,
-        times_chosen=chosen,
-        times_used=used,
-    )
-
-
-def _change_value(c: MemoryChange) -> dict[str, Any]:
-    return {
-        "memory_id": c.memory_id,
-        "action": c.action.value,
-        "at": c.at.isoformat(),
-        "old_text": c.old_text,
-        "new_text": c.new_text,
-        "episode_id": c.episode_id,
-        "reason": c.reason,
-    }
-
-
-def _change_from(user_id: str, v: Mapping[str, Any]) -> MemoryChange:
-    return MemoryChange(
-        memory_id=str(v["memory_id"]),
-        user_id=user_id,
-        action=MemoryAction(v["action"]),
-        at=datetime.fromisoformat(str(v["at"])),
-        old_text=v.get("old_text"),
-        new_text=v.get("new_text"),
-        episode_id=v.get("episode_id"),
-        reason=str(v.get("reason", "")),
-    )
+    def forget_all(self, user_id: str) -> int:
+        with self._locked(user_id):
+            return super().forget_all(user_id)

@@ -1,0 +1,209 @@
+"""Store items and history entries as :class:`~memabra.StoreMemory` writes and reads them: the
+item shapes it reads, user ids as namespace labels, and a change's history entry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from memabra._errors import InvalidRecordError
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._records import RegistryItem, new_id
+from memabra._text import approx_tokens
+
+__all__ = [
+    "PENDING",
+    "change_from",
+    "change_order",
+    "change_texts",
+    "change_value",
+    "history_entry",
+    "memory_record",
+    "stored_tokens",
+    "new_record",
+    "retirements",
+    "unfinished",
+    "memory_text",
+    "next_seq",
+    "pending_change",
+    "readable_text",
+    "seq_of",
+    "user_label",
+]
+
+# The item's latest change, written in the same put as the item: the history entry is a second
+# put, and a process dying between the two leaves it here (read by ``history``, repaired by the
+# next write).
+PENDING = "memabra_change"
+_seq_lock = threading.Lock()
+_last_seq = 0
+
+
+def memory_text(value: Mapping[str, Any], *, where: str = "") -> str:
+    """The text of a store item in any of the shapes this module reads (see the module doc)."""
+    text = value.get("text")
+    if isinstance(text, str) and text.strip():
+        return text.strip()
+    content = value.get("content")
+    if isinstance(content, str) and content.strip():
+        return content.strip()
+    if isinstance(content, Mapping):
+        for key in ("content", "text", "memory", "fact"):
+            inner = content.get(key)
+            if isinstance(inner, str) and inner.strip():
+                return inner.strip()
+        fields = [f"{k}: {v}" for k, v in content.items() if isinstance(v, (str, int, float, bool)) and str(v).strip()]
+        if fields:
+            return "; ".join(fields)
+    keys = ", ".join(sorted(map(str, value))) or "none"
+    raise InvalidRecordError(
+        f"memabra cannot read the store item {where or '(unnamed)'}: it needs a 'text' or 'content' string, or a "
+        f"'content' object with a 'content' string or scalar fields; its keys are: {keys}"
+    )
+
+
+def user_label(user_id: str) -> str:
+    """``user_id`` as a namespace label. LangGraph refuses labels with '.' or NUL: such an id is
+    stored percent-escaped ('%' -> '%25', '.' -> '%2E', NUL -> '%00'); any other id as it is (where
+    LangMem puts it too). An id holding an escape itself ('%2E', '%00') would read as another user's."""
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    if "." in user_id or "\x00" in user_id:
+        return user_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+    for escape in ("%2E", "%00"):
+        if escape in user_id:
+            raise InvalidRecordError(
+                f"the user id {user_id!r} cannot name a store namespace: it holds {escape!r}, which memabra "
+                "writes for '.' or NUL in user ids (LangGraph stores refuse those in a namespace label)"
+            )
+    return user_id
+
+
+def pending_change(value: object) -> dict[str, Any] | None:
+    found = value.get(PENDING) if isinstance(value, Mapping) else None
+    return dict(found) if isinstance(found, Mapping) and found.get("key") and found.get("at") else None
+
+
+def new_record(change: MemoryChange) -> dict[str, Any]:
+    """``change`` as written with its item and as its history entry (under ``key``)."""
+    return {**change_value(change), "key": f"{change.memory_id}-{new_id()[:12]}", "seq": next_seq()}
+
+
+def history_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "retires"}
+
+
+def retirements(pending: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The change records of the memories the change ``pending`` retires."""
+    found = pending.get("retires")
+    return [dict(r) for r in found if isinstance(r, Mapping) and r.get("key")] if isinstance(found, list) else []
+
+
+def unfinished(items: Iterable[tuple[str, object]]) -> bool:
+    """Whether a memory among ``(key, value)`` items names the retirement of another one still
+    current and not written since (a writer died between the two puts)."""
+    items = list(items)
+    current = {
+        key: seq_of((pending_change(v) or {}).get("seq"))
+        for key, v in items
+        if isinstance(v, Mapping) and v.get("status") != "retired"
+    }
+    return any(
+        r["memory_id"] in current and current[r["memory_id"]] < seq_of(r.get("seq"))
+        for _, v in items
+        if (p := pending_change(v)) is not None
+        for r in retirements(p)
+    )
+
+
+def change_texts(values: Iterable[object]) -> set[str]:
+    return {str(t) for v in values if isinstance(v, Mapping) for t in (v.get("old_text"), v.get("new_text")) if t}
+
+
+def next_seq() -> int:
+    """Orders changes written at the same ``at`` (a given time, a coarse clock): nanoseconds,
+    increasing within a process."""
+    global _last_seq
+    with _seq_lock:
+        _last_seq = max(time.time_ns(), _last_seq + 1)
+        return _last_seq
+
+
+def change_order(pair: tuple[MemoryChange, int]) -> tuple[datetime, int]:
+    return pair[0].at, pair[1]
+
+
+def seq_of(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def readable_text(value: object) -> str | None:
+    """An item's text, or None for a shape memabra cannot read (forgetting it must still work)."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return memory_text(value)
+    except InvalidRecordError:
+        return None
+
+
+def change_value(c: MemoryChange) -> dict[str, Any]:
+    return {
+        "memory_id": c.memory_id,
+        "action": c.action.value,
+        "at": c.at.isoformat(),
+        "old_text": c.old_text,
+        "new_text": c.new_text,
+        "episode_id": c.episode_id,
+        "reason": c.reason,
+    }
+
+
+def change_from(user_id: str, v: object, *, where: str = "") -> MemoryChange:
+    """A history entry as a change; an entry of another shape is an error naming it."""
+    try:
+        if not isinstance(v, Mapping):
+            raise TypeError("not an object")
+        return MemoryChange(
+            memory_id=str(v["memory_id"]),
+            user_id=user_id,
+            action=MemoryAction(v["action"]),
+            at=datetime.fromisoformat(str(v["at"])),
+            old_text=_text_or_none(v.get("old_text")),
+            new_text=_text_or_none(v.get("new_text")),
+            episode_id=_text_or_none(v.get("episode_id")),
+            reason=str(v.get("reason", "")),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        keys = ", ".join(sorted(map(str, v))) if isinstance(v, Mapping) else type(v).__name__
+        raise InvalidRecordError(
+            f"memabra cannot read the history entry {where or '(unnamed)'}: it needs 'memory_id', an 'action' of "
+            f"{', '.join(a.value for a in MemoryAction)} and an ISO 'at' ({exc!r}); it has: {keys}"
+        ) from exc
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def memory_record(user_id: str, item: RegistryItem, value: Mapping[str, Any], used: datetime | None) -> MemoryRecord:
+    retired = bool(item.metadata.get("status"))
+    superseded_by = value.get("superseded_by")
+    return MemoryRecord(
+        id=item.id,
+        user_id=user_id,
+        text=item.text,
+        status=MemoryStatus.RETIRED if retired else MemoryStatus.ACTIVE,
+        created_at=item.created_at,
+        updated_at=item.updated_at or item.created_at,
+        last_used_at=used,
+        superseded_by=superseded_by if isinstance(superseded_by, str) else None,
+        source=item.source,
+    )
+
+
+def stored_tokens(value: object, text: str) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else approx_tokens(text)
