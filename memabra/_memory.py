@@ -19,6 +19,7 @@ import builtins
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -327,6 +328,12 @@ class MemoryBackend(ABC):
                 item.id, item.owner, MemoryAction.CREATED, item.updated_at or self.clock(), None, item.text, None, "put"
             ),
         )
+
+    def _writing(self, user_id: str) -> AbstractContextManager[None]:
+        """Held around a read-then-write of ``user_id``'s memories (a restore) that the backend's
+        own writes do not cover: a backend without transactions makes the user's writers in this
+        process take turns here; a SQL backend needs nothing."""
+        return nullcontext()
 
     def _item(self, user_id: str, memory_id: str, *, include_retired: bool) -> RegistryItem:
         record = self.get(user_id, memory_id)

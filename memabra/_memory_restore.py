@@ -68,6 +68,21 @@ def restore_memory(
     same write; with ``keep_both`` they stay current beside it."""
     if replace and keep_both:
         raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
+    # read, check and write as one step against the user's other writers in this process
+    with backend._writing(user_id):
+        return _restore(backend, user_id, memory_id, replace=replace, keep_both=keep_both, reason=reason, at=at)
+
+
+def _restore(
+    backend: MemoryBackend,
+    user_id: str,
+    memory_id: str,
+    *,
+    replace: bool,
+    keep_both: bool,
+    reason: str,
+    at: datetime | None,
+) -> RestoredMemory:
     record = backend.get(user_id, memory_id)
     if record.status is not MemoryStatus.RETIRED:
         raise InvalidRecordError(f"memory {memory_id!r} is already active; nothing changed")

@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -108,6 +108,9 @@ class StoreMemory(MemoryBackend):
     def namespace_for(self, user_id: str) -> tuple[str, ...]:
         label = user_label(user_id)
         return tuple(part.replace(USER_FIELD, label) for part in self.namespace)
+
+    def _writing(self, user_id: str) -> AbstractContextManager[None]:
+        return self._locked(user_id)
 
     @contextmanager
     def _locked(self, user_id: str) -> Iterator[None]:

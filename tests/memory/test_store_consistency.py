@@ -16,6 +16,7 @@ from memory_helpers import hashing_embed
 from memabra import InvalidRecordError, StoreMemory, erase_user
 from memabra._memory import MemoryBackend
 from memabra._memory_records import MemoryAction, MemoryStatus
+from memabra._memory_restore import restore_memory
 from memabra.storage import EpisodeLog, upgrade
 
 NS = ("memories", "{user_id}")
@@ -90,6 +91,23 @@ def test_two_threads_stating_the_same_fact_store_it_once() -> None:
     for t in threads:
         t.join()
     assert [i.text for i in memory.items("ann")] == ["I live in Lyon"]
+
+
+def test_a_restore_and_a_new_fact_at_once_leave_one_current() -> None:
+    # the restore reads what is current, then writes: a new fact landing in between would leave
+    # the restored Lyon beside it
+    memory = StoreMemory(_SlowStore(), namespace=NS)
+    lyon = memory.remember("ann", "I live in Lyon")
+    memory.remember("ann", "I live in Paris")
+    threads = [
+        threading.Thread(target=restore_memory, args=(memory, "ann", lyon.id), kwargs={"replace": True}),
+        threading.Thread(target=memory.remember, args=("ann", "I live in Oslo")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(memory.items("ann")) == 1
 
 
 def test_a_process_dying_after_the_item_write_leaves_its_history_readable() -> None:
