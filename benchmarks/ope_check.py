@@ -28,7 +28,7 @@ from memabra.evals.bench import (
     router_factories,
     run_bench,
 )
-from memabra.evals.offline import ROUTERS, Target, evaluate_policies
+from memabra.evals.offline import ROUTERS, LogEvaluation, Target, evaluate_policies
 from memabra.router import Router, Similarity
 from memabra.storage import EpisodeLog
 
@@ -87,6 +87,8 @@ def check_file(
                 "recommended": rec.as_dict(),
                 "covered": rec.ci_low <= truth <= rec.ci_high,
                 "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
+                "verdicts": _verdicts(ev),
+                "cdr_minus_pi": _pi_gap(ev),
                 "floor_share": ev.floor_share,
                 "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                 "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
@@ -105,6 +107,18 @@ def check_file(
             }
         )
     return rows
+
+
+def _verdicts(ev: LogEvaluation) -> dict[str, dict[str, Any]]:
+    """Every estimator's own support verdict, so a run shows where a fallback would have stood."""
+    return {k: {"supported": v.supported, "reason": v.reason} for k, v in ev.verdicts.items()}
+
+
+def _pi_gap(ev: LogEvaluation) -> list[float] | None:
+    """Cascade DR minus PI on the same decisions, [difference, ci_low, ci_high]: PI's bias where
+    cascade DR's weight reaches the target (docs/ope.md)."""
+    gap = ev.pi_gap
+    return None if gap is None else [gap.value, gap.ci_low, gap.ci_high]
 
 
 def print_paired(rows: list[dict[str, Any]]) -> None:
@@ -191,6 +205,8 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
                     "truth": truth,
                     "recommended": rec.as_dict(),
                     "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
+                    "verdicts": _verdicts(ev),
+                    "cdr_minus_pi": _pi_gap(ev),
                     "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                     "floor_share": ev.floor_share,
                 }

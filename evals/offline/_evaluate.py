@@ -305,6 +305,7 @@ def evaluate_policies(
                 _REPLAYS[r],
                 additive,
                 [(_REPLAYS[o], summaries[t][o]["joint_weight"]) for o in range(len(_REPLAYS)) if o != r],
+                paired.difference(column(t, r, "cdr"), column(t, r, "pi"), alpha),
             )
         )
     # paired differences only between supported recommendations: an unsupported one's bounds already

@@ -115,6 +115,9 @@ class LogEvaluation:
     logging_stderr: float = math.nan
     # rewarded decisions left out because their reward is provisional (0 with include_provisional)
     n_provisional: int = 0
+    # cascade DR minus PI on the same decisions, paired: PI's bias where the log supports cascade DR
+    # (memabra.evals.offline._recommend.sequential_bias_verdict); None where not computed
+    pi_gap: PolicyValueInterval | None = None
 
     def weight_diagnostics(self, estimator: str) -> WeightDiagnostics | None:
         """The diagnostics of the importance weight ``estimator`` leans on; ``None`` for the direct
@@ -150,6 +153,13 @@ class LogEvaluation:
                 "floor_share": self.floor_share,
                 "unreached_share": self.unreached_share,
                 "additivity": self.additivity.as_dict() if self.additivity else None,
+                "cdr_minus_pi": None
+                if self.pi_gap is None
+                else {
+                    "difference": finite_or_none(self.pi_gap.value),
+                    "ci_low": finite_or_none(self.pi_gap.ci_low),
+                    "ci_high": finite_or_none(self.pi_gap.ci_high),
+                },
                 **{
                     name: {k: finite_or_none(v) for k, v in d.as_dict().items()} for name, d in self.diagnostics.items()
                 },

@@ -35,6 +35,12 @@ cdr         E[q_0 + sum_s W_(1:s-1) Q_s + W (R - q(S_L))]  support, or the model
 pi-dr       E[q_e + P (R - q(S_L))]                    the model's residual additive over slots
 ========== ========================================= ==============================================
 
+PI's "slots drawn independently" never holds for memabra's draws (a pick is not offered again; the
+stop option ends the kind). P = 1 + sum_s (rho_s - 1) is the first-order expansion of
+W = prod_s (1 + (rho_s - 1)), so under support E_b[P R] = V(pi_e) - E_b[(W - P) R]: the left-out
+higher-order terms have mean 0 only for independent draws and an additive reward, and PI is biased
+otherwise, additive reward or not (cdr minus pi on the same decisions estimates it; docs/ope.md).
+
 E[W] = E[P] = 1 when the target's support lies within the logger's, which the diagnostics test
 (iips and idr, which need each draw covered, are judged on P: E[P] = 1 is that per-draw support).
 The per-decision mean of the ratios (``slot_weight``) is descriptive only: whether a decision makes
