@@ -3,6 +3,7 @@ checkpoint is in the log has read past it, and a dead learner's claim can be dro
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,7 +24,11 @@ def _final_episodes(log: EpisodeLog, n: int) -> list[FinalReward]:
         ep = episode("ann", created_at=NOW - timedelta(days=100 + i))
         log.log_episode(ep)
         log.put_reward(ep.id, REWARD, final=True)
-    finals = LearnerStore(log.engine).read_final()
+    # on PostgreSQL a reward is read once every transaction older than it has ended, anywhere on the
+    # server (docs/production.md, "Reading in commit order"): another client's may be open a moment
+    deadline = time.monotonic() + 10.0
+    while len(finals := LearnerStore(log.engine).read_final()) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(finals) == n
     return finals
 
