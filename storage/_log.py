@@ -307,6 +307,11 @@ class EpisodeLog(RetentionMethods):
         _offline.check_window(since, None)
         return _offline.count_mempo_items(self._tx, since, unscored_by)
 
+    def count_gold_episodes(self, *, since: datetime | None = None) -> int:
+        """Episodes with a ``gold_answer`` in feedback, decisions offering memories or not."""
+        _offline.check_window(since, None)
+        return _offline.count_gold_episodes(self._tx, since)
+
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
         """Insert or replace MemPO labels (a re-run with another model overwrites)."""
         _offline.store_memory_scores(self._tx, scores)

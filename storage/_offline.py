@@ -38,6 +38,7 @@ __all__ = [
     "iter_selections",
     "list_ope_runs",
     "memory_scores",
+    "count_gold_episodes",
     "count_mempo_items",
     "mempo_items",
     "record_ope_results",
@@ -202,6 +203,12 @@ def count_mempo_items(tx: Transactions, since: datetime | None, unscored_by: str
             chunk = _gold_decisions(episode_ids[start : start + _CHUNK], unscored_by).subquery()
             total += int(s.scalar(select(func.count()).select_from(chunk)) or 0)
     return total
+
+
+def count_gold_episodes(tx: Transactions, since: datetime | None) -> int:
+    """Episodes with a gold answer in feedback received since ``since``, whether or not a decision
+    of theirs offered memories (what MemPO scores)."""
+    return len(_gold_answers(tx, since))
 
 
 def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, str]:

@@ -102,6 +102,15 @@ def score(
                     ),
                     highlight=False,
                 )
+            elif gold := run_guarded(log.count_gold_episodes, since=since_at):
+                console.print(
+                    Text(
+                        f"no decisions to score: {gold} episode(s) have a gold answer, but none of their decisions "
+                        "offered memories (MemPO grades memory selections; an agent without a memory slot, or a "
+                        "user with no memories yet, makes none)"
+                    ),
+                    highlight=False,
+                )
             else:
                 # the demo's and most agents' logs hold none: say where one comes from
                 console.print(

@@ -92,6 +92,27 @@ def test_nothing_to_score_loads_no_model(tmp_path: Path, migrated_url: str) -> N
     assert """memabra feedback EPISODE_ID '{"gold_answer": "..."}'""" in result.output
 
 
+def test_gold_answers_without_memory_decisions_are_told_apart_from_no_gold_answers(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    from memabra import Episode, Feedback
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with EpisodeLog(migrated_url) as log:  # a turn of an agent with no memory slot: nothing MemPO grades
+        ep = Episode("u1", "capital of France?")
+        log.log_episode(ep)
+        log.add_feedback(Feedback(ep.id, "programmatic", "checker", {"gold_answer": "Paris"}))
+        assert log.count_gold_episodes() == 1 and log.count_mempo_items() == 0
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url])
+    output = " ".join(result.output.split())
+    assert (
+        result.exit_code == 0
+        and "1 episode(s) have a gold answer, but none of their decisions offered memories" in output
+    )
+    assert "a gold answer arrives as feedback" not in output
+
+
 def test_a_model_folder_that_does_not_exist_is_refused_before_the_log_is_read(
     tmp_path: Path, migrated_url: str
 ) -> None:
