@@ -183,49 +183,54 @@ class MemoryBackend(ABC):
         """Store the fact in ``text`` for ``user_id``; a restatement refreshes the stored memory
         and a fact on a subject with one current value retires the one it replaces (of a memory
         joining several facts, only the replaced one is cut out)."""
-        fact = _clean(text)
-        now = at or self.clock()
-        # Another process may retire the restated memory between this read and the refresh (its
-        # user stated a new value there): read again, and the fact is stored as the newest value.
-        for _ in range(_RESTATE_TRIES):
-            active = self._active_pairs(user_id)
-            same = next((mid for mid, stored in active if is_restatement(fact, stored)), None)
-            if same is None:
-                break
-            change = MemoryChange(
-                same, user_id, MemoryAction.REFRESHED, now, dict(active)[same], fact, episode_id, "restated"
+        with self._writing(user_id):
+            fact = _clean(text)
+            now = at or self.clock()
+            # Another process may retire the restated memory between this read and the refresh (its
+            # user stated a new value there): read again, and the fact is stored as the newest value.
+            for _ in range(_RESTATE_TRIES):
+                active = self._active_pairs(user_id)
+                same = next((mid for mid, stored in active if is_restatement(fact, stored)), None)
+                if same is None:
+                    break
+                change = MemoryChange(
+                    same, user_id, MemoryAction.REFRESHED, now, dict(active)[same], fact, episode_id, "restated"
+                )
+                try:
+                    self._refresh(change)
+                    return self._item(user_id, same, include_retired=False)
+                except InvalidRecordError:
+                    if self.get(user_id, same).status is not MemoryStatus.RETIRED:
+                        raise
+            texts = dict(active)
+            item = _new_item(user_id, fact, source, now, self.new_id())
+            retire_ids = self.supersession.superseded(fact, active) if active else []
+            retire: builtins.list[MemoryChange] = []
+            trimmed: builtins.list[tuple[str, str]] = []
+            for mid in dict.fromkeys(retire_ids):
+                if mid not in texts:
+                    continue
+                rest = self._left_standing(fact, texts[mid])
+                if rest is None:
+                    why = f"superseded by {item.id}"
+                    retire.append(
+                        MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, why)
+                    )
+                elif rest:
+                    trimmed.append((mid, rest))
+            self._store(
+                item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
             )
-            try:
-                self._refresh(change)
-                return self._item(user_id, same, include_retired=False)
-            except InvalidRecordError:
-                if self.get(user_id, same).status is not MemoryStatus.RETIRED:
-                    raise
-        texts = dict(active)
-        item = _new_item(user_id, fact, source, now, self.new_id())
-        retire_ids = self.supersession.superseded(fact, active) if active else []
-        retire: builtins.list[MemoryChange] = []
-        trimmed: builtins.list[tuple[str, str]] = []
-        for mid in dict.fromkeys(retire_ids):
-            if mid not in texts:
-                continue
-            rest = self._left_standing(fact, texts[mid])
-            if rest is None:
-                why = f"superseded by {item.id}"
-                retire.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, why))
-            elif rest:
-                trimmed.append((mid, rest))
-        self._store(
-            item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
-        )
-        if retire:
-            logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
-        # Only after the new fact is stored: a failure here leaves the outdated part in place, never
-        # loses the facts it was stored with.
-        for mid, rest in trimmed:
-            self._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
-            logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
-        return item
+            if retire:
+                logger.info(
+                    "memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id
+                )
+            # Only after the new fact is stored: a failure here leaves the outdated part in place, never
+            # loses the facts it was stored with.
+            for mid, rest in trimmed:
+                self._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
+                logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
+            return item
 
     def _left_standing(self, fact: str, text: str) -> str | None:
         """What stays true of a memory ``fact`` supersedes: None when all of it is replaced, else
@@ -244,29 +249,32 @@ class MemoryBackend(ABC):
     ) -> builtins.list[RegistryItem]:
         """``remember`` for many facts at once (an import): restatements of stored or earlier
         facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
-        now = at or self.clock()
-        facts = [_clean(t) for t in texts]
-        active = self._active_pairs(user_id)
-        seen = RestatementIndex(text for _, text in active)
-        plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
-        out: builtins.list[RegistryItem] = []
-        subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
-        for fact in facts:
-            negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
-            if not seen.add(fact):
-                continue
-            found = fact_subjects(fact)
-            if found & subjects or negates:
-                self._store_many(plain)
-                plain = []
-                out.append(self.remember(user_id, fact, source=source, at=now))
-                continue
-            subjects |= found
-            item = _new_item(user_id, fact, source, now, self.new_id())
-            plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
-            out.append(item)
-        self._store_many(plain)
-        return out
+        with self._writing(user_id):
+            now = at or self.clock()
+            facts = [_clean(t) for t in texts]
+            active = self._active_pairs(user_id)
+            seen = RestatementIndex(text for _, text in active)
+            plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
+            out: builtins.list[RegistryItem] = []
+            subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
+            for fact in facts:
+                negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
+                if not seen.add(fact):
+                    continue
+                found = fact_subjects(fact)
+                if found & subjects or negates:
+                    self._store_many(plain)
+                    plain = []
+                    out.append(self.remember(user_id, fact, source=source, at=now))
+                    continue
+                subjects |= found
+                item = _new_item(user_id, fact, source, now, self.new_id())
+                plain.append(
+                    (item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source))
+                )
+                out.append(item)
+            self._store_many(plain)
+            return out
 
     def write_from_message(
         self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
@@ -280,14 +288,15 @@ class MemoryBackend(ABC):
         """Replace an active memory's text; the old text goes into its history with ``reason`` (who
         or what changed it). A retired memory is refused: rewriting it would make it current again
         beside the fact that replaced it."""
-        record = self.get(user_id, memory_id)
-        if record.status is MemoryStatus.RETIRED:
-            by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
-            raise InvalidRecordError(
-                f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
-            )
-        self._rewrite(user_id, memory_id, _clean(text), episode_id, reason, self.clock())
-        return self.get(user_id, memory_id)
+        with self._writing(user_id):
+            record = self.get(user_id, memory_id)
+            if record.status is MemoryStatus.RETIRED:
+                by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
+                raise InvalidRecordError(
+                    f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
+                )
+            self._rewrite(user_id, memory_id, _clean(text), episode_id, reason, self.clock())
+            return self.get(user_id, memory_id)
 
     def _rewrite(
         self, user_id: str, memory_id: str, fact: str, episode_id: str | None, reason: str, now: datetime
@@ -314,25 +323,35 @@ class MemoryBackend(ABC):
 
     def forget(self, user_id: str, memory_id: str) -> None:
         """Delete one memory and its history; it leaves every future candidate set."""
-        self._forget(user_id, [memory_id])
+        with self._writing(user_id):
+            self._forget(user_id, [memory_id])
 
     def forget_all(self, user_id: str) -> int:
         """Delete every memory of ``user_id`` with its history; returns how many."""
-        return self._forget(user_id, None)
+        with self._writing(user_id):
+            return self._forget(user_id, None)
 
     def put(self, item: RegistryItem) -> None:
         """Insert or replace one memory as given (no extraction, no supersession)."""
-        self._store(
-            item,
-            MemoryChange(
-                item.id, item.owner, MemoryAction.CREATED, item.updated_at or self.clock(), None, item.text, None, "put"
-            ),
-        )
+        with self._writing(item.owner):
+            self._store(
+                item,
+                MemoryChange(
+                    item.id,
+                    item.owner,
+                    MemoryAction.CREATED,
+                    item.updated_at or self.clock(),
+                    None,
+                    item.text,
+                    None,
+                    "put",
+                ),
+            )
 
     def _writing(self, user_id: str) -> AbstractContextManager[None]:
-        """Held around a read-then-write of ``user_id``'s memories (a restore) that the backend's
-        own writes do not cover: a backend without transactions makes the user's writers in this
-        process take turns here; a SQL backend needs nothing."""
+        """Held around every read-then-write of ``user_id``'s memories (``remember``, ``update``,
+        a restore, ...): a backend without transactions makes the user's writers in this process
+        take turns here; a SQL backend needs nothing (its writes are transactions)."""
         return nullcontext()
 
     def _item(self, user_id: str, memory_id: str, *, include_retired: bool) -> RegistryItem:

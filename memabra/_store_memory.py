@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -110,6 +110,8 @@ class StoreMemory(MemoryBackend):
         return tuple(part.replace(USER_FIELD, label) for part in self.namespace)
 
     def _writing(self, user_id: str) -> AbstractContextManager[None]:
+        # a store has no transactions: one user's writers in this process take turns (each reads
+        # the memories, then writes)
         return self._locked(user_id)
 
     @contextmanager
@@ -356,40 +358,3 @@ class StoreMemory(MemoryBackend):
         if self.log is not None and gone:
             forget_in_log(self.log.engine, user_id, gone, texts)
         return len(ids)
-
-    # one user's writers in this process take turns: each reads the memories, then writes
-    def remember(
-        self,
-        user_id: str,
-        text: str,
-        *,
-        source: str = "user",
-        at: datetime | None = None,
-        episode_id: str | None = None,
-    ) -> RegistryItem:
-        with self._locked(user_id):
-            return super().remember(user_id, text, source=source, at=at, episode_id=episode_id)
-
-    def remember_many(
-        self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
-    ) -> list[RegistryItem]:
-        with self._locked(user_id):
-            return super().remember_many(user_id, texts, source=source, at=at)
-
-    def update(
-        self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None, reason: str = "update"
-    ) -> MemoryRecord:
-        with self._locked(user_id):
-            return super().update(user_id, memory_id, text, episode_id=episode_id, reason=reason)
-
-    def put(self, item: RegistryItem) -> None:
-        with self._locked(item.owner):
-            super().put(item)
-
-    def forget(self, user_id: str, memory_id: str) -> None:
-        with self._locked(user_id):
-            super().forget(user_id, memory_id)
-
-    def forget_all(self, user_id: str) -> int:
-        with self._locked(user_id):
-            return super().forget_all(user_id)
