@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+from numpy.typing import NDArray
+
 from memabra import Budget, Candidate, CandidateKind, Episode, RoutingContext, Selection
 from memabra._records import RewardBreakdown, RewardComponents, RewardWeights, utcnow
-from memabra.router import Router
+from memabra.router import Router, SlotView
 from memabra.storage import EpisodeLog
 
 TOPICS = ["coffee", "weather", "dinner", "dog", "work", "music"]
@@ -69,3 +72,20 @@ def log_world(
             )
         )
     log.log_episodes(episodes)
+
+
+class Stopper(Router):
+    """Every option positive: the stop option ``stop``, the rest shared evenly."""
+
+    name = "stopper"
+
+    def __init__(self, stop: float = 0.5, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.stop = stop
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        if view.n_options == 1:
+            return np.ones(1)
+        out = np.full(view.n_options, (1.0 - self.stop) / (view.n_options - 1))
+        out[-1] = self.stop
+        return out

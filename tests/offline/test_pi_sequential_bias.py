@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from logged_world import additive_reward_of, log_world
+from logged_world import Stopper, additive_reward_of, log_world
 from memabra.evals.offline import Target, evaluate_policies
 from memabra.evals.offline import _support as support
 from memabra.evals.offline._recommend import sequential_bias_verdict
@@ -19,23 +19,6 @@ from memabra.router import Router, SlotView
 from memabra.storage import EpisodeLog, upgrade
 
 pytestmark = pytest.mark.slow
-
-
-class Stopper(Router):
-    """Every option positive: the stop option ``stop``, the rest shared evenly."""
-
-    name = "stopper"
-
-    def __init__(self, stop: float = 0.5, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.stop = stop
-
-    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
-        if view.n_options == 1:
-            return np.ones(1)
-        out = np.full(view.n_options, (1.0 - self.stop) / (view.n_options - 1))
-        out[-1] = self.stop
-        return out
 
 
 class Focus(Router):

@@ -8,35 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numpy.typing import NDArray
 from typer.testing import CliRunner
 
-from logged_world import log_world
+from logged_world import Stopper, log_world
 from memabra import InvalidRecordError
 from memabra._cli import app
 from memabra.evals.offline import evaluate_on_log
-from memabra.router import RandomRouter, Router, SlotView
+from memabra.router import RandomRouter
 from memabra.storage import EpisodeLog
 
 runner = CliRunner(env={"COLUMNS": "240"})
 pytestmark = pytest.mark.slow
-
-
-class Stopper(Router):
-    """Every option positive: the stop option ``stop``, the rest shared evenly."""
-
-    name = "stopper"
-
-    def __init__(self, stop: float = 0.5, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.stop = stop
-
-    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
-        if view.n_options == 1:
-            return np.ones(1)
-        out = np.full(view.n_options, (1.0 - self.stop) / (view.n_options - 1))
-        out[-1] = self.stop
-        return out
 
 
 def test_a_fully_supported_target_is_not_called_uncovered_by_the_per_slot_check(log: EpisodeLog) -> None:
