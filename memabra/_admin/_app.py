@@ -45,7 +45,13 @@ from memabra._admin._auth import (
 )
 from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
-from memabra._admin._forms import FILTER_FIELDS, parse_episode_filter, parse_feedback_form, parse_limit
+from memabra._admin._forms import (
+    FILTER_FIELDS,
+    parse_episode_filter,
+    parse_feedback_form,
+    parse_limit,
+    parse_offset_cursor,
+)
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._plumbing import (
     _NOTICES,
@@ -171,7 +177,10 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
                 flt, raw = parse_episode_filter(params)
                 limit = parse_limit(params.get("limit"))
                 cursor = params.get("cursor") or None
-                page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit, count=True)
+                if raw.get("sort") == "reward":
+                    page = await run_in_threadpool(self.queries.lowest_rewards, flt, parse_offset_cursor(cursor), limit)
+                else:
+                    page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit, count=True)
             except InvalidRecordError as exc:
                 # Show the form again as it was sent, with the message naming the bad field.
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}

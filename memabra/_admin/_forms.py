@@ -23,6 +23,7 @@ __all__ = [
     "parse_episode_filter",
     "parse_feedback_form",
     "parse_limit",
+    "parse_offset_cursor",
     "parse_memory_edit",
     "parse_memory_query",
     "parse_window",
@@ -41,7 +42,10 @@ FILTER_FIELDS = (
     "reward_min",
     "reward_max",
     "corrected",
+    "sort",
 )
+# how the episodes page orders its rows: newest first (keyset-paged), or lowest reward first
+EPISODE_SORTS = ("newest", "reward")
 WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
 # each window as its selector and the columns that count within it name it
 WINDOW_LABELS = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "1 year", "all": "all time"}
@@ -93,6 +97,10 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
             kind = CandidateKind(raw["kind"])
         except ValueError:
             raise FormError(f"kind must be memory, skill or tool, got {raw['kind']!r}") from None
+    if raw["sort"] not in ("", *EPISODE_SORTS):
+        raise FormError(f"sort must be newest or reward, got {raw['sort']!r}")
+    if raw["sort"] == "newest":
+        raw["sort"] = ""  # the default: links stay as they were
     corrected: bool | None = None
     if raw["corrected"]:
         if raw["corrected"] not in ("yes", "no"):
@@ -124,6 +132,15 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
         query_contains=raw["q"] or None,
     )
     return flt, {k: v for k, v in raw.items() if v}
+
+
+def parse_offset_cursor(raw: str | None) -> int:
+    """The position a lowest-reward-first page starts at (its cursor is an offset; none: 0)."""
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise FormError(f"cursor is not a page cursor of this listing: {raw!r}")
+    return int(raw)
 
 
 def parse_limit(raw: str | None, default: int = 50) -> int:

@@ -117,6 +117,8 @@ class MemoryPages(_AdminBase):
             # the backend's update would restore it as a side effect: make that a deliberate step
             raise InvalidRecordError(f"memory {memory_id!r} is retired: restore it first, then edit it")
         if base is not None and base.strip() != record.text:
+            if text.strip() == record.text:
+                return None  # the same edit sent again (a double click, a re-post): saved already
             return record.text
         backend.update(user, memory_id, text, reason=f"edited in the admin ({principal})")
         return None

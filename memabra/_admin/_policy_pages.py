@@ -19,7 +19,7 @@ from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._admin._promotion import PromotionCheck, promotion_check
 from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
 from memabra._records import OPEResult, RewardWeights, utcnow
-from memabra.storage import DEFAULT_SAMPLE, SnapshotInfo
+from memabra.storage import DEFAULT_SAMPLE, PolicyStatus, SnapshotInfo
 
 __all__ = ["PolicyPages"]
 
@@ -99,6 +99,7 @@ class PolicyPages(_AdminBase):
                 if p.check != DELETIONS_CHECK  # shown with the deletion history
             ],
             "checked_policy": served,
+            "retention_holds": _retention_holds(health.policies, served),
             "max_lag": format_age(DEFAULT_MAX_LAG),
             "snapshots": snapshots,
             "stats": stats,
@@ -109,6 +110,8 @@ class PolicyPages(_AdminBase):
             "ope_runs": runs,
             "charted_runs": len(charted_runs),
             "promotion": self._promotion_checks(snapshots, runs),
+            # what a promote retires (and a roll back of it returns to): the policy's active snapshot
+            "active_of": {s.policy: s.version for s in snapshots if s.status == "active"},
             "has_snapshot": {s.version for s in snapshots},
             "chart_data": views.chart_payload(
                 points, stats, shares, charted, self._reward_weights().total_range(), bucket=bucket
@@ -135,6 +138,17 @@ class PolicyPages(_AdminBase):
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
+
+
+def _retention_holds(policies: Sequence[PolicyStatus], served: str | None) -> dict[str, bool | None]:
+    """The policies whose learner checkpoint keeps episodes from retention (final rewards it has yet
+    to read), each with whether the view serves it (``None``: started without ``--policy``, so it
+    cannot tell). A policy no longer learned keeps its checkpoint, and retention waits for it for good."""
+    return {
+        p.policy: None if served is None else p.policy == served
+        for p in policies
+        if p.checkpoint is not None and p.backlog > 0
+    }
 
 
 def _evaluated(runs: Sequence[OPERun]) -> set[str]:

@@ -75,9 +75,13 @@ class PromotionCheck:
             found.append(f"it was FORCED: train --from-log --force saved it although its verdict was “{verdict}”")
         return tuple(found)
 
-    def confirmation(self) -> str:
-        """The text of the Promote button's confirmation dialog."""
-        lines = [f"Make {self.version} the active policy?", ""]
+    def confirmation(self, replaces: str | None = None) -> str:
+        """The text of the Promote button's confirmation dialog (``replaces``: the policy's active
+        snapshot, which the promote retires and a roll back returns to)."""
+        lines = [f"Make {self.version} the active policy?"]
+        if replaces is not None:
+            lines.append(f"It replaces {replaces}, active now (Roll back returns to {replaces}).")
+        lines.append("")
         if self.evaluated:
             lines.append(f"Offline evaluation ({self.source}): {self._estimate_text()}.")
             if self.supported is False and self.reason:

@@ -3,11 +3,42 @@
 (function () {
   "use strict";
 
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+  // A write asks first where its form says so (data-confirm), and is sent once: a double click or
+  // a second Enter while the first send is on its way would post it again (an edit would come back
+  // as a conflict with itself). The buttons are disabled once the send has started (disabled at
+  // once, a named button would drop out of the form).
+  document.querySelectorAll("form[method=post]").forEach(function (form) {
     form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.getAttribute("data-confirm"))) {
+      if (form.dataset.submitted) {
         event.preventDefault();
+        return;
       }
+      var question = form.getAttribute("data-confirm");
+      if (question && !window.confirm(question)) {
+        event.preventDefault();
+        return;
+      }
+      form.dataset.submitted = "1";
+      window.setTimeout(function () {
+        form.querySelectorAll("button[type=submit], input[type=submit]").forEach(function (button) {
+          button.disabled = true;
+        });
+        form.setAttribute("aria-busy", "true");
+      }, 0);
+    });
+  });
+
+  // Back from the next page (the browser's page cache keeps this one as it was left): sendable again.
+  window.addEventListener("pageshow", function (event) {
+    if (!event.persisted) {
+      return;
+    }
+    document.querySelectorAll("form[data-submitted]").forEach(function (form) {
+      delete form.dataset.submitted;
+      form.removeAttribute("aria-busy");
+      form.querySelectorAll("button[type=submit], input[type=submit]").forEach(function (button) {
+        button.disabled = false;
+      });
     });
   });
 
