@@ -260,6 +260,7 @@ def test_the_learning_card_counts_turns_paused_by_an_interrupt(client: TestClien
     log.suspend_turn(SuspendedTurn("turn-1", "episode-1", "ann", "t", utcnow() - timedelta(hours=2), {"version": 1}))
     learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
     assert "1 turn(s) paused by an interrupt (the oldest since" in learning
+    assert '&nbsp;· <span id="paused-turns">' in learning  # not run into the figure before it
 
 
 def test_the_learning_card_checks_the_policy_the_view_serves(
