@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from memabra._errors import SchemaError, StorageContentionError
 from memabra.storage._engine import is_postgres, make_engine, resolve_url
 from memabra.storage._online_index import build_online_indexes
 from memabra.storage._tx import WRITE_OPTION, is_transient
+
+logger = logging.getLogger("memabra")
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -48,26 +52,68 @@ def known_revisions() -> frozenset[str]:
     return frozenset(rev.revision for rev in script.walk_revisions())
 
 
+PG_LOCK_TIMEOUT_MS = 2_000
+"""PostgreSQL: how long one statement of a migration waits for a table lock. A statement waiting
+for an exclusive lock heads the table's lock queue, and every later read of that table (serving
+processes polling ``policy_snapshots``) queues behind it: a bounded wait keeps a transaction left
+open somewhere from stalling them all for as long as it stays open."""
+
+PG_LOCK_ATTEMPTS = 5
+"""PostgreSQL: tries of a migration (each rolled back whole when it times out) before giving up."""
+
+_PG_LOCK_NOT_AVAILABLE = "55P03"
+
+
 def _run(engine: Engine, action: str, revision: str) -> None:
     """Run one Alembic command in one transaction that first takes the database's migration lock:
     processes that all find a new database (or all run ``db upgrade`` at a deploy) then queue, and
-    each finds the schema where the one before left it instead of creating the same tables again."""
+    each finds the schema where the one before left it instead of creating the same tables again.
+    On PostgreSQL a statement waits at most :data:`PG_LOCK_TIMEOUT_MS` for a table lock; the whole
+    transaction is then rolled back (DDL is transactional there) and tried again, up to
+    :data:`PG_LOCK_ATTEMPTS` times, then :class:`StorageContentionError`: nothing was changed."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    try:
-        # WRITE_OPTION makes SQLite begin with BEGIN IMMEDIATE: the write lock, waited for up to
-        # the busy timeout, before Alembic reads the current revision.
-        with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
-            if is_postgres(engine):
-                connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _migration_key(connection)})
-            config.attributes["connection"] = connection
-            getattr(command, action)(config, revision)
-    except OperationalError as exc:
-        if not is_transient(exc):
-            raise
-        where = engine.url.render_as_string(hide_password=True)
-        raise StorageContentionError(
-            f"the schema {action} of {where} waited too long for another process's write lock: {exc.orig}"
-        ) from None
+    where = engine.url.render_as_string(hide_password=True)
+    attempts = PG_LOCK_ATTEMPTS if is_postgres(engine) else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            # WRITE_OPTION makes SQLite begin with BEGIN IMMEDIATE: the write lock, waited for up to
+            # the busy timeout, before Alembic reads the current revision.
+            with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
+                if is_postgres(engine):
+                    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _migration_key(connection)})
+                    # after the migration lock, which waits for another `db upgrade` as long as it runs
+                    connection.execute(text(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}"))
+                config.attributes["connection"] = connection
+                getattr(command, action)(config, revision)
+            return
+        except OperationalError as exc:
+            if _lock_timed_out(exc):
+                if attempt < attempts:
+                    logger.warning(
+                        "the schema %s of %s waited %d ms for a table lock (try %d of %d); trying again",
+                        action,
+                        where,
+                        PG_LOCK_TIMEOUT_MS,
+                        attempt,
+                        attempts,
+                    )
+                    time.sleep(min(5.0, 0.5 * attempt))
+                    continue
+                raise StorageContentionError(
+                    f"the schema {action} of {where} could not lock a table it changes in {attempts} tries of "
+                    f"{PG_LOCK_TIMEOUT_MS} ms: another transaction holds it (pg_locks joined to pg_stat_activity names "
+                    "it); nothing was changed: end that transaction and run it again"
+                ) from None
+            if not is_transient(exc):
+                raise
+            raise StorageContentionError(
+                f"the schema {action} of {where} waited too long for another process's write lock: {exc.orig}"
+            ) from None
+
+
+def _lock_timed_out(exc: OperationalError) -> bool:
+    orig = getattr(exc, "orig", None)
+    return getattr(orig, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE
 
 
 def _migration_key(connection: Connection) -> int:

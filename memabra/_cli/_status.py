@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
-from memabra._cli._common import JsonOutOption, console, err_console, fail, run_guarded, write_json
+from memabra._cli._common import JsonOutOption, console, err_console, fail, write_json
 from memabra._cli._database import DbOption
 from memabra._cli._retention import parse_age
+from memabra._errors import MemabraError
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
-from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision
+from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
 
-__all__ = ["UNHEALTHY_EXIT", "status"]
+__all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
 
 UNHEALTHY_EXIT = 4
 """Exit status when a check fails: distinct from 1 (the command could not run) and 2 (usage), so a
 probe tells "the log is behind" from "the check is broken"."""
+
+
+DEFAULT_TIMEOUT_S = 30.0
+"""How long ``memabra status`` waits for the database before it gives up: well under a probe's
+period, well over what the check's reads take on a log of millions of episodes."""
 
 
 def _check_age(value: str) -> str:
@@ -46,22 +59,39 @@ def status(
             "its checkpoint, and that learner is behind for good.",
         ),
     ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0.0,
+            help="Give up (exit 1) when the database has not answered within this many seconds "
+            "(a hung server, a dropped link); 0 waits for ever.",
+        ),
+    ] = DEFAULT_TIMEOUT_S,
     json_out: JsonOutOption = None,
 ) -> None:
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
     serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet.
-    Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back)."""
+    Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back),
+    1 when the check could not run (--json then holds "healthy": false and the "error")."""
     limit = parse_age(max_lag)
-    with run_guarded(EpisodeLog, db) as log:
-        where = log.engine.url.render_as_string(hide_password=True)
-        state = run_guarded(log.status)
+    where = _where(db)
+    try:
+        with _deadline(timeout), EpisodeLog(db) as log:
+            where = log.engine.url.render_as_string(hide_password=True)
+            state = log.status()
+    except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
+        _cannot_check(json_out, where, limit, _one_line(exc))
     if policies:
         known = {p.policy for p in state.policies}
         unknown = [p for p in policies if p not in known]
         if unknown:
-            fail(
+            _cannot_check(
+                json_out,
+                where,
+                limit,
                 f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
-                f" (it has: {', '.join(sorted(known)) or 'none'})"
+                f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
     problems = health_problems(state, limit, policies=policies or None)
     _print(state, where, problems, limit)
@@ -70,6 +100,7 @@ def status(
         {
             "database": where,
             "healthy": not problems,
+            "error": None,
             "max_lag_seconds": limit.total_seconds(),
             "problems": [{"check": p.check, "message": p.message} for p in problems],
             "status": state,
@@ -77,6 +108,62 @@ def status(
     )
     if problems:
         raise typer.Exit(UNHEALTHY_EXIT)
+
+
+class _NoAnswer(Exception):
+    pass
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_NoAnswer` in this (the main) thread after ``seconds``: a connect or a read
+    that hangs ends there, whatever the driver's own timeouts. Off when 0 or outside the main thread."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _expired(_signum: int, _frame: Any) -> None:
+        raise _NoAnswer(f"no answer within {seconds:g} s from the database (--timeout)")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _cannot_check(json_out: Path | None, where: str, limit: timedelta, message: str) -> NoReturn:
+    """Exit 1 with ``message``, first replacing ``--json``'s file: a scraper must not read an
+    earlier run's ``healthy: true`` when this one could not check."""
+    write_json(
+        json_out,
+        {
+            "database": where,
+            "healthy": False,
+            "error": message,
+            "max_lag_seconds": limit.total_seconds(),
+            "problems": [],
+            "status": None,
+        },
+    )
+    fail(message)
+
+
+def _where(db: str | None) -> str:
+    """The database the check reads, password hidden, for a report written before it is open."""
+    try:
+        return make_url(resolve_url(db)).render_as_string(hide_password=True)
+    except Exception:  # a malformed URL: opening it names the problem
+        return "?"
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SQLAlchemyError):
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return f"database error: {lines[0] if lines else type(exc).__name__}"
+    return str(exc)
 
 
 def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], limit: timedelta) -> None:
