@@ -105,6 +105,6 @@ def test_cli_names_the_learner_a_deletion_waits_for_and_forgets_it(migrated_url:
     forgot = runner.invoke(app, ["policies", "forget-learner", "--policy", "gone", "--db", migrated_url])
     assert forgot.exit_code == 0 and "retention no longer waits for it" in forgot.output, forgot.output
     again = runner.invoke(app, ["policies", "forget-learner", "--policy", "gone", "--db", migrated_url])
-    assert again.exit_code == 1 and "has no learner checkpoint" in again.output
+    assert again.exit_code == 0 and "has no learner checkpoint" in again.output  # a rerun is not a failure
     gone = runner.invoke(app, ["episodes", "delete", "--older-than", "30d", "--db", migrated_url])
     assert gone.exit_code == 0 and "deleted 1 episode(s)" in gone.output, gone.output
