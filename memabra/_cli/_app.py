@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
-from memabra._cli._common import console, err_console
+from memabra._cli._common import console, err_console, error_line
 from memabra._cli._demo import demo
 from memabra._cli._export import episodes_export
 from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
@@ -80,6 +80,5 @@ def main() -> None:
         app()
     except SQLAlchemyError as exc:
         # a database the command cannot reach or open: one line saying why, not a traceback
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        err_console.print(f"[bold red]error:[/] database error: {escape(reason)}", highlight=False)
+        err_console.print(f"[bold red]error:[/] database error: {escape(error_line(exc))}", highlight=False)
         raise SystemExit(1) from None

@@ -104,6 +104,13 @@ def run_guarded(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         fail(str(exc))
 
 
+def error_line(exc: BaseException) -> str:
+    """The first line of an error (of the driver's own error, for SQLAlchemy's wrapper): what a
+    one-line message about a database that failed says."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

@@ -32,29 +32,23 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _resolved_url(db: str | None) -> str:
+def _resolved_url(db: str | None, *, option: str | None = None) -> str:
     """``resolve_url(db)`` as a usage error that names where the bad URL came from: ``--db``, or
-    ``$MEMABRA_DATABASE_URL`` when no ``--db`` was given."""
+    ``$MEMABRA_DATABASE_URL`` when no ``--db`` was given; ``option`` for another option's URL."""
     from memabra.storage import URL_ENV, resolve_url
 
     try:
         return resolve_url(db)
     except MemabraError as exc:
         given = db or os.environ.get(URL_ENV, "")
-        raise typer.BadParameter(f"{exc}{_url_hint(given)}", param_hint=_db_source(db)) from None
+        raise typer.BadParameter(f"{exc}{_url_hint(given)}", param_hint=option or _db_source(db)) from None
 
 
-def checked_url(value: str | None) -> str | None:
+def checked_url(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
     """Typer callback of an option naming a database other than ``--db`` (``bench --log-db``): a
     bad URL is a usage error with the same hint."""
-    if value is None:
-        return None
-    from memabra.storage import resolve_url
-
-    try:
-        resolve_url(value)
-    except MemabraError as exc:
-        raise typer.BadParameter(f"{exc}{_url_hint(value)}") from None
+    if value is not None:
+        _resolved_url(value, option=param.opts[0] if param.opts else None)
     return value
 
 

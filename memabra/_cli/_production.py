@@ -23,6 +23,7 @@ from memabra._cli._common import (
     configure_logging,
     console,
     err_console,
+    error_line,
     fail,
     run_guarded,
     write_json,
@@ -321,8 +322,7 @@ def _outage_reason(exc: BaseException) -> str | None:
     if isinstance(exc, (OperationalError, InterfaceError)) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
     ):
-        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        return lines[0] if lines else type(exc).__name__
+        return error_line(exc)
     return None
 
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from memabra._cli._common import JsonOutOption, console, err_console, fail, write_json
+from memabra._cli._common import JsonOutOption, console, err_console, error_line, fail, write_json
 from memabra._cli._database import DbOption
 from memabra._cli._retention import parse_age
 from memabra._errors import MemabraError
@@ -160,10 +160,7 @@ def _where(db: str | None) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SQLAlchemyError):
-        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        return f"database error: {lines[0] if lines else type(exc).__name__}"
-    return str(exc)
+    return f"database error: {error_line(exc)}" if isinstance(exc, SQLAlchemyError) else str(exc)
 
 
 def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], limit: timedelta) -> None:
