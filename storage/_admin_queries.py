@@ -20,7 +20,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, Float, Subquery, case, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from memabra._errors import InvalidRecordError
 from memabra._records import STOP_ID, EpisodeSummary, OPEResult, Page
 from memabra.storage._admin_records import (
     ConversationTurn,
@@ -32,11 +31,10 @@ from memabra.storage._admin_records import (
 )
 from memabra.storage._convert import ope_from_row, summary_from_row
 from memabra.storage._engine import is_postgres
-from memabra.storage._episode_listing import COUNT_CAP, _conditions, _count, _served_by, chosen_kinds
+from memabra.storage._episode_listing import chosen_kinds, list_lowest_rewards
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, OPERunRow, PolicySnapshotRow
-from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import status_history
 
 __all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
@@ -69,31 +67,9 @@ class AdminQueries:
     # ------------------------------------------------------------------ episodes
 
     def lowest_rewards(self, filters: EpisodeFilter | None, offset: int, limit: int) -> Page:
-        """One page of the rewarded episodes matching ``filters``, lowest reward first (ties by
-        id), ``offset`` rows in (at most :data:`COUNT_CAP`): the worst turns of a window. The
-        cursors are offsets; ``total`` counts the rewarded episodes that match. The filters are the
-        listing's own rules, so this page holds what the newest-first one does, reordered."""
-        if not 0 <= offset <= COUNT_CAP or not 1 <= limit <= 1000:
-            raise InvalidRecordError(f"a page of the lowest rewards starts within the first {COUNT_CAP:,} episodes")
-        e = EpisodeRow
+        """:func:`~memabra.storage._episode_listing.list_lowest_rewards`: the worst turns first."""
         with self._session() as s:
-            flt = filters or EpisodeFilter()
-            conds = [*_conditions(flt), e.reward_total.is_not(None)]
-            if flt.snapshot is not None:
-                conds.append(_served_by(s, clean_text(flt.snapshot)))
-            stmt = select(e).where(*conds).order_by(e.reward_total.asc(), e.id.asc())
-            rows = s.scalars(stmt.offset(offset).limit(limit + 1)).all()
-            chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
-            total = _count(s, conds)
-        more = len(rows) > limit and offset + limit <= COUNT_CAP
-        return Page(
-            items=tuple(summary_from_row(r, kinds=chosen.get(r.id, ())) for r in rows[:limit]),
-            next_cursor=str(offset + limit) if more else None,
-            has_previous=offset > 0,
-            previous_cursor=str(offset - limit) if offset - limit > 0 else None,
-            total=min(total, COUNT_CAP),
-            total_capped=total > COUNT_CAP,
-        )
+            return list_lowest_rewards(s, filters, offset, limit)
 
     def episode_summary(self, episode_id: str) -> EpisodeSummary | None:
         """The listing row of one episode (its denormalised flags), or ``None`` if unknown."""

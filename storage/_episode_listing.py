@@ -32,7 +32,7 @@ from memabra.storage._policy_versions import SnapshotIndex
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes"]
+__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes", "list_lowest_rewards"]
 
 # versions per IN (...) list, under SQLite's limit on bound parameters
 _IN_CHUNK = 900
@@ -49,12 +49,9 @@ def list_episodes(
     episodes match (up to :data:`COUNT_CAP`)."""
     if limit < 1 or limit > 1000:
         raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
-    flt = filters or EpisodeFilter()
-    conds = _conditions(flt)
     at_cursor = _decode_cursor(cursor) if cursor is not None else None
     with tx.read() as s:
-        if flt.snapshot is not None:
-            conds.append(_served_by(s, clean_text(flt.snapshot)))
+        conds = _matching(s, filters)
         rows = _page(s, conds, at_cursor, limit)
         chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
         previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
@@ -69,6 +66,39 @@ def list_episodes(
         total=None if total is None else min(total, COUNT_CAP),
         total_capped=total is not None and total > COUNT_CAP,
     )
+
+
+def list_lowest_rewards(s: Session, filters: EpisodeFilter | None, offset: int, limit: int) -> Page:
+    """One page of the rewarded episodes matching ``filters``, lowest reward first (ties by id),
+    ``offset`` rows in (at most :data:`COUNT_CAP`): the worst turns of a window. The cursors are
+    offsets; ``total`` counts the rewarded episodes that match. The filters are those of
+    :func:`list_episodes`, so this page holds what the newest-first one does, reordered."""
+    if not 0 <= offset <= COUNT_CAP or not 1 <= limit <= 1000:
+        raise InvalidRecordError(f"a page of the lowest rewards starts within the first {COUNT_CAP:,} episodes")
+    e = EpisodeRow
+    conds = [*_matching(s, filters), e.reward_total.is_not(None)]
+    stmt = select(e).where(*conds).order_by(e.reward_total.asc(), e.id.asc())
+    rows = s.scalars(stmt.offset(offset).limit(limit + 1)).all()
+    chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
+    total = _count(s, conds)
+    more = len(rows) > limit and offset + limit <= COUNT_CAP
+    return Page(
+        items=tuple(cv.summary_from_row(r, kinds=chosen.get(r.id, ())) for r in rows[:limit]),
+        next_cursor=str(offset + limit) if more else None,
+        has_previous=offset > 0,
+        previous_cursor=str(offset - limit) if offset - limit > 0 else None,
+        total=min(total, COUNT_CAP),
+        total_capped=total > COUNT_CAP,
+    )
+
+
+def _matching(s: Session, filters: EpisodeFilter | None) -> list[Any]:
+    """The WHERE conditions of ``filters``."""
+    flt = filters or EpisodeFilter()
+    conds = _conditions(flt)
+    if flt.snapshot is not None:
+        conds.append(_served_by(s, clean_text(flt.snapshot)))
+    return conds
 
 
 def _conditions(f: EpisodeFilter) -> list[Any]:
