@@ -2,9 +2,11 @@
 promote replaced) and prune (retention).
 
 At most one snapshot per policy is ``active``, held by a unique partial index (revision 0011):
-:func:`activate`, the one way code makes a snapshot active, retires the active one first in the
-same transaction and records it in the new one's ``previous_active``, which :func:`rollback_target`
-re-activates (the parent for rows activated before that revision).
+:func:`activate` makes a stored snapshot active: it retires the active one first in the same
+transaction and records it in the new one's ``previous_active``, which :func:`rollback_target`
+re-activates (the parent for rows activated before that revision). The learner's commit inserts its
+snapshot active after the same retire (:mod:`~memabra.storage._learner_commit`), without loading
+a stored row's model bytes.
 
 :func:`prune_snapshots` deletes old snapshots in one transaction; a decision keeps its
 ``policy_version`` string, so what a pruned snapshot served stays in the log and OPE on the
