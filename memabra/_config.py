@@ -62,6 +62,16 @@ def _weights(values: Mapping[str, Any]) -> RewardWeights:
         raise ConfigError(str(exc)) from None
 
 
+def _window(seconds: Any, name: str) -> timedelta:
+    """A feedback window from a number of seconds; a :class:`ConfigError` naming ``name`` otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"{name} must be a finite non-negative number of seconds, got {seconds!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigError(f"{name} is too large: {seconds!r} seconds") from None
+
+
 def load_reward_config(
     path: str | Path | None = None,
     *,
@@ -89,7 +99,7 @@ def load_reward_config(
             raise ConfigError(f"{file}: [reward.weights] must be a table")
         weight_values.update(file_weights)
         if "feedback_window_seconds" in section:
-            settings["feedback_window"] = timedelta(seconds=float(section.pop("feedback_window_seconds")))
+            settings["feedback_window"] = _window(section.pop("feedback_window_seconds"), "feedback_window_seconds")
         settings.update(section)
 
     if "MEMABRA_REWARD_WEIGHTS" in env:
@@ -97,9 +107,10 @@ def load_reward_config(
     if "MEMABRA_FEEDBACK_WINDOW_SECONDS" in env:
         raw = env["MEMABRA_FEEDBACK_WINDOW_SECONDS"]
         try:
-            settings["feedback_window"] = timedelta(seconds=float(raw))
+            seconds: Any = float(raw)
         except ValueError:
             raise ConfigError(f"MEMABRA_FEEDBACK_WINDOW_SECONDS is not a number: {raw!r}") from None
+        settings["feedback_window"] = _window(seconds, "MEMABRA_FEEDBACK_WINDOW_SECONDS")
 
     settings.update(overrides)
     known = {f.name for f in dataclasses.fields(RewardConfig)} - {"weights"}

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memabra._errors import InvalidFeedbackError
 from memabra._restatement import is_negated
+from memabra._signals import FEEDBACK_KEYS, FeedbackSignals
 from memabra._text import content_words, overlap
 
 __all__ = [
@@ -125,16 +127,22 @@ class CorrectionSignal:
 
 
 def verdict_of(payloads: Sequence[Mapping[str, Any]]) -> bool | None:
-    """Whether explicit feedback judged a turn a success (True), a failure (False), or neither."""
+    """Whether explicit feedback judged a turn a success (True), a failure (False), or neither.
+
+    Each payload is read as the reward reads it (:attr:`FeedbackSignals.verdict`): a success is an
+    S of at least 0.75, the latest verdict wins, and a correction, a wrong-tool verdict or a
+    retraction makes the turn a failure. Unknown keys are ignored; a payload the reward could not
+    read (a value out of range) gives no verdict."""
     verdict: bool | None = None
-    for p in payloads:
-        if "success" in p and isinstance(p["success"], (int, float)):
-            verdict = float(p["success"]) >= _SUCCESS_AT
-        if isinstance(p.get("correct"), bool):
-            verdict = bool(p["correct"])
-        if isinstance(p.get("rating"), int):
-            verdict = int(p["rating"]) >= 4
-        if p.get("misleading") is True or p.get("redo") is True or p.get("correction"):
+    for payload in payloads:
+        try:
+            signals = FeedbackSignals.parse({k: v for k, v in payload.items() if k in FEEDBACK_KEYS})
+        except InvalidFeedbackError:
+            continue
+        s = signals.verdict
+        if s is not None:
+            verdict = s >= _SUCCESS_AT
+        if signals.corrects:
             verdict = False
     return verdict
 

@@ -12,7 +12,8 @@ S success    [-0.5, 1]      the latest explicit verdict: ``success`` as given; `
                             -0.5; ``correct``: 1 / 0; ``redo`` 0; ``rating`` r in 1..5 gives
                             (r-1)/4; else programmatic ``accepted``: 1 / 0; else
                             ``default_success`` (0.5: nobody complained). A timeout or the
-                            same question asked again caps S at 0.
+                            same question asked again caps S at 0 (the episode's ``timeout``
+                            signal; a timed-out tool call costs E and L only).
 H hit        [-1, 1]        per kind k in the decision: hits = chosen candidates of kind k
   (Hm,Hs,Ht)                that were used, useful or relevant; misses = relevant candidates
                             of kind k left out. H_k = (hits - misses) / (hits + misses); 0
@@ -66,6 +67,9 @@ __all__ = ["FEEDBACK_KEYS", "CompositeReward", "RewardConfig", "rescored", "vali
 
 REWARD_VERSION = "v1"
 
+# Longest reward version the log stores (its reward_version column).
+_MAX_VERSION_LENGTH = 40
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -83,7 +87,7 @@ def rescored(stored: RewardBreakdown, weights: RewardWeights, *, memory_label: f
     ``memory_label`` (MemPO's +1 / -1 grade of the decision's memories) replaces Hm when given,
     because it judges the selected memories against the gold answer directly."""
     if memory_label is not None:
-        stored = RewardBreakdown(replace(stored.components, hm=float(memory_label)), stored.weights, stored.version)
+        stored = replace(stored, components=replace(stored.components, hm=float(memory_label)))
     return stored.reweighted(weights)
 
 
@@ -110,7 +114,6 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         for name in (
-            "default_success",
             "minor_error",
             "serious_error",
             "timeout_error",
@@ -125,12 +128,22 @@ class RewardConfig:
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise FeedbackError(f"RewardConfig.{name} must be a finite non-negative number, got {value!r}")
-        if self.latency_scale_ms == 0 or self.step_scale <= 0:
-            raise FeedbackError("RewardConfig latency_scale_ms and step_scale must be positive")
-        if not -0.5 <= self.default_success <= 1.0:
+        if self.latency_scale_ms == 0:
+            raise FeedbackError("RewardConfig.latency_scale_ms must be positive")
+        if not _is_number(self.step_scale) or self.step_scale <= 0:
+            raise FeedbackError(f"RewardConfig.step_scale must be a positive number, got {self.step_scale!r}")
+        if isinstance(self.free_steps, bool) or not isinstance(self.free_steps, int) or self.free_steps < 0:
+            raise FeedbackError(f"RewardConfig.free_steps must be a non-negative integer, got {self.free_steps!r}")
+        if not _is_number(self.default_success) or not -0.5 <= self.default_success <= 1.0:
             raise FeedbackError(f"RewardConfig.default_success must be in [-0.5, 1], got {self.default_success!r}")
-        if self.feedback_window < timedelta(0):
-            raise FeedbackError("RewardConfig.feedback_window must not be negative")
+        if not isinstance(self.version, str) or not 0 < len(self.version) <= _MAX_VERSION_LENGTH:
+            raise FeedbackError(
+                f"RewardConfig.version must be a text of 1 to {_MAX_VERSION_LENGTH} characters, got {self.version!r}"
+            )
+        if not isinstance(self.feedback_window, timedelta) or self.feedback_window < timedelta(0):
+            raise FeedbackError(
+                f"RewardConfig.feedback_window must be a non-negative timedelta, got {self.feedback_window!r}"
+            )
 
 
 def _clip01(value: float) -> float:
@@ -283,15 +296,4 @@ def _merge(feedback: Sequence[Feedback]) -> _Merged:
 
 def _verdict(signals: FeedbackSignals) -> float | None:
     """S from an explicit verdict, in order of precedence (see the module docstring)."""
-    e = signals.explicit
-    if e.success is not None:
-        return e.success
-    if e.misleading:
-        return -0.5
-    if e.correct is not None:
-        return 1.0 if e.correct else 0.0
-    if e.redo:
-        return 0.0
-    if e.rating is not None:
-        return (e.rating - 1) / 4.0
-    return None
+    return signals.verdict

@@ -201,6 +201,25 @@ class FeedbackSignals:
         return out
 
     @property
+    def verdict(self) -> float | None:
+        """S from this feedback's explicit verdict, ``None`` when it gives none. One payload with
+        several verdicts is read in this order: ``success`` as given, ``misleading`` -0.5,
+        ``correct`` 1 / 0, ``redo`` 0, ``rating`` r in 1..5 as (r-1)/4. The reward's S and the
+        correction detector's "did the previous turn succeed" both read this one rule."""
+        e = self.explicit
+        if e.success is not None:
+            return e.success
+        if e.misleading:
+            return -0.5
+        if e.correct is not None:
+            return 1.0 if e.correct else 0.0
+        if e.redo:
+            return 0.0
+        if e.rating is not None:
+            return (e.rating - 1) / 4.0
+        return None
+
+    @property
     def corrects(self) -> bool:
         """Whether this feedback corrects the agent: an explicit ``correction``, a ``tool_wrong``
         verdict or a request to retract a memory. The reward's C term and the log's ``corrected``

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from memabra._corrections import detect_correction
 
 MEMORIES = [("m-name", "My name is Ann Lee and I live in Lyon"), ("m-diet", "I am vegetarian, no meat please")]
@@ -67,3 +69,34 @@ def test_verdicts_from_explicit_feedback() -> None:
     assert verdict_of([{"correct": True}, {"correction": "I moved"}]) is False
     assert verdict_of([{"rating": 5}]) is True
     assert verdict_of([{"comment": "hm"}]) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected_s"),
+    [
+        ({"success": 1.0, "rating": 2}, 1.0),  # success is read before rating
+        ({"correct": False, "rating": 5}, 0.0),  # correct before rating
+        ({"success": 0.25, "correct": True}, 0.25),  # success before correct
+        ({"correct": True, "misleading": True}, -0.5),  # misleading before correct
+    ],
+)
+def test_a_verdict_reads_a_payload_as_the_reward_does(payload: dict[str, object], expected_s: float) -> None:
+    """Whether a soft reminder counts as a correction hangs on the previous turn's verdict: it must be
+    the success the reward's S gives that turn, not another reading of the same payload."""
+    from factories import episode
+    from memabra import Feedback
+    from memabra._corrections import verdict_of
+    from memabra._reward import CompositeReward
+
+    ep = episode()
+    s = CompositeReward().score(ep, [Feedback(ep.id, "explicit", "user", payload)]).components.s
+    assert s == expected_s
+    assert verdict_of([payload]) is (s >= 0.75)
+
+
+def test_a_payload_the_reward_cannot_read_gives_no_verdict() -> None:
+    from memabra._corrections import verdict_of
+
+    assert verdict_of([{"rating": 9}]) is None
+    assert verdict_of([{"rating": 5}, {"rating": "bad"}]) is True
+    assert verdict_of([{"rating": 5, "note": "unknown keys are ignored"}]) is True

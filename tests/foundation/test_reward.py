@@ -197,3 +197,53 @@ def test_multi_kind_hit_split() -> None:
     c = CompositeReward().score(ep, fb).components
     assert (c.hm, c.hs, c.ht) == (1.0, None, -1.0)
     assert c.h == 0.0
+
+
+@pytest.mark.parametrize(
+    ("where", "raw", "message"),
+    [
+        ("toml", '"soon"', "feedback_window_seconds must be a finite non-negative number of seconds"),
+        ("toml", "true", "feedback_window_seconds must be a finite non-negative number of seconds"),
+        ("toml", "nan", "feedback_window_seconds must be a finite non-negative number of seconds"),
+        ("toml", "inf", "feedback_window_seconds must be a finite non-negative number of seconds"),
+        ("toml", "1e30", "feedback_window_seconds is too large"),
+        ("env", "inf", "MEMABRA_FEEDBACK_WINDOW_SECONDS must be a finite non-negative number of seconds"),
+        ("env", "1e30", "MEMABRA_FEEDBACK_WINDOW_SECONDS is too large"),
+    ],
+)
+def test_a_bad_feedback_window_is_a_config_error(tmp_path, where: str, raw: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    toml = tmp_path / "memabra.toml"
+    if where == "toml":
+        toml.write_text(f"[reward]\nfeedback_window_seconds = {raw}\n")
+        env: dict[str, str] = {}
+    else:
+        toml.write_text("")
+        env = {"MEMABRA_FEEDBACK_WINDOW_SECONDS": raw}
+    with pytest.raises(ConfigError, match=message):
+        load_reward_config(toml, environ=env)
+
+
+def test_default_success_takes_the_whole_success_range() -> None:
+    # S ranges -0.5 .. 1, so a deployment that reads silence as a mild failure may say so
+    assert RewardConfig(default_success=-0.25).default_success == -0.25
+    assert CompositeReward(RewardConfig(default_success=-0.25)).score(episode()).components.s == -0.25
+    with pytest.raises(FeedbackError, match=r"default_success must be in \[-0.5, 1\]"):
+        RewardConfig(default_success=-0.75)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("free_steps", -3), ("free_steps", 1.5), ("step_scale", 0), ("step_scale", True), ("version", ""), ("version", 3)],
+)
+def test_step_thresholds_and_version_are_checked(field: str, value: object) -> None:
+    with pytest.raises(FeedbackError, match=f"RewardConfig.{field}"):
+        RewardConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_memory_label_keeps_the_rewards_decision() -> None:
+    from memabra._reward import rescored
+
+    stored = RewardBreakdown(RewardComponents(s=1.0, hm=0.0), W, "v1", decision_id="d1")
+    relabelled = rescored(stored, RewardWeights(wc=1.0), memory_label=-1.0)
+    assert relabelled.decision_id == "d1" and relabelled.version == "v1"
+    assert relabelled.components.hm == -1.0 and relabelled.weights == RewardWeights(wc=1.0)
