@@ -65,6 +65,10 @@ _LAZY = {
     "MemoryRecord": "memabra._memory_records",
     "MemoryChange": "memabra._memory_records",
     "MemoryStatus": "memabra._memory_records",
+    "MemoryAction": "memabra._memory_records",
+    # What a supersession= argument implements, and the turn a RoutingSession hands out.
+    "Supersession": "memabra._memory",
+    "Turn": "memabra._turns",
     "RecalledMemory": "memabra._memory",
     "RestoredMemory": "memabra._memory_restore",
     "MemabraNodeState": "memabra._middleware",
@@ -89,6 +93,8 @@ _LAZY = {
     "HealthProblem": "memabra._health",
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
+    "AttemptThrottle": "memabra._admin._auth",
+    "SessionRevocations": "memabra._admin._auth",
     # The typed feedback record and the storage errors.
     "FeedbackSignals": "memabra._signals",
     "ExplicitSignals": "memabra._signals",
@@ -147,6 +153,7 @@ __all__ = [
     "MemabraNodeState",
     "MemabraNodes",
     "MemabraState",
+    "MemoryAction",
     "MemoryBackend",
     "MemoryChange",
     "MemoryQuality",
@@ -168,6 +175,10 @@ __all__ = [
     "RoutingSession",
     "RuleFactExtractor",
     "SQLMemory",
+    "AttemptThrottle",
+    "SessionRevocations",
+    "Supersession",
+    "Turn",
     "SchemaError",
     "SessionSettings",
     "ScoredCandidate",

@@ -1,7 +1,8 @@
 """What the user states about themselves, turned into facts worth remembering.
 
 Rules by default (:func:`extract_facts`); a chat model when one is given
-(:class:`LLMFactExtractor`). Four things happen on the way in:
+(:class:`~memabra._llm_facts.LLMFactExtractor`, which falls back to these rules). Four things
+happen on the way in:
 
 * a correction's complaint is cut off, so "I already told you: I'm vegetarian" yields the fact
   "I'm vegetarian", never the complaint's wording (:func:`strip_complaint`);
@@ -19,15 +20,10 @@ Rules by default (:func:`extract_facts`); a chat model when one is given
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Protocol
-
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
 
 from memabra._corrections import normalised, opens_with_complaint, strip_complaint
 from memabra._message_shapes import (
@@ -48,7 +44,6 @@ from memabra._restatement import contradicts, is_negated
 
 __all__ = [
     "FactExtractor",
-    "LLMFactExtractor",
     "RuleFactExtractor",
     "extract_facts",
     "fact_subject",
@@ -57,8 +52,6 @@ __all__ = [
     "split_facts",
     "strip_complaint",
 ]
-
-logger = logging.getLogger("memabra")
 
 # A sentence ends at . ! ? ; but not after a title ("Call me Dr. Smith").
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)\s+|\n+")
@@ -345,58 +338,3 @@ class RuleFactExtractor:
             and not dated_before(fact, text)  # "I moved to Oslo in 2021" leaves "... Rome in 2023"
             and (subjects & fact_subjects(text) or (negates and _negates_part(fact, text)))
         ]
-
-
-class LLMFactExtractor:
-    """Asks a chat model for the durable facts a message states about the user, and which stored
-    memories a new fact replaces; falls back to the rules when a reply is not the JSON asked for."""
-
-    PROMPT = (
-        "Extract durable facts the user states about themselves (identity, preferences, constraints, "
-        "circumstances) from the message. A complaint such as 'I already told you' is not a fact: keep only "
-        "the fact it restates; a task for the assistant ('draft a message saying I am away') is not a fact either. "
-        "Give each independent fact its own sentence: 'I live in Lyon and my dog is called Rex' is two facts, "
-        "'I like salt and pepper' is one. A joke, a passing state ('I'm tired') or a request that follows a fact "
-        "('I'm vegan so no cheese please': keep 'I'm vegan') is not a fact; what someone else says about the user "
-        "('my doctor said I'm diabetic') is kept with who said it. "
-        "Reply with a JSON list of short first-person sentences, or [] if there are none."
-    )
-    SUPERSEDE_PROMPT = (
-        "The user has these stored memories, one per line as 'id: text'. A new fact arrived. Which stored "
-        "memories does the new fact make outdated (the same subject, one that has a single current value, with "
-        "a different, now wrong, value: where the user lives, their name, their job, a pet's name)? A passing "
-        "state or event ('my dog is sick', 'my sister is visiting next week') makes no standing fact outdated, "
-        "and facts that can hold together (allergies, likes, 'my sister is a doctor') do not replace each other; "
-        "neither does a plan ('next month I'm moving to Berlin') or what someone else says about the user. "
-        "Reply with a JSON list of ids, or [] if none."
-    )
-
-    def __init__(self, model: BaseChatModel) -> None:
-        self.model = model
-
-    def _ask(self, system: str, human: str) -> object:
-        reply = self.model.invoke([SystemMessage(system), HumanMessage(human)])
-        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        try:
-            return json.loads(content)
-        except json.JSONDecodeError:
-            return None
-
-    def __call__(self, text: str) -> list[str]:
-        facts = self._ask(self.PROMPT, text)
-        if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-            logger.info("fact extraction reply was not a JSON list of strings; using the rules")
-            return extract_facts(text)
-        # a model that joins facts anyway gets them cut as the rules would
-        return [part for f in facts if f.strip() for part in split_facts(strip_complaint(f.strip()))]
-
-    def superseded(self, fact: str, existing: Sequence[tuple[str, str]]) -> list[str]:
-        if not existing:
-            return []
-        listing = "\n".join(f"{mid}: {text}" for mid, text in existing)
-        ids = self._ask(self.SUPERSEDE_PROMPT, f"Stored:\n{listing}\n\nNew fact: {fact}")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            logger.info("supersession reply was not a JSON list of ids; using the rules")
-            return RuleFactExtractor().superseded(fact, existing)
-        known = {mid for mid, _ in existing}
-        return [i for i in ids if i in known]

@@ -27,7 +27,6 @@ from typing import Protocol
 from memabra._errors import InvalidRecordError
 from memabra._facts import (
     FactExtractor,
-    LLMFactExtractor,
     RuleFactExtractor,
     extract_facts,
     fact_subjects,
@@ -35,6 +34,7 @@ from memabra._facts import (
     split_facts,
     strip_complaint,
 )
+from memabra._llm_facts import LLMFactExtractor
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow

@@ -24,6 +24,7 @@ from memabra.router._similarity import (
     Encoder,
     SentenceTransformerEncoder,
     Similarity,
+    VectorBacking,
     default_encoder,
     embeddings_available,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "SlotView",
     "SnapshotWatcher",
     "VWRouter",
+    "VectorBacking",
     "check_router",
     "context_features",
     "default_encoder",

@@ -40,9 +40,9 @@ from memabra._records import (
 )
 from memabra.router._credit import SlotCredit, credit_learning
 from memabra.router._features import FeatureTable, featurize, recall
-from memabra.router._params import constructor_params
+from memabra.router._params import check_shared_params, constructor_params
 from memabra.router._persistence import replica_of, restore_router, snapshot_of
-from memabra.router._sampling import apply_floor, check_distribution
+from memabra.router._sampling import floored_distribution
 from memabra.router._similarity import Similarity
 from memabra.router._slots import SlotView, fill_slots, replay_slots, scored_offers, validate_choice
 
@@ -110,18 +110,8 @@ class Router(ABC):
         return constructor_params(self, Router)
 
     def _check_params(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise RouterError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if not isinstance(self.min_probability, (int, float)) or not 0.0 <= self.min_probability < 1.0:
-            raise RouterError(f"min_probability must lie in [0, 1), got {self.min_probability!r}")
-        if self.recall_limit is not None and (
-            isinstance(self.recall_limit, bool) or not isinstance(self.recall_limit, int) or self.recall_limit < 1
-        ):
-            raise RouterError(f"recall_limit must be a positive integer or None, got {self.recall_limit!r}")
-        if not isinstance(self.unused_penalty, (int, float)) or not 0.0 <= self.unused_penalty <= 1.0:
-            raise RouterError(f"unused_penalty must lie in [0, 1], got {self.unused_penalty!r}")
-        if isinstance(self.max_pending, bool) or not isinstance(self.max_pending, int) or self.max_pending < 1:
-            raise RouterError(f"max_pending must be a positive integer, got {self.max_pending!r}")
+        """Raise :class:`~memabra.RouterError` for a bad constructor argument (subclasses extend it)."""
+        check_shared_params(self)
 
     def _ensure_state(self) -> None:
         if self._ready:
@@ -214,21 +204,8 @@ class Router(ABC):
         return tuple(self._distribution(view).tolist())
 
     def _distribution(self, view: SlotView) -> NDArray[np.float64]:
-        try:
-            raw = self._slot_distribution(view)
-        except ValueError as exc:
-            if "read-only" not in str(exc):
-                raise
-            raise RouterError(
-                f"{type(self).__name__}._slot_distribution wrote into the slot's feature table ({exc}): a router "
-                "must not change its input; copy a column before changing it (view.table.column(name).copy())"
-            ) from exc
-        probabilities = check_distribution(raw, f"{type(self).__name__} slot {view.slot}")
-        if probabilities.size != view.n_options:
-            raise RouterError(
-                f"{type(self).__name__} returned {probabilities.size} probabilities for {view.n_options} options"
-            )
-        return apply_floor(probabilities, float(self.min_probability))
+        """:meth:`_slot_distribution`, checked and floored (:func:`floored_distribution`)."""
+        return floored_distribution(self, view)
 
     def _offered(
         self, context: RoutingContext, table: FeatureTable, draws: Sequence[SlotDraw]

@@ -1,14 +1,18 @@
-"""A router's constructor arguments, read back from its attributes: the body of
-:meth:`Router.get_params`, which a snapshot's ``learner_args`` rebuild the router from."""
+"""A router's constructor arguments: read back from its attributes (the body of
+:meth:`Router.get_params`, which a snapshot's ``learner_args`` rebuild the router from), and the
+checks of the arguments every router shares (the body of :meth:`Router._check_params`)."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memabra._errors import RouterError
 
-__all__ = ["constructor_params"]
+if TYPE_CHECKING:
+    from memabra.router._base import Router
+
+__all__ = ["check_shared_params", "constructor_params"]
 
 
 def constructor_params(router: object, base: type) -> dict[str, Any]:
@@ -35,3 +39,20 @@ def constructor_params(router: object, base: type) -> dict[str, Any]:
         if not any(param.kind is param.VAR_KEYWORD for param in signature):
             break
     return params
+
+
+def check_shared_params(router: Router) -> None:
+    """Raise :class:`~memabra.RouterError` naming the first of :class:`Router`'s own arguments that
+    is out of range (on first use: ``__init__`` only stores them, as scikit-learn estimators do)."""
+    if isinstance(router.seed, bool) or not isinstance(router.seed, int) or router.seed < 0:
+        raise RouterError(f"seed must be a non-negative integer, got {router.seed!r}")
+    if not isinstance(router.min_probability, (int, float)) or not 0.0 <= router.min_probability < 1.0:
+        raise RouterError(f"min_probability must lie in [0, 1), got {router.min_probability!r}")
+    if router.recall_limit is not None and (
+        isinstance(router.recall_limit, bool) or not isinstance(router.recall_limit, int) or router.recall_limit < 1
+    ):
+        raise RouterError(f"recall_limit must be a positive integer or None, got {router.recall_limit!r}")
+    if not isinstance(router.unused_penalty, (int, float)) or not 0.0 <= router.unused_penalty <= 1.0:
+        raise RouterError(f"unused_penalty must lie in [0, 1], got {router.unused_penalty!r}")
+    if isinstance(router.max_pending, bool) or not isinstance(router.max_pending, int) or router.max_pending < 1:
+        raise RouterError(f"max_pending must be a positive integer, got {router.max_pending!r}")

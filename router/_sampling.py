@@ -12,13 +12,18 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import RouterError
 
-__all__ = ["apply_floor", "check_distribution", "draw_index", "finite_reward"]
+if TYPE_CHECKING:
+    from memabra.router._base import Router
+    from memabra.router._slots import SlotView
+
+__all__ = ["apply_floor", "check_distribution", "draw_index", "finite_reward", "floored_distribution"]
 
 
 def check_distribution(probabilities: NDArray[np.float64], who: str) -> NDArray[np.float64]:
@@ -39,6 +44,26 @@ def check_distribution(probabilities: NDArray[np.float64], who: str) -> NDArray[
     if abs(total - 1.0) > 1e-6:
         raise RouterError(f"{who} returned probabilities summing to {total!r}, not 1")
     return p / total
+
+
+def floored_distribution(router: Router, view: SlotView) -> NDArray[np.float64]:
+    """``router``'s distribution over ``view``'s options, checked (:func:`check_distribution`, one
+    probability per option, the feature table left as it was) and floored (:func:`apply_floor`): the
+    body of :meth:`Router._distribution`."""
+    name = type(router).__name__
+    try:
+        raw = router._slot_distribution(view)
+    except ValueError as exc:
+        if "read-only" not in str(exc):
+            raise
+        raise RouterError(
+            f"{name}._slot_distribution wrote into the slot's feature table ({exc}): a router "
+            "must not change its input; copy a column before changing it (view.table.column(name).copy())"
+        ) from exc
+    probabilities = check_distribution(raw, f"{name} slot {view.slot}")
+    if probabilities.size != view.n_options:
+        raise RouterError(f"{name} returned {probabilities.size} probabilities for {view.n_options} options")
+    return apply_floor(probabilities, float(router.min_probability))
 
 
 def apply_floor(probabilities: NDArray[np.float64], min_probability: float) -> NDArray[np.float64]:

@@ -14,7 +14,14 @@ from memabra.storage._admin_memories import (
     MemoryUser,
 )
 from memabra.storage._admin_queries import DEFAULT_SAMPLE, AdminQueries
-from memabra.storage._admin_records import ConversationTurn, KindShare, PolicyVersionStats, RewardPoint, SnapshotInfo
+from memabra.storage._admin_records import (
+    ConversationTurn,
+    KindShare,
+    PolicyVersionStats,
+    RewardPoint,
+    SnapshotInfo,
+    VersionCount,
+)
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._embeddings import EmbeddingTable
@@ -92,6 +99,7 @@ __all__ = [
     "SuspendedTurn",
     "Transactions",
     "UserErasure",
+    "VersionCount",
     "check_schema",
     "clean_text",
     "current_revision",

@@ -22,7 +22,7 @@ from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryRecord, MemoryStatus
 from memabra._records import CandidateKind
 from memabra.storage._log import EpisodeLog
-from memabra.storage._memories import _record
+from memabra.storage._memory_rows import memory_record
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, EpisodeRow, RegistryRow
 
 __all__ = [
@@ -182,7 +182,7 @@ class AdminMemories:
         with Session(self.log.engine) as s:
             total = int(s.scalar(count) or 0)
             rows = s.scalars(stmt.order_by(*order).offset(offset).limit(limit)).all()
-            items = tuple(_record(row) for row in rows)
+            items = tuple(memory_record(row) for row in rows)
             outcomes = _outcomes(s, user_id, [m.id for m in items])
         return MemoryPage(items, outcomes, total, offset, limit)
 

@@ -2,14 +2,12 @@
 log's copies of the text and deletes the text's stored embeddings, ``_embeddings``).
 
 :class:`MemoryRegistry` works on an :class:`~sqlalchemy.Engine` (an
-:class:`~memabra.storage.EpisodeLog`'s); it takes and returns memabra records.
+:class:`~memabra.storage.EpisodeLog`'s); it takes and returns memabra records (``_memory_rows``
+turns them into rows and back).
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,13 +17,14 @@ from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_records import MemoryChange, MemoryRecord
 from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
 from memabra.storage._embeddings import text_key
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
-from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, table_of
-from memabra.storage._rows import clean_text, prepare
+from memabra.storage._memory_rows import history_row, history_values, memory_change, memory_record, registry_values
+from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow, table_of
+from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
 __all__ = ["MemoryRegistry", "forget_in_log", "last_chosen"]
@@ -117,11 +116,11 @@ class MemoryRegistry:
         if not include_retired:
             stmt = stmt.where(RegistryRow.retired_at.is_(None))
         with self._session() as s:
-            return [_record(r) for r in s.scalars(stmt.order_by(RegistryRow.created_at, RegistryRow.id))]
+            return [memory_record(r) for r in s.scalars(stmt.order_by(RegistryRow.created_at, RegistryRow.id))]
 
     def record(self, user_id: str, memory_id: str) -> MemoryRecord:
         with self._session() as s:
-            return _record(_row(s, user_id, memory_id))
+            return memory_record(_row(s, user_id, memory_id))
 
     def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
         t = MemoryHistoryRow
@@ -129,7 +128,7 @@ class MemoryRegistry:
             select(t).where(t.owner == clean_text(user_id), t.memory_id == clean_text(memory_id)).order_by(t.at, t.id)
         )
         with self._session() as s:
-            return [_change(r) for r in s.scalars(stmt)]
+            return [memory_change(r) for r in s.scalars(stmt)]
 
     # ------------------------------------------------------------------ writing
 
@@ -138,7 +137,7 @@ class MemoryRegistry:
         ``retire`` (superseded by ``item``), all in one transaction."""
         if item.kind is not CandidateKind.MEMORY:
             raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
-        values = _registry_values(item)
+        values = registry_values(item)
 
         def work(s: Session) -> None:
             existing = s.get(RegistryRow, (_MEMORY, values["owner"], values["id"]))
@@ -153,13 +152,13 @@ class MemoryRegistry:
                 existing.metadata_ = cast(dict[str, Any], values["metadata"])  # prepare() keeps it a dict
                 existing.retired_at = None
                 existing.superseded_by = None
-            s.add(_history_row(change))
+            s.add(history_row(change))
             _bump(s.connection(), str(values["owner"]))
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
                 row.superseded_by = item.id
-                s.add(_history_row(old))
+                s.add(history_row(old))
 
         self._tx.write(work, what="memory write")
 
@@ -170,8 +169,8 @@ class MemoryRegistry:
         for item, _ in items:
             if item.kind is not CandidateKind.MEMORY:
                 raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
-        rows = [{**_registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
-        history = [_history_values(change) for _, change in items]
+        rows = [{**registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
+        history = [history_values(change) for _, change in items]
 
         def work(conn: Connection) -> None:
             conn.execute(table_of(RegistryRow).insert(), rows)
@@ -193,7 +192,7 @@ class MemoryRegistry:
             if change.new_text:
                 text = clean_text(change.new_text)
                 row.text, row.tokens, row.name = text, tokens, text[:60]
-            s.add(_history_row(change))
+            s.add(history_row(change))
             _bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory refresh")
@@ -210,7 +209,7 @@ class MemoryRegistry:
             row.retired_at = change.at if retired else None
             if not retired:
                 row.superseded_by = None
-            s.add(_history_row(change))
+            s.add(history_row(change))
             _bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory retire" if retired else "memory restore")
@@ -329,78 +328,3 @@ def _row(s: Session, user_id: str, memory_id: str) -> RegistryRow:
     if row is None or row.deleted_at is not None:
         raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
     return row
-
-
-def _record(r: RegistryRow) -> MemoryRecord:
-    return MemoryRecord(
-        id=r.id,
-        user_id=r.owner,
-        text=r.text,
-        status=MemoryStatus.RETIRED if r.retired_at is not None else MemoryStatus.ACTIVE,
-        created_at=r.created_at,
-        updated_at=r.updated_at,
-        last_used_at=r.last_chosen_at,
-        superseded_by=r.superseded_by,
-        source=r.source,
-        times_chosen=r.times_chosen or 0,
-        times_used=r.times_used or 0,
-    )
-
-
-# History rows are listed by time, then by id: ids that grow in the order they are made keep
-# changes of one instant in order (an import creates a memory and supersedes it at the same time).
-_SEQ_LOCK = threading.Lock()
-_last_seq = 0
-
-
-def _history_id() -> str:
-    """32 characters: 20 digits that only grow within a process (nanoseconds, bumped past the last
-    one), then 12 random hex digits so two processes never collide."""
-    global _last_seq
-    with _SEQ_LOCK:
-        _last_seq = max(_last_seq + 1, time.time_ns())
-        seq = _last_seq
-    return f"{seq:020d}{secrets.token_hex(6)}"
-
-
-def _history_values(c: MemoryChange) -> dict[str, object]:
-    return _clean_row(
-        MemoryHistoryRow,
-        {
-            "id": _history_id(),
-            "owner": c.user_id,
-            "memory_id": c.memory_id,
-            "action": c.action.value,
-            "old_text": c.old_text,
-            "new_text": c.new_text,
-            "episode_id": c.episode_id,
-            "reason": c.reason[:200],
-            "at": c.at,
-        },
-    )
-
-
-def _history_row(c: MemoryChange) -> MemoryHistoryRow:
-    return MemoryHistoryRow(**_history_values(c))
-
-
-def _registry_values(item: RegistryItem) -> dict[str, object]:
-    # Text the databases refuse (NUL, lone surrogates) is cleaned the way every other write is.
-    return _clean_row(RegistryRow, cv.registry_values(item))
-
-
-def _clean_row(model: type[Base], values: dict[str, object]) -> dict[str, object]:
-    return prepare(table_of(model), [values])[0]
-
-
-def _change(r: MemoryHistoryRow) -> MemoryChange:
-    return MemoryChange(
-        memory_id=r.memory_id,
-        user_id=r.owner,
-        action=MemoryAction(r.action),
-        at=r.at,
-        old_text=r.old_text,
-        new_text=r.new_text,
-        episode_id=r.episode_id,
-        reason=r.reason,
-    )

@@ -16,6 +16,8 @@ import pytest
         "memabra.evals.ope",
         "memabra.evals.offline",
         "memabra.evals.mempo",
+        "memabra.evals.bench",
+        "memabra.evals.simulator",
     ],
 )
 def test_every_exported_name_resolves(module: str) -> None:
@@ -49,6 +51,123 @@ def test_lazy_exports_resolve_to_what_they_name() -> None:
     assert memabra.create_admin_app is create_app
     assert "create_admin_app" in memabra.__all__
     assert sorted(set(memabra.__all__)) == sorted(memabra.__all__)  # no name twice
+
+
+_PUBLIC_PACKAGES = (
+    "memabra",
+    "memabra.router",
+    "memabra.storage",
+    "memabra.evals",
+    "memabra.evals.ope",
+    "memabra.evals.offline",
+    "memabra.evals.mempo",
+    "memabra.evals.bench",
+    "memabra.evals.simulator",
+)
+
+
+def test_every_public_package_says_what_it_exports() -> None:
+    """An explicit ``__all__`` in each public package, naming every public name it defines or imports
+    (a name left out is public by accident: ``from ... import *`` drops it, a type checker hides it)."""
+    import __future__
+
+    import inspect
+    import typing
+
+    for package in _PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        assert isinstance(getattr(module, "__all__", None), list), f"{package} has no explicit __all__"
+        defined = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and not inspect.ismodule(value)
+            # TYPE_CHECKING, Any, annotations: imported to write the module, not the package's API
+            and not any(getattr(tool, name, None) is value for tool in (typing, __future__))
+        }
+        assert defined <= set(module.__all__), (
+            f"{package} defines {sorted(defined - set(module.__all__))} outside __all__"
+        )
+
+
+class _Unresolved:
+    """Stands in for a name imported for type checking only; ``Runtime[Any]`` still resolves."""
+
+    def __class_getitem__(cls, item: object) -> type[_Unresolved]:
+        return cls
+
+
+def _annotated_classes(obj: object) -> set[type]:
+    """The memabra classes ``obj``'s annotations name (``list[Turn] | None`` names ``Turn``)."""
+    import typing
+
+    names: dict[str, object] = {}
+    for _ in range(20):
+        try:
+            hints = typing.get_type_hints(obj, localns=names)
+            break
+        except NameError as exc:  # imported for type checking only (EpisodeLog, a scikit-learn estimator)
+            names[str(exc.name)] = _Unresolved
+    else:
+        raise AssertionError(f"cannot resolve the annotations of {obj!r}")
+    found: set[type] = set()
+    pending = list(hints.values())
+    while pending:
+        hint = pending.pop()
+        pending.extend(typing.get_args(hint))
+        origin = typing.get_origin(hint)
+        for candidate in (hint, origin):
+            if isinstance(candidate, type) and candidate.__module__.startswith("memabra"):
+                found.add(candidate)
+    return found
+
+
+def _annotated_api(value: object) -> list[tuple[str, object]]:
+    """Every callable and field of an exported name whose annotations a user reads: a function, or a
+    class's public methods, properties and dataclass fields (its memabra bases' too). A hook a
+    framework calls (a method a non-memabra base declares, as LangChain's ``before_agent``) is not."""
+    import inspect
+
+    if inspect.isfunction(value):
+        return [("", value)]
+    if not inspect.isclass(value):
+        return []
+    foreign = {name for base in value.__mro__ if not base.__module__.startswith("memabra") for name in vars(base)}
+    out: list[tuple[str, object]] = [("", value)] if hasattr(value, "__dataclass_fields__") else []
+    for klass in reversed(value.__mro__):
+        if not klass.__module__.startswith("memabra"):
+            continue
+        for name, member in vars(klass).items():
+            if (name.startswith("_") and name not in ("__init__", "__call__")) or (
+                name in foreign and name != "__init__"
+            ):
+                continue
+            function = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            if inspect.isfunction(function):
+                out.append((f".{name}", function))
+    return out
+
+
+def test_no_public_signature_names_a_class_users_cannot_import() -> None:
+    """A public function, method or record whose annotation is a class no public package exports
+    leaves a user unable to annotate their own code with it (or to subclass a protocol)."""
+    exported: set[int] = set()
+    api: list[tuple[str, object]] = []
+    for package in _PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            exported.add(id(value))
+            api.extend((f"{package}.{name}{member}", obj) for member, obj in _annotated_api(value))
+    hidden = sorted(
+        {
+            f"{where} names {klass.__module__}.{klass.__qualname__}"
+            for where, obj in api
+            for klass in _annotated_classes(obj)
+            if id(klass) not in exported
+        }
+    )
+    assert not hidden, "\n".join(hidden)
 
 
 def _pyproject() -> dict[str, object]:

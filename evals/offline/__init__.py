@@ -1,5 +1,6 @@
 """Offline evaluation and off-policy training on the memabra episode log."""
 
+from memabra.evals.offline._additivity import AdditivityReport
 from memabra.evals.offline._evaluate import (
     DEFAULT_ESTIMATORS,
     LOGGING_POLICY,
@@ -26,6 +27,7 @@ from memabra.evals.offline._support import (
     MAX_FLOOR_SHARE,
     MIN_EFFECTIVE_SAMPLE_SIZE,
     SUPPORT_PROBABILITY,
+    SupportVerdict,
     WeightDiagnostics,
 )
 from memabra.evals.offline._train import TrainReport, train_from_log
@@ -40,11 +42,13 @@ __all__ = [
     "RECOMMENDED_ORDER",
     "ROUTERS",
     "SUPPORT_PROBABILITY",
+    "AdditivityReport",
     "LogEvaluation",
     "LoggedValue",
     "Recommended",
     "ResolvedPolicy",
     "RewardModelReport",
+    "SupportVerdict",
     "Target",
     "TrainReport",
     "WeightDiagnostics",

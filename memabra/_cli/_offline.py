@@ -1,14 +1,12 @@
-"""``memabra ope log`` and ``memabra train --from-log``."""
+"""``memabra ope log`` and ``memabra train --from-log`` (what ``ope log`` prints: ``_offline_report``)."""
 
 from __future__ import annotations
 
 import json
-import math
 import shlex
-from collections.abc import Sequence
 from pathlib import Path
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -17,7 +15,6 @@ from rich.progress import (
     MofNCompleteColumn,
     TextColumn,
 )
-from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
@@ -30,20 +27,9 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
+from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
-
-if TYPE_CHECKING:  # the offline package imports scikit-learn: loaded only when a command needs it
-    from memabra.evals.offline import LogEvaluation
-
-
-def _fmt(x: float) -> str:
-    return "-" if not math.isfinite(x) else f"{x:+.4f}"
-
-
-def _intervals(alpha: float) -> str:
-    """What ope log and train print: "95% normal (delta-method) intervals" (99.9%, not "100%")."""
-    return f"{round(100 * (1 - alpha), 10):g}% normal (delta-method) intervals"
 
 
 def _decision_ids(path: Path) -> list[str]:
@@ -145,161 +131,16 @@ def ope_log(
         if store:
             for evaluation in evaluations:
                 run_guarded(log.record_ope_results, list(evaluation.results))
+    print_evaluations(evaluations, alpha, only)
     first = evaluations[0]
-    model = first.reward_model
-    caption = _intervals(alpha)
-    caption += (
-        ""
-        if model is None
-        else (
-            "\n"
-            f"reward model: {model.learner}, {model.n_folds}-fold cross-fitted on {model.n_fit} decisions; "
-            f"held-out RMSE {model.heldout_rmse:.3f} (constant model {model.constant_rmse:.3f})"
-        )
-    )
-    additivity = first.additivity
-    if additivity is not None:
-        verdict = "adds up over slots" if additivity.additive else "does not add up over slots (PI not recommended)"
-        line = (
-            f"reward {verdict}: held-out RMSE {additivity.additive_rmse:.3f} additive, "
-            f"{additivity.free_rmse:.3f} counting used picks freely"
-        )
-        caption = f"{caption}\n{line}"
-    table = Table(
-        title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}",
-        caption=caption,
-    )
-    for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "mean w [interval]", "floor", "verdict"):
-        table.add_column(col, justify="left" if col in ("policy", "estimator", "verdict") else "right")
-    for ev in evaluations:
-        rec = ev.recommended
-        for name, e in ev.estimates.items():
-            weight = ev.weight_diagnostics(name)
-            is_rec = name == rec.estimator
-            if is_rec:  # in brief too: a reason is a paragraph, printed under the table
-                verdict = (
-                    "[bold red]UNSUPPORTED[/] (why: below)"
-                    if not rec.supported
-                    else "[bold]supported[/], widened (below)"
-                    if ev.unreached_share > 0
-                    else "[bold]supported[/]"
-                )
-            else:  # its own weight's verdict, in brief
-                own = ev.verdicts.get(name)
-                verdict = (
-                    "" if own is None else "[dim]supported[/]" if own.supported else f"[dim]unsupported ({own.rule})[/]"
-                )
-            table.add_row(
-                ev.policy,
-                f"[bold]{name} *[/]" if is_rec else name,
-                _fmt(rec.value if is_rec else e.value),  # clipped to the reward's range
-                _fmt(rec.ci_low if is_rec else e.ci_low),  # an unsupported recommendation's bounds
-                _fmt(rec.ci_high if is_rec else e.ci_high),
-                "-" if weight is None else f"{weight.effective_sample_size:.0f}",  # dm weights nothing
-                "-"
-                if weight is None
-                else f"{weight.mean_weight:.2f} [{weight.mean_weight_ci_low:.2f}, {weight.mean_weight_ci_high:.2f}]",
-                f"{ev.floor_share:.0%}",
-                verdict,
-            )
-    console.print(table)
-    console.print(
-        "* recommended estimate (see docs/ope.md for the rule and each estimator's assumption)", highlight=False
-    )
-    for ev in evaluations:
-        note = _recommendation_note(ev)
-        if note:
-            console.print(f"[bold]{escape(ev.policy)}[/] ({ev.recommended.estimator}): {note}", highlight=False)
-    if first.n_provisional:
-        console.print(
-            f"left out {first.n_provisional} decisions whose reward is still provisional (--include-provisional "
-            "evaluates them too)",
-            highlight=False,
-        )
-    if only is not None and first.n_rounds + first.n_provisional < len(only):
-        # ids that read nothing are left out silently by the query: a file of episode ids, or of
-        # another log's decisions, would evaluate a smaller segment than the user meant
-        console.print(
-            f"{len(only) - first.n_rounds - first.n_provisional} of the {len(only)} decision ids in --decisions "
-            "named no rewarded decision in the window (unknown ids, episode ids, or outside --since/--until)",
-            highlight=False,
-        )
-    paired = _paired_table(evaluations, alpha)
-    if paired.row_count:
-        console.print(paired)
-    else:
-        # an empty table with a caption reads as a failure to compute; say why there is none
-        console.print(
-            "paired differences: none, no target is supported on this log "
-            "(an unsupported target's bounds say all the log can)",
-            highlight=False,
-        )
     if json_out is not None:
-        doc = {
-            "n_rounds": first.n_rounds,
-            "n_provisional_left_out": first.n_provisional,
-            "logging_value": first.logging_value,
-            "alpha": alpha,
-            "ci_method": "normal",  # as ope arrays --json names it: every interval here is normal (delta method)
-            "reward_model": None if model is None else model.as_dict(),
-            # the data read: the range asked for, the instant the log was read as of, the first and last decision
-            "window": first.results[0].details.get("window") if first.results else None,
-            "policies": {ev.policy: ev.as_json() for ev in evaluations},
-        }
-        write_output(json_out, json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
+        write_output(json_out, json.dumps(evaluations_json(evaluations, alpha), indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_out}")
     if plot is not None:
         run_guarded(
             plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
         )
         console.print(f"wrote {plot}")
-
-
-def _recommendation_note(evaluation: LogEvaluation) -> str:
-    """Why a recommendation is unsupported, or how far its interval was widened; empty for a plain
-    supported one."""
-    rec = evaluation.recommended
-    if not rec.supported:
-        return f"[bold red]unsupported[/]: {escape(rec.reason)}"
-    if evaluation.unreached_share > 0:
-        return f"interval widened for the {evaluation.unreached_share:.1%} of its probability the log did not reach"
-    return ""
-
-
-def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
-    """Each supported target against every later supported one and the logging policy."""
-    from memabra.evals.offline import LOGGING_POLICY
-
-    table = Table(
-        title=f"paired differences of the recommended estimates on the same decisions ({_intervals(alpha)})",
-        caption="only supported targets are compared: an unsupported one's bounds say all the log can",
-    )
-    for col in ("policy", "minus", "difference", "ci low", "ci high", "verdict"):
-        table.add_column(col, justify="left" if col in ("policy", "minus", "verdict") else "right")
-    supported = [ev for ev in evaluations if ev.recommended.supported]
-    for i, ev in enumerate(supported):
-        others = [o.policy for o in supported[i + 1 :] if o.policy in ev.versus] + [LOGGING_POLICY]
-        for other in others:
-            d = ev.versus[other]
-            if d.ci_low > 0:
-                verdict = f"{ev.policy} better"
-            elif d.ci_high < 0:
-                verdict = f"{other} better"
-            else:
-                verdict = "not distinguishable on this log"
-            table.add_row(ev.policy, other, _fmt(d.value), _fmt(d.ci_low), _fmt(d.ci_high), verdict)
-    return table
-
-
-def _finite(value: object) -> object:
-    """NaN and inf become null: JSON has neither."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def train(
@@ -372,7 +213,7 @@ def train(
     console.print(
         f"{e.estimator}: new policy {e.value:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] vs logging policy "
         f"{report.logging_value:+.4f} [{report.logging_value - half:+.4f}, {report.logging_value + half:+.4f}] "
-        f"({_intervals(alpha)})"
+        f"({intervals(alpha)})"
     )
     if report.improvement is not None:
         d = report.improvement

@@ -9,7 +9,8 @@ from langchain_core.messages import AIMessage
 
 from fakes import ScriptedChatModel
 from memabra import extract_facts
-from memabra._facts import LLMFactExtractor, RuleFactExtractor
+from memabra._facts import RuleFactExtractor
+from memabra._llm_facts import LLMFactExtractor
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from runtime.learning_log import log_final
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
-from memabra._cli import _production
+from memabra._cli import _learner_loop
 from memabra._cli._app import app
 from memabra._errors import StorageContentionError
 from memabra._learner import DEFAULT_POLICY, Learner, replay
@@ -50,7 +50,7 @@ def test_the_learner_retries_through_a_database_outage_and_learns_each_reward_on
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Learner, "step", flaky_step)
-    monkeypatch.setattr(_production.time, "sleep", sleep)
+    monkeypatch.setattr(_learner_loop.time, "sleep", sleep)
     monkeypatch.setattr("memabra._learner.READ_BATCH", 10)
     result = runner.invoke(app, ["learner", "--db", migrated_url, "--commit-every", "1000", "--poll", "0.05"])
     assert result.exit_code == 0, result.output
