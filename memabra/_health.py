@@ -1,4 +1,5 @@
-"""Is every reward on its way to a learner, and has every deletion finished? The checks ``memabra
+"""Is every reward on its way to a learner, has every deletion finished, and was every routed turn
+logged? The checks ``memabra
 status`` and the admin view run on :meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ DELETIONS_CHECK = "deletions"
 @dataclass(frozen=True, slots=True)
 class HealthProblem:
     """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``,
-    ``deletions``) and why."""
+    ``deletions``, ``turns``) and why."""
 
     check: str
     message: str
@@ -37,7 +38,8 @@ def health_problems(
     cause, and each deletion run that has made no progress for longer than ``max_lag`` without
     finishing (it died part way: what it was asked to delete is partly still there). ``policies``:
     check only these policies' learners (a log that once served another policy keeps that policy's
-    checkpoint, and its learner falls behind for good); every one by default."""
+    checkpoint, and its learner falls behind for good); every one by default. Turns whose process
+    died mid-turn (running past ``RUNNING_TURN_LIMIT``) are a problem as soon as they are counted."""
     now = state.checked_at
     problems: list[HealthProblem] = []
     if state.overdue_since is not None and now - state.overdue_since > max_lag:
@@ -67,6 +69,16 @@ def health_problems(
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
     problems.extend(deletion_problems(state.unfinished_deletions, now, max_lag))
+    if state.lost_turns and state.lost_since is not None:
+        problems.append(
+            HealthProblem(
+                "turns",
+                f"{state.lost_turns} turn(s) routed and never finished, the oldest routed "
+                f"{format_age(now - state.lost_since)} ago: their process died mid-turn. A run retried from its "
+                "checkpoint goes on with its turn; `memabra episodes paused --lost --abandon` logs them as failed "
+                "episodes, so their routing decisions are learned from and evaluated",
+            )
+        )
     return tuple(problems)
 
 

@@ -25,7 +25,10 @@ __all__ = ["MemabraAgent"]
 
 logger = logging.getLogger("memabra")
 
-_UNREAD = "could not read the run's state to see whether it paused: only this process can resume its turn"
+_UNREAD = (
+    "could not read the run's state to see whether it paused: only this process can resume its turn with the"
+    " steps made so far"
+)
 
 
 class MemabraAgent:

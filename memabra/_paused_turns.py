@@ -1,9 +1,12 @@
-"""Turns an interrupt paused: kept in the log while paused, so that whichever process resumes the
-run goes on with the same turn (:class:`PausedTurns`); and, when an operator gives up on one nobody
-resumed, logged as a failed episode, never dropped (:func:`abandon_paused_turn`). An offline
-evaluation that lost its unfinished decisions would be biased the way one that lost failing turns
-would be, so the decision stays in the log with what was done before the pause and
-``accepted: false`` (S = 0, until someone's verdict says otherwise)."""
+"""Turns kept in the log until their episode is logged: from the moment they are routed, so that
+a process dying mid-turn leaves its decision behind, and again at each pause, so that whichever
+process resumes the run goes on with the same turn (:class:`PausedTurns`). A turn nobody goes on
+with (paused and never resumed, or lost with its process) is logged as a failed episode when an
+operator gives up on it, never dropped (:func:`abandon_paused_turn`). An offline evaluation that
+lost its unfinished decisions would be biased the way one that lost failing turns would be (a
+selection that makes the agent hang until its worker is killed would look better than it is), so
+the decision stays in the log with what was done before and ``accepted: false`` (S = 0, until
+someone's verdict says otherwise)."""
 
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ def abandon_paused_turn(rewards: RewardService, kept: SuspendedTurn) -> str:
 
 
 class PausedTurns:
-    """A session's turns as interrupts pause them: written to the log at each pause, read back by
-    whichever process resumes the run. ``lock`` also guards routing a resumed turn afresh: two
+    """A session's turns kept in the log: written when routed and at each pause, read back by
+    whichever process goes on with the run. ``lock`` also guards routing a resumed turn afresh: two
     parallel tool calls of one resumed run must not route it twice."""
 
     def __init__(self, log: EpisodeLog, turns: TurnTable) -> None:
@@ -84,8 +87,41 @@ class PausedTurns:
                 self._log.suspend_turn(kept)
             except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
                 logger.warning(
-                    "could not keep paused turn %s in the log: only this process can resume it", turn_id, exc_info=True
+                    "could not keep paused turn %s in the log: only this process can resume it with its steps",
+                    turn_id,
+                    exc_info=True,
                 )
+            else:
+                t.kept_in_log = True
+
+    def keep_running(self, t: Turn) -> None:
+        """Keep ``t`` in the log as it starts to run, so that if this process dies before the turn
+        is logged its routing decision is not lost: a run retried from its checkpoint goes on with
+        it (:meth:`from_log`), or an operator logs it as failed. A turn with no decision has
+        nothing to lose and is not written. Best effort, as a pause's copy is: the turn goes on
+        without a copy when the log cannot take one."""
+        if t.selection is None:
+            return
+        kept = SuspendedTurn(
+            t.id,
+            t.episode_id,
+            t.user_id,
+            t.thread_id,
+            utcnow(),
+            turn_document(t, (time.perf_counter() - t.started) * 1000.0),
+            paused=False,
+        )
+        try:
+            self._log.suspend_turn(kept)
+        except Exception:  # noqa: BLE001 - the turn can still run and be logged
+            logger.warning(
+                "could not keep turn %s in the log while it runs: were this process to die before the turn"
+                " is logged, its routing decision would be lost",
+                t.id,
+                exc_info=True,
+            )
+        else:
+            t.kept_in_log = True
 
     def unpause(self, t: Turn) -> Turn | None:
         """``t``, paused here, going on: the log's copy where another process paused it since
@@ -108,15 +144,21 @@ class PausedTurns:
             return t
 
     def from_log(self, turn_id: str) -> Turn | None:
-        """The turn an interrupt paused in another process (or before a restart), now in flight
-        here; ``None`` when the log keeps none. Call with :attr:`lock` held."""
+        """The turn the log keeps, now in flight here: paused by an interrupt in another process
+        (or before a restart), or routed by a process that died before logging it; ``None`` when
+        the log keeps none. Call with :attr:`lock` held."""
         kept = self._log.suspended_turn(turn_id)
         if kept is None:
             return None
         t = turn_from_document(kept.document, time.perf_counter())
         self._turns.add(t)
-        logger.info("turn %s resumed from the log, where an interrupt paused it", turn_id)
+        how = "an interrupt paused it" if kept.paused else "the process that routed it stopped before logging it"
+        logger.info("turn %s resumed from the log, where %s", turn_id, how)
         return t
+
+    def logged(self, episode_id: str) -> bool:
+        """Whether the log already holds ``episode_id`` (another process, or an operator, logged it)."""
+        return self._logged(episode_id)
 
     def _logged(self, episode_id: str) -> bool:
         try:

@@ -162,6 +162,7 @@ class RoutingSession:
             self.rewards.post_feedback(on_previous)
         t = self._routed(new_id(), user_id, query, thread_id, turn, memory_items)
         self._turns.add(t)
+        self._paused.keep_running(t)
         return t
 
     def resume(
@@ -174,10 +175,11 @@ class RoutingSession:
         turn: int | None = None,
         bind: Sequence[str] = (),
     ) -> Turn:
-        """The turn in flight under ``turn_id``, or, when this process has none (a run resumed
-        from its checkpoint after an interrupt in another process or before a restart, or retried
-        after its model raised and the turn was logged as failed), a new turn routed afresh under
-        the same id, so the graph's state still names it. Its episode is a new one; the user's
+        """The turn in flight under ``turn_id``; else the one the log keeps under it (paused by an
+        interrupt, or routed by a process that died before logging it), now in flight here; else,
+        when neither holds it (a run retried after its model raised and the turn was logged as
+        failed, or one resumed from a checkpoint written before this memabra kept turns), a new
+        turn routed afresh under the same id, so the graph's state still names it. Its episode is a new one; the user's
         message is not read as feedback on their previous turn again (it was when first routed).
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
         model made, still to run)."""
@@ -194,6 +196,7 @@ class RoutingSession:
             t = self._routed(turn_id, user_id, query, thread_id, turn, self.memory.recall(user_id, query))
             t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
             self._turns.add(t)
+            self._paused.keep_running(t)
             return t
 
     def kept_turn(self, turn_id: str) -> Turn | None:
@@ -289,7 +292,14 @@ class RoutingSession:
                     Feedback(t.episode_id, FeedbackKind.IMPLICIT, "memabra.usage", {"useful_ids": sorted(usage.useful)})
                 )
         episode = t.episode(answer, {"latency_ms": (time.perf_counter() - t.started) * 1000.0}, used_ids=used)
-        self.rewards.record(episode)
+        try:
+            self.rewards.record(episode)
+        except InvalidRecordError:
+            if not (t.kept_in_log and self._paused.logged(t.episode_id)):
+                raise
+            # one decision, one episode: the log's copy was logged by an operator who took this
+            # turn for lost, or by a retry of its run in another process
+            logger.warning("turn %s was logged while it ran here (episode %s): not logged again", t.id, t.episode_id)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()
         self._previous.remember(t.user_id, t.thread_id, PreviousTurn(t.episode_id, t.query, injected))
         self._after_logging(
@@ -311,7 +321,8 @@ class RoutingSession:
             logger.error("episode %s is logged, but %s failed", episode_id, what, exc_info=True)
 
     def abandon(self, turn_id: str) -> None:
-        """Forget a turn that failed before it could be logged (nothing is written)."""
+        """Forget a turn that failed before it could be logged (nothing is written; the copy kept
+        when it was routed stays, for ``memabra episodes paused --lost --abandon``)."""
         self._turns.discard(turn_id)
 
     # ------------------------------------------------------------------ feedback and learning

@@ -81,6 +81,7 @@ def turn_from_document(doc: Mapping[str, Any], started: float) -> Turn:
         feedback=[_feedback_from(f) for f in doc["feedback"]],
         episode_id=doc["episode_id"],
         pauses=doc["pauses"],
+        kept_in_log=True,
     )
 
 

@@ -44,6 +44,8 @@ class Turn:
     paused_at: float | None = None
     # how many times it has paused: a process holding an older pause takes the log's newer one
     pauses: int = 0
+    # a copy is in the log (written when it was routed, or at a pause): logging it deletes the copy
+    kept_in_log: bool = False
 
     def numbered_steps(self) -> tuple[Step, ...]:
         return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))
@@ -56,9 +58,9 @@ class Turn:
         used_ids: frozenset[str] | None = None,
         created_at: datetime | None = None,
     ) -> Episode:
-        """The turn as the episode the log keeps (``created_at``: now unless given); a turn that
-        paused says how often in its metadata, which tells the log to drop its paused copy."""
-        if self.pauses:
+        """The turn as the episode the log keeps (``created_at``: now unless given); a turn kept in
+        the log says how often it paused in its metadata, which tells the log to drop the copy."""
+        if self.pauses or self.kept_in_log:
             metadata = {**metadata, PAUSES_KEY: self.pauses}
         episode = Episode(
             user_id=self.user_id,

@@ -47,7 +47,7 @@ from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
-from memabra.storage._suspended_turns import PAUSES_KEY, SuspendedTurn
+from memabra.storage._suspended_turns import PAUSES_KEY, RUNNING_TURN_LIMIT, SuspendedTurn
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_URL",
     "MAX_MEMORY_PAGE",
     "PAUSES_KEY",
+    "RUNNING_TURN_LIMIT",
     "SQLITE_LEASE_TTL",
     "START",
     "URL_ENV",

@@ -139,8 +139,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
         for (k, o, i), n in sorted(chosen_counts.items())
     ]
 
-    # only a turn that paused was kept as suspended: the others cost no statement
-    paused = [e.id for e in episodes if e.metadata.get(PAUSES_KEY)]
+    # only a turn the runtime kept in the log has a copy to delete: the others cost no statement
+    paused = [e.id for e in episodes if PAUSES_KEY in e.metadata]
 
     def write(conn: Connection) -> None:
         insert_batches(

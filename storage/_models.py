@@ -24,6 +24,7 @@ from sqlalchemy import (
     Table,
     Text,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -372,8 +373,9 @@ class DeletionRow(Base):
 
 
 class SuspendedTurnRow(Base):
-    """A turn paused by a LangGraph ``interrupt``: what was routed and done so far, so that any
-    process can go on with it. Deleted in the transaction that logs its episode."""
+    """A turn not yet logged: what was routed and done so far, so that any process can go on with
+    it. Written when the turn is routed (``paused`` false) and again at each ``interrupt``;
+    deleted in the transaction that logs its episode."""
 
     __tablename__ = "suspended_turns"
 
@@ -383,3 +385,5 @@ class SuspendedTurnRow(Base):
     thread_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     suspended_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # false while the turn runs: a row left false long after it was written lost its process
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=true())

@@ -56,7 +56,8 @@ _ID_BATCH = 500
 class UserErasure:
     """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, the
     run's entry in the deletion audit trail, the conversation threads deleted from the agent's
-    checkpointer (``None``: none was given) and the paused turns deleted."""
+    checkpointer (``None``: none was given) and the unfinished turns deleted (paused, or routed
+    and not yet logged)."""
 
     episodes: int
     memories: int
@@ -190,7 +191,7 @@ def erase_user(
     memories = forget_memories()
     finish_deletion(tx, audit_id, memories_forgotten=memories, threads_deleted=threads)
     logger.info(
-        "erased user %r: %d episode(s), %d paused turn(s), %d memories, threads: %s",
+        "erased user %r: %d episode(s), %d unfinished turn(s), %d memories, threads: %s",
         user_id,
         deleted,
         paused,

@@ -12,7 +12,8 @@ A reward is lost to learning in quiet ways, and each has a number here:
 
 Besides rewards, one other thing can stop half way unnoticed: a deletion (a retention job, an
 erasure) killed part way, whose audit entry stays unfinished (``unfinished_deletions``). And
-turns an ``interrupt`` paused wait in the log for someone to resume them (``paused_turns``).
+turns an ``interrupt`` paused wait in the log for someone to resume them (``paused_turns``), while
+turns whose process died mid-turn wait to be retried or logged as failed (``lost_turns``).
 
 Everything is a read; nothing here changes the log.
 """
@@ -32,6 +33,7 @@ from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, Lea
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
 from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow, SuspendedTurnRow
+from memabra.storage._suspended_turns import RUNNING_TURN_LIMIT
 
 __all__ = ["LogStatus", "OpenTransaction", "PolicyStatus", "log_status"]
 
@@ -93,6 +95,9 @@ class LogStatus:
     # turns an interrupt paused and nobody has resumed yet (``paused_since``: the oldest pause)
     paused_turns: int = 0
     paused_since: datetime | None = None
+    # turns kept running for longer than RUNNING_TURN_LIMIT: their process died mid-turn
+    lost_turns: int = 0
+    lost_since: datetime | None = None
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
@@ -138,7 +143,11 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         }
         oldest = _oldest_transaction(s) if postgres else None
         unfinished = unfinished_deletions(s)
-        paused, paused_since = s.execute(select(func.count(), func.min(SuspendedTurnRow.suspended_at))).one()
+        kept = select(func.count(), func.min(SuspendedTurnRow.suspended_at))
+        paused, paused_since = s.execute(kept.where(SuspendedTurnRow.paused.is_(True))).one()
+        lost, lost_since = s.execute(
+            kept.where(SuspendedTurnRow.paused.is_(False), SuspendedTurnRow.suspended_at < now - RUNNING_TURN_LIMIT)
+        ).one()
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
@@ -172,6 +181,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         unfinished_deletions=unfinished,
         paused_turns=int(paused),
         paused_since=paused_since,
+        lost_turns=int(lost),
+        lost_since=lost_since,
     )
 
 

@@ -1,21 +1,25 @@
-"""Turns paused by a LangGraph ``interrupt``, kept in the log so that any process can go on with
-them: a human approval may come hours later, through another worker or after a deploy.
+"""Turns not yet logged, kept in the log so that any process can go on with them: a human
+approval may come hours later, through another worker or after a deploy, and a run whose process
+died mid-turn may be retried from its checkpoint anywhere.
 
 The row holds the turn as a JSON document (:mod:`memabra._turn_document` writes and reads it;
-storage keeps it opaque). It is written each time the turn pauses, read by the process that
-resumes it, and deleted in the transaction that logs the turn's episode (:func:`discard_logged`,
-for an episode whose metadata counts its pauses), so a turn is either suspended or logged, never
-both and never neither.
+storage keeps it opaque). It is written when the turn is routed (``paused`` false: running) and
+each time it pauses, read by the process that goes on with it, and deleted in the transaction that
+logs the turn's episode (:func:`discard_logged`, for an episode whose metadata carries
+:data:`PAUSES_KEY`), so a routed turn is either kept or logged, never both and never neither.
+A running row that stays long after it was written lost its process (:data:`RUNNING_TURN_LIMIT`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -23,17 +27,32 @@ from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["PAUSES_KEY", "SuspendedTurn", "discard_logged", "erase_user", "listing", "load", "save"]
+__all__ = [
+    "PAUSES_KEY",
+    "RUNNING_TURN_LIMIT",
+    "SuspendedTurn",
+    "discard_logged",
+    "erase_user",
+    "listing",
+    "load",
+    "save",
+]
 
 
 PAUSES_KEY = "pauses"
-"""Episode metadata: how many times the turn paused. Only such an episode's logging looks for a
-suspended row to delete."""
+"""Episode metadata: how many times the turn paused, present on an episode whose turn was kept in
+the log. Only such an episode's logging looks for a kept row to delete."""
+
+RUNNING_TURN_LIMIT = timedelta(hours=1)
+"""A turn kept running for longer lost its process: an agent server's request times out in
+minutes, and a turn waiting on a person is kept as paused, not running."""
 
 
 @dataclass(frozen=True, slots=True)
 class SuspendedTurn:
-    """A paused turn as the log keeps it; ``document`` is the turn itself, in JSON."""
+    """A turn as the log keeps it until its episode is logged; ``document`` is the turn itself,
+    in JSON. ``paused``: an interrupt paused it (else it was running when ``suspended_at`` wrote
+    it, and one running since before :data:`RUNNING_TURN_LIMIT` lost its process)."""
 
     turn_id: str
     episode_id: str
@@ -41,25 +60,36 @@ class SuspendedTurn:
     thread_id: str | None
     suspended_at: datetime
     document: Mapping[str, Any]
+    paused: bool = True
+
+    def stale(self, now: datetime) -> bool:
+        """Running since longer than :data:`RUNNING_TURN_LIMIT` before ``now``: its process died."""
+        return not self.paused and now - self.suspended_at > RUNNING_TURN_LIMIT
 
 
 def save(tx: Transactions, turn: SuspendedTurn) -> None:
-    """Insert the paused turn, or replace it where it paused before (an interrupt per approval)."""
+    """Insert the turn, or replace its earlier copy (written when it was routed, or at an earlier
+    interrupt: one per approval). One statement: every routed turn pays for it."""
     if turn.suspended_at.tzinfo is None:
         raise InvalidRecordError("SuspendedTurn.suspended_at must be timezone-aware")
-    row = SuspendedTurnRow(
-        turn_id=clean_text(turn.turn_id),
-        episode_id=clean_text(turn.episode_id),
-        user_id=clean_text(turn.user_id),
-        thread_id=None if turn.thread_id is None else clean_text(turn.thread_id),
-        suspended_at=turn.suspended_at,
-        document=dict(turn.document),
-    )
+    values = {
+        "turn_id": clean_text(turn.turn_id),
+        "episode_id": clean_text(turn.episode_id),
+        "user_id": clean_text(turn.user_id),
+        "thread_id": None if turn.thread_id is None else clean_text(turn.thread_id),
+        "suspended_at": turn.suspended_at,
+        "document": dict(turn.document),
+        "paused": turn.paused,
+    }
+    table = table_of(SuspendedTurnRow)
 
-    def write(s: Session) -> None:
-        s.merge(row)
+    def write(conn: Connection) -> None:
+        upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        stmt = upsert(table).values(values)
+        replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}
+        conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced))
 
-    tx.write(write, what="suspend_turn")
+    tx.write_connection(write, what="suspend_turn")
 
 
 def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
@@ -69,7 +99,7 @@ def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
 
 
 def listing(tx: Transactions, before: datetime | None, limit: int) -> list[SuspendedTurn]:
-    """Paused turns, the oldest pause first (``before``: only those paused before it)."""
+    """Kept turns, paused or running, the oldest copy first (``before``: only those written before it)."""
     stmt = select(SuspendedTurnRow).order_by(SuspendedTurnRow.suspended_at, SuspendedTurnRow.turn_id).limit(limit)
     if before is not None:
         stmt = stmt.where(SuspendedTurnRow.suspended_at < before)
@@ -78,7 +108,9 @@ def listing(tx: Transactions, before: datetime | None, limit: int) -> list[Suspe
 
 
 def _record(row: SuspendedTurnRow) -> SuspendedTurn:
-    return SuspendedTurn(row.turn_id, row.episode_id, row.user_id, row.thread_id, row.suspended_at, row.document)
+    return SuspendedTurn(
+        row.turn_id, row.episode_id, row.user_id, row.thread_id, row.suspended_at, row.document, row.paused
+    )
 
 
 def discard_logged(conn: Connection, episode_ids: Sequence[str]) -> None:
@@ -88,6 +120,6 @@ def discard_logged(conn: Connection, episode_ids: Sequence[str]) -> None:
 
 
 def erase_user(s: Session, user_id: str) -> int:
-    """Delete the user's paused turns (their text is the user's); returns how many."""
+    """Delete the user's kept turns (their text is the user's); returns how many."""
     result = s.execute(delete(SuspendedTurnRow).where(SuspendedTurnRow.user_id == clean_text(user_id)))
     return int(getattr(result, "rowcount", 0) or 0)

@@ -1,8 +1,10 @@
-"""``memabra episodes paused``: turns an interrupt paused that nobody has resumed, and giving up on
-them (each is logged as a failed episode, so its routing decision stays in the log)."""
+"""``memabra episodes paused``: turns the log keeps unfinished (paused by an interrupt and not
+resumed, or routed by a process that died before logging them), and giving up on them (each is
+logged as a failed episode, so its routing decision stays in the log)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -13,48 +15,68 @@ from memabra._cli._database import DbOption
 from memabra._config import load_reward_config
 from memabra._feedback import RewardService
 from memabra._paused_turns import abandon_paused_turn
-from memabra.storage import EpisodeLog
+from memabra._records import utcnow
+from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn
 
 __all__ = ["episodes_paused"]
+
+_LIMIT = f"{RUNNING_TURN_LIMIT.total_seconds() / 3600:g} h"
 
 
 def episodes_paused(
     db: DbOption = None,
-    before: Annotated[str | None, typer.Option(help="ISO time: only turns paused before it.")] = None,
+    before: Annotated[str | None, typer.Option(help="ISO time: only turns kept (paused, or routed) before it.")] = None,
+    lost: Annotated[
+        bool,
+        typer.Option(
+            "--lost",
+            help=f"Only turns whose process died mid-turn (running for over {_LIMIT}), not those waiting on a person.",
+        ),
+    ] = False,
     abandon: Annotated[
         bool,
         typer.Option(
             "--abandon",
-            help="Log each listed turn as a failed episode (accepted: false), with its routing decision and steps.",
+            help="Log each listed paused or lost turn as a failed episode (accepted: false), with its routing "
+            "decision and steps; turns still running are left alone.",
         ),
     ] = False,
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many, the oldest pause first.")] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many, the oldest first.")] = 100,
     json_out: JsonOutOption = None,
 ) -> None:
-    """Turns an interrupt paused that nobody has resumed, the oldest pause first."""
+    """Turns the log keeps unfinished, the oldest first: paused by an interrupt and not resumed,
+    running, or lost (routed over an hour ago by a process that died before logging them)."""
+    now = utcnow()
     with run_guarded(EpisodeLog, db) as log:
         turns = run_guarded(log.suspended_turns, before=parse_time(before, "--before"), limit=limit)
+        if lost:
+            turns = [kept for kept in turns if kept.stale(now)]
         logged: dict[str, str] = {}
         if abandon:
             rewards = RewardService(log, load_reward_config())
             for kept in turns:
-                logged[kept.turn_id] = run_guarded(abandon_paused_turn, rewards, kept)
-    table = Table(title=f"paused turns ({len(turns)}{'+' if len(turns) == limit else ''})")
-    for column in ("turn", "paused", "user", "thread", "query", "steps", *(("logged as",) if abandon else ())):
+                if _state(kept, now) != "running":
+                    logged[kept.turn_id] = run_guarded(abandon_paused_turn, rewards, kept)
+    full = "+" if len(turns) == limit else ""
+    table = Table(title=f"{'lost' if lost else 'unfinished'} turns ({len(turns)}{full})")
+    for column in ("turn", "state", "since", "user", "thread", "query", "steps", *(("logged as",) if abandon else ())):
         table.add_column(column, no_wrap=column in ("turn", "logged as"))
     for kept in turns:
         table.add_row(
             kept.turn_id,
+            _state(kept, now),
             kept.suspended_at.strftime("%Y-%m-%d %H:%M:%S"),
             plain(kept.user_id),
             plain(kept.thread_id or "-"),
             plain(str(kept.document.get("query", ""))[:49]),
             str(len(kept.document.get("steps", ()))),
-            *((logged[kept.turn_id],) if abandon else ()),
+            *((logged.get(kept.turn_id, "- (running)"),) if abandon else ()),
         )
     console.print(table)
     if turns and not abandon:
-        console.print("--abandon logs them as failed episodes; a run resumed later starts a new turn")
+        console.print(
+            "--abandon logs the paused and lost ones as failed episodes; a run resumed later starts a new turn"
+        )
     write_json(
         json_out,
         {
@@ -64,7 +86,9 @@ def episodes_paused(
                     "episode_id": kept.episode_id,
                     "user": kept.user_id,
                     "thread": kept.thread_id,
-                    "paused_at": kept.suspended_at.isoformat(),
+                    "state": _state(kept, now),
+                    "since": kept.suspended_at.isoformat(),
+                    "paused_at": kept.suspended_at.isoformat() if kept.paused else None,
                     "query": kept.document.get("query"),
                     "logged_as": logged.get(kept.turn_id),
                 }
@@ -72,3 +96,10 @@ def episodes_paused(
             ]
         },
     )
+
+
+def _state(kept: SuspendedTurn, now: datetime) -> str:
+    """``paused`` (waiting on a person), ``lost`` (its process died mid-turn) or ``running``."""
+    if kept.paused:
+        return "paused"
+    return "lost" if kept.stale(now) else "running"

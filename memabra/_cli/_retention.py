@@ -192,7 +192,7 @@ def erase(
                 "erasure is recorded as unfinished: run the same command again to finish it"
             )
     threads = "" if result.threads is None else f", {result.threads} checkpointer thread(s) deleted"
-    paused = f", {result.paused} paused turn(s) deleted" if result.paused else ""
+    paused = f", {result.paused} unfinished turn(s) deleted (paused, or in flight)" if result.paused else ""
     console.print(
         Text(
             f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories "

@@ -181,6 +181,11 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
             f"paused    {state.paused_turns:,} turn(s) waiting on an interrupt"
             + ("" if state.paused_since is None else f"; the oldest paused {_when(state.paused_since, now)}")
         )
+    if state.lost_turns:
+        lines.append(
+            f"lost      {state.lost_turns:,} turn(s) whose process died mid-turn"
+            + ("" if state.lost_since is None else f"; the oldest routed {_when(state.lost_since, now)}")
+        )
     if state.unfinished_deletions:
         oldest = state.unfinished_deletions[0]
         lines.append(

@@ -29,7 +29,10 @@ def test_an_erasure_reports_the_paused_turns_it_deleted(migrated_url: str, tmp_p
     out = tmp_path / "erased.json"
     result = runner.invoke(app, ["erase", "--user", "ann", "--db", migrated_url, "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "erased user ann: 1 episode(s) deleted, 1 memories forgotten, 2 paused turn(s) deleted" in result.output
+    assert (
+        "erased user ann: 1 episode(s) deleted, 1 memories forgotten, 2 unfinished turn(s) deleted (paused, or in flight)"
+        in result.output
+    )
     assert json.loads(out.read_text())["paused_turns"] == 2
     assert "held nothing" not in result.output
     with EpisodeLog(migrated_url) as log:

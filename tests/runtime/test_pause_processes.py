@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from savers import async_saver, checkpoints_for, sync_saver
 
 HERE = Path(__file__).parent
 WAIT_S = 2.0  # a person deciding, between the phases
@@ -34,18 +35,12 @@ STEPS = [
 ]
 
 
-def _checkpoints(url: str, tmp_path: Path) -> str:
-    if url.startswith("sqlite"):
-        return f"sqlite:{tmp_path / 'checkpoints.db'}"
-    return "postgres:" + url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
 @pytest.mark.timeout(300)
 def test_one_turn_paused_twice_across_three_processes_is_one_whole_episode(migrated_url: str, tmp_path: Path) -> None:
     from memabra.storage import EpisodeLog
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    checkpoints = _checkpoints(migrated_url, tmp_path)
+    checkpoints = checkpoints_for(migrated_url, tmp_path)
     for phase in ("1", "2", "3"):
         if phase != "1":
             time.sleep(WAIT_S)
@@ -114,7 +109,7 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
     kind, _, where = checkpoints.partition(":")
     log = EpisodeLog(log_url)
     if phase == "1":  # sync: a UI reads the stream and stops at the approval request
-        saver, closing = _sync_saver(kind, where)
+        saver, closing = sync_saver(kind, where)
         agent = _agent(log, [email("bob")], saver)
         for chunk in agent.stream({"messages": [HumanMessage("Email bob and carol")]}, config, stream_mode="updates"):
             if "__interrupt__" in chunk:
@@ -124,7 +119,7 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
     if phase == "2":  # async: the same, on the async checkpointer
 
         async def second() -> None:
-            async with _async_saver(kind, where) as saver:
+            async with async_saver(kind, where) as saver:
                 agent = _agent(log, [email("carol")], saver)
                 async with aclosing(agent.astream(approve, config, stream_mode="updates")) as chunks:
                     async for chunk in chunks:
@@ -134,39 +129,11 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
         asyncio.run(second())
         log.close()
         return
-    saver, closing = _sync_saver(kind, where)
+    saver, closing = sync_saver(kind, where)
     out = _agent(log, [AIMessage("Sent both.")], saver).invoke(approve, config)
     closing()
     log.close()
     print(json.dumps({"episode": out["memabra_episode_id"]}), flush=True)
-
-
-def _sync_saver(kind: str, where: str) -> tuple[Any, Any]:
-    if kind == "sqlite":
-        import sqlite3
-
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        conn = sqlite3.connect(where, check_same_thread=False)
-        saver: Any = SqliteSaver(conn)
-    else:
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from psycopg import Connection
-
-        conn = Connection.connect(where, autocommit=True, prepare_threshold=0)  # type: ignore[assignment]
-        saver = PostgresSaver(conn)  # type: ignore[arg-type]
-    saver.setup()
-    return saver, conn.close
-
-
-def _async_saver(kind: str, where: str) -> Any:
-    if kind == "sqlite":
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-        return AsyncSqliteSaver.from_conn_string(where)
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-    return AsyncPostgresSaver.from_conn_string(where)
 
 
 if __name__ == "__main__":

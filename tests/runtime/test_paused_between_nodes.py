@@ -140,7 +140,8 @@ def test_a_state_that_cannot_be_read_leaves_the_paused_run_to_this_process(log: 
     agent.graph.get_state = unreadable
     paused = agent.invoke({"messages": [HumanMessage("Email bob please")]}, CONFIG, interrupt_before=["tools"])
     assert "could not read the run's state" in caplog.text
-    assert log.suspended_turn(paused["memabra_turn"]) is None
+    kept = log.suspended_turn(paused["memabra_turn"])  # the copy written when it was routed: not paused
+    assert kept is not None and not kept.paused and kept.document["steps"] == []
     agent.graph.get_state = graph_get_state
     done = agent.invoke(None, CONFIG)
     assert _steps(log.get_episode(done["memabra_episode_id"])) == WHOLE_TURN
