@@ -312,9 +312,13 @@ def count_learned(tx: Transactions, since: datetime | None) -> int:
 
 
 def memory_labels(tx: Transactions) -> dict[str, float]:
-    """MemPO's label (+1 / -1) of each episode whose decision has one, by episode id."""
-    stmt = select(DecisionRow.episode_id, MemoryScoreRow.reward).join(
-        MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id
+    """MemPO's label (+1 / -1) of each episode whose decisions have one, by episode id: the mean
+    of its decisions' labels where it made several (Hm is the episode's, and no one decision's
+    label stands for the others)."""
+    stmt = (
+        select(DecisionRow.episode_id, func.avg(MemoryScoreRow.reward))
+        .join(MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id)
+        .group_by(DecisionRow.episode_id)
     )
     with tx.read() as s:
         return {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}

@@ -194,3 +194,24 @@ def test_mempo_labels_feed_the_memory_hit_term(log: EpisodeLog) -> None:
     assert g is not None and b is not None
     assert (g.components.hm, b.components.hm) == (1.0, -1.0)
     assert g.total - b.total == pytest.approx(0.35 * 2)
+
+
+def test_an_episode_with_several_labelled_decisions_takes_their_mean_label(log: EpisodeLog) -> None:
+    """Hm is the episode's: with one MemPO label per decision, no single decision's stands for it."""
+    from dataclasses import replace
+
+    from factories import candidates, uniform_selection
+    from memabra._records import MemoryQuality
+
+    two = episode()
+    second = uniform_selection("u1", candidates(n=5), ("m1",))
+    two = replace(two, selections=(two.selections[0], second))
+    _service(log).record(two)
+    first_id, second_id = (s.id for s in two.selections)
+    log.store_memory_scores(
+        [
+            MemoryQuality(first_id, "mempo:test", 0.9, 0.8, 0.1, 1, 3),
+            MemoryQuality(second_id, "mempo:test", 0.1, 0.8, -0.7, -1, 3),
+        ]
+    )
+    assert log.memory_labels() == {two.id: 0.0}
