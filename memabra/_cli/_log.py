@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated
 
 import typer
@@ -51,6 +52,7 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     # each migration step, and an index built concurrently on a large table (which may take
     # minutes), is reported as it starts
     configure_logging(verbose=True)
+    logging.getLogger("alembic.runtime.migration").addFilter(_migration_steps_only)
     url = run_guarded(resolve_url, db)
     now = migrate(upgrade, url, revision)
     where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
@@ -58,6 +60,18 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     if revision not in ("head", "heads") and not revision.startswith("+") and now != revision:
         # an upgrade to a revision the database is already past changes nothing
         console.print(f"it was already past {escape(revision)}: nothing was changed (db downgrade goes back)")
+
+
+def _migration_steps_only(record: logging.LogRecord) -> bool:
+    """Alembic's lines about its own set-up say nothing to an operator; a step keeps its
+    migration's first sentence, on one line."""
+    message = record.getMessage()
+    if not message.startswith("Running "):
+        return False
+    step, _, description = message.partition(", ")
+    sentence = " ".join(description.split()).split(". ")[0].rstrip(".")
+    record.msg, record.args = f"{step}: {sentence}" if sentence else step, None
+    return True
 
 
 @db_app.command("downgrade")

@@ -538,3 +538,15 @@ def test_the_command_line_imports_no_heavy_library_before_a_command_needs_it() -
     probe = f"import sys, memabra._cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_db_upgrade_reports_each_step_on_one_line_without_alembics_setup(tmp_path: Path) -> None:
+    script = "from memabra._cli import main; main()"
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "db", "upgrade", "--db", url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [line for line in done.stderr.splitlines() if line.strip()]
+    assert steps and all("Running upgrade" in line for line in steps), done.stderr
+    assert any("-> 0012: Turns kept in the log from the moment they are routed" in line for line in steps)
