@@ -86,6 +86,15 @@ def work(url: str, wid: int, gen: int, side_path: Path, stop: Path) -> None:
     router = LinearRouter(seed=0, similarity=Similarity(encoder=None))
     agent = create_memabra_agent(ExtractiveChatModel(), db=url, router=router, settings=settings)
     learner = agent.session.runtime.learner
+    begin = agent.session.begin
+
+    def routed(**kwargs: Any) -> Any:  # a decision made: the log must keep it, whatever happens next
+        turn = begin(**kwargs)
+        if turn.selection is not None:
+            side.write(op="routed", eid=turn.episode_id)
+        return turn
+
+    agent.session.begin = routed  # type: ignore[method-assign]
     # the lease's holder id (SQLite) lets the checker tell this process's lease from another's
     side.write(op="start", wid=wid, gen=gen, pid=os.getpid(), holder=learner._lease.holder if learner else None)
     try:

@@ -17,7 +17,7 @@ SQLITE_TTL_S = 10.0  # storage.SQLITE_LEASE_TTL: how long a dead holder's SQLite
 
 def acknowledged(work_dir: Path) -> dict[str, Any]:
     """What the workers' calls returned, from their side files (a torn last line is a kill)."""
-    acks: dict[str, Any] = {"invoke": [], "feedback": [], "errors": [], "starts": {}, "retried": 0}
+    acks: dict[str, Any] = {"invoke": [], "routed": [], "feedback": [], "errors": [], "starts": {}, "retried": 0}
     for path in sorted(work_dir.glob("w*.jsonl")):
         for line in path.read_text().splitlines():
             try:
@@ -26,6 +26,8 @@ def acknowledged(work_dir: Path) -> dict[str, Any]:
                 continue
             if rec["op"] == "invoke":
                 acks["invoke"].append(rec["eid"])
+            elif rec["op"] == "routed":
+                acks["routed"].append(rec["eid"])
             elif rec["op"] == "feedback":
                 acks["feedback"].append(rec)
             elif rec["op"] == "error":
@@ -83,6 +85,7 @@ def check(
         with engine.connect() as conn:
             q = lambda sql, **kw: conn.execute(text(sql), kw).scalar_one()  # noqa: E731
             stored = {r[0] for r in conn.execute(text("SELECT id FROM episodes"))}
+            kept = {r[0] for r in conn.execute(text("SELECT episode_id FROM suspended_turns"))}
             fb = {
                 r[0]: (r[1], bool(r[2])) for r in conn.execute(text("SELECT idempotency_key, id, late FROM feedback"))
             }
@@ -102,6 +105,8 @@ def check(
         holder_at_end = LearnerStore(engine).lease_holder(POLICY)
         unapplied = rewards_off(log)
     lost = [e for e in acks["invoke"] if e not in stored]
+    # a decision routed by a process killed before it logged the turn stays in the log as a kept turn
+    decisions_lost = [e for e in acks["routed"] if e not in stored and e not in kept]
     # one row per key (the unique index says so); a post answered stored or late is that row
     fb_lost = [
         f
@@ -114,6 +119,9 @@ def check(
         "episodes stored": episodes,
         "acknowledged episodes lost": len(lost),
         "partial episodes": partial,
+        "decisions routed": len(acks["routed"]),
+        "routed decisions lost": len(decisions_lost),
+        "turns killed mid-turn, kept": len(kept),
         "feedback acknowledged": dict(Counter(f["status"] for f in acks["feedback"])),
         "acknowledged feedback lost": len(fb_lost),
         "unanswered posts retried after a kill": acks["retried"],
@@ -176,6 +184,8 @@ def lease_lapses(
 def ok(r: dict[str, Any]) -> bool:
     return (
         r["acknowledged episodes lost"] == r["partial episodes"] == r["acknowledged feedback lost"] == 0
+        and r["routed decisions lost"] == 0
+        and r["turns killed mid-turn, kept"] <= r["kills of a serving worker"]
         and r["rewards not what their feedback gives"] == 0
         and r["learned twice"] == r["never learned"] == r["open rewards after finalize"] == 0
         and r["learned (checkpoint)"] == r["replayed"] == r["final rewards"]
