@@ -72,6 +72,8 @@ _QUESTION_START = re.compile(
 )
 _CLAUSE = re.compile(r"\s*[,;]\s*")
 _FIRST_PERSON = re.compile(r"(?:i|i'm|my|our|we)\b", re.I)
+# The premise of a question is the user's statement ("since I'm vegan, what can I cook?").
+_PREMISE = re.compile(r"^(?:since|because|as|now that|given that|seeing (?:as|that))\s+(?=(?:i|i'm|my|our|we)\b)", re.I)
 # Someone else's words: a first-person clause inside quotes is not the user's ("my friend said 'I
 # live in Paris'").
 _QUOTED = re.compile(r'"[^"]+"|(?<!\w)\'.+?\'(?!\w)')
@@ -302,7 +304,7 @@ def extract_facts(text: str) -> list[str]:
             # a statement in a clause of its own still counts, after a task ("plan a trip for me, I
             # hate flying") or beside a question ("I'm vegan, what should I cook?"); the task's or
             # the question's own clauses never do
-            clauses = _CLAUSE.split(sentence)
+            clauses = [_PREMISE.sub("", c) for c in _CLAUSE.split(sentence)]
             clauses = clauses[1:] if REQUEST_START.match(sentence) else [c for c in clauses if not _asks(c)]
             facts.extend(_facts_of([c[0].upper() + c[1:] for c in clauses if _FIRST_PERSON.match(c)]))
             continue

@@ -21,7 +21,7 @@ from memabra._facts import fact_subject
         ("I'm vegetarian, what should I cook tonight?", ["I'm vegetarian"]),
         ("Hey, I'm vegan, any ideas for dinner?", ["I'm vegan"]),
         ("what should i cook, im vegan", ["I'm vegan"]),
-        ("Since I'm vegetarian, what can I cook?", []),
+        ("Since I'm vegetarian, what can I cook?", ["I'm vegetarian"]),  # the premise is a statement
         ("am I vegetarian?", []),
         # a request to remember asked as a question, or in the first person
         ("Can you remember that I'm vegetarian?", ["I'm vegetarian"]),

@@ -74,7 +74,10 @@ def _say(memory: MemoryBackend, *messages: str, user: str = "ann") -> list[str]:
         ("Did I tell you I moved to Paris?", ["I moved to Paris"]),
         ("Did you know that im vegan??", ["I'm vegan"]),
         ("did I tell you about my trip?", []),
-        ("Since I'm vegetarian, what can I cook?", []),
+        # the premise of a question is the user's statement
+        ("since I live in Lyon now, what's good to eat?", ["I live in Lyon now"]),
+        ("Now that I live in Oslo, what should I wear?", ["I live in Oslo"]),
+        ("As I said, what is the weather like?", []),
         # emoji and a leading "and" are not part of the fact
         ("i live in paris 😊", ["i live in paris"]),
         ("I live in Paris!!! and my cat is called Tom 🐱", ["I live in Paris", "My cat is called Tom"]),
