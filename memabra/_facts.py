@@ -101,6 +101,20 @@ _BACK_REFERENCE = re.compile(
 # the value, not a new one.
 _A_VALUE = r"(?!\s+(?:not|never|spelled|spelt|pronounced|written|short for|hard|difficult|easy|unusual|common|too)\b)"
 
+MOVE_PLAN = "move plan"
+"""The subject of a plan to move ("I'm moving to Berlin next month"): a newer plan replaces it, and
+so does the move it plans (a ``residence`` fact naming its destination); a plan replaces no
+residence (the user lives where they did until they move)."""
+_MOVE_PLAN = re.compile(
+    r"\b(?:i|we)(?:'m| am|'re| are)\s+(?:(?:soon|about|planning|going)\s+(?:to\s+)?)?(?:moving|relocating|move|relocate)\s+to\b",
+    re.I,
+)
+# where a plan goes: the words after "moving to", up to a time or the clause's end
+_DESTINATION = re.compile(
+    r"\s*(?P<place>.+?)(?=\s+(?:next|in|on|this|soon|by|at|after|before|around|later|once|when)\b|\s*[,.;!?]|\s*$)",
+    re.I,
+)
+
 # Subjects with a single current value. Order matters: the first match names the subject.
 _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -190,7 +204,11 @@ def fact_subject(text: str) -> str | None:
     ("my dog is sick", "I'm living in Paris this summer"), or it is hedged ("maybe I'm vegan") or
     negated ("I'm not vegetarian now": it retires the fact it negates, see :func:`contradicts`)."""
     text = _QUOTED.sub(" ", normalised(text))
-    if TEMPORARY.search(text) or _HEDGE.search(text) or is_negated(text) or reported(text):
+    if _HEDGE.search(text) or is_negated(text) or reported(text):
+        return None
+    if _MOVE_PLAN.search(text):  # dated by nature ("next month"): the plan is its own subject
+        return MOVE_PLAN
+    if TEMPORARY.search(text):
         return None
     for subject, pattern in _SUBJECTS:
         if pattern.search(text):
@@ -338,5 +356,19 @@ class RuleFactExtractor:
             for mid, text in existing
             if text.strip() != fact.strip()
             and not dated_before(fact, text)  # "I moved to Oslo in 2021" leaves "... Rome in 2023"
-            and (subjects & fact_subjects(text) or (negates and _negates_part(fact, text)))
+            and (
+                subjects & fact_subjects(text)
+                or (negates and _negates_part(fact, text))
+                or ("residence" in subjects and _carries_out(fact, text))
+            )
         ]
+
+
+def _carries_out(fact: str, plan: str) -> bool:
+    """Whether ``fact`` (where the user lives) is the move ``plan`` planned: it names the plan's
+    destination ("I live in Berlin now" carries out "I'm moving to Berlin next month")."""
+    planned = _MOVE_PLAN.search(plan)
+    place = _DESTINATION.match(plan, planned.end()) if planned is not None else None
+    if place is None:
+        return False
+    return set(place.group("place").lower().split()) <= set(re.findall(r"[\w']+", fact.lower()))

@@ -109,9 +109,12 @@ def test_what_a_message_stores(message: str, facts: list[str]) -> None:
         ("My doctor said I live in Lyon", None),
         ("my mom thinks I'm vegan", None),
         ("According to my wife I'm a teacher", None),
-        # a plan states no current value
-        ("next month I'm moving to Berlin", None),
-        ("I'm moving to Berlin", None),
+        # a plan is a subject of its own: a newer plan replaces it, and so does the move it plans
+        ("next month I'm moving to Berlin", "move plan"),
+        ("I'm moving to Berlin", "move plan"),
+        ("I'm planning to move to New York", "move plan"),
+        ("I'm moving my desk to the window", None),
+        ("maybe I'm moving to Berlin", None),
         # a dated move is still the current residence
         ("I moved to Oslo in 2021", "residence"),
         ("since last May I live in Rome", "residence"),
@@ -156,6 +159,14 @@ def test_dated_facts_and_plans(memory: MemoryBackend) -> None:
         "next month I'm moving to Berlin",
         "since last May I live in Rome",
     ]
+
+
+def test_the_move_a_plan_planned_retires_it_and_a_new_plan_replaces_it(memory: MemoryBackend) -> None:
+    assert _say(memory, "I live in Lyon", "I'm moving to Berlin next month", "I'm moving to Oslo in June") == [
+        "I live in Lyon",
+        "I'm moving to Oslo in June",
+    ]
+    assert _say(memory, "we moved to Oslo") == ["we moved to Oslo"]
 
 
 def test_reported_speech_retires_nothing_of_the_users(memory: MemoryBackend) -> None:
