@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -47,6 +47,7 @@ from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
 from memabra._admin._forms import (
     FILTER_FIELDS,
+    list_query,
     parse_episode_filter,
     parse_feedback_form,
     parse_limit,
@@ -66,6 +67,7 @@ from memabra._admin._plumbing import (
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
+from memabra._admin._turn_pages import TurnPages
 from memabra._episode_document import episode_document
 from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
@@ -84,7 +86,7 @@ _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
 
 
-class _Admin(PolicyPages, MemoryPages, DeletionPages):
+class _Admin(PolicyPages, MemoryPages, DeletionPages, TurnPages):
     """Endpoints (the policies and memories pages' in their own modules); :func:`create_app`
     wires them into a Starlette app."""
 
@@ -201,6 +203,8 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             return self._render(
                 "episodes.html",
                 auth=auth,
+                # what the rows' links carry, so an episode's breadcrumb comes back to this page
+                list_query=list_query([*raw.items(), ("cursor", cursor or ""), ("limit", params.get("limit", ""))]),
                 page=page,
                 filters=raw,
                 error="",
@@ -223,13 +227,15 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
                     media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{_download_name(episode.id)}"'},
                 )
-            context = await run_in_threadpool(self._episode_context, episode_id)
+            back = list_query(request.query_params.get("list", ""))
+            context = await run_in_threadpool(self._episode_context, episode_id, back)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             return self._render("episode.html", auth=auth, notice=notice, error="", section="episodes", **context)
 
         return await self._page(request, build)
 
-    def _episode_context(self, episode_id: str) -> dict[str, Any]:
+    def _episode_context(self, episode_id: str, back: str = "") -> dict[str, Any]:
+        """The episode page's values; ``back``: the query of the list it was opened from."""
         episode = self.log.get_episode(episode_id)
         summary = self.queries.episode_summary(episode_id)
         # The log scores feedback by the same rule: late once final, or once the window has closed
@@ -250,6 +256,7 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
             "steps": [(s, views.step_arguments(s)) for s in episode.steps],
             "idempotency_key": secrets.token_urlsafe(16),
+            "list_query": back,
         }
 
     # ------------------------------------------------------------------ writes
@@ -268,20 +275,20 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             )
             service = RewardService(self.log, self.reward_config)
             receipt = await run_in_threadpool(service.post_feedback, feedback)
+            back = list_query(form.get("list", ""))
             if receipt.status == "duplicate":
                 earlier = await run_in_threadpool(self._stored_feedback, episode_id, receipt.feedback_id)
                 if earlier is not None and not _same_submission(earlier, feedback):
-                    return await self._feedback_conflict(auth, episode_id, earlier)
-            return RedirectResponse(
-                f"/episodes/{quote(episode_id, safe='')}?notice=feedback-{receipt.status}#feedback", status_code=303
-            )
+                    return await self._feedback_conflict(auth, episode_id, earlier, back)
+            query = urlencode({"notice": f"feedback-{receipt.status}", **({"list": back} if back else {})})
+            return RedirectResponse(f"/episodes/{quote(episode_id, safe='')}?{query}#feedback", status_code=303)
 
         return await self._write(request, apply)
 
     def _stored_feedback(self, episode_id: str, feedback_id: str) -> Feedback | None:
         return next((f for f in self.log.get_episode(episode_id).feedback if f.id == feedback_id), None)
 
-    async def _feedback_conflict(self, auth: _Auth, episode_id: str, earlier: Feedback) -> Response:
+    async def _feedback_conflict(self, auth: _Auth, episode_id: str, earlier: Feedback, back: str) -> Response:
         """409: the form was already submitted with other values. The idempotency key makes a form
         record once (a resubmission is a no-op), so the earlier values stand; the page comes back
         with fresh forms for a new rating or correction."""
@@ -291,7 +298,7 @@ class _Admin(PolicyPages, MemoryPages, DeletionPages):
             f"(recorded {views.format_time(earlier.received_at)} UTC) stands and nothing changed. "
             f"A form records once; to record a new {what}, use the fresh form below."
         )
-        context = await run_in_threadpool(self._episode_context, episode_id)
+        context = await run_in_threadpool(self._episode_context, episode_id, back)
         return self._render("episode.html", 409, auth=auth, notice="", error=message, section="episodes", **context)
 
 
@@ -374,6 +381,9 @@ def create_app(
         Route("/policies", admin.policies, methods=["GET"]),
         Route("/policies/promote", admin.promote, methods=["POST"]),
         Route("/policies/rollback", admin.rollback, methods=["POST"]),
+        Route("/policies/forget-learner", admin.forget_learner, methods=["POST"]),
+        Route("/turns", admin.turns, methods=["GET"]),
+        Route("/turns/abandon", admin.abandon_turn, methods=["POST"]),
         Route("/memories", admin.memories, methods=["GET"]),
         Route("/memories/item", admin.memory, methods=["GET"]),
         Route("/memories/update", admin.update_memory, methods=["POST"]),

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from memabra._admin._forms import MAX_ID, FormError, clean_field
+from memabra._admin._forms import MAX_ID, FormError, clean_field, list_query
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id, _required
 from memabra._erasure import erase_user
 from memabra._errors import InvalidRecordError
@@ -49,7 +49,9 @@ class DeletionPages(_AdminBase):
                 episode.user_id,
                 episode.created_at.isoformat(),
             )
-            return RedirectResponse("/episodes?notice=episode-deleted", status_code=303)
+            # back to the list the episode was opened from, its filters and page kept
+            back = list_query(form.get("list", ""))
+            return RedirectResponse(f"/episodes?{back + '&' if back else ''}notice=episode-deleted", status_code=303)
 
         return await self._write(request, apply)
 

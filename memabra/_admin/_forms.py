@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
@@ -20,6 +21,7 @@ __all__ = [
     "FormError",
     "MemoryQuery",
     "clean_field",
+    "list_query",
     "parse_episode_filter",
     "parse_feedback_form",
     "parse_limit",
@@ -44,6 +46,11 @@ FILTER_FIELDS = (
     "corrected",
     "sort",
 )
+# what names a page of the episode list: its filters, its page and its length (an episode opened
+# from the list carries them back to it)
+LIST_FIELDS = (*FILTER_FIELDS, "cursor", "limit")
+# longer than any list a link names (filters are short; a cursor is well under 200 characters)
+_MAX_LIST_QUERY = 4_000
 # how the episodes page orders its rows: newest first (keyset-paged), or lowest reward first
 EPISODE_SORTS = ("newest", "reward")
 WINDOWS = {"7": 7, "30": 30, "90": 90, "365": 365, "all": None}
@@ -64,6 +71,23 @@ def clean_field(value: str) -> str:
     """A query-string or form value without NUL bytes: the log stores text without them (PostgreSQL
     refuses them), so an id or a search that holds one names what the log holds without it."""
     return value.replace("\x00", "")
+
+
+def list_query(values: str | Iterable[tuple[str, str]]) -> str:
+    """The query string of the episode list a page was opened from, with the list's own
+    parameters only (its filters, page and length, each once and non-empty): an episode page
+    links back to ``/episodes?`` this. ``values``: the list's parameters, or a query string
+    carried in a link or a form (anything else in it is dropped; a malformed one names no list)."""
+    if isinstance(values, str):
+        if len(values) > _MAX_LIST_QUERY:
+            return ""
+        values = parse_qsl(values, keep_blank_values=False)
+    kept: dict[str, str] = {}
+    for name, value in values:
+        value = clean_field(value).strip()
+        if name in LIST_FIELDS and value and name not in kept:
+            kept[name] = value
+    return urlencode(kept)
 
 
 def _time(field: str, raw: str) -> datetime:

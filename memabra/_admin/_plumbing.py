@@ -60,6 +60,9 @@ _NOTICES = {
     "memory-restored": "Memory restored: it is recalled again.",
     "signed-out": "Signed out.",
     "episode-deleted": "Episode deleted, with its decisions, steps, feedback and reward.",
+    "turn-abandoned": "Turn abandoned: logged as a failed episode (accepted: false) with its routing decision and steps.",
+    "learner-forgotten": "Forgot the learner checkpoint: retention no longer waits for that policy; its snapshots stay.",
+    "learner-none": "That policy has no learner checkpoint in this log: nothing to forget (retention does not wait for it).",
     "user-erased": "User erased: their episodes deleted and their memories forgotten (the first entry below).",
 }
 

@@ -1,11 +1,15 @@
-"""The policies page and its writes: promote a snapshot, roll one back, each with an audit entry."""
+"""The policies page and its writes: promote a snapshot, roll one back, each with an audit entry,
+and forget the learner checkpoint of a policy no longer learned (as ``memabra policies
+forget-learner``), logged as a warning as the deletions are."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -14,14 +18,16 @@ from starlette.responses import RedirectResponse, Response
 from memabra._admin import _views as views
 from memabra._admin._forms import WINDOW_LABELS, parse_window
 from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
-from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _required
+from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._admin._promotion import PromotionCheck, promotion_check
 from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
 from memabra._records import OPEResult, RewardWeights, utcnow
-from memabra.storage import DEFAULT_SAMPLE, PolicyStatus, SnapshotInfo
+from memabra.storage import DEFAULT_SAMPLE, LearnerBusyError, PolicyStatus, SnapshotInfo
 
 __all__ = ["PolicyPages"]
+
+logger = logging.getLogger("memabra")
 
 # Stored estimates the page reads (a run stores one per estimator, about a dozen), and how many of
 # the latest runs' estimates the chart draws: past a few dozen bars, no label can be read.
@@ -30,13 +36,14 @@ OPE_CHART_ESTIMATES = 60
 
 
 class PolicyPages(_AdminBase):
-    """``GET /policies``, ``POST /policies/promote`` and ``POST /policies/rollback``."""
+    """``GET /policies``, ``POST /policies/promote``, ``POST /policies/rollback`` and
+    ``POST /policies/forget-learner``."""
 
     async def policies(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
             window, since = parse_window(request.query_params.get("window"), utcnow())
             context = await run_in_threadpool(self._policies_context, since)
-            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            notice = _policies_notice(request.query_params.get("notice", ""), request.query_params.get("policy", ""))
             return self._render(
                 "policies.html",
                 auth=auth,
@@ -138,6 +145,38 @@ class PolicyPages(_AdminBase):
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
+
+    async def forget_learner(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            policy = _required(form, "policy")
+            try:
+                forgotten = await run_in_threadpool(self.log.forget_learner, policy)
+            except LearnerBusyError as exc:
+                raise _HttpError(
+                    409, "Learner running", f"{exc}.", back=("/policies#learning", "Back to the policies")
+                ) from None
+            if forgotten:
+                logger.warning(
+                    "admin: %s from %s forgot the learner checkpoint of policy %s: retention no longer waits for it",
+                    auth.principal,
+                    _client(request),
+                    policy,
+                )
+            notice = "learner-forgotten" if forgotten else "learner-none"
+            return RedirectResponse(f"/policies?{urlencode({'notice': notice, 'policy': policy})}", status_code=303)
+
+        return await self._write(request, apply)
+
+
+def _policies_notice(key: str, policy: str) -> str:
+    """The notice a redirect asks for; a forget-learner one names its policy."""
+    if policy and key == "learner-forgotten":
+        return (
+            f"Forgot the learner checkpoint of policy {policy}: retention no longer waits for it; its snapshots stay."
+        )
+    if policy and key == "learner-none":
+        return f"Policy {policy} has no learner checkpoint in this log: nothing to forget (retention does not wait for it)."
+    return _NOTICES.get(key, "")
 
 
 def _retention_holds(policies: Sequence[PolicyStatus], served: str | None) -> dict[str, bool | None]:

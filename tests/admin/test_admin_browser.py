@@ -176,8 +176,8 @@ def test_sign_in_filter_open_a_decision_and_record_a_correction(
     page.screenshot(path=str(artifacts / "admin-episodes-filtered.png"), full_page=True)
 
     target = seeded.episodes[16]  # bob, recent, not final, not corrected
-    page.click(f"a[href='/episodes/{target}'] >> nth=0")
-    page.wait_for_url(f"**/episodes/{target}")
+    page.click(f"a[href^='/episodes/{target}?list='] >> nth=0")  # the link carries the list back
+    page.wait_for_url(f"**/episodes/{target}?list=*")
     decision = page.locator("article.decision").first
     candidates = decision.locator("table.candidates > tbody > tr")  # open without a click
     assert candidates.first.is_visible()
@@ -198,7 +198,7 @@ def test_sign_in_filter_open_a_decision_and_record_a_correction(
     listed = page.locator("#episode-table tbody td:first-child a").evaluate_all(
         "els => els.map(e => e.getAttribute('href'))"
     )
-    assert f"/episodes/{target}" in listed
+    assert f"/episodes/{target}?list=corrected%3Dyes" in listed
     assert watch.dialogs == [] and watch.errors == []
 
 

@@ -17,11 +17,11 @@ from .conftest import NOW, Seeded, pool, slate
 
 
 def _ids(page: str) -> list[str]:
-    return re.findall(r'<td class="nowrap"><a href="/episodes/([0-9a-f]{32})">', page)
+    return re.findall(r'<td class="nowrap"><a href="/episodes/([0-9a-f]{32})(?:\?list=[^"]*)?">', page)
 
 
 def _kinds_cell(page: str, episode_id: str) -> str:
-    row = page.split(f'<a href="/episodes/{episode_id}">', 1)[1].split("</tr>", 1)[0]
+    row = page.split(f'<a href="/episodes/{episode_id}', 1)[1].split("</tr>", 1)[0]
     return re.search(r'<td class="kinds">(.*?)</td>', row, re.S).group(1)  # type: ignore[union-attr]
 
 

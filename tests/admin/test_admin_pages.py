@@ -34,7 +34,8 @@ def seeded(shared_log: tuple[EpisodeLog, Seeded]) -> Seeded:
 
 
 def listed_ids(page_html: str) -> list[str]:
-    ids = re.findall(r'<td class="nowrap"><a href="/episodes/([0-9a-f]{32})">', page_html)
+    # a filtered list's links carry the list back (?list=...), for the episode's breadcrumb
+    ids = re.findall(r'<td class="nowrap"><a href="/episodes/([0-9a-f]{32})(?:\?list=[^"]*)?">', page_html)
     return ids
 
 

@@ -29,7 +29,7 @@ def test_the_candidate_table_names_its_marks_in_words(make_client: ClientFactory
 
 def test_every_page_lets_the_keyboard_skip_to_its_content(make_client: ClientFactory, seeded: Seeded) -> None:
     client = make_client()
-    for url in ("/episodes", "/policies", "/memories", "/deletions", f"/episodes/{seeded.episodes[0]}"):
+    for url in ("/episodes", "/policies", "/memories", "/deletions", "/turns", f"/episodes/{seeded.episodes[0]}"):
         page = client.get(url).text
         body = page.split("<body>", 1)[1]
         assert body.lstrip().startswith('<a class="skip-link" href="#main">Skip to content</a>'), url

@@ -15,7 +15,7 @@ from .conftest import NOW, Seeded
 
 def _listed(page: str) -> list[str]:
     table = page.split('id="episode-table"', 1)[1].split("</table>", 1)[0]
-    return list(dict.fromkeys(re.findall(r'href="/episodes/([^"]+)"', table)))
+    return list(dict.fromkeys(re.findall(r'href="/episodes/([^"?]+)(?:\?list=[^"]*)?"', table)))
 
 
 def _next(page: str) -> str | None:

@@ -1,0 +1,215 @@
+"""Unfinished turns (``GET /turns``): the turns the log keeps until their episode is logged, each
+paused (an interrupt waits on a person), running, or lost (running for longer than
+:data:`~memabra.storage.RUNNING_TURN_LIMIT`: its process died mid-turn), as ``memabra episodes
+paused`` lists them; and ``POST /turns/abandon``, which logs a paused or lost turn as a failed
+episode with its routing decision (:func:`memabra._paused_turns.abandon_paused_turn`, as
+``memabra episodes paused --abandon`` does). A running turn is never abandoned: it may still finish."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from memabra._admin._forms import FormError
+from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
+from memabra._feedback import RewardService
+from memabra._health import format_age, health_problems
+from memabra._paused_turns import ABANDONED_SOURCE, abandon_paused_turn
+from memabra._records import Episode, utcnow
+from memabra.storage import RUNNING_TURN_LIMIT, SuspendedTurn
+
+__all__ = ["TurnPages"]
+
+logger = logging.getLogger("memabra")
+
+# the health check that reports lost turns (memabra._health names it so)
+TURNS_CHECK = "turns"
+# Turns per page, as the deletion trail shows its entries.
+_PAGE = 50
+# The log lists kept turns oldest first from the start: a page further in reads the turns before
+# it too. As many as ``memabra episodes paused --limit`` lists at most.
+MAX_TURN_OFFSET = 10_000
+_LIMIT = f"{RUNNING_TURN_LIMIT.total_seconds() / 3600:g} h"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """A kept turn as the page shows it."""
+
+    kept: SuspendedTurn
+    state: str  # paused, running or lost
+    query: str
+    steps: int
+    age: str
+
+    @property
+    def abandonable(self) -> bool:
+        return self.state != "running"
+
+    def confirmation(self) -> str:
+        """What Abandon asks before it logs the turn."""
+        kept = self.kept
+        where = f"of user {kept.user_id}" + (f" (thread {kept.thread_id})" if kept.thread_id else "")
+        why = {
+            "paused": f"It waits on a person (paused {self.age} ago): the approval it waits on is dropped, and a run "
+            "resumed later starts a new turn.",
+            "lost": f"Its process died mid-turn (routed {self.age} ago).",
+        }[self.state]
+        return (
+            f"Abandon the {self.state} turn {kept.turn_id} {where}? {why} It is logged as a failed episode "
+            f"(accepted: false) with its routing decision and {self.steps} step(s), as "
+            "`memabra episodes paused --abandon` does; this cannot be undone."
+        )
+
+
+def turn_state(kept: SuspendedTurn, now: datetime) -> str:
+    """``paused`` (waiting on a person), ``lost`` (its process died mid-turn) or ``running``."""
+    if kept.paused:
+        return "paused"
+    return "lost" if kept.stale(now) else "running"
+
+
+def _row(kept: SuspendedTurn, now: datetime) -> TurnRow:
+    steps = kept.document.get("steps", ())
+    return TurnRow(
+        kept,
+        turn_state(kept, now),
+        str(kept.document.get("query", "")),
+        len(steps) if isinstance(steps, list | tuple) else 0,
+        format_age(now - kept.suspended_at),
+    )
+
+
+def parse_turn_offset(raw: str | None) -> int:
+    if not raw:
+        return 0
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise FormError(f"offset must be an integer, got {raw!r}") from None
+    if not 0 <= offset <= MAX_TURN_OFFSET:
+        raise FormError(f"offset must be between 0 and {MAX_TURN_OFFSET:,}, got {offset}")
+    return offset
+
+
+class TurnPages(_AdminBase):
+    """``GET /turns`` and ``POST /turns/abandon``."""
+
+    async def turns(self, request: Request) -> Response:
+        async def build(auth: _Auth) -> Response:
+            offset = parse_turn_offset(request.query_params.get("offset"))
+            context = await run_in_threadpool(self._turns_context, offset)
+            notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+            abandoned = request.query_params.get("episode", "") if notice else ""
+            return self._render("turns.html", auth=auth, section="turns", notice=notice, abandoned=abandoned, **context)
+
+        return await self._page(request, build)
+
+    def _turns_context(self, offset: int) -> dict[str, Any]:
+        now = utcnow()
+        kept = self.log.suspended_turns(limit=offset + _PAGE + 1)[offset:]
+        status = self.log.status()
+        return {
+            "rows": [_row(k, now) for k in kept[:_PAGE]],
+            "log_status": status,
+            "turn_problems": [p for p in health_problems(status) if p.check == TURNS_CHECK],
+            "offset": offset,
+            "previous_offset": max(0, offset - _PAGE) if offset else None,
+            "next_offset": offset + _PAGE if len(kept) > _PAGE and offset + _PAGE <= MAX_TURN_OFFSET else None,
+            "running_limit": _LIMIT,
+        }
+
+    async def abandon_turn(self, request: Request) -> Response:
+        async def apply(auth: _Auth, form: dict[str, str]) -> Response:
+            turn_id = _required(form, "turn_id")
+            episode_id = form.get("episode_id", "").strip()
+            offset = _form_offset(form.get("offset", ""))
+            back = f"/turns?offset={offset}" if offset else "/turns"
+            kept, state, logged_as = await run_in_threadpool(self._abandon, turn_id, episode_id, back)
+            logger.warning(
+                "admin: %s from %s abandoned the %s turn %s of user %s (kept since %s): logged as failed episode %s",
+                auth.principal,
+                _client(request),
+                state,
+                turn_id,
+                kept.user_id,
+                kept.suspended_at.isoformat(),
+                logged_as,
+            )
+            # back to the page the form was on, saying what was logged
+            query = {"notice": "turn-abandoned", "episode": logged_as, **({"offset": str(offset)} if offset else {})}
+            return RedirectResponse(f"/turns?{urlencode(query)}", status_code=303)
+
+        return await self._write(request, apply)
+
+    def _abandon(self, turn_id: str, episode_id: str, back: str) -> tuple[SuspendedTurn, str, str]:
+        kept = self.log.suspended_turn(turn_id)
+        if kept is None:
+            raise self._gone(turn_id, episode_id, back)
+        state = turn_state(kept, utcnow())
+        if state == "running":
+            raise _HttpError(
+                409,
+                "Still running",
+                f"Turn {turn_id} of user {kept.user_id} is running: it was routed "
+                f"{format_age(utcnow() - kept.suspended_at)} ago, under the {_LIMIT} after which a turn counts as "
+                "lost, and may still finish; nothing was abandoned.",
+                back=(back, "Back to the unfinished turns"),
+            )
+        try:
+            logged_as = abandon_paused_turn(RewardService(self.log, self.reward_config), kept)
+        except InvalidRecordError:
+            # logged between the read above and this write (resumed and finished, or abandoned by
+            # someone else): the log refuses the id a second time
+            if self._logged(kept.episode_id) is None:
+                raise
+            raise self._gone(turn_id, kept.episode_id, back) from None
+        return kept, state, logged_as
+
+    def _logged(self, episode_id: str) -> Episode | None:
+        if not episode_id:
+            return None
+        try:
+            return self.log.get_episode(episode_id)
+        except UnknownEpisodeError:
+            return None
+
+    def _gone(self, turn_id: str, episode_id: str, back: str) -> _HttpError:
+        """Why a turn to abandon is no longer kept: its episode was logged meanwhile, or it went
+        with its user's erasure (or its episode was deleted since)."""
+        episode = self._logged(episode_id)
+        if episode is None:
+            return _HttpError(
+                404,
+                "Not found",
+                f"Turn {turn_id} is no longer kept in the log and no episode was logged for it (its user was erased, "
+                "or its episode deleted since); nothing changed.",
+                back=(back, "Back to the unfinished turns"),
+            )
+        if "abandoned_at" in episode.metadata or any(f.source == ABANDONED_SOURCE for f in episode.feedback):
+            how = f"abandoned meanwhile (at {episode.metadata.get('abandoned_at', 'an earlier time')}) and logged as a failed episode"
+        else:
+            how = "finished meanwhile (its run was resumed) and logged"
+        return _HttpError(
+            409,
+            "Already logged",
+            f"Turn {turn_id} of user {episode.user_id} was {how}: it is already logged as episode {episode.id}; "
+            "nothing changed.",
+            back=(f"/episodes/{quote(episode.id, safe='')}", f"Open episode {episode.id}"),
+        )
+
+
+def _form_offset(raw: str) -> int:
+    """The page of the list a form was sent from (the first when its offset is not one)."""
+    try:
+        return parse_turn_offset(raw.strip())
+    except FormError:
+        return 0
