@@ -118,7 +118,18 @@ def episodes_delete(
             client=socket.gethostname(),
         )
         holds = [h for h in run_guarded(log.retention_holds) if h.behind] if result.kept_unlearned else []
+        unfinished = _unfinished_before(log, cutoff, user) if cutoff is not None and not episode_ids else 0
     _report(result)
+    if unfinished:
+        assert cutoff is not None
+        console.print(
+            Text(
+                f"  {unfinished:,} unfinished turn(s) routed before the cut-off are kept with their text (paused,"
+                f" or lost with their process): `memabra episodes paused --before {cutoff.isoformat()} --abandon`"
+                " logs them as failed episodes, which a later run deletes once learned"
+            ),
+            highlight=False,
+        )
     for hold in holds:
         console.print(
             Text(
@@ -136,10 +147,22 @@ def episodes_delete(
             "kept_open": result.kept_open,
             "kept_unlearned": result.kept_unlearned,
             "waiting_for": [h.policy for h in holds],
+            "unfinished_turns_kept": unfinished,
             "before": None if cutoff is None else cutoff.isoformat(),
             "audit_id": result.audit_id,
         },
     )
+
+
+def _unfinished_before(log: EpisodeLog, cutoff: datetime, user: str | None) -> int:
+    """Kept turns older than a retention cut-off: not episodes, so no retention run deletes them,
+    and dropping one would lose a decision no learner has read."""
+    kept = run_guarded(log.suspended_turns, before=cutoff, limit=_UNFINISHED_COUNTED)
+    return sum(user is None or k.user_id == user for k in kept)
+
+
+# counting further would read every kept turn's document; a log with more has a bigger problem
+_UNFINISHED_COUNTED = 10_000
 
 
 def erase(

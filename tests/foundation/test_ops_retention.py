@@ -43,3 +43,33 @@ def test_an_erasure_keeps_a_thread_where_another_users_turn_is_paused(log: Episo
     assert (result.episodes, result.threads, result.shared_threads) == (2, 1, ("both",))
     assert {c.config["configurable"]["thread_id"] for c in saver.list(None)} == {"both"}
     assert [t.turn_id for t in log.suspended_turns()] == ["turn-bob"]
+
+
+def test_a_retention_run_names_the_unfinished_turns_it_cannot_delete(
+    log: EpisodeLog, migrated_url: str, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A kept turn is no episode: retention leaves it (its decision is not learned yet) and says
+    how to log it, so that the text older than the cut-off does not stay unnoticed."""
+    import json
+    from datetime import timedelta
+
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    old = utcnow() - timedelta(days=100)
+    log.suspend_turn(SuspendedTurn("t-old", "e-old", "ann", "th", old, {"query": "hi"}, paused=False))
+    log.suspend_turn(SuspendedTurn("t-new", "e-new", "ann", "th", utcnow(), {"query": "hi"}, paused=False))
+    out = tmp_path / "retention.json"
+    done = CliRunner().invoke(
+        app, ["episodes", "delete", "--older-than", "30d", "--db", migrated_url, "--json", str(out)]
+    )
+    assert done.exit_code == 0, done.output
+    assert "1 unfinished turn(s) routed before the cut-off are kept" in done.output
+    assert "memabra episodes paused --before" in done.output
+    assert json.loads(out.read_text())["unfinished_turns_kept"] == 1
+    assert {k.turn_id for k in log.suspended_turns()} == {"t-old", "t-new"}
+    other = CliRunner().invoke(
+        app, ["episodes", "delete", "--older-than", "30d", "--user", "bob", "--db", migrated_url]
+    )
+    assert other.exit_code == 0 and "unfinished" not in other.output
