@@ -73,7 +73,7 @@ def health_problems(
         problems.append(
             HealthProblem(
                 "turns",
-                f"{state.lost_turns} turn(s) routed and never finished, the oldest routed "
+                f"{state.lost_turns} turn(s) routed and never finished, the oldest running since "
                 f"{format_age(now - state.lost_since)} ago: their process died mid-turn. A run retried from its "
                 "checkpoint goes on with its turn; `memabra episodes paused --lost --abandon` logs them as failed "
                 "episodes, so their routing decisions are learned from and evaluated",

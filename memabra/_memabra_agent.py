@@ -8,6 +8,7 @@ the run goes on with the same routing decision and steps instead of routing it a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
@@ -65,17 +66,25 @@ class MemabraAgent:
 
     # Each run is checked when it ends, however it ends: returned, raised, or a stream its reader
     # stopped reading (a UI that stops at the ``__interrupt__`` chunk, a client that went away).
+    # A run that raised (or was cancelled: a client that went away) keeps its turn as running, not
+    # as paused: nobody waits to resume it, and one nobody retries must be counted lost.
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         try:
-            return self.graph.invoke(input, config, **kwargs)
-        finally:
-            self._keep_paused(config)
+            out = self.graph.invoke(input, config, **kwargs)
+        except BaseException:
+            self._keep_paused(config, waiting=False)
+            raise
+        self._keep_paused(config)
+        return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         try:
-            return await self.graph.ainvoke(input, config, **kwargs)
-        finally:
-            await self._akeep_paused(config)
+            out = await self.graph.ainvoke(input, config, **kwargs)
+        except BaseException:
+            await self._akeep_paused(config, waiting=False)
+            raise
+        await self._akeep_paused(config)
+        return out
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         try:
@@ -132,7 +141,7 @@ class MemabraAgent:
     # ``_keep_paused`` and ``_akeep_paused`` differ only in how the state is read and the turn
     # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
     # run's own outcome (its result, or its exception) is what the caller gets.
-    def _keep_paused(self, config: RunnableConfig | None) -> None:
+    def _keep_paused(self, config: RunnableConfig | None, *, waiting: bool = True) -> None:
         where = self._unfinished(config)
         if where is None:
             return
@@ -144,18 +153,18 @@ class MemabraAgent:
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
-            self.session.suspend(turn_id)
+            self.session.suspend(turn_id, waiting=waiting)
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
-    async def _akeep_paused(self, config: RunnableConfig | None) -> None:
+    async def _akeep_paused(self, config: RunnableConfig | None, *, waiting: bool = True) -> None:
         where = self._unfinished(config)
         if where is None:
             return
         # Shielded: a server that cancels the request (the client went away) cancels it again at
         # each await of its cleanup; the turn is kept all the same.
-        await asyncio.shield(self._akeep(*where))
+        await asyncio.shield(self._akeep(*where, waiting))
 
-    async def _akeep(self, state_config: RunnableConfig, running: frozenset[str]) -> None:
+    async def _akeep(self, state_config: RunnableConfig, running: frozenset[str], waiting: bool) -> None:
         try:
             snapshot = await self.graph.aget_state(state_config, subgraphs=True)
         except Exception:  # noqa: BLE001 - as in _keep_paused
@@ -163,7 +172,8 @@ class MemabraAgent:
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
-            await asyncio.to_thread(self.session.suspend, turn_id)  # a database write: off the event loop
+            # a database write: off the event loop
+            await asyncio.to_thread(functools.partial(self.session.suspend, turn_id, waiting=waiting))
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
     def _unfinished(self, config: RunnableConfig | None) -> tuple[RunnableConfig, frozenset[str]] | None:

@@ -47,14 +47,23 @@ from memabra._records import Step
 from memabra._session import RoutingSession, Turn
 from memabra._turns import model_step
 
-__all__ = ["MemabraMiddleware", "MemabraNodeState", "MemabraNodes", "create_memabra_middleware"]
+__all__ = [
+    "MemabraMiddleware",
+    "MemabraMiddlewareState",
+    "MemabraNodeState",
+    "MemabraNodes",
+    "create_memabra_middleware",
+]
 
 
 # Turns ended by a raising tool, remembered in case the agent's run goes on after all.
 _MAX_ENDED = 10_000
 
 
-class _MiddlewareState(AgentState[Any]):
+class MemabraMiddlewareState(AgentState[Any]):
+    """The state of a ``create_agent`` agent with :class:`MemabraMiddleware` (its ``state_schema``):
+    the agent's own, plus the turn the run routed and, once logged, its episode id."""
+
     memabra_turn: NotRequired[str]
     memabra_episode_id: NotRequired[str | None]  # None: a run whose turn was logged elsewhere (abandoned)
 
@@ -85,7 +94,7 @@ def _answer(messages: Sequence[AnyMessage]) -> str:
     return message_text(last) if isinstance(last, AIMessage) else ""
 
 
-class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
+class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     """Routes, logs and learns for a ``create_agent`` agent.
 
     Pass the same ``tools`` to ``create_agent``; memabra decides which of them each model call
@@ -93,7 +102,7 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
     do it).
     """
 
-    state_schema = _MiddlewareState
+    state_schema = MemabraMiddlewareState
 
     def __init__(self, session: RoutingSession) -> None:
         super().__init__()
@@ -101,11 +110,11 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
         self._lock = threading.Lock()
         self._ended: OrderedDict[str, str] = OrderedDict()
 
-    def before_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def before_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return {"memabra_turn": _route(self.session, state["messages"], runtime)}
 
     def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        # request.state is typed as the base AgentState; at run time it is state_schema (_MiddlewareState)
+        # request.state is typed as the base AgentState; at run time it is state_schema (MemabraMiddlewareState)
         turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
         turn = current_turn(self.session, turn_id, request.state["messages"], request.runtime, _run_config())
         base = request.system_prompt or ""
@@ -248,7 +257,7 @@ class MemabraMiddleware(AgentMiddleware[_MiddlewareState, Any]):
             return False
         return True
 
-    def after_agent(self, state: _MiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def after_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         turn_id = state["memabra_turn"]
         with self._lock:
             ended = self._ended.pop(turn_id, None)

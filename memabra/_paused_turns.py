@@ -55,7 +55,7 @@ class PausedTurns:
         self._turns = turns
         self.lock = threading.Lock()
 
-    def suspend(self, turn_id: str, *, steps_only: bool = False) -> None:
+    def suspend(self, turn_id: str, *, steps_only: bool = False, waiting: bool = True) -> None:
         """Keep the turn in the log while an interrupt pauses it, so that any process, this one
         after a restart included, can go on with it. Writing it is best effort: the interrupt must
         still reach LangGraph, and this process can still resume the turn.
@@ -64,7 +64,9 @@ class PausedTurns:
         recorded since: a sibling interrupt in the same step, or a call that ended after the
         interrupt paused the turn (LangGraph keeps its answer and does not run it again);
         ``steps_only`` writes only such a copy, never pausing a running turn. The write is made
-        holding :attr:`lock`, so a later copy is never overwritten by an earlier one."""
+        holding :attr:`lock`, so a later copy is never overwritten by an earlier one. ``waiting``
+        false: the run stopped without an interrupt and nobody waits to resume it (it raised, or
+        was cancelled), so the copy reads as running, and is lost in time if nobody retries it."""
         with self.lock:
             try:
                 t = self._turns.get(turn_id)
@@ -82,6 +84,7 @@ class PausedTurns:
                 t.thread_id,
                 utcnow(),
                 turn_document(t, (t.paused_at - t.started) * 1000.0),
+                paused=waiting,
             )
             try:
                 self._log.suspend_turn(kept)
@@ -97,7 +100,10 @@ class PausedTurns:
     def keep_running(self, t: Turn) -> None:
         """Keep ``t`` in the log as it starts to run, so that if this process dies before the turn
         is logged its routing decision is not lost: a run retried from its checkpoint goes on with
-        it (:meth:`from_log`), or an operator logs it as failed. A turn with no decision has
+        it (:meth:`from_log`), or an operator logs it as failed. Written again, as running since
+        now, when a paused or lost turn goes on (:meth:`unpause`, a retry's
+        :meth:`RoutingSession.resume`): a turn waiting on nobody must not read as paused, nor one
+        retried late as lost while it runs. A turn with no decision has
         nothing to lose and is not written. Best effort, as a pause's copy is: the turn goes on
         without a copy when the log cannot take one."""
         if t.selection is None:
@@ -133,15 +139,18 @@ class PausedTurns:
                 return t
             kept = self._log.suspended_turn(t.id)
             if kept is not None and kept.document.get("pauses", 0) > t.pauses:
-                newer = turn_from_document(kept.document, time.perf_counter())
-                self._turns.add(newer)
-                return newer
-            if kept is None and self._logged(t.episode_id):
+                going_on = turn_from_document(kept.document, time.perf_counter())
+                self._turns.add(going_on)
+            elif kept is None and self._logged(t.episode_id):
                 self._turns.discard(t.id)
                 return None
-            t.started += time.perf_counter() - t.paused_at
-            t.paused_at = None
-            return t
+            else:
+                t.started += time.perf_counter() - t.paused_at
+                t.paused_at = None
+                going_on = t
+            # running again: were this process to die now, the copy must read lost, not paused
+            self.keep_running(going_on)
+            return going_on
 
     def from_log(self, turn_id: str) -> Turn | None:
         """The turn the log keeps, now in flight here: paused by an interrupt in another process

@@ -190,6 +190,7 @@ class RoutingSession:
                 pass
             kept = self._paused.from_log(turn_id)
             if kept is not None:
+                self._paused.keep_running(kept)  # going on here: running since now, not paused or lost
                 return kept
             _require_user(user_id)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
@@ -213,9 +214,10 @@ class RoutingSession:
         """Ids of the thread's turns in flight in this process and not paused."""
         return self._turns.running_in(thread_id)
 
-    def suspend(self, turn_id: str) -> None:
-        """Keep the turn in the log while an interrupt pauses it (:class:`PausedTurns`)."""
-        self._paused.suspend(turn_id)
+    def suspend(self, turn_id: str, *, waiting: bool = True) -> None:
+        """Keep the turn in the log while an interrupt pauses it (:class:`PausedTurns`); ``waiting``
+        false: its run stopped without one (raised, cancelled), and the copy reads as running."""
+        self._paused.suspend(turn_id, waiting=waiting)
 
     def unpause(self, t: Turn) -> Turn | None:
         """``t``, paused here, going on; ``None`` where the run needs a new turn (:class:`PausedTurns`)."""

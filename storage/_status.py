@@ -96,6 +96,7 @@ class LogStatus:
     paused_turns: int = 0
     paused_since: datetime | None = None
     # turns kept running for longer than RUNNING_TURN_LIMIT: their process died mid-turn
+    # (``lost_since``: the oldest copy, written when the turn was routed or last went on)
     lost_turns: int = 0
     lost_since: datetime | None = None
 

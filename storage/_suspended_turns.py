@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, exists, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
-from memabra.storage._models import SuspendedTurnRow, table_of
+from memabra.storage._models import EpisodeRow, SuspendedTurnRow, table_of
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
@@ -66,10 +66,17 @@ class SuspendedTurn:
         """Running since longer than :data:`RUNNING_TURN_LIMIT` before ``now``: its process died."""
         return not self.paused and now - self.suspended_at > RUNNING_TURN_LIMIT
 
+    def state(self, now: datetime) -> str:
+        """``paused`` (waiting on a person), ``lost`` (its process died mid-turn) or ``running``."""
+        if self.paused:
+            return "paused"
+        return "lost" if self.stale(now) else "running"
+
 
 def save(tx: Transactions, turn: SuspendedTurn) -> None:
     """Insert the turn, or replace its earlier copy (written when it was routed, or at an earlier
-    interrupt: one per approval). One statement: every routed turn pays for it."""
+    interrupt: one per approval); nothing where its episode is already logged. One statement:
+    every routed turn pays for it."""
     if turn.suspended_at.tzinfo is None:
         raise InvalidRecordError("SuspendedTurn.suspended_at must be timezone-aware")
     values = {
@@ -82,10 +89,15 @@ def save(tx: Transactions, turn: SuspendedTurn) -> None:
         "paused": turn.paused,
     }
     table = table_of(SuspendedTurnRow)
+    # never a copy of a turn whose episode is logged (abandoned by an operator, or finished by a
+    # retry elsewhere, while this process still ran it): it would stay unfinished for ever
+    row = select(*(literal(value, table.c[name].type).label(name) for name, value in values.items())).where(
+        ~exists().where(EpisodeRow.id == values["episode_id"])
+    )
 
     def write(conn: Connection) -> None:
         upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        stmt = upsert(table).values(values)
+        stmt = upsert(table).from_select(list(values), row)
         replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}
         conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced))
 

@@ -124,23 +124,21 @@ def _annotated_classes(obj: object) -> set[type]:
 
 def _annotated_api(value: object) -> list[tuple[str, object]]:
     """Every callable and field of an exported name whose annotations a user reads: a function, or a
-    class's public methods, properties and dataclass fields (its memabra bases' too). A hook a
-    framework calls (a method a non-memabra base declares, as LangChain's ``before_agent``) is not."""
+    class's public methods, properties and dataclass fields (its memabra bases' too), hooks a
+    framework calls included (LangChain's ``before_agent``, overridden by ``MemabraMiddleware``): a
+    user subclassing the class writes them with the same annotations."""
     import inspect
 
     if inspect.isfunction(value):
         return [("", value)]
     if not inspect.isclass(value):
         return []
-    foreign = {name for base in value.__mro__ if not base.__module__.startswith("memabra") for name in vars(base)}
     out: list[tuple[str, object]] = [("", value)] if hasattr(value, "__dataclass_fields__") else []
     for klass in reversed(value.__mro__):
         if not klass.__module__.startswith("memabra"):
             continue
         for name, member in vars(klass).items():
-            if (name.startswith("_") and name not in ("__init__", "__call__")) or (
-                name in foreign and name != "__init__"
-            ):
+            if name.startswith("_") and name not in ("__init__", "__call__"):
                 continue
             function = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
             if inspect.isfunction(function):

@@ -61,7 +61,7 @@ class TurnRow:
         why = {
             "paused": f"It waits on a person (paused {self.age} ago): the approval it waits on is dropped, and a run "
             "resumed later starts a new turn.",
-            "lost": f"Its process died mid-turn (routed {self.age} ago).",
+            "lost": f"Its process died mid-turn (running for {self.age} without finishing).",
         }[self.state]
         return (
             f"Abandon the {self.state} turn {kept.turn_id} {where}? {why} It is logged as a failed episode "
@@ -70,18 +70,11 @@ class TurnRow:
         )
 
 
-def turn_state(kept: SuspendedTurn, now: datetime) -> str:
-    """``paused`` (waiting on a person), ``lost`` (its process died mid-turn) or ``running``."""
-    if kept.paused:
-        return "paused"
-    return "lost" if kept.stale(now) else "running"
-
-
 def _row(kept: SuspendedTurn, now: datetime) -> TurnRow:
     steps = kept.document.get("steps", ())
     return TurnRow(
         kept,
-        turn_state(kept, now),
+        kept.state(now),
         str(kept.document.get("query", "")),
         len(steps) if isinstance(steps, list | tuple) else 0,
         format_age(now - kept.suspended_at),
@@ -154,7 +147,7 @@ class TurnPages(_AdminBase):
         kept = self.log.suspended_turn(turn_id)
         if kept is None:
             raise self._gone(turn_id, episode_id, back)
-        state = turn_state(kept, utcnow())
+        state = kept.state(utcnow())
         if state == "running":
             raise _HttpError(
                 409,

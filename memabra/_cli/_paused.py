@@ -4,7 +4,6 @@ logged as a failed episode, so its routing decision stays in the log)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -13,6 +12,7 @@ from rich.table import Table
 from memabra._cli._common import JsonOutOption, console, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
 from memabra._config import load_reward_config
+from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._paused_turns import abandon_paused_turn
 from memabra._records import utcnow
@@ -55,8 +55,8 @@ def episodes_paused(
         if abandon:
             rewards = RewardService(log, load_reward_config())
             for kept in turns:
-                if _state(kept, now) != "running":
-                    logged[kept.turn_id] = run_guarded(abandon_paused_turn, rewards, kept)
+                if kept.state(now) != "running":
+                    logged[kept.turn_id] = run_guarded(_abandon, log, rewards, kept)
     full = "+" if len(turns) == limit else ""
     table = Table(title=f"{'lost' if lost else 'unfinished'} turns ({len(turns)}{full})")
     for column in ("turn", "state", "since", "user", "thread", "query", "steps", *(("logged as",) if abandon else ())):
@@ -64,7 +64,7 @@ def episodes_paused(
     for kept in turns:
         table.add_row(
             kept.turn_id,
-            _state(kept, now),
+            kept.state(now),
             kept.suspended_at.strftime("%Y-%m-%d %H:%M:%S"),
             plain(kept.user_id),
             plain(kept.thread_id or "-"),
@@ -86,7 +86,7 @@ def episodes_paused(
                     "episode_id": kept.episode_id,
                     "user": kept.user_id,
                     "thread": kept.thread_id,
-                    "state": _state(kept, now),
+                    "state": kept.state(now),
                     "since": kept.suspended_at.isoformat(),
                     "paused_at": kept.suspended_at.isoformat() if kept.paused else None,
                     "query": kept.document.get("query"),
@@ -98,8 +98,13 @@ def episodes_paused(
     )
 
 
-def _state(kept: SuspendedTurn, now: datetime) -> str:
-    """``paused`` (waiting on a person), ``lost`` (its process died mid-turn) or ``running``."""
-    if kept.paused:
-        return "paused"
-    return "lost" if kept.stale(now) else "running"
+def _abandon(log: EpisodeLog, rewards: RewardService, kept: SuspendedTurn) -> str:
+    """Log ``kept`` as failed; where its episode was logged since it was listed (by another host
+    running this command, or by a retry of its run that finished), that episode is the one."""
+    try:
+        return abandon_paused_turn(rewards, kept)
+    except InvalidRecordError as refused:
+        try:
+            return log.resolve_episode_id(kept.episode_id)
+        except UnknownEpisodeError:
+            raise refused from None

@@ -184,7 +184,7 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
     if state.lost_turns:
         lines.append(
             f"lost      {state.lost_turns:,} turn(s) whose process died mid-turn"
-            + ("" if state.lost_since is None else f"; the oldest routed {_when(state.lost_since, now)}")
+            + ("" if state.lost_since is None else f"; the oldest running since {_when(state.lost_since, now)}")
         )
     if state.unfinished_deletions:
         oldest = state.unfinished_deletions[0]
