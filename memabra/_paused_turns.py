@@ -77,25 +77,12 @@ class PausedTurns:
                     return
                 t.paused_at = time.perf_counter()
                 t.pauses += 1
-            kept = SuspendedTurn(
-                t.id,
-                t.episode_id,
-                t.user_id,
-                t.thread_id,
-                utcnow(),
-                turn_document(t, (t.paused_at - t.started) * 1000.0),
+            self._write(
+                t,
+                (t.paused_at - t.started) * 1000.0,
                 paused=waiting,
+                unkept="could not keep paused turn %s in the log: only this process can resume it with its steps",
             )
-            try:
-                self._log.suspend_turn(kept)
-            except Exception:  # noqa: BLE001 - the interrupt is what the caller is raising
-                logger.warning(
-                    "could not keep paused turn %s in the log: only this process can resume it with its steps",
-                    turn_id,
-                    exc_info=True,
-                )
-            else:
-                t.kept_in_log = True
 
     def keep_running(self, t: Turn) -> None:
         """Keep ``t`` in the log as it starts to run, so that if this process dies before the turn
@@ -103,29 +90,29 @@ class PausedTurns:
         it (:meth:`from_log`), or an operator logs it as failed. Written again, as running since
         now, when a paused or lost turn goes on (:meth:`unpause`, a retry's
         :meth:`RoutingSession.resume`): a turn waiting on nobody must not read as paused, nor one
-        retried late as lost while it runs. A turn with no decision has
-        nothing to lose and is not written. Best effort, as a pause's copy is: the turn goes on
-        without a copy when the log cannot take one."""
+        retried late as lost while it runs. A turn with no decision has nothing to lose and is not
+        written. Best effort, as a pause's copy is: the turn goes on without a copy when the log
+        cannot take one."""
         if t.selection is None:
             return
-        kept = SuspendedTurn(
-            t.id,
-            t.episode_id,
-            t.user_id,
-            t.thread_id,
-            utcnow(),
-            turn_document(t, (time.perf_counter() - t.started) * 1000.0),
+        self._write(
+            t,
+            (time.perf_counter() - t.started) * 1000.0,
             paused=False,
+            unkept="could not keep turn %s in the log while it runs: were this process to die before the turn"
+            " is logged, its routing decision would be lost",
+        )
+
+    def _write(self, t: Turn, elapsed_ms: float, *, paused: bool, unkept: str) -> None:
+        """Write ``t``'s copy; ``unkept`` is the warning (with the turn id) when the log cannot take
+        it: the caller goes on either way (an interrupt must still reach LangGraph, a turn still runs)."""
+        kept = SuspendedTurn(
+            t.id, t.episode_id, t.user_id, t.thread_id, utcnow(), turn_document(t, elapsed_ms), paused=paused
         )
         try:
             self._log.suspend_turn(kept)
-        except Exception:  # noqa: BLE001 - the turn can still run and be logged
-            logger.warning(
-                "could not keep turn %s in the log while it runs: were this process to die before the turn"
-                " is logged, its routing decision would be lost",
-                t.id,
-                exc_info=True,
-            )
+        except Exception:  # noqa: BLE001 - best effort, see above
+            logger.warning(unkept, t.id, exc_info=True)
         else:
             t.kept_in_log = True
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mail_agent import mail_agent
 from savers import checkpoints_for, sync_saver
 from typer.testing import CliRunner
 
@@ -226,30 +227,6 @@ def test_migration_0012_reads_earlier_rows_as_paused_and_its_downgrade_drops_run
 # ---------------------------------------------------------------------------------------- worker
 
 
-def _agent(log: Any, replies: list[Any], saver: Any) -> Any:
-    from langchain.agents import create_agent
-    from langchain_core.tools import tool
-
-    from fakes import ScriptedChatModel
-    from memabra import Budget, CandidateKind, MemabraAgent
-    from memabra._agent import build_session
-    from memabra._middleware import MemabraMiddleware
-    from memabra.router import HybridRouter, Similarity
-
-    @tool
-    def send_email(to: str) -> str:
-        """Send an email to someone."""
-        return f"sent to {to}"
-
-    budget = Budget(max_tokens=4000, slots={CandidateKind.MEMORY: 5, CandidateKind.SKILL: 2, CandidateKind.TOOL: 3})
-    router = HybridRouter(similarity=Similarity(encoder=None))
-    middleware = MemabraMiddleware(build_session(tools=[send_email], db=log, budget=budget, router=router))
-    graph = create_agent(
-        ScriptedChatModel(replies=replies), tools=[send_email], middleware=[middleware], checkpointer=saver
-    )
-    return MemabraAgent(graph, middleware.session)
-
-
 def _worker(log_url: str, checkpoints: str, phase: str) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
@@ -263,10 +240,10 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
         def killed(messages: Any, tools: Any) -> Any:
             os.kill(os.getpid(), signal.SIGKILL)
 
-        agent = _agent(log, [killed], saver)
+        agent = mail_agent(log, [killed], saver)
         agent.invoke({"messages": [HumanMessage("Email bob please")]}, CONFIG, durability="sync")
         raise AssertionError("the model call should have killed the process")
-    out = _agent(log, [AIMessage("Sent it.")], saver).invoke(None, CONFIG, durability="sync")
+    out = mail_agent(log, [AIMessage("Sent it.")], saver).invoke(None, CONFIG, durability="sync")
     closing()
     log.close()
     print(json.dumps({"episode": out["memabra_episode_id"]}), flush=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mail_agent import mail_agent
 from savers import async_saver, checkpoints_for, sync_saver
 
 HERE = Path(__file__).parent
@@ -68,32 +69,6 @@ def test_one_turn_paused_twice_across_three_processes_is_one_whole_episode(migra
 # ---------------------------------------------------------------------------------------- worker
 
 
-def _agent(log: Any, replies: list[Any], saver: Any) -> Any:
-    from langchain.agents import create_agent
-    from langchain.agents.middleware import HumanInTheLoopMiddleware
-    from langchain_core.tools import tool
-
-    from fakes import ScriptedChatModel
-    from memabra import Budget, CandidateKind, MemabraAgent
-    from memabra._agent import build_session
-    from memabra._middleware import MemabraMiddleware
-    from memabra.router import HybridRouter, Similarity
-
-    @tool
-    def send_email(to: str) -> str:
-        """Send an email to someone."""
-        return f"sent to {to}"
-
-    budget = Budget(max_tokens=4000, slots={CandidateKind.MEMORY: 5, CandidateKind.SKILL: 2, CandidateKind.TOOL: 3})
-    router = HybridRouter(similarity=Similarity(encoder=None))
-    middleware = MemabraMiddleware(build_session(tools=[send_email], db=log, budget=budget, router=router))
-    approvals = HumanInTheLoopMiddleware(interrupt_on={"send_email": True})
-    graph = create_agent(
-        ScriptedChatModel(replies=replies), tools=[send_email], middleware=[middleware, approvals], checkpointer=saver
-    )
-    return MemabraAgent(graph, middleware.session)
-
-
 def _worker(log_url: str, checkpoints: str, phase: str) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.types import Command
@@ -110,7 +85,7 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
     log = EpisodeLog(log_url)
     if phase == "1":  # sync: a UI reads the stream and stops at the approval request
         saver, closing = sync_saver(kind, where)
-        agent = _agent(log, [email("bob")], saver)
+        agent = mail_agent(log, [email("bob")], saver, approvals=True)
         for chunk in agent.stream({"messages": [HumanMessage("Email bob and carol")]}, config, stream_mode="updates"):
             if "__interrupt__" in chunk:
                 break
@@ -120,7 +95,7 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
 
         async def second() -> None:
             async with async_saver(kind, where) as saver:
-                agent = _agent(log, [email("carol")], saver)
+                agent = mail_agent(log, [email("carol")], saver, approvals=True)
                 async with aclosing(agent.astream(approve, config, stream_mode="updates")) as chunks:
                     async for chunk in chunks:
                         if "__interrupt__" in chunk:
@@ -130,7 +105,7 @@ def _worker(log_url: str, checkpoints: str, phase: str) -> None:
         log.close()
         return
     saver, closing = sync_saver(kind, where)
-    out = _agent(log, [AIMessage("Sent both.")], saver).invoke(approve, config)
+    out = mail_agent(log, [AIMessage("Sent both.")], saver, approvals=True).invoke(approve, config)
     closing()
     log.close()
     print(json.dumps({"episode": out["memabra_episode_id"]}), flush=True)
