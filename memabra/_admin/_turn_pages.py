@@ -37,7 +37,7 @@ _PAGE = 50
 # The log lists kept turns oldest first from the start: a page further in reads the turns before
 # it too. As many as ``memabra episodes paused --limit`` lists at most.
 MAX_TURN_OFFSET = 10_000
-_LIMIT = f"{RUNNING_TURN_LIMIT.total_seconds() / 3600:g} h"
+_LIMIT = format_age(RUNNING_TURN_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)

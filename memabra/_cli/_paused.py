@@ -14,13 +14,14 @@ from memabra._cli._database import DbOption
 from memabra._config import load_reward_config
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
+from memabra._health import format_age
 from memabra._paused_turns import abandon_paused_turn
 from memabra._records import utcnow
 from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn
 
 __all__ = ["episodes_paused"]
 
-_LIMIT = f"{RUNNING_TURN_LIMIT.total_seconds() / 3600:g} h"
+_LIMIT = format_age(RUNNING_TURN_LIMIT)
 
 
 def episodes_paused(
