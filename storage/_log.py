@@ -161,11 +161,15 @@ class EpisodeLog(RetentionMethods):
         :mod:`memabra.storage._suspended_turns`); pausing again replaces it."""
         _suspended_turns.save(self._tx, turn)
 
-    def suspended_turns(self, *, before: datetime | None = None, limit: int = 100) -> list[SuspendedTurn]:
-        """Paused turns, the oldest pause first; ``before``: only those paused before it."""
-        if before is not None and before.tzinfo is None:
-            raise InvalidRecordError(f"before must be timezone-aware, got the naive datetime {before.isoformat()}")
-        return _suspended_turns.listing(self._tx, before, limit)
+    def suspended_turns(
+        self, *, before: datetime | None = None, limit: int = 100, lost_at: datetime | None = None
+    ) -> list[SuspendedTurn]:
+        """Kept turns (paused or running), the oldest first; ``before``: only those kept before it;
+        ``lost_at``: only those lost by then (running past ``RUNNING_TURN_LIMIT``)."""
+        for name, when in (("before", before), ("lost_at", lost_at)):
+            if when is not None and when.tzinfo is None:
+                raise InvalidRecordError(f"{name} must be timezone-aware, got the naive datetime {when.isoformat()}")
+        return _suspended_turns.listing(self._tx, before, limit, lost_at)
 
     def suspended_turn(self, turn_id: str) -> SuspendedTurn | None:
         """The paused turn ``turn_id``, or ``None`` (never paused, or logged since)."""

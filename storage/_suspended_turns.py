@@ -110,11 +110,19 @@ def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
         return None if row is None else _record(row)
 
 
-def listing(tx: Transactions, before: datetime | None, limit: int) -> list[SuspendedTurn]:
-    """Kept turns, paused or running, the oldest copy first (``before``: only those written before it)."""
+def listing(
+    tx: Transactions, before: datetime | None, limit: int, lost_at: datetime | None = None
+) -> list[SuspendedTurn]:
+    """Kept turns, paused or running, the oldest copy first (``before``: only those written before
+    it; ``lost_at``: only the running ones lost by then, so no paused turn ahead takes their place
+    in ``limit``)."""
     stmt = select(SuspendedTurnRow).order_by(SuspendedTurnRow.suspended_at, SuspendedTurnRow.turn_id).limit(limit)
     if before is not None:
         stmt = stmt.where(SuspendedTurnRow.suspended_at < before)
+    if lost_at is not None:
+        stmt = stmt.where(
+            SuspendedTurnRow.paused.is_(False), SuspendedTurnRow.suspended_at < lost_at - RUNNING_TURN_LIMIT
+        )
     with tx.read() as s:
         return [_record(r) for r in s.scalars(stmt)]
 

@@ -49,9 +49,9 @@ def episodes_paused(
     running, or lost (routed over an hour ago by a process that died before logging them)."""
     now = utcnow()
     with run_guarded(EpisodeLog, db) as log:
-        turns = run_guarded(log.suspended_turns, before=parse_time(before, "--before"), limit=limit)
-        if lost:
-            turns = [kept for kept in turns if kept.stale(now)]
+        turns = run_guarded(
+            log.suspended_turns, before=parse_time(before, "--before"), limit=limit, lost_at=now if lost else None
+        )
         logged: dict[str, str] = {}
         if abandon:
             rewards = RewardService(log, load_reward_config())

@@ -73,3 +73,21 @@ def test_a_retention_run_names_the_unfinished_turns_it_cannot_delete(
         app, ["episodes", "delete", "--older-than", "30d", "--user", "bob", "--db", migrated_url]
     )
     assert other.exit_code == 0 and "unfinished" not in other.output
+
+
+def test_lost_turns_are_found_behind_older_paused_ones(log: EpisodeLog, migrated_url: str) -> None:
+    """A cron's `--lost --abandon --limit N` must reach the lost turns however many turns waiting
+    on a person were kept before them."""
+    from datetime import timedelta
+
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    now = utcnow()
+    for n in range(3):
+        log.suspend_turn(SuspendedTurn(f"t-paused-{n}", f"e-p{n}", "ann", "th", now - timedelta(days=3), {}))
+    log.suspend_turn(SuspendedTurn("t-lost", "e-lost", "ann", "th", now - timedelta(days=1), {}, paused=False))
+    assert [k.turn_id for k in log.suspended_turns(limit=2, lost_at=now)] == ["t-lost"]
+    listed = CliRunner().invoke(app, ["episodes", "paused", "--lost", "--limit", "2", "--db", migrated_url])
+    assert listed.exit_code == 0 and "t-lost" in listed.output and "t-paused" not in listed.output
