@@ -19,7 +19,7 @@ from memabra._feedback import RewardService
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
-from memabra.storage import EpisodeLog, SuspendedTurn
+from memabra.storage import EpisodeLog, SuspendedTurn, clean_text
 
 __all__ = ["ABANDONED_SOURCE", "PausedTurns", "abandon_paused_turn"]
 
@@ -28,14 +28,30 @@ logger = logging.getLogger("memabra")
 ABANDONED_SOURCE = "memabra.abandoned_pause"
 """The feedback source of the ``accepted: false`` an abandoned turn is logged with."""
 
+# An actor or client name longer than this is a mistake (a pasted token), not a name to keep whole.
+_MAX_ACTOR = 200
 
-def abandon_paused_turn(rewards: RewardService, kept: SuspendedTurn) -> str:
+
+def abandon_paused_turn(
+    rewards: RewardService, kept: SuspendedTurn, *, actor: str = "library", client: str | None = None
+) -> str:
     """Log ``kept`` as a failed episode (its row goes in the same transaction) and return the
-    episode id. A turn resumed and logged meanwhile is refused by the log (its id is taken)."""
+    episode id. A turn resumed and logged meanwhile is refused by the log (its id is taken). The
+    episode's metadata names who gave up on the turn (``abandoned_by``, and ``abandoned_from``
+    when ``client`` is given), as the deletion and snapshot audit trails do: a failed episode is
+    a reward the learner trains on, so a reviewer must be able to tell it from a user's verdict."""
+    actor = clean_text(actor).strip()
+    if not actor:
+        raise InvalidRecordError("actor must name who abandons the turn, got an empty string")
     turn = turn_from_document(kept.document, time.perf_counter())
     failed = Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, ABANDONED_SOURCE, {"accepted": False})
     turn.feedback.append(failed)
-    metadata = {"latency_ms": kept.document["elapsed_ms"], "abandoned_at": utcnow().isoformat()}
+    metadata: dict[str, object] = {
+        "latency_ms": kept.document["elapsed_ms"],
+        "abandoned_at": utcnow().isoformat(),
+        "abandoned_by": actor[:_MAX_ACTOR],
+        **({"abandoned_from": clean_text(client).strip()[:_MAX_ACTOR]} if client else {}),
+    }
     # the turn's own time, not the operator's: its feedback window has long passed
     episode = turn.episode(
         None, metadata, created_at=turn.selection.created_at if turn.selection else kept.suspended_at

@@ -126,7 +126,9 @@ class TurnPages(_AdminBase):
             episode_id = form.get("episode_id", "").strip()
             offset = _form_offset(form.get("offset", ""))
             back = f"/turns?offset={offset}" if offset else "/turns"
-            kept, state, logged_as = await run_in_threadpool(self._abandon, turn_id, episode_id, back)
+            kept, state, logged_as = await run_in_threadpool(
+                self._abandon, turn_id, episode_id, back, auth.principal, _client(request)
+            )
             logger.warning(
                 "admin: %s from %s abandoned the %s turn %s of user %s (kept since %s): logged as failed episode %s",
                 auth.principal,
@@ -143,7 +145,9 @@ class TurnPages(_AdminBase):
 
         return await self._write(request, apply)
 
-    def _abandon(self, turn_id: str, episode_id: str, back: str) -> tuple[SuspendedTurn, str, str]:
+    def _abandon(
+        self, turn_id: str, episode_id: str, back: str, actor: str, client: str
+    ) -> tuple[SuspendedTurn, str, str]:
         kept = self.log.suspended_turn(turn_id)
         if kept is None:
             raise self._gone(turn_id, episode_id, back)
@@ -158,7 +162,9 @@ class TurnPages(_AdminBase):
                 back=(back, "Back to the unfinished turns"),
             )
         try:
-            logged_as = abandon_paused_turn(RewardService(self.log, self.reward_config), kept)
+            logged_as = abandon_paused_turn(
+                RewardService(self.log, self.reward_config), kept, actor=actor, client=client
+            )
         except InvalidRecordError:
             # logged between the read above and this write (resumed and finished, or abandoned by
             # someone else): the log refuses the id a second time
@@ -188,7 +194,11 @@ class TurnPages(_AdminBase):
                 back=(back, "Back to the unfinished turns"),
             )
         if "abandoned_at" in episode.metadata or any(f.source == ABANDONED_SOURCE for f in episode.feedback):
-            how = f"abandoned meanwhile (at {episode.metadata.get('abandoned_at', 'an earlier time')}) and logged as a failed episode"
+            by = episode.metadata.get("abandoned_by")
+            how = (
+                f"abandoned meanwhile (at {episode.metadata.get('abandoned_at', 'an earlier time')}"
+                f"{f', by {by}' if by else ''}) and logged as a failed episode"
+            )
         else:
             how = "finished meanwhile (its run was resumed) and logged"
         return _HttpError(

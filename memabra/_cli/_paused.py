@@ -4,12 +4,13 @@ logged as a failed episode, so its routing decision stays in the log)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from memabra._cli._common import JsonOutOption, console, parse_time, plain, run_guarded, write_json
+from memabra._cli._common import JsonOutOption, cli_actor, console, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
 from memabra._config import load_reward_config
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
@@ -103,7 +104,7 @@ def _abandon(log: EpisodeLog, rewards: RewardService, kept: SuspendedTurn) -> st
     """Log ``kept`` as failed; where its episode was logged since it was listed (by another host
     running this command, or by a retry of its run that finished), that episode is the one."""
     try:
-        return abandon_paused_turn(rewards, kept)
+        return abandon_paused_turn(rewards, kept, actor=cli_actor(), client=socket.gethostname())
     except InvalidRecordError as refused:
         try:
             return log.resolve_episode_id(kept.episode_id)

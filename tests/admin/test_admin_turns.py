@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from memabra import Step, StepKind
+from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._paused_turns import abandon_paused_turn
 from memabra._records import utcnow
@@ -128,6 +129,10 @@ def test_abandon_logs_a_paused_turn_as_a_failed_episode(
     assert 'data-turn="t-paused"' not in after
     # audited as the app's other destructive writes are: who, from where, which turn
     assert "token sign-in" in caplog.text and "t-paused" in caplog.text and kept.episode_id in caplog.text
+    # and in the episode itself: a failed episode the learner trains on, told from a user's verdict
+    assert episode.metadata["abandoned_by"] == "token sign-in" and episode.metadata["abandoned_from"]
+    abandoned = html.unescape(client.get(f"/episodes/{kept.episode_id}").text.split('id="abandoned"', 1)[1])
+    assert "by token sign-in" in abandoned.split("</div>", 1)[0] and "not the user's verdict" in abandoned
 
 
 def test_abandon_logs_a_lost_turn(client: TestClient, log: EpisodeLog) -> None:
@@ -158,7 +163,7 @@ def test_a_turn_logged_meanwhile_gets_a_clear_message(client: TestClient, log: E
     log.suspend_turn(kept)
     fields = _abandon_form(client.get("/turns").text, "t-paused")
     if how == "abandoned":  # another reviewer, or `memabra episodes paused --abandon`
-        abandon_paused_turn(RewardService(log), kept)
+        abandon_paused_turn(RewardService(log), kept, actor="cli:oncall")
     else:  # the person approved it and the run went on to log its episode
         RewardService(log).record(turn_from_document(kept.document, 0.0).episode("done", {}))
     response = client.post("/turns/abandon", data=fields)
@@ -166,6 +171,7 @@ def test_a_turn_logged_meanwhile_gets_a_clear_message(client: TestClient, log: E
     message = html.unescape(response.text)
     assert "already logged" in message and kept.episode_id in message and "nothing changed" in message
     assert ("abandoned" if how == "abandoned" else "finished") in message
+    assert ("by cli:oncall" in message) == (how == "abandoned")
     assert f'href="/episodes/{kept.episode_id}"' in response.text
     assert len(log.list_episodes().items) == 1
 
@@ -230,3 +236,13 @@ def test_the_learning_card_links_the_unfinished_turns(client: TestClient, log: E
     alert = learning.split("<strong>turns</strong>", 1)[1].split("</div>", 1)[0]
     assert 'href="/turns"' in alert  # the health problem leads to the page that fixes it
     assert 'id="lost-turns"' in learning and "1 turn(s) lost" in html.unescape(learning)
+
+
+def test_abandon_needs_someone_to_name(log: EpisodeLog) -> None:
+    kept = kept_turn("t-paused", state="paused")
+    log.suspend_turn(kept)
+    with pytest.raises(InvalidRecordError, match="actor must name who abandons"):
+        abandon_paused_turn(RewardService(log), kept, actor=" \x00 ")
+    assert log.suspended_turn("t-paused") is not None and not log.list_episodes().items  # nothing written
+    abandon_paused_turn(RewardService(log), kept)
+    assert log.get_episode(kept.episode_id).metadata["abandoned_by"] == "library"

@@ -163,6 +163,7 @@ def test_an_operator_abandons_a_paused_turn_and_its_decision_stays_in_the_log(
     ep = log.get_episode(row["logged_as"])
     assert ep.selections and [s.name for s in ep.steps] == ["ScriptedChatModel"]
     assert ep.reward is not None and ep.reward.components.s == 0.0 and ep.metadata["pauses"] == 1
+    assert ep.metadata["abandoned_by"].startswith("cli") and ep.metadata["abandoned_from"]  # who gave up on it
     assert log.suspended_turn(paused["memabra_turn"]) is None and log.status().paused_turns == 0
     # the worker that paused it still holds the turn: its run goes on as a new turn, not a duplicate
     resumed = agent.invoke(Command(resume=True), config)
