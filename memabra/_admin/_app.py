@@ -15,11 +15,10 @@ browser never sends on its own), and is refused with 403 when the app is read-on
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -35,13 +34,10 @@ from starlette.staticfiles import StaticFiles
 
 from memabra._admin import _views as views
 from memabra._admin._auth import (
-    SESSION_COOKIE,
     AttemptThrottle,
     Credentials,
     SessionCodec,
     SessionRevocations,
-    SessionState,
-    WebSession,
 )
 from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
@@ -53,15 +49,12 @@ from memabra._admin._forms import (
     parse_limit,
     parse_offset_cursor,
 )
+from memabra._admin._login_pages import LoginPages
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._plumbing import (
     _NOTICES,
     _Auth,
-    _client,
-    _HttpError,
-    _locked_out,
     _path_id,
-    _safe_next,
     _SecurityHeaders,
 )
 from memabra._admin._policy import CurrentPolicy
@@ -86,86 +79,9 @@ _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
 
 
-class _Admin(PolicyPages, MemoryPages, DeletionPages, TurnPages):
+class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
     """Endpoints (the policies and memories pages' in their own modules); :func:`create_app`
     wires them into a Starlette app."""
-
-    # ------------------------------------------------------------------ sign-in
-
-    async def login_form(self, request: Request) -> Response:
-        state, session = await self._read_session(request)
-        if session is not None and session.authenticated:
-            return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
-        return self._login_page(
-            request.query_params.get("next", ""),
-            message="Your session expired; sign in again." if request.query_params.get("expired") else "",
-            notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
-            session=session if state is SessionState.VALID else None,
-        )
-
-    def _login_page(
-        self,
-        next_url: str,
-        *,
-        message: str = "",
-        notice: str = "",
-        status: int = 200,
-        session: WebSession | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Response:
-        cookie = None
-        if session is None:
-            cookie, session = self.codec.issue(authenticated=False)
-        response = self._render(
-            "login.html",
-            status,
-            auth=_Auth(SessionState.VALID, session, bearer=False),
-            headers=headers,
-            next_url=_safe_next(next_url),
-            message=message,
-            notice=notice,
-        )
-        if cookie is not None:
-            self._set_session(response, cookie)
-        return response
-
-    async def login(self, request: Request) -> Response:
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        next_url = form.get("next", "")
-        _, session = await self._read_session(request)
-        if session is None or not session.csrf_matches(form.get("csrf_token")):
-            return self._login_page(
-                next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403
-            )
-        client = _client(request)
-        locked = self.throttle.locked_for(client)
-        if locked > 0:
-            # Refused without looking at the secret: a locked-out client learns nothing by guessing.
-            exc = _locked_out(locked)
-            return self._login_page(
-                next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
-            )
-        principal = self.credentials.principal_of(form.get("secret", ""))
-        if principal is None:
-            await asyncio.sleep(self.throttle.failed(client, "sign-in"))
-            return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
-        self.throttle.succeeded(client)
-        cookie, _ = self.codec.issue(authenticated=True, principal=principal)
-        response = RedirectResponse(_safe_next(next_url), status_code=303)
-        self._set_session(response, cookie)
-        return response
-
-    async def logout(self, request: Request) -> Response:
-        _, session = await self._read_session(request)
-        form = await request.form()
-        token = form.get("csrf_token")
-        if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
-            return self._error(_HttpError(403, "Forbidden", "The form's CSRF token is missing or wrong."))
-        # Revoked server-side, so a copy of the cookie (another tab, a stolen one) stops working too.
-        await run_in_threadpool(self.revocations.revoke, session.id, session.expires)
-        response = RedirectResponse("/login?notice=signed-out", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
-        return response
 
     # ------------------------------------------------------------------ pages
 

@@ -99,22 +99,26 @@ class TurnPages(_AdminBase):
     async def turns(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
             offset = parse_turn_offset(request.query_params.get("offset"))
-            context = await run_in_threadpool(self._turns_context, offset)
+            lost = parse_lost_only(request.query_params.get("lost"))
+            context = await run_in_threadpool(self._turns_context, offset, lost)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             abandoned = request.query_params.get("episode", "") if notice else ""
             return self._render("turns.html", auth=auth, section="turns", notice=notice, abandoned=abandoned, **context)
 
         return await self._page(request, build)
 
-    def _turns_context(self, offset: int) -> dict[str, Any]:
+    def _turns_context(self, offset: int, lost: bool) -> dict[str, Any]:
         now = utcnow()
-        kept = self.log.suspended_turns(limit=offset + _PAGE + 1)[offset:]
+        # lost only: the ones on-call must act on, which paused turns waiting on people for days
+        # would otherwise push pages back (the same query as `episodes paused --lost`)
+        kept = self.log.suspended_turns(limit=offset + _PAGE + 1, lost_at=now if lost else None)[offset:]
         status = self.log.status()
         return {
             "rows": [_row(k, now) for k in kept[:_PAGE]],
             "log_status": status,
             "turn_problems": [p for p in health_problems(status) if p.check == TURNS_CHECK],
             "offset": offset,
+            "lost_only": lost,
             "previous_offset": max(0, offset - _PAGE) if offset else None,
             "next_offset": offset + _PAGE if len(kept) > _PAGE and offset + _PAGE <= MAX_TURN_OFFSET else None,
             "running_limit": _LIMIT,
@@ -125,7 +129,11 @@ class TurnPages(_AdminBase):
             turn_id = _required(form, "turn_id")
             episode_id = form.get("episode_id", "").strip()
             offset = _form_offset(form.get("offset", ""))
-            back = f"/turns?offset={offset}" if offset else "/turns"
+            listing = {
+                **({"lost": "1"} if form.get("lost") == "1" else {}),
+                **({"offset": str(offset)} if offset else {}),
+            }
+            back = f"/turns?{urlencode(listing)}" if listing else "/turns"
             kept, state, logged_as = await run_in_threadpool(
                 self._abandon, turn_id, episode_id, back, auth.principal, _client(request)
             )
@@ -140,7 +148,7 @@ class TurnPages(_AdminBase):
                 logged_as,
             )
             # back to the page the form was on, saying what was logged
-            query = {"notice": "turn-abandoned", "episode": logged_as, **({"offset": str(offset)} if offset else {})}
+            query = {"notice": "turn-abandoned", "episode": logged_as, **listing}
             return RedirectResponse(f"/turns?{urlencode(query)}", status_code=303)
 
         return await self._write(request, apply)
@@ -208,6 +216,14 @@ class TurnPages(_AdminBase):
             "nothing changed.",
             back=(f"/episodes/{quote(episode.id, safe='')}", f"Open episode {episode.id}"),
         )
+
+
+def parse_lost_only(raw: str | None) -> bool:
+    if raw in (None, "", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise FormError(f"lost must be 1 (only lost turns) or 0, got {raw!r}")
 
 
 def _form_offset(raw: str) -> int:

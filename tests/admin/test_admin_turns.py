@@ -234,7 +234,7 @@ def test_the_learning_card_links_the_unfinished_turns(client: TestClient, log: E
     log.suspend_turn(kept_turn("t-lost", state="lost"))
     learning = client.get("/policies").text.split('id="learning"', 1)[1].split("</section>", 1)[0]
     alert = learning.split("<strong>turns</strong>", 1)[1].split("</div>", 1)[0]
-    assert 'href="/turns"' in alert  # the health problem leads to the page that fixes it
+    assert 'href="/turns?lost=1"' in alert  # the health problem leads to the turns that raise it
     assert 'id="lost-turns"' in learning and "1 turn(s) lost" in html.unescape(learning)
 
 
@@ -246,3 +246,37 @@ def test_abandon_needs_someone_to_name(log: EpisodeLog) -> None:
     assert log.suspended_turn("t-paused") is not None and not log.list_episodes().items  # nothing written
     abandon_paused_turn(RewardService(log), kept)
     assert log.get_episode(kept.episode_id).metadata["abandoned_by"] == "library"
+
+
+def test_lost_only_lists_the_turns_on_call_acts_on(client: TestClient, log: EpisodeLog) -> None:
+    # days of turns waiting on people would push a lost turn pages back in the whole list
+    for n in range(55):
+        log.suspend_turn(kept_turn(f"t-p{n:02d}", state="paused", age=timedelta(days=3, minutes=-n)))
+    log.suspend_turn(kept_turn("t-lost", state="lost", user="bob"))
+    log.suspend_turn(kept_turn("t-running", state="running"))
+    assert 'data-turn="t-lost"' not in client.get("/turns").text
+    page = client.get("/turns?lost=1").text
+    assert re.findall(r'data-turn="([^"]+)"', page) == ["t-lost"]
+    assert 'aria-current="page">Lost only' in page and 'id="next-page"' not in page
+    assert "Lost only (1)" in client.get("/turns").text
+    # Abandon from the lost view goes back to it
+    response = client.post("/turns/abandon", data=_abandon_form(page, "t-lost"))
+    assert response.status_code == 303
+    assert (
+        response.headers["location"].startswith("/turns?notice=turn-abandoned")
+        and "lost=1" in response.headers["location"]
+    )
+    assert "No lost turns." in client.get(response.headers["location"]).text
+    assert client.get("/turns?lost=yes").status_code == 400
+    assert "lost must be 1" in html.unescape(client.get("/turns?lost=yes").text)
+
+
+def test_lost_only_pages_keep_the_filter(client: TestClient, log: EpisodeLog) -> None:
+    for n in range(52):
+        log.suspend_turn(kept_turn(f"t-{n:02d}", state="lost", age=timedelta(minutes=100 - n)))
+    first = client.get("/turns?lost=1").text
+    following = html.unescape(re.search(r'id="next-page" href="([^"]+)"', first).group(1))
+    assert "lost=1" in following
+    second = client.get(following).text
+    assert re.findall(r'data-turn="(t-\d\d)"', second) == ["t-50", "t-51"]
+    assert 'href="/turns?lost=1"' in second.split('class="pager"', 1)[1]

@@ -30,7 +30,10 @@ def test_a_lost_turn_is_abandoned_after_its_confirmation(
     watch = _Watch(page, dialogs=False)
     sign_in(page)
     page.goto("/policies")
-    page.click("#learning .alert-error a[href='/turns']")
+    page.click("#learning .alert-error a[href='/turns?lost=1']")
+    page.wait_for_url("**/turns?lost=1")
+    assert page.locator("tr[data-turn='browser-running']").count() == 0  # the lost ones only
+    page.click("#turn-filter a[href='/turns']")
     page.wait_for_url("**/turns")
     lost = page.locator("tr[data-turn='browser-lost']")
     assert "lost" in lost.inner_text()
