@@ -20,9 +20,10 @@ H hit        [-1, 1]        per kind k in the decision: hits = chosen candidates
                             when candidates were chosen but none helped; ``None`` when no
                             candidate of kind k was offered. H = mean of the H_k present.
 E error      [0, 1]         sum over tool steps: ``minor_error`` (0.2) per failed call,
-                            ``serious_error`` (0.75) per failed call repeating an earlier failed
-                            call with the same arguments or a ``tool_wrong`` verdict,
-                            ``timeout_error`` (0.5) per timed-out call; clipped at 1.
+                            ``timeout_error`` (0.5) per timed-out call, ``serious_error``
+                            (0.75) per failed or timed-out call repeating an earlier failed or
+                            timed-out call with the same arguments and per ``tool_wrong``
+                            verdict; clipped at 1.
 C correction [0, 1]         sum of correction severities: an explicit ``correction``, a
                             ``tool_wrong`` or a ``retract_memory`` counts
                             ``correction_severity`` (1.0); an implicit ``repeat`` of the same
@@ -205,11 +206,13 @@ class CompositeReward:
         for step in episode.steps:
             if step.kind is not StepKind.TOOL or step.status == "ok":
                 continue
-            if step.status == "timeout":
-                total += cfg.timeout_error
-                continue
+            # a call that timed out has failed too: trying it again unchanged is the spec's
+            # "repeating a failed action", however either attempt ended
             key = (step.name, repr(sorted(step.arguments.items())))
-            total += cfg.serious_error if key in failed else cfg.minor_error
+            if key in failed:
+                total += cfg.serious_error
+            else:
+                total += cfg.timeout_error if step.status == "timeout" else cfg.minor_error
             failed.add(key)
         total += cfg.serious_error * sum(1 for f in fb if f.signals.explicit.tool_wrong)
         return _clip01(total)

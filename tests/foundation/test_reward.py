@@ -100,6 +100,23 @@ def test_components_are_derived_from_signals() -> None:
     assert r.total == pytest.approx(c.total(W))
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "e"),
+    [
+        ("timeout", "error", 1.0),  # retried unchanged after it timed out: 0.5 + 0.75, clipped (was 0.7)
+        ("error", "timeout", 0.2 + 0.75),  # was 0.7
+        ("timeout", "timeout", 1.0),  # 0.5 + 0.75, clipped (was 1.0 only by clipping 0.5 + 0.5)
+    ],
+)
+def test_a_timed_out_call_tried_again_unchanged_is_a_repeated_failure(first: str, again: str, e: float) -> None:
+    steps = (
+        Step(StepKind.TOOL, "book", arguments={"city": "Lyon"}, status=first, error="no answer"),
+        Step(StepKind.TOOL, "book", arguments={"city": "Lyon"}, status=again, error="no answer"),
+        Step(StepKind.TOOL, "book", arguments={"city": "Oslo"}, status="ok"),
+    )
+    assert CompositeReward().score(episode(steps=steps), []).components.e == pytest.approx(e)
+
+
 def test_missed_relevant_candidates_make_h_negative() -> None:
     ep = episode(chosen=("m0",))
     fb = [Feedback(ep.id, "explicit", "user", {"relevant_ids": ["m3", "m4"]})]
