@@ -85,6 +85,7 @@ def correction_feedback(
     if not signals:
         return None
     payload: dict[str, Any] = {}
+    severity = 0.0
     for s in signals:
         if s.kind == "repeat":
             payload["repeat"] = True
@@ -92,8 +93,13 @@ def correction_feedback(
             payload["tool_wrong"] = True
         else:
             payload["correction"] = True
+            severity = max(severity, s.severity)
         if s.memory_id:
             payload.setdefault("relevant_ids", []).append(s.memory_id)
+    if 0.0 < severity < 1.0:
+        # "that's wrong" says the answer failed, not that the user had to restate what the
+        # system should have known: the detector's lighter severity is what C charges
+        payload["correction_severity"] = severity
     return Feedback(
         previous.episode_id,
         FeedbackKind.IMPLICIT,

@@ -106,6 +106,18 @@ def test_a_correction_in_the_next_turn_raises_c(log: EpisodeLog, tools, lexical)
     assert agent.log.list_episodes().items[-1].corrected
 
 
+def test_that_s_wrong_costs_the_detector_s_lighter_severity(log: EpisodeLog, tools, lexical) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = make_agent(log, tools, lexical, [AIMessage("Sydney."), AIMessage("Sorry: Canberra.")])
+    first = ask(agent, "What is the capital of Australia?")
+    ask(agent, "No, that's wrong, try again")
+    (implicit,) = [
+        f for f in agent.log.get_episode(first["memabra_episode_id"]).feedback if f.source == "memabra.corrections"
+    ]
+    assert implicit.payload["correction"] is True and implicit.payload["correction_severity"] == 0.5
+    reward = agent.log.get_reward(first["memabra_episode_id"])
+    assert reward is not None and reward.components.c == 0.5  # 1.0 for "I already told you ..."
+
+
 def test_a_correction_is_charged_to_the_thread_s_last_turn_whichever_worker_served_it(
     migrated_url: str, tools, lexical
 ) -> None:  # type: ignore[no-untyped-def]
