@@ -38,6 +38,7 @@ from memabra._message_shapes import (
     not_meant,
     passing_state,
     reported,
+    self_named,
     trimmed,
 )
 from memabra._restatement import contradicts, is_negated
@@ -213,6 +214,8 @@ def fact_subject(text: str) -> str | None:
     for subject, pattern in _SUBJECTS:
         if pattern.search(text):
             return subject
+    if self_named(text):  # after the subjects, so "I'm Vegan" stays a diet and "I'm Retired" a job
+        return "name"
     called = _CALLED.search(text)
     if called is not None:
         return f"{called.group(1).lower()} {called.group(2).lower()}'s name"

@@ -133,6 +133,9 @@ class MemoryBackend(ABC):
         for item, change in pairs:
             self._store(item, change)
 
+    def _fresh_id(self, user_id: str, fact: str) -> str:
+        return self.new_id()  # a store without transactions derives it from the fact (StoreMemory)
+
     def _active_pairs(self, user_id: str) -> builtins.list[tuple[str, str]]:
         """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
         return [(i.id, i.text) for i in self.items(user_id)]
@@ -203,7 +206,7 @@ class MemoryBackend(ABC):
                     if self.get(user_id, same).status is not MemoryStatus.RETIRED:
                         raise
             texts = dict(active)
-            item = _new_item(user_id, fact, source, now, self.new_id())
+            item = _new_item(user_id, fact, source, now, self._fresh_id(user_id, fact))
             retire_ids = self.supersession.superseded(fact, active) if active else []
             retire: builtins.list[MemoryChange] = []
             trimmed: builtins.list[tuple[str, str]] = []
@@ -268,7 +271,7 @@ class MemoryBackend(ABC):
                     out.append(self.remember(user_id, fact, source=source, at=now))
                     continue
                 subjects |= found
-                item = _new_item(user_id, fact, source, now, self.new_id())
+                item = _new_item(user_id, fact, source, now, self._fresh_id(user_id, fact))
                 plain.append(
                     (item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source))
                 )

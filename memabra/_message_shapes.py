@@ -17,6 +17,8 @@ sentence rather than a list of sentences:
   :func:`consequence_split`; "so" as an intensifier ("I'm so hungry") is not a cut;
 * emoji and "lol" around a fact are trimmed off it: :func:`trimmed`;
 * "I'm a nurse" is the user's job as "I work as a nurse" is: :data:`JOB`;
+* "I'm Annie" is the user's name as "call me Annie" is, unless the word is a nationality, a faith,
+  a state or another word people capitalise ("I'm Italian", "I'm Jewish", "I'm OK"): :func:`self_named`;
 * a fact dated to an earlier year than a stored fact does not replace it ("I moved to Oslo in 2021"
   leaves "I moved to Rome in 2023"): :func:`dated_before`.
 """
@@ -39,6 +41,7 @@ __all__ = [
     "not_meant",
     "passing_state",
     "reported",
+    "self_named",
     "trimmed",
 ]
 
@@ -212,3 +215,54 @@ def trimmed(fact: str) -> str:
         while fact and (_is_symbol(fact[0]) or fact[0].isspace()):
             fact = fact[1:]
     return fact
+
+
+# "I'm Annie": "I'm" or "I am", then one capitalised word (or a hyphenated pair, "Mary-Jane") that
+# ends the clause. The capital is the only hint of a name, so words people capitalise after "I'm"
+# are ruled out by name below; a state ("I'm Fine") is ruled out by :func:`passing_state`.
+_SELF_NAMED = re.compile(
+    r"\b(?i:i(?:'m|\s+am))\s+(?P<name>[^\W\d_]+(?:-[^\W\d_]+)?)(?=\s*(?:$|[,.!;?]|\s+(?:and|but|&)\s))"
+)
+_NOT_NAMES = frozenset(
+    # nationalities, peoples and regions
+    "american british english scottish welsh irish french german italian spanish portuguese dutch belgian swiss "
+    "austrian swedish norwegian danish finnish icelandic polish czech slovak hungarian romanian bulgarian greek "
+    "turkish russian ukrainian belarusian serbian croatian bosnian slovenian albanian lithuanian latvian estonian "
+    "canadian mexican brazilian argentinian argentine chilean peruvian colombian venezuelan cuban jamaican haitian "
+    "dominican australian kiwi chinese japanese korean vietnamese thai filipino filipina indonesian malaysian "
+    "singaporean indian pakistani bangladeshi nepali nepalese afghan iranian persian iraqi syrian lebanese "
+    "jordanian israeli palestinian egyptian moroccan algerian tunisian libyan saudi emirati qatari kuwaiti yemeni "
+    "nigerian ghanaian kenyan ethiopian eritrean somali sudanese ugandan tanzanian rwandan congolese cameroonian "
+    "senegalese zimbabwean zambian european asian african latino latina latinx hispanic arab arabic scandinavian "
+    "celtic taiwanese mongolian tibetan kazakh uzbek armenian azerbaijani cypriot maltese catalan basque flemish "
+    "quebecois texan californian londoner parisian berliner aboriginal indigenous native caucasian "
+    # faiths and politics
+    "jewish christian catholic protestant muslim moslem hindu buddhist sikh jain mormon atheist agnostic orthodox "
+    "evangelical baptist methodist lutheran anglican pagan quaker amish shia sunni religious spiritual democrat "
+    "republican liberal conservative libertarian socialist communist independent tory labour green "
+    # how someone is, as people type it with a capital
+    "ok okay fine good great well alright sorry single married divorced widowed engaged pregnant gay straight bi "
+    "bisexual lesbian queer trans transgender nonbinary non-binary deaf blind disabled diabetic autistic dyslexic "
+    "epileptic asthmatic coeliac celiac left-handed right-handed vegan vegetarian pescatarian allergic retired "
+    "unemployed self-employed new here back home busy free available online offline awake asleep ill sick male "
+    "female old young tall short late early done ready sure right wrong lucky honest serious broke rich poor shy "
+    "introverted extroverted neurodivergent millennial boomer adopted human "
+    # words that follow "I'm" without naming anyone ("count me in": "I'm In")
+    "in out up down on off over there all it that this me too also so not just still now yes no same "
+    # star signs that are no first names
+    "aries taurus gemini cancer virgo libra scorpio sagittarius capricorn aquarius pisces".split()
+)
+
+
+def self_named(text: str) -> bool:
+    """Whether ``text`` gives the user's name as "I'm Annie" does: one capitalised word after "I'm"
+    that is no nationality, faith or state ("I'm Italian", "I'm Jewish", "I'm OK" are not names)."""
+    for m in _SELF_NAMED.finditer(text):
+        name = m.group("name")
+        parts = name.split("-")
+        if not all(p[0].isupper() and any(c.islower() for c in p[1:]) for p in parts):
+            continue  # "I'm fine", "I'm OK", "I'm Lyon-based"
+        if name.casefold() in _NOT_NAMES or passing_state(f"I'm {name}"):
+            continue
+        return True
+    return False

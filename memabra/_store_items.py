@@ -3,10 +3,13 @@ item shapes it reads, user ids as namespace labels, and a change's history entry
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from memabra._errors import InvalidRecordError
@@ -19,7 +22,10 @@ __all__ = [
     "change_from",
     "change_order",
     "change_texts",
+    "aware",
     "change_value",
+    "fact_key",
+    "fresh_key",
     "history_entry",
     "memory_record",
     "stored_tokens",
@@ -31,7 +37,10 @@ __all__ = [
     "pending_change",
     "readable_text",
     "seq_of",
+    "settled_key",
     "user_label",
+    "version",
+    "written",
 ]
 
 # The item's latest change, written in the same put as the item: the history entry is a second
@@ -117,6 +126,46 @@ def unfinished(items: Iterable[tuple[str, object]]) -> bool:
         if (p := pending_change(v)) is not None
         for r in retirements(p)
     )
+
+
+def fact_key(user_id: str, fact: str, n: int = 0) -> str:
+    """The key of a new memory stating ``fact``: from the user and the fact's words (case, spacing
+    and punctuation aside), so that processes storing one fact at once write one item; ``n`` counts
+    the memories of that fact already stored (retired since)."""
+    words = " ".join(re.findall(r"\w+", unicodedata.normalize("NFKC", fact).casefold()))
+    return hashlib.sha256(f"{user_id}\x00{words}\x00{n}".encode()).hexdigest()[:16]
+
+
+def fresh_key(user_id: str, fact: str, taken: Callable[[str], bool]) -> str:
+    """The first of ``fact``'s keys whose memory id (``mem:`` and the key) is not ``taken``."""
+    n = 0
+    while taken(f"mem:{fact_key(user_id, fact, n)}"):
+        n += 1
+    return fact_key(user_id, fact, n)
+
+
+def version(value: object, updated_at: datetime | None) -> str:
+    """Which write of an item was read: its latest change's key (any write by memabra), else when
+    the store last wrote it."""
+    found = pending_change(value)
+    return str(found["key"]) if found is not None else f"@{updated_at}"
+
+
+def written(value: object, key: str) -> tuple[int, str]:
+    """The order in which memories written by different processes are settled: their latest
+    change's ``seq`` (the writer's clock, in nanoseconds), then the key."""
+    return seq_of((pending_change(value) or {}).get("seq")), key
+
+
+def settled_key(memory_id: str, by_version: str) -> str:
+    """The history key of ``memory_id``'s retirement by the write ``by_version`` of another
+    memory: every process settling the pair writes this one entry."""
+    return f"{memory_id}-{hashlib.sha256(by_version.encode()).hexdigest()[:12]}"
+
+
+def aware(at: datetime) -> datetime:
+    # SqliteStore reads its timestamps (UTC) back without a zone
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def change_texts(values: Iterable[object]) -> set[str]:

@@ -18,7 +18,9 @@ in-process hybrid index of :mod:`memabra._recall`. History lives beside the memo
 
 A store has no transactions: each item is written with its latest change (``memabra_change``) in
 one put, and a new fact names the memories it retires, so a process dying between two puts is
-finished by the next reader or writer (``_finish``). One user's writers in a process take turns.
+finished by the next reader or writer (``_finish``). One user's writers in a process take turns;
+writers in several processes store a fact stated at once in all of them as one item (its key comes
+from the fact) and leave one current value of a subject (:mod:`memabra._store_settle`).
 User ids with '.' or NUL (which LangGraph refuses in a label) are stored percent-escaped
 (:func:`memabra._store_items.user_label`). docs/memory.md ("LangGraph stores") has the details.
 """
@@ -42,9 +44,11 @@ from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
 from memabra._store_items import (
     PENDING,
+    aware,
     change_from,
     change_order,
     change_texts,
+    fresh_key,
     history_entry,
     memory_record,
     memory_text,
@@ -56,7 +60,9 @@ from memabra._store_items import (
     stored_tokens,
     unfinished,
     user_label,
+    version,
 )
+from memabra._store_settle import settle
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, forget_in_log, last_chosen
@@ -102,6 +108,7 @@ class StoreMemory(MemoryBackend):
         self.namespace = template
         self.log = log
         self._index = RecallIndex(encoder)
+        self._seen = threading.local()
 
     # ------------------------------------------------------------------ namespaces
 
@@ -161,8 +168,8 @@ class StoreMemory(MemoryBackend):
             name=str(value.get("name") or text[:60]),
             source=str(value.get("source", "store")),
             metadata=metadata,
-            created_at=it.created_at,
-            updated_at=it.updated_at,
+            created_at=aware(it.created_at),
+            updated_at=aware(it.updated_at),
         )
 
     def _with_counts(self, user_id: str, items: list[RegistryItem]) -> list[RegistryItem]:
@@ -237,6 +244,46 @@ class StoreMemory(MemoryBackend):
         return found[:limit]
 
     # ------------------------------------------------------------------ writing
+
+    def remember(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        source: str = "user",
+        at: datetime | None = None,
+        episode_id: str | None = None,
+    ) -> RegistryItem:
+        # The lock holds in this process only: what another process wrote meanwhile is settled
+        # after the write (memabra._store_settle).
+        with self._writing(user_id):
+            self._seen.versions = None
+            try:
+                item = super().remember(user_id, text, source=source, at=at, episode_id=episode_id)
+                seen = self._seen.versions
+            finally:
+                # read for this write only: a later one (an import) must not take keys from it
+                self._seen.versions = self._seen.keys = None
+            if seen is not None:
+                settle(self, user_id, item.id, seen, episode_id)
+            return item
+
+    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+        raw = self._raw(user_id)
+        active = [(i, v) for i, v in raw if not i.metadata.get("status")]
+        # what the write path decided on, for ``settle`` to tell what other processes wrote since
+        self._seen.versions = {i.id: version(v, i.updated_at) for i, v in active}
+        self._seen.keys = (user_id, {i.id for i, _ in raw})
+        return [(i.id, i.text) for i, _ in active]
+
+    def _fresh_id(self, user_id: str, fact: str) -> str:
+        # One fact stored by two processes at once lands on one item; stated again after its memory
+        # was retired, it takes the next key and leaves the retired memory as it was.
+        seen = getattr(self._seen, "keys", None)
+        if seen is not None and seen[0] == user_id:
+            return fresh_key(user_id, fact, seen[1].__contains__)
+        ns = self.namespace_for(user_id)
+        return fresh_key(user_id, fact, lambda key: self.store.get(ns, key) is not None)
 
     def _value(self, item: RegistryItem, *, status: str = "active", superseded_by: str | None = None) -> dict[str, Any]:
         value: dict[str, Any] = {

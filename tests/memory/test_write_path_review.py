@@ -206,3 +206,37 @@ def test_news_in_one_message_replaces_the_job_and_the_city(memory: MemoryBackend
     memory.remember("ann", "I live in Lyon")
     current = _say(memory, "Great news!! I'm a nurse now and we moved to Oslo 🎉")
     assert current == ["I'm a nurse now", "We moved to Oslo"]
+
+
+@pytest.mark.parametrize(
+    ("fact", "subject"),
+    [
+        ("I'm Annie", "name"),
+        ("I am Annie", "name"),
+        ("Hi, I'm Annie", "name"),
+        ("i'm Zoë", "name"),
+        ("I'm Mary-Jane", "name"),
+        # a capital after "I'm" is no name when the word is a nationality, a faith or a state
+        ("I'm Italian", None),
+        ("I'm French", None),
+        ("I'm Jewish", None),
+        ("I'm OK", None),
+        ("I'm Fine", None),
+        ("I'm In", None),
+        ("I'm Lyon-based", None),
+        ("I'm annie", None),
+        ("I'm not Annie", None),
+        # a subject of its own comes first
+        ("I'm Vegan", "diet"),
+        ("I'm Retired", "work"),
+    ],
+)
+def test_i_m_and_a_capitalised_word_is_a_name(fact: str, subject: str | None) -> None:
+    assert fact_subject(fact) == subject
+
+
+def test_i_m_annie_replaces_a_stated_name_and_a_nationality_does_not(memory: MemoryBackend) -> None:
+    assert _say(memory, "my name is Ann", "Hi, I'm Annie") == ["I'm Annie"]
+    assert _say(memory, "I'm Italian") == ["I'm Annie", "I'm Italian"]
+    assert _say(memory, "I'm Fine. I'm Jewish") == ["I'm Annie", "I'm Italian", "I'm Jewish"]
+    assert _say(memory, "call me Jo") == ["I'm Italian", "I'm Jewish", "call me Jo"]
