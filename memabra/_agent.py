@@ -201,7 +201,7 @@ class _Graph:
 
     def finish(self, state: MemabraState) -> dict[str, Any]:
         # paused before this node: goes on here; none where its turn was abandoned meanwhile
-        turn = finishing_turn(self.session, state["memabra_turn"])
+        turn = finishing_turn(self.session, state["memabra_turn"], state["messages"])
         last = state["messages"][-1]
         answers = self._unanswered(turn.id if turn is not None else None, last)
         answer = message_text(last) if isinstance(last, AIMessage) and not answers else ""

@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnableConfig
 
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import content_text, message_text, run_thread_id, run_user_id
+from memabra._paused_turns import FAILED_TURN_SOURCE
 from memabra._records import Feedback, FeedbackKind, Step
 from memabra._session import RoutingSession, Turn
 from memabra._turns import jsonable
@@ -34,9 +35,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memabra")
-
-# The feedback source of the ``accepted: false`` a turn ended by an exception is logged with.
-FAILED_TURN_SOURCE = "memabra.failed_turn"
 
 
 def current_turn(
@@ -84,14 +82,17 @@ def current_turn(
         thread_id=run_thread_id(config),
         turn=len(humans) - 1,
         bind=pending,
+        messages=messages,
     )
 
 
-def finishing_turn(session: RoutingSession, turn_id: str) -> Turn | None:
+def finishing_turn(session: RoutingSession, turn_id: str, messages: Sequence[AnyMessage] = ()) -> Turn | None:
     """The turn a run is about to log, going on here: in flight (past its pause, where the run
-    paused here), else the one the log keeps paused (the run paused in another process, or
-    before a restart). Never routed afresh: a decision made now would be credited with an answer
-    it did not shape.
+    paused here), else the one the log keeps (the run paused in another process, or before a
+    restart, or its process died: with the steps ``messages`` show it lacks), else the one its
+    logging node already logged (a second logging node beside a pending one, a retry of a run
+    killed after it logged: :meth:`RoutingSession.finish` logs nothing and names that episode).
+    Never routed afresh: a decision made now would be credited with an answer it did not shape.
 
     ``None`` (with a warning) where there is none to log: its episode was logged while the run was
     paused (an operator abandoned the turn), or nobody kept it (a run driven without
@@ -102,12 +103,9 @@ def finishing_turn(session: RoutingSession, turn_id: str) -> Turn | None:
     except InvalidRecordError:
         turn = None
     if turn is not None and turn.paused_at is not None:
-        turn = session.unpause(turn)
-        if turn is None:
-            logger.warning("turn %s was logged while its run was paused (abandoned?): not logged again", turn_id)
-            return None
+        turn = session.unpause(turn)  # None: logged meanwhile, by an operator or another logging node
     if turn is None:
-        turn = session.kept_turn(turn_id)
+        turn = session.kept_turn(turn_id, messages)
     if turn is None:
         logger.warning(
             "turn %s is not in flight here and the log keeps no pause of it (abandoned, or paused where"

@@ -265,7 +265,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
             # a raising tool or model already logged it, and something caught the error
             return {"memabra_episode_id": ended}
         # paused before this hook: goes on here; none where its turn was abandoned meanwhile
-        turn = finishing_turn(self.session, turn_id)
+        turn = finishing_turn(self.session, turn_id, state["messages"])
         if turn is None:  # the run has no episode of its own (and must not name the previous turn's)
             return {"memabra_episode_id": None}
         return {"memabra_episode_id": self.session.finish(turn.id, _answer(state["messages"]))}
@@ -318,7 +318,7 @@ class MemabraNodes:
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
         # paused before this node: goes on here; none where its turn was abandoned meanwhile
-        turn = finishing_turn(self.session, state["memabra_turn"])
+        turn = finishing_turn(self.session, state["memabra_turn"], state.get("messages", []))
         if turn is None:
             return {"memabra_episode_id": None}
         return {"memabra_episode_id": self.session.finish(turn.id, _answer(state.get("messages", [])))}

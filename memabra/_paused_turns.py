@@ -13,20 +13,46 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
-from memabra._records import Feedback, FeedbackKind, utcnow
+from memabra._records import Episode, Feedback, FeedbackKind, Selection, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
 from memabra.storage import EpisodeLog, SuspendedTurn, clean_text
 
-__all__ = ["ABANDONED_SOURCE", "PausedTurns", "abandon_paused_turn"]
+__all__ = ["ABANDONED_SOURCE", "FAILED_TURN_SOURCE", "PausedTurns", "abandon_paused_turn", "decision_id"]
 
 logger = logging.getLogger("memabra")
 
 ABANDONED_SOURCE = "memabra.abandoned_pause"
 """The feedback source of the ``accepted: false`` an abandoned turn is logged with."""
+
+FAILED_TURN_SOURCE = "memabra.failed_turn"
+"""The feedback source of the ``accepted: false`` a turn ended by an exception is logged with."""
+
+# A turn's decisions after the first: one routed afresh for each time the turn was closed
+# unfinished (failed, abandoned) and its run retried. Past this many, a fresh id (never reached).
+_MAX_DECISIONS = 100
+_DECISIONS = uuid.UUID("6d656d61-6272-6100-8000-000000000001")
+
+
+def decision_id(turn_id: str, n: int) -> str:
+    """The episode id of turn ``turn_id``'s ``n``-th routing decision: the turn id itself for the
+    first, derived from it for those routed afresh. Any process computes the same ids, so the log's
+    key on episode ids says whether a turn's decision was logged: the run that goes on after its
+    logging node (a ``Command(goto=...)`` beside a pending node, a retry of a run killed after it
+    logged) finds it there and logs nothing again, instead of routing a second decision."""
+    return turn_id if n == 0 else uuid.uuid5(_DECISIONS, f"{turn_id}/{n}").hex
+
+
+def _closed_unfinished(episode: Episode) -> bool:
+    """Logged by an exception or an operator, not by its run's logging node: a retry may route the
+    turn afresh (a new decision, a new episode)."""
+    return any(f.source in (FAILED_TURN_SOURCE, ABANDONED_SOURCE) for f in episode.feedback)
+
 
 # An actor or client name longer than this is a mistake (a pasted token), not a name to keep whole.
 _MAX_ACTOR = 200
@@ -66,9 +92,12 @@ class PausedTurns:
     whichever process goes on with the run. ``lock`` also guards routing a resumed turn afresh: two
     parallel tool calls of one resumed run must not route it twice."""
 
-    def __init__(self, log: EpisodeLog, turns: TurnTable) -> None:
+    def __init__(
+        self, log: EpisodeLog, turns: TurnTable, context: Callable[[Selection], tuple[str, tuple[str, ...]]]
+    ) -> None:
         self._log = log
         self._turns = turns
+        self._context = context  # a decision's system prompt and tool names
         self.lock = threading.Lock()
 
     def suspend(self, turn_id: str, *, steps_only: bool = False, waiting: bool = True) -> None:
@@ -87,6 +116,8 @@ class PausedTurns:
             try:
                 t = self._turns.get(turn_id)
             except InvalidRecordError:
+                return
+            if t.logged:  # nothing to keep: its episode is in the log
                 return
             if t.paused_at is None:
                 if steps_only:
@@ -109,7 +140,7 @@ class PausedTurns:
         retried late as lost while it runs. A turn with no decision has nothing to lose and is not
         written. Best effort, as a pause's copy is: the turn goes on without a copy when the log
         cannot take one."""
-        if t.selection is None:
+        if t.selection is None or t.logged:
             return
         self._write(
             t,
@@ -166,6 +197,34 @@ class PausedTurns:
         self._turns.add(t)
         how = "an interrupt paused it" if kept.paused else "the process that routed it stopped before logging it"
         logger.info("turn %s resumed from the log, where %s", turn_id, how)
+        return t
+
+    def logged_decision(self, turn_id: str) -> tuple[Turn | None, str]:
+        """The turn as a logging node logged it, now in flight here (``None``: not logged yet), and
+        the episode id its next decision would take. Read where the turn is neither in flight here
+        nor kept (rare: a retry, a run that goes on after its logging node). Call with
+        :attr:`lock` held."""
+        for n in range(_MAX_DECISIONS):
+            episode_id = decision_id(turn_id, n)
+            try:
+                episode = self._log.get_episode(episode_id)
+            except UnknownEpisodeError:
+                return None, episode_id
+            if not _closed_unfinished(episode):
+                return self._settled(turn_id, episode), episode_id
+        return None, uuid.uuid4().hex
+
+    def _settled(self, turn_id: str, episode: Episode) -> Turn:
+        """The turn ``episode`` logged, in flight again where its run goes on: with that decision's
+        context, and nothing it records is logged (:meth:`RoutingSession.finish` names the episode)."""
+        selection = episode.selections[0] if episode.selections else None
+        prompt, tools = self._context(selection) if selection is not None else ("", ())
+        t = Turn(
+            turn_id, episode.user_id, episode.thread_id, episode.turn or 0, episode.query, selection, prompt, tools
+        )
+        t.episode_id, t.logged = episode.id, True
+        self._turns.add(t)
+        logger.info("turn %s goes on after its episode %s was logged: it is not logged again", turn_id, episode.id)
         return t
 
     def logged(self, episode_id: str) -> bool:

@@ -26,6 +26,7 @@ from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidFeedbackError, InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
+from memabra._message_steps import take_back_steps
 from memabra._paused_turns import PausedTurns
 from memabra._records import (
     Budget,
@@ -125,7 +126,7 @@ class RoutingSession:
             reward_config=self.rewards.config,
         )
         self._turns = TurnTable()
-        self._paused = PausedTurns(log, self._turns)
+        self._paused = PausedTurns(log, self._turns, lambda sel: assemble(sel, self.skills, self._tool_ids))
         self._previous = PreviousTurns(log)
 
     @classmethod
@@ -160,7 +161,8 @@ class RoutingSession:
         on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
-        t = self._routed(new_id(), user_id, query, thread_id, turn, memory_items)
+        turn_id = new_id()  # its first decision's episode id too (decision_id): a retry finds it logged
+        t = self._routed(turn_id, user_id, query, thread_id, turn, memory_items, turn_id)
         self._turns.add(t)
         self._paused.keep_running(t)
         return t
@@ -174,6 +176,7 @@ class RoutingSession:
         thread_id: str | None = None,
         turn: int | None = None,
         bind: Sequence[str] = (),
+        messages: Sequence[Any] = (),
     ) -> Turn:
         """The turn in flight under ``turn_id``; else the one the log keeps under it (paused by an
         interrupt, or routed by a process that died before logging it), now in flight here; else,
@@ -182,7 +185,9 @@ class RoutingSession:
         turn routed afresh under the same id, so the graph's state still names it. Its episode is a new one; the user's
         message is not read as feedback on their previous turn again (it was when first routed).
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
-        model made, still to run)."""
+        model made, still to run); ``messages``, the run's, give back the steps a dead process made
+        since the log's copy was written. A turn whose logging node already logged it is never
+        routed again: it goes on with its decision, and logging it again logs nothing."""
         with self._paused.lock:
             try:
                 return self._turns.get(turn_id)
@@ -190,25 +195,36 @@ class RoutingSession:
                 pass
             kept = self._paused.from_log(turn_id)
             if kept is not None:
+                take_back_steps(kept, messages)
                 self._paused.keep_running(kept)  # going on here: running since now, not paused or lost
                 return kept
+            logged, episode_id = self._paused.logged_decision(turn_id)
+            if logged is not None:
+                return logged
             _require_user(user_id)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
-            t = self._routed(turn_id, user_id, query, thread_id, turn, self.memory.recall(user_id, query))
+            recalled = self.memory.recall(user_id, query)
+            t = self._routed(turn_id, user_id, query, thread_id, turn, recalled, episode_id)
             t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
             self._turns.add(t)
             self._paused.keep_running(t)
             return t
 
-    def kept_turn(self, turn_id: str) -> Turn | None:
-        """The turn in flight under ``turn_id``, else the one the log keeps paused (now in flight
-        here), else ``None``. Unlike :meth:`resume` it never routes: for logging a turn, where a
-        decision made now would be credited with an answer it did not shape."""
+    def kept_turn(self, turn_id: str, messages: Sequence[Any] = ()) -> Turn | None:
+        """The turn in flight under ``turn_id``, else the one the log keeps (now in flight here,
+        with the steps ``messages`` show it lacks), else the one already logged (logging it logs
+        nothing), else ``None``. Unlike :meth:`resume` it never routes: for logging a turn, where
+        a decision made now would be credited with an answer it did not shape."""
         with self._paused.lock:
             try:
                 return self._turns.get(turn_id)
             except InvalidRecordError:
-                return self._paused.from_log(turn_id)
+                pass
+            kept = self._paused.from_log(turn_id)
+            if kept is not None:
+                take_back_steps(kept, messages)
+                return kept
+            return self._paused.logged_decision(turn_id)[0]
 
     def running_turns(self, thread_id: str) -> frozenset[str]:
         """Ids of the thread's turns in flight in this process and not paused."""
@@ -231,6 +247,7 @@ class RoutingSession:
         thread_id: str | None,
         turn: int | None,
         memory_items: Sequence[RegistryItem],
+        episode_id: str,
     ) -> Turn:
         shared = own_items(self._shared, self.log.items(user_id)) if self._shared else []
         candidates = gather_candidates(memory_items, shared, self.kinds)
@@ -244,7 +261,9 @@ class RoutingSession:
             warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
             system_prompt, tool_names = assemble(selection, self.skills, self._tool_ids)
-        return Turn(turn_id, user_id, thread_id, turn_no, query, selection, system_prompt, tool_names)
+        return Turn(
+            turn_id, user_id, thread_id, turn_no, query, selection, system_prompt, tool_names, episode_id=episode_id
+        )
 
     def get_turn(self, turn_id: str) -> Turn:
         return self._turns.get(turn_id)
@@ -285,6 +304,9 @@ class RoutingSession:
         """Log the turn as an episode and learn from whatever rewards became final; returns the
         episode id."""
         t = self._turns.pop(turn_id)
+        if t.logged:  # one decision, one episode: a second logging node's run names the first's
+            logger.warning("turn %s was already logged as episode %s: not logged again", t.id, t.episode_id)
+            return t.episode_id
         used: frozenset[str] | None = None
         if t.selection is not None:
             usage = detect_usage(t.selection, t.steps, t.query, answer, self.skills)
@@ -297,10 +319,10 @@ class RoutingSession:
         try:
             self.rewards.record(episode)
         except InvalidRecordError:
-            if not (t.kept_in_log and self._paused.logged(t.episode_id)):
+            if not self._paused.logged(t.episode_id):
                 raise
-            # one decision, one episode: the log's copy was logged by an operator who took this
-            # turn for lost, or by a retry of its run in another process
+            # one decision, one episode: logged by an operator who took this turn for lost, by a
+            # retry of its run in another process, or by a logging node run beside this one
             logger.warning("turn %s was logged while it ran here (episode %s): not logged again", t.id, t.episode_id)
         injected = frozenset(t.selection.chosen_ids) if t.selection is not None else frozenset()
         self._previous.remember(t.user_id, t.thread_id, PreviousTurn(t.episode_id, t.query, injected))

@@ -46,6 +46,10 @@ class Turn:
     pauses: int = 0
     # a copy is in the log (written when it was routed, or at a pause): logging it deletes the copy
     kept_in_log: bool = False
+    # its episode is already in the log (its run went on after its logging node ran: a
+    # ``Command(goto=...)`` beside a pending node, a retry): one decision, one episode, so it is
+    # never kept or logged again, and what it records now is dropped
+    logged: bool = False
 
     def numbered_steps(self) -> tuple[Step, ...]:
         return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))

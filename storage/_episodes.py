@@ -143,6 +143,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
     paused = [e.id for e in episodes if PAUSES_KEY in e.metadata]
 
     def write(conn: Connection) -> None:
+        if paused:  # before any write: a copy's upsert racing this transaction sees its commit
+            _suspended_turns.lock_episodes(conn, paused)
         insert_batches(
             conn,
             [

@@ -12,12 +12,13 @@ A running row that stays long after it was written lost its process (:data:`RUNN
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, literal, select
+from sqlalchemy import Connection, delete, exists, literal, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -35,6 +36,7 @@ __all__ = [
     "erase_user",
     "listing",
     "load",
+    "lock_episodes",
     "save",
 ]
 
@@ -42,6 +44,9 @@ __all__ = [
 PAUSES_KEY = "pauses"
 """Episode metadata: how many times the turn paused, present on an episode whose turn was kept in
 the log. Only such an episode's logging looks for a kept row to delete."""
+
+# The advisory-lock class of the per-episode lock below (ASCII "memt"), so its keys meet no other user's.
+_TURN_LOCK_CLASS = 0x6D656D74
 
 RUNNING_TURN_LIMIT = timedelta(hours=1)
 """A turn kept running for longer lost its process: an agent server's request times out in
@@ -73,10 +78,26 @@ class SuspendedTurn:
         return "lost" if self.stale(now) else "running"
 
 
+def lock_episodes(conn: Connection, episode_ids: Sequence[str]) -> None:
+    """On PostgreSQL, serialise, per episode, a copy's write with the transaction that logs the
+    episode, until ``conn``'s transaction ends. Under READ COMMITTED the copy's ``WHERE NOT
+    EXISTS`` reads a snapshot taken as its statement starts: a logging transaction committing
+    after that saw no copy to delete (or deleted one the upsert then wrote again), and the copy
+    of a logged turn stayed for ever, read as lost an hour later. Taken before either writes, the
+    lock makes the later statement see the other's commit. Sorted, so two batches cannot deadlock
+    on them. SQLite already runs one writer at a time."""
+    if conn.dialect.name != "postgresql":
+        return
+    keys = sorted({zlib.crc32(clean_text(e).encode()) - 2**31 for e in episode_ids})  # the int4 the lock takes
+    for key in keys:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _TURN_LOCK_CLASS, "k": key})
+
+
 def save(tx: Transactions, turn: SuspendedTurn) -> None:
     """Insert the turn, or replace its earlier copy (written when it was routed, or at an earlier
-    interrupt: one per approval); nothing where its episode is already logged. One statement:
-    every routed turn pays for it."""
+    interrupt: one per approval); nothing where its episode is already logged. One statement on
+    SQLite, two on PostgreSQL (the episode's lock, :func:`lock_episodes`, first): every routed
+    turn pays for it."""
     if turn.suspended_at.tzinfo is None:
         raise InvalidRecordError("SuspendedTurn.suspended_at must be timezone-aware")
     values = {
@@ -96,6 +117,7 @@ def save(tx: Transactions, turn: SuspendedTurn) -> None:
     )
 
     def write(conn: Connection) -> None:
+        lock_episodes(conn, [turn.episode_id])
         upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
         stmt = upsert(table).from_select(list(values), row)
         replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}

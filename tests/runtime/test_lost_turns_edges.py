@@ -189,8 +189,9 @@ def test_a_run_killed_in_a_tool_call_is_retried_with_the_routed_tools_and_one_ep
     assert out["memabra_episode_id"] == episode.id and episode.answer == "Sent it."
     assert bound == [["send_email"]]  # the routed tools, as the dead process bound them
     # the tool ran once (in the retry) and the answer's model call is counted once; the first
-    # model call's step died with its process (its reply is in the checkpoint, not in the copy)
-    assert _steps(episode) == [("tool", "send_email"), ("model", "ScriptedChatModel")]
+    # model call's step, made by the dead process, is read back from its reply in the checkpoint
+    # (which names no model, so the step is called "model")
+    assert _steps(episode) == [("model", "model"), ("tool", "send_email"), ("model", "ScriptedChatModel")]
 
 
 # ------------------------------------------- killed after logging, before the checkpoint
@@ -214,7 +215,7 @@ def test_a_run_killed_after_its_episode_was_logged_is_not_logged_twice_by_its_re
     (summary,) = log.list_episodes().items
     out = build(log, lexical, [AIMessage("Sent it again.")], saver).invoke(None, CONFIG, durability="sync")
     assert [e.id for e in log.list_episodes().items] == [summary.id] and not log.suspended_turns()
-    assert out["memabra_episode_id"] is None  # the retry has no episode of its own to name
+    assert out["memabra_episode_id"] == summary.id  # the retry names the episode its turn was logged as
 
 
 # ------------------------------------------------------------ two retries of one thread at once
@@ -348,10 +349,10 @@ def test_two_hosts_abandoning_the_same_lost_turns_log_each_once_and_both_succeed
     engine.dispose()
     real = _paused.abandon_paused_turn
 
-    def other_host_first(rewards: Any, kept: Any) -> str:
+    def other_host_first(rewards: Any, kept: Any, **who: Any) -> str:
         if kept.turn_id == first.turn_id:  # the other cron host logged this one a moment earlier
-            real(RewardService(log), kept)
-        return real(rewards, kept)
+            real(RewardService(log), kept, actor="cli:other-host")
+        return real(rewards, kept, **who)
 
     monkeypatch.setattr(_paused, "abandon_paused_turn", other_host_first)
     out = tmp_path / "lost.json"
