@@ -29,6 +29,7 @@ from memabra.evals.bench import (
     run_bench,
 )
 from memabra.evals.offline import ROUTERS, LogEvaluation, Target, evaluate_policies
+from memabra.evals.ope import PolicyValueInterval
 from memabra.router import Router, Similarity
 from memabra.storage import EpisodeLog
 
@@ -88,7 +89,7 @@ def check_file(
                 "covered": rec.ci_low <= truth <= rec.ci_high,
                 "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
                 "verdicts": _verdicts(ev),
-                "cdr_minus_pi": _pi_gap(ev),
+                **_bias_gaps(ev),
                 "floor_share": ev.floor_share,
                 "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                 "reward_model": None if ev.reward_model is None else ev.reward_model.as_dict(),
@@ -114,11 +115,19 @@ def _verdicts(ev: LogEvaluation) -> dict[str, dict[str, Any]]:
     return {k: {"supported": v.supported, "reason": v.reason} for k, v in ev.verdicts.items()}
 
 
-def _pi_gap(ev: LogEvaluation) -> list[float] | None:
-    """Cascade DR minus PI on the same decisions, [difference, ci_low, ci_high]: PI's bias where
-    cascade DR's weight reaches the target (docs/ope.md)."""
-    gap = ev.pi_gap
-    return None if gap is None else [gap.value, gap.ci_low, gap.ci_high]
+def _bias_gaps(ev: LogEvaluation) -> dict[str, list[float] | None]:
+    """Cascade DR minus each estimator that leans on per-draw ratios (``cdr_minus_pi``,
+    ``cdr_minus_pi_dr``, ``cdr_minus_iips``, ``cdr_minus_idr``) and the slot sum minus DM
+    (``slot_sum_minus_dm``), each [difference, ci_low, ci_high] on the same decisions: the biases
+    the verdicts refuse them for (docs/ope.md)."""
+
+    def triple(gap: PolicyValueInterval | None) -> list[float] | None:
+        return None if gap is None else [gap.value, gap.ci_low, gap.ci_high]
+
+    return {
+        **{f"cdr_minus_{name.replace('-', '_')}": triple(gap) for name, gap in ev.gaps.items()},
+        "slot_sum_minus_dm": triple(ev.slot_gap),
+    }
 
 
 def print_paired(rows: list[dict[str, Any]]) -> None:
@@ -206,7 +215,7 @@ def simulator_coverage(seeds: int, n_rounds: int, epsilon: float) -> dict[str, A
                     "recommended": rec.as_dict(),
                     "estimates": {k: [e.value, e.ci_low, e.ci_high] for k, e in ev.estimates.items()},
                     "verdicts": _verdicts(ev),
-                    "cdr_minus_pi": _pi_gap(ev),
+                    **_bias_gaps(ev),
                     "diagnostics": {k: d.as_dict() for k, d in ev.diagnostics.items()},
                     "floor_share": ev.floor_share,
                 }

@@ -40,6 +40,7 @@ from memabra.evals.offline._evaluation_records import (
 from memabra.evals.offline._inputs import check_decision_ids, check_seed, check_targets, check_window
 from memabra.evals.offline._paired import PairedMoments, widen
 from memabra.evals.offline._recommend import (
+    GAP_ESTIMATORS,
     RECOMMENDED_ESTIMATOR,
     RECOMMENDED_ORDER,
     WEIGHT_LABELS,
@@ -79,6 +80,12 @@ __all__ = [
 
 DEFAULT_ESTIMATORS: tuple[str, ...] = SLOT_ESTIMATOR_NAMES
 _REPLAYS = (SET_EQUIVALENT, OWN_ORDER)
+# the estimators whose per-decision terms are paired: the recommendable ones (versus), those cascade
+# DR minus them on the same decisions judges, and the direct method; then IIPS's slot sum
+# q_0 + sum_s Q_s, which minus the direct method shows the model's part of IIPS's and IDR's bias (._bias)
+_PAIRED = (*RECOMMENDED_ORDER, *(name for name in (*GAP_ESTIMATORS, "dm") if name not in RECOMMENDED_ORDER))
+_SLOT_SUM = "independent_baseline"
+_COLUMNS = (*_PAIRED, _SLOT_SUM)
 # decisions reduced per target before their terms are folded into the running moments: the reward
 # model predicts a chunk's rows in one call, and the chunk's selections are held meanwhile (256 of
 # 128 candidates: 60 MB less than 512, at the same speed)
@@ -223,13 +230,13 @@ def evaluate_policies(
     streams = [[[StreamingEstimate(e) for e in chosen] for _ in _REPLAYS] for _ in targets]
     summaries = [[{name: WeightSummary() for name in WEIGHT_LABELS} for _ in _REPLAYS] for _ in targets]
     floors = [[0.0 for _ in _REPLAYS] for _ in targets]
-    # one column per target, replay and recommendable estimator, then the logged reward: any two
-    # recommendations (or one and the logging policy) get a paired difference (._paired)
-    recommendable = make_slot_estimators(RECOMMENDED_ORDER)
-    paired = PairedMoments(len(targets) * len(_REPLAYS) * len(RECOMMENDED_ORDER) + 1)
+    # one column per target, replay and paired term, then the logged reward: any two recommendations
+    # (or one and the logging policy) get a paired difference (._paired), and the bias tests theirs
+    paired_estimators = make_slot_estimators(_PAIRED)
+    paired = PairedMoments(len(targets) * len(_REPLAYS) * len(_COLUMNS) + 1)
 
-    def column(t: int, r: int, estimator: str) -> int:
-        return (t * len(_REPLAYS) + r) * len(RECOMMENDED_ORDER) + RECOMMENDED_ORDER.index(estimator)
+    def column(t: int, r: int, term: str) -> int:
+        return (t * len(_REPLAYS) + r) * len(_COLUMNS) + _COLUMNS.index(term)
 
     def fold_in(chunk: list[tuple[Selection, float]], start: int) -> None:
         rows = RowBatch(model)
@@ -258,8 +265,9 @@ def evaluate_policies(
                 for name, summary in summaries[t][r].items():
                     summary.update(getattr(batch, name))
                 floors[t][r] += sum(p.floor_share for p in replayed)
-                for estimator in recommendable:
+                for estimator in paired_estimators:
                     columns[:, column(t, r, estimator.estimator_name)] = estimator.round_components(batch)[:, 0]
+                columns[:, column(t, r, _SLOT_SUM)] = batch.independent_baseline
         paired.update(columns)
 
     chunk: list[tuple[Selection, float]] = []
@@ -305,7 +313,8 @@ def evaluate_policies(
                 _REPLAYS[r],
                 additive,
                 [(_REPLAYS[o], summaries[t][o]["joint_weight"]) for o in range(len(_REPLAYS)) if o != r],
-                paired.difference(column(t, r, "cdr"), column(t, r, "pi"), alpha),
+                {name: paired.difference(column(t, r, "cdr"), column(t, r, name), alpha) for name in GAP_ESTIMATORS},
+                paired.difference(column(t, r, _SLOT_SUM), column(t, r, "dm"), alpha),
             )
         )
     # paired differences only between supported recommendations: an unsupported one's bounds already

@@ -41,6 +41,21 @@ WEIGHT_LABELS = {
 }
 
 
+# the estimators whose gap from cascade DR on the same decisions judges them and the JSON's
+# diagnostics keep (memabra.evals.offline._bias.BIAS_GAPS)
+GAP_NAMES = ("pi", "pi-dr", "iips", "idr")
+
+
+def _gap_json(gap: PolicyValueInterval | None) -> dict[str, float | None] | None:
+    if gap is None:
+        return None
+    return {
+        "difference": finite_or_none(gap.value),
+        "ci_low": finite_or_none(gap.ci_low),
+        "ci_high": finite_or_none(gap.ci_high),
+    }
+
+
 # estimators that weight no decision (the direct method): never supported; the floor and skill rules
 # name the first reason where they fail
 WEIGHTLESS = frozenset({"dm"})
@@ -115,9 +130,17 @@ class LogEvaluation:
     logging_stderr: float = math.nan
     # rewarded decisions left out because their reward is provisional (0 with include_provisional)
     n_provisional: int = 0
-    # cascade DR minus PI on the same decisions, paired: PI's bias where the log supports cascade DR
-    # (memabra.evals.offline._recommend.sequential_bias_verdict); None where not computed
-    pi_gap: PolicyValueInterval | None = None
+    # cascade DR minus each of PI, PI-DR, IIPS and IDR on the same decisions, paired, by estimator: its
+    # bias where the log supports cascade DR (memabra.evals.offline._bias.sequential_bias_verdict)
+    gaps: Mapping[str, PolicyValueInterval] = field(default_factory=dict)
+    # IIPS's and IDR's slot sum q_0 + sum_s Q_s minus the direct method on the same decisions, paired:
+    # the model's part of their bias (memabra.evals.offline._bias.slot_sum_verdict)
+    slot_gap: PolicyValueInterval | None = None
+
+    @property
+    def pi_gap(self) -> PolicyValueInterval | None:
+        """Cascade DR minus PI on the same decisions; ``None`` where not computed."""
+        return self.gaps.get("pi")
 
     def weight_diagnostics(self, estimator: str) -> WeightDiagnostics | None:
         """The diagnostics of the importance weight ``estimator`` leans on; ``None`` for the direct
@@ -153,13 +176,9 @@ class LogEvaluation:
                 "floor_share": self.floor_share,
                 "unreached_share": self.unreached_share,
                 "additivity": self.additivity.as_dict() if self.additivity else None,
-                "cdr_minus_pi": None
-                if self.pi_gap is None
-                else {
-                    "difference": finite_or_none(self.pi_gap.value),
-                    "ci_low": finite_or_none(self.pi_gap.ci_low),
-                    "ci_high": finite_or_none(self.pi_gap.ci_high),
-                },
+                # cdr_minus_pi, cdr_minus_pi_dr, cdr_minus_iips, cdr_minus_idr
+                **{f"cdr_minus_{name.replace('-', '_')}": _gap_json(self.gaps.get(name)) for name in GAP_NAMES},
+                "slot_sum_minus_dm": _gap_json(self.slot_gap),
                 **{
                     name: {k: finite_or_none(v) for k, v in d.as_dict().items()} for name, d in self.diagnostics.items()
                 },

@@ -7,7 +7,8 @@ runs out of effective samples as slates lengthen), then the pseudo-inverse estim
 weights, unbiased when the reward is additive over slots and the draws independent; without a
 reward model, whose extrapolation PI-DR's non-additive residual leaks; and only where the picks'
 outcomes do not show the reward is non-additive, :mod:`._additivity`, nor cascade DR minus PI on the
-same decisions shows PI biased by memabra's sequential draws, :func:`sequential_bias_verdict`). When neither passes, the
+same decisions shows PI biased by memabra's sequential draws, :mod:`._bias`, which judges PI-DR,
+IIPS and IDR too: they lean on the same per-draw ratios). When neither passes, the
 first is reported with ``supported`` false and its first failing rule as the reason, followed by
 the fallback's where that differs, and its interval widened to worst-case bounds
 (:func:`~memabra.evals.offline._support.unreached_bounds`). A supported recommendation's interval
@@ -19,12 +20,20 @@ against on-policy truth (``benchmarks/ope_check.py``, ``docs/ope.md``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memabra._errors import InvalidRecordError
 from memabra._records import OPEResult, RewardWeights, new_id
 from memabra.evals.offline._additivity import AdditivityReport
+from memabra.evals.offline._bias import (
+    BIAS_GAPS,
+    GAP_ESTIMATORS,
+    SEQUENTIAL_BIAS,
+    SLOT_SUM_CHECKED,
+    bias_verdicts,
+    sequential_bias_verdict,
+)
 from memabra.evals.offline._evaluation_records import (
     SET_EQUIVALENT,
     WEIGHT_LABELS,
@@ -49,9 +58,12 @@ from memabra.evals.ope import IntervalMethod, PolicyValueInterval, SlateTerms, S
 
 __all__ = [
     "ASSUMES_ADDITIVE",
+    "BIAS_GAPS",
+    "GAP_ESTIMATORS",
     "RECOMMENDED_ESTIMATOR",
     "RECOMMENDED_ORDER",
     "SEQUENTIAL_BIAS",
+    "SLOT_SUM_CHECKED",
     "WEIGHTLESS",
     "WEIGHT_LABELS",
     "pick_replay",
@@ -64,10 +76,6 @@ RECOMMENDED_ESTIMATOR = RECOMMENDED_ORDER[0]
 # estimators unbiased only for a reward additive over slots: not recommended where the log shows its
 # reward is not (memabra.evals.offline._additivity)
 ASSUMES_ADDITIVE = frozenset({"pi", "snpi", "pi-dr"})
-# estimators that weight the whole reward by the pseudo-inverse weight P: memabra's draws are
-# sequential, so their bias is E_b[(W - P) R] whatever the reward's shape, which cascade DR minus PI on
-# the same decisions estimates where the log supports cascade DR's weight (sequential_bias_verdict)
-SEQUENTIAL_BIAS = frozenset({"pi", "snpi"})
 # a sample variance, and so any interval, needs two decisions
 MIN_DECISIONS = 2
 # why the direct method is never read as an answer, even where its floor and skill rules pass
@@ -101,31 +109,6 @@ def pick_replay(summaries: list[dict[str, WeightSummary]], floors: list[float], 
     return 0
 
 
-def sequential_bias_verdict(gap: PolicyValueInterval, joint: SupportVerdict) -> SupportVerdict | None:
-    """Unsupported when the log shows PI biased, else ``None`` (the log does not say).
-
-    PI's ``P = 1 + sum_s (rho_s - 1)`` is the first-order expansion of the joint weight
-    ``W = prod_s (1 + (rho_s - 1))``, so ``E_b[P R] = V(pi_e) - E_b[(W - P) R]`` under support: the
-    higher-order terms have mean 0 when the draws are independent across slots and the reward adds
-    up over them, which memabra's draws never are (a pick is not offered again; the stop option ends
-    the kind). ``gap`` is cascade DR minus PI on the same decisions, paired; cascade DR is unbiased
-    under support whatever the reward, so ``gap`` estimates PI's bias wherever ``joint``, cascade
-    DR's own verdict, fails at most for want of effective samples (its weight reaches the target),
-    whichever of PI's assumptions fails. A gap whose interval excludes 0 is a bias the log shows; a
-    gap holding 0 proves nothing, and a joint weight the log does not cover gives no reference."""
-    if not (joint.supported or joint.rule == "effective sample size"):
-        return None
-    if not (math.isfinite(gap.ci_low) and math.isfinite(gap.ci_high)) or gap.ci_low <= 0.0 <= gap.ci_high:
-        return None
-    return SupportVerdict(
-        False,
-        f"cascade DR minus PI on the same decisions is {gap.value:+.3g} [{gap.ci_low:+.3g}, {gap.ci_high:+.3g}], "
-        "which excludes 0: PI is biased on this log (it assumes draws independent across slots and a reward "
-        "that adds up over them; memabra's draws are sequential)",
-        "sequential draws",
-    )
-
-
 def summarise(
     target: Target,
     streams: list[StreamingEstimate[SlateTerms]],
@@ -140,28 +123,26 @@ def summarise(
     replay: str = SET_EQUIVALENT,
     additivity: AdditivityReport | None = None,
     other_replays: Sequence[tuple[str, WeightSummary]] = (),
-    pi_gap: PolicyValueInterval | None = None,
+    gaps: Mapping[str, PolicyValueInterval] | None = None,
+    slot_gap: PolicyValueInterval | None = None,
 ) -> LogEvaluation:
     """One target's evaluation from its chosen replay's streams. ``other_replays``: the joint weights
     of the replays not chosen, by name; they weight the same draws, so one that shows them
     over-drawn (:func:`~._support.overdrawn_verdict`) leaves no weighted estimator supported, and
-    the bounds widen by as much as it shows them over-represented. ``pi_gap``: cascade DR minus PI
-    on the same decisions (:func:`sequential_bias_verdict`)."""
+    the bounds widen by as much as it shows them over-represented. ``gaps``: cascade DR minus each of
+    :data:`GAP_ESTIMATORS` on the same decisions, by name; ``slot_gap``: IIPS's slot sum
+    ``q_0 + sum_s Q_s`` minus the direct method on the same decisions (:mod:`._bias`)."""
     estimates = {stream.estimator.estimator_name: _estimate(stream, alpha) for stream in streams}
     joint = support_verdict(summaries["joint_weight"], floor_share, alpha, WEIGHT_LABELS["joint_weight"])
-    biased = None if pi_gap is None else sequential_bias_verdict(pi_gap, joint)
+    gaps = {name: gap for name, gap in (gaps or {}).items() if name in estimates}
     # every estimator's own verdict (its weight, its definedness, additivity where it assumes it, the
-    # bias the log shows where it assumes independent draws): the recommendation reads the first
+    # bias the log shows where it leans on per-draw ratios, ._bias): the recommendation reads the first
     # ones, and the other rows are not left to look supported
     verdicts = {
         name: _estimator_verdict(name, estimates[name], summaries, floor_share, alpha, additivity, count, report)
         for name in estimates
     }
-    if biased is not None:
-        verdicts = {
-            name: biased if name in SEQUENTIAL_BIAS and verdict.supported else verdict
-            for name, verdict in verdicts.items()
-        }
+    verdicts = bias_verdicts(verdicts, joint, gaps, slot_gap)
     overdrawn, overdrawn_weight = next(
         ((v, w) for name, w in other_replays if (v := overdrawn_verdict(w, alpha, "joint", name)) is not None),
         (None, None),
@@ -253,7 +234,8 @@ def summarise(
         additivity=additivity,
         unreached_share=unreached,
         verdicts=verdicts,
-        pi_gap=pi_gap,
+        gaps=gaps,
+        slot_gap=slot_gap,
     )
 
 

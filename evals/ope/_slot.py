@@ -40,6 +40,8 @@ stop option ends the kind). P = 1 + sum_s (rho_s - 1) is the first-order expansi
 W = prod_s (1 + (rho_s - 1)), so under support E_b[P R] = V(pi_e) - E_b[(W - P) R]: the left-out
 higher-order terms have mean 0 only for independent draws and an additive reward, and PI is biased
 otherwise, additive reward or not (cdr minus pi on the same decisions estimates it; docs/ope.md).
+pi-dr, iips and idr leave out the same higher-order terms and are judged the same way, iips and idr
+also by q_0 + sum_s Q_s minus dm, the model's part of their bias (memabra.evals.offline._bias).
 
 E[W] = E[P] = 1 when the target's support lies within the logger's, which the diagnostics test
 (iips and idr, which need each draw covered, are judged on P: E[P] = 1 is that per-draw support).
