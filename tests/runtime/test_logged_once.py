@@ -67,30 +67,6 @@ def test_a_logging_node_sent_to_a_paused_run_logs_the_turn_once(
 
 
 @pytest.mark.parametrize("build", [_builtin, _middleware], ids=["agent", "middleware"])
-def test_a_retry_after_the_episode_was_logged_elsewhere_names_it_and_logs_nothing(
-    log: Any, lexical: Any, build: Any, caplog: Any
-) -> None:
-    """The process died after its logging node committed the episode and before the checkpoint
-    recorded it: the retry runs the logging node again, which names the episode."""
-    saver = InMemorySaver()
-    dying = build(log, lexical, [AIMessage("Sent it.")], saver)
-    finish = dying.session.finish
-
-    def logged_then_killed(turn_id: str, answer: str) -> str:
-        finish(turn_id, answer)
-        raise Killed
-
-    dying.session.finish = logged_then_killed
-    with pytest.raises(Killed):
-        dying.invoke(ASK, CONFIG, durability="sync")
-    (summary,) = log.list_episodes().items
-    caplog.set_level(logging.WARNING, "memabra")
-    out = build(log, lexical, [AIMessage("Sent it again.")], saver).invoke(None, CONFIG, durability="sync")
-    assert [e.id for e in log.list_episodes().items] == [summary.id] and not log.suspended_turns()
-    assert out["memabra_episode_id"] == summary.id and "not logged again" in caplog.text
-
-
-@pytest.mark.parametrize("build", [_builtin, _middleware], ids=["agent", "middleware"])
 def test_a_retry_keeps_the_steps_its_dead_process_made_and_their_tool_errors(
     log: Any, lexical: Any, build: Any
 ) -> None:

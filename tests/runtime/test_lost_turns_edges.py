@@ -199,7 +199,7 @@ def test_a_run_killed_in_a_tool_call_is_retried_with_the_routed_tools_and_one_ep
 
 @pytest.mark.parametrize("build", [_builtin, _middleware], ids=["agent", "middleware"])
 def test_a_run_killed_after_its_episode_was_logged_is_not_logged_twice_by_its_retry(
-    log: Any, lexical: Any, build: Any
+    log: Any, lexical: Any, build: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     saver = InMemorySaver()
     dying = build(log, lexical, [AIMessage("Sent it.")], saver)
@@ -213,9 +213,11 @@ def test_a_run_killed_after_its_episode_was_logged_is_not_logged_twice_by_its_re
     with pytest.raises(Killed):
         dying.invoke(ASK, CONFIG, durability="sync")
     (summary,) = log.list_episodes().items
+    caplog.set_level(logging.WARNING, "memabra")
     out = build(log, lexical, [AIMessage("Sent it again.")], saver).invoke(None, CONFIG, durability="sync")
     assert [e.id for e in log.list_episodes().items] == [summary.id] and not log.suspended_turns()
     assert out["memabra_episode_id"] == summary.id  # the retry names the episode its turn was logged as
+    assert "not logged again" in caplog.text
 
 
 # ------------------------------------------------------------ two retries of one thread at once
