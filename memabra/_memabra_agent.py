@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -25,6 +25,8 @@ from memabra.storage import EpisodeLog
 __all__ = ["MemabraAgent"]
 
 logger = logging.getLogger("memabra")
+
+_NONE: Mapping[str, Any] = {}  # a call with no keyword arguments
 
 _UNREAD = (
     "could not read the run's state to see whether it paused: only this process can resume its turn with the"
@@ -42,8 +44,9 @@ class MemabraAgent:
     ``stream``, ``astream``, ``astream_events``, ``batch`` or ``abatch`` that ends with nodes
     still to run keeps its turn in the log for whichever worker goes on with it: paused between
     nodes, raised (a retry from the checkpoint goes on with the same turn), or a stream whose
-    reader stopped early (a UI that stops at the ``__interrupt__`` chunk). A run that logged its
-    turn reads no state.
+    reader stopped early: paused where the checkpoint holds an interrupt (a UI that stops at the
+    ``__interrupt__`` chunk), else kept running (a client that went away mid-run: lost in time
+    if nobody retries it). A run that logged its turn reads no state.
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
     ``MemabraAgent(create_agent(..., middleware=[middleware]), middleware.session)``.
@@ -66,8 +69,8 @@ class MemabraAgent:
 
     # Each run is checked when it ends, however it ends: returned, raised, or a stream its reader
     # stopped reading (a UI that stops at the ``__interrupt__`` chunk, a client that went away).
-    # A run that raised (or was cancelled: a client that went away) keeps its turn as running, not
-    # as paused: nobody waits to resume it, and one nobody retries must be counted lost.
+    # A run that raised (or an ``ainvoke`` cancelled: a client that went away) keeps its turn as
+    # running, not as paused: nobody waits to resume it, and one nobody retries must be counted lost.
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         try:
             out = self.graph.invoke(input, config, **kwargs)
@@ -86,47 +89,72 @@ class MemabraAgent:
         await self._akeep_paused(config)
         return out
 
+    # A stream read to its end ran until it stopped by itself (paused); one that raised is a run
+    # that raised. One its reader closed (``close()`` / ``aclose()``, a ``break``, garbage
+    # collection) or whose task was cancelled ended early: the thread's state says which
+    # (:func:`_waiting`), as it does for each run of a batch that raised.
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        waiting: bool | None = False
         try:
             yield from self.graph.stream(input, config, **kwargs)  # closing this closes the run's stream
+            waiting = True
+        except GeneratorExit:
+            waiting = None
+            raise
         finally:
-            self._keep_paused(config)
+            self._keep_paused(config, waiting=waiting, breakpoints=kwargs)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        waiting: bool | None = False
         try:
             async with aclosing(self.graph.astream(input, config, **kwargs)) as chunks:
                 async for chunk in chunks:
                     yield chunk
+            waiting = True
+        except (GeneratorExit, asyncio.CancelledError):
+            waiting = None
+            raise
         finally:
-            await self._akeep_paused(config)
+            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs)
 
     def batch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
+        waiting: bool | None = None  # raised: some of its runs may have paused
         try:
-            return self.graph.batch(inputs, config, **kwargs)
+            out = self.graph.batch(inputs, config, **kwargs)
+            waiting = True
+            return out
         finally:
             for each in _each_config(config, len(inputs)):
-                self._keep_paused(each)
+                self._keep_paused(each, waiting=waiting, breakpoints=kwargs)
 
     async def abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
+        waiting: bool | None = None
         try:
-            return await self.graph.abatch(inputs, config, **kwargs)
+            out = await self.graph.abatch(inputs, config, **kwargs)
+            waiting = True
+            return out
         finally:
             for each in _each_config(config, len(inputs)):
-                await self._akeep_paused(each)
+                await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs)
 
     async def astream_events(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
+        waiting: bool | None = False
         try:
             async with aclosing(self.graph.astream_events(input, config, **kwargs)) as events:
                 async for event in events:
                     yield event
+            waiting = True
+        except (GeneratorExit, asyncio.CancelledError):
+            waiting = None
+            raise
         finally:
-            await self._akeep_paused(config)
+            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs)
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
@@ -141,7 +169,12 @@ class MemabraAgent:
     # ``_keep_paused`` and ``_akeep_paused`` differ only in how the state is read and the turn
     # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
     # run's own outcome (its result, or its exception) is what the caller gets.
-    def _keep_paused(self, config: RunnableConfig | None, *, waiting: bool = True) -> None:
+    # ``waiting``: True, the run stopped by itself (an interrupt or a breakpoint waits on someone);
+    # False, it raised (nobody waits); ``None``, it ended early (:func:`_waiting` reads which from
+    # the state already read). ``breakpoints``: the call's keyword arguments, for its breakpoints.
+    def _keep_paused(
+        self, config: RunnableConfig | None, *, waiting: bool | None = True, breakpoints: Mapping[str, Any] = _NONE
+    ) -> None:
         where = self._unfinished(config)
         if where is None:
             return
@@ -153,18 +186,27 @@ class MemabraAgent:
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
+            waiting = _waiting(self.graph, snapshot, breakpoints) if waiting is None else waiting
             self.session.suspend(turn_id, waiting=waiting)
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
-    async def _akeep_paused(self, config: RunnableConfig | None, *, waiting: bool = True) -> None:
+    async def _akeep_paused(
+        self, config: RunnableConfig | None, *, waiting: bool | None = True, breakpoints: Mapping[str, Any] = _NONE
+    ) -> None:
         where = self._unfinished(config)
         if where is None:
             return
         # Shielded: a server that cancels the request (the client went away) cancels it again at
         # each await of its cleanup; the turn is kept all the same.
-        await asyncio.shield(self._akeep(*where, waiting))
+        await asyncio.shield(self._akeep(*where, waiting, breakpoints))
 
-    async def _akeep(self, state_config: RunnableConfig, running: frozenset[str], waiting: bool) -> None:
+    async def _akeep(
+        self,
+        state_config: RunnableConfig,
+        running: frozenset[str],
+        waiting: bool | None,
+        breakpoints: Mapping[str, Any],
+    ) -> None:
         try:
             snapshot = await self.graph.aget_state(state_config, subgraphs=True)
         except Exception:  # noqa: BLE001 - as in _keep_paused
@@ -172,6 +214,7 @@ class MemabraAgent:
             return
         turn_id = _paused_turn(snapshot, running)
         if turn_id is not None:
+            waiting = _waiting(self.graph, snapshot, breakpoints) if waiting is None else waiting
             # a database write: off the event loop
             await asyncio.to_thread(functools.partial(self.session.suspend, turn_id, waiting=waiting))
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
@@ -227,6 +270,39 @@ def _paused_turn(snapshot: Any, running: frozenset[str]) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def _waiting(graph: Any, snapshot: Any, breakpoints: Mapping[str, Any]) -> bool:
+    """Whether a run that ended early (its reader closed the stream, its task was cancelled, its
+    batch raised) waits on someone. An interrupt the checkpoint holds, in the graph or in any
+    subgraph's task (``interrupt()`` in a node or a tool, ``HumanInTheLoopMiddleware``'s
+    approval request), was saved before its ``__interrupt__`` chunk reached the reader: the run
+    paused. None: its reader went away mid-run, and the turn is kept running, lost in time if
+    nobody retries it. A static breakpoint (``interrupt_before`` / ``interrupt_after``, of the
+    call, the graph or a subgraph) saves no interrupt, so a graph that has one keeps the turn
+    paused, as a run that stopped at it would be: the state cannot tell the two apart."""
+    if _interrupted(snapshot):
+        return True
+    if breakpoints.get("interrupt_before") or breakpoints.get("interrupt_after"):
+        return True
+    try:
+        graphs = [graph, *(sub for _, sub in graph.get_subgraphs(recurse=True))]
+    except Exception:  # noqa: BLE001 - not a compiled graph: no breakpoints to read
+        graphs = [graph]
+    return any(getattr(g, "interrupt_before_nodes", None) or getattr(g, "interrupt_after_nodes", None) for g in graphs)
+
+
+def _interrupted(snapshot: Any) -> bool:
+    """Whether the state holds an interrupt waiting for an answer, in it or a subgraph's state."""
+    if getattr(snapshot, "interrupts", None):
+        return True
+    for task in getattr(snapshot, "tasks", ()):
+        if getattr(task, "interrupts", None):
+            return True
+        nested = getattr(task, "state", None)
+        if nested is not None and hasattr(nested, "tasks") and _interrupted(nested):
+            return True
+    return False
 
 
 def _each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:

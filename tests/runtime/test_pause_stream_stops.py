@@ -1,4 +1,4 @@
-"""A run whose reader stops early still keeps its turn: a UI that stops reading at the approval
+"""A run whose reader stops early still keeps its turn (paused or running: test_stream_reader_gone.py): a UI that stops reading at the approval
 request (the ``__interrupt__`` chunk), a stream closed mid-run (the user left), and a run that
 raised after it went on here (a hook timed out), and a request a server cancelled. The worker that goes on with the run logs one
 whole episode, with the first worker's routing decision and steps."""
@@ -89,7 +89,7 @@ def test_a_ui_that_stops_reading_at_the_approval_request_keeps_the_turn(log: Epi
     _read_until_interrupt(_approvals(log, [_email("bob")], saver), ASK, how)
     turn_id = saver.get_tuple(CONFIG).checkpoint["channel_values"]["memabra_turn"]  # type: ignore[union-attr]
     kept = log.suspended_turn(turn_id)
-    assert kept is not None and [s["name"] for s in kept.document["steps"]] == ["ScriptedChatModel"]
+    assert kept is not None and kept.paused and [s["name"] for s in kept.document["steps"]] == ["ScriptedChatModel"]
     # the approval goes to another worker, which reads to the next approval request and stops again
     _read_until_interrupt(_approvals(log, [_email("carol")], saver), APPROVE, how)
     done = _approvals(log, [AIMessage("Sent both.")], saver).invoke(APPROVE, CONFIG)
@@ -125,7 +125,8 @@ def test_a_stream_closed_mid_run_keeps_the_turn_for_whoever_goes_on(log: Episode
             break
     assert first.get_state(CONFIG).next == ("tools",)
     turn_id = first.get_state(CONFIG).values["memabra_turn"]
-    assert log.suspended_turn(turn_id) is not None
+    kept = log.suspended_turn(turn_id)
+    assert kept is not None and not kept.paused  # nobody was asked anything: lost in time if nobody goes on
     assert not first.session.running_turns("mail")  # not left running here
     done = worker([AIMessage("Sent it.")]).invoke(None, CONFIG)
     episode = _only_episode(log)
@@ -214,7 +215,7 @@ def test_a_request_cancelled_mid_run_keeps_the_turn(log: EpisodeLog, lexical, tm
                 await asyncio.sleep(0.1)
             state = await agent.aget_state(CONFIG)
             kept = log.suspended_turn(state.values["memabra_turn"])
-            assert state.next == ("agent",) and kept is not None
+            assert state.next == ("agent",) and kept is not None and not kept.paused  # cancelled mid-run
             other = create_memabra_agent(
                 ScriptedChatModel(replies=[_email("bob"), AIMessage("Sent it.")]),
                 tools=[send_email],
