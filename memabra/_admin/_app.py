@@ -10,7 +10,8 @@ Writes go through the library: feedback through :class:`memabra._feedback.Reward
 snapshot status through :class:`memabra.storage._snapshot_audit.SnapshotAudit` (with who and
 when), memories through :class:`memabra._sql_memory.SQLMemory`. Each write is a POST that needs a
 signed-in session and its CSRF token (or an ``Authorization: Bearer`` admin token, which a
-browser never sends on its own), and is refused with 403 when the app is read-only.
+browser never sends on its own), and is refused with 403 when the app is read-only or the
+session (or bearer token) is a reviewer's.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ from memabra._admin._forms import (
     parse_limit,
     parse_offset_cursor,
 )
+from memabra._admin._headers import SecurityHeaders
 from memabra._admin._login_pages import LoginPages
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._plumbing import (
     _NOTICES,
     _Auth,
     _path_id,
-    _SecurityHeaders,
 )
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
@@ -232,6 +233,8 @@ def create_app(
     *,
     token: str | None = None,
     password: str | None = None,
+    reviewer_token: str | None = None,
+    reviewer_password: str | None = None,
     read_only: bool = False,
     session_ttl: timedelta = DEFAULT_SESSION_TTL,
     current_policy: CurrentPolicy | None = None,
@@ -245,7 +248,9 @@ def create_app(
     """The admin ASGI app over an episode log (an :class:`EpisodeLog`, or a database URL that the
     app opens and closes with its lifespan).
 
-    ``token`` / ``password``: what a reviewer signs in with (at least one is required).
+    ``token`` / ``password``: what an operator signs in with (at least one is required).
+    ``reviewer_token`` / ``reviewer_password``: what a reviewer signs in with (optional): every
+    page, every write refused with 403; each must differ from both operator credentials.
     ``read_only``: refuse every write with 403. ``session_ttl``: how long a sign-in lasts.
     ``current_policy``: what the current policy would choose for a logged decision (see
     :class:`memabra._admin.ActiveSnapshotPolicy`); ``None`` shows no "now" column.
@@ -258,7 +263,9 @@ def create_app(
     ``checkpointer``: the agent's LangGraph checkpointer; given, erasing a user deletes their
     conversation threads there too.
     """
-    credentials = Credentials(token=token, password=password)
+    credentials = Credentials(
+        token=token, password=password, reviewer_token=reviewer_token, reviewer_password=reviewer_password
+    )
     owns_log = not isinstance(log_or_url, EpisodeLog)
     log = log_or_url if isinstance(log_or_url, EpisodeLog) else EpisodeLog(log_or_url)
     admin = _Admin(
@@ -308,7 +315,7 @@ def create_app(
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: admin.not_found})
-    app.add_middleware(_SecurityHeaders)
+    app.add_middleware(SecurityHeaders)
     app.state.admin = admin
     return app
 

@@ -1,12 +1,18 @@
 """Credentials, signed session cookies and CSRF tokens of the admin view.
 
-A session is a cookie holding ``{authenticated, csrf, expires}`` signed with the app's secret key
+A session is a cookie holding ``{authenticated, csrf, expires, role}`` signed with the app's secret key
 (itsdangerous): the server keeps no session table, a tampered cookie fails its signature, and an
 expired one is refused even though its signature is still good. Every session, signed in or not,
 carries its own CSRF token; each form echoes it and each write compares it in constant time, so a
 page on another origin cannot forge a write (and the cookie is ``SameSite=Strict`` besides).
 Signing in issues a fresh session with a fresh token, so a token seen before sign-in is useless
 afterwards.
+
+Two roles sign in (:class:`Role`): an operator (``MEMABRA_ADMIN_TOKEN`` / ``_PASSWORD``) may write;
+a reviewer (``MEMABRA_ADMIN_REVIEWER_TOKEN`` / ``_PASSWORD``) sees every page and may not. The role
+is in the signed cookie, so it cannot be edited. Cookies carry it since their salt's ``v2``: a
+cookie signed before roles (the old salt, no role) was an operator sign-in and reads as one, and a
+worker of the old code cannot read a new cookie at all (it would not know a reviewer's role).
 
 Each cookie also carries a random session id. Logging out revokes that id server-side
 (:class:`SessionRevocations`; the app's default keeps them in the episode log's database, so every
@@ -42,14 +48,18 @@ __all__ = [
     "LOCKOUT",
     "MAX_FAILURES",
     "PASSWORD_ENV",
+    "REVIEWER_PASSWORD_ENV",
+    "REVIEWER_TOKEN_ENV",
     "SESSION_COOKIE",
     "TOKEN_ENV",
     "AttemptThrottle",
     "Credentials",
     "InMemoryRevocations",
+    "Role",
     "SessionCodec",
     "SessionRevocations",
     "SessionState",
+    "SignIn",
     "WebSession",
     "is_loopback",
     "require_credentials_for",
@@ -58,6 +68,8 @@ __all__ = [
 SESSION_COOKIE = "memabra_admin"
 TOKEN_ENV = "MEMABRA_ADMIN_TOKEN"
 PASSWORD_ENV = "MEMABRA_ADMIN_PASSWORD"
+REVIEWER_TOKEN_ENV = "MEMABRA_ADMIN_REVIEWER_TOKEN"
+REVIEWER_PASSWORD_ENV = "MEMABRA_ADMIN_REVIEWER_PASSWORD"
 
 logger = logging.getLogger("memabra")
 
@@ -76,41 +88,84 @@ _MAX_FAILURE_DELAY_S = 4.0
 _MAX_TRACKED_CLIENTS = 10_000
 
 
+class Role(Enum):
+    """Who a sign-in is: an operator may write; a reviewer sees every page and may not write."""
+
+    OPERATOR = "operator"
+    REVIEWER = "reviewer"
+
+
+@dataclass(frozen=True, slots=True)
+class SignIn:
+    """What a secret signed in as: its role and which credential (``token`` or ``password``)."""
+
+    role: Role
+    credential: str
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """What a reviewer may present: the admin token, the admin password, or both."""
+    """What may be presented: the operator token and/or password (at least one), and optionally a
+    reviewer token and/or password (sign-ins that can read everything and write nothing)."""
 
     token: str | None = None
     password: str | None = None
+    reviewer_token: str | None = None
+    reviewer_password: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("token", "password"):
+        for name in ("token", "password", "reviewer_token", "reviewer_password"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or len(value) < 8):
-                raise ConfigError(f"admin {name} must be a text of at least 8 characters")
+                raise ConfigError(f"admin {name.replace('_', ' ')} must be a text of at least 8 characters")
         if self.token is None and self.password is None:
             raise ConfigError(
                 f"the admin view needs a token or a password (--token or ${TOKEN_ENV}, --password or ${PASSWORD_ENV})"
             )
+        for reviewer in ("reviewer_token", "reviewer_password"):
+            for operator in ("token", "password"):
+                mine, theirs = getattr(self, reviewer), getattr(self, operator)
+                if mine is not None and theirs is not None and hmac.compare_digest(mine.encode(), theirs.encode()):
+                    raise ConfigError(
+                        f"the admin {reviewer.replace('_', ' ')} equals the operator {operator}: a reviewer "
+                        "credential must differ from every operator one, or reviewers could sign in as operators"
+                    )
+
+    def _known(self) -> tuple[tuple[SignIn, str | None], ...]:
+        return (
+            (SignIn(Role.OPERATOR, "token"), self.token),
+            (SignIn(Role.OPERATOR, "password"), self.password),
+            (SignIn(Role.REVIEWER, "token"), self.reviewer_token),
+            (SignIn(Role.REVIEWER, "password"), self.reviewer_password),
+        )
 
     def accepts(self, secret: str) -> bool:
-        """Whether ``secret`` is the token or the password (compared in constant time)."""
+        """Whether ``secret`` is any configured credential (compared in constant time)."""
         return self.principal_of(secret) is not None
 
-    def principal_of(self, secret: str) -> str | None:
-        """Which credential ``secret`` is (``token`` or ``password``), or ``None``; both are
+    def principal_of(self, secret: str) -> SignIn | None:
+        """Which credential ``secret`` is, with its role, or ``None``; every configured one is
         compared, in constant time, whichever matches."""
         given = secret.encode()
-        matches = {
-            name: hmac.compare_digest(given, known.encode())
-            for name, known in (("token", self.token), ("password", self.password))
-            if known is not None
-        }
-        return next((name for name, matched in matches.items() if matched), None)
+        matches = [
+            (who, hmac.compare_digest(given, known.encode())) for who, known in self._known() if known is not None
+        ]
+        return next((who for who, matched in matches if matched), None)
+
+    def bearer_role(self, token: str) -> Role | None:
+        """The role of ``token`` as an ``Authorization: Bearer`` header (an operator or reviewer
+        token; passwords are for the sign-in form), or ``None``; compared in constant time."""
+        given = token.encode()
+        matches = [
+            (who.role, hmac.compare_digest(given, known.encode()))
+            for who, known in self._known()
+            if known is not None and who.credential == "token"
+        ]
+        return next((role for role, matched in matches if matched), None)
 
     def accepts_bearer(self, token: str) -> bool:
-        """Whether ``token`` is the admin token (an ``Authorization: Bearer`` header)."""
-        return self.token is not None and hmac.compare_digest(token.encode(), self.token.encode())
+        """Whether ``token`` is the operator token (a bearer that may write)."""
+        return self.bearer_role(token) is Role.OPERATOR
 
 
 @dataclass
@@ -237,6 +292,7 @@ class WebSession:
     id: str = ""
     # what the session signed in with ("token" or "password"): the audit trail's "who"
     principal: str = ""
+    role: Role = Role.OPERATOR
 
     @property
     def expires(self) -> datetime:
@@ -252,20 +308,30 @@ class SessionCodec:
     def __init__(self, secret_key: bytes, ttl: timedelta, *, clock: Callable[[], float] = time.time) -> None:
         if ttl.total_seconds() <= 0:
             raise ConfigError(f"session_ttl must be positive, got {ttl}")
-        self._serializer = URLSafeSerializer(secret_key, salt="memabra-admin-session")
+        self._serializer = URLSafeSerializer(secret_key, salt="memabra-admin-session-v2")
+        # cookies signed before roles: read as operator sessions, never issued
+        self._before_roles = URLSafeSerializer(secret_key, salt="memabra-admin-session")
         self.ttl = ttl
         self._clock = clock
 
-    def issue(self, *, authenticated: bool, principal: str = "") -> tuple[str, WebSession]:
+    def issue(self, *, authenticated: bool, principal: str = "", role: Role = Role.OPERATOR) -> tuple[str, WebSession]:
         session = WebSession(
             authenticated=authenticated,
             csrf=secrets.token_urlsafe(32),
             expires_at=self._clock() + self.ttl.total_seconds(),
             id=secrets.token_urlsafe(16),
             principal=principal,
+            role=role,
         )
         cookie = self._serializer.dumps(
-            {"a": session.authenticated, "c": session.csrf, "e": session.expires_at, "i": session.id, "p": principal}
+            {
+                "a": session.authenticated,
+                "c": session.csrf,
+                "e": session.expires_at,
+                "i": session.id,
+                "p": principal,
+                "r": role.value,
+            }
         )
         return cookie, session
 
@@ -273,13 +339,19 @@ class SessionCodec:
         if not cookie:
             return SessionState.MISSING, None
         try:
-            data = self._serializer.loads(cookie)
+            try:
+                data = self._serializer.loads(cookie)
+                role = Role(data["r"])  # a cookie of this salt always names its role
+            except BadSignature:
+                data = self._before_roles.loads(cookie)
+                role = Role.OPERATOR  # signed before reviewers existed: only operators could sign in
             session = WebSession(
                 authenticated=bool(data["a"]),
                 csrf=str(data["c"]),
                 expires_at=float(data["e"]),
                 id=str(data["i"]),
                 principal=str(data.get("p", "")),  # cookies signed before sign-ins were named lack it
+                role=role,
             )
         except (BadSignature, KeyError, TypeError, ValueError):
             return SessionState.INVALID, None

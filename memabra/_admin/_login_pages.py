@@ -73,12 +73,12 @@ class LoginPages(_AdminBase):
             return self._login_page(
                 next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
             )
-        principal = self.credentials.principal_of(form.get("secret", ""))
-        if principal is None:
+        who = self.credentials.principal_of(form.get("secret", ""))
+        if who is None:
             await asyncio.sleep(self.throttle.failed(client, "sign-in"))
             return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
         self.throttle.succeeded(client)
-        cookie, _ = self.codec.issue(authenticated=True, principal=principal)
+        cookie, _ = self.codec.issue(authenticated=True, principal=who.credential, role=who.role)
         response = RedirectResponse(_safe_next(next_url), status_code=303)
         self._set_session(response, cookie)
         return response

@@ -1,8 +1,10 @@
-"""Request plumbing shared by the admin's endpoints: sign-in checks, rendering, error pages, write guards."""
+"""Request plumbing shared by the admin's endpoints: sign-in checks, rendering, error pages, write guards
+(the security headers are :mod:`memabra._admin._headers`'s)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +15,13 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memabra._admin import _views as views
 from memabra._admin._auth import (
     SESSION_COOKIE,
     AttemptThrottle,
     Credentials,
+    Role,
     SessionCodec,
     SessionRevocations,
     SessionState,
@@ -38,16 +40,7 @@ if TYPE_CHECKING:
 
 _HERE = Path(__file__).parent
 
-_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
-    (
-        b"content-security-policy",
-        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    ),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-)
+logger = logging.getLogger("memabra")
 
 _NOTICES = {
     "feedback-stored": "Feedback recorded; the episode's reward was recomputed.",
@@ -67,44 +60,37 @@ _NOTICES = {
 }
 
 
-class _SecurityHeaders:
-    """Adds the CSP and related headers to every response (pages, static files, errors)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + list(_SECURITY_HEADERS)
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
 @dataclass(frozen=True, slots=True)
 class _Auth:
     state: SessionState
     session: WebSession | None
     bearer: bool
+    bearer_role: Role = Role.OPERATOR
 
     @property
     def ok(self) -> bool:
         return self.bearer or (self.session is not None and self.session.authenticated)
 
     @property
-    def principal(self) -> str:
-        """Who makes a write, for the audit trail: the credential the session signed in with."""
+    def role(self) -> Role | None:
+        """The signed-in role (``None`` when not signed in)."""
         if self.bearer:
-            return "bearer token"
+            return self.bearer_role
+        return self.session.role if self.ok and self.session is not None else None
+
+    @property
+    def reviewer(self) -> bool:
+        return self.role is Role.REVIEWER
+
+    @property
+    def principal(self) -> str:
+        """Who makes a write, for the audit trail: the role and the credential it signed in with."""
+        role = self.role.value if self.role is not None else "anonymous"
+        if self.bearer:
+            return f"{role} bearer token"
         if self.session is not None and self.session.principal:
-            return f"{self.session.principal} sign-in"
-        return "signed-in session"
+            return f"{role} {self.session.principal} sign-in"
+        return f"{role} signed-in session"
 
 
 class _HttpError(Exception):
@@ -207,9 +193,10 @@ class _AdminBase:
             locked = self.throttle.locked_for(client)
             if locked > 0:
                 raise _locked_out(locked)
-            if self.credentials.accepts_bearer(header[7:].strip()):
+            role = self.credentials.bearer_role(header[7:].strip())
+            if role is not None:
                 self.throttle.succeeded(client)
-                return _Auth(SessionState.VALID, None, bearer=True)
+                return _Auth(SessionState.VALID, None, bearer=True, bearer_role=role)
             await asyncio.sleep(self.throttle.failed(client, "bearer token"))
             raise _HttpError(401, "Not signed in", "The bearer token is wrong.")
         state, session = await self._read_session(request)
@@ -234,8 +221,11 @@ class _AdminBase:
         headers = headers or {}
         template = self.templates.get_template(name)
         session = auth.session if auth is not None else None
+        reviewer = auth is not None and auth.reviewer
         html = template.render(
-            read_only=self.read_only,
+            # a reviewer sees the pages as read-only ones: no write controls
+            read_only=self.read_only or reviewer,
+            reviewer=reviewer,
             csrf_token=session.csrf if session is not None else "",
             signed_in=auth is not None and auth.ok,
             cookie_session=session is not None,
@@ -288,7 +278,7 @@ class _AdminBase:
         return RedirectResponse(f"/login?{query}", status_code=303)
 
     async def _guard_write(self, request: Request) -> tuple[_Auth, dict[str, str]]:
-        """Sign-in, read-only, same origin and CSRF checks shared by every write."""
+        """Sign-in, role, read-only, same origin and CSRF checks shared by every write."""
         auth = await self._authenticate(request)
         if not auth.ok:
             expired = auth.state is SessionState.EXPIRED
@@ -296,6 +286,16 @@ class _AdminBase:
                 401,
                 "Not signed in",
                 "Your session expired; sign in again." if expired else "Sign in to make changes.",
+            )
+        if auth.reviewer:
+            logger.warning(
+                "admin: refused %s %s to %s from %s", request.method, request.url.path, auth.principal, _client(request)
+            )
+            raise _HttpError(
+                403,
+                "Reviewers cannot make changes",
+                "Signed in as a reviewer: you can see every page but change nothing. An operator "
+                "(signed in with the operator token or password) can make this change.",
             )
         if self.read_only:
             raise _HttpError(403, "Read-only", "This admin view is read-only: it refuses every write.")

@@ -45,6 +45,23 @@ def admin(
             show_default=False,
         ),
     ] = None,
+    reviewer_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MEMABRA_ADMIN_REVIEWER_TOKEN",
+            help="Reviewer token (prefer the environment variable): signs in to see every page; every write is "
+            "refused. Must differ from the operator token and password.",
+            show_default=False,
+        ),
+    ] = None,
+    reviewer_password: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MEMABRA_ADMIN_REVIEWER_PASSWORD",
+            help="Reviewer password (prefer the environment variable); as --reviewer-token.",
+            show_default=False,
+        ),
+    ] = None,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back, memory edits).")
     ] = False,
@@ -93,6 +110,8 @@ def admin(
             log,
             token=token,
             password=password,
+            reviewer_token=reviewer_token,
+            reviewer_password=reviewer_password,
             read_only=read_only,
             session_ttl=timedelta(minutes=session_minutes),
             current_policy=_current_policy(log, policy),

@@ -23,8 +23,8 @@ def test_promote_and_roll_back_record_who_and_when(make_client: ClientFactory, s
     assert sign_in(client, PASSWORD).status_code == 303
     token = csrf_of(client.get("/policies").text)
     assert client.post("/policies/promote", data={"csrf_token": token, "version": "test-v3"}).status_code == 303
-    assert _history(log, "test-v3") == [("promoted", "password sign-in", "")]
-    assert _history(log, "test-v2") == [("retired", "password sign-in", "test-v3 promoted")]
+    assert _history(log, "test-v3") == [("promoted", "operator password sign-in", "")]
+    assert _history(log, "test-v2") == [("retired", "operator password sign-in", "test-v3 promoted")]
     (entry,) = status_history(log.get_snapshot("test-v3").metrics)
     assert entry.client == "testclient" and entry.at.tzinfo is not None
     # the snapshot's own metrics are kept beside the trail
@@ -36,12 +36,12 @@ def test_promote_and_roll_back_record_who_and_when(make_client: ClientFactory, s
     )
     assert response.status_code == 303
     assert [log.get_snapshot(v).status for v in ("test-v2", "test-v3")] == ["active", "retired"]
-    assert _history(log, "test-v3")[-1] == ("rolled back", "bearer token", "test-v2 re-activated")
-    assert _history(log, "test-v2")[-1] == ("re-activated", "bearer token", "rollback of test-v3")
+    assert _history(log, "test-v3")[-1] == ("rolled back", "operator bearer token", "test-v2 re-activated")
+    assert _history(log, "test-v2")[-1] == ("re-activated", "operator bearer token", "rollback of test-v3")
 
     page = html.unescape(client.get("/policies").text)
     row = page.split('data-version="test-v3"', 1)[1].split("</tr>", 1)[0]
-    assert "rolled back by bearer token" in row and "promoted by password sign-in" in row
+    assert "rolled back by operator bearer token" in row and "promoted by operator password sign-in" in row
     assert "history (2)" in row
 
 
@@ -59,4 +59,4 @@ def test_a_refused_change_writes_no_audit_entry(client: TestClient, seeded: Seed
 def test_a_token_sign_in_is_named_as_such(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
     token = csrf_of(client.get("/policies").text)
     client.post("/policies/promote", data={"csrf_token": token, "version": "test-v1"})
-    assert _history(log, "test-v1") == [("promoted", "token sign-in", "")]
+    assert _history(log, "test-v1") == [("promoted", "operator token sign-in", "")]

@@ -343,7 +343,7 @@ def test_memories_list_search_and_retire(page: Any, served: tuple[str, EpisodeLo
     page.wait_for_url("**/memories/item?*notice=memory-retired*")
     assert confirmations and "Retire this memory" in confirmations[0]
     assert page.locator("#memory-status").inner_text() == "retired"
-    assert "retired in the admin (token sign-in)" in page.locator("#memory-history").inner_text()
+    assert "retired in the admin (operator token sign-in)" in page.locator("#memory-history").inner_text()
     assert memory.get("dora", doomed.id).status is MemoryStatus.RETIRED
     assert memory.get("dora", kept.id).status is MemoryStatus.ACTIVE
     page.screenshot(path=str(artifacts / "admin-memory-retired.png"), full_page=True)

@@ -128,7 +128,7 @@ def test_an_episode_downloads_as_the_json_episodes_show_writes(make_client: Clie
     assert client.get("/episodes/0123456789abcdef0123456789abcdef?format=json").status_code == 404
 
 
-def test_a_reviewer_deletes_an_episode_and_the_log_says_who(
+def test_an_operator_deletes_an_episode_and_the_log_says_who(
     make_client: ClientFactory, log: EpisodeLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     _odd_episode(log)
@@ -149,14 +149,18 @@ def test_a_reviewer_deletes_an_episode_and_the_log_says_who(
     assert again.status_code == 404
     (entry,) = log.deletion_history()
     assert (entry.actor, entry.episode_ids, entry.deleted, entry.finished) == (
-        "admin (token sign-in)",
+        "admin (operator token sign-in)",
         (ODD_ID,),
         1,
         True,
     )
     assert entry.client == "testclient" and entry.include_unlearned
     history = client.get("/deletions").text
-    assert 'href="/deletions"' in listing and "admin (token sign-in)" in history and html.escape(ODD_ID) in history
+    assert (
+        'href="/deletions"' in listing
+        and "admin (operator token sign-in)" in history
+        and html.escape(ODD_ID) in history
+    )
 
 
 def test_the_deletion_history_pages_and_filters_by_user(make_client: ClientFactory, log: EpisodeLog) -> None:

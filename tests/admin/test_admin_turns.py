@@ -130,9 +130,9 @@ def test_abandon_logs_a_paused_turn_as_a_failed_episode(
     # audited as the app's other destructive writes are: who, from where, which turn
     assert "token sign-in" in caplog.text and "t-paused" in caplog.text and kept.episode_id in caplog.text
     # and in the episode itself: a failed episode the learner trains on, told from a user's verdict
-    assert episode.metadata["abandoned_by"] == "token sign-in" and episode.metadata["abandoned_from"]
+    assert episode.metadata["abandoned_by"] == "operator token sign-in" and episode.metadata["abandoned_from"]
     abandoned = html.unescape(client.get(f"/episodes/{kept.episode_id}").text.split('id="abandoned"', 1)[1])
-    assert "by token sign-in" in abandoned.split("</div>", 1)[0] and "not the user's verdict" in abandoned
+    assert "by operator token sign-in" in abandoned.split("</div>", 1)[0] and "not the user's verdict" in abandoned
 
 
 def test_abandon_logs_a_lost_turn(client: TestClient, log: EpisodeLog) -> None:
