@@ -46,6 +46,22 @@ def _memory_backend(
     raise ConfigError(f"memory must be a MemoryBackend or a LangGraph BaseStore, got {type(memory).__name__}")
 
 
+def _check_router_and_skills(router: object, skills: Sequence[object]) -> None:
+    """Refuse, before any database is opened, the shapes that would fail deep inside the session
+    with an ``AttributeError``: a router given by name, a skill that is not a :class:`Skill`."""
+    if router is not None and not isinstance(router, Router):
+        raise ConfigError(
+            "router must be a memabra.router.Router, such as VWRouter() or LinearRouter(); "
+            f"got {router!r} (names such as 'vw' are for the CLI's --policy and --learner)"
+        )
+    for skill in skills:
+        if not isinstance(skill, Skill):
+            raise ConfigError(
+                "skills must be memabra.Skill(name, description, body) (or Skill.from_markdown(text)), "
+                f"got a {type(skill).__name__}: {skill!r:.80}"
+            )
+
+
 def build_session(
     *,
     tools: Sequence[BaseTool | Any] = (),
@@ -64,6 +80,7 @@ def build_session(
     ``overrides`` (``budget``, ``reward``, ``learn``, ``snapshot_every``, ``local_credit``, ``kinds``,
     ``reload_interval_s``, ``commit_interval_s``) replace single fields of it.
     """
+    _check_router_and_skills(router, skills)
     if isinstance(db, EpisodeLog):
         log, owns_log = db, False
     else:

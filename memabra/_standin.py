@@ -7,7 +7,8 @@ ignore) it:
   pair from ``associations`` (the world knowledge a real LLM brings, e.g. "dinner" relates to
   "vegetarian"); unrelated memories are ignored;
 * with tools bound, the first call asks for the bound tool that best matches the question,
-  passing the question and the memories it used as ``request``; the tool's reply is quoted;
+  passing the question and the memories it used as the tool's first required parameter (the
+  demo's tools call it ``request``; a tool without parameters gets none); the tool's reply is quoted;
 * when no bound tool matches and ``find_tools`` is bound, it searches for one with the words it
   relates to the question (as a real model would phrase "set a timer"), then calls what it found;
 * an injected skill whose description relates to the question is followed (its first line,
@@ -28,6 +29,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from memabra._text import content_words
@@ -54,7 +56,7 @@ class ExtractiveChatModel(BaseChatModel):
         return "memabra-extractive-standin"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ExtractiveChatModel:
-        described = [{"name": t.name, "description": t.description} for t in tools]
+        described = [{"name": t.name, "description": t.description, "argument": _argument(t)} for t in tools]
         return ExtractiveChatModel(associations=self.associations, bound_tools=described, model_name=self.model_name)
 
     # ------------------------------------------------------------------ relatedness
@@ -102,9 +104,10 @@ class ExtractiveChatModel(BaseChatModel):
                 return self._reply(AIMessage("", tool_calls=[call]), messages)
             if tool is not None:
                 request = " ".join([question, *memories])
+                argument = next(t.get("argument", "request") for t in self.bound_tools if t["name"] == tool)
                 call = {
                     "name": tool,
-                    "args": {"request": request},
+                    "args": {argument: request} if argument else {},
                     "id": f"call-{zlib.crc32(f'{tool}|{question}'.encode()):08x}",
                 }
                 return self._reply(AIMessage("", tool_calls=[call]), messages)
@@ -137,6 +140,18 @@ class ExtractiveChatModel(BaseChatModel):
             "total_tokens": prompt_tokens + len(str(message.content).split()),
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _argument(tool: Any) -> str:
+    """The parameter the stand-in puts its request in: the tool's first required one, else its
+    first one; ``""`` for a tool that takes none (and ``request`` where the schema cannot be read)."""
+    try:
+        parameters = convert_to_openai_tool(tool)["function"].get("parameters", {})
+    except Exception:  # noqa: BLE001 - a stand-in: an unreadable schema falls back to the demo's name
+        return "request"
+    names = [str(n) for n in parameters.get("properties", {})]
+    required = [n for n in names if n in parameters.get("required", ())]
+    return (required or names or [""])[0]
 
 
 def associations_from(groups: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -64,6 +65,25 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)
     return engine
+
+
+def sqlite_file(engine: Engine) -> Path | None:
+    """The SQLite file ``engine`` opens (``None`` in memory, or not SQLite); refused with a
+    :class:`ConfigError` naming the path when its directory is missing (which sqlite3 reports only
+    as ``unable to open database file``) or it is a directory."""
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = Path(database).expanduser().absolute()
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"cannot open the SQLite database {path}: the directory {path.parent} does not exist (create it first)"
+        )
+    if path.is_dir():
+        raise ConfigError(f"cannot open the SQLite database {path}: it is a directory")
+    return path
 
 
 def _ping_when_idle(engine: Engine) -> None:

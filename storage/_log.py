@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import InvalidRecordError, SchemaError
 from memabra._records import (
     CandidateKind,
     Episode,
@@ -49,7 +49,7 @@ from memabra._records import (
     utcnow,
 )
 from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots, _suspended_turns
-from memabra.storage._engine import make_engine
+from memabra.storage._engine import make_engine, sqlite_file
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log_retention import RetentionMethods
@@ -65,6 +65,18 @@ __all__ = ["DEFAULT_FEEDBACK_WINDOW", "EpisodeFilter", "EpisodeLog", "Scorer"]
 logger = logging.getLogger("memabra")
 
 DEFAULT_FEEDBACK_WINDOW = timedelta(minutes=10)
+
+
+def _refuse_a_missing_sqlite_file(engine: Engine) -> None:
+    """Opening a log never creates its database: connecting to a SQLite path that does not exist
+    would leave an empty file there (:func:`~memabra.storage.open_log` creates one with its schema)."""
+    path = sqlite_file(engine)
+    if path is not None and not path.exists():
+        where = engine.url.render_as_string(hide_password=True)
+        raise SchemaError(
+            f"no database at {path}; create it with `memabra db upgrade --db {where}` "
+            "(or memabra.storage.open_log, which creates a new SQLite file with its schema), or check the path"
+        )
 
 
 class EpisodeLog(RetentionMethods):
@@ -94,6 +106,8 @@ class EpisodeLog(RetentionMethods):
         self.feedback_window = feedback_window
         if check:
             try:
+                if engine is None:
+                    _refuse_a_missing_sqlite_file(self._engine)
                 check_schema(self._engine)
             except Exception:
                 self.close()

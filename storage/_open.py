@@ -8,7 +8,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from memabra._errors import ConfigError, StorageContentionError
-from memabra.storage._engine import make_engine
+from memabra.storage._engine import make_engine, sqlite_file
 from memabra.storage._log import EpisodeLog
 from memabra.storage._migrate import current_revision, upgrade
 from memabra.storage._tx import is_transient
@@ -41,17 +41,7 @@ def open_log(url: str | None = None) -> EpisodeLog:
 def _sqlite_path(engine: Engine) -> Path | None:
     """The SQLite file ``engine`` opens (``None`` in memory); refused at once when its directory
     is missing, which sqlite3 reports only as ``unable to open database file``."""
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    path = Path(database).expanduser().absolute()
-    if not path.parent.is_dir():
-        raise ConfigError(
-            f"cannot open the SQLite database {path}: the directory {path.parent} does not exist (create it first)"
-        )
-    if path.is_dir():
-        raise ConfigError(f"cannot open the SQLite database {path}: it is a directory")
-    return path
+    return sqlite_file(engine)
 
 
 def _open_error(exc: OperationalError, path: Path | None) -> Exception:

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import console, fail, run_guarded
@@ -47,6 +48,16 @@ def demo(
     # The model first: a bad one must not leave a new, empty database behind.
     chat = _chat_model(model) if model is not None else None
     migrate(upgrade, url, "head")
+    with run_guarded(EpisodeLog, url) as log:
+        held = run_guarded(log.count_episodes)
+    if held:
+        console.print(
+            Text(
+                f"{make_url(url).render_as_string(hide_password=True)} already holds {held} episodes: this run goes on "
+                "from them (the learned router resumes its snapshot, the users keep their memories), so its table "
+                "differs from a first run's; give --db a new file to start afresh"
+            )
+        )
     if model is not None:
         console.print(f"chat model: [bold]{escape(model)}[/]")
     else:

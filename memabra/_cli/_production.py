@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from memabra._cli._common import (
     JsonOutOption,
@@ -141,6 +142,13 @@ def route(
     write_json(json_out, result)  # before the tables: a reader that stops early (`| head`) ends the command
     console.print(f"policy version [bold]{escape(selection.policy_version)}[/] (seed {selection.seed})")
     console.print(f"budget: {_describe(budget)}")
+    if not any(c.kind is CandidateKind.MEMORY for c in candidates):  # a mistyped --user, often
+        console.print(
+            Text(
+                f"user {user!r} has no memories in this log: only shared skills and tools were offered "
+                f"(see `memabra memories list --user {user}`)"
+            )
+        )
     for c in selection.chosen:
         console.print(f"  inject {c.kind.value} {escape(c.id)}: {escape(text_of[c.id])}")
     if probable == selection.chosen_ids:

@@ -150,6 +150,26 @@ def test_opening_a_sqlite_file_in_a_missing_directory_names_the_path(tmp_path: P
     assert not missing.parent.exists()
 
 
+def test_the_log_on_a_sqlite_file_that_does_not_exist_names_it_and_creates_nothing(tmp_path: Path) -> None:
+    """``EpisodeLog(url)`` only opens a log (``open_log`` creates one): a mistyped path is named
+    with the command that makes the database, and leaves no empty file behind for the next try to
+    find; a missing directory is a ``ConfigError`` naming it, as ``open_log`` says, not sqlite3's
+    ``unable to open database file``."""
+    new = tmp_path / "typo.db"
+    with pytest.raises(SchemaError, match=f"no database at {new}; create it with `memabra db upgrade"):
+        EpisodeLog(f"sqlite:///{new}")
+    assert not new.exists()
+    missing = tmp_path / "no" / "dir" / "x.db"
+    with pytest.raises(ConfigError, match=f"cannot open the SQLite database {missing}: the directory"):
+        EpisodeLog(f"sqlite:///{missing}")
+    with pytest.raises(ConfigError, match="it is a directory"):
+        EpisodeLog(f"sqlite:///{tmp_path}")
+    with open_log(f"sqlite:///{new}") as log:  # the way to create it
+        check_schema(log.engine)
+    with EpisodeLog(f"sqlite:///{new}") as log:
+        check_schema(log.engine)
+
+
 def _feedback_index_valid(engine) -> bool | None:  # type: ignore[no-untyped-def]
     with engine.connect() as conn:
         return conn.execute(  # type: ignore[no-any-return]

@@ -47,6 +47,30 @@ def test_the_stand_in_uses_related_memories_and_ignores_the_rest() -> None:
     assert "vegetarian" in reply.content and "umbrella" not in reply.content
 
 
+def test_the_stand_in_calls_a_tool_of_yours_with_its_own_parameter() -> None:
+    """The README's ``get_weather(city)`` with the stand-in: the question goes in the tool's first
+    required parameter (the demo's tools name it ``request``), so the call validates and runs."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str, days: int = 1) -> str:
+        """Weather forecast for a city."""
+        return f"rain in {city}"
+
+    @tool
+    def ping() -> str:
+        """Weather station ping."""
+        return "pong"
+
+    reply = ExtractiveChatModel().bind_tools([get_weather]).invoke([HumanMessage("weather in Paris?")])
+    (call,) = reply.tool_calls
+    assert call["name"] == "get_weather" and call["args"] == {"city": "weather in Paris?"}
+    assert get_weather.invoke(call["args"]) == "rain in weather in Paris?"
+    bare = ExtractiveChatModel().bind_tools([ping]).invoke([HumanMessage("weather station?")])
+    assert bare.tool_calls[0]["args"] == {}
+
+
 def test_a_short_demo_run_logs_every_episode(log: EpisodeLog) -> None:
     rows = run_demo(router=HybridRouter(similarity=Similarity(encoder=None)), log=log, episodes=24, users=3)
     assert len(rows) == 24
@@ -107,3 +131,21 @@ def test_demo_command_prints_the_table_and_next_steps(tmp_path) -> None:  # type
         "the offline bounds",
     ):
         assert needle in result.output
+
+
+def test_a_demo_run_again_on_the_same_log_says_it_continues_that_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Run a second time in the same folder, the demo goes on from the first run's log (its learned
+    snapshot, its users' memories), so its table is not the first one again: it says so up front."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    args = ["demo", "--db", url, "--episodes", "20", "--users", "2", "--no-baseline"]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "already holds" not in first.output
+    with EpisodeLog(url) as log:
+        held = log.count_episodes()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert f"{url} already holds {held} episodes: this run goes on from them" in said, said
+    assert "give --db a new file" in said

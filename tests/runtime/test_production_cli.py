@@ -303,3 +303,22 @@ def test_learner_and_route_run_a_router_of_your_own_by_import_path(migrated_url:
         app, ["learner", "--once", "--db", migrated_url, "--policy", "runtime.learning_log:log_final"]
     )
     assert factory.exit_code == 1 and "not a factory function" in factory.output
+
+
+def test_route_for_a_user_with_no_memories_says_so(migrated_url: str) -> None:
+    """A mistyped ``--user`` routes over the shared skills and tools alone; the output says the user
+    has no memories rather than leaving the reader to wonder why none was injected."""
+    with EpisodeLog(migrated_url) as log:
+        log.put_items(
+            [
+                RegistryItem(CandidateKind.MEMORY, "m1", "ann", "I live in Lyon", tokens=6),
+                RegistryItem(CandidateKind.TOOL, "tool:weather", "", "weather: forecast for a city", tokens=6),
+            ]
+        )
+    typo = runner.invoke(app, ["route", "--db", migrated_url, "--user", "anne", "--seed", "1", "where do I live?"])
+    assert typo.exit_code == 0, typo.output
+    said = " ".join(typo.output.split())
+    assert "user 'anne' has no memories in this log: only shared skills and tools were offered" in said
+    assert "memabra memories list --user anne" in said
+    known = runner.invoke(app, ["route", "--db", migrated_url, "--user", "ann", "--seed", "1", "where do I live?"])
+    assert known.exit_code == 0 and "has no memories" not in known.output

@@ -157,3 +157,18 @@ def test_a_session_reads_the_reward_weights_the_cli_reads(log: EpisodeLog, monke
     assert build_session(db=log, learn=False).rewards.config.weights.wc == 0.9
     given = RewardConfig(weights=RewardWeights(wc=0.2))
     assert build_session(db=log, learn=False, reward=given).rewards.config.weights.wc == 0.2
+
+
+def test_a_router_name_or_a_skill_that_is_not_a_skill_is_a_config_error_naming_what_to_pass(log: EpisodeLog) -> None:
+    """``router="vw"`` (the CLI's ``--policy vw``) and a skill written as a dict are the two shapes a
+    newcomer tries first; each is refused naming what to pass, not an AttributeError from inside."""
+    from memabra._build import build_session
+    from memabra._errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"router must be a memabra\.router\.Router, such as VWRouter\(\) .*; got 'vw'"
+    ):
+        build_session(db=log, router="vw")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"skills must be memabra\.Skill\(name, description, body\).*got a dict"):
+        build_session(db=log, skills=[{"name": "email-style", "description": "d", "body": "b"}])  # type: ignore[list-item]
+    assert not log.closed  # a log the caller passed stays open
