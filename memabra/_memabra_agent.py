@@ -3,7 +3,9 @@ sees a run end. A run can end paused between nodes, where memabra's own nodes an
 an interrupt: ``interrupt_before`` / ``interrupt_after``, or an ``interrupt`` raised in another
 middleware's hook (``HumanInTheLoopMiddleware`` asks for approval in its own ``after_model``).
 Such a turn is kept in the log as a turn paused in memabra's nodes is, so the worker that resumes
-the run goes on with the same routing decision and steps instead of routing it again."""
+the run goes on with the same routing decision and steps instead of routing it again. So is a turn
+no process here holds as running whose run stops at such an interrupt before memabra's nodes run
+again (a retry whose first step asks for approval): its copy, kept running, is rewritten as paused."""
 
 from __future__ import annotations
 
@@ -11,13 +13,23 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import aclosing
+from contextlib import aclosing, closing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
 from memabra._graph_io import run_thread_id
+from memabra._paused_turns import pause_running_copy
 from memabra._records import FeedbackKind, FeedbackReceipt
+from memabra._run_ends import (
+    Interrupts,
+    asked_turn,
+    each_config,
+    each_interrupted,
+    interrupt_in,
+    paused_turn,
+    waits_on_someone,
+)
 from memabra._session import RoutingSession
 from memabra.router import Router
 from memabra.storage import EpisodeLog
@@ -31,6 +43,10 @@ _NONE: Mapping[str, Any] = {}  # a call with no keyword arguments
 _UNREAD = (
     "could not read the run's state to see whether it paused: only this process can resume its turn with the"
     " steps made so far"
+)
+_UNREAD_ASKED = (
+    "could not read the state of a run that stopped at an interrupt: a turn kept running that it asks a person"
+    " about reads lost in an hour"
 )
 
 
@@ -46,7 +62,10 @@ class MemabraAgent:
     nodes, raised (a retry from the checkpoint goes on with the same turn), or a stream whose
     reader stopped early: paused where the checkpoint holds an interrupt (a UI that stops at the
     ``__interrupt__`` chunk), else kept running (a client that went away mid-run: lost in time
-    if nobody retries it). A run that logged its turn reads no state.
+    if nobody retries it). A run that stops at an interrupt with no turn of its thread running
+    here (a retry whose first step asks for approval, before memabra's nodes run again) has the
+    log's running copy of the turn its state names rewritten as paused: a person is asked, so it
+    must not read lost. A run that logged its turn reads no state.
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
     ``MemabraAgent(create_agent(..., middleware=[middleware]), middleware.session)``.
@@ -77,7 +96,7 @@ class MemabraAgent:
         except BaseException:
             self._keep_paused(config, waiting=False)
             raise
-        self._keep_paused(config)
+        self._keep_paused(config, interrupted=interrupt_in(out))
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -86,75 +105,88 @@ class MemabraAgent:
         except BaseException:
             await self._akeep_paused(config, waiting=False)
             raise
-        await self._akeep_paused(config)
+        await self._akeep_paused(config, interrupted=interrupt_in(out))
         return out
 
     # A stream read to its end ran until it stopped by itself (paused); one that raised is a run
     # that raised. One its reader closed (``close()`` / ``aclose()``, a ``break``, garbage
     # collection) or whose task was cancelled ended early: the thread's state says which
-    # (:func:`_waiting`), as it does for each run of a batch that raised.
+    # (:func:`waits_on_someone`), as it does for each run of a batch that raised. Whether a run stopped at
+    # an interrupt is read from its chunks, where its modes show one (:class:`Interrupts`).
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         waiting: bool | None = False
+        seen = Interrupts(self.graph, input, kwargs)
         try:
-            yield from self.graph.stream(input, config, **kwargs)  # closing this closes the run's stream
+            with closing(self.graph.stream(input, config, **kwargs)) as chunks:  # closing this closes the run
+                for chunk in chunks:
+                    seen.read(chunk)
+                    yield chunk
             waiting = True
         except GeneratorExit:
             waiting = None
             raise
         finally:
-            self._keep_paused(config, waiting=waiting, breakpoints=kwargs)
+            self._keep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         waiting: bool | None = False
+        seen = Interrupts(self.graph, input, kwargs)
         try:
             async with aclosing(self.graph.astream(input, config, **kwargs)) as chunks:
                 async for chunk in chunks:
+                    seen.read(chunk)
                     yield chunk
             waiting = True
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None
             raise
         finally:
-            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs)
+            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
 
     def batch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
         waiting: bool | None = None  # raised: some of its runs may have paused
+        outs: list[Any] = []
         try:
-            out = self.graph.batch(inputs, config, **kwargs)
+            outs = self.graph.batch(inputs, config, **kwargs)
             waiting = True
-            return out
+            return outs
         finally:
-            for each in _each_config(config, len(inputs)):
-                self._keep_paused(each, waiting=waiting, breakpoints=kwargs)
+            stops = each_interrupted(outs, len(inputs))
+            for each, stopped in zip(each_config(config, len(inputs)), stops, strict=False):
+                self._keep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
         waiting: bool | None = None
+        outs: list[Any] = []
         try:
-            out = await self.graph.abatch(inputs, config, **kwargs)
+            outs = await self.graph.abatch(inputs, config, **kwargs)
             waiting = True
-            return out
+            return outs
         finally:
-            for each in _each_config(config, len(inputs)):
-                await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs)
+            stops = each_interrupted(outs, len(inputs))
+            for each, stopped in zip(each_config(config, len(inputs)), stops, strict=False):
+                await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def astream_events(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         waiting: bool | None = False
+        seen = Interrupts(self.graph, input, None)  # no stream mode is known to show one in events
         try:
             async with aclosing(self.graph.astream_events(input, config, **kwargs)) as events:
                 async for event in events:
+                    seen.read(event)
                     yield event
             waiting = True
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None
             raise
         finally:
-            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs)
+            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
@@ -170,13 +202,22 @@ class MemabraAgent:
     # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
     # run's own outcome (its result, or its exception) is what the caller gets.
     # ``waiting``: True, the run stopped by itself (an interrupt or a breakpoint waits on someone);
-    # False, it raised (nobody waits); ``None``, it ended early (:func:`_waiting` reads which from
+    # False, it raised (nobody waits); ``None``, it ended early (:func:`waits_on_someone` reads which from
     # the state already read). ``breakpoints``: the call's keyword arguments, for its breakpoints.
+    # ``interrupted``: the run stopped at an interrupt, read where no turn of its thread runs here
+    # (:meth:`_keep_asked`); false for the usual run, which reads nothing.
     def _keep_paused(
-        self, config: RunnableConfig | None, *, waiting: bool | None = True, breakpoints: Mapping[str, Any] = _NONE
+        self,
+        config: RunnableConfig | None,
+        *,
+        waiting: bool | None = True,
+        breakpoints: Mapping[str, Any] = _NONE,
+        interrupted: bool = False,
     ) -> None:
         where = self._unfinished(config)
         if where is None:
+            if interrupted:
+                self._keep_asked(config)
             return
         state_config, running = where
         try:
@@ -184,21 +225,27 @@ class MemabraAgent:
         except Exception:  # noqa: BLE001 - only this process can resume the run now
             logger.warning(_UNREAD, exc_info=True)
             return
-        turn_id = _paused_turn(snapshot, running)
+        turn_id = paused_turn(snapshot, running)
         if turn_id is not None:
-            waiting = _waiting(self.graph, snapshot, breakpoints) if waiting is None else waiting
+            waiting = waits_on_someone(self.graph, snapshot, breakpoints) if waiting is None else waiting
             self.session.suspend(turn_id, waiting=waiting)
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
 
     async def _akeep_paused(
-        self, config: RunnableConfig | None, *, waiting: bool | None = True, breakpoints: Mapping[str, Any] = _NONE
+        self,
+        config: RunnableConfig | None,
+        *,
+        waiting: bool | None = True,
+        breakpoints: Mapping[str, Any] = _NONE,
+        interrupted: bool = False,
     ) -> None:
         where = self._unfinished(config)
-        if where is None:
-            return
         # Shielded: a server that cancels the request (the client went away) cancels it again at
         # each await of its cleanup; the turn is kept all the same.
-        await asyncio.shield(self._akeep(*where, waiting, breakpoints))
+        if where is not None:
+            await asyncio.shield(self._akeep(*where, waiting, breakpoints))
+        elif interrupted:
+            await asyncio.shield(self._akeep_asked(config))
 
     async def _akeep(
         self,
@@ -212,9 +259,9 @@ class MemabraAgent:
         except Exception:  # noqa: BLE001 - as in _keep_paused
             logger.warning(_UNREAD, exc_info=True)
             return
-        turn_id = _paused_turn(snapshot, running)
+        turn_id = paused_turn(snapshot, running)
         if turn_id is not None:
-            waiting = _waiting(self.graph, snapshot, breakpoints) if waiting is None else waiting
+            waiting = waits_on_someone(self.graph, snapshot, breakpoints) if waiting is None else waiting
             # a database write: off the event loop
             await asyncio.to_thread(functools.partial(self.session.suspend, turn_id, waiting=waiting))
             logger.info("turn %s stopped between nodes: kept in the log", turn_id)
@@ -222,14 +269,49 @@ class MemabraAgent:
     def _unfinished(self, config: RunnableConfig | None) -> tuple[RunnableConfig, frozenset[str]] | None:
         """The thread's latest checkpoint and its turns still running here, where the run could
         have ended paused; ``None`` for the usual run, which logged its turn (no state is read)."""
+        state_config = self._latest(config)
+        if state_config is None:
+            return None
+        running = self.session.running_turns(state_config["configurable"]["thread_id"])
+        return (state_config, running) if running else None
+
+    def _latest(self, config: RunnableConfig | None) -> RunnableConfig | None:
+        """The run's thread's latest checkpoint (not one the caller forked from); ``None`` without one."""
         thread_id = run_thread_id(config)
         if thread_id is None or not getattr(self.graph, "checkpointer", None):
             return None
-        running = self.session.running_turns(thread_id)
-        if not running:
-            return None
-        # the thread's latest checkpoint, not one the caller forked from
-        return {"configurable": {"thread_id": thread_id}}, running
+        return {"configurable": {"thread_id": thread_id}}
+
+    # ``_keep_asked`` and ``_akeep_asked`` (as ``_keep_paused`` and ``_akeep``, a deliberate repeat):
+    # a run stopped at an interrupt with no turn of its thread running here. A turn its state names
+    # may still be kept running in the log: its stream's reader left mid-run, or its process died,
+    # and this run (a retry) asked for approval before memabra's nodes or hooks ran again, so no
+    # process picked the turn up. A person is asked now: its copy is rewritten as paused, never lost.
+    def _keep_asked(self, config: RunnableConfig | None) -> None:
+        state_config = self._latest(config)
+        if state_config is None:
+            return
+        try:
+            snapshot = self.graph.get_state(state_config, subgraphs=True)
+        except Exception:  # noqa: BLE001 - as in _keep_paused
+            logger.warning(_UNREAD_ASKED, exc_info=True)
+            return
+        turn_id = asked_turn(snapshot)
+        if turn_id is not None:
+            pause_running_copy(self.session.log, turn_id)
+
+    async def _akeep_asked(self, config: RunnableConfig | None) -> None:
+        state_config = self._latest(config)
+        if state_config is None:
+            return
+        try:
+            snapshot = await self.graph.aget_state(state_config, subgraphs=True)
+        except Exception:  # noqa: BLE001 - as in _keep_paused
+            logger.warning(_UNREAD_ASKED, exc_info=True)
+            return
+        turn_id = asked_turn(snapshot)
+        if turn_id is not None:  # a database read, and maybe a write: off the event loop
+            await asyncio.to_thread(pause_running_copy, self.session.log, turn_id)
 
     def close(self) -> None:
         """Save what was learned since the last snapshot and release the learner lease."""
@@ -253,60 +335,3 @@ class MemabraAgent:
         """Explicit feedback on an episode, e.g. ``agent.feedback(eid, correct=False, correction="I'm vegan")``.
         Keys are those of :data:`memabra.FEEDBACK_KEYS`."""
         return self.session.feedback(episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload)
-
-
-def _paused_turn(snapshot: Any, running: frozenset[str]) -> str | None:
-    """The turn still running here that the state names where the run stopped with nodes still to
-    run (a pause, or a run that raised or was closed): in the graph's own state, or in a subgraph's
-    (memabra's nodes in an agent added as a node of a bigger graph)."""
-    if not snapshot.next:
-        return None
-    values = snapshot.values if isinstance(snapshot.values, dict) else {}
-    if values.get("memabra_turn") in running:
-        return str(values["memabra_turn"])
-    for task in snapshot.tasks:
-        nested = getattr(task, "state", None)
-        found = _paused_turn(nested, running) if nested is not None and hasattr(nested, "next") else None
-        if found is not None:
-            return found
-    return None
-
-
-def _waiting(graph: Any, snapshot: Any, breakpoints: Mapping[str, Any]) -> bool:
-    """Whether a run that ended early (its reader closed the stream, its task was cancelled, its
-    batch raised) waits on someone. An interrupt the checkpoint holds, in the graph or in any
-    subgraph's task (``interrupt()`` in a node or a tool, ``HumanInTheLoopMiddleware``'s
-    approval request), was saved before its ``__interrupt__`` chunk reached the reader: the run
-    paused. None: its reader went away mid-run, and the turn is kept running, lost in time if
-    nobody retries it. A static breakpoint (``interrupt_before`` / ``interrupt_after``, of the
-    call, the graph or a subgraph) saves no interrupt, so a graph that has one keeps the turn
-    paused, as a run that stopped at it would be: the state cannot tell the two apart."""
-    if _interrupted(snapshot):
-        return True
-    if breakpoints.get("interrupt_before") or breakpoints.get("interrupt_after"):
-        return True
-    try:
-        graphs = [graph, *(sub for _, sub in graph.get_subgraphs(recurse=True))]
-    except Exception:  # noqa: BLE001 - not a compiled graph: no breakpoints to read
-        graphs = [graph]
-    return any(getattr(g, "interrupt_before_nodes", None) or getattr(g, "interrupt_after_nodes", None) for g in graphs)
-
-
-def _interrupted(snapshot: Any) -> bool:
-    """Whether the state holds an interrupt waiting for an answer, in it or a subgraph's state."""
-    if getattr(snapshot, "interrupts", None):
-        return True
-    for task in getattr(snapshot, "tasks", ()):
-        if getattr(task, "interrupts", None):
-            return True
-        nested = getattr(task, "state", None)
-        if nested is not None and hasattr(nested, "tasks") and _interrupted(nested):
-            return True
-    return False
-
-
-def _each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:
-    """The config of each of a batch's runs, given as one for all or one each."""
-    if isinstance(config, list):
-        return list(config)
-    return [config] * n

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
@@ -23,7 +24,14 @@ from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
 from memabra.storage import EpisodeLog, SuspendedTurn, clean_text
 
-__all__ = ["ABANDONED_SOURCE", "FAILED_TURN_SOURCE", "PausedTurns", "abandon_paused_turn", "decision_id"]
+__all__ = [
+    "ABANDONED_SOURCE",
+    "FAILED_TURN_SOURCE",
+    "PausedTurns",
+    "abandon_paused_turn",
+    "decision_id",
+    "pause_running_copy",
+]
 
 logger = logging.getLogger("memabra")
 
@@ -85,6 +93,41 @@ def abandon_paused_turn(
     rewards.record(episode)
     logger.info("paused turn %s abandoned: logged as failed episode %s", kept.turn_id, turn.episode_id)
     return turn.episode_id
+
+
+def pause_running_copy(log: EpisodeLog, turn_id: str) -> bool:
+    """Rewrite the log's copy of ``turn_id`` as paused where it reads running; whether it wrote one.
+    For a run that stopped at an interrupt raised before memabra's own nodes or hooks ran again (a
+    retry whose first step is ``HumanInTheLoopMiddleware``'s approval request, after the reader of
+    the stream that ran the turn went away): no process picked the turn up, so its copy still reads
+    running, and would read lost in an hour while a person is asked. The copy is written as it is
+    (its steps and pauses are the newest any process wrote), paused since now. Nothing is written
+    where the log keeps the turn paused or keeps it no more, nor, by the write's guard, for a turn
+    whose episode was logged meanwhile. Best effort, as every copy's write: a warning, never raised
+    (the interrupt already reached its caller)."""
+    try:
+        kept = log.suspended_turn(turn_id)
+    except Exception:  # noqa: BLE001 - best effort, see above
+        logger.warning("could not read turn %s's copy in the log to keep it paused", turn_id, exc_info=True)
+        return False
+    if kept is None or kept.paused:
+        return False
+    unkept = "could not keep turn %s in the log as paused: it reads lost in an hour though a person is asked"
+    if not _save(log, replace(kept, suspended_at=utcnow(), paused=True), unkept):
+        return False
+    logger.info("turn %s stopped at an interrupt before this process went on with it: kept paused", turn_id)
+    return True
+
+
+def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str) -> bool:
+    """Write ``kept``; ``False``, with the warning ``unkept`` (naming the turn), where the log cannot
+    take it: the caller goes on either way."""
+    try:
+        log.suspend_turn(kept)
+    except Exception:  # noqa: BLE001 - best effort, see above
+        logger.warning(unkept, kept.turn_id, exc_info=True)
+        return False
+    return True
 
 
 class PausedTurns:
@@ -156,11 +199,7 @@ class PausedTurns:
         kept = SuspendedTurn(
             t.id, t.episode_id, t.user_id, t.thread_id, utcnow(), turn_document(t, elapsed_ms), paused=paused
         )
-        try:
-            self._log.suspend_turn(kept)
-        except Exception:  # noqa: BLE001 - best effort, see above
-            logger.warning(unkept, t.id, exc_info=True)
-        else:
+        if _save(self._log, kept, unkept):
             t.kept_in_log = True
 
     def unpause(self, t: Turn) -> Turn | None:

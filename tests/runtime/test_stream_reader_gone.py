@@ -4,7 +4,9 @@ request, in the graph or a subgraph) means someone is asked, and the turn is kep
 means the reader (an HTTP client that disconnected) left mid-run, and the turn is kept running, so
 that it reads lost after ``RUNNING_TURN_LIMIT`` if nobody retries it. A static breakpoint saves no
 interrupt: a graph that has one keeps the turn paused, as a run stopped at it is. A batch that
-raised is read the same way, run by run."""
+raised is read the same way, run by run. A retry of a turn kept running whose first step asks for
+approval (before memabra's nodes run again, so no process picks the turn up) has its copy
+rewritten as paused, so it is never taken for lost while a person is asked."""
 
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ from langgraph.types import Command
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind, MemabraAgent
 from memabra._agent import build_session
+from memabra._feedback import RewardService
 from memabra._middleware import MemabraMiddleware
+from memabra._paused_turns import abandon_paused_turn
 from memabra._records import utcnow
+from memabra._turn_document import turn_from_document
 from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn
 from memabra.storage._status import log_status
 
@@ -193,3 +198,84 @@ def test_a_batch_that_raised_keeps_each_run_as_it_stopped(log: EpisodeLog, how: 
             asyncio.run(agent.abatch(inputs, configs))
     kept = {k.thread_id: k.paused for k in log.suspended_turns()}
     assert kept == {"bob": True, "carol": False}  # bob's approval is asked for; carol's run raised
+
+
+# The retry's modes: a stream read to its end (its ``__interrupt__`` chunk in ``updates`` mode, none
+# in ``values`` mode or in events: the checkpoint says) or closed at that chunk, ``invoke`` /
+# ``ainvoke`` (the output's).
+RETRIES = ["stream", "stream-closed", "stream-values", "astream", "astream_events", "invoke", "ainvoke"]
+
+
+def _run(agent: MemabraAgent, payload: Any, how: str) -> None:
+    """Run ``payload`` through ``how`` to the run's end."""
+    if how == "invoke":
+        assert agent.invoke(payload, CONFIG)["__interrupt__"]
+    elif how == "ainvoke":
+        assert asyncio.run(agent.ainvoke(payload, CONFIG))["__interrupt__"]
+    elif how == "stream-values":
+        assert list(agent.stream(payload, CONFIG, stream_mode="values"))
+    elif how == "stream-closed":
+        _read(agent, payload, "stream", _at_interrupt)
+    else:
+        _read(agent, payload, how, lambda _: False)
+
+
+def _lost_by_cron(log: EpisodeLog) -> list[SuspendedTurn]:
+    """What ``memabra episodes paused --lost --abandon`` would log as failed after the hour."""
+    return log.suspended_turns(lost_at=utcnow() + RUNNING_TURN_LIMIT + timedelta(minutes=1))
+
+
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+@pytest.mark.parametrize("how", RETRIES)
+def test_a_retry_that_asks_for_approval_first_keeps_the_turn_paused(log: EpisodeLog, how: str, where: str) -> None:
+    """The reader left after the model's reply (the copy is kept running); the client reconnects and
+    the retry's first step is the approval request, before memabra's nodes run: the turn is picked
+    up by no process, and its copy must not read lost while a person is asked."""
+    saver = InMemorySaver()
+    first = _agent(log, [_email("bob"), AIMessage("Sent it.")], saver)
+    _read(first, ASK, "stream", _after_model)
+    kept = _kept(log)
+    assert not kept.paused
+    retry = first if where == "here" else _agent(log, [AIMessage("Sent it.")], saver)
+    _run(retry, None, how)
+    again = _kept(log)
+    assert again.paused and again.turn_id == kept.turn_id
+    assert again.document == kept.document  # the same turn: its decision and its model call
+    assert _an_hour_on(log) == (0, 1) and not _lost_by_cron(log)
+    # the approval (through whichever worker the retry reached) logs the turn once, as decided first
+    done = retry.invoke(APPROVE, CONFIG)
+    assert done["memabra_episode_id"] == kept.episode_id and not log.suspended_turns()
+    assert log.count_episodes() == 1
+    (decision,) = log.get_episode(kept.episode_id).selections
+    routed = turn_from_document(kept.document, 0.0).selection
+    assert routed is not None and (decision.id, decision.chosen_ids) == (routed.id, routed.chosen_ids)
+
+
+def test_a_retry_of_a_turn_abandoned_meanwhile_writes_no_copy(log: EpisodeLog) -> None:
+    """The cron logged the lost turn as failed before the client came back: the retry's approval
+    request finds no copy to rewrite, and none is written for the logged episode."""
+    saver = InMemorySaver()
+    _read(_agent(log, [_email("bob")], saver), ASK, "stream", _after_model)
+    abandoned = abandon_paused_turn(RewardService(log), _kept(log))
+    _run(_agent(log, [], saver), None, "invoke")
+    assert not log.suspended_turns() and [e.id for e in log.list_episodes().items] == [abandoned]
+
+
+@pytest.mark.parametrize("how", ["stream", "invoke"])
+def test_a_run_that_logs_its_turn_reads_no_state(log: EpisodeLog, how: str) -> None:
+    """Only a run that stops at an interrupt (or, with no turn of its thread running here, one that
+    goes on from a checkpoint in a stream whose modes cannot show one) reads the thread's state."""
+    agent = _agent(log, [_email("bob"), AIMessage("Sent it.")], InMemorySaver())
+    reads: list[Any] = []
+    get_state, aget_state = agent.graph.get_state, agent.graph.aget_state
+    agent.graph.get_state = lambda *a, **k: reads.append(a) or get_state(*a, **k)
+    agent.graph.aget_state = lambda *a, **k: reads.append(a) or aget_state(*a, **k)
+    assert agent.invoke(ASK, CONFIG)["__interrupt__"]
+    assert _kept(log).paused
+    reads.clear()
+    if how == "invoke":
+        assert agent.invoke(APPROVE, CONFIG)["memabra_episode_id"]
+    else:
+        _read(agent, APPROVE, "stream", lambda _: False)
+    assert not log.suspended_turns() and log.count_episodes() == 1
+    assert reads == []
