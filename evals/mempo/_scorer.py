@@ -317,24 +317,37 @@ def _load(path: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, An
         except Exception as exc:  # noqa: BLE001 - tokenizers and sentencepiece raise their own
             raise ConfigError(
                 f"model_path {str(path)!r}: no usable tokenizer (save the model's tokenizer into the same "
-                f"directory with tokenizer.save_pretrained): {type(exc).__name__}: {exc}"
+                f"directory with tokenizer.save_pretrained): {_one_line(exc)}"
             ) from None
+        if not tokenizer("the answer", add_special_tokens=False)["input_ids"]:
+            # transformers builds an empty tokenizer for a GPT-2 folder without vocab.json and
+            # merges.txt: said here, not as "answers[0] encodes to no tokens" on the first decision
+            raise ConfigError(
+                f"model_path {str(path)!r}: no usable tokenizer (it encodes text to no tokens; save the model's "
+                "tokenizer into the same directory with tokenizer.save_pretrained)"
+            )
         try:
             dtype_argument = {_dtype_keyword(transformers.__version__): dtype}
             model: Any = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **dtype_argument)
         except Exception as exc:  # noqa: BLE001 - safetensors, pickle and torch each raise their own
-            raise ConfigError(
-                f"model_path {str(path)!r}: the model does not load: {type(exc).__name__}: {exc}"
-            ) from None
+            raise ConfigError(f"model_path {str(path)!r}: the model does not load: {_one_line(exc)}") from None
     try:
         model.to(device)
     except RuntimeError as exc:  # out of memory, most often
-        raise ConfigError(f"model_path {str(path)!r}: the model could not be placed on {device}: {exc}") from None
+        raise ConfigError(
+            f"model_path {str(path)!r}: the model could not be placed on {device}: {_one_line(exc)}"
+        ) from None
     if model.get_input_embeddings().weight.dtype != dtype:
         model.to(dtype)  # whatever a loader made of the keyword, the scorer runs in the dtype it reports
     model.eval()
     _log.info("MemPO scorer loaded %s on %s (%s)", path, device, dtype)
     return tokenizer, model
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: transformers' and torch's messages span several, and a load error
+    is reported as one line (its lines joined, white space collapsed)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _pad_id(tokenizer: Any) -> int:

@@ -129,7 +129,10 @@ def score(
             RoutingDecisionItem(g.id, g.question, g.selected, g.candidates, g.gold_answer)
             for g in log.mempo_items(since=since_at, unscored_by=unscored_by)
         )
-        scorer = run_guarded(MemPOScorer, model, device=device, dtype=dtype, batch_size=batch_size)
+        try:  # a large model loads for minutes: Ctrl-C then says so rather than exiting silently
+            scorer = run_guarded(MemPOScorer, model, device=device, dtype=dtype, batch_size=batch_size)
+        except KeyboardInterrupt:
+            fail(f"interrupted while loading the model: none of {total} decisions scored or stored", code=130)
         console.print(
             Text(
                 f"scoring {total} decisions with {model} on {scorer.device} "

@@ -260,3 +260,22 @@ def test_labels_summarise_what_score_stored(migrated_url: str, tmp_path: Path) -
     assert only_b.exit_code == 0
     data = json.loads(only_b.stdout)
     assert data["labelled"] == 1 and [d["decision_id"] for d in data["worst"]] == [decision_ids[2]]
+
+
+def test_an_interrupt_while_the_model_loads_says_nothing_was_stored(
+    random_model_dir: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a large model takes minutes: Ctrl-C then is a message and exit 130, not silence."""
+    from memabra.evals.mempo import MemPOScorer
+
+    decision_ids = _log_decisions(migrated_url)
+
+    def interrupted(self: MemPOScorer, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemPOScorer, "__init__", interrupted)
+    result = runner.invoke(cli.mempo_app, ["score", "--model", str(random_model_dir), "--db", migrated_url])
+    assert result.exit_code == 130
+    assert "interrupted while loading the model: none of 4 decisions scored" in " ".join(result.output.split())
+    with EpisodeLog(migrated_url) as log:
+        assert log.memory_scores(decision_ids) == {}

@@ -329,3 +329,21 @@ def test_a_huge_context_is_not_tokenised_whole(random_model_dir: Path, monkeypat
     whole = scorer.answer_probabilities([huge], ["paris"])
     assert max(seen) > 2_000_000
     assert scored.probabilities[0] == pytest.approx(whole.probabilities[0], abs=1e-7)
+
+
+def test_a_missing_tokenizer_or_unknown_architecture_is_a_one_line_error(
+    tmp_path: Path, random_model_dir: Path
+) -> None:
+    """transformers' messages span several lines; the README promises a one-line error."""
+    (tmp_path / "model.safetensors").write_bytes((random_model_dir / "model.safetensors").read_bytes())
+    (tmp_path / "config.json").write_bytes((random_model_dir / "config.json").read_bytes())
+    with pytest.raises(ConfigError, match="no usable tokenizer") as no_tokenizer:  # config and weights only
+        MemPOScorer(tmp_path, device="cpu")
+    assert "\n" not in str(no_tokenizer.value)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((random_model_dir / name).read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
+    with pytest.raises(ConfigError, match="the model does not load") as unknown:
+        MemPOScorer(tmp_path, device="cpu")
+    assert "\n" not in str(unknown.value)
