@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import Select, delete, func, insert, select
@@ -172,7 +172,7 @@ def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | Non
     for start in range(0, len(episode_ids), _CHUNK):
         chunk = episode_ids[start : start + _CHUNK]
         with tx.read() as s:
-            decisions = s.scalars(_gold_decisions(chunk, unscored_by).order_by(DecisionRow.created_at)).all()
+            decisions = _gold_decisions(s, chunk, unscored_by, gold)
             cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
             for c in s.scalars(
                 select(DecisionCandidateRow)
@@ -190,18 +190,18 @@ def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | Non
                 question=d.query,
                 selected=tuple(c.text for c in sorted((c for c in memories if c.chosen), key=lambda c: c.slot or 0)),
                 candidates=tuple(c.text for c in memories),
-                gold_answer=gold[d.episode_id],
+                gold_answer=gold[d.episode_id][0],
             )
 
 
 def count_mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> int:
     """How many decisions :func:`mempo_items` yields for the same arguments (one count per chunk)."""
-    episode_ids = list(_gold_answers(tx, since))
+    gold = _gold_answers(tx, since)
+    episode_ids = list(gold)
     total = 0
     with tx.read() as s:
         for start in range(0, len(episode_ids), _CHUNK):
-            chunk = _gold_decisions(episode_ids[start : start + _CHUNK], unscored_by).subquery()
-            total += int(s.scalar(select(func.count()).select_from(chunk)) or 0)
+            total += len(_gold_decisions(s, episode_ids[start : start + _CHUNK], unscored_by, gold))
     return total
 
 
@@ -211,13 +211,13 @@ def count_gold_episodes(tx: Transactions, since: datetime | None) -> int:
     return len(_gold_answers(tx, since))
 
 
-def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, str]:
-    """Episode id to its gold answer (the latest feedback that gave one), from feedback received
-    since ``since``."""
+def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, tuple[str, datetime]]:
+    """Episode id to its gold answer (the latest feedback that gave one) and when it arrived, from
+    feedback received since ``since``."""
     stmt = select(FeedbackRow).order_by(FeedbackRow.received_at)
     if since is not None:
         stmt = stmt.where(FeedbackRow.received_at >= since)
-    gold: dict[str, str] = {}
+    gold: dict[str, tuple[str, datetime]] = {}
     with tx.read() as s:
         for row in s.scalars(stmt):
             try:
@@ -226,22 +226,33 @@ def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, str]:
                 logger.warning("feedback %s of episode %s is unreadable, skipped: %s", row.id, row.episode_id, exc)
                 continue
             if answer is not None and answer.strip():
-                gold[row.episode_id] = answer
+                gold[row.episode_id] = (answer, row.received_at)
     return gold
 
 
-def _gold_decisions(episode_ids: Sequence[str], unscored_by: str | None) -> Select[DecisionRow]:
-    """The decisions of ``episode_ids`` that offered a memory (and that ``unscored_by`` has not labelled)."""
+def _gold_decisions(
+    s: Session, episode_ids: Sequence[str], unscored_by: str | None, gold: Mapping[str, tuple[str, datetime]]
+) -> list[DecisionRow]:
+    """The decisions of ``episode_ids`` that offered a memory, oldest first; with ``unscored_by``,
+    those that scorer has not labelled since their gold answer arrived: a gold answer sent again,
+    corrected, reopens a decision labelled against the old one (its label would grade the old)."""
     offered_memory = select(DecisionCandidateRow.decision_id).where(
         DecisionCandidateRow.decision_id == DecisionRow.id, DecisionCandidateRow.kind == "memory"
     )
     stmt = select(DecisionRow).where(DecisionRow.episode_id.in_(episode_ids), offered_memory.exists())
-    if unscored_by is not None:
-        labelled = select(MemoryScoreRow.decision_id).where(
-            MemoryScoreRow.decision_id == DecisionRow.id, MemoryScoreRow.scorer == clean_text(unscored_by)
-        )
-        stmt = stmt.where(~labelled.exists())
-    return stmt
+    if unscored_by is None:
+        return list(s.scalars(stmt.order_by(DecisionRow.created_at)))
+    labelled = (
+        select(MemoryScoreRow.decision_id, MemoryScoreRow.scored_at)
+        .where(MemoryScoreRow.scorer == clean_text(unscored_by))
+        .subquery()
+    )
+    rows = s.execute(
+        stmt.add_columns(labelled.c.scored_at)
+        .outerjoin(labelled, labelled.c.decision_id == DecisionRow.id)
+        .order_by(DecisionRow.created_at)
+    ).all()
+    return [d for d, scored_at in rows if scored_at is None or scored_at < gold[d.episode_id][1]]
 
 
 def store_memory_scores(tx: Transactions, scores: Sequence[MemoryQuality]) -> None:

@@ -296,6 +296,12 @@ def test_decisions_with_a_gold_answer_are_counted_as_they_are_streamed(log: Epis
     assert log.count_mempo_items(unscored_by="mempo:a") == 2
     assert first not in {i.id for i in log.mempo_items(unscored_by="mempo:a")}
     assert log.count_mempo_items(unscored_by="mempo:b") == 3
+    # a gold answer sent again, corrected, after the label: the label graded the old one
+    log.add_feedback(Feedback(with_memories[0].id, "programmatic", "checker", {"gold_answer": "Annie"}))
+    reopened = [i for i in log.mempo_items(unscored_by="mempo:a") if i.id == first]
+    assert [i.gold_answer for i in reopened] == ["Annie"] and log.count_mempo_items(unscored_by="mempo:a") == 3
+    log.store_memory_scores([MemoryQuality(first, "mempo:a", 0.5, 0.5, 0.0, 1, 5)])
+    assert log.count_mempo_items(unscored_by="mempo:a") == 2  # labelled against the new answer
 
 
 def test_user_scoping_of_decisions() -> None:
