@@ -10,6 +10,7 @@ review, and never learned from. The same idempotency key posted twice is a no-op
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from datetime import datetime
@@ -20,7 +21,7 @@ from memabra._reward import CompositeReward, RewardConfig, rescored
 from memabra._signals import FEEDBACK_KEYS
 from memabra.storage import EpisodeLog
 
-__all__ = ["RewardService", "recompute_rewards"]
+__all__ = ["RewardService", "recompute_rewards", "same_feedback"]
 
 logger = logging.getLogger("memabra")
 
@@ -147,3 +148,14 @@ def recompute_rewards(
         for episode_id, stored in log.stored_rewards(since=since)
     }
     return log.write_rewards(updates, weights, version=version)
+
+
+def same_feedback(earlier: Feedback, now: Feedback) -> bool:
+    """Whether ``now``, sent under an idempotency key already stored with ``earlier``, repeats it
+    (a retry) rather than saying something else: the log answers ``duplicate`` either way and keeps
+    the first, so a caller that sent other values must be told they were not recorded."""
+
+    def canonical(feedback: Feedback) -> str:
+        return json.dumps(dict(feedback.payload), sort_keys=True, default=str)
+
+    return earlier.decision_id == now.decision_id and canonical(earlier) == canonical(now)

@@ -64,7 +64,7 @@ from memabra._admin._reward_view import reward_lines
 from memabra._admin._turn_pages import TurnPages
 from memabra._episode_document import episode_document
 from memabra._errors import InvalidRecordError
-from memabra._feedback import RewardService
+from memabra._feedback import RewardService, same_feedback
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, RevokedSessions
@@ -195,7 +195,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             back = list_query(form.get("list", ""))
             if receipt.status == "duplicate":
                 earlier = await run_in_threadpool(self._stored_feedback, episode_id, receipt.feedback_id)
-                if earlier is not None and not _same_submission(earlier, feedback):
+                if earlier is not None and not same_feedback(earlier, feedback):
                     return await self._feedback_conflict(auth, episode_id, earlier, back)
             query = urlencode({"notice": f"feedback-{receipt.status}", **({"list": back} if back else {})})
             return RedirectResponse(f"/episodes/{quote(episode_id, safe='')}?{query}#feedback", status_code=303)
@@ -217,15 +217,6 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
         )
         context = await run_in_threadpool(self._episode_context, episode_id, back)
         return self._render("episode.html", 409, auth=auth, notice="", error=message, section="episodes", **context)
-
-
-def _same_submission(earlier: Feedback, now: Feedback) -> bool:
-    """Whether a resubmitted form carries what was stored under its key (an idempotent repeat)."""
-
-    def canonical(feedback: Feedback) -> str:
-        return json.dumps(dict(feedback.payload), sort_keys=True, default=str)
-
-    return earlier.decision_id == now.decision_id and canonical(earlier) == canonical(now)
 
 
 def create_app(

@@ -24,7 +24,7 @@ from memabra._cli._common import (
 from memabra._cli._database import CreateDbOption, DbOption, migrate
 from memabra._config import load_reward_config, parse_weights
 from memabra._episode_document import episode_document, probability_shown, reward_terms
-from memabra._feedback import RewardService, recompute_rewards
+from memabra._feedback import RewardService, recompute_rewards, same_feedback
 from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
@@ -342,7 +342,11 @@ def feedback(
     db: DbOption = None,
     kind: FeedbackKind = typer.Option(FeedbackKind.EXPLICIT, help="explicit, implicit or programmatic."),
     source: str = typer.Option("cli", help="Who sent it."),
-    key: str | None = typer.Option(None, "--idempotency-key", help="Posting the same key twice is a no-op."),
+    key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="Posting the same key and payload twice is a no-op; the same key with another payload is refused.",
+    ),
 ) -> None:
     """Record feedback on an episode (joins it by id; late feedback is stored but never learned)."""
     try:
@@ -356,4 +360,14 @@ def feedback(
         episode_id = run_guarded(log.resolve_episode_id, episode_id)
         fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
         receipt = run_guarded(RewardService(log, load_reward_config()).post_feedback, fb)
+        earlier = None
+        if receipt.status == "duplicate":
+            stored = log.feedback_for(episode_id, include_late=True)
+            earlier = next((f for f in stored if f.id == receipt.feedback_id), None)
+    if earlier is not None and not same_feedback(earlier, fb):
+        fail(
+            f"idempotency key {key!r} already recorded other feedback on episode {episode_id} (feedback "
+            f"{earlier.id}: {json.dumps(dict(earlier.payload), sort_keys=True, default=str)}); nothing was "
+            "written: a retry must send the same payload, new feedback a new key"
+        )
     console.print(f"feedback {receipt.feedback_id}: {receipt.status}")

@@ -46,7 +46,15 @@ def test_db_upgrade_then_episode_commands(db_url: str) -> None:
     again = runner.invoke(
         app, ["feedback", ep.id, json.dumps({"correction": True}), "--db", db_url, "--idempotency-key", "k1"]
     )
-    assert "duplicate" in again.output
+    assert again.exit_code == 0 and "duplicate" in again.output  # a retry: the same payload
+    other = runner.invoke(
+        app, ["feedback", ep.id, json.dumps({"rating": 5}), "--db", db_url, "--idempotency-key", "k1"]
+    )
+    message = " ".join(other.output.split())
+    assert other.exit_code == 1 and "idempotency key 'k1' already recorded other feedback" in message
+    assert '"correction": true' in message and "nothing was written" in message
+    with EpisodeLog(db_url) as log:
+        assert [f.payload for f in log.feedback_for(ep.id)] == [{"correction": True}]
     rec = runner.invoke(app, ["rewards", "recompute", "--weights", "wc=1.0", "--db", db_url])
     assert rec.exit_code == 0 and "recomputed 1" in rec.output
 
