@@ -6,7 +6,7 @@ import json
 import shlex
 from pathlib import Path
 from statistics import NormalDist
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,18 +18,23 @@ from rich.progress import (
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
+    JsonOutOption,
     check_output_path,
     console,
     fail,
     parse_time,
     run_guarded,
     transient_progress,
+    write_json,
     write_output,
 )
 from memabra._cli._database import DbOption
 from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
+
+if TYPE_CHECKING:
+    from memabra.evals.offline import TrainReport
 
 
 def _decision_ids(path: Path) -> list[str]:
@@ -171,8 +176,11 @@ def train(
             help="Also train and evaluate on decisions whose reward is still provisional (default: final only).",
         ),
     ] = False,
+    json_out: JsonOutOption = None,
 ) -> None:
-    """Fit a new policy from the log; keep it only if it beats the logging policy offline."""
+    """Fit a new policy from the log; keep it only if it beats the logging policy offline.
+    Nothing saved is an outcome, not an error (exit 0): a scheduled job reads ``saved_version``
+    from ``--json``."""
     from memabra.evals.offline import train_from_log
 
     if not from_log:
@@ -241,3 +249,26 @@ def train(
             else "the lower bound of its paired difference from the logging policy is not above 0"
         )
         console.print(f"not saved: {why} (use --force to keep it anyway)")
+    write_json(json_out, _train_json(report, half))
+
+
+def _train_json(report: TrainReport, half: float) -> dict[str, Any]:
+    """What ``train --json`` writes: the estimate, the gate's verdict and what was saved."""
+    e, d = report.estimate, report.improvement
+    return {
+        "learner": report.learner,
+        "n_train": report.n_train,
+        "n_holdout": report.n_holdout,
+        "split_at": report.split_at.isoformat(),
+        "estimate": {"estimator": e.estimator, "value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high},
+        "supported": report.supported,
+        "reason": report.reason,
+        "logging_policy": {
+            "value": report.logging_value,
+            "ci_low": report.logging_value - half,
+            "ci_high": report.logging_value + half,
+        },
+        "improvement": None if d is None else {"value": d.value, "ci_low": d.ci_low, "ci_high": d.ci_high},
+        "promotable": report.promotable,
+        "saved_version": report.saved_version,
+    }

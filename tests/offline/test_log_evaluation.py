@@ -339,16 +339,21 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
 
 
 def test_a_forced_training_on_an_unsupported_estimate_does_not_also_say_promotion_refused(  # type: ignore[no-untyped-def]
-    migrated_url: str, lexical
+    migrated_url: str, lexical, tmp_path
 ) -> None:
     with EpisodeLog(migrated_url) as log:
         log_world(log, HybridRouter(similarity=lexical, seed=0, min_probability=1e-5), 120)  # never explores
     base = ["train", "--from-log", "--learner", "random", "--db", migrated_url, "--holdout", "0.5"]
-    refused = runner.invoke(app, base)
-    assert refused.exit_code == 0, refused.output
+    refused = runner.invoke(app, [*base, "--json", str(tmp_path / "refused.json")])
+    assert refused.exit_code == 0, refused.output  # nothing saved is an outcome: a job reads --json
     assert re.search(r"^unsupported: .*; not saved$", refused.output, re.M | re.S), refused.output
-    forced = runner.invoke(app, [*base, "--force"])
+    said = json.loads((tmp_path / "refused.json").read_text())
+    assert said["saved_version"] is None and said["supported"] is False and said["promotable"] is False
+    assert said["reason"] and said["estimate"]["estimator"] and said["n_train"] + said["n_holdout"] > 0
+    forced = runner.invoke(app, [*base, "--force", "--json", str(tmp_path / "forced.json")])
     assert forced.exit_code == 0, forced.output
+    kept = json.loads((tmp_path / "forced.json").read_text())
+    assert kept["saved_version"] and kept["saved_version"] in forced.output and kept["supported"] is False
     # it was saved: the old "; promotion refused" contradicted the next lines
     assert "promotion refused" not in forced.output and "not saved" not in forced.output
     assert "(forced: the log does NOT support its estimate)" in forced.output
