@@ -25,7 +25,7 @@ from memabra.storage._admin_records import (
 from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._embeddings import EmbeddingTable
-from memabra.storage._engine import DEFAULT_URL, URL_ENV, make_engine, resolve_url
+from memabra.storage._engine import DEFAULT_URL, URL_ENV, DatabaseUnavailableError, make_engine, resolve_url
 from memabra.storage._learner import (
     START,
     FinalReward,
@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
+    "DatabaseUnavailableError",
     "MAX_MEMORY_PAGE",
     "PAUSES_KEY",
     "RUNNING_TURN_LIMIT",

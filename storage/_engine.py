@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
+import select
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from memabra._errors import ConfigError
+from memabra._errors import ConfigError, MemabraError
 
 DEFAULT_URL = "sqlite:///memabra.db"
 URL_ENV = "MEMABRA_DATABASE_URL"
@@ -27,8 +28,31 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 # or an idle-killing proxy leaves dead ones); one checked in more recently is taken as alive. A
 # ping on every checkout (SQLAlchemy's pool_pre_ping) cost a round trip per transaction, five per turn.
 PG_PING_IDLE_S = 5.0
+# How long opening a PostgreSQL connection may take (TCP, TLS, authentication) unless the URL says
+# (``?connect_timeout=``): a server that accepts the connection and never answers would otherwise
+# hang the process for as long as the operating system keeps the socket.
+PG_CONNECT_TIMEOUT_S = 10
 # the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
 _WAL_RETRY_S = 0.01
+
+
+class DatabaseUnavailableError(MemabraError, OperationalError):
+    """The database could not be reached: a connection was refused, timed out, named an unknown host
+    or database, or was lost while a commit was in flight. The message names the URL (password
+    hidden) and the driver's reason in one line; ``orig`` is the driver's error.
+
+    It is a SQLAlchemy :class:`~sqlalchemy.exc.OperationalError` too, so code that waits out a
+    database outage by catching that (a learner loop, a health probe) keeps doing so."""
+
+    def __init__(self, message: str, orig: BaseException | None = None) -> None:
+        OperationalError.__init__(self, None, None, orig if orig is not None else Exception(message))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.message, self.orig)
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -61,10 +85,41 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         engine = create_engine(resolved, **kwargs)
         _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
+    if "connect_timeout" not in parsed.query:
+        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **kwargs.get("connect_args", {})}
     engine = create_engine(resolved, **kwargs)
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)
+    _name_connect_failures(engine)
     return engine
+
+
+def unreachable(
+    engine: Engine, exc: BaseException, doing: str = "connect to", after: str = ""
+) -> DatabaseUnavailableError:
+    """``exc`` (a failed connect, a lost connection) as a :class:`DatabaseUnavailableError` naming
+    the database (password hidden) and the driver's reason, in one line."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    reason = lines[0] if lines else type(orig).__name__
+    where = engine.url.render_as_string(hide_password=True)
+    error = DatabaseUnavailableError(f"cannot {doing} the database {where}: {reason}{after}", orig)
+    error.connection_invalidated = bool(getattr(exc, "connection_invalidated", False))
+    return error
+
+
+def _name_connect_failures(engine: Engine) -> None:
+    """A connection the pool cannot open (refused, unknown host or database, timed out) raises
+    :class:`DatabaseUnavailableError` instead of SQLAlchemy's bare ``OperationalError``. Errors on
+    an open connection pass through untouched: the write retries read their SQLSTATE."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> BaseException | None:
+        if context.connection is not None or context.is_pre_ping:
+            return None
+        if not isinstance(context.sqlalchemy_exception, OperationalError):
+            return None
+        return unreachable(engine, context.sqlalchemy_exception)
 
 
 def sqlite_file(engine: Engine) -> Path | None:
@@ -94,13 +149,26 @@ def _ping_when_idle(engine: Engine) -> None:
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         since = record.info.get("memabra_checked_in")
-        if since is None or time.monotonic() - since < PG_PING_IDLE_S:
-            return  # new, or in use moments ago
+        if since is None:
+            return  # new
+        if time.monotonic() - since < PG_PING_IDLE_S and not _has_unread_input(dbapi_connection):
+            return  # in use moments ago, and the server has not written to it since (no FATAL, no EOF)
         try:
             engine.dialect.do_ping(dbapi_connection)
         except Exception as exc:
             # The pool discards the connection and checks out (or opens) another.
             raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+
+
+def _has_unread_input(dbapi_connection: Any) -> bool:
+    """Whether the server wrote to an idle connection: a server that ends a session (a restart,
+    ``pg_terminate_backend``) sends a FATAL error and closes it, which leaves the socket readable. A
+    poll of the socket costs no round trip, unlike a ping."""
+    try:
+        readable, _, _ = select.select([dbapi_connection.fileno()], [], [], 0)
+    except Exception:  # closed already, or not a socket-backed connection: let the ping decide
+        return True
+    return bool(readable)
 
 
 def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> None:

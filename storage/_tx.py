@@ -10,6 +10,12 @@ On SQLite a write transaction starts with ``BEGIN IMMEDIATE``: it takes the writ
 waiting up to the busy timeout for it, instead of failing on the read-to-write lock upgrade that a
 deferred ``BEGIN`` meets when another process wrote in between. Reads stay deferred, so in WAL mode
 they never wait on writers.
+
+A write whose PostgreSQL connection is lost before its ``COMMIT`` is sent (the server restarted,
+``pg_terminate_backend``, a proxy closed it) is retried the same way on a new connection: the
+server rolled that transaction back. One lost while committing may or may not have committed, so it
+is not retried: the caller gets :class:`~memabra.storage.DatabaseUnavailableError` saying so, as it
+does when no new connection can be opened.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from memabra._errors import StorageContentionError
+from memabra.storage._engine import unreachable
 
 __all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
 
@@ -73,28 +80,40 @@ class Transactions:
     def write(self, work: Callable[[Session], T], *, what: str = "write") -> T:
         """Run ``work`` in one write transaction, retried on transient conflicts."""
 
-        def attempt() -> T:
+        def attempt(committing: list[bool]) -> T:
             with Session(self._writer, expire_on_commit=False) as session, session.begin():
-                return work(session)
+                result = work(session)
+                session.flush()
+                committing.append(True)
+            return result
 
         return self._retrying(attempt, what)
 
     def write_connection(self, work: Callable[[Connection], T], *, what: str = "write") -> T:
         """Like :meth:`write`, on a Core connection (bulk inserts, COPY)."""
 
-        def attempt() -> T:
+        def attempt(committing: list[bool]) -> T:
             with self._writer.begin() as connection:
-                return work(connection)
+                result = work(connection)
+                committing.append(True)
+            return result
 
         return self._retrying(attempt, what)
 
-    def _retrying(self, attempt: Callable[[], T], what: str) -> T:
+    def _retrying(self, attempt: Callable[[list[bool]], T], what: str) -> T:
         last: BaseException | None = None
         for n in range(MAX_ATTEMPTS):
+            committing: list[bool] = []  # set once the work ran and COMMIT is on its way
             try:
-                return attempt()
+                return attempt(committing)
             except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
-                if not is_transient(exc):
+                if getattr(exc, "connection_invalidated", False):
+                    if committing:
+                        raise unreachable(
+                            self.engine, exc, f"finish the {what} on", "; it may or may not have committed"
+                        ) from exc
+                    # the server rolled the transaction back with the connection: run it again
+                elif not is_transient(exc):
                     raise
                 last = exc
                 delay = random.uniform(0, BASE_BACKOFF_S * 2**n)

@@ -160,7 +160,10 @@ def _where(db: str | None) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return f"database error: {error_line(exc)}" if isinstance(exc, SQLAlchemyError) else str(exc)
+    # a MemabraError first: DatabaseUnavailableError is also SQLAlchemy's, and its message names the URL
+    if isinstance(exc, SQLAlchemyError) and not isinstance(exc, MemabraError):
+        return f"database error: {error_line(exc)}"
+    return str(exc)
 
 
 def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], limit: timedelta) -> None:

@@ -81,7 +81,8 @@ def test_an_unreachable_database_is_one_line_not_a_traceback(
         main()
     assert exited.value.code == 1
     err = capsys.readouterr().err
-    assert "database error" in err
+    assert "cannot connect to the database postgresql+psycopg://nobody@127.0.0.1:1/none" in err
+    assert "Connection refused" in err
     assert "Traceback" not in err
 
 

@@ -1,0 +1,141 @@
+"""A PostgreSQL server that cannot be reached, or that drops a connection mid-run: a named error
+with the URL (password hidden) and the driver's reason; a write whose connection was killed before
+its commit is run again on a new connection, and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from factories import episode
+from memabra import Feedback
+from memabra._feedback import RewardService
+from memabra.storage import DatabaseUnavailableError, EpisodeLog, make_engine, resolve_url, upgrade
+from memabra.storage import _engine as engine_module
+
+PG_ENV = "MEMABRA_TEST_DATABASE_URL"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts TCP connections and never answers (a hung server, a black-holing proxy)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgresql+psycopg://root:s3cret@127.0.0.1:{port}/memabra", "Connection refused"),
+        ("postgresql+psycopg://root:s3cret@no-such-host.invalid:5432/memabra", "no-such-host.invalid"),
+    ],
+)
+def test_an_unreachable_server_is_named_in_one_line(url: str, reason: str) -> None:
+    url = url.format(port=_free_port())
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        EpisodeLog(url)
+    message = str(caught.value)
+    assert message.startswith("cannot connect to the database postgresql+psycopg://root:***@"), message
+    assert reason in message and "\n" not in message and "s3cret" not in message
+    # still an OperationalError: code that waits out an outage by catching that keeps doing so
+    assert isinstance(caught.value, OperationalError)
+    assert isinstance(caught.value.orig, psycopg.OperationalError)
+
+
+def test_a_server_that_never_answers_times_out(silent_server: int) -> None:
+    url = f"postgresql+psycopg://root@127.0.0.1:{silent_server}/memabra?connect_timeout=1"
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailableError, match=r"cannot connect to the database .*127\.0\.0\.1"):
+        EpisodeLog(url)
+    assert time.monotonic() - started < 8
+
+
+def test_a_connection_has_a_connect_timeout_unless_the_url_sets_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, object]] = []
+    real = engine_module.create_engine
+
+    def spy(url: str, **kwargs: object) -> object:
+        seen.append(dict(kwargs.get("connect_args", {})))  # type: ignore[call-overload]
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(engine_module, "create_engine", spy)
+    make_engine("postgresql+psycopg://root@127.0.0.1/x").dispose()
+    make_engine("postgresql+psycopg://root@127.0.0.1/x?connect_timeout=3").dispose()
+    assert seen == [{"connect_timeout": engine_module.PG_CONNECT_TIMEOUT_S}, {}]
+
+
+def _terminate_backends_of(log: EpisodeLog) -> None:
+    """``pg_terminate_backend`` on the connection the log's pool hands out next (a server restart,
+    an administrator, a proxy), from another connection; only that one, as tests may share the server."""
+    with log.transactions.read() as s:
+        pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    url = make_engine(resolve_url(os.environ[PG_ENV])).url
+    with psycopg.connect(
+        host=url.host or "127.0.0.1", port=url.port or 5432, user=url.username, dbname=url.database, autocommit=True
+    ) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    time.sleep(0.2)  # the server's FATAL reaches the client
+
+
+@pytest.mark.skipif(not os.environ.get(PG_ENV), reason="PostgreSQL only")
+def test_writes_and_reads_recover_from_a_killed_connection(pg_schema_url: str) -> None:
+    upgrade(pg_schema_url)
+    with EpisodeLog(pg_schema_url) as log:
+        svc = RewardService(log)
+        first = episode()
+        svc.record(first)
+        _terminate_backends_of(log)
+        svc.record(episode())  # the pooled connection is dead: run again on a new one
+        _terminate_backends_of(log)
+        svc.post_feedback(Feedback(first.id, "explicit", "user", {"rating": 4}))
+        _terminate_backends_of(log)
+        assert log.count_episodes() == 2  # a read after the kill
+        assert len(log.feedback_for(first.id)) == 1
+
+
+def test_a_write_whose_connection_dies_while_committing_is_not_run_again(log: EpisodeLog) -> None:
+    calls: list[int] = []
+
+    def attempt(committing: list[bool]) -> None:
+        calls.append(1)
+        committing.append(True)  # the work ran; the connection is lost while COMMIT is in flight
+        lost = psycopg.OperationalError("the connection is lost")
+        raise OperationalError("COMMIT", {}, lost, connection_invalidated=True)
+
+    with pytest.raises(DatabaseUnavailableError, match=r"cannot finish the log_episodes on .*may or may not have"):
+        log.transactions._retrying(attempt, "log_episodes")
+    assert calls == [1]
