@@ -50,6 +50,20 @@ def _decision_ids(path: Path) -> list[str]:
     return ids
 
 
+# what --plot writes: matplotlib's own backends, no extra package (matplotlib is imported only to draw)
+_PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _check_plot_suffix(path: Path) -> None:
+    """``--plot`` (a writable path, ``check_output_path``) must name a format the chart can be
+    saved in: checked before the evaluation, so a bad one costs no work and stores nothing."""
+    if path.suffix.lower() not in _PLOT_FORMATS:
+        fail(
+            f"--plot {path}: cannot save a chart as {path.suffix or 'a file without a suffix'}; "
+            f"name a {', '.join(_PLOT_FORMATS)} file"
+        )
+
+
 def ope_log(
     policy: Annotated[
         list[str],
@@ -93,7 +107,8 @@ def ope_log(
         Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)
     ] = None,
     plot: Annotated[
-        Path | None, typer.Option(help="Save a PNG chart of the estimates here.", callback=check_output_path)
+        Path | None,
+        typer.Option(help="Save a chart of the estimates here (.png, .svg or .pdf).", callback=check_output_path),
     ] = None,
     store: Annotated[bool, typer.Option("--store/--no-store", help="Keep the results in the log's OPE runs.")] = True,
 ) -> None:
@@ -106,8 +121,12 @@ def ope_log(
         resolve_policy,
     )
 
+    if plot is not None:
+        _check_plot_suffix(plot)
     reweight = run_guarded(parse_weights, weights) if weights else None
-    names = [e.strip() for e in estimators.split(",") if e.strip()] if estimators else list(DEFAULT_ESTIMATORS)
+    names = [e.strip() for e in estimators.split(",") if e.strip()] if estimators is not None else None
+    if names == []:  # "" or ",": as ope arrays, not a silent run of the recommended estimators alone
+        fail(f"--estimators: name at least one estimator of {', '.join(DEFAULT_ESTIMATORS)}")
     only = _decision_ids(decisions) if decisions is not None else None
     with run_guarded(EpisodeLog, db) as log:
         targets = []
@@ -123,7 +142,7 @@ def ope_log(
                 evaluate_policies,
                 log,
                 targets,
-                estimators=names,
+                estimators=names if names is not None else list(DEFAULT_ESTIMATORS),
                 since=parse_time(since, "--since"),
                 until=parse_time(until, "--until"),
                 weights=reweight,
@@ -139,7 +158,9 @@ def ope_log(
     print_evaluations(evaluations, alpha, only)
     first = evaluations[0]
     if json_out is not None:
-        write_output(json_out, json.dumps(evaluations_json(evaluations, alpha), indent=2, allow_nan=False) + "\n")
+        write_output(
+            json_out, json.dumps(evaluations_json(evaluations, alpha, reweight), indent=2, allow_nan=False) + "\n"
+        )
         console.print(f"wrote {json_out}")
     if plot is not None:
         run_guarded(

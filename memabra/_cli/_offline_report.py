@@ -15,6 +15,7 @@ from rich.table import Table
 from memabra._cli._common import console
 
 if TYPE_CHECKING:  # the offline package imports scikit-learn: loaded only when a command needs it
+    from memabra._records import RewardWeights
     from memabra.evals.offline import LogEvaluation
 
 __all__ = ["evaluations_json", "intervals", "print_evaluations"]
@@ -123,8 +124,11 @@ def print_evaluations(evaluations: Sequence[LogEvaluation], alpha: float, only: 
         )
 
 
-def evaluations_json(evaluations: Sequence[LogEvaluation], alpha: float) -> object:
-    """The ``--json`` document: every target's results, NaN and inf as null."""
+def evaluations_json(
+    evaluations: Sequence[LogEvaluation], alpha: float, weights: RewardWeights | None = None
+) -> object:
+    """The ``--json`` document: every target's results, NaN and inf as null; ``weights`` the
+    ``--weights`` the rewards were re-scored under (null: the totals as logged)."""
     first = evaluations[0]
     model = first.reward_model
     doc = {
@@ -133,6 +137,7 @@ def evaluations_json(evaluations: Sequence[LogEvaluation], alpha: float) -> obje
         "logging_value": first.logging_value,
         "alpha": alpha,
         "ci_method": "normal",  # as ope arrays --json names it: every interval here is normal (delta method)
+        "weights": None if weights is None else weights.as_dict(),  # --weights, null: the totals as logged
         "reward_model": None if model is None else model.as_dict(),
         # the data read: the range asked for, the instant the log was read as of, the first and last decision
         "window": first.results[0].details.get("window") if first.results else None,
