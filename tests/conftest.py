@@ -8,6 +8,8 @@ fails: a silently skipped backend is a backend nobody tested.
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -103,3 +105,31 @@ def engine(db_url: str):  # type: ignore[no-untyped-def]
     eng = make_engine(db_url)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts TCP connections and never answers (a hung server, a half-open link, a
+    black-holing proxy)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # the timeout, or the listener closed
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(listener.getsockname()[1])
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()

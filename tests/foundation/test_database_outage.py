@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -28,33 +26,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts TCP connections and never answers (a hung server, a black-holing proxy)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield int(server.getsockname()[1])
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    server.close()
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,9 @@ writes the file (``healthy: false`` and the error), so a scraper never reads an 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from memabra._cli import app
@@ -43,33 +39,6 @@ def test_an_unknown_policy_overwrites_the_json_with_the_error(migrated_url: str,
     assert failed.exit_code == 1, failed.output
     report = json.loads(out.read_text())
     assert report["healthy"] is False and "'nope'" in report["error"]
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts connections and never answers (a hung server, a half-open link)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in accepted:
-        conn.close()
-    listener.close()
 
 
 def test_a_database_that_does_not_answer_fails_the_check_within_the_timeout(silent_server: int, tmp_path: Path) -> None:
