@@ -113,21 +113,28 @@ def pause_running_copy(log: EpisodeLog, turn_id: str) -> bool:
     if kept is None or kept.paused:
         return False
     unkept = "could not keep turn %s in the log as paused: it reads lost in an hour though a person is asked"
-    if not _save(log, replace(kept, suspended_at=utcnow(), paused=True), unkept):
+    # guarded: another process may have written a newer copy since the read (it went on with the
+    # run); that copy stands, and a blind write would put these older steps back over it
+    if not _save(log, replace(kept, suspended_at=utcnow(), paused=True), unkept, replacing=kept):
         return False
     logger.info("turn %s stopped at an interrupt before this process went on with it: kept paused", turn_id)
     return True
 
 
-def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str) -> bool:
+def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str, *, replacing: SuspendedTurn | None = None) -> bool:
     """Write ``kept``; ``False``, with the warning ``unkept`` (naming the turn), where the log cannot
-    take it: the caller goes on either way."""
+    take it: the caller goes on either way. Given ``replacing`` (the copy read before), written
+    only over that copy: ``False`` too, with no warning, where the log holds a newer one or none."""
     try:
-        log.suspend_turn(kept)
+        written = log.suspend_turn(kept, replacing=replacing)
     except Exception:  # noqa: BLE001 - best effort, see above
         logger.warning(unkept, kept.turn_id, exc_info=True)
         return False
-    return True
+    if replacing is None:
+        return True  # an unguarded write skipped only for a logged episode: nothing left to keep
+    if not written:
+        logger.info("turn %s's copy in the log changed since it was read: the newer copy stands", kept.turn_id)
+    return written
 
 
 class PausedTurns:

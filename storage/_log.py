@@ -170,10 +170,13 @@ class EpisodeLog(RetentionMethods):
     def get_episode(self, episode_id: str) -> Episode:
         return _episodes.get_episode(self._tx, episode_id)
 
-    def suspend_turn(self, turn: SuspendedTurn) -> None:
+    def suspend_turn(self, turn: SuspendedTurn, *, replacing: SuspendedTurn | None = None) -> bool:
         """Keep a turn paused by an interrupt until its episode is logged (see
-        :mod:`memabra.storage._suspended_turns`); pausing again replaces it."""
-        _suspended_turns.save(self._tx, turn)
+        :mod:`memabra.storage._suspended_turns`); pausing again replaces it. Whether it wrote
+        (never where the turn's episode is logged). ``replacing``: the copy read before, replaced
+        only where the log still holds it (same ``suspended_at`` and ``paused``), never a newer
+        copy another process wrote since the read."""
+        return _suspended_turns.save(self._tx, turn, replacing)
 
     def suspended_turns(
         self, *, before: datetime | None = None, limit: int = 100, lost_at: datetime | None = None

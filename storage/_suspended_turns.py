@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, literal, select, text
+from sqlalchemy import ColumnElement, Connection, delete, exists, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -93,14 +93,76 @@ def lock_episodes(conn: Connection, episode_ids: Sequence[str]) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _TURN_LOCK_CLASS, "k": key})
 
 
-def save(tx: Transactions, turn: SuspendedTurn) -> None:
+def save(tx: Transactions, turn: SuspendedTurn, replacing: SuspendedTurn | None = None) -> bool:
     """Insert the turn, or replace its earlier copy (written when it was routed, or at an earlier
-    interrupt: one per approval); nothing where its episode is already logged. One statement on
-    SQLite, two on PostgreSQL (the episode's lock, :func:`lock_episodes`, first): every routed
-    turn pays for it."""
+    interrupt: one per approval); nothing where its episode is already logged. Whether it wrote.
+    One statement on SQLite, two on PostgreSQL (the episode's lock, :func:`lock_episodes`, first):
+    every routed turn pays for it.
+
+    ``replacing``: the copy the caller read and means to replace. Then the write is a
+    compare-and-set, made only where the row still holds that copy (same ``suspended_at``, same
+    ``paused``): another process may have written a newer one since the read (it resumed the run,
+    recorded steps, paused it again), and a blind write would put the older steps back over it.
+    Every copy's write stamps ``suspended_at`` afresh, so an unchanged stamp is an unchanged copy."""
+    values = _values(turn)
+    table = table_of(SuspendedTurnRow)
+    # never a copy of a turn whose episode is logged (abandoned by an operator, or finished by a
+    # retry elsewhere, while this process still ran it): it would stay unfinished for ever
+    unlogged = ~exists().where(EpisodeRow.id == values["episode_id"])
+    if replacing is not None:
+        return _replace(tx, turn, replacing, values, unlogged)
+    row = select(*(literal(value, table.c[name].type).label(name) for name, value in values.items())).where(unlogged)
+
+    def write(conn: Connection) -> bool:
+        lock_episodes(conn, [turn.episode_id])
+        upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        stmt = upsert(table).from_select(list(values), row)
+        replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}
+        return bool(conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced)).rowcount)
+
+    return tx.write_connection(write, what="suspend_turn")
+
+
+def _replace(
+    tx: Transactions,
+    turn: SuspendedTurn,
+    replacing: SuspendedTurn,
+    values: dict[str, Any],
+    unlogged: ColumnElement[bool],
+) -> bool:
+    if replacing.turn_id != turn.turn_id:
+        raise InvalidRecordError(
+            f"a turn's copy replaces a copy of the same turn: {turn.turn_id!r} given to replace {replacing.turn_id!r}"
+        )
+    if replacing.suspended_at.tzinfo is None:
+        raise InvalidRecordError(
+            "the replaced SuspendedTurn's suspended_at must be timezone-aware, as read from the log"
+        )
+    table = table_of(SuspendedTurnRow)
+    # one UPDATE: on PostgreSQL a concurrent write of the row makes it wait, then test the newer
+    # row against the guard, so the newer copy is never overwritten; SQLite runs one writer at a time
+    stmt = (
+        update(table)
+        .where(
+            table.c.turn_id == values["turn_id"],
+            table.c.suspended_at == replacing.suspended_at,
+            table.c.paused == replacing.paused,
+            unlogged,
+        )
+        .values({name: value for name, value in values.items() if name != "turn_id"})
+    )
+
+    def write(conn: Connection) -> bool:
+        lock_episodes(conn, [turn.episode_id, replacing.episode_id])
+        return bool(conn.execute(stmt).rowcount)
+
+    return tx.write_connection(write, what="suspend_turn")
+
+
+def _values(turn: SuspendedTurn) -> dict[str, Any]:
     if turn.suspended_at.tzinfo is None:
         raise InvalidRecordError("SuspendedTurn.suspended_at must be timezone-aware")
-    values = {
+    return {
         "turn_id": clean_text(turn.turn_id),
         "episode_id": clean_text(turn.episode_id),
         "user_id": clean_text(turn.user_id),
@@ -109,21 +171,6 @@ def save(tx: Transactions, turn: SuspendedTurn) -> None:
         "document": dict(turn.document),
         "paused": turn.paused,
     }
-    table = table_of(SuspendedTurnRow)
-    # never a copy of a turn whose episode is logged (abandoned by an operator, or finished by a
-    # retry elsewhere, while this process still ran it): it would stay unfinished for ever
-    row = select(*(literal(value, table.c[name].type).label(name) for name, value in values.items())).where(
-        ~exists().where(EpisodeRow.id == values["episode_id"])
-    )
-
-    def write(conn: Connection) -> None:
-        lock_episodes(conn, [turn.episode_id])
-        upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        stmt = upsert(table).from_select(list(values), row)
-        replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}
-        conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced))
-
-    tx.write_connection(write, what="suspend_turn")
 
 
 def load(tx: Transactions, turn_id: str) -> SuspendedTurn | None:
