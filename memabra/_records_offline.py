@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from memabra._errors import InvalidRecordError
-from memabra._records_outcomes import RewardBreakdown
+from memabra._records_outcomes import RewardBreakdown, RewardWeights
 from memabra._records_routing import (
     _EMPTY,
     JSONValue,
@@ -42,6 +42,33 @@ class OPEResult:
             _require_finite(f"OPEResult.{name}", getattr(self, name))
         _check_json_finite("OPEResult.details", self.details)
         object.__setattr__(self, "details", _frozen_mapping(self.details))
+
+    @property
+    def weights_recorded(self) -> bool:
+        """Whether the run recorded the reward weights it scored under: runs stored before it did
+        have no ``weights`` in their details, and are not to be compared as if they had."""
+        return "weights" in self.details
+
+    @property
+    def reward_weights(self) -> Mapping[str, float] | None:
+        """The weights the rewards were re-scored under (``ope log --weights``); ``None``: the
+        totals as logged, or not recorded (:attr:`weights_recorded` tells which)."""
+        weights = self.details.get("weights")
+        if not isinstance(weights, Mapping):
+            return None
+        # in RewardWeights' own order: PostgreSQL's JSONB gives the keys back in an order of its own
+        order = {f.name: i for i, f in enumerate(fields(RewardWeights))}
+        given = sorted(weights.items(), key=lambda kv: (order.get(str(kv[0]), len(order)), str(kv[0])))
+        return {str(k): float(v) for k, v in given if isinstance(v, (int, float))}
+
+    @property
+    def weights_label(self) -> str:
+        """The reward weights in words, as listings show them: ``as logged``, ``not recorded`` or
+        each weight (``ws=1 wc=0.8 ...``)."""
+        if not self.weights_recorded:
+            return "not recorded"
+        weights = self.reward_weights
+        return "as logged" if weights is None else " ".join(f"{k}={v:g}" for k, v in weights.items())
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,8 @@ __all__ = [
 ESTIMATOR_NAMES = ("ipw", "snipw", "dm", "dr", "sndr", "switch-dr", "dr-os")
 
 # obp's name for the reward model's predictions is accepted alongside the short one
-_ESTIMATED_REWARDS_KEYS = ("estimated_rewards", "estimated_rewards_by_reg_model")
+_OBP_ESTIMATED_REWARDS = "estimated_rewards_by_reg_model"
+_ESTIMATED_REWARDS_KEYS = ("estimated_rewards", _OBP_ESTIMATED_REWARDS)
 # an .npz is a zip archive; np.save writes its own magic string
 _ZIP_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
@@ -96,16 +97,22 @@ def load_bandit_arrays(path: str | PathLike[str]) -> BanditArrays:
     given = [key for key in _ESTIMATED_REWARDS_KEYS if key in stored]
     if len(given) > 1:
         raise OPEInputError(given[1], f"{path} holds both {given[0]!r} and {given[1]!r}; keep one")
-    return BanditArrays(
-        action_dist=stored["action_dist"],
-        action=stored["action"],
-        reward=stored["reward"],
-        pscore=stored["pscore"],
-        position=stored.get("position"),
-        estimated_rewards_by_reg_model=stored[given[0]] if given else None,
-        context=stored.get("context"),
-        action_context=stored.get("action_context"),
-    )
+    try:
+        return BanditArrays(
+            action_dist=stored["action_dist"],
+            action=stored["action"],
+            reward=stored["reward"],
+            pscore=stored["pscore"],
+            position=stored.get("position"),
+            estimated_rewards_by_reg_model=stored[given[0]] if given else None,
+            context=stored.get("context"),
+            action_context=stored.get("action_context"),
+        )
+    except OPEInputError as exc:
+        # BanditArrays speaks obp's argument name; the file's reader named the array in the file
+        if exc.field != _OBP_ESTIMATED_REWARDS or not given or given[0] == _OBP_ESTIMATED_REWARDS:
+            raise
+        raise OPEInputError(given[0], str(exc).replace(_OBP_ESTIMATED_REWARDS, given[0])) from None
 
 
 def _read_npz(path: str | PathLike[str]) -> dict[str, NDArray[Any]]:

@@ -55,6 +55,9 @@ class OPERow:
     unreached_share: float | None
     logging_value: float | None
     window: DataWindow | None
+    # the reward weights the run scored under, in words: runs re-scored under other weights are
+    # not comparable, and runs stored before weights were recorded say so
+    weights: str = "not recorded"
 
     @property
     def target_unsupported(self) -> bool:
@@ -153,6 +156,7 @@ def _row(r: OPEResult) -> OPERow:
         unreached_share=_number(d.get("unreached_share")),
         logging_value=_number(d.get("logging_value")),
         window=_window(d.get("window")),
+        weights=r.weights_label,
     )
 
 

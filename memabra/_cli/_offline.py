@@ -153,8 +153,9 @@ def ope_log(
                 progress=lambda done: bar.update(task, completed=done),
             )
         if store:
-            for evaluation in evaluations:
-                run_guarded(log.record_ope_results, list(evaluation.results))
+            # every target's rows in one write: a refusal of the second (its snapshot pruned
+            # meanwhile) must not leave the first stored alone, reading as the whole run
+            run_guarded(log.record_ope_results, [r for evaluation in evaluations for r in evaluation.results])
     print_evaluations(evaluations, alpha, only)
     first = evaluations[0]
     if json_out is not None:

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from memabra._cli._common import check_output_path, console, fail, write_output
+from memabra._cli._ope_runs import ope_runs
 from memabra._errors import MemabraError
 from memabra.evals.ope import (
     ESTIMATOR_NAMES,
@@ -29,6 +30,7 @@ ope_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
+ope_app.command("runs")(ope_runs)
 
 
 @ope_app.command("arrays")

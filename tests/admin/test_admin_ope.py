@@ -224,3 +224,21 @@ def test_the_chart_axis_stops_at_the_rewards_range() -> None:
     # within the range, the axis spans the data: narrow intervals stay readable
     narrow = ope_chart(ope_rows([OPEResult("hybrid", "cdr", 0.5, 0.45, 0.55, 100, details=supported)]), (-1.9, 1.6))
     assert narrow["axis"] == [0.446, 0.554] and narrow["clipped_high"] == [False]
+
+
+def test_each_run_shows_the_reward_weights_it_scored_under(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
+    # a run re-scored with wc=0.8 beside one on the totals as logged and one stored before runs
+    # recorded their weights: the page must not let them read as comparable
+    target = {"supported": True, "reason": "", "logging_value": 0.40, "recommended": True}
+    rescored = {"ws": 1.0, "wr": 0.35, "we": 0.3, "wc": 0.8, "wl": 0.15, "wx": 0.2, "wu": 0.25}
+    log.record_ope_results(
+        [
+            OPEResult("rescored", "cdr", 0.5, 0.4, 0.6, 300, details={**target, "weights": rescored}, run_id="w"),
+            OPEResult("logged", "cdr", 0.5, 0.4, 0.6, 300, details={**target, "weights": None}, run_id="l"),
+            OPEResult("older", "cdr", 0.5, 0.4, 0.6, 300, details=target, run_id="o"),
+        ]
+    )
+    section = _ope_section(client)
+    assert "weights: ws=1 wr=0.35 we=0.3 wc=0.8 wl=0.15 wx=0.2 wu=0.25" in _line(_run(section, "rescored"))
+    assert "weights: as logged" in _line(_run(section, "logged"))
+    assert re.search(r"weights: <span[^>]*>not recorded</span>", _line(_run(section, "older")))

@@ -4,10 +4,13 @@ evaluated or stored, and what the JSON records of the run."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+import memabra.evals.offline as offline
 from memabra._cli import app
 from memabra.router import Similarity
 from memabra.storage import EpisodeLog
@@ -63,3 +66,54 @@ def test_the_json_records_the_reward_weights_it_rescored_under(
     assert rescored.exit_code == 0, rescored.output
     weights = json.loads(out.read_text())["weights"]
     assert weights["wc"] == 0.8 and weights["ws"] == 1.0 and set(weights) == {"ws", "wr", "we", "wc", "wl", "wx", "wu"}
+
+
+def test_a_run_that_fails_to_store_its_second_target_stores_nothing(
+    migrated_url: str, fill_log, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # the second target names a snapshot the log no longer holds (pruned while the run read the
+    # log): its results are refused, and the first target's must not stay behind as a whole run
+    _filled(migrated_url, fill_log)
+    evaluate = offline.evaluate_policies
+
+    def second_snapshot_gone(*args, **kwargs):  # type: ignore[no-untyped-def]
+        first, second = evaluate(*args, **kwargs)
+        gone = tuple(replace(r, snapshot_version="pruned-1") for r in second.results)
+        return first, replace(second, snapshot_version="pruned-1", results=gone)
+
+    monkeypatch.setattr(offline, "evaluate_policies", second_snapshot_gone)
+    args = ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--policy", "bm25", "--estimators", "cdr"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "pruned-1" in result.output and "not in the log" in result.output
+    assert _runs(migrated_url) == 0
+
+
+def test_stored_runs_carry_the_weights_they_rescored_under_and_ope_runs_lists_them(
+    migrated_url: str, fill_log, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # two weekly runs, one re-scored with wc=0.8: listed side by side they must not look comparable
+    _filled(migrated_url, fill_log)
+    args = ["ope", "log", "--db", migrated_url, "--policy", "hybrid", "--estimators", "cdr"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, [*args, "--weights", "wc=0.8"]).exit_code == 0
+    with EpisodeLog(migrated_url) as log:
+        stored = log.list_ope_runs()
+        # a run from before runs recorded their weights (no "weights" in its details)
+        old = replace(stored[0], details={k: v for k, v in stored[0].details.items() if k != "weights"})
+        log.record_ope_results([replace(old, run_id="stored-before-weights", id="old-row")])
+    rescored = [r for r in stored if r.reward_weights is not None]
+    as_logged = [r for r in stored if r.reward_weights is None]
+    assert rescored and as_logged and all(r.weights_recorded for r in stored)
+    assert rescored[0].reward_weights is not None and rescored[0].reward_weights["wc"] == 0.8
+    assert not old.weights_recorded and old.reward_weights is None  # reads, does not fail
+    out = tmp_path / "runs.json"
+    listed = runner.invoke(app, ["ope", "runs", "--db", migrated_url, "--json", str(out)])
+    assert listed.exit_code == 0, listed.output
+    assert "wc=0.8" in listed.output and "as logged" in listed.output and "not recorded" in listed.output
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs) == 3
+    assert sorted(str(r["weights"] and r["weights"]["wc"]) for r in runs) == ["0.8", "None", "None"]
+    assert sorted(r["weights_recorded"] for r in runs) == [False, True, True]
+    only = runner.invoke(app, ["ope", "runs", "--db", migrated_url, "--policy", "bm25"])
+    assert only.exit_code == 0 and "0 stored OPE run(s)" in only.output

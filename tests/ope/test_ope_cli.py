@@ -152,6 +152,38 @@ def test_bad_input_exits_1_naming_the_field(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "unknown estimator 'magic'" in result.output
 
 
+@pytest.mark.parametrize(
+    ("predictions", "message"),
+    [
+        (np.zeros((3, 3, 1)), "estimated_rewards must have action_dist's shape (3, 2, 1); got (3, 3, 1)"),
+        (np.zeros((4, 2, 1)), "estimated_rewards has 4 rounds but action_dist has 3"),
+        (np.full((3, 2, 1), np.nan), "estimated_rewards must be finite; got nan at rounds [0, 1, 2]"),
+        (np.zeros((3, 2)), "estimated_rewards must be a 3-D array; got shape (3, 2)"),
+    ],
+)
+def test_bad_reward_predictions_are_named_as_the_file_names_them(
+    tmp_path: Path, predictions: np.ndarray, message: str
+) -> None:
+    # the file's array is "estimated_rewards"; obp's estimated_rewards_by_reg_model is a name the
+    # user never wrote, and the error read as if about some other array
+    path = tmp_path / "log.npz"
+    arrays = {"action": np.zeros(3, dtype=int), "reward": np.ones(3), "pscore": np.full(3, 0.5)}
+    np.savez(path, **arrays, action_dist=np.full((3, 2, 1), 0.5), estimated_rewards=predictions)
+    result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path), "--estimators", "dm"])
+    assert result.exit_code == 1
+    assert message in result.output and "estimated_rewards_by_reg_model" not in result.output
+    with pytest.raises(ope.OPEInputError) as caught:
+        ope.load_bandit_arrays(path)
+    assert caught.value.field == "estimated_rewards"
+    # a file that uses obp's own name is answered in that name
+    np.savez(path, **arrays, action_dist=np.full((3, 2, 1), 0.5), estimated_rewards_by_reg_model=predictions)
+    result = RUNNER.invoke(ROOT, ["ope", "arrays", str(path), "--estimators", "dm"])
+    assert (
+        result.exit_code == 1
+        and message.replace("estimated_rewards", "estimated_rewards_by_reg_model") in result.output
+    )
+
+
 def test_a_file_that_is_not_npz_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "log.npz"
     path.write_text("not arrays")

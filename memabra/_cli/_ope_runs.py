@@ -1,0 +1,131 @@
+"""``memabra ope runs``: the offline evaluations stored in the log, one line per run, with what
+each was computed on (its data window and the reward weights it scored under), so runs made
+weeks apart, or under other ``--weights``, are not read as comparable when they are not."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from memabra._cli._common import JsonOutOption, console, plain, run_guarded, write_json
+from memabra._cli._database import DbOption
+from memabra._records import OPEResult
+from memabra.storage import EpisodeLog
+
+__all__ = ["ope_runs", "stored_runs"]
+
+# list_ope_runs counts rows, one per estimator: a run stores at most this many (11 estimators of
+# ope log), so asking for this many rows a run still reaches the last run asked for
+_ROWS_PER_RUN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """One stored run: its headline estimate (the recommended one; a run stored before
+    recommendations were recorded shows its first) and how many estimators it stored."""
+
+    headline: OPEResult
+    n_estimates: int
+
+
+def stored_runs(results: Sequence[OPEResult], limit: int, complete: bool) -> list[StoredRun]:
+    """The rows grouped by run, newest first, at most ``limit`` runs. ``complete``: every row of
+    the oldest run was read (not cut off by the row limit), else that run is dropped rather than
+    shown with a headline that may not be its own."""
+    by_run: dict[str, list[OPEResult]] = {}
+    for r in results:
+        by_run.setdefault(r.run_id, []).append(r)
+    groups = list(by_run.values())
+    if not complete and groups:
+        groups.pop()
+    runs = []
+    for rows in groups:
+        recommended = [r for r in rows if r.details.get("recommended") is True]
+        first = min(rows, key=lambda r: r.created_at)
+        runs.append(StoredRun(recommended[0] if recommended else first, len(rows)))
+    runs.sort(key=lambda run: run.headline.created_at, reverse=True)
+    return runs[:limit]
+
+
+def _window(result: OPEResult) -> str:
+    window = result.details.get("window")
+    if not isinstance(window, dict):
+        return "not recorded"
+    first, last = window.get("first_decision_at"), window.get("last_decision_at")
+    return f"{str(first or '-')[:19]} → {str(last or '-')[:19]}"
+
+
+def _as_json(run: StoredRun) -> dict[str, Any]:
+    r = run.headline
+    return {
+        "run_id": r.run_id,
+        "created_at": r.created_at,
+        "policy": r.policy,
+        "snapshot_version": r.snapshot_version,
+        "estimator": r.estimator,
+        "recommended": r.details.get("recommended") is True,
+        "value": r.value,
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "alpha": r.alpha,
+        "n_rounds": r.n_rounds,
+        "n_estimates": run.n_estimates,
+        "supported": r.details.get("supported"),
+        "logging_value": r.details.get("logging_value"),
+        # null: the totals as logged; weights_recorded false: a run stored before runs kept them
+        "weights": r.reward_weights,
+        "weights_recorded": r.weights_recorded,
+        "window": r.details.get("window"),
+    }
+
+
+def ope_runs(
+    db: DbOption = None,
+    policy: Annotated[str | None, typer.Option(help="Only runs of this target policy specification.")] = None,
+    version: Annotated[str | None, typer.Option(help="Only runs of this snapshot version.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="The newest this many runs.")] = 20,
+    json_out: JsonOutOption = None,
+) -> None:
+    """The offline evaluations stored in the log (``ope log``, ``train --from-log``), newest first,
+    with the reward weights and data window each was computed on."""
+    rows = limit * _ROWS_PER_RUN
+    with run_guarded(EpisodeLog, db) as log:
+        results = run_guarded(log.list_ope_runs, version, policy=policy, limit=rows)
+    runs = stored_runs(results, limit, complete=len(results) < rows)
+    table = Table(
+        title=f"{len(runs)} stored OPE run(s), newest first", caption="weights: the reward weights it scored under"
+    )
+    for column in (
+        "when (UTC)",
+        "run",
+        "target",
+        "estimator",
+        "estimate",
+        "n",
+        "logging",
+        "weights",
+        "decisions (UTC)",
+    ):
+        table.add_column(column, justify="right" if column in ("estimate", "n", "logging") else "left")
+    for run in runs:
+        r = run.headline
+        logging_value = r.details.get("logging_value")
+        supported = r.details.get("supported")
+        verdict = " unsupported" if supported is False else ""
+        table.add_row(
+            plain(f"{r.created_at:%Y-%m-%d %H:%M:%S}"),
+            plain(r.run_id[:8]),
+            plain(r.snapshot_version or r.policy),
+            plain(r.estimator + verdict),
+            plain(f"{r.value:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"),
+            plain(str(r.n_rounds)),
+            plain(f"{logging_value:+.4f}" if isinstance(logging_value, (int, float)) else "-"),
+            plain(r.weights_label),
+            plain(_window(r)),
+        )
+    console.print(table)
+    write_json(json_out, {"runs": [_as_json(run) for run in runs]})
