@@ -11,12 +11,12 @@ loses only the replaced one) — by rules, or by the chat model when the agent w
 ``extract_with_model=True``. Retired memories stay in
 ``list`` and ``history``, never in recall. Managing: ``list``, ``search`` (the router's own
 recall), ``update`` (with history: what, when, from which episode), ``forget`` one or all.
+The write path itself is :mod:`memabra._memory_write`.
 """
 
 from __future__ import annotations
 
 import builtins
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -24,21 +24,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from memabra import _memory_write as write
 from memabra._errors import InvalidRecordError
-from memabra._facts import (
-    FactExtractor,
-    RuleFactExtractor,
-    extract_facts,
-    fact_subjects,
-    join_facts,
-    split_facts,
-    strip_complaint,
-)
+from memabra._facts import FactExtractor, RuleFactExtractor, extract_facts
 from memabra._llm_facts import LLMFactExtractor
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow
-from memabra._restatement import RestatementIndex, is_restatement
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 
@@ -55,11 +48,6 @@ __all__ = [
     "Supersession",
     "extract_facts",
 ]
-
-logger = logging.getLogger("memabra")
-
-# Reads one ``remember`` makes while other processes keep retiring the memory it restates.
-_RESTATE_TRIES = 3
 
 
 class Supersession(Protocol):
@@ -133,12 +121,20 @@ class MemoryBackend(ABC):
         for item, change in pairs:
             self._store(item, change)
 
-    def _fresh_id(self, user_id: str, fact: str) -> str:
-        return self.new_id()  # a store without transactions derives it from the fact (StoreMemory)
-
     def _active_pairs(self, user_id: str) -> builtins.list[tuple[str, str]]:
         """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
         return [(i.id, i.text) for i in self.items(user_id)]
+
+    def _read_active(self, user_id: str) -> ActiveRead:
+        """The read a write decides on; it is handed to ``_fresh_id`` and ``_settle``."""
+        return ActiveRead(user_id, tuple(self._active_pairs(user_id)))
+
+    def _fresh_id(self, read: ActiveRead, fact: str) -> str:
+        return self.new_id()  # a store without transactions derives it from the fact (StoreMemory)
+
+    def _settle(self, read: ActiveRead, memory_id: str, episode_id: str | None) -> None:
+        """After ``remember`` wrote ``memory_id`` on ``read``: a backend whose writes are no
+        transactions settles it here with what other processes wrote since that read."""
 
     # ------------------------------------------------------------------ reading
 
@@ -187,65 +183,10 @@ class MemoryBackend(ABC):
         and a fact on a subject with one current value retires the one it replaces (of a memory
         joining several facts, only the replaced one is cut out)."""
         with self._writing(user_id):
-            fact = _clean(text)
-            now = at or self.clock()
-            # Another process may retire the restated memory between this read and the refresh (its
-            # user stated a new value there): read again, and the fact is stored as the newest value.
-            for _ in range(_RESTATE_TRIES):
-                active = self._active_pairs(user_id)
-                same = next((mid for mid, stored in active if is_restatement(fact, stored)), None)
-                if same is None:
-                    break
-                change = MemoryChange(
-                    same, user_id, MemoryAction.REFRESHED, now, dict(active)[same], fact, episode_id, "restated"
-                )
-                try:
-                    self._refresh(change)
-                    return self._item(user_id, same, include_retired=False)
-                except InvalidRecordError:
-                    if self.get(user_id, same).status is not MemoryStatus.RETIRED:
-                        raise
-            texts = dict(active)
-            item = _new_item(user_id, fact, source, now, self._fresh_id(user_id, fact))
-            retire_ids = self.supersession.superseded(fact, active) if active else []
-            retire: builtins.list[MemoryChange] = []
-            trimmed: builtins.list[tuple[str, str]] = []
-            for mid in dict.fromkeys(retire_ids):
-                if mid not in texts:
-                    continue
-                rest = self._left_standing(fact, texts[mid])
-                if rest is None:
-                    why = f"superseded by {item.id}"
-                    retire.append(
-                        MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, why)
-                    )
-                elif rest:
-                    trimmed.append((mid, rest))
-            self._store(
-                item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source), retire
-            )
-            if retire:
-                logger.info(
-                    "memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id
-                )
-            # Only after the new fact is stored: a failure here leaves the outdated part in place, never
-            # loses the facts it was stored with.
-            for mid, rest in trimmed:
-                self._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
-                logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
-            return item
+            return write.remember(self, user_id, text, source=source, at=at, episode_id=episode_id)
 
     def _left_standing(self, fact: str, text: str) -> str | None:
-        """What stays true of a memory ``fact`` supersedes: None when all of it is replaced, else
-        the facts it joins that ``fact`` leaves standing ("" when it replaces none of them)."""
-        parts = split_facts(text)
-        if len(parts) < 2:
-            return None
-        replaced = set(self.supersession.superseded(fact, [(str(i), p) for i, p in enumerate(parts)]))
-        rest = [p for i, p in enumerate(parts) if str(i) not in replaced]
-        if not rest:
-            return None
-        return join_facts(rest) if len(rest) < len(parts) else ""
+        return write.left_standing(self, fact, text)
 
     def remember_many(
         self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
@@ -253,31 +194,7 @@ class MemoryBackend(ABC):
         """``remember`` for many facts at once (an import): restatements of stored or earlier
         facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
         with self._writing(user_id):
-            now = at or self.clock()
-            facts = [_clean(t) for t in texts]
-            active = self._active_pairs(user_id)
-            seen = RestatementIndex(text for _, text in active)
-            plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
-            out: builtins.list[RegistryItem] = []
-            subjects: set[str] = set().union(*(fact_subjects(text) for _, text in active))
-            for fact in facts:
-                negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
-                if not seen.add(fact):
-                    continue
-                found = fact_subjects(fact)
-                if found & subjects or negates:
-                    self._store_many(plain)
-                    plain = []
-                    out.append(self.remember(user_id, fact, source=source, at=now))
-                    continue
-                subjects |= found
-                item = _new_item(user_id, fact, source, now, self._fresh_id(user_id, fact))
-                plain.append(
-                    (item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source))
-                )
-                out.append(item)
-            self._store_many(plain)
-            return out
+            return write.remember_many(self, user_id, texts, source=source, at=at)
 
     def write_from_message(
         self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
@@ -298,7 +215,7 @@ class MemoryBackend(ABC):
                 raise InvalidRecordError(
                     f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
                 )
-            self._rewrite(user_id, memory_id, _clean(text), episode_id, reason, self.clock())
+            self._rewrite(user_id, memory_id, write.clean(text), episode_id, reason, self.clock())
             return self.get(user_id, memory_id)
 
     def _rewrite(
@@ -375,27 +292,3 @@ class MemoryBackend(ABC):
             times_chosen=record.times_chosen,
             times_used=record.times_used,
         )
-
-
-def _clean(text: str) -> str:
-    if not isinstance(text, str):
-        raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
-    if not fact:
-        raise InvalidRecordError("a memory needs non-empty text")
-    return fact
-
-
-def _new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:
-    if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
-    return RegistryItem(
-        kind=CandidateKind.MEMORY,
-        id=f"mem:{unique[:16]}",
-        owner=user_id,
-        text=fact,
-        tokens=approx_tokens(fact),
-        name=fact[:60],
-        source=source,
-        created_at=now,
-    )

@@ -18,7 +18,8 @@ sentence rather than a list of sentences:
 * emoji and "lol" around a fact are trimmed off it: :func:`trimmed`;
 * "I'm a nurse" is the user's job as "I work as a nurse" is: :data:`JOB`;
 * "I'm Annie" is the user's name as "call me Annie" is, unless the word is a nationality, a faith,
-  a state or another word people capitalise ("I'm Italian", "I'm Jewish", "I'm OK"): :func:`self_named`;
+  a state or another word people capitalise ("I'm Italian", "I'm Jewish", "I'm OK"), and a
+  capitalised run that goes on in lowercase ("I'm New York based") is none: :func:`self_named`;
 * a fact dated to an earlier year than a stored fact does not replace it ("I moved to Oslo in 2021"
   leaves "I moved to Rome in 2023"): :func:`dated_before`.
 """
@@ -217,11 +218,14 @@ def trimmed(fact: str) -> str:
     return fact
 
 
-# "I'm Annie": "I'm" or "I am", then one capitalised word (or a hyphenated pair, "Mary-Jane") that
-# ends the clause. The capital is the only hint of a name, so words people capitalise after "I'm"
-# are ruled out by name below; a state ("I'm Fine") is ruled out by :func:`passing_state`.
+# "I'm Annie" / "I'm Annie Smith": "I'm" or "I am", then one to three words (each may be a
+# hyphenated pair, "Mary-Jane") that end the clause, every one of them capitalised. The capital is
+# the only hint of a name: a capitalised run that goes on in lowercase is a description ("I'm New
+# York based", "I'm Real Madrid fan"); words people capitalise after "I'm" are ruled out by name
+# below, in any position ("I'm Italian American"); a state ("I'm Fine") by :func:`passing_state`.
+_WORD = r"[^\W\d_]+(?:-[^\W\d_]+)?"
 _SELF_NAMED = re.compile(
-    r"\b(?i:i(?:'m|\s+am))\s+(?P<name>[^\W\d_]+(?:-[^\W\d_]+)?)(?=\s*(?:$|[,.!;?]|\s+(?:and|but|&)\s))"
+    rf"\b(?i:i(?:'m|\s+am))\s+(?P<name>{_WORD}(?:\s{_WORD}){{0,2}})(?=\s*(?:$|[,.!;?]|\s+(?:and|but|&)\s))"
 )
 _NOT_NAMES = frozenset(
     # nationalities, peoples and regions
@@ -255,14 +259,16 @@ _NOT_NAMES = frozenset(
 
 
 def self_named(text: str) -> bool:
-    """Whether ``text`` gives the user's name as "I'm Annie" does: one capitalised word after "I'm"
-    that is no nationality, faith or state ("I'm Italian", "I'm Jewish", "I'm OK" are not names)."""
+    """Whether ``text`` gives the user's name as "I'm Annie" or "I'm Annie Smith" does: one to
+    three capitalised words ending the clause after "I'm", none of them a nationality, faith or
+    state ("I'm Italian", "I'm Jewish", "I'm OK", "I'm New York based" are not names)."""
     for m in _SELF_NAMED.finditer(text):
         name = m.group("name")
-        parts = name.split("-")
+        words = name.split()
+        parts = [p for w in words for p in w.split("-")]
         if not all(p[0].isupper() and any(c.islower() for c in p[1:]) for p in parts):
-            continue  # "I'm fine", "I'm OK", "I'm Lyon-based"
-        if name.casefold() in _NOT_NAMES or passing_state(f"I'm {name}"):
+            continue  # "I'm fine", "I'm OK", "I'm Lyon-based", "I'm New York based"
+        if any(w.casefold() in _NOT_NAMES for w in words) or passing_state(f"I'm {name}"):
             continue
         return True
     return False

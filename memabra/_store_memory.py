@@ -22,7 +22,8 @@ finished by the next reader or writer (``_finish``). One user's writers in a pro
 writers in several processes store a fact stated at once in all of them as one item (its key comes
 from the fact) and leave one current value of a subject (:mod:`memabra._store_settle`).
 User ids with '.' or NUL (which LangGraph refuses in a label) are stored percent-escaped
-(:func:`memabra._store_items.user_label`). docs/memory.md ("LangGraph stores") has the details.
+(:func:`memabra._store_items.user_label`). Forgetting is :mod:`memabra._store_forget`.
+docs/memory.md ("LangGraph stores") has the details.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from langgraph.store.base import BaseStore, GetOp, PutOp
@@ -40,21 +42,21 @@ from langgraph.store.base import BaseStore, GetOp, PutOp
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
+from memabra._store_forget import forget
 from memabra._store_items import (
     PENDING,
     aware,
     change_from,
     change_order,
-    change_texts,
     fresh_key,
     history_entry,
     memory_record,
     memory_text,
     new_record,
     pending_change,
-    readable_text,
     retirements,
     seq_of,
     stored_tokens,
@@ -62,10 +64,10 @@ from memabra._store_items import (
     user_label,
     version,
 )
-from memabra._store_settle import settle
+from memabra._store_settle import StoreRead, settle
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
-from memabra.storage import EpisodeLog, forget_in_log, last_chosen
+from memabra.storage import EpisodeLog, last_chosen
 
 __all__ = ["StoreMemory", "memory_text"]
 
@@ -108,7 +110,6 @@ class StoreMemory(MemoryBackend):
         self.namespace = template
         self.log = log
         self._index = RecallIndex(encoder)
-        self._seen = threading.local()
 
     # ------------------------------------------------------------------ namespaces
 
@@ -245,45 +246,30 @@ class StoreMemory(MemoryBackend):
 
     # ------------------------------------------------------------------ writing
 
-    def remember(
-        self,
-        user_id: str,
-        text: str,
-        *,
-        source: str = "user",
-        at: datetime | None = None,
-        episode_id: str | None = None,
-    ) -> RegistryItem:
-        # The lock holds in this process only: what another process wrote meanwhile is settled
-        # after the write (memabra._store_settle).
-        with self._writing(user_id):
-            self._seen.versions = None
-            try:
-                item = super().remember(user_id, text, source=source, at=at, episode_id=episode_id)
-                seen = self._seen.versions
-            finally:
-                # read for this write only: a later one (an import) must not take keys from it
-                self._seen.versions = self._seen.keys = None
-            if seen is not None:
-                settle(self, user_id, item.id, seen, episode_id)
-            return item
-
-    def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
+    def _read_active(self, user_id: str) -> StoreRead:
         raw = self._raw(user_id)
         active = [(i, v) for i, v in raw if not i.metadata.get("status")]
-        # what the write path decided on, for ``settle`` to tell what other processes wrote since
-        self._seen.versions = {i.id: version(v, i.updated_at) for i, v in active}
-        self._seen.keys = (user_id, {i.id for i, _ in raw})
-        return [(i.id, i.text) for i, _ in active]
+        return StoreRead(
+            user_id,
+            tuple((i.id, i.text) for i, _ in active),
+            # what the write decides on, for ``settle`` to tell what other processes wrote since
+            versions=MappingProxyType({i.id: version(v, i.updated_at) for i, v in active}),
+            keys=frozenset(i.id for i, _ in raw),
+        )
 
-    def _fresh_id(self, user_id: str, fact: str) -> str:
+    def _fresh_id(self, read: ActiveRead, fact: str) -> str:
         # One fact stored by two processes at once lands on one item; stated again after its memory
         # was retired, it takes the next key and leaves the retired memory as it was.
-        seen = getattr(self._seen, "keys", None)
-        if seen is not None and seen[0] == user_id:
-            return fresh_key(user_id, fact, seen[1].__contains__)
-        ns = self.namespace_for(user_id)
-        return fresh_key(user_id, fact, lambda key: self.store.get(ns, key) is not None)
+        if isinstance(read, StoreRead):  # every key the read saw, retired ones too
+            return fresh_key(read.user_id, fact, read.keys.__contains__)
+        ns = self.namespace_for(read.user_id)
+        return fresh_key(read.user_id, fact, lambda key: self.store.get(ns, key) is not None)
+
+    def _settle(self, read: ActiveRead, memory_id: str, episode_id: str | None) -> None:
+        # The lock holds in this process only: what another process wrote since ``read`` is settled
+        # after the write (memabra._store_settle).
+        if isinstance(read, StoreRead):
+            settle(self, read.user_id, memory_id, read.versions, episode_id)
 
     def _value(self, item: RegistryItem, *, status: str = "active", superseded_by: str | None = None) -> dict[str, Any]:
         value: dict[str, Any] = {
@@ -379,29 +365,4 @@ class StoreMemory(MemoryBackend):
         self._put(ns, value, new_record(change), current)
 
     def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
-        ns, hns = self.namespace_for(user_id), self._history_ns(user_id)
-        items = {str(it.key): it for it in self._all(ns) if tuple(it.namespace) == ns}
-        ids = sorted(items) if memory_ids is None else list(dict.fromkeys(memory_ids))
-        unknown = [m for m in ids if m not in items]
-        if unknown:
-            raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
-        wanted = set(ids)
-        # Forgetting all takes every history entry, those of memories deleted behind memabra's back too.
-        history = [
-            it
-            for it in self._all(hns)
-            if tuple(it.namespace) == hns
-            and isinstance(it.value, Mapping)
-            and (memory_ids is None or it.value.get("memory_id") in wanted)
-        ]
-        # every text the memories had, so their stored embeddings go too
-        texts = {t for mid in ids if (t := readable_text(items[mid].value))}
-        texts.update(change_texts(it.value for it in history))
-        texts.update(change_texts(p for mid in ids if (p := pending_change(items[mid].value)) is not None))
-        gone = list(dict.fromkeys([*ids, *(str(it.value.get("memory_id")) for it in history)]))
-        # history first: a forget cut short is run again and finds the memories
-        self._batched([PutOp(hns, str(it.key), None) for it in history])
-        self._batched([PutOp(ns, mid, None) for mid in ids])
-        if self.log is not None and gone:
-            forget_in_log(self.log.engine, user_id, gone, texts)
-        return len(ids)
+        return forget(self, user_id, memory_ids)

@@ -4,12 +4,12 @@ A store has no transactions and :class:`~memabra.StoreMemory`'s lock holds withi
 two workers may both read a user's memories, both find nothing to replace, and both write: "I live
 in Lyon" and "I live in Paris" would both stay current. After each ``remember`` the writer reads
 the memories again and settles its own against those another process wrote since its first read
-(:func:`settle`). A pair is settled as if its two writes had been made one after the other, in
-:func:`~memabra._store_items.written` order (the writers' clocks): the later one retires the
-earlier (or cuts the replaced fact out of it) when it would have then, and a later restatement
-retires the earlier one. Each of the two writers decides alike, from what is stored, so the one
-of them that reads last settles the pair, whichever it is; retiring twice writes one history
-entry (its key comes from the pair).
+(:func:`settle`, given that write's own :class:`StoreRead`). A pair is settled as if its two writes
+had been made one after the other, in :func:`~memabra._store_items.written` order (the writers'
+clocks): the later one retires the earlier (or cuts the replaced fact out of it) when it would
+have then, and a later restatement retires the earlier one. Each of the two writers decides alike,
+from what is stored, so the one of them that reads last settles the pair, whichever it is; retiring
+twice writes one history entry (its key comes from the pair).
 
 Not guaranteed: a writer dying between its write and its settling read leaves the pair for the
 next write on that subject (which replaces both); two imports (``remember_many``) at once store
@@ -21,18 +21,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memabra._memory_records import MemoryAction, MemoryChange
+from memabra._memory_write import ActiveRead
 from memabra._restatement import is_restatement
 from memabra._store_items import new_record, settled_key, version, written
 
 if TYPE_CHECKING:
     from memabra._store_memory import StoreMemory
 
-__all__ = ["settle"]
+__all__ = ["StoreRead", "settle"]
 
 logger = logging.getLogger("memabra")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRead(ActiveRead):
+    """A write's read of a user's memories in a store, handed to that write (never kept on the
+    memory object or the thread, where another write made meanwhile could take or reset it):
+    ``versions`` of the active memories, to :func:`settle` against, and every stored ``keys``
+    (retired ones too), to pick the new memory's key from."""
+
+    versions: Mapping[str, str]
+    keys: frozenset[str]
 
 
 def settle(memory: StoreMemory, user_id: str, mine: str, seen: Mapping[str, str], episode_id: str | None) -> None:

@@ -15,12 +15,12 @@ def test_a_restatement_of_a_memory_retired_meanwhile_is_stored_as_the_current_fa
     memory: MemoryBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lyon = memory.remember("ann", "I live in Lyon")
-    read_before = memory._active_pairs("ann")
+    read_before = memory._read_active("ann")
     oslo = memory.remember("ann", "I live in Oslo")  # the other process, between the read and the write
     assert memory.get("ann", lyon.id).status is MemoryStatus.RETIRED
     stale = [read_before]
-    fresh = memory._active_pairs
-    monkeypatch.setattr(memory, "_active_pairs", lambda user: stale.pop() if stale else fresh(user))
+    fresh = memory._read_active
+    monkeypatch.setattr(memory, "_read_active", lambda user: stale.pop() if stale else fresh(user))
 
     again = memory.remember("ann", "I live in Lyon")
 

@@ -216,6 +216,17 @@ def test_news_in_one_message_replaces_the_job_and_the_city(memory: MemoryBackend
         ("Hi, I'm Annie", "name"),
         ("i'm Zoë", "name"),
         ("I'm Mary-Jane", "name"),
+        # two or three capitalised words ending the clause are a full name...
+        ("I'm Annie Smith", "name"),
+        ("Hello, I'm Anna Maria Rossi, nice to meet you", "name"),
+        ("I'm Dr Annie Smith", "name"),
+        # ...unless one of them is no name, or a lowercase word follows the capitals ("based", "fan")
+        ("I'm New York based", None),
+        ("I'm Italian American", None),
+        ("I'm Very Tired", None),
+        ("I'm So Happy", None),
+        ("I'm Annie Smith Jones Brown", None),
+        ("I'm Real Madrid fan", None),
         # a capital after "I'm" is no name when the word is a nationality, a faith or a state
         ("I'm Italian", None),
         ("I'm French", None),
@@ -240,3 +251,9 @@ def test_i_m_annie_replaces_a_stated_name_and_a_nationality_does_not(memory: Mem
     assert _say(memory, "I'm Italian") == ["I'm Annie", "I'm Italian"]
     assert _say(memory, "I'm Fine. I'm Jewish") == ["I'm Annie", "I'm Italian", "I'm Jewish"]
     assert _say(memory, "call me Jo") == ["I'm Italian", "I'm Jewish", "call me Jo"]
+
+
+def test_a_full_name_after_i_m_replaces_a_stated_name(memory: MemoryBackend) -> None:
+    assert _say(memory, "my name is Ann", "Hi, I'm Annie Smith") == ["I'm Annie Smith"]
+    assert _say(memory, "I'm New York based") == ["I'm Annie Smith", "I'm New York based"]
+    assert _say(memory, "call me Jo") == ["I'm New York based", "call me Jo"]

@@ -1,0 +1,164 @@
+"""The write path of :class:`~memabra._memory.MemoryBackend`: ``remember`` and ``remember_many``.
+
+A write reads the user's active memories once (:class:`ActiveRead`) and hands that read on, to
+pick the new memory's id and, after the write, to the backend's settling: a LangGraph store has no
+transactions and settles the write against what it read (:mod:`memabra._store_settle`). The read
+travels as a value, never through per-thread state, so a write made between another write's read
+and its store (another user's, on the same thread) cannot pair either with the wrong read.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from memabra._errors import InvalidRecordError
+from memabra._facts import fact_subjects, join_facts, split_facts, strip_complaint
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
+from memabra._records import CandidateKind, RegistryItem
+from memabra._restatement import RestatementIndex, is_restatement
+from memabra._text import approx_tokens
+
+if TYPE_CHECKING:
+    from memabra._memory import MemoryBackend
+
+__all__ = ["ActiveRead", "clean", "left_standing", "remember", "remember_many"]
+
+logger = logging.getLogger("memabra")
+
+# Reads one ``remember`` makes while other processes keep retiring the memory it restates.
+_RESTATE_TRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRead:
+    """One read of ``user_id``'s active memories as ``(id, text)`` pairs, made for one write and
+    passed to it; a backend may subclass it with what it settles that write against."""
+
+    user_id: str
+    pairs: tuple[tuple[str, str], ...]
+
+
+def remember(
+    backend: MemoryBackend, user_id: str, text: str, *, source: str, at: datetime | None, episode_id: str | None
+) -> RegistryItem:
+    """:meth:`MemoryBackend.remember`, under the backend's ``_writing`` turn."""
+    fact = clean(text)
+    now = at or backend.clock()
+    # Another process may retire the restated memory between this read and the refresh (its user
+    # stated a new value there): read again, and the fact is stored as the newest value.
+    for _ in range(_RESTATE_TRIES):
+        read = backend._read_active(user_id)
+        same = next((mid for mid, stored in read.pairs if is_restatement(fact, stored)), None)
+        if same is None:
+            break
+        old_text = dict(read.pairs)[same]
+        change = MemoryChange(same, user_id, MemoryAction.REFRESHED, now, old_text, fact, episode_id, "restated")
+        try:
+            backend._refresh(change)
+        except InvalidRecordError:
+            if backend.get(user_id, same).status is not MemoryStatus.RETIRED:
+                raise
+            continue
+        refreshed = backend._item(user_id, same, include_retired=False)
+        backend._settle(read, same, episode_id)
+        return refreshed
+    active = list(read.pairs)
+    texts = dict(active)
+    item = new_item(user_id, fact, source, now, backend._fresh_id(read, fact))
+    retire_ids = backend.supersession.superseded(fact, active) if active else []
+    retire: builtins.list[MemoryChange] = []
+    trimmed: builtins.list[tuple[str, str]] = []
+    for mid in dict.fromkeys(retire_ids):
+        if mid not in texts:
+            continue
+        rest = left_standing(backend, fact, texts[mid])
+        if rest is None:
+            why = f"superseded by {item.id}"
+            retire.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, texts[mid], None, episode_id, why))
+        elif rest:
+            trimmed.append((mid, rest))
+    created = MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source)
+    backend._store(item, created, retire)
+    if retire:
+        logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
+    # Only after the new fact is stored: a failure here leaves the outdated part in place, never
+    # loses the facts it was stored with.
+    for mid, rest in trimmed:
+        backend._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
+        logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
+    backend._settle(read, item.id, episode_id)
+    return item
+
+
+def left_standing(backend: MemoryBackend, fact: str, text: str) -> str | None:
+    """What stays true of a memory ``fact`` supersedes: None when all of it is replaced, else the
+    facts it joins that ``fact`` leaves standing ("" when it replaces none of them)."""
+    parts = split_facts(text)
+    if len(parts) < 2:
+        return None
+    replaced = set(backend.supersession.superseded(fact, [(str(i), p) for i, p in enumerate(parts)]))
+    rest = [p for i, p in enumerate(parts) if str(i) not in replaced]
+    if not rest:
+        return None
+    return join_facts(rest) if len(rest) < len(parts) else ""
+
+
+def remember_many(
+    backend: MemoryBackend, user_id: str, texts: Iterable[str], *, source: str, at: datetime | None
+) -> builtins.list[RegistryItem]:
+    """:meth:`MemoryBackend.remember_many`, under the backend's ``_writing`` turn."""
+    now = at or backend.clock()
+    facts = [clean(t) for t in texts]
+    read = backend._read_active(user_id)
+    seen = RestatementIndex(text for _, text in read.pairs)
+    plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
+    out: builtins.list[RegistryItem] = []
+    subjects: set[str] = set().union(*(fact_subjects(text) for _, text in read.pairs))
+    for fact in facts:
+        negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
+        if not seen.add(fact):
+            continue
+        found = fact_subjects(fact)
+        if found & subjects or negates:
+            backend._store_many(plain)
+            plain = []
+            out.append(backend.remember(user_id, fact, source=source, at=now))
+            # that write stored and retired memories since the read: later ids are picked afresh
+            read = backend._read_active(user_id)
+            continue
+        subjects |= found
+        item = new_item(user_id, fact, source, now, backend._fresh_id(read, fact))
+        plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
+        out.append(item)
+    backend._store_many(plain)
+    return out
+
+
+def clean(text: str) -> str:
+    """``text`` as a memory's fact: the complaint cut off, trailing punctuation trimmed."""
+    if not isinstance(text, str):
+        raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
+    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
+    if not fact:
+        raise InvalidRecordError("a memory needs non-empty text")
+    return fact
+
+
+def new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    return RegistryItem(
+        kind=CandidateKind.MEMORY,
+        id=f"mem:{unique[:16]}",
+        owner=user_id,
+        text=fact,
+        tokens=approx_tokens(fact),
+        name=fact[:60],
+        source=source,
+        created_at=now,
+    )
