@@ -20,6 +20,7 @@ from memabra.storage._admin_records import (
     PolicyVersionStats,
     RewardPoint,
     SnapshotInfo,
+    TurnPage,
     VersionCount,
 )
 from memabra.storage._admin_sessions import RevokedSessions
@@ -100,6 +101,7 @@ __all__ = [
     "StatusChange",
     "SuspendedTurn",
     "Transactions",
+    "TurnPage",
     "UserErasure",
     "VersionCount",
     "check_schema",

@@ -27,8 +27,10 @@ from memabra.storage._admin_records import (
     PolicyVersionStats,
     RewardPoint,
     SnapshotInfo,
+    TurnPage,
     VersionCount,
 )
+from memabra.storage._admin_turns import kept_turns_page
 from memabra.storage._convert import ope_from_row, summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._episode_listing import chosen_kinds, list_lowest_rewards
@@ -95,6 +97,14 @@ class AdminQueries:
         turns = [ConversationTurn(r[0], int(r[1]), r[2], r[3], r[4]) for r in rows]
         turns.sort(key=lambda t: (t.turn, t.created_at))
         return turns
+
+    # ------------------------------------------------------------------ kept turns
+
+    def kept_turns(self, cursor: str | None, limit: int, *, lost_at: datetime | None = None) -> TurnPage:
+        """:func:`~memabra.storage._admin_turns.kept_turns_page`: the unfinished turns, the oldest
+        first, a page after ``cursor``."""
+        with self._session() as s:
+            return kept_turns_page(s, cursor, limit, lost_at)
 
     # ------------------------------------------------------------------ snapshots
 

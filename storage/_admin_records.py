@@ -8,6 +8,7 @@ from datetime import datetime
 
 from memabra._records import JSONValue
 from memabra.storage._snapshot_audit import StatusChange
+from memabra.storage._suspended_turns import SuspendedTurn
 
 __all__ = [
     "ConversationTurn",
@@ -15,6 +16,7 @@ __all__ = [
     "PolicyVersionStats",
     "RewardPoint",
     "SnapshotInfo",
+    "TurnPage",
     "VersionCount",
 ]
 
@@ -104,3 +106,17 @@ class KindShare:
     kind: str
     chosen: int
     share: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPage:
+    """One page of the kept turns, the oldest first. ``position``: how many matching turns come
+    before it (where its rows stand in the whole list when it was read); ``next_cursor``: where
+    the next page starts (``None``: this is the last); ``has_previous`` with ``previous_cursor``
+    ``None``: the page before is the first."""
+
+    items: tuple[SuspendedTurn, ...]
+    position: int
+    next_cursor: str | None
+    has_previous: bool
+    previous_cursor: str | None

@@ -8,6 +8,7 @@ episode with its routing decision (:func:`memabra._paused_turns.abandon_paused_t
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,9 +35,8 @@ logger = logging.getLogger("memabra")
 TURNS_CHECK = "turns"
 # Turns per page, as the deletion trail shows its entries.
 _PAGE = 50
-# The log lists kept turns oldest first from the start: a page further in reads the turns before
-# it too. As many as ``memabra episodes paused --limit`` lists at most.
-MAX_TURN_OFFSET = 10_000
+# what a page cursor is made of (URL-safe base64 of a time and a turn id: well under 400 characters)
+_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,400}")
 _LIMIT = format_age(RUNNING_TURN_LIMIT)
 
 
@@ -81,46 +81,40 @@ def _row(kept: SuspendedTurn, now: datetime) -> TurnRow:
     )
 
 
-def parse_turn_offset(raw: str | None) -> int:
-    if not raw:
-        return 0
-    try:
-        offset = int(raw)
-    except ValueError:
-        raise FormError(f"offset must be an integer, got {raw!r}") from None
-    if not 0 <= offset <= MAX_TURN_OFFSET:
-        raise FormError(f"offset must be between 0 and {MAX_TURN_OFFSET:,}, got {offset}")
-    return offset
-
-
 class TurnPages(_AdminBase):
     """``GET /turns`` and ``POST /turns/abandon``."""
 
     async def turns(self, request: Request) -> Response:
         async def build(auth: _Auth) -> Response:
-            offset = parse_turn_offset(request.query_params.get("offset"))
+            if "offset" in request.query_params:
+                # a link from before the list paged by cursor: its page number no longer names the
+                # same turns, so say so rather than show the first page as if it were that one
+                raise FormError(
+                    "offset is no longer a parameter of the unfinished turns: they page by cursor "
+                    "(open /turns and follow Next page)"
+                )
+            cursor = request.query_params.get("cursor") or None
             lost = parse_lost_only(request.query_params.get("lost"))
-            context = await run_in_threadpool(self._turns_context, offset, lost)
+            context = await run_in_threadpool(self._turns_context, cursor, lost)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             abandoned = request.query_params.get("episode", "") if notice else ""
             return self._render("turns.html", auth=auth, section="turns", notice=notice, abandoned=abandoned, **context)
 
         return await self._page(request, build)
 
-    def _turns_context(self, offset: int, lost: bool) -> dict[str, Any]:
+    def _turns_context(self, cursor: str | None, lost: bool) -> dict[str, Any]:
         now = utcnow()
         # lost only: the ones on-call must act on, which paused turns waiting on people for days
-        # would otherwise push pages back (the same query as `episodes paused --lost`)
-        kept = self.log.suspended_turns(limit=offset + _PAGE + 1, lost_at=now if lost else None)[offset:]
+        # would otherwise push pages back (the same filter as `episodes paused --lost`)
+        page = self.queries.kept_turns(cursor, _PAGE, lost_at=now if lost else None)
         status = self.log.status()
         return {
-            "rows": [_row(k, now) for k in kept[:_PAGE]],
+            "rows": [_row(k, now) for k in page.items],
+            "page": page,
+            "cursor": cursor,
             "log_status": status,
             "turn_problems": [p for p in health_problems(status) if p.check == TURNS_CHECK],
-            "offset": offset,
             "lost_only": lost,
-            "previous_offset": max(0, offset - _PAGE) if offset else None,
-            "next_offset": offset + _PAGE if len(kept) > _PAGE and offset + _PAGE <= MAX_TURN_OFFSET else None,
             "running_limit": _LIMIT,
         }
 
@@ -128,10 +122,10 @@ class TurnPages(_AdminBase):
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             turn_id = _required(form, "turn_id")
             episode_id = form.get("episode_id", "").strip()
-            offset = _form_offset(form.get("offset", ""))
+            cursor = _form_cursor(form.get("cursor", ""))
             listing = {
                 **({"lost": "1"} if form.get("lost") == "1" else {}),
-                **({"offset": str(offset)} if offset else {}),
+                **({"cursor": cursor} if cursor else {}),
             }
             back = f"/turns?{urlencode(listing)}" if listing else "/turns"
             kept, state, logged_as = await run_in_threadpool(
@@ -226,9 +220,8 @@ def parse_lost_only(raw: str | None) -> bool:
     raise FormError(f"lost must be 1 (only lost turns) or 0, got {raw!r}")
 
 
-def _form_offset(raw: str) -> int:
-    """The page of the list a form was sent from (the first when its offset is not one)."""
-    try:
-        return parse_turn_offset(raw.strip())
-    except FormError:
-        return 0
+def _form_cursor(raw: str) -> str | None:
+    """The page of the list a form was sent from (the first when its cursor cannot be one; one
+    that only looks like one is refused, naming it, when the page is opened)."""
+    cursor = raw.strip()
+    return cursor if _CURSOR.fullmatch(cursor) else None
