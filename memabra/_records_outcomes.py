@@ -10,7 +10,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import InvalidFeedbackError, InvalidRecordError
 from memabra._records_routing import (
     _EMPTY,
     FeedbackKind,
@@ -198,9 +198,8 @@ class Feedback:
         try:
             object.__setattr__(self, "kind", FeedbackKind(self.kind))
         except ValueError:
-            raise InvalidRecordError(
-                f"Feedback.kind must be explicit, implicit or programmatic, got {self.kind!r}"
-            ) from None
+            accepted = ", ".join(k.value for k in FeedbackKind)
+            raise InvalidFeedbackError(f"feedback kind must be one of {accepted}; got {self.kind!r}") from None
         if not isinstance(self.idempotency_key, str) or not self.idempotency_key:
             raise InvalidRecordError("Feedback.idempotency_key must be a non-empty string")
         _require_id_length("Feedback.idempotency_key", self.idempotency_key)

@@ -23,7 +23,7 @@ from memabra._config import load_reward_config
 from memabra._context import assemble, gather_candidates, own_items
 from memabra._correction_scan import PreviousTurn, PreviousTurns, correction_feedback
 from memabra._embeddings import prepare_encoder, warm
-from memabra._errors import InvalidFeedbackError, InvalidRecordError
+from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
 from memabra._message_steps import take_back_steps
@@ -189,15 +189,9 @@ class RoutingSession:
         since the log's copy was written. A turn whose logging node already logged it is never
         routed again: it goes on with its decision, and logging it again logs nothing."""
         with self._paused.lock:
-            try:
-                return self._turns.get(turn_id)
-            except InvalidRecordError:
-                pass
-            kept = self._paused.from_log(turn_id)
-            if kept is not None:
-                take_back_steps(kept, messages)
-                self._paused.keep_running(kept)  # going on here: running since now, not paused or lost
-                return kept
+            held = self._held(turn_id, messages)
+            if held is not None:
+                return held
             logged, episode_id = self._paused.logged_decision(turn_id)
             if logged is not None:
                 return logged
@@ -216,15 +210,22 @@ class RoutingSession:
         nothing), else ``None``. Unlike :meth:`resume` it never routes: for logging a turn, where
         a decision made now would be credited with an answer it did not shape."""
         with self._paused.lock:
-            try:
-                return self._turns.get(turn_id)
-            except InvalidRecordError:
-                pass
-            kept = self._paused.from_log(turn_id)
-            if kept is not None:
-                take_back_steps(kept, messages)
-                return kept
-            return self._paused.logged_decision(turn_id)[0]
+            held = self._held(turn_id, messages, going_on=False)
+            return held if held is not None else self._paused.logged_decision(turn_id)[0]
+
+    def _held(self, turn_id: str, messages: Sequence[Any], *, going_on: bool = True) -> Turn | None:
+        """The turn in flight here, else the log's copy with the steps ``messages`` show it lacks
+        (``going_on``: kept as running since now, not paused or lost), else ``None``."""
+        try:
+            return self._turns.get(turn_id)
+        except InvalidRecordError:
+            pass
+        kept = self._paused.from_log(turn_id)
+        if kept is not None:
+            take_back_steps(kept, messages)
+            if going_on:
+                self._paused.keep_running(kept)
+        return kept
 
     def running_turns(self, thread_id: str) -> frozenset[str]:
         """Ids of the thread's turns in flight in this process and not paused."""
@@ -361,12 +362,9 @@ class RoutingSession:
         **payload: Any,
     ) -> FeedbackReceipt:
         extra: dict[str, Any] = {"idempotency_key": idempotency_key} if idempotency_key else {}
-        try:
-            parsed = FeedbackKind(kind)
-        except ValueError:
-            accepted = ", ".join(k.value for k in FeedbackKind)
-            raise InvalidFeedbackError(f"feedback kind must be one of {accepted}; got {kind!r}") from None
-        receipt = self.rewards.post_feedback(Feedback(episode_id, parsed, source, payload, **extra))
+        # the record parses the kind: one that is none of FeedbackKind's is an InvalidFeedbackError
+        feedback = Feedback(episode_id, kind, source, payload, **extra)  # type: ignore[arg-type]
+        receipt = self.rewards.post_feedback(feedback)
         correction = payload.get("correction")
         if isinstance(correction, str) and correction.strip() and receipt.status != "duplicate":
             self._after_logging(

@@ -144,7 +144,7 @@ def test_bad_feedback_writes_nothing(log: EpisodeLog) -> None:
         svc.post_feedback(Feedback(ep.id, "explicit", "user", {"bogus": 1}))
     with pytest.raises(FeedbackError, match="not part of episode"):
         svc.post_feedback(Feedback(ep.id, "explicit", "user", {"correct": True}, decision_id="nope"))
-    with pytest.raises(InvalidRecordError, match="explicit, implicit or programmatic"):
+    with pytest.raises(InvalidRecordError, match="feedback kind must be one of explicit, implicit, programmatic"):
         Feedback(ep.id, "shouting", "user", {})  # type: ignore[arg-type]
     assert _count_feedback(log) == 0
 
