@@ -19,7 +19,7 @@ from memabra._errors import InvalidFeedbackError, MemabraError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra._reward import CompositeReward, RewardConfig, rescored
 from memabra._signals import FEEDBACK_KEYS
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, SuspendedTurn
 
 __all__ = ["RewardService", "recompute_rewards", "same_feedback"]
 
@@ -46,10 +46,14 @@ class RewardService:
     def config(self) -> RewardConfig:
         return self.reward.config
 
-    def record(self, episode: Episode, *, final: bool = False) -> RewardBreakdown:
-        """Log an episode with its provisional (or, with ``final``, final) reward in one transaction."""
+    def record(
+        self, episode: Episode, *, final: bool = False, replacing: SuspendedTurn | None = None
+    ) -> RewardBreakdown:
+        """Log an episode with its provisional (or, with ``final``, final) reward in one transaction.
+        ``replacing``: the copy of its turn the caller read; see :meth:`EpisodeLog.log_episode`
+        (:class:`~memabra.storage.TurnWentOnError` where a process went on with the turn since)."""
         scored = self.scored(episode, final=final)
-        self.log.log_episode(scored)
+        self.log.log_episode(scored, replacing=replacing)
         assert scored.reward is not None
         return scored.reward
 

@@ -70,7 +70,9 @@ def abandon_paused_turn(
     rewards: RewardService, kept: SuspendedTurn, *, actor: str = "library", client: str | None = None
 ) -> str:
     """Log ``kept`` as a failed episode (its row goes in the same transaction) and return the
-    episode id. A turn resumed and logged meanwhile is refused by the log (its id is taken). The
+    episode id. A turn resumed and logged meanwhile is refused by the log (its id is taken); one a
+    process went on with since ``kept`` was read (a retry picked it up and wrote a newer copy) is
+    refused with :class:`~memabra.storage.TurnWentOnError`, nothing logged, its newer copy kept. The
     episode's metadata names who gave up on the turn (``abandoned_by``, and ``abandoned_from``
     when ``client`` is given), as the deletion and snapshot audit trails do: a failed episode is
     a reward the learner trains on, so a reviewer must be able to tell it from a user's verdict."""
@@ -90,7 +92,8 @@ def abandon_paused_turn(
     episode = turn.episode(
         None, metadata, created_at=turn.selection.created_at if turn.selection else kept.suspended_at
     )
-    rewards.record(episode)
+    # only the copy the caller read: a newer one belongs to a run going on now, not a failed one
+    rewards.record(episode, replacing=kept)
     logger.info("paused turn %s abandoned: logged as failed episode %s", kept.turn_id, turn.episode_id)
     return turn.episode_id
 

@@ -48,7 +48,7 @@ from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
-from memabra.storage._suspended_turns import PAUSES_KEY, RUNNING_TURN_LIMIT, SuspendedTurn
+from memabra.storage._suspended_turns import PAUSES_KEY, RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -102,6 +102,7 @@ __all__ = [
     "SuspendedTurn",
     "Transactions",
     "TurnPage",
+    "TurnWentOnError",
     "UserErasure",
     "VersionCount",
     "check_schema",

@@ -36,7 +36,7 @@ from memabra.storage._models import (
     table_of,
 )
 from memabra.storage._rows import clean_text, insert_batches
-from memabra.storage._suspended_turns import PAUSES_KEY
+from memabra.storage._suspended_turns import PAUSES_KEY, SuspendedTurn
 from memabra.storage._tx import Transactions, is_duplicate_key
 
 __all__ = [
@@ -85,13 +85,23 @@ class EpisodeFilter:
     query_contains: str | None = None
 
 
-def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window: timedelta) -> None:
-    """Write many episodes in one transaction."""
+def log_episodes(
+    tx: Transactions,
+    episodes: Sequence[Episode],
+    feedback_window: timedelta,
+    *,
+    replacing: Sequence[SuspendedTurn] = (),
+) -> None:
+    """Write many episodes in one transaction. ``replacing``: copies of these episodes' turns as
+    the caller read them; each is deleted only where the log still holds it so, else
+    :class:`~memabra.storage._suspended_turns.TurnWentOnError` and nothing is written
+    (:func:`~memabra.storage._suspended_turns.discard_replaced`)."""
     if not episodes:
         return
     ids = [e.id for e in episodes]
     if len(set(ids)) != len(ids):
         raise InvalidRecordError("log_episodes got the same episode id twice")
+    _check_replaced(ids, replacing)
     episode_rows: list[dict[str, Any]] = []
     decision_rows: list[dict[str, Any]] = []
     slot_rows: list[dict[str, Any]] = []
@@ -140,7 +150,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
     ]
 
     # only a turn the runtime kept in the log has a copy to delete: the others cost no statement
-    paused = [e.id for e in episodes if PAUSES_KEY in e.metadata]
+    replaced = {t.episode_id for t in replacing}
+    paused = [e.id for e in episodes if PAUSES_KEY in e.metadata or e.id in replaced]
 
     def write(conn: Connection) -> None:
         if paused:  # before any write: a copy's upsert racing this transaction sees its commit
@@ -157,6 +168,8 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                 (table_of(RewardRow), reward_rows),
             ],
         )
+        if replacing:  # the guard first: a copy that went on aborts the batch before any other delete
+            _suspended_turns.discard_replaced(conn, replacing)
         if paused:
             _suspended_turns.discard_logged(conn, paused)
         if counter_params:
@@ -185,6 +198,22 @@ def log_episodes(tx: Transactions, episodes: Sequence[Episode], feedback_window:
                 f"log_episodes: an id in this batch is already in the log, nothing was written ({first_line})"
             ) from exc
         raise
+
+
+def _check_replaced(ids: Sequence[str], replacing: Sequence[SuspendedTurn]) -> None:
+    logged = set(ids)
+    for turn in replacing:
+        if turn.episode_id not in logged:
+            raise InvalidRecordError(
+                f"log_episodes: the copy of turn {turn.turn_id!r} it replaces is of episode {turn.episode_id!r}, "
+                "which is not in this batch"
+            )
+        if turn.suspended_at.tzinfo is None:
+            raise InvalidRecordError(
+                "the replaced SuspendedTurn's suspended_at must be timezone-aware, as read from the log"
+            )
+    if len({t.turn_id for t in replacing}) != len(replacing):
+        raise InvalidRecordError("log_episodes got two copies of the same turn to replace")
 
 
 def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:

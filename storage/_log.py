@@ -159,9 +159,12 @@ class EpisodeLog(RetentionMethods):
 
     # ------------------------------------------------------------------ episodes
 
-    def log_episode(self, episode: Episode) -> None:
-        """Write one episode with everything in it, in one transaction."""
-        _episodes.log_episodes(self._tx, [episode], self.feedback_window)
+    def log_episode(self, episode: Episode, *, replacing: SuspendedTurn | None = None) -> None:
+        """Write one episode with everything in it, in one transaction. ``replacing``: the turn's
+        copy the caller read, deleted with it only where the log still holds it as read; else nothing
+        is written and :class:`TurnWentOnError` says a process went on with the turn since."""
+        replaced = () if replacing is None else (replacing,)
+        _episodes.log_episodes(self._tx, [episode], self.feedback_window, replacing=replaced)
 
     def log_episodes(self, episodes: Sequence[Episode]) -> None:
         """Write many episodes in one transaction (COPY on PostgreSQL)."""

@@ -6,7 +6,8 @@ The row holds the turn as a JSON document (:mod:`memabra._turn_document` writes 
 storage keeps it opaque). It is written when the turn is routed (``paused`` false: running) and
 each time it pauses, read by the process that goes on with it, and deleted in the transaction that
 logs the turn's episode (:func:`discard_logged`, for an episode whose metadata carries
-:data:`PAUSES_KEY`), so a routed turn is either kept or logged, never both and never neither.
+:data:`PAUSES_KEY`), so a routed turn is either kept or logged, never both and never neither. An
+operator abandoning a copy logs it only while the log still holds that copy (:func:`discard_replaced`).
 A running row that stays long after it was written lost its process (:data:`RUNNING_TURN_LIMIT`).
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, delete, exists, literal, select, text, update
+from sqlalchemy import ColumnElement, Connection, RowMapping, delete, exists, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -32,7 +33,9 @@ __all__ = [
     "PAUSES_KEY",
     "RUNNING_TURN_LIMIT",
     "SuspendedTurn",
+    "TurnWentOnError",
     "discard_logged",
+    "discard_replaced",
     "erase_user",
     "listing",
     "load",
@@ -76,6 +79,23 @@ class SuspendedTurn:
         if self.paused:
             return "paused"
         return "lost" if self.stale(now) else "running"
+
+
+class TurnWentOnError(InvalidRecordError):
+    """The copy an episode was to replace is no longer the log's: a process went on with the turn
+    since the copy was read (it wrote a newer one), or the copy went (its user was erased). Nothing
+    was logged. ``now``: the copy the log holds instead, ``None`` where it holds none."""
+
+    def __init__(self, read: SuspendedTurn, now: SuspendedTurn | None) -> None:
+        self.turn_id = read.turn_id
+        self.read = read
+        self.now = now
+        was = f"{'paused' if read.paused else 'running'} since {read.suspended_at.isoformat()}"
+        if now is None:
+            what = "its copy is no longer kept in the log (its user was erased, or its episode deleted, since)"
+        else:
+            what = f"now {'paused' if now.paused else 'running'} since {now.suspended_at.isoformat()}"
+        super().__init__(f"turn {read.turn_id} went on since it was read ({was}): {what}; its episode was not logged")
 
 
 def lock_episodes(conn: Connection, episode_ids: Sequence[str]) -> None:
@@ -206,6 +226,40 @@ def discard_logged(conn: Connection, episode_ids: Sequence[str]) -> None:
     """Inside the transaction that logs these episodes: their turns are no longer suspended."""
     table = table_of(SuspendedTurnRow)
     conn.execute(delete(table).where(table.c.episode_id.in_([clean_text(e) for e in episode_ids])))
+
+
+def discard_replaced(conn: Connection, turns: Sequence[SuspendedTurn]) -> None:
+    """Inside the transaction that logs these turns' episodes, after their :func:`lock_episodes`:
+    delete each copy only where the log still holds it as read (same ``suspended_at`` and
+    ``paused``, as :func:`save`'s ``replacing`` compares), else raise :class:`TurnWentOnError`
+    and the transaction logs nothing. An operator abandons the copy it listed: a retry that went on
+    with the turn since wrote a newer one, and the run it belongs to is not failed, nor its copy
+    to be deleted under it."""
+    table = table_of(SuspendedTurnRow)
+    for turn in turns:
+        turn_id = clean_text(turn.turn_id)
+        # FOR UPDATE: PostgreSQL waits for a concurrent write of the row and reads the newer row,
+        # which stays as read until this commits; SQLite runs one writer at a time. Compared here,
+        # not in the DELETE's WHERE: SQLite compares the stored text, so a stamp written in another
+        # format (by hand, by another tool) would never match and the turn could never be abandoned
+        row = conn.execute(select(table).where(table.c.turn_id == turn_id).with_for_update()).mappings().first()
+        now = None if row is None else _record_of(row)
+        read = (clean_text(turn.episode_id), turn.suspended_at, turn.paused)
+        if now is None or (now.episode_id, now.suspended_at, now.paused) != read:
+            raise TurnWentOnError(turn, now)
+        conn.execute(delete(table).where(table.c.turn_id == turn_id))
+
+
+def _record_of(row: RowMapping) -> SuspendedTurn:
+    return SuspendedTurn(
+        row["turn_id"],
+        row["episode_id"],
+        row["user_id"],
+        row["thread_id"],
+        row["suspended_at"],
+        row["document"],
+        row["paused"],
+    )
 
 
 def erase_user(s: Session, user_id: str) -> int:

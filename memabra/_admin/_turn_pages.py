@@ -25,7 +25,7 @@ from memabra._feedback import RewardService
 from memabra._health import format_age, health_problems
 from memabra._paused_turns import ABANDONED_SOURCE, abandon_paused_turn
 from memabra._records import Episode, utcnow
-from memabra.storage import RUNNING_TURN_LIMIT, SuspendedTurn
+from memabra.storage import RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
 
 __all__ = ["TurnPages"]
 
@@ -167,6 +167,18 @@ class TurnPages(_AdminBase):
             logged_as = abandon_paused_turn(
                 RewardService(self.log, self.reward_config), kept, actor=actor, client=client
             )
+        except TurnWentOnError as went_on:
+            # a retry picked the turn up after the read above: its run goes on, it did not fail
+            if went_on.now is None:
+                raise self._gone(turn_id, kept.episode_id, back) from None
+            raise _HttpError(
+                409,
+                "Went on",
+                f"Turn {turn_id} of user {kept.user_id} went on since it was read: it is now "
+                f"{'paused' if went_on.now.paused else 'running'} since {went_on.now.suspended_at:%Y-%m-%d %H:%M:%S} "
+                "UTC (a process picked it up); nothing was abandoned.",
+                back=(back, "Back to the unfinished turns"),
+            ) from None
         except InvalidRecordError:
             # logged between the read above and this write (resumed and finished, or abandoned by
             # someone else): the log refuses the id a second time

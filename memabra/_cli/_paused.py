@@ -18,7 +18,7 @@ from memabra._feedback import RewardService
 from memabra._health import format_age
 from memabra._paused_turns import abandon_paused_turn
 from memabra._records import utcnow
-from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn
+from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn, TurnWentOnError
 
 __all__ = ["episodes_paused"]
 
@@ -54,11 +54,16 @@ def episodes_paused(
             log.suspended_turns, before=parse_time(before, "--before"), limit=limit, lost_at=now if lost else None
         )
         logged: dict[str, str] = {}
+        went_on: dict[str, TurnWentOnError] = {}
         if abandon:
             rewards = RewardService(log, load_reward_config())
             for kept in turns:
                 if kept.state(now) != "running":
-                    logged[kept.turn_id] = run_guarded(_abandon, log, rewards, kept)
+                    outcome = run_guarded(_abandon, log, rewards, kept)
+                    if isinstance(outcome, TurnWentOnError):
+                        went_on[kept.turn_id] = outcome
+                    else:
+                        logged[kept.turn_id] = outcome
     full = "+" if len(turns) == limit else ""
     table = Table(title=f"{'lost' if lost else 'unfinished'} turns ({len(turns)}{full})")
     for column in ("turn", "state", "since", "user", "thread", "query", "steps", *(("logged as",) if abandon else ())):
@@ -72,9 +77,12 @@ def episodes_paused(
             plain(kept.thread_id or "-"),
             plain(str(kept.document.get("query", ""))[:49]),
             str(len(kept.document.get("steps", ()))),
-            *((logged.get(kept.turn_id, "- (running)"),) if abandon else ()),
+            *((logged.get(kept.turn_id) or _not_logged(kept.turn_id, went_on),) if abandon else ()),
         )
     console.print(table)
+    for refused in went_on.values():
+        # a retry picked the turn up after the listing: it is no longer lost, so nothing failed
+        console.print(plain(f"skipped, not abandoned: {refused}"))
     if turns and not abandon:
         console.print(
             "--abandon logs the paused and lost ones as failed episodes; a run resumed later starts a new turn"
@@ -93,6 +101,7 @@ def episodes_paused(
                     "paused_at": kept.suspended_at.isoformat() if kept.paused else None,
                     "query": kept.document.get("query"),
                     "logged_as": logged.get(kept.turn_id),
+                    "skipped": _skipped(kept.turn_id, went_on) if abandon and kept.turn_id not in logged else None,
                 }
                 for kept in turns
             ]
@@ -100,11 +109,24 @@ def episodes_paused(
     )
 
 
-def _abandon(log: EpisodeLog, rewards: RewardService, kept: SuspendedTurn) -> str:
+def _skipped(turn_id: str, went_on: dict[str, TurnWentOnError]) -> str:
+    """Why an abandon left the turn alone, as the JSON says it (``skipped``)."""
+    return "went on since listed" if turn_id in went_on else "running"
+
+
+def _not_logged(turn_id: str, went_on: dict[str, TurnWentOnError]) -> str:
+    return "- (went on since listed, skipped)" if turn_id in went_on else "- (running)"
+
+
+def _abandon(log: EpisodeLog, rewards: RewardService, kept: SuspendedTurn) -> str | TurnWentOnError:
     """Log ``kept`` as failed; where its episode was logged since it was listed (by another host
-    running this command, or by a retry of its run that finished), that episode is the one."""
+    running this command, or by a retry of its run that finished), that episode is the one. Where
+    a process went on with the turn since (a retry wrote a newer copy), nothing is logged and the
+    refusal is returned: the turn is skipped, not an error of the batch."""
     try:
         return abandon_paused_turn(rewards, kept, actor=cli_actor(), client=socket.gethostname())
+    except TurnWentOnError as refused:
+        return refused
     except InvalidRecordError as refused:
         try:
             return log.resolve_episode_id(kept.episode_id)
