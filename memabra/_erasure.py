@@ -4,7 +4,10 @@ In order: the conversation threads of their episodes in the agent's checkpointer
 given: they hold every message of those conversations; their ids are read from the episodes, so
 this goes first), every episode the log holds of them (rewards a learner has not read too: an
 erasure cannot wait for learning), then every memory with its history, through the memory backend
-that holds them. A thread that another user's episodes name too is left in place and reported.
+that holds them. Before the episodes go, the stored embeddings of the memory texts they were
+offered (a memory deleted from its store behind memabra's back is known only from there) and
+the user's own skills and tools (registered with their id as owner). A thread that another
+user's episodes name too is left in place and reported.
 The run's entry in the deletion audit trail (``memabra episodes deletions``) records the counts
 and is marked finished only after all of it; a run that dies part way stays unfinished, ``memabra
 status`` names it, and erasing again finishes the job. What was learned from the user stays:
@@ -33,7 +36,10 @@ class Erasure:
     """What :func:`erase_user` removed: ``episodes`` deleted, ``memories`` forgotten, ``threads``
     deleted from the checkpointer (``None``: none was given), ``shared_threads`` left in place
     because other users' episodes name them too, ``audit_id``, the run's audit entry, and
-    ``paused``, the turns an interrupt paused that were deleted unresumed."""
+    ``paused``, the turns an interrupt paused that were deleted unresumed, ``items``, the user's
+    own skills and tools (registered with their id as owner) deleted from the registry, and
+    ``resumed``, the audit ids of earlier erasures of the user that died part way and this run
+    finished."""
 
     episodes: int
     memories: int
@@ -41,11 +47,13 @@ class Erasure:
     shared_threads: tuple[str, ...]
     audit_id: str
     paused: int = 0
+    items: int = 0
+    resumed: tuple[str, ...] = ()
 
     @property
     def found_nothing(self) -> bool:
         """Whether the run found nothing of the user (already erased, or an id never seen)."""
-        return not (self.episodes or self.memories or self.threads or self.shared_threads or self.paused)
+        return not (self.episodes or self.memories or self.threads or self.shared_threads or self.paused or self.items)
 
 
 def erase_user(
@@ -97,4 +105,13 @@ def erase_user(
         client=client,
         progress=progress,
     )
-    return Erasure(result.episodes, result.memories, result.threads, tuple(shared), result.audit_id, result.paused)
+    return Erasure(
+        result.episodes,
+        result.memories,
+        result.threads,
+        tuple(shared),
+        result.audit_id,
+        result.paused,
+        result.items,
+        result.resumed,
+    )

@@ -27,7 +27,7 @@ from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryR
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["MemoryRegistry", "forget_in_log", "last_chosen"]
+__all__ = ["MemoryRegistry", "erase_owned", "forget_in_log", "last_chosen"]
 
 _MEMORY = CandidateKind.MEMORY.value
 # IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
@@ -285,6 +285,30 @@ def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterab
             .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk)))
             .values(text="", metadata_={"forgotten": True})
         )
+
+
+def erase_owned(s: Session, user_id: str) -> int:
+    """An erasure's step in the log that must come before the user's episodes go: the stored
+    embeddings of every memory text the log offered them and of their own skills and tools, then
+    those skills and tools (``owner`` the user). Returns how many skills and tools went.
+
+    The episodes are the only record of a memory deleted from its store behind memabra's back
+    (LangMem's ``manage_memory`` delete): once they are gone, the memory backend's forgetting can no
+    longer find that text, and its vector would outlive the erasure. The memories themselves go
+    through the memory backend."""
+    owner = clean_text(user_id)
+    if not owner:  # '' owns the shared skills and tools: never erase those
+        raise InvalidRecordError("user_id is empty: name the user to erase")
+    t = DecisionCandidateRow
+    texts = set(s.scalars(select(t.text).where(t.user_id == owner, t.kind == _MEMORY, t.text != "").distinct()))
+    own_items = and_(RegistryRow.owner == owner, RegistryRow.kind != _MEMORY)
+    texts.update(s.scalars(select(RegistryRow.text).where(own_items)))
+    for chunk in _chunks(sorted({text_key(text) for text in texts})):
+        s.execute(delete(EmbeddingRow).where(EmbeddingRow.text_sha256.in_(chunk)))
+    gone = int(getattr(s.execute(delete(RegistryRow).where(own_items)), "rowcount", 0) or 0)
+    if gone:
+        _bump(s.connection(), owner)  # a cached recall index of the user must not offer them again
+    return gone
 
 
 def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> dict[str, datetime]:

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import MAX_ID_LENGTH
-from memabra.storage import _suspended_turns
+from memabra.storage import _deletion_log, _memories, _suspended_turns
 from memabra.storage._deletion_log import add_deleted, finish_deletion, start_deletion
 from memabra.storage._episodes import resolve_episode_id
 from memabra.storage._learner_claims import behind_a_learner
@@ -56,14 +56,18 @@ _ID_BATCH = 500
 class UserErasure:
     """What :func:`erase_user` did: the user's episodes deleted, their memories forgotten, the
     run's entry in the deletion audit trail, the conversation threads deleted from the agent's
-    checkpointer (``None``: none was given) and the unfinished turns deleted (paused, or routed
-    and not yet logged)."""
+    checkpointer (``None``: none was given), the unfinished turns deleted (paused, or routed
+    and not yet logged), the user's own skills and tools deleted from the registry, and
+    ``resumed``, the audit ids of earlier erasures of the user that died part way and this run
+    finished."""
 
     episodes: int
     memories: int
     audit_id: str
     threads: int | None = None
     paused: int = 0
+    items: int = 0
+    resumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +171,18 @@ def erase_user(
 ) -> UserErasure:
     """Erase a user: call ``forget_threads`` (the checkpointer's threads; it reads their ids from
     the user's episodes, so it runs while they are still here), delete every episode of
-    ``user_id`` (rewards a learner has not read too), then call ``forget_memories`` (the memory
+    ``user_id`` (rewards a learner has not read too; first the stored embeddings of the memory
+    texts they were offered, and the user's own skills and tools), then call ``forget_memories`` (the memory
     backend's own deletion). Each callback returns how many it removed. One entry of the audit
     trail is marked finished only after all three; a run that dies part way leaves it unfinished,
     and erasing again finishes the job."""
     _check_actor(actor)
     _check_user(user_id)
+    # read before this run's entry exists: once it finishes, it covers them and they drop out
+    with tx.read() as s:
+        resumed = tuple(
+            e.id for e in _deletion_log.unfinished_deletions(s) if e.erasure and e.user_id == clean_text(user_id)
+        )
     audit_id = start_deletion(
         tx,
         actor=actor,
@@ -186,19 +196,22 @@ def erase_user(
         threads=forget_threads is not None,
     )
     threads = forget_threads() if forget_threads is not None else None
+    # before the episodes: their offered memory texts name the embeddings to delete
+    items = tx.write(lambda s: _memories.erase_owned(s, user_id), what="erase_user")
     deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress)
     paused = tx.write(lambda s: _suspended_turns.erase_user(s, user_id), what="erase_user")
     memories = forget_memories()
     finish_deletion(tx, audit_id, memories_forgotten=memories, threads_deleted=threads)
     logger.info(
-        "erased user %r: %d episode(s), %d unfinished turn(s), %d memories, threads: %s",
+        "erased user %r: %d episode(s), %d unfinished turn(s), %d memories, %d own skill(s)/tool(s), threads: %s",
         user_id,
         deleted,
         paused,
         memories,
+        items,
         threads,
     )
-    return UserErasure(deleted, memories, audit_id, threads, paused)
+    return UserErasure(deleted, memories, audit_id, threads, paused, items, resumed)
 
 
 def _check_actor(actor: str) -> None:

@@ -216,14 +216,23 @@ def erase(
             )
     threads = "" if result.threads is None else f", {result.threads} checkpointer thread(s) deleted"
     paused = f", {result.paused} unfinished turn(s) deleted (paused, or in flight)" if result.paused else ""
+    items = f", {result.items} own skill(s)/tool(s) deleted" if result.items else ""
     console.print(
         Text(
             f"erased user {user}: {result.episodes} episode(s) deleted, {result.memories} memories "
-            f"forgotten{paused}{threads}"
+            f"forgotten{paused}{items}{threads}"
         ),
         highlight=False,
     )
-    if result.found_nothing:
+    if result.resumed:
+        console.print(
+            Text(
+                f"this run finished {len(result.resumed)} earlier erasure(s) of {user} that stopped part way: "
+                + ", ".join(result.resumed)
+            ),
+            highlight=False,
+        )
+    if result.found_nothing and not result.resumed:
         # a typo in the id erases nothing and still succeeds: say so rather than let it pass as done
         err_console.print(
             Text(
@@ -249,6 +258,8 @@ def erase(
             "threads": result.threads,
             "shared_threads": list(result.shared_threads),
             "paused_turns": result.paused,
+            "items": result.items,
+            "resumed": list(result.resumed),
             "audit_id": result.audit_id,
         },
     )
