@@ -1,9 +1,9 @@
 """The checks every router must pass, in the spirit of scikit-learn's ``check_estimator``.
 
 ``check_router(factory)`` builds routers with ``factory(seed)`` and raises ``AssertionError`` naming
-the first broken contract: valid logged distributions and propensities, budgets and kinds respected,
-the probability floor, exploration (every option of a learner's explored set keeps its floor),
-seeded determinism, draws that follow the logged distributions (which depend on the model and the
+the first broken contract: a new router per call with its seed and a policy name of its own, valid
+logged distributions and propensities, budgets and kinds respected, the probability floor,
+exploration (every option of a learner's explored set keeps its floor), seeded determinism, draws that follow the logged distributions (which depend on the model and the
 slot only, never on the seed or on earlier decisions), teacher-forced replays that reproduce them,
 inputs left unchanged, learning only from its own selections, snapshot round-trips and replicas that
 keep every learned state (they go on learning as the original does), and a clear
@@ -36,19 +36,26 @@ from memabra._records import (
     Selection,
 )
 from memabra.router._base import Router
+from memabra.router._conformance_setup import RouterFactory, check_factory, check_input_list, check_name, router_factory
 from memabra.router._exploration import exploration_floor
 from memabra.router._features import FeatureTable
 from memabra.router._watcher import learned_model
 
 __all__ = ["check_router", "conformance_candidates"]
 
-RouterFactory = Callable[[int], Router]
-
 # decisions of an unchanged router whose first-slot picks are counted against the logged distribution
 _DRAWS = 300
 # the Router parameters a restored router must carry over (a subclass forwarding **kwargs lost them)
 _BASE_PARAMS = ("seed", "min_probability", "recall_limit", "unused_penalty", "max_pending")
-_SNAPSHOT_HINT = "does the router keep its learned state in _model_bytes / _load_model or _extra_state?"
+_SNAPSHOT_HINT = (
+    "does the router keep its learned state in _model_bytes / _load_model or _extra_state, "
+    "written canonically (sort_keys=True, sets as sorted lists)?"
+)
+# what makes one input choose or replay differently from call to call
+_DETERMINISM_HINT = (
+    "_slot_distribution must be a function of the model and the view: no unseeded randomness "
+    "(np.random.*, random.*), clock, Python hash() or uncached model call in it, and no state that choose changes"
+)
 
 
 def conformance_candidates() -> tuple[Candidate, ...]:
@@ -175,27 +182,36 @@ def check_exploration(router: Router, selection: Selection) -> None:
         )
 
 
-def check_router(factory: RouterFactory) -> None:
-    """Run every conformance check against routers built by ``factory(seed)``."""
+def check_router(factory: RouterFactory | type[Router] | Router) -> None:
+    """Run every conformance check against routers built by ``factory(seed)``; a :class:`Router`
+    subclass is built as ``cls(seed=seed, similarity=Similarity())``, an instance is cloned from its
+    ``get_params()`` with each seed."""
+    factory = router_factory(factory)
     candidates = conformance_candidates()
     context = _context()
+    check_factory(factory, context, candidates)
 
     # choosing: valid selections, seeded determinism, replays
     router = factory(7)
+    check_name(router)
     first = router.choose(context, candidates)
     check_selection(router, first, candidates)
     assert first.slots, "a router with room in the budget made no slot draw"
     twin = factory(7)
     assert _signature(twin.choose(context, candidates)) == _signature(first), (
-        "same seed, same input: different selection"
+        f"two routers built with one seed chose differently from the same input: {_DETERMINISM_HINT}"
     )
     assert _signature(router.choose(context, candidates, seed=first.seed)) == _signature(first), (
-        "explicit seed not reproducible"
+        f"choose with the logged seed did not reproduce the logged selection: {_DETERMINISM_HINT}"
     )
     replayed = router.slot_probabilities(first)
     assert len(replayed) == len(first.slots), "slot_probabilities has the wrong number of slots"
     for draw, probabilities in zip(first.slots, replayed, strict=True):
-        assert np.allclose(probabilities, draw.probabilities, atol=1e-9), "teacher-forced replay differs from the log"
+        assert np.allclose(probabilities, draw.probabilities, atol=1e-9), (
+            f"slot {draw.slot}: teacher-forced replay gives {probabilities}, the log {draw.probabilities}: "
+            f"{_DETERMINISM_HINT}"
+        )
+    check_input_list(router, context, candidates)
 
     # precomputed features give the same selection, and stay as they were
     table = router.featurize(context, candidates)

@@ -10,7 +10,7 @@ state beside the model (:meth:`Router._extra_state`).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memabra._errors import RouterError, SnapshotError
 from memabra._records import PolicySnapshot
@@ -25,12 +25,40 @@ __all__ = ["replica_of", "restore_router", "snapshot_of"]
 R = TypeVar("R", bound="Router")
 
 
+def _model_payload(router: Router) -> bytes:
+    payload = router._model_bytes()
+    if isinstance(payload, (bytearray, memoryview)):
+        return bytes(payload)
+    if not isinstance(payload, bytes):
+        raise RouterError(
+            f"{type(router).__name__}._model_bytes returned a {type(payload).__name__}, not bytes: "
+            "encode the model (json.dumps(model, sort_keys=True).encode())"
+        )
+    return payload
+
+
+def _json_state(router: Router) -> dict[str, Any]:
+    """``_extra_state()`` as a snapshot's header carries it (through JSON): a value JSON cannot hold
+    is the hook's fault, named as such rather than as json's TypeError from deep in a snapshot."""
+    state = router._extra_state()
+    try:
+        carried = json.loads(json.dumps(state, sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        raise RouterError(
+            f"{type(router).__name__}._extra_state must return a dict of JSON values (str, int, float, bool, "
+            f"None, lists and dicts of them; convert numpy numbers with float() or .tolist()): {exc}"
+        ) from exc
+    if not isinstance(carried, dict):
+        raise RouterError(f"{type(router).__name__}._extra_state must return a dict, got {type(state).__name__}")
+    return carried
+
+
 def snapshot_of(router: Router) -> PolicySnapshot:
     with router._lock:
         router._ensure_state()
         version = router.policy_version
-        header = {"decisions": router._decisions, "version": version, "state": router._extra_state()}
-        model = encode_envelope(router.name, header, router._model_bytes())
+        header = {"decisions": router._decisions, "version": version, "state": _json_state(router)}
+        model = encode_envelope(router.name, header, _model_payload(router))
         parent = router._root_version if router._updates else router._parent
         return PolicySnapshot(
             policy=router.name, version=version, model=model, learner_args=router.get_params(), parent=parent
@@ -46,7 +74,7 @@ def replica_of(router: R, *, similarity: Similarity | None, version: str | None,
         twin._ensure_state()
         twin._copy_model_from(router)
         # through JSON, as a snapshot's header carries it: the twin reads what restore would read
-        twin._restore_extra_state(json.loads(json.dumps(router._extra_state())))
+        twin._restore_extra_state(_json_state(router))
         twin._decisions = router._decisions
         twin._root_version = version
         twin._parent = parent
