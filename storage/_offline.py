@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import Select, delete, func, insert, select
+from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -45,7 +45,7 @@ __all__ = [
     "store_memory_scores",
 ]
 
-# Episodes whose decisions are read per query when assembling MemPO items.
+# Feedback rows read per page when assembling MemPO items (their episodes' decisions come with them).
 _CHUNK = 500
 # decisions read per round trip when streaming the log: each brings its candidates' rows, features
 # and metadata decoded (a 128-tool registry: 128 rows a decision), so 1,000 at a time held about
@@ -165,14 +165,12 @@ def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, lim
 
 def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> Iterator[GoldDecision]:
     """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback; with
-    ``unscored_by``, only those that scorer has not labelled (what a resumed run has left). Read
-    ``_CHUNK`` episodes at a time, so memory holds one chunk's texts however long the log is."""
-    gold = _gold_answers(tx, since)
-    episode_ids = list(gold)
-    for start in range(0, len(episode_ids), _CHUNK):
-        chunk = episode_ids[start : start + _CHUNK]
+    ``unscored_by``, only those that scorer has not labelled (what a resumed run has left). Read a
+    page of ``_CHUNK`` feedback rows and their episodes' decisions at a time, so memory holds one
+    page's texts however long the log is."""
+    for gold in _gold_pages(tx, since):
         with tx.read() as s:
-            decisions = _gold_decisions(s, chunk, unscored_by, gold)
+            decisions = _gold_decisions(s, list(gold), unscored_by, gold)
             cands: dict[str, list[DecisionCandidateRow]] = defaultdict(list)
             for c in s.scalars(
                 select(DecisionCandidateRow)
@@ -195,39 +193,63 @@ def mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | Non
 
 
 def count_mempo_items(tx: Transactions, since: datetime | None, unscored_by: str | None = None) -> int:
-    """How many decisions :func:`mempo_items` yields for the same arguments (one count per chunk)."""
-    gold = _gold_answers(tx, since)
-    episode_ids = list(gold)
+    """How many decisions :func:`mempo_items` yields for the same arguments (one count per page)."""
     total = 0
-    with tx.read() as s:
-        for start in range(0, len(episode_ids), _CHUNK):
-            total += len(_gold_decisions(s, episode_ids[start : start + _CHUNK], unscored_by, gold))
+    for gold in _gold_pages(tx, since):
+        with tx.read() as s:
+            total += len(_gold_decisions(s, list(gold), unscored_by, gold))
     return total
 
 
 def count_gold_episodes(tx: Transactions, since: datetime | None) -> int:
     """Episodes with a gold answer in feedback received since ``since``, whether or not a decision
     of theirs offered memories (what MemPO scores)."""
-    return len(_gold_answers(tx, since))
+    return sum(len(gold) for gold in _gold_pages(tx, since))
 
 
-def _gold_answers(tx: Transactions, since: datetime | None) -> dict[str, tuple[str, datetime]]:
+def _gold_pages(tx: Transactions, since: datetime | None) -> Iterator[dict[str, tuple[str, datetime]]]:
     """Episode id to its gold answer (the latest feedback that gave one) and when it arrived, from
-    feedback received since ``since``."""
-    stmt = select(FeedbackRow).order_by(FeedbackRow.received_at)
-    if since is not None:
-        stmt = stmt.where(FeedbackRow.received_at >= since)
-    gold: dict[str, tuple[str, datetime]] = {}
-    with tx.read() as s:
-        for row in s.scalars(stmt):
-            try:
-                answer = cv.feedback_from_row(row).signals.explicit.gold_answer
-            except InvalidRecordError as exc:  # a row stored before payloads were validated
-                logger.warning("feedback %s of episode %s is unreadable, skipped: %s", row.id, row.episode_id, exc)
-                continue
-            if answer is not None and answer.strip():
-                gold[row.episode_id] = (answer, row.received_at)
-    return gold
+    feedback received since ``since``, a page of ``_CHUNK`` feedback rows at a time: reading every
+    gold answer first held the whole log's (about 2 KB an episode at its peak). An episode comes
+    in the page of its latest gold answer only, so a corrected answer is not scored twice."""
+    after: tuple[datetime, str] | None = None
+    while True:
+        stmt = select(FeedbackRow).order_by(FeedbackRow.received_at, FeedbackRow.id).limit(_CHUNK)
+        if since is not None:
+            stmt = stmt.where(FeedbackRow.received_at >= since)
+        if after is not None:
+            stmt = stmt.where(_after(after))
+        with tx.read() as s:
+            rows = list(s.scalars(stmt))
+            if not rows:
+                return
+            after = (rows[-1].received_at, rows[-1].id)
+            page = {row.episode_id: (answer, row.received_at) for row in rows if (answer := _gold_of(row))}
+            if page:  # an episode answered again in a later page is yielded there, with that answer
+                later = select(FeedbackRow).where(FeedbackRow.episode_id.in_(list(page)), _after(after))
+                for row in s.scalars(later):
+                    if _gold_of(row):
+                        page.pop(row.episode_id, None)
+        if page:
+            yield page
+
+
+def _after(key: tuple[datetime, str]) -> ColumnElement[bool]:
+    """Feedback rows after ``key`` in (received_at, id) order: the keyset the pages advance by."""
+    received_at, row_id = key
+    return or_(
+        FeedbackRow.received_at > received_at, and_(FeedbackRow.received_at == received_at, FeedbackRow.id > row_id)
+    )
+
+
+def _gold_of(row: FeedbackRow) -> str | None:
+    """The feedback's gold answer, None when it gives none (or cannot be read)."""
+    try:
+        answer = cv.feedback_from_row(row).signals.explicit.gold_answer
+    except InvalidRecordError as exc:  # a row stored before payloads were validated
+        logger.warning("feedback %s of episode %s is unreadable, skipped: %s", row.id, row.episode_id, exc)
+        return None
+    return answer if answer is not None and answer.strip() else None
 
 
 def _gold_decisions(

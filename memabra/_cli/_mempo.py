@@ -10,6 +10,7 @@ import heapq
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -85,7 +86,7 @@ def score(
         from memabra.evals.mempo import MemPOScorer, RoutingDecisionItem
     except ImportError as exc:
         fail(str(exc))
-    since_at = parse_time(since, "--since")
+    since_at = _since(since)
     if not model.is_dir():  # said now, not only once the log holds a gold answer to score
         fail(f"--model {model} is not a directory: give the local folder of a saved causal LM and its tokenizer")
     run_guarded(check_model_directory, model)  # config and weights there; loading waits for work
@@ -180,6 +181,17 @@ def score(
 
 
 _resume = "the same command scores the rest"
+
+
+def _since(value: str | None) -> datetime | None:
+    """``--since`` as a time, refused when it lies ahead: a mistyped year would otherwise read as
+    "no gold answers in the log", pointing the user at their feedback instead of their typo."""
+    since_at = parse_time(value, "--since")
+    if since_at is not None and since_at > datetime.now(UTC):
+        fail(f"--since {value} is in the future: no gold answer can have arrived since then")
+    return since_at
+
+
 _NAME_LIMIT = 200  # the width of the log's scorer column
 
 
@@ -239,7 +251,7 @@ def labels(
     selections did as well as all candidates (+1) and the mean probabilities; then the decisions
     whose selection lost the most probability, with their questions. Reads the decisions with a
     gold answer a chunk at a time; loads no model."""
-    since_at = parse_time(since, "--since")
+    since_at = _since(since)
     sums: dict[str, list[float]] = {}
     # the `worst` largest losses: a min-heap on -difference, its top the mildest loss kept
     lowest: list[tuple[float, str, LabelledDecision]] = []
