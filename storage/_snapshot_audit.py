@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, SnapshotError
 from memabra._records import JSONValue, utcnow
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import PolicySnapshotRow, table_of
-from memabra.storage._rows import prepare
+from memabra.storage._rows import clean_text, prepare
 from memabra.storage._snapshots import _policy_locked_row, activate, rollback_target
 
 __all__ = ["HISTORY_KEY", "MAX_HISTORY", "SnapshotAudit", "StatusChange", "status_history"]
@@ -38,13 +39,15 @@ class StatusChange:
 
     ``action`` is ``promoted``, ``rolled back`` (retired by a rollback), ``re-activated`` (the snapshot a
     rollback made active) or ``retired`` (the previously active snapshot a promotion replaced);
-    ``by`` names the signed-in principal (empty when unknown); ``note`` says what caused it."""
+    ``by`` names the signed-in principal (empty when unknown); ``note`` says what caused it;
+    ``reason`` is why, in the words of the person who made the change (empty when none was given)."""
 
     action: str
     by: str
     at: datetime
     client: str = ""
     note: str = ""
+    reason: str = ""
 
     def as_json(self) -> dict[str, JSONValue]:
         return {
@@ -53,6 +56,7 @@ class StatusChange:
             "at": self.at.isoformat(),
             "client": self.client,
             "note": self.note,
+            "reason": self.reason,
         }
 
 
@@ -76,6 +80,7 @@ def status_history(metrics: Mapping[str, Any]) -> tuple[StatusChange, ...]:
                 at=at if at.tzinfo is not None else at.replace(tzinfo=UTC),
                 client=str(entry.get("client", "") or ""),
                 note=str(entry.get("note", "") or ""),
+                reason=str(entry.get("reason", "") or ""),
             )
         )
     return tuple(out)
@@ -87,22 +92,37 @@ class SnapshotAudit:
     def __init__(self, log: EpisodeLog) -> None:
         self._tx = log.transactions
 
-    def promote(self, version: str, *, by: str, client: str = "", at: datetime | None = None) -> None:
-        """Make ``version`` its policy's active snapshot and retire the one active before.
-        :class:`SnapshotError` when it is already active (nothing is written)."""
+    def promote(
+        self,
+        version: str,
+        *,
+        by: str,
+        client: str = "",
+        at: datetime | None = None,
+        reason: str = "",
+        replacing: str | None = None,
+    ) -> str | None:
+        """Make ``version`` its policy's active snapshot and retire the one active before; returns
+        the version it retired (read in the promote's own transaction: another promote may have
+        landed since the caller looked). With ``replacing``, only while that snapshot is still the
+        active one (what the operator reviewed). :class:`SnapshotError` when it is already active,
+        or ``replacing`` is not (nothing is written)."""
         when = _when(at)
 
-        def work(s: Session) -> None:
+        def work(s: Session) -> str | None:
             row = _policy_locked_row(s, version)
             if row.status == "active":
                 raise SnapshotError(f"snapshot {row.version} is already the active one; nothing changed")
-            retired = StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted")
-            activate(s, row, retired=lambda other: _append(other, retired))
-            _append(row, StatusChange("promoted", _text(by), when, _text(client)))
+            if replacing is not None:
+                _expect_active(s, row.policy, replacing, f"promote {row.version}")
+            retired = StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted", _text(reason))
+            replaced = activate(s, row, retired=lambda other: _append(other, retired))
+            _append(row, StatusChange("promoted", _text(by), when, _text(client), reason=_text(reason)))
+            return replaced
 
-        self._tx.write(work, what="promote")
+        return self._tx.write(work, what="promote")
 
-    def rollback(self, version: str, *, by: str, client: str = "", at: datetime | None = None) -> str:
+    def rollback(self, version: str, *, by: str, client: str = "", at: datetime | None = None, reason: str = "") -> str:
         """Retire the active snapshot ``version`` and make active again the snapshot it replaced when
         it was promoted (its parent for snapshots activated before revision 0011); returns that
         version. :class:`SnapshotError` when ``version`` is not active or there is nothing to
@@ -112,17 +132,38 @@ class SnapshotAudit:
         def work(s: Session) -> str:
             row = _policy_locked_row(s, version)
             if row.status != "active":
+                # two operators rolling back at once: the second must not take the policy a second step back
                 raise SnapshotError(
-                    f"snapshot {row.version} is not active ({row.status}); only the active one rolls back"
+                    f"snapshot {row.version} is not active ({row.status}); only the active one rolls back. "
+                    "Another promote or rollback may have landed since you looked: check `memabra policies list`"
                 )
             target = rollback_target(s, row)
-            others = StatusChange("retired", _text(by), when, _text(client), f"rollback to {target.version}")
-            back = StatusChange("rolled back", _text(by), when, _text(client), f"{target.version} re-activated")
+            why = _text(reason)
+            others = StatusChange("retired", _text(by), when, _text(client), f"rollback to {target.version}", why)
+            back = StatusChange("rolled back", _text(by), when, _text(client), f"{target.version} re-activated", why)
             activate(s, target, record=False, retired=lambda other: _append(other, back if other is row else others))
-            _append(target, StatusChange("re-activated", _text(by), when, _text(client), f"rollback of {row.version}"))
+            _append(
+                target, StatusChange("re-activated", _text(by), when, _text(client), f"rollback of {row.version}", why)
+            )
             return target.version
 
         return self._tx.write(work, what="rollback")
+
+
+def _expect_active(s: Session, policy: str, expected: str, what: str) -> None:
+    """Refuse ``what`` unless ``expected`` is ``policy``'s active snapshot (the caller holds the
+    policy's lock, so it stays so until the change commits)."""
+    active = s.scalar(
+        select(PolicySnapshotRow.version).where(
+            PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
+        )
+    )
+    if active != clean_text(expected):
+        now = f"{active} is active now" if active is not None else "no snapshot is active now"
+        raise SnapshotError(
+            f"did not {what}: it was to replace {expected}, but {now} (another promote, rollback or a learner's "
+            "publish landed since you looked); review `memabra policies list` and try again"
+        )
 
 
 def _when(at: datetime | None) -> datetime:

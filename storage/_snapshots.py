@@ -332,5 +332,6 @@ def rollback_target(s: Session, active: PolicySnapshotRow) -> PolicySnapshotRow:
             return target
     raise SnapshotError(
         f"snapshot {active.version!r} of policy {active.policy!r} has no parent to roll back to "
-        "(and replaced no snapshot when it was made active)"
+        "(and replaced no snapshot when it was made active); to serve another snapshot, promote it: "
+        "`memabra policies promote VERSION` (see `memabra policies list`)"
     )

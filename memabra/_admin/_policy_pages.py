@@ -133,7 +133,12 @@ class PolicyPages(_AdminBase):
     async def promote(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             version = _required(form, "version")
-            await run_in_threadpool(self.audit.promote, version, by=auth.principal, client=_client(request))
+            # the snapshot the confirmation said it replaces: another operator's promote or rollback
+            # since the page loaded makes this one a different change, refused (409) rather than made
+            replaces = form.get("replaces", "").strip() or None
+            await run_in_threadpool(
+                self.audit.promote, version, by=auth.principal, client=_client(request), replacing=replaces
+            )
             return RedirectResponse("/policies?notice=promoted", status_code=303)
 
         return await self._write(request, apply)

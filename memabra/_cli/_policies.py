@@ -93,10 +93,30 @@ def policies_export(
     console.print(f"wrote {escape(snapshot.version)} to {escape(str(out))}")
 
 
+ReasonOption = Annotated[
+    str,
+    typer.Option(
+        "--reason", help="Why, kept in the audit trail with who made the change (as the admin view shows it)."
+    ),
+]
+IfActiveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--if-active",
+        help="Only while this snapshot is the policy's active one (what you reviewed): refused, changing nothing, "
+        "when another promote, rollback or learner publish made another active meanwhile.",
+        show_default=False,
+    ),
+]
+
+
 @policies_app.command("promote")
 def policies_promote(
     version: Annotated[str, typer.Argument(help="The snapshot to make active (see `memabra policies list`).")],
     db: DbOption = None,
+    reason: ReasonOption = "",
+    if_active: IfActiveOption = None,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Make a snapshot its policy's active one, retiring the one active before; serving agents
     load it within their reload interval. Recorded in the snapshot's audit trail, like a promote
@@ -104,8 +124,16 @@ def policies_promote(
     with open_log(db) as log:
         snapshot = run_guarded(log.get_snapshot, version)
         store = LearnerStore(log.engine)
-        previous = store.active_version(snapshot.policy)
-        run_guarded(SnapshotAudit(log).promote, snapshot.version, by=cli_actor(), client=socket.gethostname())
+        # what it retired, as the promote's own transaction saw it: another operator's promote may
+        # have landed since any read made here
+        previous = run_guarded(
+            SnapshotAudit(log).promote,
+            snapshot.version,
+            by=cli_actor(),
+            client=socket.gethostname(),
+            reason=reason,
+            replacing=if_active,
+        )
         checkpoint = store.checkpoint(snapshot.policy)
     was = f" (retired {escape(previous)})" if previous is not None else ""
     console.print(f"promoted {escape(snapshot.version)}: the active snapshot of policy {escape(snapshot.policy)}{was}")
@@ -116,18 +144,47 @@ def policies_promote(
         )
     if previous is not None:
         console.print(f"`memabra policies rollback --policy {escape(snapshot.policy)}` returns to {escape(previous)}")
+    write_json(
+        json_out,
+        {
+            "policy": snapshot.policy,
+            "active": snapshot.version,
+            "retired": previous,
+            "rollback_to": previous,
+            "by": cli_actor(),
+            "reason": reason,
+        },
+    )
 
 
 @policies_app.command("rollback")
-def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY) -> None:
+def policies_rollback(
+    db: DbOption = None,
+    policy: PolicyOption = DEFAULT_POLICY,
+    reason: ReasonOption = "",
+    if_active: IfActiveOption = None,
+    json_out: JsonOutOption = None,
+) -> None:
     """Retire the policy's active snapshot and make active again the snapshot it replaced when it
     was promoted or published (its parent, for snapshots activated before schema revision 0011);
-    audited like a rollback in the admin view."""
+    audited like a rollback in the admin view. Each run goes one step back: with `--if-active`, a
+    second operator rolling back the same snapshot at the same time is refused instead."""
     with open_log(db) as log:
-        active = LearnerStore(log.engine).active_version(policy)
+        active = if_active if if_active is not None else LearnerStore(log.engine).active_version(policy)
         if active is None:
-            fail(f"policy {policy!r} has no active snapshot; nothing to roll back")
-        back = run_guarded(SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname())
+            fail(
+                f"policy {policy!r} has no active snapshot; nothing to roll back (promote one with "
+                "`memabra policies promote VERSION`)"
+            )
+        if if_active is not None:
+            named = run_guarded(log.get_snapshot, if_active)
+            if named.policy != policy:
+                fail(
+                    f"snapshot {if_active} is of policy {named.policy!r}, not {policy!r}: pass --policy {named.policy}"
+                )
+        back = run_guarded(
+            SnapshotAudit(log).rollback, active, by=cli_actor(), client=socket.gethostname(), reason=reason
+        )
         checkpoint = LearnerStore(log.engine).checkpoint(policy)
     console.print(f"rolled back policy {escape(policy)}: {escape(back)} is active again, {escape(active)} retired")
     if (
@@ -144,6 +201,10 @@ def policies_rollback(db: DbOption = None, policy: PolicyOption = DEFAULT_POLICY
             f"as candidates (newest: {escape(checkpoint.snapshot_version)}); {escape(back)} serves as it is, "
             "learning nothing, until a candidate is promoted"
         )
+    write_json(
+        json_out,
+        {"policy": policy, "active": back, "retired": active, "by": cli_actor(), "reason": reason},
+    )
 
 
 @policies_app.command("forget-learner")

@@ -1,0 +1,31 @@
+"""A Promote clicked on a page loaded before another operator changed the active snapshot is
+refused: its confirmation named the snapshot it replaces (and that Roll back returns to), which is
+no longer true."""
+
+from __future__ import annotations
+
+import html
+
+from starlette.testclient import TestClient
+
+from memabra.storage import EpisodeLog, SnapshotAudit
+from memabra.storage._snapshot_audit import HISTORY_KEY
+
+from .conftest import Seeded, csrf_of
+
+
+def test_a_promote_from_a_stale_page_is_refused(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
+    page = client.get("/policies").text
+    token = csrf_of(page)
+    row = html.unescape(page).split('data-version="test-v3"', 1)[1].split("</tr>", 1)[0]
+    assert 'name="replaces" value="test-v2"' in row  # what the confirmation says it replaces
+    SnapshotAudit(log).promote("test-v1", by="another operator")  # lands after the page loaded
+    response = client.post("/policies/promote", data={"csrf_token": token, "version": "test-v3", "replaces": "test-v2"})
+    assert response.status_code == 409
+    assert "test-v1 is active now" in html.unescape(response.text)
+    assert [log.get_snapshot(v).status for v in ("test-v1", "test-v2", "test-v3")] == ["active", "retired", "candidate"]
+    assert HISTORY_KEY not in log.get_snapshot("test-v3").metrics
+    # reloaded, the page names the snapshot active now and the promote goes through
+    fresh = client.post("/policies/promote", data={"csrf_token": token, "version": "test-v3", "replaces": "test-v1"})
+    assert fresh.status_code == 303
+    assert log.get_snapshot("test-v3").status == "active"
