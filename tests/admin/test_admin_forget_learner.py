@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import logging
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -25,7 +26,12 @@ from .conftest import TOKEN, ClientFactory, Seeded
 def gone(seeded: Seeded, log: EpisodeLog) -> Iterator[str]:
     """Policy "gone" learned from the log once and is no longer served: its checkpoint holds
     retention back."""
-    finals = LearnerStore(log.engine).read_final()
+    # on PostgreSQL a reward is read only once every transaction older than its commit ended: a
+    # test of another worker holding one open on the shared server makes the first read come back empty
+    deadline = time.monotonic() + 30
+    while not (finals := LearnerStore(log.engine).read_final()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert finals, "no final reward became readable in 30 s"
     LearnerStore(log.engine).commit(
         PolicySnapshot("gone", "gone-1", b"model"), previous=START, position=finals[0].position, learned=1
     )
