@@ -19,9 +19,9 @@ from memabra._errors import InvalidFeedbackError, MemabraError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra._reward import CompositeReward, RewardConfig, rescored
 from memabra._signals import FEEDBACK_KEYS
-from memabra.storage import EpisodeLog, SuspendedTurn
+from memabra.storage import EpisodeLog, Retotalled, SuspendedTurn
 
-__all__ = ["RewardService", "recompute_rewards", "same_feedback"]
+__all__ = ["RewardService", "recompute_rewards", "retotal_rewards", "same_feedback"]
 
 logger = logging.getLogger("memabra")
 
@@ -144,14 +144,31 @@ def recompute_rewards(
     use_memory_scores: bool = False,
 ) -> int:
     """Re-total every stored reward under ``weights`` from its stored components; returns how many
-    were updated. Nothing is re-run: the components are the record. ``use_memory_scores`` replaces
-    Hm with the MemPO label (+1 / -1) of the episode's decision wherever one is stored."""
-    labels = log.memory_labels() if use_memory_scores else {}
-    updates = {
-        episode_id: rescored(stored, weights, memory_label=labels.get(episode_id))
-        for episode_id, stored in log.stored_rewards(since=since)
-    }
-    return log.write_rewards(updates, weights, version=version)
+    were updated. See :func:`retotal_rewards`."""
+    return retotal_rewards(log, weights, since=since, version=version, use_memory_scores=use_memory_scores).rewards
+
+
+def retotal_rewards(
+    log: EpisodeLog,
+    weights: RewardWeights,
+    *,
+    since: datetime | None = None,
+    version: str | None = None,
+    use_memory_scores: bool = False,
+) -> Retotalled:
+    """Re-total every stored reward under ``weights`` from its stored components. Nothing is
+    re-run: the components are the record. ``use_memory_scores`` replaces Hm with the MemPO label
+    (+1 / -1) of the episode's decisions wherever one is stored (``labelled`` counts those).
+
+    The log is worked through a page of episodes per transaction, each page locked against
+    feedback arriving meanwhile, so memory holds one page and every stored total agrees with its
+    components. A run that stops midway leaves the pages it finished re-totalled and the rest as
+    they were (each reward records the weights it was totalled under); running it again finishes."""
+
+    def rescore(stored: RewardBreakdown, memory_label: float | None) -> RewardBreakdown:
+        return rescored(stored, weights, memory_label=memory_label)
+
+    return log.retotal_rewards(rescore, since=since, version=version, labels=use_memory_scores)
 
 
 def same_feedback(earlier: Feedback, now: Feedback) -> bool:

@@ -44,6 +44,7 @@ from memabra.storage._migrate import check_schema, current_revision, downgrade, 
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
 from memabra.storage._retention import EpisodeDeletion, UserErasure
+from memabra.storage._retotal import Retotalled
 from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_MEMORY_PAGE",
     "PAUSES_KEY",
     "RUNNING_TURN_LIMIT",
+    "Retotalled",
     "SQLITE_LEASE_TTL",
     "START",
     "URL_ENV",

@@ -6,6 +6,7 @@ module                 what it stores
 =====================  ==========================================================================
 ``_episodes``          episodes with their decisions, candidates, slots and steps; listings
 ``_rewards``           feedback and rewards, applied together; the learning queue
+``_retotal``           stored rewards re-totalled under new weights, a page at a time
 ``_snapshots``         policy snapshots, promote and roll back
 ``_registry``          memories, skills and tools; per-user usage counts
 ``_offline``           decisions for replay, OPE results, MemPO labels
@@ -43,7 +44,6 @@ from memabra._records import (
     PolicySnapshot,
     RegistryItem,
     RewardBreakdown,
-    RewardWeights,
     Selection,
     UsageCounts,
     utcnow,
@@ -54,6 +54,7 @@ from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log_retention import RetentionMethods
 from memabra.storage._migrate import check_schema
+from memabra.storage._retotal import RetotalMethods
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, log_status
@@ -79,7 +80,7 @@ def _refuse_a_missing_sqlite_file(engine: Engine) -> None:
         )
 
 
-class EpisodeLog(RetentionMethods):
+class EpisodeLog(RetentionMethods, RetotalMethods):
     """The SQL episode log.
 
     ``EpisodeLog(url)`` opens the database at ``url`` (see :func:`memabra.storage.resolve_url`
@@ -255,25 +256,6 @@ class EpisodeLog(RetentionMethods):
     def claim_learning(self, *, limit: int = 1000, now: datetime | None = None) -> list[LearningItem]:
         """Final rewards not yet learned from, marked learned in the same transaction."""
         return _rewards.claim_learning(self._tx, limit, now or utcnow())
-
-    def stored_rewards(self, *, since: datetime | None = None) -> list[tuple[str, RewardBreakdown]]:
-        """Every stored reward as (episode id, breakdown), of episodes created since ``since``."""
-        return _rewards.stored_rewards(self._tx, since)
-
-    def count_learned_rewards(self, *, since: datetime | None = None) -> int:
-        """How many stored rewards (of episodes created since ``since``) a learner has learned:
-        re-totalling those leaves the learner's model on their old totals."""
-        return _rewards.count_learned(self._tx, since)
-
-    def memory_labels(self) -> dict[str, float]:
-        """MemPO's +1 / -1 label of each episode that has one, by episode id."""
-        return _rewards.memory_labels(self._tx)
-
-    def write_rewards(
-        self, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, *, version: str | None = None
-    ) -> int:
-        """Replace stored rewards' totals, Hm, weights and version; returns how many."""
-        return _rewards.write_rewards(self._tx, updates, weights, version)
 
     # ------------------------------------------------------------------ decisions for offline use
 

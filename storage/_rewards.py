@@ -9,18 +9,17 @@ killed in between leaves neither, and a retry with the same idempotency key is a
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from memabra._errors import FeedbackError, UnknownEpisodeError
-from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
+from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, utcnow
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import load_episode, load_selections
 from memabra.storage._from_rows import missed_by_episode
@@ -29,7 +28,6 @@ from memabra.storage._models import (
     DecisionRow,
     EpisodeRow,
     FeedbackRow,
-    MemoryScoreRow,
     RegistryRow,
     RewardRow,
     table_of,
@@ -44,12 +42,9 @@ __all__ = [
     "due_episode_ids",
     "feedback_for",
     "get_reward",
-    "memory_labels",
     "put_reward",
     "rescore",
     "set_used",
-    "stored_rewards",
-    "write_rewards",
 ]
 
 Scorer = Callable[[Episode], RewardBreakdown]
@@ -286,80 +281,3 @@ def claim_learning(tx: Transactions, limit: int, now: datetime) -> list[Learning
         ]
 
     return tx.write(work, what="claim_learning")
-
-
-def stored_rewards(tx: Transactions, since: datetime | None) -> list[tuple[str, RewardBreakdown]]:
-    """Every stored reward (of episodes created since ``since``) as (episode id, breakdown)."""
-    stmt = select(RewardRow).join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id).order_by(RewardRow.episode_id)
-    if since is not None:
-        stmt = stmt.where(EpisodeRow.created_at >= since)
-    with tx.read() as s:
-        return [(r.episode_id, cv.reward_from_row(r)) for r in s.scalars(stmt)]
-
-
-def count_learned(tx: Transactions, since: datetime | None) -> int:
-    """How many stored rewards (of episodes created since ``since``) a learner has learned."""
-    stmt = (
-        select(func.count())
-        .select_from(RewardRow)
-        .join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id)
-        .where(RewardRow.learned_at.is_not(None))
-    )
-    if since is not None:
-        stmt = stmt.where(EpisodeRow.created_at >= since)
-    with tx.read() as s:
-        return int(s.scalar(stmt) or 0)
-
-
-def memory_labels(tx: Transactions) -> dict[str, float]:
-    """MemPO's label (+1 / -1) of each episode whose decisions have one, by episode id: the mean
-    of its decisions' labels where it made several (Hm is the episode's, and no one decision's
-    label stands for the others)."""
-    stmt = (
-        select(DecisionRow.episode_id, func.avg(MemoryScoreRow.reward))
-        .join(MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id)
-        .group_by(DecisionRow.episode_id)
-    )
-    with tx.read() as s:
-        return {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}
-
-
-def write_rewards(
-    tx: Transactions, updates: Mapping[str, RewardBreakdown], weights: RewardWeights, version: str | None
-) -> int:
-    """Replace the totals (and Hm, weights, version) of stored rewards; returns how many."""
-    if not updates:
-        return 0
-    reward_params: list[dict[str, Any]] = []
-    episode_params: list[dict[str, Any]] = []
-    for episode_id, breakdown in sorted(updates.items()):
-        reward_params.append(
-            {
-                "b_id": episode_id,
-                "b_total": breakdown.total,
-                "b_hm": breakdown.components.hm,
-                "b_weights": weights.as_dict(),
-                "b_version": version or breakdown.version,
-            }
-        )
-        episode_params.append({"b_id": episode_id, "b_total": breakdown.total})
-
-    def work(s: Session) -> int:
-        rt, et = table_of(RewardRow), table_of(EpisodeRow)
-        s.execute(
-            update(rt)
-            .where(rt.c.episode_id == bindparam("b_id"))
-            .values(
-                total=bindparam("b_total"),
-                hm=bindparam("b_hm"),
-                weights=bindparam("b_weights"),
-                reward_version=bindparam("b_version"),
-            ),
-            reward_params,
-        )
-        s.execute(
-            update(et).where(et.c.id == bindparam("b_id")).values(reward_total=bindparam("b_total")), episode_params
-        )
-        return len(reward_params)
-
-    return tx.write(work, what="write_rewards")

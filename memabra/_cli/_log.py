@@ -24,7 +24,7 @@ from memabra._cli._common import (
 from memabra._cli._database import CreateDbOption, DbOption, migrate
 from memabra._config import load_reward_config, parse_weights
 from memabra._episode_document import episode_document, probability_shown, reward_terms
-from memabra._feedback import RewardService, recompute_rewards, same_feedback
+from memabra._feedback import RewardService, retotal_rewards, same_feedback
 from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
     EpisodeFilter,
@@ -292,21 +292,24 @@ def rewards_recompute(
         False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."
     ),
 ) -> None:
-    """Re-total stored rewards from their components under new weights."""
+    """Re-total stored rewards from their components under new weights.
+
+    Works through the log a page of 1,000 episodes per transaction: stopped midway, the pages done
+    keep their new totals (each reward records its weights) and running it again finishes the job."""
     new = run_guarded(parse_weights, weights)
     with _open(db) as log:
-        labelled = len(run_guarded(log.memory_labels)) if use_mempo else 0
         learned = run_guarded(log.count_learned_rewards, since=parse_time(since, "--since"))
-        n = run_guarded(
-            recompute_rewards,
+        done = run_guarded(
+            retotal_rewards,
             log,
             new,
             since=parse_time(since, "--since"),
             version=version,
             use_memory_scores=use_mempo,
         )
-    console.print(f"recomputed {n} rewards with weights {new.as_dict()}")
-    if use_mempo and not labelled:
+    labelled = f" ({done.labelled} with Hm from a MemPO label)" if done.labelled else ""
+    console.print(f"recomputed {done.rewards} rewards with weights {new.as_dict()}{labelled}")
+    if use_mempo and not done.labelled:
         console.print(
             "no MemPO labels stored: recomputed without them (Hm as logged); `memabra mempo score` stores them",
             highlight=False,
