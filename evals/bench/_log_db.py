@@ -28,7 +28,8 @@ class DecisionLogWriter:
     """A bench decision hook (``on_decision``) writing to the episode log at ``url`` (migrated to
     the head schema). The log must hold no episode yet: a second run's decisions beside the first's
     would make ``memabra ope log`` evaluate a mix of the two, which no run's ``reward_mean`` checks
-    (:class:`~memabra.ConfigError` says so)."""
+    (:class:`~memabra.ConfigError` says so, at open and again before each write, where it finds
+    episodes another process wrote meanwhile)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -61,10 +62,22 @@ class DecisionLogWriter:
             self.flush()
 
     def flush(self) -> None:
-        if self._pending:
-            self._log.log_episodes(self._pending)
-            self.written += len(self._pending)
-            self._pending = []
+        if not self._pending:
+            return
+        # the emptiness check at open cannot see a second run started on the same new database
+        # before this one wrote anything; re-counting before each write stops whichever run finds
+        # the other's decisions, so the log never holds two runs' decisions interleaved
+        held = _episodes_held(self.url)
+        if held != self.written:
+            pending, self._pending = len(self._pending), []
+            raise ConfigError(
+                f"the episode log at {self.url} holds {held} episodes where this bench run wrote {self.written}: "
+                f"another process wrote to it during the run; this run's last {pending} decisions were not "
+                "written, so that no report is checked against two runs' decisions: give each bench run a new database"
+            )
+        self._log.log_episodes(self._pending)
+        self.written += len(self._pending)
+        self._pending = []
 
     def close(self) -> None:
         self.flush()

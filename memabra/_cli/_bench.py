@@ -20,7 +20,16 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import JsonOutOption, check_output_path, console, fail, run_guarded, write_json, write_output
+from memabra._cli._common import (
+    JsonOutOption,
+    check_output_path,
+    console,
+    err_console,
+    fail,
+    run_guarded,
+    write_json,
+    write_output,
+)
 from memabra._cli._database import checked_url
 
 if TYPE_CHECKING:
@@ -118,13 +127,17 @@ def bench(
         from memabra.evals.bench import DecisionLogWriter
 
         writer = run_guarded(DecisionLogWriter, log_db) if log_db else None
+        finished = False
         try:
             report = run_guarded(
                 run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer
             )
+            finished = True
         finally:
             if writer is not None:
                 writer.close()
+                if not finished:
+                    _explain_partial_log(writer.written, passes * len(rounds), names[0], log_db)
     report["similarity"] = prior
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
@@ -137,6 +150,21 @@ def bench(
         console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
     if plot is not None:
         console.print(Text(f"wrote {plot}"), highlight=False)
+
+
+def _explain_partial_log(written: int, expected: int, logger: str, url: str | None) -> None:
+    """An interrupted run's log reads like a finished one to `ope log`, but covers only the rounds
+    played before the stop, and no report holds the truth to check it against: say so."""
+    if written >= expected:
+        return  # the logger finished; a later router stopped the run, and its log is whole
+    err_console.print(
+        Text(
+            f"the bench run stopped before it finished: {url} holds {written} of the {expected} decisions "
+            f"{logger} would have logged (the rounds played before the stop) and no report was written to "
+            "check `memabra ope log` against; run the bench again with a new --log-db"
+        ),
+        highlight=False,
+    )
 
 
 def _bench_seeds(
