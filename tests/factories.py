@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from memabra import (
@@ -17,6 +18,7 @@ from memabra import (
     Step,
     StepKind,
 )
+from memabra.storage import FinalReward, LearnerStore
 
 
 def candidates(
@@ -63,3 +65,14 @@ def episode(user_id: str = "u1", n: int = 5, chosen: Sequence[str] = ("m0", "m2"
     return Episode(
         user_id=user_id, query=sel.context.query, selections=(sel,), steps=tuple(steps), answer="Ann", **kwargs
     )
+
+
+def readable_final_rewards(store: LearnerStore, *, at_least: int = 1, timeout_s: float = 30.0) -> list[FinalReward]:
+    """``store.read_final()`` once it returns ``at_least`` rewards. On PostgreSQL a learner reads a
+    reward only once every transaction older than its commit has ended, server-wide: another test
+    holding one open on the shared server makes a first read come back short for a moment."""
+    deadline = time.monotonic() + timeout_s
+    while len(finals := store.read_final()) < at_least and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(finals) >= at_least, f"{len(finals)} final reward(s) readable after {timeout_s:.0f} s, not {at_least}"
+    return finals

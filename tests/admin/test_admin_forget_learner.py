@@ -8,12 +8,12 @@ from __future__ import annotations
 import html
 import logging
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 from starlette.testclient import TestClient
 
+from factories import readable_final_rewards
 from memabra import PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
 from memabra.storage import EpisodeLog, LearnerLease, LearnerStore
@@ -26,12 +26,7 @@ from .conftest import TOKEN, ClientFactory, Seeded
 def gone(seeded: Seeded, log: EpisodeLog) -> Iterator[str]:
     """Policy "gone" learned from the log once and is no longer served: its checkpoint holds
     retention back."""
-    # on PostgreSQL a reward is read only once every transaction older than its commit ended: a
-    # test of another worker holding one open on the shared server makes the first read come back empty
-    deadline = time.monotonic() + 30
-    while not (finals := LearnerStore(log.engine).read_final()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert finals, "no final reward became readable in 30 s"
+    finals = readable_final_rewards(LearnerStore(log.engine))
     LearnerStore(log.engine).commit(
         PolicySnapshot("gone", "gone-1", b"model"), previous=START, position=finals[0].position, learned=1
     )

@@ -3,6 +3,7 @@ log no longer serves keeps its checkpoint, and retention waits for its learner f
 
 from __future__ import annotations
 
+from factories import readable_final_rewards
 from memabra import PolicySnapshot
 from memabra._admin import ActiveSnapshotPolicy
 from memabra.storage import EpisodeLog, LearnerStore
@@ -23,8 +24,7 @@ def _row(card: str, policy: str) -> str:
 def test_a_learner_of_a_policy_no_longer_served_is_shown_holding_retention_back(
     make_client: ClientFactory, seeded: Seeded, log: EpisodeLog
 ) -> None:
-    finals = LearnerStore(log.engine).read_final()
-    assert len(finals) >= 2
+    finals = readable_final_rewards(LearnerStore(log.engine), at_least=2)
     # policy "gone" learned from the log once and read its first final reward; "test" serves now
     LearnerStore(log.engine).commit(
         PolicySnapshot("gone", "gone-1", b"model"), previous=START, position=finals[0].position, learned=1

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from typer import Typer
 from typer.testing import CliRunner
 
+from factories import readable_final_rewards
 from memabra import PolicySnapshot, SQLMemory
 from memabra._admin import ActiveSnapshotPolicy, Credentials, Role, create_app
 from memabra._admin._auth import SESSION_COOKIE, SessionCodec, SessionState, SignIn
@@ -53,7 +54,7 @@ def world(log: EpisodeLog, seeded: Seeded) -> World:
     memories = seed_memories(log)
     turn = kept_turn("t-paused", state="paused")
     log.suspend_turn(turn)
-    finals = LearnerStore(log.engine).read_final()
+    finals = readable_final_rewards(LearnerStore(log.engine))
     LearnerStore(log.engine).commit(
         PolicySnapshot("gone", "gone-1", b"model"), previous=START, position=finals[0].position, learned=1
     )

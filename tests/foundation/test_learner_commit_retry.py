@@ -60,7 +60,7 @@ def test_a_commit_that_keeps_conflicting_ends_in_a_named_error_and_writes_nothin
 def test_a_real_postgres_deadlock_in_the_commit_is_retried(log: EpisodeLog) -> None:
     if not log.engine.url.get_backend_name().startswith("postgresql"):
         pytest.skip("PostgreSQL's deadlock detector")
-    from factories import episode
+    from factories import episode, readable_final_rewards
     from memabra import RewardBreakdown, RewardComponents, RewardWeights
 
     ep = episode("ann")
@@ -68,7 +68,7 @@ def test_a_real_postgres_deadlock_in_the_commit_is_retried(log: EpisodeLog) -> N
     log.put_reward(ep.id, RewardBreakdown(RewardComponents(s=1.0), RewardWeights()), final=True)
     store = LearnerStore(log.engine)
     store.commit(PolicySnapshot("p", "p-0", b"m"), previous=START, position=START, learned=0)
-    (final,) = store.read_final()
+    (final,) = readable_final_rewards(store)
     at_rewards, other_waits = threading.Event(), threading.Event()
     tried = [0]
 
