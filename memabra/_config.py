@@ -12,26 +12,45 @@ defaults. The TOML file is ``$MEMABRA_CONFIG`` or ``memabra.toml`` in the workin
     wc = 0.5
 
 Environment: ``MEMABRA_REWARD_WEIGHTS="ws=1.0,wc=0.5"`` and ``MEMABRA_FEEDBACK_WINDOW_SECONDS``.
+
+Anything mistyped is refused with a one-line :class:`ConfigError` naming where it came from: an
+unknown table or key in the file, a file ``$MEMABRA_CONFIG`` names that is not there, a variable
+set to nothing. A typo silently ignored would leave a setting at its default in production.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from memabra._environment import empty_variable_error, warn_unknown_variables
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import RewardWeights
 from memabra._reward import RewardConfig
 
-__all__ = ["load_reward_config", "parse_weights"]
+__all__ = ["CONFIG_ENV", "WEIGHTS_ENV", "WINDOW_ENV", "load_reward_config", "parse_weights"]
+
+CONFIG_ENV = "MEMABRA_CONFIG"
+WEIGHTS_ENV = "MEMABRA_REWARD_WEIGHTS"
+WINDOW_ENV = "MEMABRA_FEEDBACK_WINDOW_SECONDS"
+DEFAULT_CONFIG_FILE = "memabra.toml"
 
 _WEIGHT_NAMES = ("ws", "wr", "we", "wc", "wl", "wx", "wu")
+# The file's own key for the window (the record's field is a timedelta, not seconds).
+_WINDOW_KEY = "feedback_window_seconds"
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for the known name nearest a mistyped one, else nothing."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def parse_weights(text: str, base: RewardWeights | None = None) -> RewardWeights:
@@ -41,7 +60,10 @@ def parse_weights(text: str, base: RewardWeights | None = None) -> RewardWeights
         name, sep, raw = part.partition("=")
         name = name.strip()
         if not sep or name not in _WEIGHT_NAMES:
-            raise ConfigError(f"bad weight {part!r}: expected NAME=VALUE with NAME one of {', '.join(_WEIGHT_NAMES)}")
+            raise ConfigError(
+                f"bad weight {part!r}: expected NAME=VALUE with NAME one of {', '.join(_WEIGHT_NAMES)}"
+                + _closest(name, _WEIGHT_NAMES)
+            )
         try:
             value = float(raw)
         except ValueError:
@@ -53,9 +75,12 @@ def parse_weights(text: str, base: RewardWeights | None = None) -> RewardWeights
 
 
 def _weights(values: Mapping[str, Any]) -> RewardWeights:
-    unknown = set(values) - set(_WEIGHT_NAMES)
+    unknown = sorted(set(values) - set(_WEIGHT_NAMES))
     if unknown:
-        raise ConfigError(f"unknown reward weight(s): {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"unknown reward weight(s): {', '.join(unknown)} (known: {', '.join(_WEIGHT_NAMES)})"
+            + _closest(unknown[0], _WEIGHT_NAMES)
+        )
     try:
         return RewardWeights(**values)
     except InvalidRecordError as exc:
@@ -72,6 +97,58 @@ def _window(seconds: Any, name: str) -> timedelta:
         raise ConfigError(f"{name} is too large: {seconds!r} seconds") from None
 
 
+def _config_file(path: str | Path | None, env: Mapping[str, str]) -> Path | None:
+    """The TOML file to read: ``path``, else ``$MEMABRA_CONFIG``, else ``memabra.toml`` here if there.
+    A file that was named (by argument or variable) must exist: a mistyped mount path would
+    otherwise leave every setting at its default without a word."""
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        return file
+    if CONFIG_ENV in env:
+        named = env[CONFIG_ENV]
+        if not named.strip():
+            raise ConfigError(empty_variable_error(CONFIG_ENV, "the path of a TOML file"))
+        file = Path(named)
+        if not file.is_file():
+            what = "is a folder, not a file" if file.is_dir() else "does not exist"
+            raise ConfigError(f"${CONFIG_ENV} names {file}, which {what}")
+        return file
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def _read_file(file: Path) -> dict[str, Any]:
+    """The ``[reward]`` settings of ``file`` (weights under ``"weights"``), every problem a
+    :class:`ConfigError` naming the file; unknown tables and keys are refused, not skipped."""
+    try:
+        doc = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file} is not UTF-8 text (a TOML file must be)") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from None
+    for key in sorted(set(doc) - {"reward"}):
+        raise ConfigError(
+            f"{file}: unknown table or key {key!r} (memabra reads [reward] only){_closest(key, ['reward'])}"
+        )
+    section = doc.get("reward", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{file}: [reward] must be a table")
+    weights = section.get("weights", {})
+    if not isinstance(weights, dict):
+        raise ConfigError(f"{file}: [reward.weights] must be a table")
+    known = _SETTING_NAMES | {_WINDOW_KEY, "weights"}
+    for key in sorted(set(section) - known):
+        raise ConfigError(f"{file}: unknown key {key!r} in [reward]{_closest(key, known)}")
+    return section
+
+
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(RewardConfig)) - {"weights", "feedback_window"}
+
+
 def load_reward_config(
     path: str | Path | None = None,
     *,
@@ -79,44 +156,50 @@ def load_reward_config(
     weights: RewardWeights | None = None,
     **overrides: Any,
 ) -> RewardConfig:
+    """The reward configuration: arguments over environment over file over the spec's defaults.
+
+    Every bad setting is a :class:`ConfigError` naming where it came from (the file, or the
+    variable); an unknown ``MEMABRA_*`` variable is logged as a warning naming the closest known one.
+    """
     env = os.environ if environ is None else environ
+    warn_unknown_variables(env)
     settings: dict[str, Any] = {}
     weight_values = RewardWeights().as_dict()
 
-    file = Path(path) if path is not None else Path(env.get("MEMABRA_CONFIG", "memabra.toml"))
-    if path is not None and not file.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    if file.is_file():
+    file = _config_file(path, env)
+    if file is not None:
+        section = _read_file(file)
         try:
-            doc = tomllib.loads(file.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-        section = doc.get("reward", {})
-        if not isinstance(section, dict):
-            raise ConfigError(f"{file}: [reward] must be a table")
-        file_weights = section.pop("weights", {})
-        if not isinstance(file_weights, dict):
-            raise ConfigError(f"{file}: [reward.weights] must be a table")
-        weight_values.update(file_weights)
-        if "feedback_window_seconds" in section:
-            settings["feedback_window"] = _window(section.pop("feedback_window_seconds"), "feedback_window_seconds")
-        settings.update(section)
+            weight_values.update(section.pop("weights", {}))
+            file_weights = _weights(weight_values)
+            if _WINDOW_KEY in section:
+                settings["feedback_window"] = _window(section.pop(_WINDOW_KEY), _WINDOW_KEY)
+            settings.update(section)
+            # checked here, so that an error names the file rather than surfacing after the merge
+            RewardConfig(weights=file_weights, **settings)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{file}: {exc}") from None
 
-    if "MEMABRA_REWARD_WEIGHTS" in env:
-        weight_values = parse_weights(env["MEMABRA_REWARD_WEIGHTS"], _weights(weight_values)).as_dict()
-    if "MEMABRA_FEEDBACK_WINDOW_SECONDS" in env:
-        raw = env["MEMABRA_FEEDBACK_WINDOW_SECONDS"]
+    if WEIGHTS_ENV in env:
+        raw_weights = env[WEIGHTS_ENV]
+        if not raw_weights.strip():
+            raise ConfigError(empty_variable_error(WEIGHTS_ENV, "NAME=VALUE pairs such as wc=0.5,wx=0.1"))
+        try:
+            weight_values = parse_weights(raw_weights, _weights(weight_values)).as_dict()
+        except ConfigError as exc:
+            raise ConfigError(f"${WEIGHTS_ENV}: {exc}") from None
+    if WINDOW_ENV in env:
+        raw = env[WINDOW_ENV]
         try:
             seconds: Any = float(raw)
         except ValueError:
-            raise ConfigError(f"MEMABRA_FEEDBACK_WINDOW_SECONDS is not a number: {raw!r}") from None
-        settings["feedback_window"] = _window(seconds, "MEMABRA_FEEDBACK_WINDOW_SECONDS")
+            raise ConfigError(f"{WINDOW_ENV} is not a number: {raw!r}") from None
+        settings["feedback_window"] = _window(seconds, WINDOW_ENV)
 
     settings.update(overrides)
-    known = {f.name for f in dataclasses.fields(RewardConfig)} - {"weights"}
-    unknown = set(settings) - known
+    unknown = sorted(set(settings) - _SETTING_NAMES - {"feedback_window"})
     if unknown:
-        raise ConfigError(f"unknown reward setting(s): {', '.join(sorted(unknown))}")
+        raise ConfigError(f"unknown reward setting(s): {', '.join(unknown)}{_closest(unknown[0], _SETTING_NAMES)}")
     final_weights = weights if weights is not None else _weights(weight_values)
     try:
         return RewardConfig(weights=final_weights, **settings)

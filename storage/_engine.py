@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import select
 import sqlite3
 import time
@@ -55,13 +56,28 @@ class DatabaseUnavailableError(MemabraError, OperationalError):
         return type(self), (self.message, self.orig)
 
 
+# USER:PASSWORD@ in a URL that may not parse (so SQLAlchemy cannot hide the password for us): an
+# optional scheme, a user name, then everything up to the last "@" (a password may hold "@" or "/")
+_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?!//)[^\s'\"]*@")
+
+
+def mask_password(text: str) -> str:
+    """``text`` with the password of any ``USER:PASSWORD@`` in it replaced by ``***``: an error
+    about a malformed URL goes to terminals and logs, and must not carry the secret."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def resolve_url(url: str | None = None) -> str:
     """The database URL: the argument, else ``$MEMABRA_DATABASE_URL``, else ``memabra.db`` here."""
-    chosen = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    from_env = os.environ.get(URL_ENV)
+    if not url and from_env is not None and not from_env.strip():
+        # an unfilled secret must not quietly mean a fresh SQLite file in the working directory
+        raise ConfigError(f"${URL_ENV} is set but empty; unset it to use the default {DEFAULT_URL}, or set it to a URL")
+    chosen = url or from_env or DEFAULT_URL
     try:
         parsed = make_url(chosen)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
-        raise ConfigError(f"not a database URL: {chosen!r} ({exc})") from None
+        raise ConfigError(f"not a database URL: {mask_password(chosen)!r} ({mask_password(str(exc))})") from None
     if parsed.drivername in ("postgresql", "postgres"):
         # psycopg 3 is the supported driver; a bare scheme would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import secrets
 import socket
 from datetime import timedelta
@@ -15,6 +16,7 @@ from rich.markup import escape
 from memabra._cli._common import configure_logging, console, fail, run_guarded
 from memabra._cli._database import DbOption
 from memabra._cli._retention import open_checkpointer
+from memabra._environment import empty_variable_error
 from memabra._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,6 +88,9 @@ def admin(
     """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots,
     review and edit each user's memories."""
     configure_logging(verbose)
+    _refuse_empty_credentials(
+        token=token, password=password, reviewer_token=reviewer_token, reviewer_password=reviewer_password
+    )
     try:
         import uvicorn
 
@@ -132,6 +137,26 @@ def admin(
     finally:
         stack.close()
         log.close()
+
+
+_CREDENTIAL_ENV = {
+    "token": "MEMABRA_ADMIN_TOKEN",
+    "password": "MEMABRA_ADMIN_PASSWORD",
+    "reviewer_token": "MEMABRA_ADMIN_REVIEWER_TOKEN",
+    "reviewer_password": "MEMABRA_ADMIN_REVIEWER_PASSWORD",
+}
+
+
+def _refuse_empty_credentials(**given: str | None) -> None:
+    """An empty credential is an unfilled secret: click reads an empty variable as unset, so on
+    loopback it would quietly become a one-time token, and elsewhere a refusal that says none was set."""
+    for name, value in given.items():
+        env = _CREDENTIAL_ENV[name]
+        from_env = os.environ.get(env)
+        if from_env is not None and not from_env.strip() and value in (None, from_env):
+            fail(empty_variable_error(env, "the credential (at least 8 characters)"))
+        if value is not None and not value.strip():
+            fail(f"--{name.replace('_', '-')} is empty; give the credential or leave the option out")
 
 
 def _bind(host: str, port: int) -> socket.socket:

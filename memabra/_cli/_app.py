@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._admin import admin
@@ -23,6 +24,7 @@ from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete, episodes_deletions, erase
 from memabra._cli._status import status
+from memabra._environment import unreported_unknown_variables
 
 app = typer.Typer(
     name="memabra",
@@ -49,6 +51,9 @@ def _root(
     ] = False,
 ) -> None:
     """Learned, logged, evaluable context routing for LangGraph agents."""
+    # A mistyped variable would leave its setting at the default without a word; every command says so.
+    for message in unreported_unknown_variables():
+        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", message), highlight=False)
 
 
 app.add_typer(db_app, name="db")

@@ -60,6 +60,8 @@ def _url_hint(given: str) -> str:
     URL with too few slashes (``sqlite:/tmp/x.db``), as a SQLite URL."""
     if not given or "://" in given:
         return ""
+    if "@" in given:  # USER[:PASSWORD]@HOST without a scheme; never echoed, it may hold a password
+        return "; the scheme is missing: a database URL is written postgresql+psycopg://USER:PASSWORD@HOST/NAME"
     path = given
     scheme = _SCHEME.fullmatch(given)
     if scheme is not None and len(scheme.group(1)) > 1:  # one letter: a Windows drive (C:/...)
@@ -79,7 +81,7 @@ def _db_source(db: str | None) -> str:
 
     if db:
         return "'--db'"
-    if os.environ.get(URL_ENV):
+    if URL_ENV in os.environ:  # set but empty is an error about the variable, not the default
         return f"${URL_ENV} (no --db given)"
     return f"the default database {DEFAULT_URL} (no --db given and ${URL_ENV} is not set)"
 

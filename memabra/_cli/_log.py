@@ -329,7 +329,7 @@ def rewards_recompute(
 def rewards_finalize(db: DbOption = None) -> None:
     """Apply the default reward to every episode whose feedback window has passed."""
     with _open(db) as log:
-        n = run_guarded(RewardService(log, load_reward_config()).finalize_due, limit=None)
+        n = run_guarded(RewardService(log, run_guarded(load_reward_config)).finalize_due, limit=None)
         left = len(log.due_episode_ids(limit=_LEFT_OPEN_SHOWN + 1))
     console.print(f"finalised {n} episodes")
     if left:
@@ -362,7 +362,7 @@ def feedback(
     with _open(db) as log:
         episode_id = run_guarded(log.resolve_episode_id, episode_id)
         fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
-        receipt = run_guarded(RewardService(log, load_reward_config()).post_feedback, fb)
+        receipt = run_guarded(RewardService(log, run_guarded(load_reward_config)).post_feedback, fb)
         earlier = None
         if receipt.status == "duplicate":
             stored = log.feedback_for(episode_id, include_late=True)

@@ -56,7 +56,7 @@ def episodes_paused(
         logged: dict[str, str] = {}
         went_on: dict[str, TurnWentOnError] = {}
         if abandon:
-            rewards = RewardService(log, load_reward_config())
+            rewards = RewardService(log, run_guarded(load_reward_config))
             for kept in turns:
                 if kept.state(now) != "running":
                     outcome = run_guarded(_abandon, log, rewards, kept)

@@ -130,8 +130,9 @@ def test_no_db_and_no_variable_names_the_default_not_the_variable(
     message = _one_line(unset.invoke(app, ["memories", "list", "--user", "ann"]))
     assert "the default database sqlite:///memabra.db" in message
     assert "$MEMABRA_DATABASE_URL is not set" in message and "Invalid value for $MEMABRA_DATABASE_URL" not in message
+    # set but empty (an unfilled secret) is refused, not read as unset: see test_configuration.py
     empty = CliRunner(env={"COLUMNS": "200", "MEMABRA_DATABASE_URL": ""})
-    assert "the default database sqlite:///memabra.db" in _one_line(empty.invoke(app, ["episodes", "list"]))
+    assert "$MEMABRA_DATABASE_URL is set but empty" in _one_line(empty.invoke(app, ["episodes", "list"]))
     given = CliRunner(env={"COLUMNS": "200", "MEMABRA_DATABASE_URL": "sqlite:///elsewhere.db"})
     message = _one_line(given.invoke(app, ["memories", "list", "--user", "ann"]))
     assert "Invalid value for $MEMABRA_DATABASE_URL (no --db given): no database at elsewhere.db" in message

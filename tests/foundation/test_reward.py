@@ -184,7 +184,9 @@ def test_weights_from_toml_environment_and_constructor(tmp_path) -> None:  # typ
     assert cfg.weights.wc == 0.5 and cfg.weights.wx == 0.1 and cfg.feedback_window == timedelta(seconds=5)
     cfg = load_reward_config(toml, environ=env, weights=RewardWeights(wc=0.01))
     assert cfg.weights.wc == 0.01
-    assert load_reward_config(environ={"MEMABRA_CONFIG": str(tmp_path / "absent.toml")}) == RewardConfig()
+    # a file the variable names must be there: a mistyped mount path is not "no configuration"
+    with pytest.raises(ConfigError, match=r"\$MEMABRA_CONFIG names .*absent.toml, which does not exist"):
+        load_reward_config(environ={"MEMABRA_CONFIG": str(tmp_path / "absent.toml")})
 
 
 def test_bad_configuration_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
