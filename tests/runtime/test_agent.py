@@ -10,6 +10,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from runtime.learning_log import log_final
 
+from factories import readable_final_rewards
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind, InvalidRecordError
 from memabra._agent import create_memabra_agent
@@ -295,6 +296,10 @@ def test_closing_the_agent_saves_what_it_learned_and_a_new_agent_resumes_it(log:
         for i in range(3):
             out = ask(agent, "Where do I live?", thread=f"c{i}")
             agent.feedback(out["memabra_episode_id"], correct=True, final=True)
+        # on PostgreSQL a reward is readable once every older transaction on the server ended
+        # (another test's may be open): learn what a feedback's own step could not read yet
+        readable_final_rewards(LearnerStore(log.engine), at_least=3)
+        agent.session.learn_pending()
         assert LearnerStore(log.engine).checkpoint("vw") is None  # fewer than snapshot_every: nothing saved yet
     state = LearnerStore(log.engine).checkpoint("vw")
     assert state is not None and state.learned == 3

@@ -13,6 +13,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 
+from factories import readable_final_rewards
 from fakes import ScriptedChatModel
 from memabra import CandidateKind
 from memabra._agent import build_session, create_memabra_agent
@@ -75,7 +76,10 @@ def test_turns_served_at_once_lose_no_decision_and_no_reward(migrated_url: str, 
 
             with ThreadPoolExecutor(WORKERS) as pool:
                 episode_ids = list(pool.map(turn, jobs))
-        session.learn_pending()  # the last ratings came after the last turn's learning step
+        # the last ratings came after the last turn's learning step; on PostgreSQL a reward is
+        # readable once every older transaction on the server ended (another test's may be open)
+        readable_final_rewards(LearnerStore(session.log.engine), at_least=len(jobs))
+        session.learn_pending()
         version = session.save_snapshot()
 
     assert len(set(episode_ids)) == len(jobs)
