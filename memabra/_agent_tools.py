@@ -5,8 +5,9 @@ around each call.
 full tool call, so ``InjectedToolCallId``, ``InjectedState``, ``InjectedStore`` and ``ToolRuntime``
 are filled in, a ``content_and_artifact`` tool keeps its artifact, a tool's handled
 ``ToolException`` comes back as an error ToolMessage, and a tool may return a ``Command``. Around
-each call memabra refuses a tool the router did not give this turn, hands ``find_tools`` its
-per-turn tool, and logs the outcome; a tool that raises is shown to the model as an error (an
+each call memabra refuses a tool the router did not give this turn (a registry tool so called is
+recorded as needed and missed: the model named what it needed), hands ``find_tools`` its per-turn
+tool, and logs the outcome; a tool that raises is shown to the model as an error (an
 outcome, not a crash), an interrupt still propagates.
 """
 
@@ -26,8 +27,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from memabra._graph_steps import current_turn, record_raised, record_result, refuse, unavailable_error
+from memabra._records import CandidateKind
 from memabra._session import RoutingSession, Turn
-from memabra._tool_search import FIND_TOOLS, ToolSearch
+from memabra._tool_search import FIND_TOOLS, REFUSED_SOURCE, ToolSearch, record_missed
+from memabra._usage import tool_name
 
 __all__ = ["ToolRunner", "bind_fetched"]
 
@@ -85,14 +88,24 @@ class ToolRunner:
             return request.override(tool=self.find_tools(self.tool_search, turn))
         if name in turn.tool_names and request.tool is not None:
             return request
-        return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
+        error = unavailable_error(name)
+        if name in self._names and name not in turn.tool_names:
+            # a registry tool the router left out: the model's call says the turn needed it
+            record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
+        if self.tool_search is not None:
+            error += f"; call {FIND_TOOLS} with what you need to do to get a tool for it"
+        return refuse(self.session, turn_id, request.tool_call, error)
 
     def _done(self, request: ToolCallRequest, result: ToolOutcome, started: float) -> None:
         turn_id: str = request.state["memabra_turn"]
         ok = record_result(self.session, turn_id, request.tool_call, result, started)
         if ok and self.tool_search is not None:
             turn = self.session.get_turn(turn_id)
-            self.tool_search.used(turn.id, turn.episode_id, request.tool_call["name"], turn.feedback)
+            name = request.tool_call["name"]
+            # bound but not routed: fetched, maybe by a process that ran the turn before it paused
+            chosen = turn.selection.chosen if turn.selection is not None else ()
+            left_out = all(c.kind is not CandidateKind.TOOL or tool_name(c.id, c.metadata) != name for c in chosen)
+            self.tool_search.used(turn.id, turn.episode_id, name, turn.feedback, left_out=left_out)
 
     # wrap and awrap differ only in ``execute`` vs ``await execute`` (a deliberate repeat, as in ToolNode).
     def wrap(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]) -> ToolOutcome:

@@ -8,6 +8,7 @@ the router weighs its name, description and parameters; only chosen tools are bo
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,13 @@ from memabra._text import approx_tokens
 
 __all__ = ["Skill", "load_skills", "skill_items", "tool_items", "as_tools"]
 
+logger = logging.getLogger("memabra")
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+# Function names the chat APIs accept: OpenAI and Anthropic take [A-Za-z0-9_-]{1,64}; Gemini also
+# '.' and ':'. A name outside them fails every model call that binds the tool, so it fails here.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_PORTABLE_TOOL_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,25 +92,45 @@ def skill_items(skills: Iterable[Skill], owner: str = "") -> list[RegistryItem]:
     ]
 
 
-def describe_tool(tool: BaseTool) -> str:
-    params = tool.args or {}
+def describe_tool(tool: BaseTool, params: dict[str, Any] | None = None) -> str:
+    params = tool_args(tool) if params is None else params
     described = ", ".join(
         f"{name} ({spec.get('description', spec.get('type', ''))})".replace(" ()", "") for name, spec in params.items()
     )
     return f"{tool.name}: {tool.description} Parameters: {described or 'none'}"
 
 
+def tool_args(tool: BaseTool) -> dict[str, Any]:
+    """The tool's parameter schema; one no chat API could be sent is an error naming the tool."""
+    try:
+        args = dict(tool.args or {})
+    except Exception as exc:  # noqa: BLE001 - pydantic raises several kinds for a schema it cannot write
+        raise ConfigError(f"tool {tool.name!r}: its parameter schema cannot be built ({exc})") from exc
+    return args
+
+
+def _schema_text(tool: BaseTool, args: dict[str, Any]) -> str:
+    try:
+        return json.dumps(args, sort_keys=True)
+    except (TypeError, ValueError) as exc:  # a default or enum value JSON cannot hold (a datetime, an object)
+        raise ConfigError(
+            f"tool {tool.name!r}: its parameter schema cannot be written as JSON ({exc}); give JSON values"
+            " (strings, numbers, booleans, lists, objects) as its defaults and enums"
+        ) from exc
+
+
 def tool_items(tools: Iterable[BaseTool], owner: str = "") -> list[RegistryItem]:
     items = []
     for tool in tools:
-        schema = json.dumps(tool.args, sort_keys=True)
+        args = tool_args(tool)
+        schema = _schema_text(tool, args)
         items.append(
             RegistryItem(
                 kind=CandidateKind.TOOL,
                 id=f"tool:{tool.name}",
                 owner=owner,
                 name=tool.name,
-                text=describe_tool(tool),
+                text=describe_tool(tool, args),
                 body=schema,
                 tokens=approx_tokens(tool.description) + max(1, len(schema) // 4),
                 source="tool",
@@ -124,5 +151,18 @@ def as_tools(tools: Sequence[BaseTool | Any]) -> list[BaseTool]:
             raise ConfigError(f"not a tool: {t!r} (give a LangChain BaseTool or a documented function)")
     names = [t.name for t in out]
     if len(set(names)) != len(names):
-        raise ConfigError(f"tool names must be unique, got {sorted(n for n in names if names.count(n) > 1)}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(
+            f"tool names must be unique, got {twice} more than once: tools from different registries that share"
+            " a name need distinct names (e.g. a prefix naming the registry), as the model calls a tool by name"
+        )
+    for name in names:
+        _check_tool_name(name)
     return out
+
+
+def _check_tool_name(name: str) -> None:
+    if not _TOOL_NAME.match(name):
+        raise ConfigError(f"tool name {name!r} is refused by chat model APIs: use 1-64 letters, digits, '_' or '-'")
+    if not _PORTABLE_TOOL_NAME.match(name):
+        logger.warning("tool name %r: OpenAI and Anthropic refuse '.' and ':' in tool names (Gemini takes them)", name)

@@ -45,6 +45,7 @@ from memabra._graph_steps import (
 )
 from memabra._records import Step
 from memabra._session import RoutingSession, Turn
+from memabra._tool_search import REFUSED_SOURCE, record_missed
 from memabra._turns import model_step
 
 __all__ = [
@@ -203,6 +204,8 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         turn = current_turn(self.session, turn_id, request.state["messages"], runtime, config, pending_allowed=bool)
         if name in turn.tool_names:
             return None
+        if request.tool is not None:  # the agent's tool the router left out: the turn needed it
+            record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
         return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
 
     def _tool_raised(self, request: ToolCallRequest, started: float, exc: Exception) -> None:

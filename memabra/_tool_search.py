@@ -5,32 +5,44 @@ the model calls it with what it needs to do and gets the best matching registry 
 not bound yet (by the hybrid prior over tool names, descriptions and parameters). Those tools are
 bound for the rest of the turn. When the model then calls one successfully, the turn records it
 as needed-and-missed: ``relevant_ids`` feedback on the episode (an Ht miss in the reward) and,
-for a router whose ``learn`` takes ``missing``, a local outcome the learner uses.
+for a router whose ``learn`` takes ``missing``, a local outcome the learner uses. So does a call to
+a registry tool the turn was not given (refused, but the model named what it needed).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
+import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
+from memabra._errors import ConfigError
 from memabra._recall import rank
 from memabra._records import CandidateKind, Feedback, FeedbackKind, RegistryItem
 from memabra.router import CachingEncoder, Router
 
-__all__ = ["FIND_TOOLS", "ToolSearch", "learn_kwargs"]
+__all__ = ["FIND_TOOLS", "FIND_TOOLS_SOURCE", "REFUSED_SOURCE", "ToolSearch", "learn_kwargs", "record_missed"]
 
 logger = logging.getLogger("memabra")
 
 FIND_TOOLS = "find_tools"
+# feedback sources of a needed-and-missed tool: fetched with find_tools, or called without being given
+FIND_TOOLS_SOURCE = "memabra.find_tools"
+REFUSED_SOURCE = "memabra.refused_call"
 # Tools returned per search: enough for a two-tool step (cd then mv), few enough to stay cheap.
 FIND_LIMIT = 3
 
 # Episodes whose missed tools wait for their final reward; older ones are dropped.
 _MAX_PENDING = 10_000
+# ToolNode runs a round's calls on threads: two misses of one episode must not lose each other.
+_MISSED_LOCK = threading.Lock()
+# camelCase boundaries: "startEngine" must match a request to "start the engine"
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 _DESCRIPTION = (
     "Search for tools you were not given. Call it with a short description of what you need to do "
@@ -54,6 +66,11 @@ class ToolSearch:
         missing: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.items = [i for i in items if i.kind is CandidateKind.TOOL]
+        if any(i.name == FIND_TOOLS for i in self.items):
+            # the model would be given two tools of one name, and memabra answers the call itself
+            raise ConfigError(f"a tool named {FIND_TOOLS!r} clashes with tool_search=True's own; rename the tool")
+        self._ranked = [_searchable(i) for i in self.items]
+        self._shown = {i.name: i.text for i in self.items}
         self.encoder = encoder
         self._fetched: dict[str, set[str]] = {}
         # episode id -> candidate ids the turn needed and the router left out (the session learns from it)
@@ -71,36 +88,56 @@ class ToolSearch:
         if not query.strip():
             return "Describe what you need to do, e.g. 'convert metric and imperial units'."
         fetched = self._fetched.setdefault(turn_id, set())
-        pool = [i for i in self.items if i.name not in bound and i.name not in fetched]
+        pool = [i for i in self._ranked if i.name not in bound and i.name not in fetched]
         best = [item for item, score in rank(pool, query, self.encoder)[:FIND_LIMIT]]
         if not best:
             return "No further tools match."
         names = [i.name for i in best]
         fetched.update(names)
         bind(names)  # type: ignore[operator]
-        return "Now available:\n" + "\n".join(f"- {i.text}" for i in best)
+        return "Now available:\n" + "\n".join(f"- {self._shown[n]}" for n in names)
 
     def fetched(self, turn_id: str) -> set[str]:
         return self._fetched.get(turn_id, set())
 
-    def used(self, turn_id: str, episode_id: str, name: str, feedback: list[Feedback]) -> None:
-        """A fetched tool was called successfully: the turn needed it and the router missed it."""
-        if name not in self.fetched(turn_id):
+    def used(
+        self, turn_id: str, episode_id: str, name: str, feedback: list[Feedback], *, left_out: bool = False
+    ) -> None:
+        """A tool was called successfully: when ``find_tools`` fetched it this turn (or ``left_out``:
+        the turn bound it though the router did not choose it, e.g. fetched before the turn paused
+        and resumed in another process) the turn needed it and the router missed it."""
+        if name == FIND_TOOLS or not (left_out or name in self.fetched(turn_id)):
             return
-        candidate = f"tool:{name}"
-        known = self.missing.get(episode_id, ())
-        if candidate in known:
-            return
-        self.missing[episode_id] = (*known, candidate)
-        while len(self.missing) > _MAX_PENDING:  # a session that never learns must not grow without bound
-            self.missing.pop(next(iter(self.missing)))
-        feedback.append(
-            Feedback(episode_id, FeedbackKind.IMPLICIT, "memabra.find_tools", {"relevant_ids": [candidate]})
-        )
-        logger.info("find_tools: %s was needed and left out by the router", name)
+        record_missed(self.missing, episode_id, name, feedback, FIND_TOOLS_SOURCE)
 
     def end(self, turn_id: str) -> None:
         self._fetched.pop(turn_id, None)
+
+
+def record_missed(
+    missing: dict[str, tuple[str, ...]], episode_id: str, name: str, feedback: list[Feedback], source: str
+) -> None:
+    """Record tool ``name`` as needed by the episode and left out by the router, once per episode:
+    ``relevant_ids`` feedback (an Ht miss) and the ``missing`` outcome a learner may take."""
+    candidate = f"tool:{name}"
+    with _MISSED_LOCK:
+        noted = any(candidate in (f.payload.get("relevant_ids") or ()) for f in feedback)
+        known = missing.get(episode_id, ())
+        if candidate not in known:
+            missing[episode_id] = (*known, candidate)
+            while len(missing) > _MAX_PENDING:  # a session that never learns must not grow without bound
+                missing.pop(next(iter(missing)))
+        if noted:
+            return
+        feedback.append(Feedback(episode_id, FeedbackKind.IMPLICIT, source, {"relevant_ids": [candidate]}))
+    logger.info("%s was needed and left out by the router (%s)", name, source)
+
+
+def _searchable(item: RegistryItem) -> RegistryItem:
+    """The item as find_tools ranks it: camelCase words split, so they match the words of a request
+    (the router's own view of the item is left as it is)."""
+    split = _CAMEL.sub(" ", item.text)
+    return item if split == item.text else replace(item, text=f"{item.text}\n{split}")
 
 
 def learn_kwargs(router: Router, missing: Sequence[str]) -> dict[str, object]:
