@@ -1,12 +1,18 @@
-"""Admin view: server time of the episode-list page at 100,000 logged episodes.
+"""Admin view: server time of every page a reviewer opens, at 100,000 logged episodes.
 
-    python benchmarks/admin_list.py [--episodes 100000] [--candidates 20] [--repeats 15] [--pg URL]
+    python benchmarks/admin_list.py [--episodes 100000] [--candidates 20] [--turns 20000]
+                                    [--deletions 200] [--repeats 15] [--pg URL] [--pages-only]
 
-Logs the episodes in bulk (``EpisodeLog.log_episodes`` in batches) into a fresh SQLite file and,
-when a URL is given, a fresh PostgreSQL schema; then requests ``/episodes`` through the ASGI app
-in-process (Starlette's TestClient, bearer token; no network) and prints the median and the 90th
-percentile over repeated requests, after warm-up, for the first page and a page 90% deep (via its
-keyset cursor), with and without filters. The episode and policies pages are timed too.
+Stores each user's candidates as memories (the registry the memories pages read), logs the
+episodes in bulk (``EpisodeLog.log_episodes`` in batches), keeps ``--turns`` unfinished turns (as
+after an outage: three in four running and lost, the rest paused) and makes ``--deletions``
+audited deletion runs, into a fresh SQLite file and, when a URL is given, a fresh PostgreSQL
+schema (created here and dropped afterwards: nothing else is touched). Then it requests the pages
+through the ASGI app in-process (Starlette's TestClient, bearer token; no network) and prints the
+median and the 90th percentile over repeated requests, after warm-up: ``/episodes`` first page and
+a page 90% deep (via its keyset cursor), with and without filters (``--pages-only``: unfiltered
+only); one episode; ``/turns`` first and 90% deep, all kept and lost only; ``/policies`` (whose
+health card is the status page); the users and one user's memories; one memory; ``/deletions``.
 PostgreSQL gets an ``ANALYZE`` after the load (autovacuum's job on a live database); SQLite is
 left as loaded.
 """
@@ -48,7 +54,12 @@ from memabra import (
     StepKind,
 )
 from memabra._admin import create_app
+from memabra._records_listing import RegistryItem
 from memabra.storage import EpisodeFilter, EpisodeLog, resolve_url, upgrade
+from memabra.storage._admin_turns import encode_turn_cursor
+from memabra.storage._models import SuspendedTurnRow, table_of
+from memabra.storage._suspended_turns import SuspendedTurn
+from memabra.storage._suspended_turns import _values as turn_values
 
 TOKEN = "benchmark-admin-token"
 USERS = 500
@@ -162,39 +173,101 @@ CASES: tuple[tuple[str, dict[str, str]], ...] = (
 )
 
 
+def fill_memories(log: EpisodeLog, n_candidates: int) -> None:
+    """Each user's memory candidates as stored memories, so that logging counts their uses."""
+    items = [
+        RegistryItem(
+            CandidateKind.MEMORY, f"c{j}", f"user{u}", f"candidate {j} for user{u}: some remembered fact", 10 + j
+        )
+        for u in range(USERS)
+        for j in range(n_candidates)
+    ]
+    for first in range(0, len(items), 2_000):
+        log.put_items(items[first : first + 2_000])
+
+
+def fill_turns(log: EpisodeLog, n: int, now: datetime) -> list[tuple[datetime, str, bool]]:
+    """``n`` kept turns over the two days before ``now``: three in four running (lost), the rest
+    paused. Inserted in bulk (``EpisodeLog.suspend_turn`` writes one per transaction); returns
+    (suspended_at, turn_id, paused) of each."""
+    document = {"messages": [{"role": "user", "content": "x" * 400}], "state": {"step": 3, "notes": "y" * 400}}
+    rows = []
+    for i in range(n):
+        at = now - timedelta(days=2) + timedelta(days=2) * (i / n) - timedelta(hours=2)
+        paused = i % 4 == 0
+        turn = SuspendedTurn(f"turn-{i:08d}", f"unlogged-{i:08d}", f"user{i % USERS}", f"t{i}", at, document, paused)
+        rows.append(turn_values(turn))
+    with log.engine.begin() as conn:
+        for first in range(0, n, 2_000):
+            conn.execute(table_of(SuspendedTurnRow).insert(), rows[first : first + 2_000])
+    return sorted((r["suspended_at"], r["turn_id"], r["paused"]) for r in rows)
+
+
+def turn_cursor(turns: list[tuple[datetime, str, bool]], lost: bool, depth: float) -> str:
+    listed = [t for t in turns if not (lost and t[2])]
+    at, turn_id, _ = listed[int(depth * len(listed))]
+    return encode_turn_cursor(at, turn_id)
+
+
+def fill_deletions(log: EpisodeLog, n_episodes: int, runs: int) -> None:
+    """``runs`` audited deletion runs of one episode each (the oldest), for the deletions page."""
+    for i in range(runs):
+        log.delete_episodes([f"{i:032x}"], include_unlearned=True, actor="benchmark")
+    assert runs < n_episodes
+
+
+def row(name: str, figures: tuple[float, float], matches: str = "") -> None:
+    print(f"{name:44} {matches:>8} {figures[0]:>10.1f} {figures[1]:>8.1f}")
+
+
 def run(url: str, args: argparse.Namespace, label: str) -> None:
     upgrade(url)
     with EpisodeLog(url) as log:
+        fill_memories(log, args.candidates)
         seconds = fill(log, args.episodes, args.candidates, args.batch)
         print(f"\n{label}: logged {args.episodes:,} episodes x {args.candidates} candidates in {seconds:.0f} s")
+        turns = fill_turns(log, args.turns, datetime.now(UTC))
+        fill_deletions(log, args.episodes, args.deletions)
+        print(f"{label}: {args.turns:,} kept turns, {args.deletions} deletion runs")
         if log.engine.dialect.name == "postgresql":
             # Planner statistics, as autovacuum would gather them after a bulk load this size.
             with log.engine.begin() as conn:
                 conn.execute(text("ANALYZE"))
         with TestClient(create_app(log, token=TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-            print(f"{'page':40} {'matches':>8} {'median ms':>10} {'p90 ms':>8}")
-            for name, params in CASES:
+            print(f"{'page':44} {'matches':>8} {'median ms':>10} {'p90 ms':>8}")
+            for name, params in CASES[:1] if args.pages_only else CASES:
                 query = urlencode(params)
                 flt = _filter(params)
                 cursor, matched = deep_cursor(log, flt, 0.9)
-                first = timed(client, f"/episodes?{query}", args.repeats)
-                print(f"{'episodes, ' + name + ', first page':40} {matched:>8,} {first[0]:>10.1f} {first[1]:>8.1f}")
+                row(f"episodes, {name}, first page", timed(client, f"/episodes?{query}", args.repeats), f"{matched:,}")
                 if cursor is not None:
                     deep = timed(client, f"/episodes?{urlencode({**params, 'cursor': cursor})}", args.repeats)
-                    print(f"{'episodes, ' + name + ', 90% deep':40} {matched:>8,} {deep[0]:>10.1f} {deep[1]:>8.1f}")
-            episode = timed(client, f"/episodes/{args.episodes // 2:032x}", args.repeats)
-            print(f"{'one episode (20 candidates)':40} {'':>8} {episode[0]:>10.1f} {episode[1]:>8.1f}")
+                    row(f"episodes, {name}, 90% deep", deep, f"{matched:,}")
+            row("one episode (20 candidates)", timed(client, f"/episodes/{args.episodes // 2:032x}", args.repeats))
+            if turns:
+                lost = sum(not t[2] for t in turns)
+                row("turns, first page", timed(client, "/turns", args.repeats), f"{len(turns):,}")
+                deep_turns = f"/turns?cursor={turn_cursor(turns, False, 0.9)}"
+                row("turns, 90% deep", timed(client, deep_turns, args.repeats), f"{len(turns):,}")
+                row("turns, lost only, first page", timed(client, "/turns?lost=1", args.repeats), f"{lost:,}")
+                deep_lost = f"/turns?lost=1&cursor={turn_cursor(turns, True, 0.9)}"
+                row("turns, lost only, 90% deep", timed(client, deep_lost, args.repeats), f"{lost:,}")
             status_ms = []
             for _ in range(max(3, args.repeats // 5)):
                 t0 = time.perf_counter()
                 log.status()  # the policies page's "Learning" card and `memabra status`
                 status_ms.append((time.perf_counter() - t0) * 1000.0)
-            print(
-                f"{'learning status (EpisodeLog.status)':40} {'':>8} {statistics.median(status_ms):>10.1f} {max(status_ms):>8.1f}"
-            )
+            status_ms.sort()
+            row("learning status (EpisodeLog.status)", (statistics.median(status_ms), status_ms[-1]))
             for window in ("30", "all"):
-                policies = timed(client, f"/policies?window={window}", max(3, args.repeats // 5))
-                print(f"{'policies, window ' + window:40} {'':>8} {policies[0]:>10.1f} {policies[1]:>8.1f}")
+                row(
+                    f"policies, window {window}", timed(client, f"/policies?window={window}", max(3, args.repeats // 5))
+                )
+            row("memories: users", timed(client, "/memories", args.repeats), f"{USERS:,}")
+            row("memories: one user's", timed(client, "/memories?user=user17", args.repeats))
+            row("memories: one user's, most used", timed(client, "/memories?user=user17&sort=most-used", args.repeats))
+            row("one memory", timed(client, "/memories/item?user=user17&id=c0", args.repeats))
+            row("deletions", timed(client, "/deletions", args.repeats), f"{args.deletions:,}")
 
 
 def _filter(params: dict[str, str]) -> EpisodeFilter:
@@ -225,6 +298,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--turns", type=int, default=20_000, help="unfinished turns kept (as after an outage)")
+    parser.add_argument("--deletions", type=int, default=200, help="audited deletion runs")
+    parser.add_argument("--pages-only", action="store_true", help="the unfiltered episode list only")
     parser.add_argument(
         "--pg", default=None, help="PostgreSQL URL (optional), e.g. postgresql+psycopg://root@127.0.0.1:5432/test"
     )

@@ -218,6 +218,14 @@ class AdminQueries:
         """Per policy version: decisions and their joint propensities (all in the window), and
         from the slot draws of the latest ``sample`` decisions in the window (``None``: all) the
         share that explored, the stop draws and the smallest chosen slot probability."""
+        return self.policy_stats_and_kind_shares(since=since, sample=sample)[0]
+
+    def policy_stats_and_kind_shares(
+        self, *, since: datetime | None = None, sample: int | None = DEFAULT_SAMPLE
+    ) -> tuple[list[PolicyVersionStats], list[KindShare]]:
+        """:meth:`policy_version_stats` and :meth:`kind_shares` from one read of the sampled slot
+        draws: reading them (and each one's JSON distribution) is most of the policies page's
+        time, and the kind shares are the same draws grouped by kind as well."""
         d, ds = DecisionRow, DecisionSlotRow
         decision_stmt = select(
             d.policy_version,
@@ -235,6 +243,7 @@ class AdminQueries:
         draw_stmt = (
             select(
                 recent.c.policy_version,
+                ds.kind,
                 func.count(),
                 func.sum(explored),
                 func.sum(stopped),
@@ -242,24 +251,37 @@ class AdminQueries:
             )
             .select_from(recent)
             .join(ds, ds.decision_id == recent.c.id)
-            .group_by(recent.c.policy_version)
+            .group_by(recent.c.policy_version, ds.kind)
         )
         sampled_stmt = select(recent.c.policy_version, func.count()).group_by(recent.c.policy_version)
         with self._session() as s:
             decisions = {r[0]: r for r in s.execute(decision_stmt).all()}
-            draws = {r[0]: r for r in s.execute(draw_stmt).all()}
+            by_kind = s.execute(draw_stmt).all()
             sampled = {r[0]: int(r[1]) for r in s.execute(sampled_stmt).all()}
+        draws: dict[str, tuple[int, int, int, Any]] = {}
+        chosen: list[tuple[str, str, int]] = []
+        for version, kind, n, n_explored, n_stop, min_p in by_kind:
+            n_draws, explored_draws, stop_draws, min_chosen = draws.get(version, (0, 0, 0, None))
+            lowest = min_p if min_chosen is None or (min_p is not None and min_p < min_chosen) else min_chosen
+            draws[version] = (
+                n_draws + int(n),
+                explored_draws + int(n_explored or 0),
+                stop_draws + int(n_stop or 0),
+                lowest,
+            )
+            if int(n) > int(n_stop or 0):
+                chosen.append((version, kind, int(n) - int(n_stop or 0)))
         out = []
         for version, (_, n, min_p, mean_p, first, last) in decisions.items():
-            _, n_draws, n_explored, n_stop, min_chosen = draws.get(version, (version, 0, 0, 0, None))
+            n_draws, n_explored, n_stop, min_chosen = draws.get(version, (0, 0, 0, None))
             out.append(
                 PolicyVersionStats(
                     policy_version=str(version),
                     decisions=int(n),
                     sampled_decisions=sampled.get(version, 0),
-                    draws=int(n_draws or 0),
-                    explored_draws=int(n_explored or 0),
-                    stop_draws=int(n_stop or 0),
+                    draws=n_draws,
+                    explored_draws=n_explored,
+                    stop_draws=n_stop,
                     min_propensity=_float(min_p),
                     mean_propensity=_float(mean_p),
                     min_chosen_probability=_float(min_chosen),
@@ -268,7 +290,7 @@ class AdminQueries:
                 )
             )
         out.sort(key=lambda st: st.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
-        return out
+        return out, _shares(chosen)
 
     def _recent_decisions(self, since: datetime | None, sample: int | None) -> Subquery:
         """Ids and policy versions of the latest ``sample`` decisions at or after ``since``."""
@@ -304,13 +326,7 @@ class AdminQueries:
         )
         with self._session() as s:
             rows = s.execute(stmt).all()
-        totals: dict[str, int] = defaultdict(int)
-        for version, _, n in rows:
-            totals[version] += int(n)
-        return sorted(
-            (KindShare(str(version), str(kind), int(n), int(n) / totals[version]) for version, kind, n in rows),
-            key=lambda k: (k.policy_version, k.kind),
-        )
+        return _shares([(str(version), str(kind), int(n)) for version, kind, n in rows])
 
     # ------------------------------------------------------------------ offline evaluation
 
@@ -348,6 +364,17 @@ class AdminQueries:
             stmt = stmt.where(t.policy == policy)
         with self._session() as s:
             return s.scalar(stmt)
+
+
+def _shares(chosen: list[tuple[str, str, int]]) -> list[KindShare]:
+    """Each (version, kind)'s share of its version's chosen candidates, from their counts."""
+    totals: dict[str, int] = defaultdict(int)
+    for version, _, n in chosen:
+        totals[version] += n
+    return sorted(
+        (KindShare(version, kind, n, n / totals[version]) for version, kind, n in chosen),
+        key=lambda k: (k.policy_version, k.kind),
+    )
 
 
 def _float(value: Any) -> float | None:

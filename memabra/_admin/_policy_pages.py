@@ -75,8 +75,7 @@ class PolicyPages(_AdminBase):
         first, last = q.time_span(since=since)
         bucket = views.choose_bucket(first, last)
         points = q.reward_over_time(since=since, bucket=bucket)
-        stats = q.policy_version_stats(since=since)
-        shares = q.kind_shares(since=since)
+        stats, shares = q.policy_stats_and_kind_shares(since=since)
         runs = _whole_runs(q.ope_results(limit=OPE_ROWS))
         charted_runs = _latest(runs, OPE_CHART_ESTIMATES)
         charted = [row.result for run in charted_runs for row in run.rows]

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 from starlette.testclient import TestClient
 
 from memabra import Selection
@@ -307,3 +307,19 @@ def test_the_query_search_is_refilled_escaped(client: TestClient, seeded: Seeded
     assert response.status_code == 200
     assert "<script>alert(1)</script>" not in response.text
     assert 'name="q" value="&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in response.text
+
+
+def test_the_policies_page_reads_the_sampled_slot_draws_once(client: TestClient, log: EpisodeLog) -> None:
+    # reading the draws (and each one's JSON distribution) was most of the page's time, and the
+    # exploration table and the kind shares read the same draws twice (README, Admin view)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(log.engine, "before_cursor_execute", seen)
+    try:
+        assert client.get("/policies").status_code == 200
+    finally:
+        event.remove(log.engine, "before_cursor_execute", seen)
+    assert len([s for s in statements if "JOIN decision_slots" in s]) == 1

@@ -220,3 +220,11 @@ def test_chart_labels_drop_the_date_they_share() -> None:
     assert chart_payload(points, [], [], [])["reward"]["labels"] == ["2026-12-04 23:21:04", "23:21:05"]
     days = [RewardPoint("v", b, 1, 1, 0.5) for b in ("2026-12-03 23", "2026-12-04 00")]
     assert chart_payload(days, [], [], [])["reward"]["labels"] == ["2026-12-03 23", "2026-12-04 00"]
+
+
+@pytest.mark.parametrize("sample", [4, None])
+def test_stats_and_kind_shares_read_together_match_each_read_alone(log: EpisodeLog, sample: int | None) -> None:
+    q = AdminQueries(log)
+    stats, shares = q.policy_stats_and_kind_shares(sample=sample)
+    assert stats == q.policy_version_stats(sample=sample)
+    assert shares == q.kind_shares(sample=sample)
