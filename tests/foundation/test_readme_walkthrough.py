@@ -37,7 +37,15 @@ def _python_snippets() -> list[str]:
     """The agent and middleware snippets this test runs (the MemPO one runs in tests/mempo, which
     builds a model for it)."""
     blocks = _fenced_blocks(README.read_text(encoding="utf-8"), "python")
-    return [b for b in blocks if "MemPOScorer" not in b]
+    return [b for b in blocks if "MemPOScorer" not in b and "quickstart.db" not in b]
+
+
+def _quickstart_snippet() -> str:
+    """The Quickstart's first agent, which runs offline as written."""
+    blocks = _fenced_blocks(README.read_text(encoding="utf-8"), "python")
+    found = [b for b in blocks if "quickstart.db" in b]
+    assert len(found) == 1, "the README's Quickstart agent names sqlite:///quickstart.db"
+    return found[0]
 
 
 @pytest.fixture
@@ -77,6 +85,22 @@ def test_the_readme_has_the_snippets_this_test_runs() -> None:
     assert len(snippets) == 2
     assert "create_memabra_agent(" in snippets[0] and "agent.feedback(" in snippets[0]
     assert "create_memabra_middleware(" in snippets[1]
+
+
+def test_quickstart_agent_answers_from_memory_and_learns_every_final_reward(
+    offline: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the Quickstart says: it prints "I live in Oslo." per turn, and the three rewards given
+    with ``final=True`` are learned in the same process (``policy_version`` ends ``+3``)."""
+    exec(compile(_quickstart_snippet(), "README.md (quickstart)", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["I live in Oslo."] * 3
+    assert lines[3].startswith("serving linear-") and lines[3].endswith("+3")
+    from memabra.storage import EpisodeLog
+
+    with EpisodeLog("sqlite:///quickstart.db") as log:  # the snippet's log, in the test's folder
+        status = log.status()
+    assert (status.episodes, status.open_windows, status.unlearned) == (3, 0, 0)
 
 
 def test_embedding_snippet_runs_offline_and_its_correction_retires_the_old_fact(offline: list[Any]) -> None:
