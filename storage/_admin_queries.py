@@ -5,14 +5,14 @@ reward service. Aggregates take an optional time window (``since``); those that 
 also read only the latest ``sample`` decisions in it, so their cost does not grow with the log.
 
 Exploration is measured per slot draw: a draw *explored* when it picked an option less probable
-than the most probable option of its slot (ties with the maximum count as greedy). The slot's
-whole distribution is stored as a JSON array, so its maximum is read with the backend's JSON
-table function (``json_each`` on SQLite, ``jsonb_array_elements_text`` on PostgreSQL).
+than the most probable option of its slot (ties with the maximum count as greedy). A draw logged
+since schema revision 0013 keeps that maximum in ``max_probability``; for an older row (NULL
+there, not backfilled) it is read from the JSON distribution with the backend's JSON table
+function (``json_each`` on SQLite, ``jsonb_array_elements_text`` on PostgreSQL).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,7 @@ from memabra.storage._admin_records import (
     SnapshotInfo,
     TurnPage,
     VersionCount,
+    kind_shares_of,
 )
 from memabra.storage._admin_turns import kept_turns_page
 from memabra.storage._convert import ope_from_row, summary_from_row
@@ -290,7 +291,7 @@ class AdminQueries:
                 )
             )
         out.sort(key=lambda st: st.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
-        return out, _shares(chosen)
+        return out, kind_shares_of(chosen)
 
     def _recent_decisions(self, since: datetime | None, sample: int | None) -> Subquery:
         """Ids and policy versions of the latest ``sample`` decisions at or after ``since``."""
@@ -305,6 +306,11 @@ class AdminQueries:
         return stmt.subquery("recent")
 
     def _slot_max_probability(self) -> ColumnElement[float]:
+        # both backends evaluate COALESCE's arguments lazily: the JSON is read for old rows only
+        return func.coalesce(DecisionSlotRow.max_probability, self._json_max_probability(), type_=Float())
+
+    def _json_max_probability(self) -> ColumnElement[float]:
+        """The largest probability of a slot's JSON distribution, for rows logged before 0013."""
         table = DecisionSlotRow.__tablename__
         if is_postgres(self.log.engine):
             sql = f"(SELECT max(p::float8) FROM jsonb_array_elements_text({table}.probabilities) AS p)"
@@ -326,7 +332,7 @@ class AdminQueries:
         )
         with self._session() as s:
             rows = s.execute(stmt).all()
-        return _shares([(str(version), str(kind), int(n)) for version, kind, n in rows])
+        return kind_shares_of([(str(version), str(kind), int(n)) for version, kind, n in rows])
 
     # ------------------------------------------------------------------ offline evaluation
 
@@ -364,17 +370,6 @@ class AdminQueries:
             stmt = stmt.where(t.policy == policy)
         with self._session() as s:
             return s.scalar(stmt)
-
-
-def _shares(chosen: list[tuple[str, str, int]]) -> list[KindShare]:
-    """Each (version, kind)'s share of its version's chosen candidates, from their counts."""
-    totals: dict[str, int] = defaultdict(int)
-    for version, _, n in chosen:
-        totals[version] += n
-    return sorted(
-        (KindShare(version, kind, n, n / totals[version]) for version, kind, n in chosen),
-        key=lambda k: (k.policy_version, k.kind),
-    )
 
 
 def _float(value: Any) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,7 @@ __all__ = [
     "SnapshotInfo",
     "TurnPage",
     "VersionCount",
+    "kind_shares_of",
 ]
 
 
@@ -106,6 +108,17 @@ class KindShare:
     kind: str
     chosen: int
     share: float
+
+
+def kind_shares_of(chosen: list[tuple[str, str, int]]) -> list[KindShare]:
+    """Each (version, kind)'s share of its version's chosen candidates, from their counts."""
+    totals: dict[str, int] = defaultdict(int)
+    for version, _, n in chosen:
+        totals[version] += n
+    return sorted(
+        (KindShare(version, kind, n, n / totals[version]) for version, kind, n in chosen),
+        key=lambda k: (k.policy_version, k.kind),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,9 @@ def decision_values(episode: Episode, seq: int, sel: Selection) -> dict[str, Any
 
 
 def slot_values(sel: Selection) -> list[dict[str, Any]]:
-    return [{"decision_id": sel.id, **slot_fields(d)} for d in sel.slots]
+    return [
+        {"decision_id": sel.id, **slot_fields(d), "max_probability": float(max(d.probabilities))} for d in sel.slots
+    ]
 
 
 # Enum member -> stored text, as a dict lookup: ``.value`` is a descriptor call per candidate row.

@@ -136,6 +136,9 @@ class DecisionSlotRow(Base):
     probabilities: Mapped[list[float]] = mapped_column(JSONType)
     chosen_id: Mapped[str] = mapped_column(String(200))
     chosen_probability: Mapped[float] = mapped_column(Float)
+    # The distribution's largest probability, kept when the draw is logged so the admin view tells
+    # explored from greedy draws without reading the JSON; NULL on rows logged before revision 0013.
+    max_probability: Mapped[float | None] = mapped_column(Float)
 
 
 class DecisionCandidateRow(Base):
