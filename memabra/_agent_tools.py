@@ -92,7 +92,9 @@ class ToolRunner:
         if name in self._names and name not in turn.tool_names:
             # a registry tool the router left out: the model's call says the turn needed it
             record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
-        if self.tool_search is not None:
+        if self.tool_search is not None and name in self._names:
+            error += f"; call {FIND_TOOLS} with its name to get it"
+        elif self.tool_search is not None:
             error += f"; call {FIND_TOOLS} with what you need to do to get a tool for it"
         return refuse(self.session, turn_id, request.tool_call, error)
 

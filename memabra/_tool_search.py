@@ -43,6 +43,11 @@ _MAX_PENDING = 10_000
 _MISSED_LOCK = threading.Lock()
 # camelCase boundaries: "startEngine" must match a request to "start the engine"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# how a model writes tool names in a request: "get_weather", "`get_weather`", "get_weather()",
+# "get_weather, set_timer"
+_NAME_SEPARATORS = re.compile(r"[\s,;(]+")
+_NAME_PUNCTUATION = "`'\"()[]{}.:!?"
+_IDENTIFIER = re.compile(r"[^A-Za-z]|(?<=.)[A-Z]")  # get_weather, math.sqrt, v2, getWeather
 
 _DESCRIPTION = (
     "Search for tools you were not given. Call it with a short description of what you need to do "
@@ -89,7 +94,9 @@ class ToolSearch:
             return "Describe what you need to do, e.g. 'convert metric and imperial units'."
         fetched = self._fetched.setdefault(turn_id, set())
         pool = [i for i in self._ranked if i.name not in bound and i.name not in fetched]
-        best = [item for item, score in rank(pool, query, self.encoder)[:FIND_LIMIT]]
+        named = _named(pool, query)
+        rest = [i for i in pool if i not in named]
+        best = (named + [item for item, score in rank(rest, query, self.encoder)])[:FIND_LIMIT]
         if not best:
             return "No further tools match."
         names = [i.name for i in best]
@@ -131,6 +138,23 @@ def record_missed(
             return
         feedback.append(Feedback(episode_id, FeedbackKind.IMPLICIT, source, {"relevant_ids": [candidate]}))
     logger.info("%s was needed and left out by the router (%s)", name, source)
+
+
+def _named(pool: Sequence[RegistryItem], query: str) -> list[RegistryItem]:
+    """The tools ``query`` names exactly, in the order it names them: a model refused a tool it
+    knows asks for it by name, and similar names rank above it by words alone (``create_ticket``
+    came fourth on the BFCL registry, behind ``close_ticket``, ``get_ticket``, ``resolve_ticket``)."""
+    by_name = {i.name.casefold(): i for i in pool}
+    words = [w.strip(_NAME_PUNCTUATION) for w in _NAME_SEPARATORS.split(query.strip())]
+    named: list[RegistryItem] = []
+    for word in words:
+        item = by_name.get(word.casefold())
+        # a plain word ("add a contact") names a tool only standing alone: it is the request's
+        # English otherwise, and the tool called add would take a fetched tool's place
+        if item is None or item in named or (len(words) > 1 and not _IDENTIFIER.search(word)):
+            continue
+        named.append(item)
+    return named
 
 
 def _searchable(item: RegistryItem) -> RegistryItem:

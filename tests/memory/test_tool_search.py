@@ -103,3 +103,54 @@ def test_the_fetched_tool_reaches_every_learner_as_needed_and_missed(log: Episod
     assert final.item.missing == ("tool:set_timer",)
     [claimed] = [i for i in log.claim_learning() if i.episode_id == out["memabra_episode_id"]]
     assert claimed.missing == ("tool:set_timer",)
+
+
+_TICKETS = "This tool belongs to the ticketing system, which allows users to create, view, and manage support tickets."
+
+
+def _ticket_tools():  # type: ignore[no-untyped-def]
+    from langchain_core.tools import StructuredTool
+
+    def tool(name: str, description: str):  # type: ignore[no-untyped-def]
+        def run(ticket_id: str = "") -> str:
+            return name
+
+        return StructuredTool.from_function(run, name=name, description=f"{_TICKETS} {description}")
+
+    return [
+        tool("close_ticket", "Close a ticket. Parameters: ticket_id (ID of the ticket to be closed.)"),
+        tool("get_ticket", "Get a specific ticket by its ID. Parameters: ticket_id (ID of the ticket to retrieve.)"),
+        tool("resolve_ticket", "Resolve a ticket with a resolution. Parameters: ticket_id (ID of the ticket.)"),
+        tool("create_ticket", "Create a ticket in the system and queue it. Parameters: title, description."),
+        tool("add", "Add two numbers. Parameters: a, b."),
+        tool("add_contact", "Add a contact to the workspace. Parameters: user_name."),
+    ]
+
+
+def test_a_tool_asked_for_by_its_exact_name_comes_first() -> None:
+    """A model refused a tool it knows asks find_tools for it by name; on the BFCL registry words
+    alone put create_ticket fourth, behind three tools whose names share its words."""
+    from memabra._catalog import tool_items
+    from memabra._tool_search import ToolSearch
+
+    search = ToolSearch(tool_items(_ticket_tools()), encoder=None)
+    for n, query in enumerate(["create_ticket", "`create_ticket`", "create_ticket(title='x')", "CREATE_TICKET"]):
+        bound: list[str] = []
+        search.search(f"turn-{n}", query, (), bound.extend)
+        assert bound[0] == "create_ticket", query
+    bound = []
+    search.search("turn-two", "I need create_ticket and then close_ticket", (), bound.extend)
+    assert bound[:2] == ["create_ticket", "close_ticket"]
+
+
+def test_a_plain_word_in_a_request_is_not_taken_for_a_tool_name() -> None:
+    from memabra._catalog import tool_items
+    from memabra._tool_search import ToolSearch
+
+    search = ToolSearch(tool_items(_ticket_tools()), encoder=None)
+    bound: list[str] = []
+    search.search("turn-1", "add a contact for Ann", (), bound.extend)
+    assert bound[0] == "add_contact"  # not the tool called add, though "add" is a word of the request
+    bound = []
+    search.search("turn-2", "add", (), bound.extend)  # standing alone, the word is the name asked for
+    assert bound[0] == "add"
