@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
+from memabra._errors import InvalidRecordError
 from memabra._records import RewardBreakdown, RewardWeights
 from memabra.storage import _convert as cv
 from memabra.storage._models import DecisionRow, EpisodeRow, MemoryScoreRow, RewardRow, table_of
@@ -40,7 +41,9 @@ __all__ = [
     "Rescorer",
     "RetotalMethods",
     "Retotalled",
+    "LABEL_PAGE",
     "count_learned",
+    "memory_label_pages",
     "memory_labels",
     "retotal_rewards",
     "stored_rewards",
@@ -52,6 +55,10 @@ logger = logging.getLogger("memabra")
 RETOTAL_PAGE = 1000
 """Episodes re-totalled per transaction: short enough that feedback waiting on a page's locks is
 held up for a moment, large enough that the per-transaction cost is small against the page's work."""
+
+LABEL_PAGE = 5000
+"""Episodes' MemPO labels read per round trip by :func:`memory_label_pages`: about 150 bytes each
+in the page's dict, so a page stays under a megabyte whatever the log's size."""
 
 Rescorer = Callable[[RewardBreakdown, float | None], RewardBreakdown]
 """The reward's rules for a re-total: a stored reward and its episode's MemPO label (None when it
@@ -191,9 +198,40 @@ def count_learned(tx: Transactions, since: datetime | None) -> int:
 
 
 def memory_labels(tx: Transactions) -> dict[str, float]:
-    """Every episode's MemPO label, by episode id (see :func:`_labels`); loads them all at once."""
-    with tx.read() as s:
-        return _labels(s, None)
+    """Every episode's MemPO label, by episode id (see :func:`_labels`), read a page at a time."""
+    labels: dict[str, float] = {}
+    for page in memory_label_pages(tx, LABEL_PAGE):
+        labels.update(page)
+    return labels
+
+
+def memory_label_pages(tx: Transactions, page_size: int) -> Iterator[dict[str, float]]:
+    """Episodes' MemPO labels (see :func:`_labels`), ``page_size`` episodes a page in episode-id
+    order, each page read in its own short transaction: reading them all at once held the whole
+    result in the driver and the dict together (psycopg fetches a result whole)."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidRecordError(f"page_size must be a positive integer, got {page_size!r}")
+    return _label_pages(tx, page_size)
+
+
+def _label_pages(tx: Transactions, page_size: int) -> Iterator[dict[str, float]]:
+    after: str | None = None
+    while True:
+        stmt = (
+            select(DecisionRow.episode_id, func.avg(MemoryScoreRow.reward))
+            .join(MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id)
+            .group_by(DecisionRow.episode_id)
+            .order_by(DecisionRow.episode_id)
+            .limit(page_size)
+        )
+        if after is not None:
+            stmt = stmt.where(DecisionRow.episode_id > after)
+        with tx.read() as s:
+            page = {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}
+        if not page:
+            return
+        yield page
+        after = next(reversed(page))  # the page's last id in the database's order, not Python's
 
 
 _UNBOUNDED = (
@@ -240,8 +278,13 @@ class RetotalMethods:
         return count_learned(self._tx, since)
 
     def memory_labels(self) -> dict[str, float]:
-        """MemPO's +1 / -1 label of each episode that has one, by episode id (all at once)."""
+        """MemPO's +1 / -1 label of each episode that has one, by episode id: every label in one
+        dict (read a page at a time); :meth:`memory_label_pages` holds one page."""
         return memory_labels(self._tx)
+
+    def memory_label_pages(self, *, page_size: int = LABEL_PAGE) -> Iterator[dict[str, float]]:
+        """The labels of :meth:`memory_labels`, ``page_size`` episodes at a time (in episode-id order)."""
+        return memory_label_pages(self._tx, page_size)
 
     def stored_rewards(self, *, since: datetime | None = None) -> list[tuple[str, RewardBreakdown]]:
         """Deprecated (loads every reward at once): use :meth:`retotal_rewards`."""

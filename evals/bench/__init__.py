@@ -7,6 +7,7 @@ from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactor
 from memabra.evals.bench._log_db import DecisionLogWriter
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
+from memabra.evals.bench._run_record import BenchRun, bench_run_of, refuse_unfinished_bench_log
 from memabra.evals.bench._seeds import parse_seeds, seed_metrics, summarize_seeds
 
 __all__ = [
@@ -15,14 +16,17 @@ __all__ = [
     "BenchFormatError",
     "DecisionHook",
     "BenchRound",
+    "BenchRun",
     "DecisionLogWriter",
     "RoundResult",
     "RouterFactory",
     "bench_budget_tokens",
     "bench_reward",
+    "bench_run_of",
     "load_rounds",
     "parse_seeds",
     "parse_round",
+    "refuse_unfinished_bench_log",
     "router_factories",
     "run_bench",
     "run_router",

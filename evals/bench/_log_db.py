@@ -5,6 +5,10 @@ distribution and the propensities, as :class:`~memabra.Selection` records them) 
 finalised episode whose reward is the harness's composite reward for it, and whose used ids are
 the chosen relevant candidates. ``memabra ope log --db URL --policy P`` then estimates any other
 router's value on the same rounds, where the same bench run reports P's on-policy ``reward_mean``.
+
+The log's ``bench_runs`` row (:mod:`._run_record`) says whether the run finished: it is taken at
+open, before any decision is written (a second run on the same log is refused there), and marked
+finished or stopped at close; a run killed outright leaves it running, which readers refuse.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from sqlalchemy import inspect, text
 from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
 from memabra.evals.bench._data import BenchRound
+from memabra.evals.bench._run_record import BenchRun, claim_log, end_run
 from memabra.storage import EpisodeLog, make_engine, upgrade
 
 __all__ = ["DecisionLogWriter"]
@@ -29,10 +34,16 @@ class DecisionLogWriter:
     the head schema). The log must hold no episode yet: a second run's decisions beside the first's
     would make ``memabra ope log`` evaluate a mix of the two, which no run's ``reward_mean`` checks
     (:class:`~memabra.ConfigError` says so, at open and again before each write, where it finds
-    episodes another process wrote meanwhile)."""
+    episodes another process wrote meanwhile). ``logger`` names the router whose decisions these
+    are and ``expected`` how many it will make, for the log's run row and what readers say of it.
 
-    def __init__(self, url: str) -> None:
+    :meth:`close` marks the run finished when it made every expected decision (or, without
+    ``expected``, when the caller says it finished); a ``with`` block left by an exception marks
+    it stopped."""
+
+    def __init__(self, url: str, *, logger: str = "bench", expected: int | None = None) -> None:
         self.url = url
+        self.expected = expected
         held = _episodes_held(url)  # before migrating: a production log given by mistake stays as it was
         if held:
             raise ConfigError(
@@ -41,6 +52,12 @@ class DecisionLogWriter:
             )
         upgrade(url)
         self._log = EpisodeLog(url)
+        try:
+            # the claim, not the emptiness check above, is what keeps two runs started together apart
+            self.run: BenchRun | None = claim_log(self._log.engine, logger, expected)
+        except BaseException:
+            self._log.close()
+            raise
         self._pending: list[Episode] = []
         self.written = 0
 
@@ -64,9 +81,8 @@ class DecisionLogWriter:
     def flush(self) -> None:
         if not self._pending:
             return
-        # the emptiness check at open cannot see a second run started on the same new database
-        # before this one wrote anything; re-counting before each write stops whichever run finds
-        # the other's decisions, so the log never holds two runs' decisions interleaved
+        # the run row keeps other bench runs out, but not another writer (an agent given this URL
+        # by mistake): re-counting before each write stops this run where it finds their episodes
         held = _episodes_held(self.url)
         if held != self.written:
             pending, self._pending = len(self._pending), []
@@ -79,9 +95,22 @@ class DecisionLogWriter:
         self.written += len(self._pending)
         self._pending = []
 
-    def close(self) -> None:
-        self.flush()
-        self._log.close()
+    def close(self, *, finished: bool = True) -> None:
+        """Write what is pending and mark the run's end: ``finished`` when the logger made every
+        expected decision (without ``expected``: when the caller's run ``finished``), else ``stopped``.
+        Closing again does nothing."""
+        if self.run is None:
+            return
+        try:
+            self.flush()
+        finally:
+            # a later router's failure stops the run after the logger's last decision: its log is whole
+            whole = self.written >= self.expected if self.expected is not None else finished
+            try:
+                end_run(self._log.engine, self.run, self.written, "finished" if whole else "stopped")
+            finally:
+                self.run = None
+                self._log.close()
 
     def __enter__(self) -> DecisionLogWriter:
         return self
@@ -92,7 +121,7 @@ class DecisionLogWriter:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(finished=kind is None)
 
 
 def _episodes_held(url: str) -> int:

@@ -26,6 +26,7 @@ import numpy as np
 
 from memabra._errors import InvalidRecordError
 from memabra._records import LoggedDecision, RewardBreakdown, RewardWeights, Selection, utcnow
+from memabra.evals.bench import refuse_unfinished_bench_log
 from memabra.evals.offline._additivity import AdditivityCheck
 from memabra.evals.offline._as_of import ReadFingerprint, changed_since, pinned_until, with_window
 from memabra.evals.offline._evaluation_records import (
@@ -154,12 +155,16 @@ def evaluate_policies(
     (``[since, until)``, timezone-aware): those with a final reward, and with
     ``include_provisional`` those whose reward may still change too; with ``decision_ids``, only
     the decisions it names (one segment of the traffic: decisions whose contexts do not depend on
-    the policy, say). ``seed`` seeds the reward model and the target's rollouts."""
+    the policy, say). ``seed`` seeds the reward model and the target's rollouts. The log of a bench
+    run that did not finish (``memabra bench --log-db``, killed or stopped) is refused
+    (:class:`~memabra.ConfigError`)."""
     check_alpha(alpha)
     check_seed(seed)
     check_window(since, until)
     only = check_decision_ids(decision_ids)
     check_targets(targets)
+    # a bench log whose run was killed reads like a whole one, and no report holds its truth
+    refuse_unfinished_bench_log(log.engine)
     names = list(estimators)
     names.extend(name for name in RECOMMENDED_ORDER if name not in names)
     chosen = make_slot_estimators(names)

@@ -126,7 +126,8 @@ def bench(
 
         from memabra.evals.bench import DecisionLogWriter
 
-        writer = run_guarded(DecisionLogWriter, log_db) if log_db else None
+        expected = passes * len(rounds)
+        writer = run_guarded(DecisionLogWriter, log_db, logger=names[0], expected=expected) if log_db else None
         finished = False
         try:
             report = run_guarded(
@@ -135,9 +136,9 @@ def bench(
             finished = True
         finally:
             if writer is not None:
-                writer.close()
+                writer.close(finished=finished)
                 if not finished:
-                    _explain_partial_log(writer.written, passes * len(rounds), names[0], log_db)
+                    _explain_partial_log(writer.written, expected, names[0], log_db)
     report["similarity"] = prior
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it

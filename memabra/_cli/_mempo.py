@@ -21,6 +21,7 @@ from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, fail, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._mempo_stops import StopSignals, exit_code, stopped_by
 from memabra._errors import MemabraError
 from memabra._records import GoldDecision, MemoryQuality
 from memabra.storage import EpisodeLog
@@ -92,7 +93,8 @@ def score(
     run_guarded(check_model_directory, model)  # config and weights there; loading waits for work
     scorer_name = _scorer_name(model, name)
     unscored_by = None if rescore else scorer_name
-    with run_guarded(EpisodeLog, db) as log:
+    stops = StopSignals()  # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does, saying so
+    with stops.installed(), run_guarded(EpisodeLog, db) as log:
         total = run_guarded(log.count_mempo_items, since=since_at, unscored_by=unscored_by)
         if not total:
             if not rescore and run_guarded(log.count_mempo_items, since=since_at):
@@ -132,8 +134,11 @@ def score(
         )
         try:  # a large model loads for minutes: Ctrl-C then says so rather than exiting silently
             scorer = run_guarded(MemPOScorer, model, device=device, dtype=dtype, batch_size=batch_size)
-        except KeyboardInterrupt:
-            fail(f"interrupted while loading the model: none of {total} decisions scored or stored", code=130)
+        except KeyboardInterrupt as stop:
+            fail(
+                f"{stopped_by(stop)} while loading the model: none of {total} decisions scored or stored",
+                code=exit_code(stop),
+            )
         console.print(
             Text(
                 f"scoring {total} decisions with {model} on {scorer.device} "
@@ -160,8 +165,9 @@ def score(
                         MemoryQuality(r.id, scorer_name, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens)
                         for r in chunk
                     ]
-                    run_guarded(log.store_memory_scores, labels)
-                    scored += len(chunk)
+                    with stops.storing():
+                        run_guarded(log.store_memory_scores, labels)
+                        scored += len(chunk)
                     tokens += sum(result.tokens for result in chunk)
                     for result in chunk:
                         rewards[result.reward] += 1
@@ -169,8 +175,11 @@ def score(
                     progress.update(
                         task, advance=len(chunk), rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else ""
                     )
-        except KeyboardInterrupt:
-            fail(f"interrupted: {scored} of {total} decisions scored and stored; {_resume}", code=130)
+        except KeyboardInterrupt as stop:
+            fail(
+                f"{stopped_by(stop)}: {scored} of {total} decisions scored and stored; {_resume}",
+                code=exit_code(stop),
+            )
         except MemabraError as exc:
             fail(f"{exc} ({scored} of {total} decisions scored and stored; {_resume})")
     elapsed = time.perf_counter() - started

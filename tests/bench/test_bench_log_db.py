@@ -4,17 +4,31 @@ partial."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from bench.bench_rounds import bench_round
+from sqlalchemy import text
+from typer.testing import CliRunner
 
 from memabra import ConfigError
+from memabra._cli._app import app
 from memabra._cli._bench import bench
-from memabra.evals.bench import DecisionLogWriter, load_rounds, router_factories, run_bench
+from memabra.evals.bench import BenchRun, DecisionLogWriter, bench_run_of, load_rounds, router_factories, run_bench
+from memabra.evals.offline import ROUTERS, Target, evaluate_policies
 from memabra.router import Similarity
-from memabra.storage import EpisodeLog
+from memabra.storage import EpisodeLog, make_engine
+
+MEMABRA = Path(sys.executable).with_name("memabra")
+runner = CliRunner(env={"COLUMNS": "200"})
 
 
 def _rounds_file(tmp_path: Path, n: int) -> Path:
@@ -28,20 +42,61 @@ def _logged(url: str) -> int:
         return sum(1 for _ in log.iter_selections())
 
 
-def test_a_second_run_started_on_the_same_new_log_is_stopped_before_it_mixes_its_decisions(
-    tmp_path: Path, db_url: str
+def test_two_runs_racing_to_their_first_write_on_the_same_new_log_store_one_runs_decisions(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both runs find the new log empty and both count it empty before either writes (the barrier
+    forces that interleaving): one run's decisions are stored, the other run is refused whole."""
+    import memabra.evals.bench._log_db as log_db
+
     rounds = load_rounds(_rounds_file(tmp_path, 6))
     factories = router_factories(["hybrid"], Similarity(encoder=None))
-    first = DecisionLogWriter(db_url)
-    second = DecisionLogWriter(db_url)  # opened while the log was still empty: both pass the check
-    with first:
-        run_bench(rounds, factories, 1, 0, on_decision=first)
-    run_bench(rounds, factories, 1, 1, on_decision=second)
-    with pytest.raises(ConfigError, match="another process wrote to it during the run"):
-        second.close()
-    assert _logged(db_url) == 6  # the first run's decisions alone
-    second.close()  # nothing left to write: closing again does not raise
+    counted = threading.Barrier(2, timeout=2)
+    opened = threading.Barrier(2, timeout=10)
+    writing = threading.local()  # set in a run's thread once its log is open: its counts are pre-write
+    real_count, real_claim = log_db._episodes_held, getattr(log_db, "claim_log", None)
+
+    def count_then_wait(url: str) -> int:
+        held = real_count(url)
+        if getattr(writing, "run", False):
+            # each run's pre-write count done before either run writes (broken: the other was refused)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                counted.wait()
+        return held
+
+    def claim_together(*args: object) -> object:
+        opened.wait()  # both runs past the emptiness check before either claims the log
+        return real_claim(*args)  # type: ignore[misc]
+
+    monkeypatch.setattr(log_db, "_episodes_held", count_then_wait)
+    monkeypatch.setattr(log_db, "claim_log", claim_together, raising=False)  # absent before the run row
+    refused: list[ConfigError] = []
+
+    def run(seed: int) -> None:
+        try:
+            with DecisionLogWriter(db_url, logger="hybrid", expected=6) as writer:
+                writing.run = True
+                run_bench(rounds, factories, 1, seed, on_decision=writer)
+        except ConfigError as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(refused) == 1 and "already written by the bench run" in str(refused[0])
+    assert _logged(db_url) == 6  # one run's decisions, never the two interleaved
+    run_row = bench_run_of_url(db_url)
+    assert run_row is not None and run_row.status == "finished" and run_row.written == 6
+
+
+def bench_run_of_url(url: str) -> BenchRun | None:
+    engine = make_engine(url)
+    try:
+        return bench_run_of(engine)
+    finally:
+        engine.dispose()
 
 
 def test_a_run_stopped_midway_says_its_log_is_partial(
@@ -69,3 +124,53 @@ def test_a_run_stopped_midway_says_its_log_is_partial(
     err = capsys.readouterr().err
     assert "stopped before it finished" in err and "holds 5 of the 16 decisions hybrid" in err
     assert _logged(db_url) == 5  # what was decided before the stop, each decision whole
+    stopped = bench_run_of_url(db_url)
+    assert stopped is not None and (stopped.status, stopped.written, stopped.expected) == ("stopped", 5, 16)
+    with EpisodeLog(db_url) as log, pytest.raises(ConfigError, match="stopped at .* after logging 5 of the 16"):
+        evaluate_policies(log, [Target("random", ROUTERS["random"](seed=0))])
+
+
+def _episodes(url: str) -> int:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT COUNT(*) FROM episodes")).scalar_one())
+    except Exception:  # noqa: BLE001 - the run has not created the log yet
+        return 0
+    finally:
+        engine.dispose()
+
+
+def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(tmp_path: Path, db_url: str) -> None:
+    """SIGKILL (kill -9, the out-of-memory killer) gives the run no chance to say anything: the
+    log's run row, taken before the first decision, still says running, and `ope log` refuses it."""
+    rounds = _rounds_file(tmp_path, 300)
+    command = [str(MEMABRA), "bench", str(rounds), "--routers", "hybrid", "--passes", "40", "--lexical"]
+    proc = subprocess.Popen(
+        [*command, "--log-db", db_url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _episodes(db_url) < 500:  # its first batch of decisions committed
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the bench run wrote no decision within a minute"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    killed = bench_run_of_url(db_url)
+    assert killed is not None and killed.status == "running" and killed.expected == 12000
+    result = runner.invoke(app, ["ope", "log", "--db", db_url, "--policy", "random", "--no-store"])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "unfinished bench run" in said and "killed (SIGKILL, out of memory)" in said, said
+    assert "run the bench again with a new --log-db" in said
