@@ -10,15 +10,18 @@ someone's verdict says otherwise)."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
+from memabra._message_steps import take_back_steps
 from memabra._records import Episode, Feedback, FeedbackKind, Selection, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
@@ -44,6 +47,8 @@ FAILED_TURN_SOURCE = "memabra.failed_turn"
 # A turn's decisions after the first: one routed afresh for each time the turn was closed
 # unfinished (failed, abandoned) and its run retried. Past this many, a fresh id (never reached).
 _MAX_DECISIONS = 100
+# Reads of a turn's copy while resuming it, each write refused as another process wrote meanwhile.
+_READS = 3
 _DECISIONS = uuid.UUID("6d656d61-6272-6100-8000-000000000001")
 
 
@@ -118,26 +123,49 @@ def pause_running_copy(log: EpisodeLog, turn_id: str) -> bool:
     unkept = "could not keep turn %s in the log as paused: it reads lost in an hour though a person is asked"
     # guarded: another process may have written a newer copy since the read (it went on with the
     # run); that copy stands, and a blind write would put these older steps back over it
-    if not _save(log, replace(kept, suspended_at=utcnow(), paused=True), unkept, replacing=kept):
+    if _save(log, replace(kept, suspended_at=utcnow(), paused=True), unkept, replacing=kept) is not _Saved.WRITTEN:
         return False
     logger.info("turn %s stopped at an interrupt before this process went on with it: kept paused", turn_id)
     return True
 
 
-def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str, *, replacing: SuspendedTurn | None = None) -> bool:
-    """Write ``kept``; ``False``, with the warning ``unkept`` (naming the turn), where the log cannot
-    take it: the caller goes on either way. Given ``replacing`` (the copy read before), written
-    only over that copy: ``False`` too, with no warning, where the log holds a newer one or none."""
+class _Saved(enum.Enum):
+    """What became of a copy's write."""
+
+    WRITTEN = "written"
+    # the log no longer holds the copy the write was to replace: a newer one (another process went
+    # on with the turn since this one read or wrote it), or none (logged, or its user erased)
+    OVERTAKEN = "overtaken"
+    FAILED = "failed"  # the log could not take it (warned)
+
+
+def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str, *, replacing: SuspendedTurn | None = None) -> _Saved:
+    """Write ``kept``; ``FAILED``, with the warning ``unkept`` (naming the turn), where the log
+    cannot take it: the caller goes on either way. Given ``replacing`` (the copy read or written
+    before), written only over that copy: ``OVERTAKEN``, logged, where the log holds a newer one or none."""
     try:
         written = log.suspend_turn(kept, replacing=replacing)
     except Exception:  # noqa: BLE001 - best effort, see above
         logger.warning(unkept, kept.turn_id, exc_info=True)
-        return False
-    if replacing is None:
-        return True  # an unguarded write skipped only for a logged episode: nothing left to keep
-    if not written:
-        logger.info("turn %s's copy in the log changed since it was read: the newer copy stands", kept.turn_id)
-    return written
+        return _Saved.FAILED
+    if replacing is None or written:
+        return _Saved.WRITTEN  # an unguarded write skipped only for a logged episode: nothing left to keep
+    logger.info(
+        "turn %s's copy in the log changed since this process read or wrote it (another process went on with"
+        " the turn, or it was logged): the newer copy stands",
+        kept.turn_id,
+    )
+    return _Saved.OVERTAKEN
+
+
+def _went_on_elsewhere(kept: SuspendedTurn, t: Turn) -> bool:
+    """Whether ``kept``, the log's copy, is newer than what ``t``, paused here, knows: paused more
+    often, or, paused as often, written since this process last read or wrote the copy."""
+    pauses = kept.document.get("pauses", 0)
+    if pauses != t.pauses:
+        return bool(pauses > t.pauses)
+    mine = t.copy
+    return mine is not None and (mine.suspended_at, mine.paused) != (kept.suspended_at, kept.paused)
 
 
 class PausedTurns:
@@ -162,7 +190,10 @@ class PausedTurns:
         recorded since: a sibling interrupt in the same step, or a call that ended after the
         interrupt paused the turn (LangGraph keeps its answer and does not run it again);
         ``steps_only`` writes only such a copy, never pausing a running turn. The write is made
-        holding :attr:`lock`, so a later copy is never overwritten by an earlier one. ``waiting``
+        holding :attr:`lock`, so a later copy is never overwritten by an earlier one, and only over
+        the copy this process last read or wrote (:attr:`Turn.copy`): where another process went on
+        with the turn since (a double resume), its newer copy stands and this pause is not kept
+        (logged); whichever process goes on with the turn next reads that newer copy. ``waiting``
         false: the run stopped without an interrupt and nobody waits to resume it (it raised, or
         was cancelled), so the copy reads as running, and is lost in time if nobody retries it."""
         with self.lock:
@@ -184,7 +215,7 @@ class PausedTurns:
                 unkept="could not keep paused turn %s in the log: only this process can resume it with its steps",
             )
 
-    def keep_running(self, t: Turn) -> None:
+    def keep_running(self, t: Turn) -> _Saved:
         """Keep ``t`` in the log as it starts to run, so that if this process dies before the turn
         is logged its routing decision is not lost: a run retried from its checkpoint goes on with
         it (:meth:`from_log`), or an operator logs it as failed. Written again, as running since
@@ -192,10 +223,11 @@ class PausedTurns:
         :meth:`RoutingSession.resume`): a turn waiting on nobody must not read as paused, nor one
         retried late as lost while it runs. A turn with no decision has nothing to lose and is not
         written. Best effort, as a pause's copy is: the turn goes on without a copy when the log
-        cannot take one."""
+        cannot take one. Written only over :attr:`Turn.copy` where set: ``OVERTAKEN`` where the log
+        holds another copy now."""
         if t.selection is None or t.logged:
-            return
-        self._write(
+            return _Saved.WRITTEN  # nothing to keep
+        return self._write(
             t,
             (time.perf_counter() - t.started) * 1000.0,
             paused=False,
@@ -203,37 +235,82 @@ class PausedTurns:
             " is logged, its routing decision would be lost",
         )
 
-    def _write(self, t: Turn, elapsed_ms: float, *, paused: bool, unkept: str) -> None:
-        """Write ``t``'s copy; ``unkept`` is the warning (with the turn id) when the log cannot take
-        it: the caller goes on either way (an interrupt must still reach LangGraph, a turn still runs)."""
+    def _write(self, t: Turn, elapsed_ms: float, *, paused: bool, unkept: str) -> _Saved:
+        """Write ``t``'s copy over :attr:`Turn.copy` (blind where ``None``: a turn routed here);
+        ``unkept`` is the warning (with the turn id) when the log cannot take it: the caller goes
+        on either way (an interrupt must still reach LangGraph, a turn still runs)."""
         kept = SuspendedTurn(
             t.id, t.episode_id, t.user_id, t.thread_id, utcnow(), turn_document(t, elapsed_ms), paused=paused
         )
-        if _save(self._log, kept, unkept):
-            t.kept_in_log = True
+        saved = _save(self._log, kept, unkept, replacing=t.copy)
+        if saved is _Saved.WRITTEN:
+            t.kept_in_log, t.copy = True, kept
+        return saved
 
     def unpause(self, t: Turn) -> Turn | None:
-        """``t``, paused here, going on: the log's copy where another process paused it since
-        (it holds that process's steps), else ``t`` with its clock moved past the pause; ``None``
-        (and ``t`` forgotten) where its episode was logged meanwhile (finished by another worker,
-        or abandoned by ``memabra episodes paused --abandon``): the run needs a new turn."""
+        """``t``, paused here, going on: the log's copy where another process went on with the turn
+        since this one paused it (paused it more often, or wrote the copy since: it holds that
+        process's steps), else ``t`` with its clock moved past the pause; ``None`` (and ``t``
+        forgotten) where its episode was logged meanwhile (finished by another worker, or abandoned
+        by ``memabra episodes paused --abandon``): the run needs a new turn.
+
+        The copy is then written as running, only over the copy read, never over a newer one:
+        where another process wrote between the read and the write (a double resume: a client's
+        retry, two workers taking the same thread), the write is refused, logged, and this process
+        reads the log again and goes on with that newer copy. So in a double resume the copy holds
+        the steps of the last process to go on with the turn; the other's later writes (its pause,
+        its steps) are refused as overtaken (:meth:`suspend`), and whichever run finishes first
+        logs the one episode (the other logs nothing: :meth:`RoutingSession.finish`)."""
         with self.lock:
             if t.paused_at is None:
                 return t
-            kept = self._log.suspended_turn(t.id)
-            if kept is not None and kept.document.get("pauses", 0) > t.pauses:
-                going_on = turn_from_document(kept.document, time.perf_counter())
-                self._turns.add(going_on)
-            elif kept is None and self._logged(t.episode_id):
-                self._turns.discard(t.id)
-                return None
-            else:
-                t.started += time.perf_counter() - t.paused_at
-                t.paused_at = None
-                going_on = t
-            # running again: were this process to die now, the copy must read lost, not paused
-            self.keep_running(going_on)
+            going_on = t
+            for _ in range(_READS):
+                kept = self._log.suspended_turn(t.id)
+                if kept is None and self._logged(t.episode_id):
+                    self._turns.discard(t.id)
+                    return None
+                if kept is not None and _went_on_elsewhere(kept, going_on):
+                    going_on = self._taken(kept)
+                    logger.info("turn %s went on in another process since it paused here: going on with its copy", t.id)
+                elif going_on.paused_at is not None:
+                    going_on.started += time.perf_counter() - going_on.paused_at
+                    going_on.paused_at = None
+                if kept is None:  # the log lost it: written again only where it was never written
+                    self.keep_running(going_on)
+                    return going_on
+                # running again: were this process to die now, the copy must read lost, not paused
+                going_on.copy = kept
+                if self.keep_running(going_on) is not _Saved.OVERTAKEN:
+                    return going_on
+            logger.warning("turn %s's copy kept changing as this process resumed it: going on unkept", t.id)
             return going_on
+
+    def _taken(self, kept: SuspendedTurn) -> Turn:
+        """The turn ``kept`` holds, in flight here from now on (in place of any held here)."""
+        t = turn_from_document(kept.document, time.perf_counter())
+        t.copy = kept
+        self._turns.add(t)
+        return t
+
+    def held(self, turn_id: str, messages: Sequence[Any], *, going_on: bool = True) -> Turn | None:
+        """The turn in flight here, else the log's copy with the steps ``messages`` show it lacks
+        (``going_on``: written as running since now, not paused or lost, over the copy read, as
+        :meth:`unpause` writes it: one that went on in another process meanwhile is read again),
+        else ``None``. Call with :attr:`lock` held."""
+        try:
+            return self._turns.get(turn_id)
+        except InvalidRecordError:
+            pass
+        for _ in range(_READS):
+            kept = self.from_log(turn_id)
+            if kept is None:
+                return None
+            take_back_steps(kept, messages)
+            if not going_on or self.keep_running(kept) is not _Saved.OVERTAKEN:
+                return kept
+        logger.warning("turn %s's copy kept changing as this process resumed it: going on unkept", turn_id)
+        return kept
 
     def from_log(self, turn_id: str) -> Turn | None:
         """The turn the log keeps, now in flight here: paused by an interrupt in another process
@@ -242,8 +319,7 @@ class PausedTurns:
         kept = self._log.suspended_turn(turn_id)
         if kept is None:
             return None
-        t = turn_from_document(kept.document, time.perf_counter())
-        self._turns.add(t)
+        t = self._taken(kept)
         how = "an interrupt paused it" if kept.paused else "the process that routed it stopped before logging it"
         logger.info("turn %s resumed from the log, where %s", turn_id, how)
         return t

@@ -26,7 +26,6 @@ from memabra._embeddings import prepare_encoder, warm
 from memabra._errors import InvalidRecordError
 from memabra._feedback import RewardService
 from memabra._memory import FactExtractor, MemoryBackend, RuleFactExtractor
-from memabra._message_steps import take_back_steps
 from memabra._paused_turns import PausedTurns
 from memabra._records import (
     Budget,
@@ -189,7 +188,7 @@ class RoutingSession:
         since the log's copy was written. A turn whose logging node already logged it is never
         routed again: it goes on with its decision, and logging it again logs nothing."""
         with self._paused.lock:
-            held = self._held(turn_id, messages)
+            held = self._paused.held(turn_id, messages)
             if held is not None:
                 return held
             logged, episode_id = self._paused.logged_decision(turn_id)
@@ -210,22 +209,8 @@ class RoutingSession:
         nothing), else ``None``. Unlike :meth:`resume` it never routes: for logging a turn, where
         a decision made now would be credited with an answer it did not shape."""
         with self._paused.lock:
-            held = self._held(turn_id, messages, going_on=False)
+            held = self._paused.held(turn_id, messages, going_on=False)
             return held if held is not None else self._paused.logged_decision(turn_id)[0]
-
-    def _held(self, turn_id: str, messages: Sequence[Any], *, going_on: bool = True) -> Turn | None:
-        """The turn in flight here, else the log's copy with the steps ``messages`` show it lacks
-        (``going_on``: kept as running since now, not paused or lost), else ``None``."""
-        try:
-            return self._turns.get(turn_id)
-        except InvalidRecordError:
-            pass
-        kept = self._paused.from_log(turn_id)
-        if kept is not None:
-            take_back_steps(kept, messages)
-            if going_on:
-                self._paused.keep_running(kept)
-        return kept
 
     def running_turns(self, thread_id: str) -> frozenset[str]:
         """Ids of the thread's turns in flight in this process and not paused."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from memabra._errors import InvalidRecordError
 from memabra._records import Episode, Feedback, JSONValue, Selection, Step, StepKind, new_id
-from memabra.storage import PAUSES_KEY
+from memabra.storage import PAUSES_KEY, SuspendedTurn
 
 __all__ = ["Turn", "TurnTable", "jsonable", "model_step", "tool_step"]
 
@@ -46,6 +46,9 @@ class Turn:
     pauses: int = 0
     # a copy is in the log (written when it was routed, or at a pause): logging it deletes the copy
     kept_in_log: bool = False
+    # the log's copy of it this process last read or wrote: its next write replaces only that copy,
+    # since a newer one is another process's, which went on with the turn (``None``: written blind)
+    copy: SuspendedTurn | None = None
     # its episode is already in the log (its run went on after its logging node ran: a
     # ``Command(goto=...)`` beside a pending node, a retry): one decision, one episode, so it is
     # never kept or logged again, and what it records now is dropped

@@ -159,21 +159,22 @@ def _replace(
             "the replaced SuspendedTurn's suspended_at must be timezone-aware, as read from the log"
         )
     table = table_of(SuspendedTurnRow)
-    # one UPDATE: on PostgreSQL a concurrent write of the row makes it wait, then test the newer
-    # row against the guard, so the newer copy is never overwritten; SQLite runs one writer at a time
+    turn_id = values["turn_id"]
     stmt = (
         update(table)
-        .where(
-            table.c.turn_id == values["turn_id"],
-            table.c.suspended_at == replacing.suspended_at,
-            table.c.paused == replacing.paused,
-            unlogged,
-        )
+        .where(table.c.turn_id == turn_id, unlogged)
         .values({name: value for name, value in values.items() if name != "turn_id"})
     )
 
     def write(conn: Connection) -> bool:
         lock_episodes(conn, [turn.episode_id, replacing.episode_id])
+        # FOR UPDATE: PostgreSQL waits for a concurrent write of the row and reads the newer row,
+        # which stays as read until this commits; SQLite runs one writer at a time. Compared here,
+        # as discard_replaced compares: in SQL, SQLite would compare the stored text, and a copy
+        # whose stamp was written in another format (by hand, by another tool) could never be replaced
+        row = conn.execute(select(table).where(table.c.turn_id == turn_id).with_for_update()).mappings().first()
+        if row is None or (row["suspended_at"], row["paused"]) != (replacing.suspended_at, replacing.paused):
+            return False
         return bool(conn.execute(stmt).rowcount)
 
     return tx.write_connection(write, what="suspend_turn")
