@@ -10,7 +10,16 @@ from datetime import datetime, timedelta
 
 from memabra.storage import DeletionEntry, LogStatus, PolicyStatus
 
-__all__ = ["DEFAULT_MAX_LAG", "DELETIONS_CHECK", "HealthProblem", "deletion_problems", "format_age", "health_problems"]
+__all__ = [
+    "DEFAULT_MAX_LAG",
+    "DELETIONS_CHECK",
+    "TURNS_CHECK",
+    "HealthProblem",
+    "deletion_problems",
+    "format_age",
+    "health_problems",
+    "turn_problems",
+]
 
 DEFAULT_MAX_LAG = timedelta(minutes=15)
 """How long a closed feedback window may stay open, or a final reward stay unlearned: the learner
@@ -20,6 +29,9 @@ that is missing or stuck, not one that is busy."""
 
 DELETIONS_CHECK = "deletions"
 """The check of deletion runs: the one problem that is not about learning."""
+
+TURNS_CHECK = "turns"
+"""The check of routed turns never logged (their process died mid-turn)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +81,24 @@ def health_problems(
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
     problems.extend(deletion_problems(state.unfinished_deletions, now, max_lag))
-    if state.lost_turns and state.lost_since is not None:
-        problems.append(
-            HealthProblem(
-                "turns",
-                f"{state.lost_turns} turn(s) routed and never finished, the oldest running since "
-                f"{format_age(now - state.lost_since)} ago: their process died mid-turn. A run retried from its "
-                "checkpoint goes on with its turn; `memabra episodes paused --lost --abandon` logs them as failed "
-                "episodes, so their routing decisions are learned from and evaluated",
-            )
-        )
+    problems.extend(turn_problems(state.lost_turns, state.lost_since, now))
     return tuple(problems)
+
+
+def turn_problems(lost: int, lost_since: datetime | None, now: datetime) -> tuple[HealthProblem, ...]:
+    """The ``turns`` check alone (the unfinished turns page reads only these counts): ``lost``
+    turns running past ``RUNNING_TURN_LIMIT``, the oldest since ``lost_since``."""
+    if not lost or lost_since is None:
+        return ()
+    return (
+        HealthProblem(
+            TURNS_CHECK,
+            f"{lost} turn(s) routed and never finished, the oldest running since "
+            f"{format_age(now - lost_since)} ago: their process died mid-turn. A run retried from its "
+            "checkpoint goes on with its turn; `memabra episodes paused --lost --abandon` logs them as failed "
+            "episodes, so their routing decisions are learned from and evaluated",
+        ),
+    )
 
 
 def deletion_problems(

@@ -46,7 +46,7 @@ from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unus
 from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._retotal import Retotalled
 from memabra.storage._rows import clean_text
-from memabra.storage._snapshot_audit import SnapshotAudit, StatusChange, status_history
+from memabra.storage._snapshot_audit import MAX_AUDIT_TEXT, Promotion, SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
 from memabra.storage._suspended_turns import PAUSES_KEY, RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
     "DatabaseUnavailableError",
+    "MAX_AUDIT_TEXT",
     "MAX_MEMORY_PAGE",
     "PAUSES_KEY",
     "RUNNING_TURN_LIMIT",
@@ -92,6 +93,7 @@ __all__ = [
     "OpenTransaction",
     "PolicyStatus",
     "PolicyVersionStats",
+    "Promotion",
     "PruneResult",
     "ReadPosition",
     "RevokedSessions",

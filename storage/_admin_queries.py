@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from memabra._records import STOP_ID, EpisodeSummary, OPEResult, Page
 from memabra.storage._admin_records import (
     ConversationTurn,
+    KeptTurnCounts,
     KindShare,
     PolicyVersionStats,
     RewardPoint,
@@ -31,7 +32,7 @@ from memabra.storage._admin_records import (
     VersionCount,
     kind_shares_of,
 )
-from memabra.storage._admin_turns import kept_turns_page
+from memabra.storage._admin_turns import kept_turn_counts, kept_turns_page
 from memabra.storage._convert import ope_from_row, summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._episode_listing import chosen_kinds, list_lowest_rewards
@@ -39,6 +40,7 @@ from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, OPERunRow, PolicySnapshotRow
 from memabra.storage._snapshot_audit import status_history
+from memabra.storage._snapshots import rollback_version
 
 __all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
 
@@ -107,6 +109,11 @@ class AdminQueries:
         with self._session() as s:
             return kept_turns_page(s, cursor, limit, lost_at)
 
+    def kept_turn_counts(self, now: datetime) -> KeptTurnCounts:
+        """:func:`~memabra.storage._admin_turns.kept_turn_counts`: paused and lost turns at ``now``."""
+        with self._session() as s:
+            return kept_turn_counts(s, now)
+
     # ------------------------------------------------------------------ snapshots
 
     def snapshots(self, policy: str | None = None) -> list[SnapshotInfo]:
@@ -119,6 +126,7 @@ class AdminQueries:
             stmt = stmt.where(t.policy == policy)
         with self._session() as s:
             rows = s.execute(stmt).all()
+        policy_of = {r[0]: r[1] for r in rows}.get
         return [
             SnapshotInfo(
                 version=r[0],
@@ -129,7 +137,8 @@ class AdminQueries:
                 model_size=int(r[5] or 0),
                 metrics=dict(r[6] or {}),
                 history=status_history(r[6] or {}),
-                rollback_to=r[7] or r[2],
+                # only an active snapshot rolls back; a promote rewrites what another would return to
+                rollback_to=rollback_version(r[7], r[2], r[1], policy_of) if r[3] == "active" else None,
             )
             for r in rows
         ]

@@ -13,6 +13,7 @@ from memabra.storage._suspended_turns import SuspendedTurn
 
 __all__ = [
     "ConversationTurn",
+    "KeptTurnCounts",
     "KindShare",
     "PolicyVersionStats",
     "RewardPoint",
@@ -35,6 +36,18 @@ class ConversationTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class KeptTurnCounts:
+    """The unfinished turns' header: ``paused`` turns waiting on a person (``paused_since``: the
+    oldest pause) and ``lost`` ones, running past ``RUNNING_TURN_LIMIT`` (``lost_since``: the
+    oldest), as :class:`~memabra.storage.LogStatus` counts them."""
+
+    paused: int
+    paused_since: datetime | None
+    lost: int
+    lost_since: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     """A policy snapshot without its model bytes (only their size); ``history`` is its audit trail
     of status changes made through :class:`~memabra.storage._snapshot_audit.SnapshotAudit`, oldest first."""
@@ -47,8 +60,8 @@ class SnapshotInfo:
     model_size: int
     metrics: Mapping[str, JSONValue]
     history: tuple[StatusChange, ...] = ()
-    # what a rollback of this snapshot, once active, re-activates: the snapshot it replaced when it
-    # was made active, else its parent (``None``: nothing to roll back to)
+    # what a rollback of this snapshot re-activates while it is active (storage._snapshots.rollback_version);
+    # ``None`` when it is not active or has nothing to roll back to
     rollback_to: str | None = None
 
 

@@ -23,14 +23,23 @@ from memabra._records import JSONValue, utcnow
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import PolicySnapshotRow, table_of
 from memabra.storage._rows import clean_text, prepare
-from memabra.storage._snapshots import _policy_locked_row, activate, rollback_target
+from memabra.storage._snapshots import _policy_locked_row, activate, rollback_target, rollback_version
 
-__all__ = ["HISTORY_KEY", "MAX_HISTORY", "SnapshotAudit", "StatusChange", "status_history"]
+__all__ = [
+    "HISTORY_KEY",
+    "MAX_AUDIT_TEXT",
+    "MAX_HISTORY",
+    "Promotion",
+    "SnapshotAudit",
+    "StatusChange",
+    "status_history",
+]
 
 HISTORY_KEY = "admin_history"
 # a snapshot promoted and rolled back every day keeps a quarter of a year of entries
 MAX_HISTORY = 100
-_MAX_TEXT = 200
+# who, from where and why are each kept up to this many characters (the admin's reason field stops there too)
+MAX_AUDIT_TEXT = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,21 @@ class StatusChange:
             "note": self.note,
             "reason": self.reason,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """What :meth:`SnapshotAudit.promote` did. ``version`` is its policy's active snapshot either
+    way; ``changed`` is false when it already was (nothing written, no audit entry: a retried
+    promote is not an error). ``retired``: the snapshot it replaced (``None`` when none was active,
+    or nothing changed); ``rollback_to``: what a rollback of ``version`` re-activates now (``None``:
+    nothing to roll back to)."""
+
+    version: str
+    policy: str
+    changed: bool
+    retired: str | None
+    rollback_to: str | None
 
 
 def status_history(metrics: Mapping[str, Any]) -> tuple[StatusChange, ...]:
@@ -101,24 +125,31 @@ class SnapshotAudit:
         at: datetime | None = None,
         reason: str = "",
         replacing: str | None = None,
-    ) -> str | None:
-        """Make ``version`` its policy's active snapshot and retire the one active before; returns
-        the version it retired (read in the promote's own transaction: another promote may have
-        landed since the caller looked). With ``replacing``, only while that snapshot is still the
-        active one (what the operator reviewed). :class:`SnapshotError` when it is already active,
-        or ``replacing`` is not (nothing is written)."""
+    ) -> Promotion:
+        """Make ``version`` its policy's active snapshot and retire the one active before; says
+        what it retired, read in the promote's own transaction (another promote may have landed
+        since the caller looked). Already active: nothing is written and ``changed`` is false.
+        With ``replacing``, only while that snapshot is the active one (what the operator
+        reviewed), or where ``version`` is active and replaced it (the same promote, retried):
+        :class:`SnapshotError` otherwise (nothing is written)."""
         when = _when(at)
 
-        def work(s: Session) -> str | None:
+        def work(s: Session) -> Promotion:
             row = _policy_locked_row(s, version)
-            if row.status == "active":
-                raise SnapshotError(f"snapshot {row.version} is already the active one; nothing changed")
-            if replacing is not None:
+            changed = row.status != "active"
+            # a retry of a promote that went through (its answer lost) names what it replaced: done
+            retried = not changed and row.previous_active == replacing
+            if replacing is not None and not retried:
                 _expect_active(s, row.policy, replacing, f"promote {row.version}")
-            retired = StatusChange("retired", _text(by), when, _text(client), f"{row.version} promoted", _text(reason))
-            replaced = activate(s, row, retired=lambda other: _append(other, retired))
-            _append(row, StatusChange("promoted", _text(by), when, _text(client), reason=_text(reason)))
-            return replaced
+            replaced = None
+            if changed:
+                retired = StatusChange(
+                    "retired", _text(by), when, _text(client), f"{row.version} promoted", _text(reason)
+                )
+                replaced = activate(s, row, retired=lambda other: _append(other, retired))
+                _append(row, StatusChange("promoted", _text(by), when, _text(client), reason=_text(reason)))
+            back = rollback_version(row.previous_active, row.parent, row.policy, lambda v: _policy_of(s, v))
+            return Promotion(row.version, row.policy, changed, replaced, back)
 
         return self._tx.write(work, what="promote")
 
@@ -166,6 +197,10 @@ def _expect_active(s: Session, policy: str, expected: str, what: str) -> None:
         )
 
 
+def _policy_of(s: Session, version: str) -> str | None:
+    return s.scalar(select(PolicySnapshotRow.policy).where(PolicySnapshotRow.version == version))
+
+
 def _when(at: datetime | None) -> datetime:
     when = at or utcnow()
     if when.tzinfo is None:
@@ -174,7 +209,7 @@ def _when(at: datetime | None) -> datetime:
 
 
 def _text(value: str) -> str:
-    return str(value)[:_MAX_TEXT]
+    return str(value)[:MAX_AUDIT_TEXT]
 
 
 def _append(row: PolicySnapshotRow, change: StatusChange) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "prune_snapshots",
     "rollback",
     "rollback_target",
+    "rollback_version",
     "save_snapshot",
     "set_snapshot_status",
     "update_snapshot_metrics",
@@ -321,17 +322,33 @@ def activate(
     return replaced
 
 
+def rollback_version(
+    previous_active: str | None, parent: str | None, policy: str, policy_of: Callable[[str], str | None]
+) -> str | None:
+    """What a rollback of an active snapshot re-activates, the one rule every caller uses (the
+    rollback itself, ``memabra policies list`` and the admin's Roll back): the snapshot it replaced
+    when it was made active, else (activated before revision 0011, or that snapshot is gone) its
+    parent, each only while it exists in the same policy (``policy_of``: a stored snapshot's
+    policy, ``None`` when there is none). ``None``: nothing to roll back to."""
+    for version in (previous_active, parent):
+        if version is not None and policy_of(version) == policy:
+            return version
+    return None
+
+
 def rollback_target(s: Session, active: PolicySnapshotRow) -> PolicySnapshotRow:
-    """The snapshot a rollback of ``active`` re-activates, locked: the one it replaced when it was
-    made active, else (activated before revision 0011, or that snapshot is gone) its parent."""
-    for version in (active.previous_active, active.parent):
-        if version is None:
-            continue
-        target = s.get(PolicySnapshotRow, version, with_for_update=True)
-        if target is not None and target.policy == active.policy:
-            return target
-    raise SnapshotError(
-        f"snapshot {active.version!r} of policy {active.policy!r} has no parent to roll back to "
-        "(and replaced no snapshot when it was made active); to serve another snapshot, promote it: "
-        "`memabra policies promote VERSION` (see `memabra policies list`)"
-    )
+    """The snapshot a rollback of ``active`` re-activates (:func:`rollback_version`), locked."""
+
+    def locked_policy(version: str) -> str | None:
+        row = s.get(PolicySnapshotRow, version, with_for_update=True)
+        return None if row is None else row.policy
+
+    version = rollback_version(active.previous_active, active.parent, active.policy, locked_policy)
+    target = None if version is None else s.get(PolicySnapshotRow, version)
+    if target is None:
+        raise SnapshotError(
+            f"snapshot {active.version!r} of policy {active.policy!r} has no parent to roll back to "
+            "(and replaced no snapshot when it was made active); to serve another snapshot, promote it: "
+            "`memabra policies promote VERSION` (see `memabra policies list`)"
+        )
+    return target

@@ -23,7 +23,7 @@ from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._admin._promotion import PromotionCheck, promotion_check
 from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
 from memabra._records import OPEResult, RewardWeights, utcnow
-from memabra.storage import DEFAULT_SAMPLE, LearnerBusyError, PolicyStatus, SnapshotInfo
+from memabra.storage import DEFAULT_SAMPLE, MAX_AUDIT_TEXT, LearnerBusyError, PolicyStatus, SnapshotInfo
 
 __all__ = ["PolicyPages"]
 
@@ -43,7 +43,8 @@ class PolicyPages(_AdminBase):
         async def build(auth: _Auth) -> Response:
             window, since = parse_window(request.query_params.get("window"), utcnow())
             context = await run_in_threadpool(self._policies_context, since)
-            notice = _policies_notice(request.query_params.get("notice", ""), request.query_params.get("policy", ""))
+            params = request.query_params
+            notice = _policies_notice(params.get("notice", ""), params.get("policy", ""), params.get("version", ""))
             return self._render(
                 "policies.html",
                 auth=auth,
@@ -54,6 +55,7 @@ class PolicyPages(_AdminBase):
                 # the episodes page's From, so a snapshot's episode count links the episodes it counts
                 window_since="" if since is None else since.strftime("%Y-%m-%dT%H:%M:%S"),
                 notice=notice,
+                max_reason=MAX_AUDIT_TEXT,
                 section="policies",
                 **context,
             )
@@ -135,9 +137,19 @@ class PolicyPages(_AdminBase):
             # the snapshot the confirmation said it replaces: another operator's promote or rollback
             # since the page loaded makes this one a different change, refused (409) rather than made
             replaces = form.get("replaces", "").strip() or None
-            await run_in_threadpool(
-                self.audit.promote, version, by=auth.principal, client=_client(request), replacing=replaces
+            done = await run_in_threadpool(
+                self.audit.promote,
+                version,
+                by=auth.principal,
+                client=_client(request),
+                reason=form.get("reason", ""),
+                replacing=replaces,
             )
+            if not done.changed:
+                # already active (no snapshot was when the page loaded, or a script posted no
+                # replaces): what was asked is done, not a conflict
+                query = urlencode({"notice": "already-active", "version": done.version, "policy": done.policy})
+                return RedirectResponse(f"/policies?{query}", status_code=303)
             return RedirectResponse("/policies?notice=promoted", status_code=303)
 
         return await self._write(request, apply)
@@ -145,7 +157,9 @@ class PolicyPages(_AdminBase):
     async def rollback(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             version = _required(form, "version")
-            await run_in_threadpool(self.audit.rollback, version, by=auth.principal, client=_client(request))
+            await run_in_threadpool(
+                self.audit.rollback, version, by=auth.principal, client=_client(request), reason=form.get("reason", "")
+            )
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
@@ -172,8 +186,11 @@ class PolicyPages(_AdminBase):
         return await self._write(request, apply)
 
 
-def _policies_notice(key: str, policy: str) -> str:
-    """The notice a redirect asks for; a forget-learner one names its policy."""
+def _policies_notice(key: str, policy: str, version: str = "") -> str:
+    """The notice a redirect asks for; a forget-learner one names its policy, an already-active
+    one its snapshot."""
+    if version and policy and key == "already-active":
+        return f"{version} is already the active snapshot of policy {policy}: nothing changed."
     if policy and key == "learner-forgotten":
         return (
             f"Forgot the learner checkpoint of policy {policy}: retention no longer waits for it; its snapshots stay."

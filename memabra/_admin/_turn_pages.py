@@ -22,7 +22,7 @@ from memabra._admin._forms import FormError
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
-from memabra._health import format_age, health_problems
+from memabra._health import format_age, turn_problems
 from memabra._paused_turns import ABANDONED_SOURCE, abandon_paused_turn
 from memabra._records import Episode, utcnow
 from memabra.storage import RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
@@ -31,8 +31,6 @@ __all__ = ["TurnPages"]
 
 logger = logging.getLogger("memabra")
 
-# the health check that reports lost turns (memabra._health names it so)
-TURNS_CHECK = "turns"
 # Turns per page, as the deletion trail shows its entries.
 _PAGE = 50
 # what a page cursor is made of (URL-safe base64 of a time and a turn id: well under 400 characters)
@@ -107,13 +105,14 @@ class TurnPages(_AdminBase):
         # lost only: the ones on-call must act on, which paused turns waiting on people for days
         # would otherwise push pages back (the same filter as `episodes paused --lost`)
         page = self.queries.kept_turns(cursor, _PAGE, lost_at=now if lost else None)
-        status = self.log.status()
+        # the header's counts alone: the log's whole status also counts every episode and reward
+        counts = self.queries.kept_turn_counts(now)
         return {
             "rows": [_row(k, now) for k in page.items],
             "page": page,
             "cursor": cursor,
-            "log_status": status,
-            "turn_problems": [p for p in health_problems(status) if p.check == TURNS_CHECK],
+            "counts": counts,
+            "turn_problems": turn_problems(counts.lost, counts.lost_since, now),
             "lost_only": lost,
             "running_limit": _LIMIT,
         }

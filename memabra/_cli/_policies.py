@@ -40,8 +40,9 @@ def open_log(db: str | None) -> EpisodeLog:
 
 @policies_app.command("list")
 def policies_list(db: DbOption = None, json_out: JsonOutOption = None) -> None:
-    """Every snapshot: version, policy, parent, status, created, and the decisions it served
-    (those of the online updates that grew from it, which are not each saved, included)."""
+    """Every snapshot: version, policy, parent, status, created, the decisions it served
+    (those of the online updates that grew from it, which are not each saved, included) and, for
+    an active one, the snapshot `memabra policies rollback` would make active again."""
     with open_log(db) as log:
         # without their models (megabytes each), oldest first
         snapshots = AdminQueries(log).snapshots()[::-1]
@@ -54,15 +55,17 @@ def policies_list(db: DbOption = None, json_out: JsonOutOption = None) -> None:
             "status": s.status,
             "created": s.created_at.isoformat(timespec="seconds"),
             "decisions": served.get(s.version, 0),
+            # what `memabra policies rollback` would re-activate (active snapshots only)
+            "rollback_to": s.rollback_to,
         }
         for s in snapshots
     ]
-    table = Table("version", "policy", "parent", "status", "created", "decisions served")
+    table = Table("version", "policy", "parent", "status", "created", "decisions served", "rollback to")
     for r in rows:
         table.add_row(
             *(
                 escape(str(r[k] if r[k] is not None else "-"))
-                for k in ("version", "policy", "parent", "status", "created", "decisions")
+                for k in ("version", "policy", "parent", "status", "created", "decisions", "rollback_to")
             )
         )
     console.print(table)
@@ -120,37 +123,42 @@ def policies_promote(
 ) -> None:
     """Make a snapshot its policy's active one, retiring the one active before; serving agents
     load it within their reload interval. Recorded in the snapshot's audit trail, like a promote
-    in the admin view."""
+    in the admin view. A snapshot already active is left as it is (exit 0, no audit entry;
+    `--json` says `"changed": false`), so a retried promote is not a failure."""
     with open_log(db) as log:
-        snapshot = run_guarded(log.get_snapshot, version)
-        store = LearnerStore(log.engine)
         # what it retired, as the promote's own transaction saw it: another operator's promote may
         # have landed since any read made here
-        previous = run_guarded(
+        done = run_guarded(
             SnapshotAudit(log).promote,
-            snapshot.version,
+            version,
             by=cli_actor(),
             client=socket.gethostname(),
             reason=reason,
             replacing=if_active,
         )
-        checkpoint = store.checkpoint(snapshot.policy)
-    was = f" (retired {escape(previous)})" if previous is not None else ""
-    console.print(f"promoted {escape(snapshot.version)}: the active snapshot of policy {escape(snapshot.policy)}{was}")
-    if checkpoint is not None and snapshot.version not in (checkpoint.published, checkpoint.snapshot_version):
-        console.print(
-            f"the learner of policy {escape(snapshot.policy)} keeps learning from its own model and now stores "
-            "its snapshots as candidates, until one of them is promoted"
-        )
-    if previous is not None:
-        console.print(f"`memabra policies rollback --policy {escape(snapshot.policy)}` returns to {escape(previous)}")
+        checkpoint = LearnerStore(log.engine).checkpoint(done.policy)
+    active, policy = escape(done.version), escape(done.policy)
+    if not done.changed:
+        # a retried script finds its promote done: nothing to change, and nothing to audit
+        console.print(f"{active} is already the active snapshot of policy {policy}: nothing changed")
+    else:
+        was = f" (retired {escape(done.retired)})" if done.retired is not None else ""
+        console.print(f"promoted {active}: the active snapshot of policy {policy}{was}")
+        if checkpoint is not None and done.version not in (checkpoint.published, checkpoint.snapshot_version):
+            console.print(
+                f"the learner of policy {policy} keeps learning from its own model and now stores "
+                "its snapshots as candidates, until one of them is promoted"
+            )
+    if done.rollback_to is not None:
+        console.print(f"`memabra policies rollback --policy {policy}` returns to {escape(done.rollback_to)}")
     write_json(
         json_out,
         {
-            "policy": snapshot.policy,
-            "active": snapshot.version,
-            "retired": previous,
-            "rollback_to": previous,
+            "policy": done.policy,
+            "active": done.version,
+            "changed": done.changed,
+            "retired": done.retired,
+            "rollback_to": done.rollback_to,
             "by": cli_actor(),
             "reason": reason,
         },

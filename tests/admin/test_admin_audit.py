@@ -47,8 +47,8 @@ def test_promote_and_roll_back_record_who_and_when(make_client: ClientFactory, s
 
 def test_a_refused_change_writes_no_audit_entry(client: TestClient, seeded: Seeded, log: EpisodeLog) -> None:
     token = csrf_of(client.get("/policies").text)
-    response = client.post("/policies/promote", data={"csrf_token": token, "version": "test-v2"})
-    assert response.status_code == 409 and "already the active one" in response.text
+    response = client.post("/policies/promote", data={"csrf_token": token, "version": "test-v2", "replaces": "test-v1"})
+    assert response.status_code == 409 and "test-v2 is active now" in response.text
     response = client.post("/policies/rollback", data={"csrf_token": token, "version": "test-v3"})
     assert response.status_code == 409 and "not active" in response.text
     for version in ("test-v1", "test-v2", "test-v3"):

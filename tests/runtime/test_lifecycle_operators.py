@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from memabra._cli._app import app
 from memabra._errors import SnapshotError
 from memabra._learner import DEFAULT_POLICY
-from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit
+from memabra.storage import EpisodeLog, LearnerStore, Promotion, SnapshotAudit
 from memabra.storage._snapshot_audit import status_history
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -38,7 +38,7 @@ def test_promote_reports_what_it_retired_when_another_promote_landed_first(
     first, second, active = _three_snapshots(migrated_url)
     original = SnapshotAudit.promote
 
-    def after_another_operator(self: SnapshotAudit, version: str, **kwargs: Any) -> str | None:
+    def after_another_operator(self: SnapshotAudit, version: str, **kwargs: Any) -> Promotion:
         with EpisodeLog(migrated_url) as other:  # the other terminal, between this one's look and its write
             original(SnapshotAudit(other), second, by="cli:bob")
         return original(self, version, **kwargs)
@@ -116,5 +116,5 @@ def test_the_library_promote_returns_what_it_retired_and_checks_replacing(migrat
         with pytest.raises(SnapshotError, match=re.escape(f"{newest} is active now")):
             audit.promote(older, by="op", replacing="something-else")
         assert log.get_snapshot(older).status == "retired"
-        assert audit.promote(older, by="op", replacing=newest, reason="why not") == newest
+        assert audit.promote(older, by="op", replacing=newest, reason="why not").retired == newest
         assert status_history(log.get_snapshot(newest).metrics)[-1].reason == "why not"
