@@ -49,7 +49,13 @@ from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import MAX_AUDIT_TEXT, Promotion, SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
 from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
-from memabra.storage._suspended_turns import PAUSES_KEY, RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
+from memabra.storage._suspended_turns import (
+    PAUSES_KEY,
+    RUNNING_TURN_LIMIT,
+    KeptTurnCounts,
+    SuspendedTurn,
+    TurnWentOnError,
+)
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -106,6 +112,7 @@ __all__ = [
     "SuspendedTurn",
     "Transactions",
     "TurnPage",
+    "KeptTurnCounts",
     "TurnWentOnError",
     "UserErasure",
     "VersionCount",

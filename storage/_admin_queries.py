@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 from memabra._records import STOP_ID, EpisodeSummary, OPEResult, Page
 from memabra.storage._admin_records import (
     ConversationTurn,
-    KeptTurnCounts,
     KindShare,
     PolicyVersionStats,
     RewardPoint,
@@ -32,7 +31,7 @@ from memabra.storage._admin_records import (
     VersionCount,
     kind_shares_of,
 )
-from memabra.storage._admin_turns import kept_turn_counts, kept_turns_page
+from memabra.storage._admin_turns import kept_turns_page
 from memabra.storage._convert import ope_from_row, summary_from_row
 from memabra.storage._engine import is_postgres
 from memabra.storage._episode_listing import chosen_kinds, list_lowest_rewards
@@ -41,6 +40,7 @@ from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, OPERunRow, PolicySnapshotRow
 from memabra.storage._snapshot_audit import status_history
 from memabra.storage._snapshots import rollback_version
+from memabra.storage._suspended_turns import KeptTurnCounts, kept_turn_counts
 
 __all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
 

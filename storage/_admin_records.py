@@ -13,7 +13,6 @@ from memabra.storage._suspended_turns import SuspendedTurn
 
 __all__ = [
     "ConversationTurn",
-    "KeptTurnCounts",
     "KindShare",
     "PolicyVersionStats",
     "RewardPoint",
@@ -33,18 +32,6 @@ class ConversationTurn:
     query: str
     answer: str | None
     created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class KeptTurnCounts:
-    """The unfinished turns' header: ``paused`` turns waiting on a person (``paused_since``: the
-    oldest pause) and ``lost`` ones, running past ``RUNNING_TURN_LIMIT`` (``lost_since``: the
-    oldest), as :class:`~memabra.storage.LogStatus` counts them."""
-
-    paused: int
-    paused_since: datetime | None
-    lost: int
-    lost_since: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

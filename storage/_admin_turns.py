@@ -21,12 +21,12 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
-from memabra.storage._admin_records import KeptTurnCounts, TurnPage
+from memabra.storage._admin_records import TurnPage
 from memabra.storage._models import SuspendedTurnRow
 from memabra.storage._rows import clean_text
-from memabra.storage._suspended_turns import RUNNING_TURN_LIMIT, SuspendedTurn
+from memabra.storage._suspended_turns import SuspendedTurn, lost_by
 
-__all__ = ["MAX_TURN_PAGE", "decode_turn_cursor", "kept_turn_counts", "kept_turns_page"]
+__all__ = ["MAX_TURN_PAGE", "decode_turn_cursor", "kept_turns_page"]
 
 MAX_TURN_PAGE = 500
 """The most turns one page reads."""
@@ -41,7 +41,7 @@ def kept_turns_page(s: Session, cursor: str | None, limit: int, lost_at: datetim
         raise InvalidRecordError(f"lost_at must be timezone-aware, got the naive datetime {lost_at.isoformat()}")
     at_cursor = decode_turn_cursor(cursor) if cursor is not None else None
     t = SuspendedTurnRow
-    conds: list[Any] = [] if lost_at is None else _lost_by(lost_at)
+    conds: list[Any] = [] if lost_at is None else lost_by(lost_at)
     where = list(conds)
     if at_cursor is not None:
         at, last_id = at_cursor
@@ -78,25 +78,6 @@ def kept_turns_page(s: Session, cursor: str | None, limit: int, lost_at: datetim
         has_previous=at_cursor is not None,
         previous_cursor=previous,
     )
-
-
-def kept_turn_counts(s: Session, now: datetime) -> KeptTurnCounts:
-    """How many turns are paused and how many lost at ``now``, each with its oldest: the two
-    aggregates of the log's status the unfinished turns page shows, read alone (the whole status
-    counts every episode, for a header)."""
-    if now.tzinfo is None:
-        raise InvalidRecordError(f"now must be timezone-aware, got the naive datetime {now.isoformat()}")
-    t = SuspendedTurnRow
-    kept = select(func.count(), func.min(t.suspended_at))
-    paused, paused_since = s.execute(kept.where(t.paused.is_(True))).one()
-    lost, lost_since = s.execute(kept.where(*_lost_by(now))).one()
-    return KeptTurnCounts(int(paused), paused_since, int(lost), lost_since)
-
-
-def _lost_by(at: datetime) -> list[Any]:
-    """A running turn kept past RUNNING_TURN_LIMIT at ``at``: its process died mid-turn."""
-    t = SuspendedTurnRow
-    return [t.paused.is_(False), t.suspended_at < at - RUNNING_TURN_LIMIT]
 
 
 def encode_turn_cursor(at: datetime, turn_id: str) -> str:

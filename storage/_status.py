@@ -32,8 +32,8 @@ from memabra.storage._engine import is_postgres
 from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
-from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow, SuspendedTurnRow
-from memabra.storage._suspended_turns import RUNNING_TURN_LIMIT
+from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow
+from memabra.storage._suspended_turns import kept_turn_counts
 
 __all__ = ["LogStatus", "OpenTransaction", "PolicyStatus", "log_status"]
 
@@ -144,11 +144,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         }
         oldest = _oldest_transaction(s) if postgres else None
         unfinished = unfinished_deletions(s)
-        kept = select(func.count(), func.min(SuspendedTurnRow.suspended_at))
-        paused, paused_since = s.execute(kept.where(SuspendedTurnRow.paused.is_(True))).one()
-        lost, lost_since = s.execute(
-            kept.where(SuspendedTurnRow.paused.is_(False), SuspendedTurnRow.suspended_at < now - RUNNING_TURN_LIMIT)
-        ).one()
+        kept = kept_turn_counts(s, now)
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
@@ -180,10 +176,10 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         policies=tuple(policies),
         oldest_transaction=oldest,
         unfinished_deletions=unfinished,
-        paused_turns=int(paused),
-        paused_since=paused_since,
-        lost_turns=int(lost),
-        lost_since=lost_since,
+        paused_turns=kept.paused,
+        paused_since=kept.paused_since,
+        lost_turns=kept.lost,
+        lost_since=kept.lost_since,
     )
 
 

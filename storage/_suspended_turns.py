@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, RowMapping, delete, exists, literal, select, text, update
+from sqlalchemy import ColumnElement, Connection, RowMapping, delete, exists, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -32,11 +32,14 @@ from memabra.storage._tx import Transactions
 __all__ = [
     "PAUSES_KEY",
     "RUNNING_TURN_LIMIT",
+    "KeptTurnCounts",
     "SuspendedTurn",
     "TurnWentOnError",
     "discard_logged",
     "discard_replaced",
     "erase_user",
+    "kept_turn_counts",
+    "lost_by",
     "listing",
     "load",
     "lock_episodes",
@@ -267,3 +270,34 @@ def erase_user(s: Session, user_id: str) -> int:
     """Delete the user's kept turns (their text is the user's); returns how many."""
     result = s.execute(delete(SuspendedTurnRow).where(SuspendedTurnRow.user_id == clean_text(user_id)))
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptTurnCounts:
+    """The unfinished turns' header: ``paused`` turns waiting on a person (``paused_since``: the
+    oldest pause) and ``lost`` ones, running past ``RUNNING_TURN_LIMIT`` (``lost_since``: the
+    oldest), as :class:`~memabra.storage.LogStatus` counts them."""
+
+    paused: int
+    paused_since: datetime | None
+    lost: int
+    lost_since: datetime | None
+
+
+def kept_turn_counts(s: Session, now: datetime) -> KeptTurnCounts:
+    """How many turns are paused and how many lost at ``now``, each with its oldest: the two
+    aggregates of the log's status the unfinished turns page shows, read alone (the whole status
+    counts every episode, for a header)."""
+    if now.tzinfo is None:
+        raise InvalidRecordError(f"now must be timezone-aware, got the naive datetime {now.isoformat()}")
+    t = SuspendedTurnRow
+    kept = select(func.count(), func.min(t.suspended_at))
+    paused, paused_since = s.execute(kept.where(t.paused.is_(True))).one()
+    lost, lost_since = s.execute(kept.where(*lost_by(now))).one()
+    return KeptTurnCounts(int(paused), paused_since, int(lost), lost_since)
+
+
+def lost_by(at: datetime) -> list[Any]:
+    """A running turn kept past RUNNING_TURN_LIMIT at ``at``: its process died mid-turn."""
+    t = SuspendedTurnRow
+    return [t.paused.is_(False), t.suspended_at < at - RUNNING_TURN_LIMIT]
