@@ -21,7 +21,6 @@ from typing import Any
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
-from memabra._message_steps import take_back_steps
 from memabra._records import Episode, Feedback, FeedbackKind, Selection, utcnow
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
@@ -302,6 +301,10 @@ class PausedTurns:
             return self._turns.get(turn_id)
         except InvalidRecordError:
             pass
+        # here, not at the top: the CLI imports this module to abandon turns, and must start
+        # without langgraph (which reading messages back needs)
+        from memabra._message_steps import take_back_steps
+
         for _ in range(_READS):
             kept = self.from_log(turn_id)
             if kept is None:
