@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import select
 import sqlite3
@@ -15,6 +14,7 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.pool import StaticPool
 
+from memabra._environment import secret_variable
 from memabra._errors import ConfigError, MemabraError
 
 DEFAULT_URL = "sqlite:///memabra.db"
@@ -68,9 +68,10 @@ def mask_password(text: str) -> str:
 
 
 def resolve_url(url: str | None = None) -> str:
-    """The database URL: the argument, else ``$MEMABRA_DATABASE_URL``, else ``memabra.db`` here."""
-    from_env = os.environ.get(URL_ENV)
-    if not url and from_env is not None and not from_env.strip():
+    """The database URL: the argument, else ``$MEMABRA_DATABASE_URL`` (or the file
+    ``$MEMABRA_DATABASE_URL_FILE`` names, read once), else ``memabra.db`` here."""
+    from_env = None if url else secret_variable(URL_ENV)
+    if from_env is not None and not from_env.strip():
         # an unfilled secret must not quietly mean a fresh SQLite file in the working directory
         raise ConfigError(f"${URL_ENV} is set but empty; unset it to use the default {DEFAULT_URL}, or set it to a URL")
     chosen = url or from_env or DEFAULT_URL

@@ -16,7 +16,7 @@ from rich.markup import escape
 from memabra._cli._common import configure_logging, console, fail, run_guarded
 from memabra._cli._database import DbOption
 from memabra._cli._retention import open_checkpointer
-from memabra._environment import empty_variable_error
+from memabra._environment import empty_variable_error, secret_variable
 from memabra._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,8 +34,9 @@ def admin(
         str | None,
         typer.Option(
             envvar="MEMABRA_ADMIN_TOKEN",
-            help="Admin token (prefer the environment variable). On loopback with neither a token nor a password, "
-            "a one-time token is made and printed.",
+            help="Admin token (prefer the environment variable, or $MEMABRA_ADMIN_TOKEN_FILE naming a file "
+            "holding it; every credential below takes the same _FILE form). On loopback with neither a token "
+            "nor a password, a one-time token is made and printed.",
             show_default=False,
         ),
     ] = None,
@@ -88,6 +89,15 @@ def admin(
     """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots,
     review and edit each user's memories."""
     configure_logging(verbose)
+    token, password, reviewer_token, reviewer_password = (
+        _credential(name, value)
+        for name, value in (
+            ("token", token),
+            ("password", password),
+            ("reviewer_token", reviewer_token),
+            ("reviewer_password", reviewer_password),
+        )
+    )
     _refuse_empty_credentials(
         token=token, password=password, reviewer_token=reviewer_token, reviewer_password=reviewer_password
     )
@@ -145,6 +155,17 @@ _CREDENTIAL_ENV = {
     "reviewer_token": "MEMABRA_ADMIN_REVIEWER_TOKEN",
     "reviewer_password": "MEMABRA_ADMIN_REVIEWER_PASSWORD",
 }
+
+
+def _credential(name: str, value: str | None) -> str | None:
+    """A credential given on the command line as it is (the option wins); otherwise its variable's,
+    or the text of the file its ``_FILE`` variable names (a mounted secret)."""
+    if value is not None and value != os.environ.get(_CREDENTIAL_ENV[name]):
+        return value
+    try:
+        return secret_variable(_CREDENTIAL_ENV[name])
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def _refuse_empty_credentials(**given: str | None) -> None:

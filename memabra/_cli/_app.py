@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
+from typer.core import TyperGroup
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
@@ -26,7 +30,58 @@ from memabra._cli._retention import episodes_delete, episodes_deletions, erase
 from memabra._cli._status import status
 from memabra._environment import unreported_unknown_variables
 
+try:  # newer typer carries its own copy of click, whose classes are not click's
+    from typer._click import ClickException, Context
+except ImportError:  # older typer uses click itself
+    from click import ClickException, Context  # type: ignore[assignment]
+
+
+class _ReadableErrorsGroup(TyperGroup):
+    """The root command group; a usage error written to a terminal is typer's boxed panel, but one
+    written elsewhere (a CI log, ``2>file``) is click's plain lines. Rich draws the panel at 80
+    columns off a terminal, which cuts URLs and commands mid-word; a wider panel would pad every
+    line with spaces to its border."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode or _stderr_is_terminal():
+            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        try:
+            # not standalone, so that click's errors reach us unprinted; an Exit comes back as its code
+            exit_code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except ClickException as exc:
+            # a bare command group's help is already printed (typer checks for it by name too)
+            if type(exc).__name__ != "NoArgsIsHelpError":
+                exc.show()
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        except BrokenPipeError:  # stdout piped into a reader that stopped (head), as standalone mode
+            # Python's recipe: point stdout at devnull so the flush at exit raises nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        sys.exit(exit_code)
+
+    def invoke(self, ctx: Context) -> None:
+        # A command's return value is dropped, as standalone mode drops it, so that what main()
+        # gets back is only ever an Exit's code.
+        super().invoke(ctx)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 app = typer.Typer(
+    cls=_ReadableErrorsGroup,
     name="memabra",
     help="Learned, logged, evaluable context routing for LangGraph agents.",
     no_args_is_help=True,

@@ -14,7 +14,8 @@ import typer
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import fail, run_guarded
-from memabra._errors import MemabraError
+from memabra._environment import FILE_SUFFIX, secret_variable
+from memabra._errors import ConfigError, MemabraError
 
 __all__ = ["CreateDbOption", "DbOption", "database_url", "existing_database", "migrate"]
 
@@ -34,14 +35,32 @@ def _sqlite_file(url: str) -> Path | None:
 
 def _resolved_url(db: str | None, *, option: str | None = None) -> str:
     """``resolve_url(db)`` as a usage error that names where the bad URL came from: ``--db``, or
-    ``$MEMABRA_DATABASE_URL`` when no ``--db`` was given; ``option`` for another option's URL."""
-    from memabra.storage import URL_ENV, resolve_url
+    ``$MEMABRA_DATABASE_URL`` (or its ``_FILE``) when no ``--db`` was given; ``option`` for another
+    option's URL. An empty ``--db ""`` is refused, not read as "not given"."""
+    from memabra.storage import resolve_url
 
+    if db is not None and not db.strip():
+        # an option whose shell variable expanded to nothing must not quietly mean the default database
+        fallback = "" if option else " ($MEMABRA_DATABASE_URL or the default is used then)"
+        raise typer.BadParameter(
+            f"is empty; give a database URL, or leave the option out{fallback}", param_hint=option or "'--db'"
+        )
     try:
         return resolve_url(db)
     except MemabraError as exc:
-        given = db or os.environ.get(URL_ENV, "")
+        given = db or _environment_url()
         raise typer.BadParameter(f"{exc}{_url_hint(given)}", param_hint=option or _db_source(db)) from None
+
+
+def _environment_url() -> str:
+    """The URL the environment gives (variable or file), or nothing; only for a hint, after
+    resolve_url has already named whatever is wrong with the variables themselves."""
+    from memabra.storage import URL_ENV
+
+    try:
+        return secret_variable(URL_ENV) or ""
+    except ConfigError:
+        return ""
 
 
 def checked_url(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -83,6 +102,8 @@ def _db_source(db: str | None) -> str:
         return "'--db'"
     if URL_ENV in os.environ:  # set but empty is an error about the variable, not the default
         return f"${URL_ENV} (no --db given)"
+    if URL_ENV + FILE_SUFFIX in os.environ:
+        return f"${URL_ENV}{FILE_SUFFIX} (no --db given)"
     return f"the default database {DEFAULT_URL} (no --db given and ${URL_ENV} is not set)"
 
 
@@ -186,7 +207,7 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (default: $MEMABRA_DATABASE_URL, else sqlite:///memabra.db).",
+        help="Database URL (default: $MEMABRA_DATABASE_URL or $MEMABRA_DATABASE_URL_FILE, else sqlite:///memabra.db).",
         show_default=False,
         callback=existing_database,
     ),
@@ -196,7 +217,8 @@ CreateDbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (default: $MEMABRA_DATABASE_URL, else sqlite:///memabra.db); created if missing.",
+        help="Database URL (default: $MEMABRA_DATABASE_URL or $MEMABRA_DATABASE_URL_FILE, else sqlite:///memabra.db); "
+        "created if missing.",
         show_default=False,
         callback=database_url,
     ),
