@@ -11,7 +11,8 @@ The graph::
 chat model with the chosen memories and skill instructions in its system prompt and only the
 chosen tools bound; ``tools`` runs the model's tool calls as LangGraph's ``ToolNode`` does
 (:mod:`memabra._agent_tools`), recording arguments, result, error and latency; ``finish`` answers
-any call left unrun (over ``max_tool_rounds``), logs the episode with its immediate reward terms
+any call left unrun (over ``max_tool_rounds``, or with too few of the run's ``recursion_limit``
+steps left to run it and still reach ``finish``), logs the episode with its immediate reward terms
 and learns from every reward that has become final. A chat model that raises ends the run with its
 exception, after the turn is logged as failed. The per-run user comes through LangGraph's
 ``Runtime`` context (``context={"user_id": ...}``); the thread id from
@@ -33,6 +34,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
@@ -42,7 +44,15 @@ from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
-from memabra._graph_steps import close_failed_turn, current_turn, cut_off_error, error_text, finishing_turn, refuse
+from memabra._graph_steps import (
+    close_failed_turn,
+    current_turn,
+    cut_off_error,
+    error_text,
+    finishing_turn,
+    out_of_steps_error,
+    refuse,
+)
 from memabra._memabra_agent import MemabraAgent
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
 from memabra._records import Budget
@@ -69,6 +79,13 @@ class MemabraState(TypedDict, total=False):
     memabra_turn: str
     memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned while paused)
     memabra_tool_rounds: int  # replies of this turn that asked for tools
+    # steps left before the run's recursion_limit: a round of tools is run only while the turn
+    # can still reach ``finish`` after it, so a run out of steps ends logged, not raising mid-turn
+    memabra_remaining_steps: RemainingSteps
+
+
+# A round of tools from the agent node: tools, agent, then finish; each must run within the limit.
+_STEPS_FOR_A_ROUND = 4
 
 
 class _Graph:
@@ -180,19 +197,23 @@ class _Graph:
 
     def after_agent(self, state: MemabraState) -> str:
         last = state["messages"][-1]
-        if getattr(last, "tool_calls", None) and state.get("memabra_tool_rounds", 0) <= self.max_tool_rounds:
+        if (
+            getattr(last, "tool_calls", None)
+            and state.get("memabra_tool_rounds", 0) <= self.max_tool_rounds
+            and state.get("memabra_remaining_steps", _STEPS_FOR_A_ROUND) >= _STEPS_FOR_A_ROUND
+        ):
             return "tools"
         return "finish"
 
     # --- finish
-    def _unanswered(self, turn_id: str | None, last: AnyMessage) -> list[ToolMessage]:
-        """Answers to the calls of a last reply that no tool ran: over the round limit, or with
-        arguments that did not parse. A thread whose tool call has no answer is refused by the chat
+    def _unanswered(self, turn_id: str | None, last: AnyMessage, cut_off: str) -> list[ToolMessage]:
+        """Answers to the calls of a last reply that no tool ran: cut off (``cut_off`` says by which
+        limit), or with arguments that did not parse. A thread whose tool call has no answer is refused by the chat
         APIs on every later turn; each answer is logged as a failed tool step (E in the reward) of
         ``turn_id`` (``None``: the run has no turn to log)."""
         if not isinstance(last, AIMessage):
             return []
-        answers = [refuse(self.session, turn_id, c, cut_off_error(self.max_tool_rounds)) for c in last.tool_calls]
+        answers = [refuse(self.session, turn_id, c, cut_off) for c in last.tool_calls]
         for bad in last.invalid_tool_calls:
             if bad.get("id"):
                 error = f"not run: its arguments could not be parsed ({bad.get('error') or 'invalid JSON'})"
@@ -203,7 +224,10 @@ class _Graph:
         # paused before this node: goes on here; none where its turn was abandoned meanwhile
         turn = finishing_turn(self.session, state["memabra_turn"], state["messages"])
         last = state["messages"][-1]
-        answers = self._unanswered(turn.id if turn is not None else None, last)
+        # within the round limit, calls left unrun were cut off by the run's recursion_limit
+        over_rounds = state.get("memabra_tool_rounds", 0) > self.max_tool_rounds
+        cut_off = cut_off_error(self.max_tool_rounds) if over_rounds else out_of_steps_error()
+        answers = self._unanswered(turn.id if turn is not None else None, last, cut_off)
         answer = message_text(last) if isinstance(last, AIMessage) and not answers else ""
         if self.tool_search is not None:
             self.tool_search.end(state["memabra_turn"])

@@ -28,6 +28,7 @@ __all__ = [
     "error_text",
     "finishing_turn",
     "log_text",
+    "out_of_steps_error",
     "record_raised",
     "record_result",
     "refuse",
@@ -121,6 +122,10 @@ def unavailable_error(name: str) -> str:
 
 def cut_off_error(limit: int) -> str:
     return f"not run: this turn's limit of {limit} tool round{'' if limit == 1 else 's'} was reached"
+
+
+def out_of_steps_error() -> str:
+    return "not run: the run's recursion_limit left no steps for this call and the turn's end"
 
 
 def error_text(exc: BaseException) -> str:

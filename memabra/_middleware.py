@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -280,6 +280,24 @@ class MemabraNodeState(TypedDict, total=False):
     memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned)
 
 
+def _field(state: Any, key: str, default: Any = None) -> Any:
+    """A key of a graph's state as a node receives it: a dict (a ``TypedDict`` state), or an
+    object (a pydantic or dataclass state, given to a node as the model itself)."""
+    if isinstance(state, Mapping):
+        return state.get(key, default)
+    return getattr(state, key, default)
+
+
+def _turn_id(state: Any) -> str:
+    turn_id = _field(state, "memabra_turn")
+    if not isinstance(turn_id, str) or not turn_id:
+        raise InvalidRecordError(
+            "the state names no memabra turn: declare memabra_turn and memabra_episode_id in the graph's state"
+            " (or subclass MemabraNodeState) and run nodes.route before this node"
+        )
+    return turn_id
+
+
 class MemabraNodes:
     """``route`` and ``finish`` nodes for a graph of your own::
 
@@ -297,34 +315,36 @@ class MemabraNodes:
     def __init__(self, session: RoutingSession) -> None:
         self.session = session
 
+    # ``state`` below is the graph's state as your node receives it: a dict, or a pydantic model.
     def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
-        return {"memabra_turn": _route(self.session, state.get("messages", []), runtime)}
+        return {"memabra_turn": _route(self.session, _field(state, "messages", []), runtime)}
 
-    def _turn(self, state: MemabraNodeState) -> Turn:
+    def _turn(self, state: MemabraNodeState | Any) -> Turn:
         config = _run_config()
         if config is None:  # outside a run: only a turn in flight here can be meant
-            return self.session.get_turn(state["memabra_turn"])
-        return current_turn(self.session, state["memabra_turn"], state.get("messages", []), get_runtime(), config)
+            return self.session.get_turn(_turn_id(state))
+        return current_turn(self.session, _turn_id(state), _field(state, "messages", []), get_runtime(), config)
 
-    def system_prompt(self, state: MemabraNodeState) -> str:
+    def system_prompt(self, state: MemabraNodeState | Any) -> str:
         return self._turn(state).system_prompt
 
-    def tools(self, state: MemabraNodeState, available: Sequence[BaseTool]) -> list[BaseTool]:
+    def tools(self, state: MemabraNodeState | Any, available: Sequence[BaseTool]) -> list[BaseTool]:
         chosen = self._turn(state).tool_names
         return [t for t in available if t.name in chosen]
 
     def record_model_call(
-        self, state: MemabraNodeState, reply: AIMessage, latency_ms: float, name: str = "model"
+        self, state: MemabraNodeState | Any, reply: AIMessage, latency_ms: float, name: str = "model"
     ) -> None:
         inp, out = token_usage(reply)
-        self.session.record_model_call(state["memabra_turn"], name, latency_ms, input_tokens=inp, output_tokens=out)
+        self.session.record_model_call(_turn_id(state), name, latency_ms, input_tokens=inp, output_tokens=out)
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
         # paused before this node: goes on here; none where its turn was abandoned meanwhile
-        turn = finishing_turn(self.session, state["memabra_turn"], state.get("messages", []))
+        messages = _field(state, "messages", [])
+        turn = finishing_turn(self.session, _turn_id(state), messages)
         if turn is None:
             return {"memabra_episode_id": None}
-        return {"memabra_episode_id": self.session.finish(turn.id, _answer(state.get("messages", [])))}
+        return {"memabra_episode_id": self.session.finish(turn.id, _answer(messages))}
 
 
 def create_memabra_middleware(**session_kwargs: Any) -> MemabraMiddleware:
