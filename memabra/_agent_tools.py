@@ -1,5 +1,5 @@
-"""The built-in agent's ``tools`` node: LangGraph's ``ToolNode`` with memabra's checks and logging
-around each call.
+"""The ``tools`` node of the built-in agent and of ``MemabraNodes.tool_node``: LangGraph's
+``ToolNode`` with memabra's checks and logging around each call.
 
 ``ToolNode`` runs the calls as every LangGraph agent does: in parallel, each tool invoked with the
 full tool call, so ``InjectedToolCallId``, ``InjectedState``, ``InjectedStore`` and ``ToolRuntime``
@@ -26,7 +26,15 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from memabra._graph_steps import current_turn, record_raised, record_result, refuse, unavailable_error
+from memabra._graph_steps import (
+    current_turn,
+    record_raised,
+    record_result,
+    refuse,
+    state_field,
+    state_turn_id,
+    unavailable_error,
+)
 from memabra._records import CandidateKind
 from memabra._session import RoutingSession, Turn
 from memabra._tool_search import FIND_TOOLS, REFUSED_SOURCE, ToolSearch, record_missed
@@ -55,12 +63,12 @@ class ToolRunner:
         self._names = frozenset(t.name for t in tools)
         self.tool_search = tool_search
 
-    def node(self) -> ToolNode:
+    def node(self, name: str = "tools") -> ToolNode:
         # handle_tool_errors=False: a raising tool reaches the wrappers below, which log it and
         # answer the model in memabra's words.
         return ToolNode(
             self.tools,
-            name="tools",
+            name=name,
             handle_tool_errors=False,
             wrap_tool_call=self.wrap,
             awrap_tool_call=self.awrap,
@@ -73,12 +81,13 @@ class ToolRunner:
 
     def _admit(self, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
         """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
-        turn_id: str = request.state["memabra_turn"]
+        # the state is a dict, or the graph's pydantic model itself (a MemabraNodes graph's own state)
+        turn_id = state_turn_id(request.state)
         runtime = request.runtime
         turn = current_turn(
             self.session,
             turn_id,
-            request.state.get("messages", []),
+            state_field(request.state, "messages", []),
             runtime,
             getattr(runtime, "config", None),
             pending_allowed=self._names.__contains__,
@@ -99,7 +108,7 @@ class ToolRunner:
         return refuse(self.session, turn_id, request.tool_call, error)
 
     def _done(self, request: ToolCallRequest, result: ToolOutcome, started: float) -> None:
-        turn_id: str = request.state["memabra_turn"]
+        turn_id = state_turn_id(request.state)
         ok = record_result(self.session, turn_id, request.tool_call, result, started)
         if ok and self.tool_search is not None:
             turn = self.session.get_turn(turn_id)
@@ -118,12 +127,12 @@ class ToolRunner:
         try:
             result = execute(admitted)
         except GraphInterrupt:  # the run pauses: the turn is kept for whichever process resumes it
-            self.session.suspend(admitted.state["memabra_turn"])
+            self.session.suspend(state_turn_id(admitted.state))
             raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return record_raised(self.session, admitted.state["memabra_turn"], admitted.tool_call, exc, started)
+            return record_raised(self.session, state_turn_id(admitted.state), admitted.tool_call, exc, started)
         self._done(admitted, result, started)
         return result
 
@@ -137,11 +146,11 @@ class ToolRunner:
         try:
             result = await execute(admitted)
         except GraphInterrupt:
-            await asyncio.to_thread(self.session.suspend, admitted.state["memabra_turn"])  # off the event loop
+            await asyncio.to_thread(self.session.suspend, state_turn_id(admitted.state))  # off the event loop
             raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return record_raised(self.session, admitted.state["memabra_turn"], admitted.tool_call, exc, started)
+            return record_raised(self.session, state_turn_id(admitted.state), admitted.tool_call, exc, started)
         self._done(admitted, result, started)
         return result

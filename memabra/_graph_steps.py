@@ -32,10 +32,31 @@ __all__ = [
     "record_raised",
     "record_result",
     "refuse",
+    "state_field",
+    "state_turn_id",
     "unavailable_error",
 ]
 
 logger = logging.getLogger("memabra")
+
+
+def state_field(state: Any, key: str, default: Any = None) -> Any:
+    """A key of a graph's state as a node or a tool call receives it: a dict (a ``TypedDict``
+    state), or an object (a pydantic or dataclass state, given as the model itself)."""
+    if isinstance(state, Mapping):
+        return state.get(key, default)
+    return getattr(state, key, default)
+
+
+def state_turn_id(state: Any) -> str:
+    """The turn the graph's state names; a clear error where the graph never routed one."""
+    turn_id = state_field(state, "memabra_turn")
+    if not isinstance(turn_id, str) or not turn_id:
+        raise InvalidRecordError(
+            "the state names no memabra turn: declare memabra_turn and memabra_episode_id in the graph's state"
+            " (or subclass MemabraNodeState) and run nodes.route before this node"
+        )
+    return turn_id
 
 
 def current_turn(

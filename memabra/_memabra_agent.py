@@ -17,8 +17,10 @@ from contextlib import aclosing, closing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphRecursionError
 
 from memabra._graph_io import run_thread_id
+from memabra._out_of_steps import aclose_out_of_steps, close_out_of_steps, running_before
 from memabra._paused_turns import pause_running_copy
 from memabra._records import FeedbackKind, FeedbackReceipt
 from memabra._run_ends import (
@@ -26,6 +28,7 @@ from memabra._run_ends import (
     asked_turn,
     each_config,
     each_interrupted,
+    each_out,
     interrupt_in,
     paused_turn,
     waits_on_someone,
@@ -65,7 +68,9 @@ class MemabraAgent:
     if nobody retries it). A run that stops at an interrupt with no turn of its thread running
     here (a retry whose first step asks for approval, before memabra's nodes run again) has the
     log's running copy of the turn its state names rewritten as paused: a person is asked, so it
-    must not read lost. A run that logged its turn reads no state.
+    must not read lost. A run that logged its turn reads no state. A run that raised
+    ``GraphRecursionError`` (out of steps mid-turn in a graph of one's own) has its turn logged as
+    failed where the turn is known to be its own (:mod:`memabra._out_of_steps`).
 
     Wraps a ``create_agent`` graph with :class:`~memabra.MemabraMiddleware` the same way:
     ``MemabraAgent(create_agent(..., middleware=[middleware]), middleware.session)``.
@@ -91,18 +96,24 @@ class MemabraAgent:
     # A run that raised (or an ``ainvoke`` cancelled: a client that went away) keeps its turn as
     # running, not as paused: nobody waits to resume it, and one nobody retries must be counted lost.
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        before = running_before(self.graph, self.session, config)
         try:
             out = self.graph.invoke(input, config, **kwargs)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, GraphRecursionError):
+                close_out_of_steps(self.graph, self.session, config, before)
             self._keep_paused(config, waiting=False)
             raise
         self._keep_paused(config, interrupted=interrupt_in(out))
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        before = running_before(self.graph, self.session, config)
         try:
             out = await self.graph.ainvoke(input, config, **kwargs)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, GraphRecursionError):
+                await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
             await self._akeep_paused(config, waiting=False)
             raise
         await self._akeep_paused(config, interrupted=interrupt_in(out))
@@ -116,12 +127,16 @@ class MemabraAgent:
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         waiting: bool | None = False
         seen = Interrupts(self.graph, input, kwargs)
+        before = running_before(self.graph, self.session, config)
         try:
             with closing(self.graph.stream(input, config, **kwargs)) as chunks:  # closing this closes the run
                 for chunk in chunks:
                     seen.read(chunk)
                     yield chunk
             waiting = True
+        except GraphRecursionError:
+            close_out_of_steps(self.graph, self.session, config, before)
+            raise
         except GeneratorExit:
             waiting = None
             raise
@@ -131,12 +146,16 @@ class MemabraAgent:
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         waiting: bool | None = False
         seen = Interrupts(self.graph, input, kwargs)
+        before = running_before(self.graph, self.session, config)
         try:
             async with aclosing(self.graph.astream(input, config, **kwargs)) as chunks:
                 async for chunk in chunks:
                     seen.read(chunk)
                     yield chunk
             waiting = True
+        except GraphRecursionError:
+            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
+            raise
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None
             raise
@@ -154,7 +173,11 @@ class MemabraAgent:
             return outs
         finally:
             stops = each_interrupted(outs, len(inputs))
-            for each, stopped in zip(each_config(config, len(inputs)), stops, strict=False):
+            for each, stopped, out in zip(
+                each_config(config, len(inputs)), stops, each_out(outs, len(inputs)), strict=False
+            ):
+                if isinstance(out, GraphRecursionError):  # return_exceptions=True: this run's own outcome
+                    close_out_of_steps(self.graph, self.session, each, None)
                 self._keep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def abatch(
@@ -168,7 +191,11 @@ class MemabraAgent:
             return outs
         finally:
             stops = each_interrupted(outs, len(inputs))
-            for each, stopped in zip(each_config(config, len(inputs)), stops, strict=False):
+            for each, stopped, out in zip(
+                each_config(config, len(inputs)), stops, each_out(outs, len(inputs)), strict=False
+            ):
+                if isinstance(out, GraphRecursionError):
+                    await asyncio.shield(aclose_out_of_steps(self.graph, self.session, each, None))
                 await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def astream_events(
@@ -176,12 +203,16 @@ class MemabraAgent:
     ) -> AsyncIterator[Any]:
         waiting: bool | None = False
         seen = Interrupts(self.graph, input, None)  # no stream mode is known to show one in events
+        before = running_before(self.graph, self.session, config)
         try:
             async with aclosing(self.graph.astream_events(input, config, **kwargs)) as events:
                 async for event in events:
                     seen.read(event)
                     yield event
             waiting = True
+        except GraphRecursionError:
+            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
+            raise
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None
             raise

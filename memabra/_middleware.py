@@ -8,7 +8,8 @@ learned from — the same loop as :func:`memabra.create_memabra_agent`.
 
 :class:`MemabraNodes` gives the same loop as two nodes (``route`` and ``finish``) for any
 ``StateGraph`` whose state has ``messages``; your own model node reads the chosen context with
-:meth:`MemabraNodes.system_prompt` and :meth:`MemabraNodes.tools`.
+:meth:`MemabraNodes.system_prompt` and :meth:`MemabraNodes.tools`, and its tools run in
+:meth:`MemabraNodes.tool_node`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -28,9 +29,11 @@ from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime, get_runtime
 from typing_extensions import TypedDict
 
+from memabra._agent_tools import ToolRunner
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import (
@@ -41,6 +44,8 @@ from memabra._graph_steps import (
     record_raised,
     record_result,
     refuse,
+    state_field,
+    state_turn_id,
     unavailable_error,
 )
 from memabra._records import Step
@@ -280,24 +285,6 @@ class MemabraNodeState(TypedDict, total=False):
     memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned)
 
 
-def _field(state: Any, key: str, default: Any = None) -> Any:
-    """A key of a graph's state as a node receives it: a dict (a ``TypedDict`` state), or an
-    object (a pydantic or dataclass state, given to a node as the model itself)."""
-    if isinstance(state, Mapping):
-        return state.get(key, default)
-    return getattr(state, key, default)
-
-
-def _turn_id(state: Any) -> str:
-    turn_id = _field(state, "memabra_turn")
-    if not isinstance(turn_id, str) or not turn_id:
-        raise InvalidRecordError(
-            "the state names no memabra turn: declare memabra_turn and memabra_episode_id in the graph's state"
-            " (or subclass MemabraNodeState) and run nodes.route before this node"
-        )
-    return turn_id
-
-
 class MemabraNodes:
     """``route`` and ``finish`` nodes for a graph of your own::
 
@@ -307,9 +294,11 @@ class MemabraNodes:
         builder.add_node("finish", nodes.finish)
         builder.add_edge(START, "route"); builder.add_edge("route", "model"); builder.add_edge("model", "finish")
 
-    Tool calls your graph makes can be logged with ``nodes.session.record_tool_call``. Run the
-    compiled graph as ``MemabraAgent(graph, nodes.session)`` where a run can pause between nodes
-    and go on in another worker: the turn is kept in the log when the run ends paused.
+    Run your tools with ``builder.add_node("tools", nodes.tool_node(all_tools))``: a LangGraph
+    ``ToolNode`` that refuses a call to a tool the turn was not given and logs each call, as the
+    built-in agent's does. Run the compiled graph as ``MemabraAgent(graph, nodes.session)`` where
+    a run can pause between nodes and go on in another worker: the turn is kept in the log when
+    the run ends paused.
     """
 
     def __init__(self, session: RoutingSession) -> None:
@@ -317,13 +306,15 @@ class MemabraNodes:
 
     # ``state`` below is the graph's state as your node receives it: a dict, or a pydantic model.
     def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
-        return {"memabra_turn": _route(self.session, _field(state, "messages", []), runtime)}
+        return {"memabra_turn": _route(self.session, state_field(state, "messages", []), runtime)}
 
     def _turn(self, state: MemabraNodeState | Any) -> Turn:
         config = _run_config()
         if config is None:  # outside a run: only a turn in flight here can be meant
-            return self.session.get_turn(_turn_id(state))
-        return current_turn(self.session, _turn_id(state), _field(state, "messages", []), get_runtime(), config)
+            return self.session.get_turn(state_turn_id(state))
+        return current_turn(
+            self.session, state_turn_id(state), state_field(state, "messages", []), get_runtime(), config
+        )
 
     def system_prompt(self, state: MemabraNodeState | Any) -> str:
         return self._turn(state).system_prompt
@@ -332,16 +323,26 @@ class MemabraNodes:
         chosen = self._turn(state).tool_names
         return [t for t in available if t.name in chosen]
 
+    def tool_node(self, tools: Sequence[BaseTool], *, name: str = "tools") -> ToolNode:
+        """A ``ToolNode`` running ``tools`` (the same list your model node passes to :meth:`tools`)
+        as the built-in agent runs them: in parallel, sync or async, with injected state and
+        ``Command`` results. A call to a tool this turn was not given is refused (and, for one of
+        ``tools``, recorded as needed and missed); each call is logged with its latency and
+        outcome, so the reward sees it; a raising tool answers the model with an error
+        ToolMessage and a failed step; an ``interrupt`` in a tool pauses the turn, kept for
+        whichever worker resumes the run."""
+        return ToolRunner(self.session, tools, tool_search=None).node(name)
+
     def record_model_call(
         self, state: MemabraNodeState | Any, reply: AIMessage, latency_ms: float, name: str = "model"
     ) -> None:
         inp, out = token_usage(reply)
-        self.session.record_model_call(_turn_id(state), name, latency_ms, input_tokens=inp, output_tokens=out)
+        self.session.record_model_call(state_turn_id(state), name, latency_ms, input_tokens=inp, output_tokens=out)
 
     def finish(self, state: MemabraNodeState) -> dict[str, Any]:
         # paused before this node: goes on here; none where its turn was abandoned meanwhile
-        messages = _field(state, "messages", [])
-        turn = finishing_turn(self.session, _turn_id(state), messages)
+        messages = state_field(state, "messages", [])
+        turn = finishing_turn(self.session, state_turn_id(state), messages)
         if turn is None:
             return {"memabra_episode_id": None}
         return {"memabra_episode_id": self.session.finish(turn.id, _answer(messages))}

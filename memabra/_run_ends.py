@@ -16,6 +16,7 @@ __all__ = [
     "asked_turn",
     "each_config",
     "each_interrupted",
+    "each_out",
     "interrupt_in",
     "paused_turn",
     "waits_on_someone",
@@ -135,6 +136,11 @@ def _interrupted(snapshot: Any) -> bool:
         if nested is not None and hasattr(nested, "tasks") and _interrupted(nested):
             return True
     return False
+
+
+def each_out(outs: list[Any], n: int) -> list[Any]:
+    """Each of a batch's runs' outcome (``None`` each where the batch raised)."""
+    return list(outs) if len(outs) == n else [None] * n
 
 
 def each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:

@@ -1,0 +1,106 @@
+"""A run that raised ``GraphRecursionError``, for :class:`~memabra.MemabraAgent`: it ran out of
+steps mid-turn (a graph of one's own with :class:`~memabra.MemabraNodes`, or ``create_agent`` with
+:class:`~memabra.MemabraMiddleware`; only the built-in agent stops in time, at ``finish``).
+
+Its turn is logged as failed, as a turn whose model or tool raised is, rather than kept running
+for a retry that would not help: retried with the same ``recursion_limit`` it runs out again, and
+a retry with a higher one routes the turn afresh under the same id
+(:func:`~memabra._graph_steps.current_turn`). Only a turn known to be the run's own is closed:
+the one the thread's checkpoint names, else, without a checkpointer, the one turn of the run's
+thread that began in this process while the run ran. Where neither tells (no thread id, or
+concurrent runs on one thread without a checkpointer) the turn is kept running, as for any run
+that raised: closing a guess could log another run's turn as failed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from memabra._graph_io import run_thread_id
+from memabra._graph_steps import close_failed_turn
+from memabra._run_ends import paused_turn
+from memabra._session import RoutingSession
+
+__all__ = ["aclose_out_of_steps", "close_out_of_steps", "running_before"]
+
+logger = logging.getLogger("memabra")
+
+_UNREAD = "could not read the state of a run out of steps: its turn is kept running (a retry goes on with it)"
+
+
+def _checkpointed(graph: Any, config: RunnableConfig | None) -> RunnableConfig | None:
+    """The run's thread's latest checkpoint, where the graph keeps one."""
+    thread_id = run_thread_id(config)
+    if thread_id is None or not getattr(graph, "checkpointer", None):
+        return None
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def running_before(graph: Any, session: RoutingSession, config: RunnableConfig | None) -> frozenset[str] | None:
+    """The thread's turns running here as a run without a checkpointer starts (``None``: not
+    needed, as its checkpoint will name the turn, or not usable, as it has no thread id)."""
+    thread_id = run_thread_id(config)
+    if thread_id is None or getattr(graph, "checkpointer", None):
+        return None
+    return session.running_turns(thread_id)
+
+
+def _run_turn(
+    session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None, snapshot: Any
+) -> str | None:
+    thread_id = run_thread_id(config)
+    if thread_id is None:
+        return None
+    running = session.running_turns(thread_id)
+    if snapshot is not None:
+        return paused_turn(snapshot, running)
+    if before is None:
+        return None
+    began = running - before
+    if len(began) > 1:
+        logger.warning("a run of thread %s ran out of steps beside others: its turn is kept running", thread_id)
+    return next(iter(began)) if len(began) == 1 else None
+
+
+def _closed(session: RoutingSession, turn_id: str) -> None:
+    if close_failed_turn(session, turn_id) is not None:
+        logger.warning("turn %s ran out of its run's recursion_limit: logged as a failed turn", turn_id)
+
+
+# close_out_of_steps and aclose_out_of_steps differ only in how the state is read and the turn
+# written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
+# caller re-raises the run's GraphRecursionError.
+def close_out_of_steps(
+    graph: Any, session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None
+) -> None:
+    """Log the turn of a run that raised ``GraphRecursionError`` as failed, where it is known."""
+    snapshot = None
+    state_config = _checkpointed(graph, config)
+    if state_config is not None:
+        try:
+            snapshot = graph.get_state(state_config, subgraphs=True)
+        except Exception:  # noqa: BLE001 - the caller keeps the turn running
+            logger.warning(_UNREAD, exc_info=True)
+            return
+    turn_id = _run_turn(session, config, before, snapshot)
+    if turn_id is not None:
+        _closed(session, turn_id)
+
+
+async def aclose_out_of_steps(
+    graph: Any, session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None
+) -> None:
+    snapshot = None
+    state_config = _checkpointed(graph, config)
+    if state_config is not None:
+        try:
+            snapshot = await graph.aget_state(state_config, subgraphs=True)
+        except Exception:  # noqa: BLE001 - as in close_out_of_steps
+            logger.warning(_UNREAD, exc_info=True)
+            return
+    turn_id = _run_turn(session, config, before, snapshot)
+    if turn_id is not None:  # a database write: off the event loop
+        await asyncio.to_thread(_closed, session, turn_id)
