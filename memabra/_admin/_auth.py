@@ -21,7 +21,8 @@ worker serving the admin refuses the old cookie, not just the one that handled t
 Guessing is throttled per client (:class:`AttemptThrottle`): every failed sign-in or bearer
 token waits a little longer than the one before, and :data:`MAX_FAILURES` failures within
 :data:`FAILURE_WINDOW` lock the client out for :data:`LOCKOUT`; each failure and each lockout is
-logged as a warning. The counts live in the serving process (a lockout is per worker).
+logged as a warning. The counts live in the serving process (a lockout is per worker). An IPv6
+client counts with its whole /64 network (:func:`throttled_client`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Protocol
@@ -108,10 +109,11 @@ class Credentials:
     """What may be presented: the operator token and/or password (at least one), and optionally a
     reviewer token and/or password (sign-ins that can read everything and write nothing)."""
 
-    token: str | None = None
-    password: str | None = None
-    reviewer_token: str | None = None
-    reviewer_password: str | None = None
+    # out of the repr: a log line or a traceback that shows the app's state must not show a secret
+    token: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    reviewer_token: str | None = field(default=None, repr=False)
+    reviewer_password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("token", "password", "reviewer_token", "reviewer_password"):
@@ -168,6 +170,20 @@ class Credentials:
         return self.bearer_role(token) is Role.OPERATOR
 
 
+def throttled_client(client: str) -> str:
+    """Whom failures count against: an IPv4 address, or the /64 network of an IPv6 one (a single
+    host is usually handed a whole /64, so counting per address would let it guess without end)."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client  # not an address (a unix socket, a test client): counted as it is
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return client
+
+
 @dataclass
 class _Failures:
     times: list[float]
@@ -202,6 +218,7 @@ class AttemptThrottle:
         self._clients: OrderedDict[str, _Failures] = OrderedDict()
 
     def locked_for(self, client: str) -> float:
+        client = throttled_client(client)
         with self._lock:
             entry = self._clients.get(client)
             if entry is None:
@@ -209,6 +226,7 @@ class AttemptThrottle:
             return max(0.0, entry.locked_until - self._clock())
 
     def failed(self, client: str, what: str) -> float:
+        client = throttled_client(client)
         now = self._clock()
         horizon = now - self.window.total_seconds()
         with self._lock:
@@ -243,6 +261,7 @@ class AttemptThrottle:
         return min(_FIRST_FAILURE_DELAY_S * 2.0 ** (count - 1), _MAX_FAILURE_DELAY_S)
 
     def succeeded(self, client: str) -> None:
+        client = throttled_client(client)
         with self._lock:
             entry = self._clients.get(client)
             if entry is not None and entry.locked_until <= self._clock():

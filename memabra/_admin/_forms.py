@@ -59,6 +59,9 @@ WINDOW_LABELS = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "1 year
 MAX_TEXT = 10_000
 # The longest id (user, thread, memory) the log stores: its id columns are VARCHAR(200).
 MAX_ID = 200
+# The longest episode search: far past any phrase a person looks for, and well under SQLite's
+# 50,000-byte limit on a LIKE pattern (a longer one fails in the database, not here).
+MAX_SEARCH = 1_000
 # Past this a memory page's offset is no page at all, and the databases' integers end not far above.
 MAX_OFFSET = 1_000_000_000
 
@@ -115,6 +118,8 @@ def _number(field: str, raw: str) -> float:
 def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict[str, str]]:
     """The filter a query string asks for, and its non-empty raw values (to refill the form)."""
     raw = {name: params.get(name, "").strip() for name in FILTER_FIELDS}
+    if len(raw["q"]) > MAX_SEARCH:
+        raise FormError(f"q is longer than {MAX_SEARCH:,} characters; search for a shorter part of the query")
     kind: CandidateKind | None = None
     if raw["kind"]:
         try:

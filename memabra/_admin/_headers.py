@@ -1,4 +1,6 @@
-"""The Content-Security-Policy and related headers the admin adds to every response."""
+"""The Content-Security-Policy and related headers the admin adds to every response, and
+``Cache-Control: no-store`` on every response but the static files: pages, downloads and errors
+show users' messages and memories, which no shared cache or browser history should keep."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ _SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 class SecurityHeaders:
-    """Adds the CSP and related headers to every response (pages, static files, errors)."""
+    """Adds the CSP and related headers to every response (pages, static files, errors), and
+    ``no-store`` to every one outside ``/static`` that does not say how to cache itself."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -29,10 +32,14 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        static = str(scope.get("path", "")).startswith("/static/")
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + list(_SECURITY_HEADERS)
+                headers = list(message.get("headers", [])) + list(_SECURITY_HEADERS)
+                if not static and not any(name.lower() == b"cache-control" for name, _ in headers):
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from memabra._admin._auth import SESSION_COOKIE, SessionState, WebSession
+from memabra._admin._auth import SessionState, WebSession
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _locked_out, _safe_next
 
 __all__ = ["LoginPages"]
@@ -25,6 +25,7 @@ class LoginPages(_AdminBase):
         if session is not None and session.authenticated:
             return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
         return self._login_page(
+            request,
             request.query_params.get("next", ""),
             message="Your session expired; sign in again." if request.query_params.get("expired") else "",
             notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
@@ -33,6 +34,7 @@ class LoginPages(_AdminBase):
 
     def _login_page(
         self,
+        request: Request,
         next_url: str,
         *,
         message: str = "",
@@ -54,7 +56,7 @@ class LoginPages(_AdminBase):
             notice=notice,
         )
         if cookie is not None:
-            self._set_session(response, cookie)
+            self._set_session(request, response, cookie)
         return response
 
     async def login(self, request: Request) -> Response:
@@ -63,7 +65,7 @@ class LoginPages(_AdminBase):
         _, session = await self._read_session(request)
         if session is None or not session.csrf_matches(form.get("csrf_token")):
             return self._login_page(
-                next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403
+                request, next_url, message="The sign-in form expired or came from elsewhere; try again.", status=403
             )
         client = _client(request)
         locked = self.throttle.locked_for(client)
@@ -71,16 +73,16 @@ class LoginPages(_AdminBase):
             # Refused without looking at the secret: a locked-out client learns nothing by guessing.
             exc = _locked_out(locked)
             return self._login_page(
-                next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
+                request, next_url, message=exc.message, status=exc.status, session=session, headers=exc.headers
             )
         who = self.credentials.principal_of(form.get("secret", ""))
         if who is None:
             await asyncio.sleep(self.throttle.failed(client, "sign-in"))
-            return self._login_page(next_url, message="Wrong token or password.", status=401, session=session)
+            return self._login_page(request, next_url, message="Wrong token or password.", status=401, session=session)
         self.throttle.succeeded(client)
         cookie, _ = self.codec.issue(authenticated=True, principal=who.credential, role=who.role)
         response = RedirectResponse(_safe_next(next_url), status_code=303)
-        self._set_session(response, cookie)
+        self._set_session(request, response, cookie)
         return response
 
     async def logout(self, request: Request) -> Response:
@@ -92,5 +94,5 @@ class LoginPages(_AdminBase):
         # Revoked server-side, so a copy of the cookie (another tab, a stolen one) stops working too.
         await run_in_threadpool(self.revocations.revoke, session.id, session.expires)
         response = RedirectResponse("/login?notice=signed-out", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        self._clear_session(request, response)
         return response

@@ -238,7 +238,14 @@ class _AdminBase:
             response.headers[header] = value
         return response
 
-    def _set_session(self, response: Response, cookie: str) -> None:
+    def _cookie_secure(self, request: Request) -> bool:
+        """Whether the session cookie is marked ``Secure``: always with ``secure_cookies``, and
+        whenever the request came over HTTPS. Behind a TLS-terminating proxy that is what the
+        proxy's ``X-Forwarded-Proto`` says, which uvicorn applies only from the addresses its
+        ``--forwarded-allow-ips`` trusts (a client cannot claim HTTPS through an untrusted hop)."""
+        return self.secure_cookies or request.url.scheme == "https"
+
+    def _set_session(self, request: Request, response: Response, cookie: str) -> None:
         # A browser-session cookie: expiry is enforced by the signed payload, and a cookie that
         # outlives it lets the sign-in page say "expired" rather than just "sign in".
         response.set_cookie(
@@ -246,8 +253,13 @@ class _AdminBase:
             cookie,
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookies,
+            secure=self._cookie_secure(request),
             path="/",
+        )
+
+    def _clear_session(self, request: Request, response: Response) -> None:
+        response.delete_cookie(
+            SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=self._cookie_secure(request)
         )
 
     def _error(self, exc: _HttpError, auth: _Auth | None = None) -> HTMLResponse:

@@ -69,6 +69,24 @@ def admin(
         bool, typer.Option("--read-only", help="Refuse every write (feedback, promote, roll back, memory edits).")
     ] = False,
     session_minutes: Annotated[int, typer.Option(min=1, help="Minutes a sign-in lasts.")] = 480,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FORWARDED_ALLOW_IPS",
+            help="Comma-separated addresses or networks of the reverse proxies in front of the admin: their "
+            "X-Forwarded-For names the client (whom failed sign-ins count against) and their X-Forwarded-Proto "
+            "the scheme (https marks the session cookie Secure). Without it no forwarded header is believed.",
+            show_default=False,
+        ),
+    ] = None,
+    secure_cookies: Annotated[
+        bool,
+        typer.Option(
+            "--secure-cookies",
+            help="Mark the session cookie Secure even on requests that did not arrive over HTTPS (a TLS proxy "
+            "that sends no X-Forwarded-Proto).",
+        ),
+    ] = False,
     policy: Annotated[
         str | None,
         typer.Option(
@@ -129,6 +147,7 @@ def admin(
             reviewer_password=reviewer_password,
             read_only=read_only,
             session_ttl=timedelta(minutes=session_minutes),
+            secure_cookies=secure_cookies,
             current_policy=_current_policy(log, policy),
             checkpointer=saver,
         )
@@ -139,7 +158,17 @@ def admin(
         console.print(f"memabra admin on [bold]{escape(where)}[/] for {escape(log.url)}{mode}")
         if generated:
             console.print(f"sign in with this one-time token: [bold]{token}[/]")
-        config = uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")
+        # uvicorn believes X-Forwarded-* from loopback by default, so any local process could name
+        # itself a fresh client on each guess; forwarded headers count only from proxies named here.
+        trusted_proxies = (forwarded_allow_ips or "").strip()
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info" if verbose else "warning",
+            proxy_headers=bool(trusted_proxies),
+            forwarded_allow_ips=trusted_proxies or None,
+        )
         try:
             uvicorn.Server(config).run(sockets=[listening])
         finally:
