@@ -40,6 +40,7 @@ from memabra._admin._auth import (
     SessionCodec,
     SessionRevocations,
 )
+from memabra._admin._body_limit import BodyLimit
 from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
 from memabra._admin._forms import (
@@ -306,7 +307,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: admin.not_found})
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(SecurityHeaders)  # added last, so outermost: the 413 gets its headers too
     app.state.admin = admin
     return app
 
