@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from memabra import (
     STOP_ID,
@@ -76,3 +77,19 @@ def readable_final_rewards(store: LearnerStore, *, at_least: int = 1, timeout_s:
         time.sleep(0.2)
     assert len(finals) >= at_least, f"{len(finals)} final reward(s) readable after {timeout_s:.0f} s, not {at_least}"
     return finals
+
+
+def route_model_finish(state_schema: Any, nodes: Any, model_node: Any) -> Any:
+    """The smallest graph of one's own around :class:`~memabra.MemabraNodes`:
+    ``route -> model -> finish``, uncompiled (the caller picks the checkpointer and interrupts)."""
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(state_schema)
+    builder.add_node("route", nodes.route)
+    builder.add_node("model", model_node)
+    builder.add_node("finish", nodes.finish)
+    builder.add_edge(START, "route")
+    builder.add_edge("route", "model")
+    builder.add_edge("model", "finish")
+    builder.add_edge("finish", END)
+    return builder

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from runtime.conftest import get_weather
 from typing_extensions import TypedDict
 
+from factories import route_model_finish
 from fakes import ScriptedChatModel
 from memabra import MemabraNodes, create_memabra_agent
 from memabra._agent import build_session
@@ -61,14 +62,7 @@ def test_memabra_nodes_serve_a_graph_whose_state_is_a_pydantic_model(log: Episod
         nodes.record_model_call(state, reply, (time.perf_counter() - started) * 1000.0)
         return {"messages": [reply], "notes": ["model"]}
 
-    builder = StateGraph(PydanticState)
-    builder.add_node("route", nodes.route)
-    builder.add_node("model", model_node)
-    builder.add_node("finish", nodes.finish)
-    builder.add_edge(START, "route")
-    builder.add_edge("route", "model")
-    builder.add_edge("model", "finish")
-    builder.add_edge("finish", END)
+    builder = route_model_finish(PydanticState, nodes, model_node)
     out = builder.compile().invoke({"messages": [HumanMessage("weather where I live?")]}, context=USER)
     episode = log.get_episode(out["memabra_episode_id"])
     assert [s.status for s in episode.steps] == ["ok"] and episode.answer == "Sunny in Lyon"

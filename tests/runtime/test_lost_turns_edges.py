@@ -23,6 +23,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 from typer.testing import CliRunner
 
+from factories import route_model_finish
+
 CONFIG: Any = {"configurable": {"thread_id": "mail", "user_id": "ann"}}
 ASK = {"messages": [HumanMessage("Email bob please")]}
 CALL = AIMessage("", tool_calls=[{"name": "send_email", "args": {"to": "bob"}, "id": "c1"}])
@@ -89,7 +91,6 @@ def _middleware(log: Any, lexical: Any, replies: list[Any], saver: Any, sending:
 
 def _nodes(log: Any, lexical: Any, replies: list[Any], saver: Any) -> Any:
     """A new process's graph of its own built with :class:`MemabraNodes`."""
-    from langgraph.graph import END, START, StateGraph
 
     from fakes import ScriptedChatModel
     from memabra import MemabraAgent
@@ -104,14 +105,7 @@ def _nodes(log: Any, lexical: Any, replies: list[Any], saver: Any) -> Any:
         nodes.record_model_call(state, reply, 1.0)
         return {"messages": [reply]}
 
-    builder = StateGraph(MemabraNodeState)
-    builder.add_node("route", nodes.route)
-    builder.add_node("model", call_model)
-    builder.add_node("finish", nodes.finish)
-    builder.add_edge(START, "route")
-    builder.add_edge("route", "model")
-    builder.add_edge("model", "finish")
-    builder.add_edge("finish", END)
+    builder = route_model_finish(MemabraNodeState, nodes, call_model)
     return MemabraAgent(builder.compile(checkpointer=saver), nodes.session)
 
 

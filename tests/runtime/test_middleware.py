@@ -7,8 +7,8 @@ import time
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import END, START, StateGraph
 
+from factories import route_model_finish
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind
 from memabra._agent import build_session
@@ -57,14 +57,7 @@ def test_nodes_add_routing_to_any_state_graph(log: EpisodeLog, tools, lexical) -
         nodes.record_model_call(state, reply, (time.perf_counter() - started) * 1000)
         return {"messages": [reply]}
 
-    builder = StateGraph(MemabraNodeState)
-    builder.add_node("route", nodes.route)
-    builder.add_node("model", model_node)
-    builder.add_node("finish", nodes.finish)
-    builder.add_edge(START, "route")
-    builder.add_edge("route", "model")
-    builder.add_edge("model", "finish")
-    builder.add_edge("finish", END)
+    builder = route_model_finish(MemabraNodeState, nodes, model_node)
     out = builder.compile().invoke({"messages": [HumanMessage("what is my name")]}, context={"user_id": "ann"})
     ep = session.log.get_episode(out["memabra_episode_id"])
     assert "My name is Ann" in str(seen["system"])

@@ -15,9 +15,9 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
+from factories import route_model_finish
 from fakes import ScriptedChatModel
 from memabra import Budget, CandidateKind, MemabraAgent
 from memabra._agent import build_session, create_memabra_agent
@@ -158,14 +158,7 @@ def test_a_graph_of_your_own_paused_before_finish_is_logged_where_it_resumes(log
             nodes.record_model_call(state, reply, 1.0)
             return {"messages": [reply]}
 
-        builder = StateGraph(MemabraNodeState)
-        builder.add_node("route", nodes.route)
-        builder.add_node("model", model_node)
-        builder.add_node("finish", nodes.finish)
-        builder.add_edge(START, "route")
-        builder.add_edge("route", "model")
-        builder.add_edge("model", "finish")
-        builder.add_edge("finish", END)
+        builder = route_model_finish(MemabraNodeState, nodes, model_node)
         return MemabraAgent(builder.compile(checkpointer=saver, interrupt_before=["finish"]), nodes.session)
 
     worker().invoke({"messages": [HumanMessage("Hi there")]}, CONFIG)
