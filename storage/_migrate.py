@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 from memabra._errors import SchemaError, StorageContentionError
 from memabra.storage._engine import is_postgres, make_engine, resolve_url
 from memabra.storage._online_index import build_online_indexes
+from memabra.storage._schema_compat import read_marker
 from memabra.storage._tx import WRITE_OPTION, is_transient
 
 logger = logging.getLogger("memabra")
@@ -125,9 +126,17 @@ def _migration_key(connection: Connection) -> int:
 def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -> str:
     """Apply migrations up to ``revision``; returns the revision the database is now at. On
     PostgreSQL the indexes a pending migration adds to an existing table are built first, without
-    blocking writes (see ``_online_index``)."""
+    blocking writes (see ``_online_index``). A database a newer memabra migrated is left as it is
+    when ``revision`` is the head and :func:`check_schema` accepts it (with its warning), and its
+    revision is returned; :class:`SchemaError` when it does not."""
     engine, owned = _engine_for(url_or_engine)
     try:
+        current = current_revision(engine)
+        if revision in ("head", "heads") and current is not None and current not in known_revisions():
+            # a newer memabra upgraded it (an old image's deploy job or init container run mid-roll):
+            # nothing of this memabra's is left to apply; refused when this code cannot run on it
+            check_schema(engine)
+            return current
         if is_postgres(engine):
             build_online_indexes(engine, _scripts(), _migration_key, revision)
         _run(engine, "upgrade", revision)
@@ -153,7 +162,11 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def check_schema(engine: Engine) -> None:
-    """Refuse to work on a database that is not at this code's schema version."""
+    """Refuse to work on a database this code's schema cannot run on: one with no schema, one
+    older than this code's head, or one newer whose compatibility marker (``_schema_compat``) says
+    a revision past this code's head broke older code. A newer one that still accepts this code's
+    head is opened with a warning; one without the marker (upgraded by a memabra before it had one)
+    is refused."""
     current = current_revision(engine)
     head = head_revision()
     if current == head:
@@ -161,15 +174,29 @@ def check_schema(engine: Engine) -> None:
     where = engine.url.render_as_string(hide_password=True)
     if current is None:
         raise SchemaError(f"the database {where} has no memabra schema; run `memabra db upgrade --db {where}`")
-    script = _scripts()
-    known = {rev.revision for rev in script.walk_revisions()}
-    if current not in known:
+    known = known_revisions()
+    if current in known:
         raise SchemaError(
-            f"the database {where} is at schema revision {current}, newer than this memabra ({head}); upgrade memabra"
+            f"the database {where} is at schema revision {current}, but this memabra needs {head}; "
+            f"run `memabra db upgrade --db {where}`"
         )
-    raise SchemaError(
-        f"the database {where} is at schema revision {current}, but this memabra needs {head}; "
-        f"run `memabra db upgrade --db {where}`"
+    with engine.connect() as connection:
+        oldest_compatible = read_marker(connection)
+    newer = f"the database {where} is at schema revision {current}, newer than this memabra ({head})"
+    if oldest_compatible is None:
+        raise SchemaError(f"{newer}; upgrade memabra")
+    if oldest_compatible not in known:
+        raise SchemaError(
+            f"{newer}, and its revision {oldest_compatible} changed the schema in a way code older than it "
+            "cannot run on; upgrade memabra"
+        )
+    logger.warning(
+        "the database %s is at schema revision %s, newer than this memabra (%s), which it still accepts "
+        "(code at %s or later may run on it); upgrade memabra to the version that migrated it",
+        where,
+        current,
+        head,
+        oldest_compatible,
     )
 
 

@@ -7,10 +7,15 @@ shared helper would change what an old revision does). ``duplicates`` lists them
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from typing import Any
+
 from alembic import context
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 
 from memabra.storage._engine import make_engine
 from memabra.storage._models import Base
+from memabra.storage._schema_compat import record_marker
 
 config = context.config
 target_metadata = Base.metadata
@@ -22,9 +27,19 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite alters tables by copy-and-move
         compare_type=True,
+        # the compatibility marker, in each step's transaction, so that it always matches the
+        # revision Alembic records with it
+        on_version_apply=_record_marker,
     )
     with context.begin_transaction():
         context.run_migrations()
+
+
+def _record_marker(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[str], run_args: Mapping[str, Any]
+) -> None:
+    if ctx.connection is not None:  # None only in offline (--sql) mode, which memabra does not use
+        record_marker(ctx.connection, context.script, heads)
 
 
 connection = config.attributes.get("connection")

@@ -239,6 +239,8 @@ def test_db_upgrade_on_a_newer_schema_says_to_upgrade_memabra(db_url: str) -> No
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+            # and 9999 declared itself breaking: older code cannot run on it
+            conn.execute(text("UPDATE schema_compatibility SET oldest_compatible_revision = '9999'"))
     finally:
         engine.dispose()
     for args in (["db", "upgrade"], ["db", "downgrade", "base", "--yes"]):
@@ -490,6 +492,8 @@ def test_demo_on_a_newer_schema_says_to_upgrade_memabra(db_url: str) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+            # and 9999 declared itself breaking: older code cannot run on it
+            conn.execute(text("UPDATE schema_compatibility SET oldest_compatible_revision = '9999'"))
     finally:
         engine.dispose()
     result = runner.invoke(app, ["demo", "--db", db_url, "--episodes", "20"])

@@ -55,11 +55,13 @@ def test_unmigrated_database_is_refused_with_the_command_to_run(db_url: str) -> 
         EpisodeLog(db_url)
 
 
-def test_database_at_an_unknown_revision_is_refused(engine) -> None:  # type: ignore[no-untyped-def]
+def test_database_at_an_unknown_breaking_revision_is_refused(engine) -> None:  # type: ignore[no-untyped-def]
+    """A newer database that still accepts this code is opened (test_schema_compatibility.py)."""
     upgrade(engine)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = 'ffff'"))
-    with pytest.raises(SchemaError, match="newer than this memabra"):
+        conn.execute(text("UPDATE schema_compatibility SET oldest_compatible_revision = 'ffff'"))
+    with pytest.raises(SchemaError, match="newer than this memabra .*its revision ffff changed the schema"):
         check_schema(engine)
 
 

@@ -18,6 +18,8 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # the first schema: no older code to break
+
 
 def upgrade() -> None:
     op.create_table(

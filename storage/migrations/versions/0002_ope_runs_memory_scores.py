@@ -18,6 +18,8 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # new tables and an index
+
 
 def upgrade() -> None:
     op.create_table(

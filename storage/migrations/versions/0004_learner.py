@@ -29,6 +29,10 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
+# An older learner takes no lease and keeps no checkpoint: restarted next to a learner of this
+# revision, both would learn the same final rewards.
+BREAKS_OLDER_CODE = True
+
 _PG_SEQ_FUNCTION = """
 CREATE FUNCTION memabra_reward_commit_seq() RETURNS trigger AS $$
 BEGIN

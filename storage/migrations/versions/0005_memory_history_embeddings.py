@@ -15,6 +15,10 @@ down_revision = "0004"
 branch_labels = None
 depends_on = None
 
+# Superseded memories now stay in the registry with retired_at set; older code does not read the
+# column and would recall them as live.
+BREAKS_OLDER_CODE = True
+
 
 def upgrade() -> None:
     with op.batch_alter_table("registry") as batch:

@@ -14,6 +14,8 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # a new table
+
 
 def upgrade() -> None:
     op.create_table(

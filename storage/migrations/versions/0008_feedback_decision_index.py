@@ -17,6 +17,8 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # an index
+
 
 # on PostgreSQL, built concurrently before this migration runs (a large feedback table would
 # otherwise hold every feedback write for the length of the build)

@@ -18,6 +18,8 @@ down_revision = "0008"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # a new table
+
 
 def upgrade() -> None:
     op.create_table(

@@ -17,6 +17,8 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # a new table that older code neither reads nor needs
+
 
 def upgrade() -> None:
     op.create_table(

@@ -27,6 +27,10 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
+# Code at 0010 promotes and rolls back by making the new snapshot active before it retires the
+# old one: the unique index refuses that first UPDATE.
+BREAKS_OLDER_CODE = True
+
 logger = logging.getLogger("memabra")
 
 _INDEX = "uq_policy_snapshots_one_active"

@@ -19,6 +19,10 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
+# Rows changed meaning: a running turn (paused false) reads as a paused one to code at 0011, which
+# would list, resume or abandon it as paused.
+BREAKS_OLDER_CODE = True
+
 
 def upgrade() -> None:
     op.add_column("suspended_turns", sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.true()))

@@ -25,6 +25,8 @@ down_revision = "0012"
 branch_labels = None
 depends_on = None
 
+BREAKS_OLDER_CODE = False  # a nullable column; readers compute it where it is NULL
+
 
 def upgrade() -> None:
     op.add_column("decision_slots", sa.Column("max_probability", sa.Float(), nullable=True))
