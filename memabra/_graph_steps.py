@@ -26,6 +26,7 @@ __all__ = [
     "current_turn",
     "cut_off_error",
     "error_text",
+    "failure_reason",
     "finishing_turn",
     "log_text",
     "out_of_steps_error",
@@ -237,21 +238,55 @@ def log_text(content: str | list[Any]) -> str:
     return json.dumps(jsonable(value), ensure_ascii=False)
 
 
-def close_failed_turn(session: RoutingSession, turn_id: str, failure: Step | None = None) -> str | None:
+# Longest reason a failed turn's feedback keeps: a line a reviewer reads, never a traceback.
+MAX_FAILURE_REASON = 300
+
+
+def failure_reason(cause: str, error: str) -> str:
+    """Why a turn failed, as its ``accepted: false`` feedback records it: ``cause`` (a stable word
+    to filter on: ``recursion_limit``, or ``model_error`` / ``tool_error`` with the step's name) and the first line of
+    ``error`` (``error_text``: the exception's type and message), unprintable characters and runs
+    of blanks collapsed, cut to :data:`MAX_FAILURE_REASON` characters. Only what the exception's
+    own message says is kept; the rest of a long message (a provider's response body) is not."""
+    lines = [line for line in error.splitlines() if line.strip()] or [""]
+    # an exception whose message starts on a new line: error_text's first line is only its type
+    first = f"{lines[0]} {lines[1]}" if lines[0].rstrip().endswith(":") and len(lines) > 1 else lines[0]
+    text = " ".join("".join(c if c.isprintable() else " " for c in f"{cause}: {first}").split())
+    return text if len(text) <= MAX_FAILURE_REASON else text[: MAX_FAILURE_REASON - 1] + "…"
+
+
+def _step_reason(steps: Sequence[Step]) -> str | None:
+    """The reason the turn's last failed step gives (a model or tool call that raised)."""
+    failed = next((s for s in reversed(steps) if s.status != "ok"), None)
+    if failed is None:
+        return None
+    return failure_reason(f"{failed.kind.value}_error ({failed.name})", failed.error or failed.status)
+
+
+def close_failed_turn(
+    session: RoutingSession, turn_id: str, failure: Step | None = None, *, reason: str | None = None
+) -> str | None:
     """Log a turn that ended in an exception, so it neither stays in flight nor vanishes from the log.
 
     The episode keeps its selection and propensities (an offline evaluation that lost failing
     turns would be biased), ``failure`` as its last step, and ``accepted: false`` feedback, so S is
-    0 until someone's verdict says otherwise; the facts the user stated are stored. Returns the
-    episode id, or ``None`` when nothing was in flight or logging failed (then the turn is dropped
-    and a warning logged: the caller is already raising the turn's own exception)."""
+    0 until someone's verdict says otherwise; the facts the user stated are stored. The feedback's
+    ``comment`` says why (``reason``, else the last failed step's error: :func:`failure_reason`),
+    so a reviewer of the episode need not find the warning logged when it failed; the reward
+    reads no ``comment``. Returns the episode id, or ``None`` when nothing was in flight or
+    logging failed (then the turn is dropped and a warning logged: the caller is already raising
+    the turn's own exception)."""
     try:
         turn = session.get_turn(turn_id)
     except InvalidRecordError:
         return None
     if failure is not None:
         turn.steps.append(failure)
-    turn.feedback.append(Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, FAILED_TURN_SOURCE, {"accepted": False}))
+    payload: dict[str, Any] = {"accepted": False}
+    comment = reason if reason is not None else _step_reason(turn.steps)
+    if comment:
+        payload["comment"] = comment
+    turn.feedback.append(Feedback(turn.episode_id, FeedbackKind.PROGRAMMATIC, FAILED_TURN_SOURCE, payload))
     try:
         return session.finish(turn_id, "")
     except Exception:

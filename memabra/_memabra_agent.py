@@ -29,6 +29,7 @@ from memabra._run_ends import (
     each_config,
     each_interrupted,
     each_out,
+    each_waiting,
     interrupt_in,
     paused_turn,
     waits_on_someone,
@@ -101,7 +102,7 @@ class MemabraAgent:
             out = self.graph.invoke(input, config, **kwargs)
         except BaseException as exc:
             if isinstance(exc, GraphRecursionError):
-                close_out_of_steps(self.graph, self.session, config, before)
+                close_out_of_steps(self.graph, self.session, config, before, exc)
             self._keep_paused(config, waiting=False)
             raise
         self._keep_paused(config, interrupted=interrupt_in(out))
@@ -113,7 +114,7 @@ class MemabraAgent:
             out = await self.graph.ainvoke(input, config, **kwargs)
         except BaseException as exc:
             if isinstance(exc, GraphRecursionError):
-                await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
+                await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
             await self._akeep_paused(config, waiting=False)
             raise
         await self._akeep_paused(config, interrupted=interrupt_in(out))
@@ -134,8 +135,8 @@ class MemabraAgent:
                     seen.read(chunk)
                     yield chunk
             waiting = True
-        except GraphRecursionError:
-            close_out_of_steps(self.graph, self.session, config, before)
+        except GraphRecursionError as exc:
+            close_out_of_steps(self.graph, self.session, config, before, exc)
             raise
         except GeneratorExit:
             waiting = None
@@ -153,8 +154,8 @@ class MemabraAgent:
                     seen.read(chunk)
                     yield chunk
             waiting = True
-        except GraphRecursionError:
-            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
+        except GraphRecursionError as exc:
+            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
             raise
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None
@@ -162,40 +163,45 @@ class MemabraAgent:
         finally:
             await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
 
+    # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): with
+    # ``return_exceptions=True`` a run whose result is an exception raised, and one whose result is
+    # a ``GraphRecursionError`` ran out of steps.
     def batch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
-        waiting: bool | None = None  # raised: some of its runs may have paused
+        configs = each_config(config, len(inputs))
+        befores = [running_before(self.graph, self.session, each) for each in configs]
         outs: list[Any] = []
         try:
             outs = self.graph.batch(inputs, config, **kwargs)
-            waiting = True
             return outs
         finally:
-            stops = each_interrupted(outs, len(inputs))
-            for each, stopped, out in zip(
-                each_config(config, len(inputs)), stops, each_out(outs, len(inputs)), strict=False
-            ):
-                if isinstance(out, GraphRecursionError):  # return_exceptions=True: this run's own outcome
-                    close_out_of_steps(self.graph, self.session, each, None)
+            n = len(inputs)
+            ends = zip(
+                configs, befores, each_out(outs, n), each_waiting(outs, n), each_interrupted(outs, n), strict=False
+            )
+            for each, before, out, waiting, stopped in ends:
+                if isinstance(out, GraphRecursionError):
+                    close_out_of_steps(self.graph, self.session, each, before, out)
                 self._keep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
-        waiting: bool | None = None
+        configs = each_config(config, len(inputs))
+        befores = [running_before(self.graph, self.session, each) for each in configs]
         outs: list[Any] = []
         try:
             outs = await self.graph.abatch(inputs, config, **kwargs)
-            waiting = True
             return outs
         finally:
-            stops = each_interrupted(outs, len(inputs))
-            for each, stopped, out in zip(
-                each_config(config, len(inputs)), stops, each_out(outs, len(inputs)), strict=False
-            ):
+            n = len(inputs)
+            ends = zip(
+                configs, befores, each_out(outs, n), each_waiting(outs, n), each_interrupted(outs, n), strict=False
+            )
+            for each, before, out, waiting, stopped in ends:
                 if isinstance(out, GraphRecursionError):
-                    await asyncio.shield(aclose_out_of_steps(self.graph, self.session, each, None))
+                    await asyncio.shield(aclose_out_of_steps(self.graph, self.session, each, before, out))
                 await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def astream_events(
@@ -210,8 +216,8 @@ class MemabraAgent:
                     seen.read(event)
                     yield event
             waiting = True
-        except GraphRecursionError:
-            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before))
+        except GraphRecursionError as exc:
+            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
             raise
         except (GeneratorExit, asyncio.CancelledError):
             waiting = None

@@ -20,7 +20,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from memabra._graph_io import run_thread_id
-from memabra._graph_steps import close_failed_turn
+from memabra._graph_steps import close_failed_turn, error_text, failure_reason
 from memabra._run_ends import paused_turn
 from memabra._session import RoutingSession
 
@@ -65,8 +65,10 @@ def _run_turn(
     return next(iter(began)) if len(began) == 1 else None
 
 
-def _closed(session: RoutingSession, turn_id: str) -> None:
-    if close_failed_turn(session, turn_id) is not None:
+def _closed(session: RoutingSession, turn_id: str, exc: BaseException) -> None:
+    # the reason is its feedback's, so a reviewer of the failed episode sees why, not only this log
+    reason = failure_reason("recursion_limit", error_text(exc))
+    if close_failed_turn(session, turn_id, reason=reason) is not None:
         logger.warning("turn %s ran out of its run's recursion_limit: logged as a failed turn", turn_id)
 
 
@@ -74,9 +76,13 @@ def _closed(session: RoutingSession, turn_id: str) -> None:
 # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
 # caller re-raises the run's GraphRecursionError.
 def close_out_of_steps(
-    graph: Any, session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None
+    graph: Any,
+    session: RoutingSession,
+    config: RunnableConfig | None,
+    before: frozenset[str] | None,
+    exc: BaseException,
 ) -> None:
-    """Log the turn of a run that raised ``GraphRecursionError`` as failed, where it is known."""
+    """Log the turn of a run that raised ``GraphRecursionError`` (``exc``) as failed, where it is known."""
     snapshot = None
     state_config = _checkpointed(graph, config)
     if state_config is not None:
@@ -87,11 +93,15 @@ def close_out_of_steps(
             return
     turn_id = _run_turn(session, config, before, snapshot)
     if turn_id is not None:
-        _closed(session, turn_id)
+        _closed(session, turn_id, exc)
 
 
 async def aclose_out_of_steps(
-    graph: Any, session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None
+    graph: Any,
+    session: RoutingSession,
+    config: RunnableConfig | None,
+    before: frozenset[str] | None,
+    exc: BaseException,
 ) -> None:
     snapshot = None
     state_config = _checkpointed(graph, config)
@@ -103,4 +113,4 @@ async def aclose_out_of_steps(
             return
     turn_id = _run_turn(session, config, before, snapshot)
     if turn_id is not None:  # a database write: off the event loop
-        await asyncio.to_thread(_closed, session, turn_id)
+        await asyncio.to_thread(_closed, session, turn_id, exc)

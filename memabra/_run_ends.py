@@ -17,6 +17,7 @@ __all__ = [
     "each_config",
     "each_interrupted",
     "each_out",
+    "each_waiting",
     "interrupt_in",
     "paused_turn",
     "waits_on_someone",
@@ -141,6 +142,17 @@ def _interrupted(snapshot: Any) -> bool:
 def each_out(outs: list[Any], n: int) -> list[Any]:
     """Each of a batch's runs' outcome (``None`` each where the batch raised)."""
     return list(outs) if len(outs) == n else [None] * n
+
+
+def each_waiting(outs: list[Any], n: int) -> list[bool | None]:
+    """How each of a batch's runs ended, as ``waiting`` tells :class:`~memabra.MemabraAgent`'s
+    ``_keep_paused``: one whose result is an exception (``return_exceptions=True``) raised, and
+    nobody waits to resume it, as under ``invoke`` (False: kept running, lost in time if nobody
+    retries it); one that returned stopped by itself (True). ``None`` each where the batch raised:
+    some of its runs may have paused, and each one's state says."""
+    if len(outs) != n:
+        return [None] * n
+    return [not isinstance(out, BaseException) for out in outs]
 
 
 def each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:

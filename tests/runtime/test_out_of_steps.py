@@ -33,7 +33,10 @@ def _looping(n: int) -> ScriptedChatModel:
 def _assert_logged_failed(log: EpisodeLog, agent: MemabraAgent, thread_id: str) -> str:
     (summary,) = log.list_episodes().items
     episode = log.get_episode(summary.id)
-    assert any(f.source == FAILED_TURN_SOURCE and f.payload == {"accepted": False} for f in episode.feedback)
+    (failed,) = [f for f in episode.feedback if f.source == FAILED_TURN_SOURCE]
+    # why it failed is in the episode, not only in a warning logged at the time
+    assert failed.payload["accepted"] is False
+    assert str(failed.payload["comment"]).startswith("recursion_limit: GraphRecursionError: Recursion limit of")
     assert episode.reward is not None and episode.reward.components.s == 0.0
     assert episode.selections  # its decision kept for offline evaluation
     assert not agent.session.running_turns(thread_id) and not log.suspended_turns()
