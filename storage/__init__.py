@@ -40,7 +40,15 @@ from memabra.storage._learner_claims import LearnerBusyError, RetentionHold
 from memabra.storage._learner_lease import SQLITE_LEASE_TTL, LearnerLease
 from memabra.storage._log import DEFAULT_FEEDBACK_WINDOW, EpisodeFilter, EpisodeLog, Scorer
 from memabra.storage._memories import MemoryRegistry, forget_in_log, last_chosen
-from memabra.storage._migrate import check_schema, current_revision, downgrade, head_revision, known_revisions, upgrade
+from memabra.storage._migrate import (
+    check_schema,
+    compatible_from,
+    current_revision,
+    downgrade,
+    head_revision,
+    known_revisions,
+    upgrade,
+)
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
 from memabra.storage._retention import EpisodeDeletion, UserErasure
@@ -118,6 +126,7 @@ __all__ = [
     "VersionCount",
     "check_schema",
     "clean_text",
+    "compatible_from",
     "current_revision",
     "downgrade",
     "forget_in_log",

@@ -161,6 +161,13 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
+def compatible_from(engine: Engine) -> str | None:
+    """The oldest memabra schema head whose code may run on the database (``None``: the database
+    records none, as one upgraded by a memabra from before the record, or one with no schema)."""
+    with engine.connect() as connection:
+        return read_marker(connection)
+
+
 def check_schema(engine: Engine) -> None:
     """Refuse to work on a database this code's schema cannot run on: one with no schema, one
     older than this code's head, or one newer whose compatibility marker (``_schema_compat``) says

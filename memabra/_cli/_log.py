@@ -29,6 +29,7 @@ from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBre
 from memabra.storage import (
     EpisodeFilter,
     EpisodeLog,
+    compatible_from,
     current_revision,
     downgrade,
     head_revision,
@@ -100,10 +101,14 @@ def db_downgrade(
 
 @db_app.command("current")
 def db_current(db: DbOption = None) -> None:
-    """Show the schema revision of the database and the one this memabra needs."""
+    """Show the schema revision of the database, the oldest memabra schema that may still run on
+    it (during a rolling deploy), and the one this memabra needs."""
     engine = make_engine(db)
     try:
-        console.print(f"database: {current_revision(engine) or 'no schema'}; this memabra needs: {head_revision()}")
+        current = current_revision(engine)
+        oldest = compatible_from(engine) if current is not None else None
+        runs_on = f" (memabra at schema {oldest} or later runs on it)" if oldest is not None else ""
+        console.print(f"database: {current or 'no schema'}{runs_on}; this memabra needs: {head_revision()}")
     finally:
         engine.dispose()
 

@@ -176,3 +176,21 @@ def test_a_migration_that_declares_nothing_fails_its_upgrade_and_changes_nothing
         _migrate_as_newer(_newer_memabra(tmp_path, undeclared), engine, "upgrade", "9001")
     assert current_revision(engine) == HEAD and _marker(engine) == NEWEST_BREAKING
     assert "newer_notes" not in inspect(engine).get_table_names()
+
+
+def test_db_current_names_the_oldest_schema_that_runs_on_the_database(engine: Engine, db_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from memabra._cli._app import app
+    from memabra.storage import compatible_from
+
+    upgrade(engine)
+    assert compatible_from(engine) == NEWEST_BREAKING
+    shown = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["db", "current", "--db", db_url])
+    assert shown.exit_code == 0, shown.output
+    expected = f"database: {HEAD} (memabra at schema {NEWEST_BREAKING} or later runs on it); this memabra needs: {HEAD}"
+    assert expected in " ".join(shown.output.split())
+    downgrade(engine, "0013")  # a database as a memabra from before the record left it
+    assert compatible_from(engine) is None
+    shown = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["db", "current", "--db", db_url])
+    assert "database: 0013; this memabra needs" in " ".join(shown.output.split())
