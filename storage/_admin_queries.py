@@ -110,7 +110,7 @@ class AdminQueries:
             return kept_turns_page(s, cursor, limit, lost_at)
 
     def kept_turn_counts(self, now: datetime) -> KeptTurnCounts:
-        """:func:`~memabra.storage._admin_turns.kept_turn_counts`: paused and lost turns at ``now``."""
+        """:func:`~memabra.storage._suspended_turns.kept_turn_counts`: paused and lost turns at ``now``."""
         with self._session() as s:
             return kept_turn_counts(s, now)
 

@@ -213,9 +213,7 @@ def listing(
     if before is not None:
         stmt = stmt.where(SuspendedTurnRow.suspended_at < before)
     if lost_at is not None:
-        stmt = stmt.where(
-            SuspendedTurnRow.paused.is_(False), SuspendedTurnRow.suspended_at < lost_at - RUNNING_TURN_LIMIT
-        )
+        stmt = stmt.where(*lost_by(lost_at))
     with tx.read() as s:
         return [_record(r) for r in s.scalars(stmt)]
 

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, fail, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
-from memabra._cli._mempo_stops import StopSignals, exit_code, stopped_by
+from memabra._cli._mempo_stops import StopSignals, exit_code, nothing_stored_if_stopped, stopped_by
 from memabra._errors import MemabraError
 from memabra._records import GoldDecision, MemoryQuality
 from memabra.storage import EpisodeLog
@@ -94,7 +94,8 @@ def score(
     scorer_name = _scorer_name(model, name)
     unscored_by = None if rescore else scorer_name
     stops = StopSignals()  # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does, saying so
-    with stops.installed(), run_guarded(EpisodeLog, db) as log:
+    # the scoring says what it stored when stopped; a stop anywhere else in the block stored nothing
+    with stops.installed(), run_guarded(EpisodeLog, db) as log, nothing_stored_if_stopped():
         total = run_guarded(log.count_mempo_items, since=since_at, unscored_by=unscored_by)
         if not total:
             if not rescore and run_guarded(log.count_mempo_items, since=since_at):

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["StopSignals", "Stopped", "exit_code", "stopped_by"]
+from memabra._cli._common import fail
+
+__all__ = ["StopSignals", "Stopped", "exit_code", "nothing_stored_if_stopped", "stopped_by"]
 
 # what the command's message opens with: Ctrl-C's has said "interrupted" since before SIGTERM was caught
 _SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM"}
@@ -38,6 +40,17 @@ def stopped_by(stop: KeyboardInterrupt) -> str:
     """How the stop is said: "interrupted" (Ctrl-C) or "stopped by SIGTERM"."""
     signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
     return _SAID.get(signal.Signals(signum), f"stopped by signal {signum}")
+
+
+@contextmanager
+def nothing_stored_if_stopped() -> Iterator[None]:
+    """Around a block whose loading and scoring catch their own stops (saying what they stored): a
+    stop anywhere else in it (counting a large log's decisions takes seconds) stored nothing, and
+    exits saying so with its code, not as a bare KeyboardInterrupt reaching click ("Aborted!", exit 1)."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        fail(f"{stopped_by(stop)} before scoring began: no decision scored or stored", code=exit_code(stop))
 
 
 class StopSignals:

@@ -80,3 +80,30 @@ def test_a_stop_during_a_store_waits_for_the_store_to_end() -> None:
 def test_ctrl_c_keeps_its_exit_code_and_wording() -> None:
     assert exit_code(KeyboardInterrupt()) == 130 and stopped_by(KeyboardInterrupt()) == "interrupted"
     assert exit_code(Stopped(signal.SIGINT)) == 130
+
+
+def test_a_stop_before_scoring_says_nothing_was_stored(
+    tmp_path: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM while the log's decisions are counted (seconds on a large log) exits 143 saying so,
+    not as click's "Aborted!" with exit 1."""
+    pytest.importorskip("torch", reason="the MemPO scorer needs the mempo extra (torch)")
+    from typer.testing import CliRunner
+
+    from memabra._cli._mempo import mempo_app
+
+    (tmp_path / "config.json").write_text("{}")  # what a model directory holds
+    (tmp_path / "model.safetensors").write_bytes(b"")
+
+    def stopped_while_counting(*args: object, **kwargs: object) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # where the handler runs
+        raise AssertionError("SIGTERM did not stop the count")
+
+    monkeypatch.setattr(EpisodeLog, "count_mempo_items", stopped_while_counting)
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
+        mempo_app, ["score", "--model", str(tmp_path), "--db", migrated_url]
+    )
+    assert result.exit_code == 143, result.output
+    assert "stopped by SIGTERM before scoring began: no decision scored or stored" in " ".join(result.output.split())
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
