@@ -16,19 +16,20 @@ from starlette.testclient import TestClient
 from typer import Typer
 from typer.testing import CliRunner
 
-from factories import readable_final_rewards
-from memabra import PolicySnapshot
 from memabra._admin import Credentials, create_app
 from memabra._admin import _auth as auth
 from memabra._admin._auth import SESSION_COOKIE, AttemptThrottle, throttled_client
 from memabra._cli._admin import admin
-from memabra.storage import EpisodeLog, LearnerStore
-from memabra.storage._learner import START
+from memabra.storage import EpisodeLog
 
 from .conftest import PASSWORD, TOKEN, ClientFactory, Seeded, sign_in
-from .test_admin_memories import seed_memories
-from .test_admin_roles import WRITES, World, _path, _state
-from .test_admin_turns import kept_turn
+from .test_admin_roles import (
+    WRITES,
+    World,
+    _path,
+    _state,
+    world_fixture,  # noqa: F401 - the fixture world, shared
+)
 
 
 def _session_cookie(response: Any) -> str:
@@ -98,19 +99,6 @@ def test_cli_believes_forwarded_headers_only_from_the_proxies_it_names(
 
     _, cookie = _serve(monkeypatch, log, "--secure-cookies")
     assert "; secure" in cookie
-
-
-@pytest.fixture
-def world(log: EpisodeLog, seeded: Seeded) -> World:
-    """Something for every write to change (as ``test_admin_roles``'s world)."""
-    memories = seed_memories(log)
-    turn = kept_turn("t-paused", state="paused")
-    log.suspend_turn(turn)
-    finals = readable_final_rewards(LearnerStore(log.engine))
-    LearnerStore(log.engine).commit(
-        PolicySnapshot("gone", "gone-1", b"model"), previous=START, position=finals[0].position, learned=1
-    )
-    return World(seeded, memories, seeded.episodes[10], turn.episode_id)
 
 
 @pytest.mark.parametrize("csrf", [None, "forged-token"])

@@ -47,8 +47,8 @@ class World:
     turn_episode: str
 
 
-@pytest.fixture
-def world(log: EpisodeLog, seeded: Seeded) -> World:
+@pytest.fixture(name="world")
+def world_fixture(log: EpisodeLog, seeded: Seeded) -> World:
     """Something for every write to change: an open episode, memories (one retired), a paused
     turn, and the learner checkpoint of a policy no longer served."""
     memories = seed_memories(log)
