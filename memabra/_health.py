@@ -13,6 +13,8 @@ from memabra.storage import DeletionEntry, LogStatus, PolicyStatus
 __all__ = [
     "DEFAULT_MAX_LAG",
     "DELETIONS_CHECK",
+    "FEEDBACK_WINDOWS_CHECK",
+    "LEARNER_CHECK",
     "TURNS_CHECK",
     "HealthProblem",
     "deletion_problems",
@@ -27,6 +29,12 @@ commits at least every 30 s and closes windows at every step, so a quarter of an
 that is missing or stuck, not one that is busy."""
 
 
+FEEDBACK_WINDOWS_CHECK = "feedback windows"
+"""The check of feedback windows past their end that nobody closed."""
+
+LEARNER_CHECK = "learner"
+"""The check of final rewards no learner reads (``learner POLICY`` for one policy's learner)."""
+
 DELETIONS_CHECK = "deletions"
 """The check of deletion runs: the one problem that is not about learning."""
 
@@ -37,10 +45,12 @@ TURNS_CHECK = "turns"
 @dataclass(frozen=True, slots=True)
 class HealthProblem:
     """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``,
-    ``deletions``, ``turns``) and why."""
+    ``deletions``, ``turns``) and why; ``policy``: the policy of a ``learner POLICY`` check (what
+    a metric labels it with), ``None`` for the others."""
 
     check: str
     message: str
+    policy: str | None = None
 
 
 def health_problems(
@@ -64,11 +74,11 @@ def health_problems(
             )
         else:
             why = "a learner closes them, so none is running (start `memabra learner`, or an agent process)"
-        problems.append(HealthProblem("feedback windows", f"{overdue}: {why}"))
+        problems.append(HealthProblem(FEEDBACK_WINDOWS_CHECK, f"{overdue}: {why}"))
     if not state.policies and state.unlearned_since is not None and now - state.unlearned_since > max_lag:
         problems.append(
             HealthProblem(
-                "learner",
+                LEARNER_CHECK,
                 f"{state.unlearned} final reward(s) not learned, the oldest final for {format_age(now - state.unlearned_since)}, "
                 "and no policy has a learner yet (start `memabra learner`, or an agent process)",
             )
@@ -79,7 +89,11 @@ def health_problems(
         if policy.backlog_since is None or now - policy.backlog_since <= max_lag:
             continue
         waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
-        problems.append(HealthProblem(f"learner {policy.policy}", f"{waiting}; {_why_behind(state, policy)}"))
+        problems.append(
+            HealthProblem(
+                f"{LEARNER_CHECK} {policy.policy}", f"{waiting}; {_why_behind(state, policy)}", policy=policy.policy
+            )
+        )
     problems.extend(deletion_problems(state.unfinished_deletions, now, max_lag))
     problems.extend(turn_problems(state.lost_turns, state.lost_since, now))
     return tuple(problems)

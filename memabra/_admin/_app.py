@@ -54,6 +54,7 @@ from memabra._admin._forms import (
 from memabra._admin._headers import SecurityHeaders
 from memabra._admin._login_pages import LoginPages
 from memabra._admin._memory_pages import MemoryPages
+from memabra._admin._metrics_page import metrics_endpoint
 from memabra._admin._plumbing import (
     _NOTICES,
     _Auth,
@@ -304,6 +305,7 @@ def create_app(
         Route("/memories/update", admin.update_memory, methods=["POST"]),
         Route("/memories/retire", admin.retire_memory, methods=["POST"]),
         Route("/memories/restore", admin.restore_memory, methods=["POST"]),
+        Route("/metrics", metrics_endpoint(admin), methods=["GET"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: admin.not_found})

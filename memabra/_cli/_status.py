@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -16,11 +17,23 @@ from rich.text import Text
 from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from memabra._cli._common import JsonOutOption, console, err_console, error_line, fail, write_json
+from memabra._cli._common import (
+    STDOUT,
+    JsonOutOption,
+    check_json_output,
+    console,
+    err_console,
+    error_line,
+    fail,
+    write_json,
+    write_output,
+)
 from memabra._cli._database import DbOption
 from memabra._cli._retention import parse_age
 from memabra._errors import MemabraError
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
+from memabra._metrics import status_metrics
+from memabra._records import utcnow
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
@@ -69,32 +82,48 @@ def status(
         ),
     ] = DEFAULT_TIMEOUT_S,
     json_out: JsonOutOption = None,
+    prometheus_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--prometheus",
+            help="Also write the status as Prometheus metrics here, for node_exporter's textfile collector "
+            "(written atomically; '-': to standard output, the tables to stderr). memabra_status_up is 0 "
+            "when the check could not run.",
+            show_default=False,
+            callback=check_json_output,
+        ),
+    ] = None,
 ) -> None:
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
     serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet.
     Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back),
-    1 when the check could not run (--json then holds "healthy": false and the "error")."""
+    1 when the check could not run (--json then holds "healthy": false and the "error",
+    --prometheus memabra_status_up 0)."""
+    if json_out == STDOUT and prometheus_out == STDOUT:
+        raise typer.BadParameter("--json - and --prometheus - would both write to standard output; name a file for one")
     limit = parse_age(max_lag)
     where = _where(db)
+    report = _Report(json_out, prometheus_out, limit, time.perf_counter())
     try:
         with _deadline(timeout), EpisodeLog(db) as log:
             where = log.engine.url.render_as_string(hide_password=True)
             state = log.status()
     except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
-        _cannot_check(json_out, where, limit, _one_line(exc))
+        _cannot_check(report, where, _one_line(exc))
+    report.read_done()
     if policies:
         known = {p.policy for p in state.policies}
         unknown = [p for p in policies if p not in known]
         if unknown:
             _cannot_check(
-                json_out,
+                report,
                 where,
-                limit,
                 f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
                 f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
     problems = health_problems(state, limit, policies=policies or None)
     _print(state, where, problems, limit)
+    report.metrics(state, problems, policies or None)
     write_json(
         json_out,
         {
@@ -112,6 +141,39 @@ def status(
 
 class _NoAnswer(Exception):
     pass
+
+
+class _Report:
+    """Where ``--json`` and ``--prometheus`` go, and when the check started (its duration is a metric)."""
+
+    def __init__(self, json_out: Path | None, prometheus_out: Path | None, limit: timedelta, started: float) -> None:
+        self.json_out = json_out
+        self.prometheus_out = prometheus_out
+        self.limit = limit
+        self.started = started
+        self.duration_s: float | None = None
+
+    def read_done(self) -> None:
+        """The status read (connect included) ended: what ``memabra_status_duration_seconds`` measures."""
+        self.duration_s = time.perf_counter() - self.started
+
+    def metrics(
+        self, state: LogStatus | None, problems: tuple[HealthProblem, ...] = (), policies: list[str] | None = None
+    ) -> None:
+        """Write ``--prometheus``'s file (temporary file and rename: the collector never reads half of one)."""
+        if self.prometheus_out is None:
+            return
+        text = status_metrics(
+            state,
+            problems=problems,
+            max_lag=self.limit,
+            duration_s=round(self.duration_s if self.duration_s is not None else time.perf_counter() - self.started, 6),
+            checked_at=state.checked_at if state is not None else utcnow(),
+            checked_policies=policies,
+        )
+        write_output(self.prometheus_out, text)
+        if self.prometheus_out != STDOUT:
+            console.print(Text(f"wrote {self.prometheus_out}"), highlight=False)
 
 
 @contextmanager
@@ -134,20 +196,22 @@ def _deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _cannot_check(json_out: Path | None, where: str, limit: timedelta, message: str) -> NoReturn:
-    """Exit 1 with ``message``, first replacing ``--json``'s file: a scraper must not read an
-    earlier run's ``healthy: true`` when this one could not check."""
+def _cannot_check(report: _Report, where: str, message: str) -> NoReturn:
+    """Exit 1 with ``message``, first replacing ``--json``'s and ``--prometheus``' files: a scraper
+    must not read an earlier run's ``healthy: true`` (or ``memabra_status_up 1``) when this one
+    could not check."""
     write_json(
-        json_out,
+        report.json_out,
         {
             "database": where,
             "healthy": False,
             "error": message,
-            "max_lag_seconds": limit.total_seconds(),
+            "max_lag_seconds": report.limit.total_seconds(),
             "problems": [],
             "status": None,
         },
     )
+    report.metrics(None)
     fail(message)
 
 

@@ -1,0 +1,280 @@
+"""The log's status as Prometheus metrics: the text exposition format (version 0.0.4) that
+``memabra status --prometheus FILE`` writes for node_exporter's textfile collector and the admin
+serves at ``GET /metrics``.
+
+The figures are :meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`'s and the checks
+:func:`memabra._health.health_problems`'; nothing here reads the database. The metric names are an
+interface (alerts and dashboards key on them): docs/production.md lists each one. Ages are seconds
+at the status read (0 when nothing waits, so ``> threshold`` alerts need no ``absent()``), and a
+health check is a 0/1 series that is there on every successful read, failing or not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from memabra._health import DELETIONS_CHECK, FEEDBACK_WINDOWS_CHECK, LEARNER_CHECK, TURNS_CHECK, HealthProblem
+from memabra.storage import LogStatus, head_revision
+
+__all__ = ["CONTENT_TYPE", "MetricFamily", "render_families", "status_families", "status_metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""What a Prometheus scrape expects of the text format."""
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricFamily:
+    """One metric: its name, type, help line and samples (each its labels and value)."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    samples: tuple[tuple[Labels, float], ...]
+
+
+def status_metrics(
+    state: LogStatus | None,
+    *,
+    problems: Sequence[HealthProblem] = (),
+    max_lag: timedelta,
+    duration_s: float,
+    checked_at: datetime,
+    checked_policies: Collection[str] | None = None,
+) -> str:
+    """The exposition text of one status check; ``state`` ``None``: the check could not run
+    (``memabra_status_up 0`` and the check's own figures only). ``checked_policies``: the
+    policies whose learner was checked (every one when ``None``), as ``health_problems`` got them."""
+    return render_families(
+        status_families(
+            state,
+            problems=problems,
+            max_lag=max_lag,
+            duration_s=duration_s,
+            checked_at=checked_at,
+            checked_policies=checked_policies,
+        )
+    )
+
+
+def status_families(
+    state: LogStatus | None,
+    *,
+    problems: Sequence[HealthProblem] = (),
+    max_lag: timedelta,
+    duration_s: float,
+    checked_at: datetime,
+    checked_policies: Collection[str] | None = None,
+) -> tuple[MetricFamily, ...]:
+    """:func:`status_metrics`' families, before they are written out."""
+    families = [
+        _one(
+            "memabra_status_up",
+            "1 when the status check read the log, 0 when it could not",
+            1 if state is not None else 0,
+        ),
+        _one("memabra_status_duration_seconds", "How long the status check took", duration_s),
+        _one(
+            "memabra_status_timestamp_seconds",
+            "When the status check ran, in Unix time (a stale textfile shows here)",
+            checked_at.timestamp(),
+        ),
+        _one("memabra_status_max_lag_seconds", "How long a reward may wait before a check fails", _s(max_lag)),
+    ]
+    if state is None:
+        return tuple(families)
+    now = state.checked_at
+    families += [
+        _one("memabra_status_healthy", "1 when no health check failed", 0 if problems else 1),
+        _family(
+            "memabra_health_problem",
+            "1 when this health check fails (check: feedback_windows, learner, deletions, turns)",
+            _problem_samples(state, problems, checked_policies),
+        ),
+        _family(
+            "memabra_log_info",
+            "The log's database backend and schema revision (always 1)",
+            [((("backend", state.backend), ("schema_revision", state.schema_revision or "")), 1)],
+        ),
+        _one(
+            "memabra_schema_current",
+            "1 when the log's schema is at this memabra's revision",
+            1 if state.schema_revision == head_revision() else 0,
+        ),
+        _one("memabra_episodes", "Episodes in the log", state.episodes),
+        _family(
+            "memabra_last_episode_age_seconds",
+            "Time since the newest episode was logged",
+            [] if state.last_episode_at is None else [((), _age(now, state.last_episode_at))],
+        ),
+        _one("memabra_feedback_windows_open", "Episodes whose reward is not final yet", state.open_windows),
+        _one("memabra_feedback_windows_overdue", "Feedback windows past their end and not closed", state.overdue),
+        _one(
+            "memabra_feedback_windows_overdue_oldest_age_seconds",
+            "Time since the earliest overdue feedback window ended (0: none)",
+            _age(now, state.overdue_since),
+        ),
+        _one("memabra_rewards_unlearned", "Final rewards no learner has marked learned", state.unlearned),
+        _one(
+            "memabra_rewards_unlearned_oldest_age_seconds",
+            "Time since the oldest unlearned reward became final (0: none)",
+            _age(now, state.unlearned_since),
+        ),
+        *_policy_families(state),
+        _one("memabra_turns_paused", "Turns an interrupt paused, waiting to be resumed", state.paused_turns),
+        _one(
+            "memabra_turns_paused_oldest_age_seconds",
+            "Time since the oldest paused turn paused (0: none)",
+            _age(now, state.paused_since),
+        ),
+        _one("memabra_turns_lost", "Turns whose process died mid-turn", state.lost_turns),
+        _one(
+            "memabra_turns_lost_oldest_age_seconds",
+            "Time since the oldest lost turn was routed or last went on (0: none)",
+            _age(now, state.lost_since),
+        ),
+        _one(
+            "memabra_deletions_unfinished",
+            "Deletion runs with no finish recorded (running, or died part way)",
+            len(state.unfinished_deletions),
+        ),
+        _one(
+            "memabra_deletions_unfinished_idle_seconds",
+            "The longest time an unfinished deletion run has deleted nothing (0: none)",
+            max((_age(now, d.progressed_at) for d in state.unfinished_deletions), default=0),
+        ),
+    ]
+    if state.backend == "postgresql":
+        tx = state.oldest_transaction
+        families.append(
+            _one(
+                "memabra_postgres_oldest_transaction_age_seconds",
+                "Age of the oldest transaction holding a transaction id on the server (0: none); "
+                "the learner reads no reward committed after it",
+                0 if tx is None else _age(now, tx.since),
+            )
+        )
+    return tuple(f for f in families if f.samples)
+
+
+def _policy_families(state: LogStatus) -> list[MetricFamily]:
+    now = state.checked_at
+    rows = state.policies
+
+    def each(pick: Iterable[tuple[str, float | None]]) -> list[tuple[Labels, float]]:
+        return [((("policy", policy),), value) for policy, value in pick if value is not None]
+
+    return [
+        _family(
+            "memabra_learner_backlog",
+            "Final rewards after the policy learner's read position (waiting to be learned)",
+            each((p.policy, p.backlog) for p in rows),
+        ),
+        _family(
+            "memabra_learner_backlog_oldest_age_seconds",
+            "Time since the oldest reward in the backlog became final (0: none)",
+            each((p.policy, _age(now, p.backlog_since)) for p in rows),
+        ),
+        _family(
+            "memabra_learner_backlog_held_back",
+            "Backlog rewards the learner cannot read yet: committed after a transaction still open (PostgreSQL)",
+            each((p.policy, p.held_back) for p in rows),
+        ),
+        _family(
+            "memabra_learner_learned_total",
+            "Rewards the policy's learner has learned, at its last commit",
+            each((p.policy, 0 if p.checkpoint is None else p.checkpoint.learned) for p in rows),
+            kind="counter",
+        ),
+        _family(
+            "memabra_learner_checkpoint_age_seconds",
+            "Time since the policy's learner last committed (no series: it never did)",
+            each((p.policy, None if p.checkpoint is None else _age(now, p.checkpoint.updated_at)) for p in rows),
+        ),
+        _family(
+            "memabra_learner_lease_held",
+            "1 when a learner holds the policy's lease",
+            each((p.policy, 0 if p.lease is None else 1) for p in rows),
+        ),
+        _family(
+            "memabra_policy_active_snapshot_age_seconds",
+            "Time since the policy's active snapshot was saved (no series: none is active)",
+            each((p.policy, None if p.active_since is None else _age(now, p.active_since)) for p in rows),
+        ),
+    ]
+
+
+def _problem_samples(
+    state: LogStatus, problems: Sequence[HealthProblem], checked: Collection[str] | None
+) -> list[tuple[Labels, float]]:
+    """Every check's 0/1, failing or not: an alert on ``== 1`` then needs no ``absent()``. The
+    learner check is one series per checked policy, or one without a policy while the log has none."""
+    failing = {(p.check if p.policy is None else LEARNER_CHECK, p.policy or "") for p in problems}
+    series: list[tuple[str, str]] = [(FEEDBACK_WINDOWS_CHECK, "")]
+    if state.policies:
+        series += [(LEARNER_CHECK, p.policy) for p in state.policies if checked is None or p.policy in checked]
+    else:
+        series.append((LEARNER_CHECK, ""))
+    series += [(DELETIONS_CHECK, ""), (TURNS_CHECK, "")]
+    samples: list[tuple[Labels, float]] = []
+    for check, policy in series:
+        labels: Labels = (("check", check.replace(" ", "_")),) + ((("policy", policy),) if policy else ())
+        samples.append((labels, 1 if (check, policy) in failing else 0))
+    return samples
+
+
+def _one(name: str, help_text: str, value: float) -> MetricFamily:
+    return MetricFamily(name, "gauge", help_text, (((), value),))
+
+
+def _family(
+    name: str, help_text: str, samples: Iterable[tuple[Labels, float]], *, kind: Literal["gauge", "counter"] = "gauge"
+) -> MetricFamily:
+    return MetricFamily(name, kind, help_text, tuple(samples))
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    # a clock step between writer and reader must not show a negative wait
+    return 0 if since is None else max(0.0, round((now - since).total_seconds(), 3))
+
+
+def _s(delta: timedelta) -> float:
+    return delta.total_seconds()
+
+
+def render_families(families: Iterable[MetricFamily]) -> str:
+    """The families in the text exposition format: ``# HELP``, ``# TYPE``, then each sample."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            inner = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels)
+            lines.append(f"{family.name}{{{inner}}} {_number(value)}" if labels else f"{family.name} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    # the format's three escapes; any other character (a policy name is free text) stands as it is
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
