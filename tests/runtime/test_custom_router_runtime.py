@@ -10,6 +10,7 @@ import numpy as np
 from langchain_core.messages import AIMessage, HumanMessage
 from numpy.typing import NDArray
 
+from factories import readable_final_rewards
 from fakes import ScriptedChatModel
 from memabra import STOP_ID, Budget, Selection, create_memabra_agent
 from memabra._replay import replay
@@ -72,6 +73,10 @@ def test_a_router_of_your_own_learns_checkpoints_and_resumes_in_an_agent(
                 context={"user_id": "ann"},
             )
             agent.feedback(out["memabra_episode_id"], correct=True, final=True)
+        # on PostgreSQL a reward is readable once every older transaction on the server ended
+        # (another test's may be open): learn what a feedback's own step could not read yet
+        readable_final_rewards(LearnerStore(log.engine), at_least=4)
+        agent.session.learn_pending()
     assert "learner's step failed" not in caplog.text
     state = LearnerStore(log.engine).checkpoint("credit-sum")
     assert state is not None and state.learned == 4 and state.snapshot_version is not None

@@ -11,6 +11,7 @@ import pytest
 from runtime.learning_log import log_final
 from sqlalchemy import event
 
+from factories import readable_final_rewards
 from memabra._learner import Learner, fresh_router
 from memabra.storage import EpisodeLog, LearnerStore, SnapshotAudit
 
@@ -20,10 +21,14 @@ def test_a_promote_during_a_learner_commit_is_not_retired_by_it(log: EpisodeLog,
     if log.engine.dialect.name != "postgresql":
         pytest.skip("PostgreSQL only: SQLite runs one writer at a time")
     log_final(log, 10)
+    # on PostgreSQL a reward is readable once every older transaction on the server ended (another
+    # test's may be open): the learner must find every one, or it commits nothing to race with
+    readable_final_rewards(LearnerStore(log.engine), at_least=10)
     learner = Learner(log, lambda: fresh_router("linear"), commit_every=5)
     learner.step()  # +5, then +10 active
     target = log.list_snapshots("linear")[0].version
     log_final(log, 5, start=10)
+    readable_final_rewards(LearnerStore(log.engine), at_least=15)
     operator: list[threading.Thread] = []
 
     def promote() -> None:
