@@ -38,6 +38,7 @@ __all__ = [
     "check_output_path",
     "cli_actor",
     "configure_logging",
+    "confirm_or_stop",
     "console",
     "err_console",
     "fail",
@@ -49,6 +50,7 @@ __all__ = [
     "transient_progress",
     "write_json",
     "write_output",
+    "YesOption",
 ]
 
 # Output to a pipe or file is not cut to a terminal's width: tables keep their natural width up to
@@ -86,6 +88,43 @@ def plain(value: object) -> Text:
 def fail(message: str, code: int = 1) -> NoReturn:
     err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     raise typer.Exit(code)
+
+
+def confirm_or_stop(question: str, *, yes: bool, refused: str, only_at_a_terminal: bool = False) -> None:
+    """Ask ``question`` (on stderr, so a pipe reading stdout never holds it) before a command
+    deletes data; a "no" is ``refused`` and exit 1, nothing changed. ``yes`` (``--yes``) skips it.
+    ``only_at_a_terminal``: ask only a person at a terminal; a script or cron job (no terminal on
+    standard input) goes ahead as it did before the question existed. Otherwise the answer is read
+    from standard input whatever it is (``echo y |`` answers), and no answer at all (a closed
+    standard input, Ctrl-C) is a refusal that says to pass ``--yes``, not click's bare "Aborted!"."""
+    if yes or (only_at_a_terminal and not _stdin_is_terminal()):
+        return
+    # not typer.confirm: click reads the answer with input(" "), which writes a space to stdout
+    typer.echo(f"{question} [y/N]: ", nl=False, err=True)
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+    if not answer.endswith("\n") or not _stdin_is_terminal():
+        typer.echo(err=True)  # an answer from a pipe (or none) was not echoed: end the question's line
+    if not answer:  # end of input: nobody is there to answer
+        fail(f"no answer to the question (standard input closed or interrupted); {refused}")
+    if answer.strip().lower() not in ("y", "yes"):
+        fail(refused)
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+YesOption = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        help="Do not ask first (only asked at a terminal: scripts and cron jobs are not).",
+    ),
+]
+"""``--yes`` of a command that deletes data and asks first when run at a terminal."""
 
 
 def cli_actor() -> str:

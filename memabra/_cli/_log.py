@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from memabra._cli._common import (
     JsonOutOption,
     configure_logging,
+    confirm_or_stop,
     console,
     fail,
     parse_time,
@@ -90,27 +91,33 @@ def db_downgrade(
     url = run_guarded(resolve_url, db)
     if revision not in known_revisions() and revision != "base" and not revision.startswith("-"):
         migrate(downgrade, url, revision)  # names the unknown revision
-    if not yes:
-        where = make_url(url).render_as_string(hide_password=True)
-        what = "every memabra table" if revision == "base" else f"what the revisions after {revision} added"
-        if not typer.confirm(f"Drop {what} in {where}, with its data?", default=False):
-            fail("nothing was changed (pass --yes to downgrade without asking)")
+    where = make_url(url).render_as_string(hide_password=True)
+    what = "every memabra table" if revision == "base" else f"what the revisions after {revision} added"
+    # asked whatever standard input is (`echo y |` answers): a schema change is never a cron job's
+    confirm_or_stop(
+        f"Drop {what} in {where}, with its data?",
+        yes=yes,
+        refused="nothing was changed (pass --yes to downgrade without asking)",
+    )
     now = migrate(downgrade, url, revision)
     console.print(f"schema revision is now [bold]{escape(now)}[/]")
 
 
 @db_app.command("current")
-def db_current(db: DbOption = None) -> None:
+def db_current(db: DbOption = None, json_out: JsonOutOption = None) -> None:
     """Show the schema revision of the database, the oldest memabra schema that may still run on
-    it (during a rolling deploy), and the one this memabra needs."""
+    it (during a rolling deploy), and the one this memabra needs (`--json`: `"up_to_date"` says
+    whether they are the same, for a deploy step that runs `db upgrade` only when needed)."""
     engine = make_engine(db)
     try:
         current = current_revision(engine)
         oldest = compatible_from(engine) if current is not None else None
-        runs_on = f" (memabra at schema {oldest} or later runs on it)" if oldest is not None else ""
-        console.print(f"database: {current or 'no schema'}{runs_on}; this memabra needs: {head_revision()}")
     finally:
         engine.dispose()
+    head = head_revision()
+    runs_on = f" (memabra at schema {oldest} or later runs on it)" if oldest is not None else ""
+    console.print(f"database: {current or 'no schema'}{runs_on}; this memabra needs: {head}")
+    write_json(json_out, {"current": current, "compatible_from": oldest, "head": head, "up_to_date": current == head})
 
 
 EpisodeRefArgument = Annotated[
@@ -331,12 +338,18 @@ def rewards_recompute(
 
 
 @rewards_app.command("finalize")
-def rewards_finalize(db: DbOption = None) -> None:
-    """Apply the default reward to every episode whose feedback window has passed."""
+def rewards_finalize(db: DbOption = None, json_out: JsonOutOption = None) -> None:
+    """Apply the default reward to every episode whose feedback window has passed. Exits 1 when
+    some could not be finalised (`--json` still says how many were and were not)."""
     with _open(db) as log:
         n = run_guarded(RewardService(log, run_guarded(load_reward_config)).finalize_due, limit=None)
         left = len(log.due_episode_ids(limit=_LEFT_OPEN_SHOWN + 1))
     console.print(f"finalised {n} episodes")
+    # before the exit 1 below: a cron job reads how many were left as well as how many went
+    write_json(
+        json_out,
+        {"finalized": n, "left_open": min(left, _LEFT_OPEN_SHOWN), "left_open_capped": left > _LEFT_OPEN_SHOWN},
+    )
     if left:
         shown = f"more than {_LEFT_OPEN_SHOWN}" if left > _LEFT_OPEN_SHOWN else str(left)
         fail(f"{shown} episode(s) past their window could not be finalised; the errors above name them")
@@ -355,8 +368,11 @@ def feedback(
         "--idempotency-key",
         help="Posting the same key and payload twice is a no-op; the same key with another payload is refused.",
     ),
+    json_out: JsonOutOption = None,
 ) -> None:
-    """Record feedback on an episode (joins it by id; late feedback is stored but never learned)."""
+    """Record feedback on an episode (joins it by id; late feedback is stored but never learned).
+    Its status is `stored`, `late` (kept for review, never applied) or `duplicate` (an idempotent
+    retry: nothing written); each exits 0."""
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
@@ -379,3 +395,5 @@ def feedback(
             "written: a retry must send the same payload, new feedback a new key"
         )
     console.print(f"feedback {receipt.feedback_id}: {receipt.status}")
+    # the whole episode id, where a script gave its first characters
+    write_json(json_out, {"feedback_id": receipt.feedback_id, "episode_id": episode_id, "status": receipt.status})

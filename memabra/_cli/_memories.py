@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from memabra._cli._common import JsonOutOption, console, fail, run_guarded, write_json
+from memabra._cli._common import JsonOutOption, YesOption, confirm_or_stop, console, fail, run_guarded, write_json
 from memabra._cli._database import DbOption
 
 if TYPE_CHECKING:
@@ -274,10 +274,18 @@ def forget_memory(
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     db: DbOption = None,
     json_out: JsonOption = None,
+    yes: YesOption = False,
 ) -> None:
     """Delete one memory (or all with --all) with its history; the log keeps ids, not text."""
     if (memory_id is None) == (not all_):
         fail("give a memory id or --all (not both)")
+    if all_:
+        confirm_or_stop(
+            f"Forget every memory of user {user!r} with its history, for good?",
+            yes=yes,
+            refused="nothing was forgotten (--yes forgets without asking)",
+            only_at_a_terminal=True,
+        )
     with _backend(db) as memory:
         if all_:
             n = run_guarded(memory.forget_all, user)

@@ -18,7 +18,9 @@ from rich.progress import (
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
+    STDOUT,
     JsonOutOption,
+    check_json_output,
     check_output_path,
     console,
     fail,
@@ -104,7 +106,12 @@ def ope_log(
         ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write results here.", callback=check_output_path)
+        Path | None,
+        typer.Option(
+            "--json",
+            help="Write results here ('-': to standard output, the tables to stderr).",
+            callback=check_json_output,
+        ),
     ] = None,
     plot: Annotated[
         Path | None,
@@ -162,7 +169,8 @@ def ope_log(
         write_output(
             json_out, json.dumps(evaluations_json(evaluations, alpha, reweight), indent=2, allow_nan=False) + "\n"
         )
-        console.print(f"wrote {json_out}")
+        if json_out != STDOUT:
+            console.print(f"wrote {json_out}")
     if plot is not None:
         run_guarded(
             plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value

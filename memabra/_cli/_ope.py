@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from memabra._cli._common import check_output_path, console, fail, write_output
+from memabra._cli._common import STDOUT, check_json_output, console, fail, write_output
 from memabra._cli._ope_runs import ope_runs
 from memabra._errors import MemabraError
 from memabra.evals.ope import (
@@ -50,7 +50,10 @@ def ope_arrays(
     json_out: Annotated[
         Path | None,
         typer.Option(
-            "--json", help="Write value, ci_low and ci_high per estimator to this file.", callback=check_output_path
+            "--json",
+            help="Write value, ci_low and ci_high per estimator to this file ('-': to standard output, the "
+            "table to stderr).",
+            callback=check_json_output,
         ),
     ] = None,
     alpha: Annotated[float, typer.Option(help="Significance level: intervals cover 1 - alpha.")] = 0.05,
@@ -90,7 +93,8 @@ def ope_arrays(
     _render(report, file)
     if json_out is not None:
         write_output(json_out, json.dumps(report.to_json_dict(), indent=2, allow_nan=False) + "\n")
-        console.print(f"wrote {json_out}")
+        if json_out != STDOUT:
+            console.print(f"wrote {json_out}")
 
 
 def _render(report: ArraysReport, file: Path) -> None:

@@ -12,8 +12,10 @@ from rich.table import Table
 
 from memabra._cli._common import (
     JsonOutOption,
+    YesOption,
     check_output_path,
     cli_actor,
+    confirm_or_stop,
     console,
     fail,
     run_guarded,
@@ -244,10 +246,19 @@ def policies_prune(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
     json_out: JsonOutOption = None,
+    yes: YesOption = False,
 ) -> None:
     """Delete old snapshots in one transaction. Kept: the newest N per policy, the active one and
     N generations above it (its ancestors and the snapshots a rollback returns to), and any
     snapshot a learner checkpoint or an OPE result names."""
+    if not dry_run:
+        of = f"policy {policy!r}" if policy is not None else "every policy"
+        confirm_or_stop(
+            f"Delete the snapshots of {of} beyond the newest {keep} (and those the active one needs)?",
+            yes=yes,
+            refused="nothing was deleted (--dry-run lists what would go; --yes deletes without asking)",
+            only_at_a_terminal=True,
+        )
     with open_log(db) as log:
         result = run_guarded(log.prune_snapshots, keep, policy=policy, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"

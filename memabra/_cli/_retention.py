@@ -20,7 +20,9 @@ from sqlalchemy.engine import URL, make_url
 
 from memabra._cli._common import (
     JsonOutOption,
+    YesOption,
     cli_actor,
+    confirm_or_stop,
     console,
     err_console,
     fail,
@@ -94,6 +96,7 @@ def episodes_delete(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")] = False,
     db: DbOption = None,
     json_out: JsonOutOption = None,
+    yes: YesOption = False,
 ) -> None:
     """Delete episodes with everything logged under them (decisions, candidates, steps, feedback,
     reward). The filters combine; at least one is required. Snapshots, OPE results, memories and
@@ -101,6 +104,13 @@ def episodes_delete(
     cutoff = _cutoff(before, older_than)
     if not episode_ids and user is None and cutoff is None:
         fail("name episodes, or give --user, --before or --older-than; the whole log is never deleted at once")
+    if not dry_run:
+        confirm_or_stop(
+            f"Delete {_what_goes(episode_ids, user, cutoff, include_unlearned)}, with everything logged under them?",
+            yes=yes,
+            refused="nothing was deleted (--dry-run counts what would go; --yes deletes without asking)",
+            only_at_a_terminal=True,
+        )
     with (
         run_guarded(EpisodeLog, db) as log,
         transient_progress(TextColumn("{task.completed} episodes deleted")) as bar,
@@ -154,6 +164,18 @@ def episodes_delete(
     )
 
 
+def _what_goes(
+    episode_ids: list[str] | None, user: str | None, cutoff: datetime | None, include_unlearned: bool
+) -> str:
+    """The episodes a delete's filters name, in words, for the question asked before it runs."""
+    what = f"{len(episode_ids)} named episode(s)" if episode_ids else "the episodes"
+    if user is not None:
+        what += f" of user {user!r}"
+    if cutoff is not None:
+        what += f" created before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
+    return what + (" (unlearned ones too)" if include_unlearned else "")
+
+
 def _unfinished_before(log: EpisodeLog, cutoff: datetime, user: str | None) -> int:
     """Kept turns older than a retention cut-off: not episodes, so no retention run deletes them,
     and dropping one would lose a decision no learner has read."""
@@ -177,6 +199,7 @@ def erase(
     ] = None,
     db: DbOption = None,
     json_out: JsonOutOption = None,
+    yes: YesOption = False,
 ) -> None:
     """Erase a user: their checkpointer threads, episodes and memories, as one audited run.
 
@@ -188,6 +211,13 @@ def erase(
 
     if not user.strip():
         fail("--user is empty: name the user to erase")
+    threads = " and conversation threads" if checkpointer is not None else ""
+    confirm_or_stop(
+        f"Erase user {user!r}: every episode, memory{threads} of theirs, for good?",
+        yes=yes,
+        refused="nothing was erased (--yes erases without asking)",
+        only_at_a_terminal=True,
+    )
     with (
         run_guarded(EpisodeLog, db) as log,
         open_checkpointer(checkpointer) as saver,
