@@ -16,9 +16,10 @@ from typer.core import TyperGroup
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
 from memabra._cli._common import console, err_console, error_line
+from memabra._cli._db import db_app
 from memabra._cli._demo import demo
 from memabra._cli._export import episodes_export
-from memabra._cli._log import db_app, episodes_app, feedback, rewards_app
+from memabra._cli._log import episodes_app, feedback, rewards_app
 from memabra._cli._memories import memories_app
 from memabra._cli._mempo import mempo_app
 from memabra._cli._offline import ope_log, train

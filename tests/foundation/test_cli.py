@@ -122,8 +122,8 @@ def test_demo_and_db_upgrade_may_create_the_database() -> None:
     import inspect
 
     from memabra._cli._database import CreateDbOption, DbOption
+    from memabra._cli._db import db_upgrade
     from memabra._cli._demo import demo
-    from memabra._cli._log import db_upgrade
 
     for command in (demo, db_upgrade):
         assert inspect.signature(command).parameters["db"].annotation in (CreateDbOption, "CreateDbOption")
