@@ -39,7 +39,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Checkpointer
 
-from memabra._agent_tools import ToolRunner
+from memabra._agent_tools import ToolRunner, acurrent_turn
 from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
@@ -55,7 +55,7 @@ from memabra._graph_steps import (
 )
 from memabra._memabra_agent import MemabraAgent
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
-from memabra._records import Budget
+from memabra._records import Budget, Step
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession, Turn
 from memabra._settings import SessionSettings
@@ -153,11 +153,12 @@ class _Graph:
             update["memabra_tool_rounds"] = state.get("memabra_tool_rounds", 0) + 1
         return update
 
-    def _failed(self, state: MemabraState, exc: Exception, started: float) -> None:
-        # The exception still reaches the caller; the turn is logged first, as a failure.
-        turn_id = state["memabra_turn"]
+    def _failed_step(self, exc: Exception, started: float) -> Step:
         ms = (time.perf_counter() - started) * 1000.0
-        step = model_step(str(self.model_name), ms, None, None, status="error", error=error_text(exc))
+        return model_step(str(self.model_name), ms, None, None, status="error", error=error_text(exc))
+
+    def _close_failed(self, turn_id: str, step: Step) -> None:
+        # The exception still reaches the caller; the turn is logged first, as a failure.
         if self.tool_search is not None:
             self.tool_search.end(turn_id)
         close_failed_turn(self.session, turn_id, step)
@@ -175,12 +176,16 @@ class _Graph:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            self._failed(state, exc, started)
+            self._close_failed(state["memabra_turn"], self._failed_step(exc, started))
             raise
         return self._replied(state, reply, started)
 
+    # Off the event loop (as in the async tool calls, memabra._agent_tools): a turn going on after
+    # a pause, and logging a failed turn (the log's transaction, its facts, the learner's step).
     async def aagent(self, state: MemabraState, config: RunnableConfig) -> dict[str, Any]:
-        turn = self._turn(state, config)
+        turn = await acurrent_turn(
+            self.session, state["memabra_turn"], state.get("messages", []), get_runtime(), config
+        )
         started = time.perf_counter()
         try:
             bound, messages = self._prepare(turn, state)
@@ -191,7 +196,7 @@ class _Graph:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            self._failed(state, exc, started)
+            await asyncio.to_thread(self._close_failed, state["memabra_turn"], self._failed_step(exc, started))
             raise
         return self._replied(state, reply, started)
 

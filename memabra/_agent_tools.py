@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
@@ -26,6 +26,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from memabra._errors import InvalidRecordError
 from memabra._graph_steps import (
     current_turn,
     record_raised,
@@ -40,9 +41,10 @@ from memabra._session import RoutingSession, Turn
 from memabra._tool_search import FIND_TOOLS, REFUSED_SOURCE, ToolSearch, record_missed
 from memabra._usage import tool_name
 
-__all__ = ["ToolRunner", "bind_fetched"]
+__all__ = ["ToolRunner", "acurrent_turn", "arecord", "bind_fetched"]
 
 ToolOutcome = ToolMessage | Command[Any]
+_T = TypeVar("_T")
 
 # ToolNode runs a round's calls on threads: two find_tools calls must not lose each other's tools.
 _BIND_LOCK = threading.Lock()
@@ -52,6 +54,46 @@ def bind_fetched(turn: Turn, names: Sequence[str]) -> None:
     """Tools fetched by ``find_tools`` are bound for the rest of the turn."""
     with _BIND_LOCK:
         turn.tool_names = tuple(dict.fromkeys((*turn.tool_names, *names)))
+
+
+# The async paths below never block the event loop on the log (a server runs hundreds of runs on
+# one loop): what may read or write it, or wait on the pause lock a writing thread holds, runs on a
+# worker thread; what only touches the turns in memory, the usual call, stays on the loop.
+async def acurrent_turn(
+    session: RoutingSession,
+    turn_id: str,
+    messages: Sequence[Any],
+    runtime: Any,
+    config: Any,
+    *,
+    pending_allowed: Callable[[str], bool] | None = None,
+) -> Turn:
+    """:func:`current_turn` for async code. A turn in flight here and running (every call of a run
+    but its first after a pause) is read on the event loop; one to unpause, read back from the log
+    or route again (database reads and writes, the router and its encoder) on a worker thread."""
+    try:
+        turn = session.get_turn(turn_id)
+    except InvalidRecordError:
+        pass
+    else:
+        if turn.paused_at is None:
+            return turn
+    return await asyncio.to_thread(
+        current_turn, session, turn_id, messages, runtime, config, pending_allowed=pending_allowed
+    )
+
+
+async def arecord(session: RoutingSession, turn_id: str, record: Callable[..., _T], *args: Any) -> _T:
+    """``record(*args)``, which records a step of ``turn_id``: on the event loop, or on a worker
+    thread where the turn is paused here (a parallel call's interrupt paused it), as a step of a
+    paused turn is written to its copy in the log, under the pause lock."""
+    try:
+        paused = session.get_turn(turn_id).paused_at is not None
+    except InvalidRecordError:
+        paused = False
+    if paused:
+        return await asyncio.to_thread(record, *args)
+    return record(*args)
 
 
 class ToolRunner:
@@ -79,19 +121,16 @@ class ToolRunner:
         """The ``find_tools`` tool of one turn."""
         return search.tool(turn.id, turn.tool_names, lambda names: bind_fetched(turn, names))
 
-    def _admit(self, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
-        """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
+    def _turn_of(self, request: ToolCallRequest) -> tuple[Any, ...]:
+        """``current_turn``'s arguments for the turn a tool call belongs to."""
         # the state is a dict, or the graph's pydantic model itself (a MemabraNodes graph's own state)
-        turn_id = state_turn_id(request.state)
         runtime = request.runtime
-        turn = current_turn(
-            self.session,
-            turn_id,
-            state_field(request.state, "messages", []),
-            runtime,
-            getattr(runtime, "config", None),
-            pending_allowed=self._names.__contains__,
-        )
+        messages = state_field(request.state, "messages", [])
+        return self.session, state_turn_id(request.state), messages, runtime, getattr(runtime, "config", None)
+
+    def _admit(self, request: ToolCallRequest, turn: Turn) -> ToolCallRequest | ToolMessage:
+        """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
+        turn_id = state_turn_id(request.state)
         name = request.tool_call["name"]
         if name == FIND_TOOLS and self.tool_search is not None:
             return request.override(tool=self.find_tools(self.tool_search, turn))
@@ -120,7 +159,8 @@ class ToolRunner:
 
     # wrap and awrap differ only in ``execute`` vs ``await execute`` (a deliberate repeat, as in ToolNode).
     def wrap(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]) -> ToolOutcome:
-        admitted = self._admit(request)
+        turn = current_turn(*self._turn_of(request), pending_allowed=self._names.__contains__)
+        admitted = self._admit(request, turn)
         if isinstance(admitted, ToolMessage):
             return admitted
         started = time.perf_counter()
@@ -139,18 +179,22 @@ class ToolRunner:
     async def awrap(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ) -> ToolOutcome:
-        admitted = self._admit(request)
+        turn = await acurrent_turn(*self._turn_of(request), pending_allowed=self._names.__contains__)
+        admitted = self._admit(request, turn)
         if isinstance(admitted, ToolMessage):
             return admitted
         started = time.perf_counter()
+        turn_id = state_turn_id(admitted.state)
         try:
             result = await execute(admitted)
         except GraphInterrupt:
-            await asyncio.to_thread(self.session.suspend, state_turn_id(admitted.state))  # off the event loop
+            await asyncio.to_thread(self.session.suspend, turn_id)  # off the event loop
             raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return record_raised(self.session, state_turn_id(admitted.state), admitted.tool_call, exc, started)
-        self._done(admitted, result, started)
+            return await arecord(
+                self.session, turn_id, record_raised, self.session, turn_id, admitted.tool_call, exc, started
+            )
+        await arecord(self.session, turn_id, self._done, admitted, result, started)
         return result

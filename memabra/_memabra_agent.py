@@ -372,3 +372,20 @@ class MemabraAgent:
         """Explicit feedback on an episode, e.g. ``agent.feedback(eid, correct=False, correction="I'm vegan")``.
         Keys are those of :data:`memabra.FEEDBACK_KEYS`."""
         return self.session.feedback(episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload)
+
+    async def afeedback(
+        self,
+        episode_id: str,
+        *,
+        kind: FeedbackKind | str = FeedbackKind.EXPLICIT,
+        source: str = "api",
+        idempotency_key: str | None = None,
+        **payload: Any,
+    ) -> FeedbackReceipt:
+        """:meth:`feedback` for async code: its database writes, the correction's fact and the
+        learner's step run on a worker thread, not on the event loop. A caller cancelled meanwhile
+        (a client that went away) still has its feedback stored whole."""
+        post = functools.partial(
+            self.feedback, episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload
+        )
+        return await asyncio.to_thread(post)

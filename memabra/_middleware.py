@@ -33,7 +33,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime, get_runtime
 from typing_extensions import TypedDict
 
-from memabra._agent_tools import ToolRunner
+from memabra._agent_tools import ToolRunner, acurrent_turn, arecord
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import (
@@ -119,10 +119,19 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     def before_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return {"memabra_turn": _route(self.session, state["messages"], runtime)}
 
-    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    # An agent run with ``ainvoke`` / ``astream`` runs a hook with no async form on the event loop
+    # itself: routing (the log's reads, the encoder, the copy kept) and logging (the episode's
+    # transaction, its facts, the learner's step) run on a worker thread instead.
+    async def abefore_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.before_agent, state, runtime)
+
+    def _turn_of(self, request: ModelRequest[Any]) -> tuple[Any, ...]:
+        """``current_turn``'s arguments for the turn a model call belongs to."""
         # request.state is typed as the base AgentState; at run time it is state_schema (MemabraMiddlewareState)
         turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
-        turn = current_turn(self.session, turn_id, request.state["messages"], request.runtime, _run_config())
+        return self.session, turn_id, request.state["messages"], request.runtime, _run_config()
+
+    def _request(self, request: ModelRequest[Any], turn: Turn) -> ModelRequest[Any]:
         base = request.system_prompt or ""
         system = "\n\n".join(p for p in (base, turn.system_prompt) if p)
         tools = [t for t in request.tools if getattr(t, "name", None) in turn.tool_names]
@@ -143,13 +152,13 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
             output_tokens=out,
         )
 
-    def _model_raised(self, request: ModelRequest[Any], started: float, exc: Exception) -> None:
+    def _model_failure(self, request: ModelRequest[Any], started: float, exc: Exception) -> tuple[str, Step]:
         # As in the built-in agent: the exception ends the run before after_agent, so the turn is
         # logged now, as failed (a retry of the call routes a new turn: see current_turn).
         turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
         name = getattr(request.model, "model_name", None) or type(request.model).__name__
         ms = (time.perf_counter() - started) * 1000.0
-        self._close_failed(turn_id, model_step(str(name), ms, None, None, status="error", error=error_text(exc)))
+        return turn_id, model_step(str(name), ms, None, None, status="error", error=error_text(exc))
 
     def _close_failed(self, turn_id: str, failure: Step | None) -> None:
         episode_id = close_failed_turn(self.session, turn_id, failure)
@@ -164,7 +173,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> Any:
-        routed = self._request(request)
+        routed = self._request(request, current_turn(*self._turn_of(request)))
         started = time.perf_counter()
         try:
             response = handler(routed)
@@ -174,7 +183,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            self._model_raised(request, started, exc)
+            self._close_failed(*self._model_failure(request, started, exc))
             raise
         self._record_model(request, response, started)
         return response
@@ -182,7 +191,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> Any:
-        routed = self._request(request)
+        routed = self._request(request, await acurrent_turn(*self._turn_of(request)))
         started = time.perf_counter()
         try:
             response = await handler(routed)
@@ -193,20 +202,29 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            self._model_raised(request, started, exc)
+            await asyncio.to_thread(self._close_failed, *self._model_failure(request, started, exc))
             raise
         self._record_model(request, response, started)
         return response
 
-    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
+    def _tool_turn_of(self, request: ToolCallRequest) -> tuple[Any, ...]:
+        """``current_turn``'s arguments for the turn a tool call belongs to."""
+        runtime = request.runtime
+        return (
+            self.session,
+            request.state["memabra_turn"],
+            request.state["messages"],
+            runtime,
+            getattr(runtime, "config", None),
+        )
+
+    def _refusal(self, request: ToolCallRequest, turn: Turn) -> ToolMessage | None:
         """A call to a tool this turn was not given is refused, as the built-in agent refuses it:
-        hiding a tool from the model must not leave it runnable."""
+        hiding a tool from the model must not leave it runnable. ``turn``: ``current_turn`` with
+        ``pending_allowed=bool``, as a resumed run's pending calls were made with the lost turn's
+        tools bound."""
         turn_id = request.state["memabra_turn"]
         name = request.tool_call["name"]
-        runtime = request.runtime
-        config = getattr(runtime, "config", None)
-        # a resumed run's pending calls were made with the lost turn's tools bound (see current_turn)
-        turn = current_turn(self.session, turn_id, request.state["messages"], runtime, config, pending_allowed=bool)
         if name in turn.tool_names:
             return None
         if request.tool is not None:  # the agent's tool the router left out: the turn needed it
@@ -221,7 +239,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         self._close_failed(turn_id, None)
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
-        refused = self._refusal(request)
+        refused = self._refusal(request, current_turn(*self._tool_turn_of(request), pending_allowed=bool))
         if refused is not None:
             return refused
         started = time.perf_counter()
@@ -241,21 +259,25 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> Any:
-        refused = self._refusal(request)
+        turn = await acurrent_turn(*self._tool_turn_of(request), pending_allowed=bool)
+        refused = self._refusal(request, turn)
         if refused is not None:
             return refused
         started = time.perf_counter()
+        turn_id = request.state["memabra_turn"]
         try:
             result = await handler(request)
         except GraphInterrupt:
-            await asyncio.to_thread(self.session.suspend, request.state["memabra_turn"])  # off the event loop
+            await asyncio.to_thread(self.session.suspend, turn_id)  # off the event loop
             raise
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            self._tool_raised(request, started, exc)
+            # as _tool_raised; logging the turn (a database transaction) off the event loop
+            await arecord(self.session, turn_id, record_raised, self.session, turn_id, request.tool_call, exc, started)
+            await asyncio.to_thread(self._close_failed, turn_id, None)
             raise
-        record_result(self.session, request.state["memabra_turn"], request.tool_call, result, started)
+        await arecord(self.session, turn_id, record_result, self.session, turn_id, request.tool_call, result, started)
         return result
 
     def _in_flight(self, turn_id: str) -> bool:
@@ -277,6 +299,9 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         if turn is None:  # the run has no episode of its own (and must not name the previous turn's)
             return {"memabra_episode_id": None}
         return {"memabra_episode_id": self.session.finish(turn.id, _answer(state["messages"]))}
+
+    async def aafter_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.after_agent, state, runtime)  # as abefore_agent
 
 
 class MemabraNodeState(TypedDict, total=False):
