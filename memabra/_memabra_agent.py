@@ -11,47 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, closing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
-from memabra._graph_io import run_thread_id
+from memabra._kept_runs import akeep_paused, keep_paused
 from memabra._out_of_steps import aclose_out_of_steps, close_out_of_steps, running_before
-from memabra._paused_turns import pause_running_copy
 from memabra._records import FeedbackKind, FeedbackReceipt
-from memabra._run_ends import (
-    Interrupts,
-    asked_turn,
-    each_config,
-    each_interrupted,
-    each_out,
-    each_waiting,
-    interrupt_in,
-    paused_turn,
-    waits_on_someone,
-)
+from memabra._run_ends import Interrupts, each_config, each_interrupted, each_out, each_waiting, interrupt_in
 from memabra._session import RoutingSession
 from memabra.router import Router
 from memabra.storage import EpisodeLog
 
 __all__ = ["MemabraAgent"]
-
-logger = logging.getLogger("memabra")
-
-_NONE: Mapping[str, Any] = {}  # a call with no keyword arguments
-
-_UNREAD = (
-    "could not read the run's state to see whether it paused: only this process can resume its turn with the"
-    " steps made so far"
-)
-_UNREAD_ASKED = (
-    "could not read the state of a run that stopped at an interrupt: a turn kept running that it asks a person"
-    " about reads lost in an hour"
-)
 
 
 class MemabraAgent:
@@ -103,9 +78,9 @@ class MemabraAgent:
         except BaseException as exc:
             if isinstance(exc, GraphRecursionError):
                 close_out_of_steps(self.graph, self.session, config, before, exc)
-            self._keep_paused(config, waiting=False)
+            keep_paused(self.graph, self.session, config, waiting=False)
             raise
-        self._keep_paused(config, interrupted=interrupt_in(out))
+        keep_paused(self.graph, self.session, config, interrupted=interrupt_in(out))
         return out
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -115,9 +90,9 @@ class MemabraAgent:
         except BaseException as exc:
             if isinstance(exc, GraphRecursionError):
                 await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
-            await self._akeep_paused(config, waiting=False)
+            await akeep_paused(self.graph, self.session, config, waiting=False)
             raise
-        await self._akeep_paused(config, interrupted=interrupt_in(out))
+        await akeep_paused(self.graph, self.session, config, interrupted=interrupt_in(out))
         return out
 
     # A stream read to its end ran until it stopped by itself (paused); one that raised is a run
@@ -142,7 +117,9 @@ class MemabraAgent:
             waiting = None
             raise
         finally:
-            self._keep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
+            keep_paused(
+                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
+            )
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         waiting: bool | None = False
@@ -161,7 +138,9 @@ class MemabraAgent:
             waiting = None
             raise
         finally:
-            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
+            await akeep_paused(
+                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
+            )
 
     # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): with
     # ``return_exceptions=True`` a run whose result is an exception raised, and one whose result is
@@ -183,7 +162,7 @@ class MemabraAgent:
             for each, before, out, waiting, stopped in ends:
                 if isinstance(out, GraphRecursionError):
                     close_out_of_steps(self.graph, self.session, each, before, out)
-                self._keep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
+                keep_paused(self.graph, self.session, each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
 
     async def abatch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
@@ -202,7 +181,9 @@ class MemabraAgent:
             for each, before, out, waiting, stopped in ends:
                 if isinstance(out, GraphRecursionError):
                     await asyncio.shield(aclose_out_of_steps(self.graph, self.session, each, before, out))
-                await self._akeep_paused(each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
+                await akeep_paused(
+                    self.graph, self.session, each, waiting=waiting, breakpoints=kwargs, interrupted=stopped
+                )
 
     async def astream_events(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -223,7 +204,9 @@ class MemabraAgent:
             waiting = None
             raise
         finally:
-            await self._akeep_paused(config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting))
+            await akeep_paused(
+                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
+            )
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)
@@ -235,121 +218,6 @@ class MemabraAgent:
             raise AttributeError(name)
         return getattr(self.graph, name)
 
-    # ``_keep_paused`` and ``_akeep_paused`` differ only in how the state is read and the turn
-    # written (a deliberate repeat: an async checkpointer has no sync reads). Neither raises: the
-    # run's own outcome (its result, or its exception) is what the caller gets.
-    # ``waiting``: True, the run stopped by itself (an interrupt or a breakpoint waits on someone);
-    # False, it raised (nobody waits); ``None``, it ended early (:func:`waits_on_someone` reads which from
-    # the state already read). ``breakpoints``: the call's keyword arguments, for its breakpoints.
-    # ``interrupted``: the run stopped at an interrupt, read where no turn of its thread runs here
-    # (:meth:`_keep_asked`); false for the usual run, which reads nothing.
-    def _keep_paused(
-        self,
-        config: RunnableConfig | None,
-        *,
-        waiting: bool | None = True,
-        breakpoints: Mapping[str, Any] = _NONE,
-        interrupted: bool = False,
-    ) -> None:
-        where = self._unfinished(config)
-        if where is None:
-            if interrupted:
-                self._keep_asked(config)
-            return
-        state_config, running = where
-        try:
-            snapshot = self.graph.get_state(state_config, subgraphs=True)
-        except Exception:  # noqa: BLE001 - only this process can resume the run now
-            logger.warning(_UNREAD, exc_info=True)
-            return
-        turn_id = paused_turn(snapshot, running)
-        if turn_id is not None:
-            waiting = waits_on_someone(self.graph, snapshot, breakpoints) if waiting is None else waiting
-            self.session.suspend(turn_id, waiting=waiting)
-            logger.info("turn %s stopped between nodes: kept in the log", turn_id)
-
-    async def _akeep_paused(
-        self,
-        config: RunnableConfig | None,
-        *,
-        waiting: bool | None = True,
-        breakpoints: Mapping[str, Any] = _NONE,
-        interrupted: bool = False,
-    ) -> None:
-        where = self._unfinished(config)
-        # Shielded: a server that cancels the request (the client went away) cancels it again at
-        # each await of its cleanup; the turn is kept all the same.
-        if where is not None:
-            await asyncio.shield(self._akeep(*where, waiting, breakpoints))
-        elif interrupted:
-            await asyncio.shield(self._akeep_asked(config))
-
-    async def _akeep(
-        self,
-        state_config: RunnableConfig,
-        running: frozenset[str],
-        waiting: bool | None,
-        breakpoints: Mapping[str, Any],
-    ) -> None:
-        try:
-            snapshot = await self.graph.aget_state(state_config, subgraphs=True)
-        except Exception:  # noqa: BLE001 - as in _keep_paused
-            logger.warning(_UNREAD, exc_info=True)
-            return
-        turn_id = paused_turn(snapshot, running)
-        if turn_id is not None:
-            waiting = waits_on_someone(self.graph, snapshot, breakpoints) if waiting is None else waiting
-            # a database write: off the event loop
-            await asyncio.to_thread(functools.partial(self.session.suspend, turn_id, waiting=waiting))
-            logger.info("turn %s stopped between nodes: kept in the log", turn_id)
-
-    def _unfinished(self, config: RunnableConfig | None) -> tuple[RunnableConfig, frozenset[str]] | None:
-        """The thread's latest checkpoint and its turns still running here, where the run could
-        have ended paused; ``None`` for the usual run, which logged its turn (no state is read)."""
-        state_config = self._latest(config)
-        if state_config is None:
-            return None
-        running = self.session.running_turns(state_config["configurable"]["thread_id"])
-        return (state_config, running) if running else None
-
-    def _latest(self, config: RunnableConfig | None) -> RunnableConfig | None:
-        """The run's thread's latest checkpoint (not one the caller forked from); ``None`` without one."""
-        thread_id = run_thread_id(config)
-        if thread_id is None or not getattr(self.graph, "checkpointer", None):
-            return None
-        return {"configurable": {"thread_id": thread_id}}
-
-    # ``_keep_asked`` and ``_akeep_asked`` (as ``_keep_paused`` and ``_akeep``, a deliberate repeat):
-    # a run stopped at an interrupt with no turn of its thread running here. A turn its state names
-    # may still be kept running in the log: its stream's reader left mid-run, or its process died,
-    # and this run (a retry) asked for approval before memabra's nodes or hooks ran again, so no
-    # process picked the turn up. A person is asked now: its copy is rewritten as paused, never lost.
-    def _keep_asked(self, config: RunnableConfig | None) -> None:
-        state_config = self._latest(config)
-        if state_config is None:
-            return
-        try:
-            snapshot = self.graph.get_state(state_config, subgraphs=True)
-        except Exception:  # noqa: BLE001 - as in _keep_paused
-            logger.warning(_UNREAD_ASKED, exc_info=True)
-            return
-        turn_id = asked_turn(snapshot)
-        if turn_id is not None:
-            pause_running_copy(self.session.log, turn_id)
-
-    async def _akeep_asked(self, config: RunnableConfig | None) -> None:
-        state_config = self._latest(config)
-        if state_config is None:
-            return
-        try:
-            snapshot = await self.graph.aget_state(state_config, subgraphs=True)
-        except Exception:  # noqa: BLE001 - as in _keep_paused
-            logger.warning(_UNREAD_ASKED, exc_info=True)
-            return
-        turn_id = asked_turn(snapshot)
-        if turn_id is not None:  # a database read, and maybe a write: off the event loop
-            await asyncio.to_thread(pause_running_copy, self.session.log, turn_id)
-
     def close(self) -> None:
         """Save what was learned since the last snapshot and release the learner lease."""
         self.session.close()
@@ -359,6 +227,18 @@ class MemabraAgent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code (a FastAPI lifespan's shutdown): the snapshot's write, the
+        lease's release and the log's pool run on a worker thread, not on the event loop. Safe to
+        call again, as :meth:`close` is; a caller cancelled meanwhile still has the agent closed whole."""
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> MemabraAgent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def feedback(
         self,

@@ -8,8 +8,9 @@ learned from — the same loop as :func:`memabra.create_memabra_agent`.
 
 :class:`MemabraNodes` gives the same loop as two nodes (``route`` and ``finish``) for any
 ``StateGraph`` whose state has ``messages``; your own model node reads the chosen context with
-:meth:`MemabraNodes.system_prompt` and :meth:`MemabraNodes.tools`, and its tools run in
-:meth:`MemabraNodes.tool_node`.
+:meth:`MemabraNodes.system_prompt` and :meth:`MemabraNodes.tools` (``await`` their ``a``
+forms in an async node), and its tools run in :meth:`MemabraNodes.tool_node`
+(:mod:`memabra._nodes`; both are re-exported here).
 """
 
 from __future__ import annotations
@@ -18,24 +19,18 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, NotRequired
+from collections.abc import Awaitable, Callable
+from typing import Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ToolCallRequest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
-from langgraph.config import get_config
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
-from langgraph.runtime import Runtime, get_runtime
-from typing_extensions import TypedDict
+from langgraph.runtime import Runtime
 
-from memabra._agent_tools import ToolRunner, acurrent_turn, arecord
+from memabra._agent_tools import acurrent_turn, arecord
 from memabra._errors import InvalidRecordError
-from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
+from memabra._graph_io import token_usage
 from memabra._graph_steps import (
     close_failed_turn,
     current_turn,
@@ -44,10 +39,9 @@ from memabra._graph_steps import (
     record_raised,
     record_result,
     refuse,
-    state_field,
-    state_turn_id,
     unavailable_error,
 )
+from memabra._nodes import MemabraNodes, MemabraNodeState, final_answer, route_turn, run_config
 from memabra._records import Step
 from memabra._session import RoutingSession, Turn
 from memabra._tool_search import REFUSED_SOURCE, record_missed
@@ -74,32 +68,6 @@ class MemabraMiddlewareState(AgentState[Any]):
     memabra_episode_id: NotRequired[str | None]  # None: a run whose turn was logged elsewhere (abandoned)
 
 
-def _run_config() -> RunnableConfig | None:
-    try:
-        return get_config()
-    except RuntimeError:  # called outside a run
-        return None
-
-
-def _route(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Runtime[Any]) -> str:
-    humans = [m for m in messages if isinstance(m, HumanMessage)]
-    if not humans:
-        raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
-    config = _run_config()
-    turn = session.begin(
-        user_id=run_user_id(runtime, config),
-        query=message_text(humans[-1]),
-        thread_id=run_thread_id(config),
-        turn=len(humans) - 1,
-    )
-    return turn.id
-
-
-def _answer(messages: Sequence[AnyMessage]) -> str:
-    last = messages[-1] if messages else None
-    return message_text(last) if isinstance(last, AIMessage) else ""
-
-
 class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
     """Routes, logs and learns for a ``create_agent`` agent.
 
@@ -117,7 +85,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         self._ended: OrderedDict[str, str] = OrderedDict()
 
     def before_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return {"memabra_turn": _route(self.session, state["messages"], runtime)}
+        return {"memabra_turn": route_turn(self.session, state["messages"], runtime)}
 
     # An agent run with ``ainvoke`` / ``astream`` runs a hook with no async form on the event loop
     # itself: routing (the log's reads, the encoder, the copy kept) and logging (the episode's
@@ -129,7 +97,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         """``current_turn``'s arguments for the turn a model call belongs to."""
         # request.state is typed as the base AgentState; at run time it is state_schema (MemabraMiddlewareState)
         turn_id: str = request.state["memabra_turn"]  # type: ignore[typeddict-item, unused-ignore]
-        return self.session, turn_id, request.state["messages"], request.runtime, _run_config()
+        return self.session, turn_id, request.state["messages"], request.runtime, run_config()
 
     def _request(self, request: ModelRequest[Any], turn: Turn) -> ModelRequest[Any]:
         base = request.system_prompt or ""
@@ -298,79 +266,10 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         turn = finishing_turn(self.session, turn_id, state["messages"])
         if turn is None:  # the run has no episode of its own (and must not name the previous turn's)
             return {"memabra_episode_id": None}
-        return {"memabra_episode_id": self.session.finish(turn.id, _answer(state["messages"]))}
+        return {"memabra_episode_id": self.session.finish(turn.id, final_answer(state["messages"]))}
 
     async def aafter_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.after_agent, state, runtime)  # as abefore_agent
-
-
-class MemabraNodeState(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-    memabra_turn: str
-    memabra_episode_id: str | None  # None: a run whose turn was logged elsewhere (abandoned)
-
-
-class MemabraNodes:
-    """``route`` and ``finish`` nodes for a graph of your own::
-
-        nodes = MemabraNodes(session)
-        builder.add_node("route", nodes.route)
-        builder.add_node("model", my_model_node)   # uses nodes.system_prompt(state), nodes.tools(state, all_tools)
-        builder.add_node("finish", nodes.finish)
-        builder.add_edge(START, "route"); builder.add_edge("route", "model"); builder.add_edge("model", "finish")
-
-    Run your tools with ``builder.add_node("tools", nodes.tool_node(all_tools))``: a LangGraph
-    ``ToolNode`` that refuses a call to a tool the turn was not given and logs each call, as the
-    built-in agent's does. Run the compiled graph as ``MemabraAgent(graph, nodes.session)`` where
-    a run can pause between nodes and go on in another worker: the turn is kept in the log when
-    the run ends paused.
-    """
-
-    def __init__(self, session: RoutingSession) -> None:
-        self.session = session
-
-    # ``state`` below is the graph's state as your node receives it: a dict, or a pydantic model.
-    def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
-        return {"memabra_turn": _route(self.session, state_field(state, "messages", []), runtime)}
-
-    def _turn(self, state: MemabraNodeState | Any) -> Turn:
-        config = _run_config()
-        if config is None:  # outside a run: only a turn in flight here can be meant
-            return self.session.get_turn(state_turn_id(state))
-        return current_turn(
-            self.session, state_turn_id(state), state_field(state, "messages", []), get_runtime(), config
-        )
-
-    def system_prompt(self, state: MemabraNodeState | Any) -> str:
-        return self._turn(state).system_prompt
-
-    def tools(self, state: MemabraNodeState | Any, available: Sequence[BaseTool]) -> list[BaseTool]:
-        chosen = self._turn(state).tool_names
-        return [t for t in available if t.name in chosen]
-
-    def tool_node(self, tools: Sequence[BaseTool], *, name: str = "tools") -> ToolNode:
-        """A ``ToolNode`` running ``tools`` (the same list your model node passes to :meth:`tools`)
-        as the built-in agent runs them: in parallel, sync or async, with injected state and
-        ``Command`` results. A call to a tool this turn was not given is refused (and, for one of
-        ``tools``, recorded as needed and missed); each call is logged with its latency and
-        outcome, so the reward sees it; a raising tool answers the model with an error
-        ToolMessage and a failed step; an ``interrupt`` in a tool pauses the turn, kept for
-        whichever worker resumes the run."""
-        return ToolRunner(self.session, tools, tool_search=None).node(name)
-
-    def record_model_call(
-        self, state: MemabraNodeState | Any, reply: AIMessage, latency_ms: float, name: str = "model"
-    ) -> None:
-        inp, out = token_usage(reply)
-        self.session.record_model_call(state_turn_id(state), name, latency_ms, input_tokens=inp, output_tokens=out)
-
-    def finish(self, state: MemabraNodeState) -> dict[str, Any]:
-        # paused before this node: goes on here; none where its turn was abandoned meanwhile
-        messages = state_field(state, "messages", [])
-        turn = finishing_turn(self.session, state_turn_id(state), messages)
-        if turn is None:
-            return {"memabra_episode_id": None}
-        return {"memabra_episode_id": self.session.finish(turn.id, _answer(messages))}
 
 
 def create_memabra_middleware(**session_kwargs: Any) -> MemabraMiddleware:
