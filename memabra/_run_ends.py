@@ -146,7 +146,7 @@ def each_out(outs: list[Any], n: int) -> list[Any]:
 
 def each_waiting(outs: list[Any], n: int) -> list[bool | None]:
     """How each of a batch's runs ended, as ``waiting`` tells :class:`~memabra.MemabraAgent`'s
-    ``_keep_paused``: one whose result is an exception (``return_exceptions=True``) raised, and
+    :func:`~memabra._kept_runs.keep_paused`: one whose result is an exception (``return_exceptions=True``) raised, and
     nobody waits to resume it, as under ``invoke`` (False: kept running, lost in time if nobody
     retries it); one that returned stopped by itself (True). ``None`` each where the batch raised:
     some of its runs may have paused, and each one's state says."""
