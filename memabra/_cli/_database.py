@@ -17,7 +17,15 @@ from memabra._cli._common import fail, run_guarded
 from memabra._environment import FILE_SUFFIX, secret_variable
 from memabra._errors import ConfigError, MemabraError
 
-__all__ = ["CreateDbOption", "DbOption", "database_url", "existing_database", "migrate"]
+__all__ = [
+    "CreateDbOption",
+    "DbOption",
+    "ProbeDbOption",
+    "database_url",
+    "existing_database",
+    "migrate",
+    "probed_database",
+]
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -155,6 +163,15 @@ def existing_database(db: str | None) -> str | None:
     return db
 
 
+def probed_database(db: str | None) -> str | None:
+    """Typer callback of ``--db`` for ``memabra status``: only the URL must parse. A SQLite file
+    that is not there (a volume not mounted, a file moved) is the check failing, exit 1 with its
+    ``--json`` and ``--prometheus`` files saying so, not a usage error that leaves an earlier
+    run's healthy figures in them for a scraper to read."""
+    _resolved_url(db)
+    return db
+
+
 def migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
     """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
     revision that does not exist) in one line instead of Alembic's traceback. A SQLite file the
@@ -221,5 +238,15 @@ CreateDbOption = Annotated[
         "created if missing.",
         show_default=False,
         callback=database_url,
+    ),
+]
+
+ProbeDbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL (default: $MEMABRA_DATABASE_URL or $MEMABRA_DATABASE_URL_FILE, else sqlite:///memabra.db).",
+        show_default=False,
+        callback=probed_database,
     ),
 ]

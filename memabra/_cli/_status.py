@@ -28,7 +28,7 @@ from memabra._cli._common import (
     write_json,
     write_output,
 )
-from memabra._cli._database import DbOption
+from memabra._cli._database import ProbeDbOption
 from memabra._cli._retention import parse_age
 from memabra._errors import MemabraError
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
@@ -54,7 +54,7 @@ def _check_age(value: str) -> str:
 
 
 def status(
-    db: DbOption = None,
+    db: ProbeDbOption = None,
     max_lag: Annotated[
         str,
         typer.Option(

@@ -228,7 +228,7 @@ def test_a_usage_error_off_a_terminal_is_not_wrapped(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/no/such/folder/with/a/long/name/memabra-production-log.db"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "MEMABRA_DATABASE_URL")}
     done = subprocess.run(
-        [sys.executable, "-c", "from memabra._cli import main; main()", "status", "--db", db],
+        [sys.executable, "-c", "from memabra._cli import main; main()", "episodes", "list", "--db", db],
         capture_output=True,
         text=True,
         env=env,
@@ -249,5 +249,5 @@ def test_a_terminal_still_gets_the_panel_and_exit_codes_are_kept(
     assert runner.invoke(app, ["no-such-command"]).exit_code == 2
     assert runner.invoke(app, ["episodes", "show", "no-such-episode", "--db", migrated_url]).exit_code == 1
     monkeypatch.setattr(_app, "_stderr_is_terminal", lambda: True)
-    result = runner.invoke(app, ["status", "--db", "sqlite:////nonexistent/x.db"])
+    result = runner.invoke(app, ["episodes", "list", "--db", "sqlite:////nonexistent/x.db"])
     assert result.exit_code == 2 and "╭─ Error" in result.output

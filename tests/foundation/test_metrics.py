@@ -206,6 +206,22 @@ def test_a_database_that_cannot_be_reached_writes_up_0_and_exits_1(tmp_path: Pat
     assert value(families, "memabra_status_duration_seconds") >= 0
 
 
+def test_a_sqlite_file_gone_from_its_path_writes_up_0_and_exits_1(tmp_path: Path) -> None:
+    """A log that was there and is gone (a volume not mounted, a file moved) is a check that could
+    not run, not a usage error: the textfile and the JSON must not keep an earlier run's figures."""
+    out, report = tmp_path / "memabra.prom", tmp_path / "status.json"
+    out.write_text("memabra_status_up 1\n")  # an earlier run's: must not survive this one
+    report.write_text('{"healthy": true}')
+    gone, unmounted = tmp_path / "gone.db", tmp_path / "unmounted" / "memabra.db"
+    for url, says in ((f"sqlite:///{gone}", f"no database at {gone}"), (f"sqlite:///{unmounted}", "does not exist")):
+        code, output = _status(url, out, "--json", str(report))
+        assert code == 1, output
+        assert says in " ".join(output.split())
+        assert value(parse_exposition(out.read_text()), "memabra_status_up") == 0
+        assert '"healthy": false' in report.read_text()
+        assert not gone.exists()
+
+
 def test_an_unknown_policy_writes_up_0(migrated_url: str, tmp_path: Path) -> None:
     out = tmp_path / "memabra.prom"
     code, output = _status(migrated_url, out, "--policy", "nope")
