@@ -31,6 +31,7 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import checked_url
+from memabra._cli._mempo_stops import Stopped, StopSignals, exit_code, stopped_by  # mempo's stops, shared
 
 if TYPE_CHECKING:
     from memabra.evals.bench import BenchRound, RouterFactory
@@ -129,16 +130,24 @@ def bench(
         expected = passes * len(rounds)
         writer = run_guarded(DecisionLogWriter, log_db, logger=names[0], expected=expected) if log_db else None
         finished = False
+        stop: Stopped | None = None
+        # a scheduler's SIGTERM (Slurm's time limit, docker stop) stops the run as Ctrl-C does: the
+        # log's run row then says stopped, not running as after a SIGKILL
         try:
-            report = run_guarded(
-                run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer
-            )
+            with StopSignals().installed():
+                report = run_guarded(
+                    run_bench, rounds, factories, passes, seed, progress=advance, source=file.name, on_decision=writer
+                )
             finished = True
+        except Stopped as stopped:
+            stop = stopped
         finally:
             if writer is not None:
                 writer.close(finished=finished)
                 if not finished:
                     _explain_partial_log(writer.written, expected, names[0], log_db)
+        if stop is not None:
+            fail(f"{stopped_by(stop)}: the bench run stopped before it finished", code=exit_code(stop))
     report["similarity"] = prior
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it

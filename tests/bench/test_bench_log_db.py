@@ -174,3 +174,35 @@ def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(t
     said = " ".join(result.output.split())
     assert "unfinished bench run" in said and "killed (SIGKILL, out of memory)" in said, said
     assert "run the bench again with a new --log-db" in said
+
+
+def test_a_run_stopped_by_sigterm_marks_its_log_stopped_and_exits_143(tmp_path: Path, db_url: str) -> None:
+    """A scheduler's SIGTERM (Slurm's time limit, docker stop) stops the run as Ctrl-C does: its
+    row says stopped (not running, as after a SIGKILL), it says its log is partial, exit 143."""
+    rounds = _rounds_file(tmp_path, 300)
+    command = [str(MEMABRA), "bench", str(rounds), "--routers", "hybrid", "--passes", "40", "--lexical"]
+    proc = subprocess.Popen(
+        [*command, "--log-db", db_url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _episodes(db_url) < 500:  # its first batch of decisions committed
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the bench run wrote no decision within a minute"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = " ".join(err.decode().split())
+    assert proc.returncode == 143, said
+    assert "stopped by SIGTERM" in said and "run the bench again with a new --log-db" in said, said
+    stopped = bench_run_of_url(db_url)
+    assert stopped is not None and stopped.status == "stopped" and 0 < stopped.written < 12000
+    result = runner.invoke(app, ["ope", "log", "--db", db_url, "--policy", "random", "--no-store"])
+    assert result.exit_code == 1 and "unfinished bench run" in " ".join(result.output.split())
