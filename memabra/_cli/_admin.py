@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from memabra._cli._common import configure_logging, console, fail, run_guarded
 from memabra._cli._database import DbOption
-from memabra._cli._retention import open_checkpointer
+from memabra._cli._erase import open_checkpointer
 from memabra._environment import empty_variable_error, secret_variable
 from memabra._errors import ConfigError
 

@@ -18,6 +18,7 @@ from memabra._cli._bench import bench, simulate_command
 from memabra._cli._common import console, err_console, error_line
 from memabra._cli._db import db_app
 from memabra._cli._demo import demo
+from memabra._cli._erase import erase
 from memabra._cli._export import episodes_export
 from memabra._cli._log import episodes_app, feedback, rewards_app
 from memabra._cli._memories import memories_app
@@ -27,7 +28,7 @@ from memabra._cli._ope import ope_app
 from memabra._cli._paused import episodes_paused
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
-from memabra._cli._retention import episodes_delete, episodes_deletions, erase
+from memabra._cli._retention import episodes_delete, episodes_deletions
 from memabra._cli._status import status
 from memabra._environment import unreported_unknown_variables
 
