@@ -141,9 +141,9 @@ def _episodes(url: str) -> int:
         engine.dispose()
 
 
-def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(tmp_path: Path, db_url: str) -> None:
-    """SIGKILL (kill -9, the out-of-memory killer) gives the run no chance to say anything: the
-    log's run row, taken before the first decision, still says running, and `ope log` refuses it."""
+def _bench_logging(tmp_path: Path, db_url: str) -> subprocess.Popen[bytes]:
+    """A bench run logging to ``db_url`` in its own process, once its first batch of decisions
+    is committed (12,000 decisions in all: it is far from done)."""
     rounds = _rounds_file(tmp_path, 300)
     command = [str(MEMABRA), "bench", str(rounds), "--routers", "hybrid", "--passes", "40", "--lexical"]
     proc = subprocess.Popen(
@@ -152,12 +152,21 @@ def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(t
         stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "200"},
     )
+    deadline = time.monotonic() + 60
+    while _episodes(db_url) < 500:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"the bench run wrote no decision within a minute: {err.decode()}")
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(tmp_path: Path, db_url: str) -> None:
+    """SIGKILL (kill -9, the out-of-memory killer) gives the run no chance to say anything: the
+    log's run row, taken before the first decision, still says running, and `ope log` refuses it."""
+    proc = _bench_logging(tmp_path, db_url)
     try:
-        deadline = time.monotonic() + 60
-        while _episodes(db_url) < 500:  # its first batch of decisions committed
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the bench run wrote no decision within a minute"
-            time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -179,20 +188,8 @@ def test_a_run_killed_outright_leaves_a_log_that_ope_log_refuses_as_unfinished(t
 def test_a_run_stopped_by_sigterm_marks_its_log_stopped_and_exits_143(tmp_path: Path, db_url: str) -> None:
     """A scheduler's SIGTERM (Slurm's time limit, docker stop) stops the run as Ctrl-C does: its
     row says stopped (not running, as after a SIGKILL), it says its log is partial, exit 143."""
-    rounds = _rounds_file(tmp_path, 300)
-    command = [str(MEMABRA), "bench", str(rounds), "--routers", "hybrid", "--passes", "40", "--lexical"]
-    proc = subprocess.Popen(
-        [*command, "--log-db", db_url],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    proc = _bench_logging(tmp_path, db_url)
     try:
-        deadline = time.monotonic() + 60
-        while _episodes(db_url) < 500:  # its first batch of decisions committed
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the bench run wrote no decision within a minute"
-            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
