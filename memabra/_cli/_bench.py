@@ -31,7 +31,7 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import checked_url
-from memabra._cli._mempo_stops import Stopped, StopSignals, exit_code, stopped_by  # mempo's stops, shared
+from memabra._cli._stops import Stopped, StopSignals, exit_code, stopped_by
 
 if TYPE_CHECKING:
     from memabra.evals.bench import BenchRound, RouterFactory

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memabra._cli._mempo_stops import Stopped, StopSignals, exit_code, stopped_by
+from memabra._cli._stops import Stopped, StopSignals, exit_code, stopped_by
 from memabra.storage import EpisodeLog
 
 from .test_mempo_cli import _log_decisions

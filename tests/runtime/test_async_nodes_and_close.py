@@ -6,20 +6,17 @@ never run a statement on the event loop's thread (the slow-database seam of
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from runtime.test_event_loop_stall import SlowLog
+from runtime.test_event_loop_stall import SlowLog, _router, slow_fixture  # noqa: F401 - the fixture slow, shared
 
 from fakes import ScriptedChatModel
 from memabra import MemabraAgent, MemabraNodes, MemabraNodeState, create_memabra_agent
 from memabra._agent import build_session
-from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog
 
 CONFIG = {"configurable": {"thread_id": "t1"}}
@@ -30,17 +27,6 @@ USER = {"user_id": "ann"}
 def get_weather(city: str) -> str:
     """Current weather for a city."""
     return f"sunny in {city}"
-
-
-@pytest.fixture
-def slow(log: EpisodeLog) -> Iterator[SlowLog]:
-    spy = SlowLog(log)
-    yield spy
-    spy.remove()
-
-
-def _router() -> HybridRouter:
-    return HybridRouter(similarity=Similarity(encoder=None))
 
 
 def _weather_then_answer(messages: list[BaseMessage], bound: list[str]) -> AIMessage:

@@ -106,8 +106,8 @@ class SlowLog:
         assert worst < MAX_STALL_S, f"the event loop stalled for {worst:.3f}s"
 
 
-@pytest.fixture
-def slow(log: EpisodeLog) -> Iterator[SlowLog]:
+@pytest.fixture(name="slow")
+def slow_fixture(log: EpisodeLog) -> Iterator[SlowLog]:
     spy = SlowLog(log)
     yield spy
     spy.remove()

@@ -1,6 +1,6 @@
-"""How ``memabra mempo score`` stops: Ctrl-C (SIGINT) and a job scheduler's SIGTERM (Slurm,
-Kubernetes, systemd, ``docker stop``) both end it with what was stored said, and the conventional
-exit code, 128 + the signal's number (130, 143).
+"""How the long CLI runs stop (``memabra mempo score``, ``memabra bench``): Ctrl-C (SIGINT) and a
+job scheduler's SIGTERM (Slurm, Kubernetes, systemd, ``docker stop``) both end them with what was
+stored said, and the conventional exit code, 128 + the signal's number (130, 143).
 
 A signal that arrives while a chunk's labels are being stored waits for that transaction: the
 count the command reports is then exactly what the log holds, and no chunk is cut off in the
