@@ -65,8 +65,9 @@ from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
 from memabra._admin._turn_pages import TurnPages
 from memabra._episode_document import episode_document
-from memabra._errors import InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
+from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Feedback, FeedbackKind, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, RevokedSessions
@@ -237,6 +238,7 @@ def create_app(
     revocations: SessionRevocations | None = None,
     throttle: AttemptThrottle | None = None,
     checkpointer: BaseCheckpointSaver[str] | None = None,
+    max_lag: timedelta = DEFAULT_MAX_LAG,
 ) -> Starlette:
     """The admin ASGI app over an episode log (an :class:`EpisodeLog`, or a database URL that the
     app opens and closes with its lifespan).
@@ -254,8 +256,12 @@ def create_app(
     every worker). ``throttle``: the per-client limit on failed sign-ins and bearer tokens
     (default: :class:`~memabra._admin._auth.AttemptThrottle` with its documented limits).
     ``checkpointer``: the agent's LangGraph checkpointer; given, erasing a user deletes their
-    conversation threads there too.
+    conversation threads there too. ``max_lag``: how long a reward may wait on its way to a learner
+    before the policies page and ``/metrics`` report it as a health problem (``memabra status
+    --max-lag``'s bound: give both the same, so the page, the scrape and the probe agree).
     """
+    if max_lag <= timedelta(0):
+        raise ConfigError(f"max_lag must be a positive duration, got {max_lag}")
     credentials = Credentials(
         token=token, password=password, reviewer_token=reviewer_token, reviewer_password=reviewer_password
     )
@@ -272,6 +278,7 @@ def create_app(
         revocations=revocations if revocations is not None else RevokedSessions(log),
         throttle=throttle if throttle is not None else AttemptThrottle(),
         checkpointer=checkpointer,
+        max_lag=max_lag,
     )
 
     @asynccontextmanager

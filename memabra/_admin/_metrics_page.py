@@ -26,7 +26,7 @@ from starlette.responses import PlainTextResponse, Response
 from memabra._admin._plumbing import _AdminBase, _HttpError
 from memabra._admin._policy import ActiveSnapshotPolicy
 from memabra._errors import MemabraError
-from memabra._health import DEFAULT_MAX_LAG, health_problems
+from memabra._health import health_problems
 from memabra._metrics import CONTENT_TYPE, status_metrics
 from memabra._records import utcnow
 
@@ -88,13 +88,17 @@ class _MetricsReader:
         except (MemabraError, SQLAlchemyError) as exc:
             logger.warning("admin /metrics: could not read the log's status: %s", exc)
             return status_metrics(
-                None, max_lag=DEFAULT_MAX_LAG, duration_s=_since(started), checked_at=utcnow(), checked_policies=served
+                None,
+                max_lag=self.admin.max_lag,
+                duration_s=_since(started),
+                checked_at=utcnow(),
+                checked_policies=served,
             )
         duration = _since(started)
         return status_metrics(
             state,
-            problems=health_problems(state, DEFAULT_MAX_LAG, policies=served),
-            max_lag=DEFAULT_MAX_LAG,
+            problems=health_problems(state, self.admin.max_lag, policies=served),
+            max_lag=self.admin.max_lag,
             duration_s=duration,
             checked_at=state.checked_at,
             checked_policies=served,

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
@@ -30,6 +31,7 @@ from memabra._admin._auth import (
 from memabra._admin._forms import FormError, clean_field
 from memabra._admin._policy import CurrentPolicy
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
+from memabra._health import DEFAULT_MAX_LAG
 from memabra._reward import RewardConfig
 from memabra.storage import AdminMemories, AdminQueries, EpisodeLog, SnapshotAudit
 
@@ -144,8 +146,10 @@ class _AdminBase:
         revocations: SessionRevocations,
         throttle: AttemptThrottle,
         checkpointer: BaseCheckpointSaver[str] | None = None,
+        max_lag: timedelta = DEFAULT_MAX_LAG,
     ) -> None:
         self.log = log
+        self.max_lag = max_lag
         self.checkpointer = checkpointer
         self.revocations = revocations
         self.throttle = throttle

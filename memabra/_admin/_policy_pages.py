@@ -21,7 +21,7 @@ from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._admin._promotion import PromotionCheck, promotion_check
-from memabra._health import DEFAULT_MAX_LAG, DELETIONS_CHECK, format_age, health_problems
+from memabra._health import DELETIONS_CHECK, format_age, health_problems
 from memabra._records import OPEResult, RewardWeights, utcnow
 from memabra.storage import DEFAULT_SAMPLE, MAX_AUDIT_TEXT, LearnerBusyError, PolicyStatus, SnapshotInfo
 
@@ -103,12 +103,12 @@ class PolicyPages(_AdminBase):
             "health": health,
             "health_problems": [
                 p
-                for p in health_problems(health, policies=None if served is None else [served])
+                for p in health_problems(health, self.max_lag, policies=None if served is None else [served])
                 if p.check != DELETIONS_CHECK  # shown with the deletion history
             ],
             "checked_policy": served,
             "retention_holds": _retention_holds(health.policies, served),
-            "max_lag": format_age(DEFAULT_MAX_LAG),
+            "max_lag": format_age(self.max_lag),
             "snapshots": snapshots,
             "stats": stats,
             "stats_by_version": {s.policy_version: s for s in stats},

@@ -16,8 +16,10 @@ from rich.markup import escape
 from memabra._cli._common import configure_logging, console, fail, run_guarded
 from memabra._cli._database import DbOption
 from memabra._cli._erase import open_checkpointer
+from memabra._cli._retention import check_age, parse_age
 from memabra._environment import empty_variable_error, secret_variable
 from memabra._errors import ConfigError
+from memabra._health import DEFAULT_MAX_LAG, format_age
 
 if TYPE_CHECKING:
     from memabra._admin import CurrentPolicy
@@ -102,6 +104,15 @@ def admin(
             "deletes their conversation threads there too.",
         ),
     ] = None,
+    max_lag: Annotated[
+        str,
+        typer.Option(
+            "--max-lag",
+            help="How long a reward may wait on its way to a learner before the policies page and GET /metrics "
+            "report a health problem: 30m, 2h, 1d (give `memabra status --max-lag` the same).",
+            callback=check_age,
+        ),
+    ] = format_age(DEFAULT_MAX_LAG),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log requests and library events.")] = False,
 ) -> None:
     """Serve the admin view: review routing decisions, record feedback, promote or roll back snapshots,
@@ -150,6 +161,7 @@ def admin(
             secure_cookies=secure_cookies,
             current_policy=_current_policy(log, policy),
             checkpointer=saver,
+            max_lag=parse_age(max_lag),
         )
         # bound before the banner, so a taken port is a clear error, never an address that is not served
         listening = _bind(host, port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -168,3 +169,19 @@ def test_credentials_never_show_in_a_repr() -> None:
     shown = repr(credentials)
     for secret in (TOKEN, PASSWORD, "reviewer-token-1", "reviewer password"):
         assert secret not in shown
+
+
+def test_cli_max_lag_is_the_bound_the_admin_checks_against(monkeypatch: pytest.MonkeyPatch, log: EpisodeLog) -> None:
+    import uvicorn
+
+    monkeypatch.setenv("MEMABRA_ADMIN_TOKEN", TOKEN)
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, sockets: served.append(server.config.app))
+    app = Typer()
+    app.command()(admin)
+    url = log.engine.url.render_as_string(hide_password=False)
+    result = CliRunner().invoke(app, ["--db", url, "--port", str(_free_port()), "--max-lag", "2h"])
+    assert result.exit_code == 0, result.output
+    assert served[0].state.admin.max_lag == timedelta(hours=2)
+    refused = CliRunner().invoke(app, ["--db", url, "--port", str(_free_port()), "--max-lag", "0m"])
+    assert refused.exit_code == 2 and "--max-lag" in refused.output and not served[1:]

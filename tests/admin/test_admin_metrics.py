@@ -4,6 +4,7 @@ and ``memabra_status_up 0`` when the database cannot be read."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ from sqlalchemy.exc import OperationalError
 
 from factories import readable_final_rewards
 from memabra import PolicySnapshot
-from memabra._admin import ActiveSnapshotPolicy, _metrics_page
+from memabra._admin import ActiveSnapshotPolicy, _metrics_page, create_app
+from memabra._errors import ConfigError
 from memabra.storage import EpisodeLog, LearnerStore
 from memabra.storage._learner import START
 
@@ -111,3 +113,22 @@ def test_the_learner_check_covers_the_policy_in_service_only(
     checked = {dict(labels).get("policy") for labels in families["memabra_health_problem"].samples}
     assert checked == {None, "test"}
     assert {dict(labels)["policy"] for labels in families["memabra_learner_backlog"].samples} == {"gone", "test"}
+
+
+def test_the_admin_reports_health_against_its_own_max_lag(make_client: ClientFactory, seeded: Seeded) -> None:
+    """`memabra admin --max-lag` is the bound the page and the scrape check against, as `memabra
+    status --max-lag` is the probe's: the seeded log's unlearned rewards, final moments ago, are
+    fine under a long bound and a problem on both under one shorter than their wait."""
+    for lag, problem in ((timedelta(days=3650), 0), (timedelta(microseconds=1), 1)):
+        client = make_client(max_lag=lag)
+        families = parse_exposition(client.get("/metrics").text)
+        assert value(families, "memabra_status_max_lag_seconds") == lag.total_seconds()
+        problems = families["memabra_health_problem"].samples
+        assert sum(v for labels, v in problems.items() if dict(labels)["check"] == "learner") == problem, problems
+        page = client.get("/policies").text
+        assert ("no reward has waited longer than" in page) is not bool(problem)
+
+
+def test_a_max_lag_that_is_not_positive_is_refused(log: EpisodeLog) -> None:
+    with pytest.raises(ConfigError, match="max_lag must be a positive duration"):
+        create_app(log, token=TOKEN, max_lag=timedelta(0))
