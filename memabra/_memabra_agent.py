@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing, closing
+from contextlib import aclosing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -22,6 +22,8 @@ from memabra._kept_runs import akeep_paused, keep_paused
 from memabra._out_of_steps import aclose_out_of_steps, close_out_of_steps, running_before
 from memabra._records import FeedbackKind, FeedbackReceipt
 from memabra._run_ends import Interrupts, each_config, each_interrupted, each_out, each_waiting, interrupt_in
+from memabra._run_watch import watch_astream, watch_stream
+from memabra._served_graph import MemabraServedGraph, served_graph
 from memabra._session import RoutingSession
 from memabra.router import Router
 from memabra.storage import EpisodeLog
@@ -59,6 +61,14 @@ class MemabraAgent:
         self.graph = graph
         self.session = session
 
+    @functools.cached_property
+    def server_graph(self) -> MemabraServedGraph:
+        """The compiled graph for LangGraph's Agent Server (``langgraph dev``, LangSmith
+        Deployments): name it in ``langgraph.json`` (``graph = agent.server_graph``). The server runs
+        a compiled graph, not this object; this one ends each run as this object's methods do
+        (:mod:`memabra._served_graph`), which ``graph`` run there would not."""
+        return served_graph(self.graph, self.session)
+
     @property
     def router(self) -> Router:
         return self.session.router
@@ -95,52 +105,15 @@ class MemabraAgent:
         await akeep_paused(self.graph, self.session, config, interrupted=interrupt_in(out))
         return out
 
-    # A stream read to its end ran until it stopped by itself (paused); one that raised is a run
-    # that raised. One its reader closed (``close()`` / ``aclose()``, a ``break``, garbage
-    # collection) or whose task was cancelled ended early: the thread's state says which
-    # (:func:`waits_on_someone`), as it does for each run of a batch that raised. Whether a run stopped at
-    # an interrupt is read from its chunks, where its modes show one (:class:`Interrupts`).
+    # A stream ends as :mod:`memabra._run_watch` reads it (the graph the Agent Server runs ends
+    # its streams the same way).
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        waiting: bool | None = False
-        seen = Interrupts(self.graph, input, kwargs)
-        before = running_before(self.graph, self.session, config)
-        try:
-            with closing(self.graph.stream(input, config, **kwargs)) as chunks:  # closing this closes the run
-                for chunk in chunks:
-                    seen.read(chunk)
-                    yield chunk
-            waiting = True
-        except GraphRecursionError as exc:
-            close_out_of_steps(self.graph, self.session, config, before, exc)
-            raise
-        except GeneratorExit:
-            waiting = None
-            raise
-        finally:
-            keep_paused(
-                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
-            )
+        chunks = self.graph.stream(input, config, **kwargs)
+        return watch_stream(self.graph, self.session, chunks, input, config, kwargs)
 
-    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        waiting: bool | None = False
-        seen = Interrupts(self.graph, input, kwargs)
-        before = running_before(self.graph, self.session, config)
-        try:
-            async with aclosing(self.graph.astream(input, config, **kwargs)) as chunks:
-                async for chunk in chunks:
-                    seen.read(chunk)
-                    yield chunk
-            waiting = True
-        except GraphRecursionError as exc:
-            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
-            raise
-        except (GeneratorExit, asyncio.CancelledError):
-            waiting = None
-            raise
-        finally:
-            await akeep_paused(
-                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
-            )
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        chunks = self.graph.astream(input, config, **kwargs)
+        return watch_astream(self.graph, self.session, chunks, input, config, kwargs)
 
     # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): with
     # ``return_exceptions=True`` a run whose result is an exception raised, and one whose result is

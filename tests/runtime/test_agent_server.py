@@ -1,0 +1,183 @@
+"""A memabra agent deployed as LangGraph recommends: ``langgraph.json`` naming a module-level
+graph, served by the Agent Server (``langgraph dev``, in-memory runtime) and driven through the
+``langgraph_sdk`` client. The graph it serves is ``agent.server_graph``, which ends each run as
+``MemabraAgent`` does in process: each turn is logged once with its decision and propensities; a
+turn whose run waits on a person reads paused, never lost; one that ran out of steps is logged as
+failed. ``plain`` (``agent.graph``, served the same way) shows what the server did before."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph_api", reason="needs LangGraph's Agent Server: pip install 'langgraph-cli[inmem]'")
+pytest.importorskip(
+    "langgraph_runtime_inmem", reason="needs the Agent Server's in-memory runtime (langgraph-cli[inmem])"
+)
+
+from langgraph_sdk import get_sync_client  # noqa: E402
+from langgraph_sdk.client import SyncLangGraphClient  # noqa: E402
+from runtime.agent_server import AgentServer, serve  # noqa: E402
+
+from memabra.storage import EpisodeFilter, EpisodeLog  # noqa: E402
+
+USER = {"user_id": "ann"}
+RUN_STARTED_S = 30.0  # the in-memory queue polls each second: a run starts within a few
+WHOLE_EMAIL_TURN = [("model", "ok", None), ("tool", "ok", "sent to bob"), ("model", "ok", None)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    yield from serve(tmp_path_factory.mktemp("agent_server"))
+
+
+@pytest.fixture(scope="module")
+def client(server: AgentServer) -> Iterator[SyncLangGraphClient]:
+    with get_sync_client(url=server.url) as sdk:
+        yield sdk
+
+
+@pytest.fixture(scope="module")
+def log(server: AgentServer) -> Iterator[EpisodeLog]:
+    with EpisodeLog(server.db_url) as episode_log:
+        yield episode_log
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def _thread(client: SyncLangGraphClient) -> str:
+    return str(client.threads.create()["thread_id"])
+
+
+def _values(client: SyncLangGraphClient, thread: str) -> dict[str, Any]:
+    values: dict[str, Any] = client.threads.get_state(thread)["values"]
+    return values
+
+
+def _episodes(log: EpisodeLog, thread: str) -> list[Any]:
+    return [log.get_episode(s.id) for s in log.list_episodes(EpisodeFilter(thread_id=thread)).items]
+
+
+def _steps(episode: Any) -> list[tuple[Any, ...]]:
+    return [(s.kind.value, s.status, s.result) for s in episode.steps]
+
+
+def _logged_once(log: EpisodeLog, thread: str, episode_id: str) -> Any:
+    (episode,) = _episodes(log, thread)
+    assert episode.id == episode_id
+    assert episode.selections and all(s.propensity > 0 for s in episode.selections)
+    assert not [k for k in log.suspended_turns(limit=1000) if k.thread_id == thread]
+    return episode
+
+
+def _running(client: SyncLangGraphClient, thread: str, run_id: str) -> None:
+    """Wait until the run is inside its slow tool call (routed, its model called)."""
+    deadline = time.monotonic() + RUN_STARTED_S
+    while time.monotonic() < deadline:
+        if client.runs.get(thread, run_id)["status"] == "running" and _values(client, thread).get("memabra_turn"):
+            time.sleep(1.0)  # into the tool, past the checkpoint that names the turn
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} did not start in {RUN_STARTED_S}s")
+
+
+def test_a_plain_run_is_logged_once_with_its_decision(client: SyncLangGraphClient, log: EpisodeLog) -> None:
+    thread = _thread(client)
+    out = client.runs.wait(thread, "served", input=_message("Hello there"), context=USER)
+    assert isinstance(out, dict) and out["messages"][-1]["content"] == "ok"
+    episode = _logged_once(log, thread, out["memabra_episode_id"])
+    assert episode.user_id == "ann" and _steps(episode) == [("model", "ok", None)]
+
+
+def test_a_run_stopped_before_its_tools_reads_paused_and_resumes_whole(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    thread = _thread(client)
+    client.runs.wait(thread, "served", input=_message("Email bob please"), context=USER, interrupt_before=["tools"])
+    turn = _values(client, thread)["memabra_turn"]
+    kept = log.suspended_turn(turn)
+    assert kept is not None and kept.paused  # a person is asked: never lost
+    out = client.runs.wait(thread, "served", input=None, context=USER)
+    episode = _logged_once(log, thread, out["memabra_episode_id"])
+    assert episode.id == kept.episode_id and _steps(episode) == WHOLE_EMAIL_TURN
+    assert episode.metadata["pauses"] == 1
+
+
+def test_a_tool_that_asks_for_approval_reads_paused_and_resumes_whole(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    thread = _thread(client)
+    client.runs.wait(thread, "served", input=_message("Pay the invoice"), context=USER)
+    kept = log.suspended_turn(_values(client, thread)["memabra_turn"])
+    assert kept is not None and kept.paused
+    out = client.runs.wait(thread, "served", command={"resume": "yes"}, context=USER)
+    episode = _logged_once(log, thread, out["memabra_episode_id"])
+    assert _steps(episode) == [("model", "ok", None), ("tool", "ok", "paid INV-7"), ("model", "ok", None)]
+
+
+def test_an_approval_asked_by_human_in_the_loop_middleware_reads_paused_and_resumes_whole(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    thread = _thread(client)
+    client.runs.wait(thread, "approvals", input=_message("Email bob please"), context=USER)
+    kept = log.suspended_turn(_values(client, thread)["memabra_turn"])
+    assert kept is not None and kept.paused
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    out = client.runs.wait(thread, "approvals", command=approve, context=USER)  # type: ignore[arg-type]
+    episode = _logged_once(log, thread, out["memabra_episode_id"])
+    assert [(kind, status) for kind, status, _ in _steps(episode)] == [("model", "ok"), ("tool", "ok"), ("model", "ok")]
+
+
+def test_a_run_the_client_cancelled_is_kept_running_and_a_retry_goes_on_with_it(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    thread = _thread(client)
+    run = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
+    _running(client, thread, run["run_id"])
+    client.runs.cancel(thread, run["run_id"], wait=True)
+    turn = _values(client, thread)["memabra_turn"]
+    kept = log.suspended_turn(turn)
+    # nobody waits on a cancelled run: running (lost in an hour unless retried), not paused
+    assert kept is not None and not kept.paused and not _episodes(log, thread)
+    out = client.runs.wait(thread, "served", input=None, context=USER)
+    episode = _logged_once(log, thread, out["memabra_episode_id"])
+    assert episode.id == kept.episode_id and [s.name for s in episode.steps if s.kind.value == "tool"][-1] == (
+        "slow_lookup"
+    )
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_a_second_run_on_a_busy_thread_logs_its_own_turn(
+    client: SyncLangGraphClient, log: EpisodeLog, strategy: str
+) -> None:
+    thread = _thread(client)
+    first = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
+    _running(client, thread, first["run_id"])
+    first_turn = _values(client, thread)["memabra_turn"]
+    second = client.runs.create(
+        thread, "served", input=_message("Hello there"), context=USER, multitask_strategy=strategy
+    )
+    out = client.runs.join(thread, second["run_id"])
+    (episode,) = _episodes(log, thread)
+    assert episode.id == out["memabra_episode_id"] and _steps(episode) == [("model", "ok", None)]
+    # the first run's turn stays kept running: nobody resumes it, so it reads lost in an hour and
+    # `memabra episodes paused --lost --abandon` logs it as failed with its decision
+    kept = log.suspended_turn(first_turn)
+    assert kept is not None and not kept.paused
+
+
+def test_a_run_out_of_steps_is_logged_as_a_failed_turn(client: SyncLangGraphClient, log: EpisodeLog) -> None:
+    thread = _thread(client)
+    out = client.runs.wait(
+        thread, "served", input=_message("Hello there"), context=USER, config={"recursion_limit": 2}, raise_error=False
+    )
+    assert "GraphRecursionError" in str(out)
+    (episode,) = _episodes(log, thread)
+    assert not [k for k in log.suspended_turns(limit=1000) if k.thread_id == thread]
+    (failed,) = [f for f in episode.feedback if f.payload.get("accepted") is False]
+    assert str(failed.payload["comment"]).startswith("recursion_limit: GraphRecursionError")
