@@ -115,9 +115,9 @@ class MemabraAgent:
         chunks = self.graph.astream(input, config, **kwargs)
         return watch_astream(self.graph, self.session, chunks, input, config, kwargs)
 
-    # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): with
-    # ``return_exceptions=True`` a run whose result is an exception raised, and one whose result is
-    # a ``GraphRecursionError`` ran out of steps.
+    # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): a run whose
+    # result is an exception raised, and one whose result is a ``GraphRecursionError`` ran out of
+    # steps. Each batch runs with ``return_exceptions=True`` (see :func:`_every_run_ends`).
     def batch(
         self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
     ) -> Any:
@@ -125,8 +125,8 @@ class MemabraAgent:
         befores = [running_before(self.graph, self.session, each) for each in configs]
         outs: list[Any] = []
         try:
-            outs = self.graph.batch(inputs, config, **kwargs)
-            return outs
+            outs = self.graph.batch(inputs, config, **_every_run_ends(kwargs))
+            return _outs_or_first_error(outs, kwargs)
         finally:
             n = len(inputs)
             ends = zip(
@@ -144,8 +144,8 @@ class MemabraAgent:
         befores = [running_before(self.graph, self.session, each) for each in configs]
         outs: list[Any] = []
         try:
-            outs = await self.graph.abatch(inputs, config, **kwargs)
-            return outs
+            outs = await self.graph.abatch(inputs, config, **_every_run_ends(kwargs))
+            return _outs_or_first_error(outs, kwargs)
         finally:
             n = len(inputs)
             ends = zip(
@@ -242,3 +242,21 @@ class MemabraAgent:
             self.feedback, episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload
         )
         return await asyncio.to_thread(post)
+
+
+def _every_run_ends(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A batch's arguments with ``return_exceptions=True``: without it langchain's ``abatch``
+    raises the first run's exception while the other runs go on in the background, so their turns
+    would be judged before they end (a run about to pause read as running, lost in an hour);
+    ``batch`` waits for them but reports none of their outcomes."""
+    return {**kwargs, "return_exceptions": True}
+
+
+def _outs_or_first_error(outs: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """What the caller's batch returns: every outcome with ``return_exceptions=True``, else the
+    outcomes, or the first run's exception (in input order) once every run has ended."""
+    if not kwargs.get("return_exceptions"):
+        for out in outs:
+            if isinstance(out, BaseException):
+                raise out
+    return outs

@@ -158,3 +158,24 @@ def test_a_tool_that_raised_behind_the_middleware_is_the_failed_turns_reason(log
     with pytest.raises(ValueError, match="city is required"):
         agent.invoke({"messages": [HumanMessage("weather?")]}, context={"user_id": "ann"})
     assert _failed_comment(log) == "tool_error (get_weather): ValueError: city is required"
+
+
+@pytest.mark.parametrize("how", ["batch", "abatch"])
+def test_a_batch_without_return_exceptions_raises_once_every_run_has_ended(log: EpisodeLog, how: str) -> None:
+    """The caller still gets the exception, and each run's turn ends as with
+    ``return_exceptions=True``: the run out of steps logged failed, the other one logged whole."""
+    agent = _looping_agent(log, checkpointer=InMemorySaver())
+    inputs = [{"messages": [HumanMessage(q)]} for q in ("weather in Lyon?", "hello")]
+    configs: Any = [
+        {"configurable": {"thread_id": thread, "user_id": "ann"}, "recursion_limit": 6} for thread in ("loop", "calm")
+    ]
+    with pytest.raises(GraphRecursionError):
+        if how == "batch":
+            agent.batch(inputs, configs)
+        else:
+            asyncio.run(agent.abatch(inputs, configs))
+    assert not log.suspended_turns() and not agent.session.running_turns("loop")
+    episodes = log.list_episodes().items
+    assert len(episodes) == 2
+    reasons = [f.payload.get("comment") for e in episodes for f in log.get_episode(e.id).feedback]
+    assert any(str(r).startswith("recursion_limit: GraphRecursionError") for r in reasons)

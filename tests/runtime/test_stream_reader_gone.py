@@ -11,6 +11,7 @@ rewritten as paused, so it is never taken for lost while a person is asked."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextlib import aclosing
 from datetime import timedelta
@@ -185,8 +186,14 @@ class _Guardrail(AgentMiddleware):  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("how", ["batch", "abatch"])
 def test_a_batch_that_raised_keeps_each_run_as_it_stopped(log: EpisodeLog, how: str) -> None:
+    """Bob's run is still on its way to the approval when carol's raises: langchain's ``abatch``
+    raised then and left bob's run going in the background, judged running (lost in an hour)."""
+
     def reply(messages: Any, bound: Any) -> AIMessage:
-        return _email("carol" if "carol" in str(messages[-1].content) else "bob")
+        if "carol" in str(messages[-1].content):
+            return _email("carol")
+        time.sleep(0.5)  # a slower model call: bob's run pauses well after carol's raised
+        return _email("bob")
 
     agent = _agent(log, [reply, reply], InMemorySaver(), extra=[_Guardrail()])
     inputs = [{"messages": [HumanMessage(f"Email {who} please")]} for who in ("bob", "carol")]
