@@ -135,20 +135,25 @@ class _Saved(enum.Enum):
     # the log no longer holds the copy the write was to replace: a newer one (another process went
     # on with the turn since this one read or wrote it), or none (logged, or its user erased)
     OVERTAKEN = "overtaken"
+    LOGGED = "logged"  # a copy over none, refused: the turn's episode was logged meanwhile (a retry elsewhere)
     FAILED = "failed"  # the log could not take it (warned)
 
 
 def _save(log: EpisodeLog, kept: SuspendedTurn, unkept: str, *, replacing: SuspendedTurn | None = None) -> _Saved:
     """Write ``kept``; ``FAILED``, with the warning ``unkept`` (naming the turn), where the log
     cannot take it: the caller goes on either way. Given ``replacing`` (the copy read or written
-    before), written only over that copy: ``OVERTAKEN``, logged, where the log holds a newer one or none."""
+    before), written only over that copy: ``OVERTAKEN``, logged, where the log holds a newer one or
+    none. Without it, ``LOGGED``, logged, where the log refused the copy as the turn's episode is in it."""
     try:
         written = log.suspend_turn(kept, replacing=replacing)
     except Exception:  # noqa: BLE001 - best effort, see above
         logger.warning(unkept, kept.turn_id, exc_info=True)
         return _Saved.FAILED
-    if replacing is None or written:
-        return _Saved.WRITTEN  # an unguarded write skipped only for a logged episode: nothing left to keep
+    if written:
+        return _Saved.WRITTEN
+    if replacing is None:  # the log skips a copy over none only where the episode is logged
+        logger.info("turn %s was logged meanwhile (episode %s): no copy of it is kept", kept.turn_id, kept.episode_id)
+        return _Saved.LOGGED
     logger.info(
         "turn %s's copy in the log changed since this process read or wrote it (another process went on with"
         " the turn, or it was logged): the newer copy stands",
@@ -223,7 +228,7 @@ class PausedTurns:
         retried late as lost while it runs. A turn with no decision has nothing to lose and is not
         written. Best effort, as a pause's copy is: the turn goes on without a copy when the log
         cannot take one. Written only over :attr:`Turn.copy` where set: ``OVERTAKEN`` where the log
-        holds another copy now."""
+        holds another copy now; where unset, ``LOGGED`` where the turn's episode is logged already."""
         if t.selection is None or t.logged:
             return _Saved.WRITTEN  # nothing to keep
         return self._write(
@@ -276,7 +281,9 @@ class PausedTurns:
                     going_on.started += time.perf_counter() - going_on.paused_at
                     going_on.paused_at = None
                 if kept is None:  # the log lost it: written again only where it was never written
-                    self.keep_running(going_on)
+                    if self.keep_running(going_on) is _Saved.LOGGED:  # logged since the read above
+                        self._turns.discard(t.id)
+                        return None
                     return going_on
                 # running again: were this process to die now, the copy must read lost, not paused
                 going_on.copy = kept
@@ -284,6 +291,31 @@ class PausedTurns:
                     return going_on
             logger.warning("turn %s's copy kept changing as this process resumed it: going on unkept", t.id)
             return going_on
+
+    def routed_afresh(self, t: Turn, messages: Sequence[Any], bind: Sequence[str]) -> Turn:
+        """``t`` (routed afresh: no process held or kept its turn) with ``bind``'s tools, in flight
+        here and kept as running; or the turn another process routed afresh meanwhile, ``t``'s
+        decision dropped. :attr:`lock` guards one process only, and of two retries each routing the
+        turn, the later one's copy, written over none, would replace the earlier one's steps. So
+        the log is read again once routed (the long part): a copy there stands (read as
+        :meth:`held` reads it); else ``t``'s is written just after (the log's write has no
+        insert-only form: a copy written between the two statements, with no step yet, is replaced,
+        and its process's later writes are refused as overtaken). Refused as its episode was logged
+        meanwhile, the turn goes on with that decision (logging it logs nothing). Hold :attr:`lock`."""
+        t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
+        standing = self.held(t.id, messages)
+        if standing is None:
+            self._turns.add(t)
+            if self.keep_running(t) is not _Saved.LOGGED:
+                return t
+            standing, _ = self.logged_decision(t.id)
+            if standing is None:  # logged and closed unfinished already: a decision nobody runs
+                logger.warning("turn %s was logged as failed while routed again here: going on unkept", t.id)
+                return t
+        else:
+            logger.info("turn %s was routed again by another process meanwhile: going on with its copy", t.id)
+        standing.tool_names = tuple(dict.fromkeys((*standing.tool_names, *bind)))
+        return standing
 
     def _taken(self, kept: SuspendedTurn) -> Turn:
         """The turn ``kept`` holds, in flight here from now on (in place of any held here)."""

@@ -39,6 +39,7 @@ from memabra._records import (
     new_id,
 )
 from memabra._serving import PolicyRuntime
+from memabra._session_async import AsyncTwins
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
 from memabra._turns import Turn, TurnTable, model_step, tool_step
@@ -54,8 +55,9 @@ logger = logging.getLogger("memabra")
 _NEVER = 2**62
 
 
-class RoutingSession:
-    """Routes, records and learns for one agent (thread-safe; one per process).
+class RoutingSession(AsyncTwins):
+    """Routes, records and learns for one agent (thread-safe; one per process); from async code,
+    the ``a``-prefixed twins (``abegin``, ``afinish``, ``async with``...) keep the log off the loop.
 
     ``router`` is the policy to serve and learn while the log has no snapshot of it (once it has,
     the active snapshot is resumed); ``log`` stores; ``memory`` holds the users' memories (memabra's
@@ -186,7 +188,8 @@ class RoutingSession:
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
         model made, still to run); ``messages``, the run's, give back the steps a dead process made
         since the log's copy was written. A turn whose logging node already logged it is never
-        routed again: it goes on with its decision, and logging it again logs nothing."""
+        routed again: it goes on with its decision, and logging it again logs nothing; nor is one
+        another process routed afresh meanwhile (:meth:`PausedTurns.routed_afresh`)."""
         with self._paused.lock:
             held = self._paused.held(turn_id, messages)
             if held is not None:
@@ -198,10 +201,7 @@ class RoutingSession:
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
             recalled = self.memory.recall(user_id, query)
             t = self._routed(turn_id, user_id, query, thread_id, turn, recalled, episode_id)
-            t.tool_names = tuple(dict.fromkeys((*t.tool_names, *bind)))
-            self._turns.add(t)
-            self._paused.keep_running(t)
-            return t
+            return self._paused.routed_afresh(t, messages, bind)
 
     def kept_turn(self, turn_id: str, messages: Sequence[Any] = ()) -> Turn | None:
         """The turn in flight under ``turn_id``, else the one the log keeps (now in flight here,

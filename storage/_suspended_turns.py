@@ -141,7 +141,10 @@ def save(tx: Transactions, turn: SuspendedTurn, replacing: SuspendedTurn | None 
         upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
         stmt = upsert(table).from_select(list(values), row)
         replaced = {name: stmt.excluded[name] for name in values if name != "turn_id"}
-        return bool(conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced)).rowcount)
+        upserted = stmt.on_conflict_do_update(index_elements=[table.c.turn_id], set_=replaced)
+        # an INSERT's rowcount is kept only when asked: psycopg's reads -1 once the cursor closed,
+        # and a first copy skipped for a logged episode would read as written
+        return bool(conn.execute(upserted, execution_options={"preserve_rowcount": True}).rowcount)
 
     return tx.write_connection(write, what="suspend_turn")
 

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from langchain_core.tools import ToolException, tool
 
-from memabra.router import Similarity
+from memabra._session import RoutingSession
+from memabra.router import HybridRouter, Similarity
+from memabra.storage import EpisodeLog
 
 
 @pytest.fixture
@@ -40,3 +44,15 @@ get_forecast.handle_tool_error = True
 @pytest.fixture
 def tools() -> list:  # type: ignore[type-arg]
     return [get_weather, convert_units, get_forecast]
+
+
+@pytest.fixture
+def processes(log: EpisodeLog, lexical: Similarity, tools: list) -> Iterator[tuple[RoutingSession, RoutingSession]]:  # type: ignore[type-arg]
+    """Two workers over one log, each with its own turns in flight (a ``RoutingSession`` each)."""
+    a, b = (
+        RoutingSession.with_tools(tools=tools, router=HybridRouter(similarity=lexical), log=log, learn=False)
+        for _ in range(2)
+    )
+    yield a, b
+    a.close()
+    b.close()

@@ -8,29 +8,16 @@ process goes on with the turn right after it returns."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from memabra._records import Episode
 from memabra._session import RoutingSession
 from memabra._turns import Turn
-from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog, SuspendedTurn
 
 QUERY = "weather in Lyon?"
-
-
-@pytest.fixture
-def processes(log: EpisodeLog, lexical: Similarity, tools: list) -> Iterator[tuple[RoutingSession, RoutingSession]]:  # type: ignore[type-arg]
-    """Two workers over one log, each with its own turns in flight."""
-    a, b = (
-        RoutingSession.with_tools(tools=tools, router=HybridRouter(similarity=lexical), log=log, learn=False)
-        for _ in range(2)
-    )
-    yield a, b
-    a.close()
-    b.close()
 
 
 def _paused_in(session: RoutingSession) -> Turn:
