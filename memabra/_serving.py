@@ -9,8 +9,9 @@
   base (a retired snapshot) so that :func:`~memabra._replay.replay` starts from it too.
 * **Hot reload**: serving goes through a :class:`~memabra.router.SnapshotWatcher` that asks the log
   for the active version every :data:`RELOAD_INTERVAL_S` seconds (one indexed query, no model
-  bytes) and, on PostgreSQL, at once when a ``memabra_policy`` NOTIFY arrives. A promote or a
-  rollback in the admin therefore reaches every process within seconds.
+  bytes) and, on PostgreSQL, at once when a ``memabra_policy`` NOTIFY arrives (not behind a
+  transaction-pooling PgBouncer: see :mod:`memabra._policy_listen`). A promote or a rollback in the
+  admin therefore reaches every process within seconds.
 * **Learning**: the process runs the :class:`~memabra._learner.Learner` in-process whenever it can
   take the policy's lease; then it serves the learner's live router (fresher than any snapshot),
   otherwise what the lease holder publishes. ``close()`` (and process exit) commits what was
@@ -30,6 +31,7 @@ from typing import TypeVar
 
 from memabra._errors import ConfigError, UnknownSnapshotError
 from memabra._learner import Learner, LearnerStatus, fresh_router
+from memabra._policy_listen import NOTIFY_CHANNEL, PolicyListener
 from memabra._records import PolicySnapshot, utcnow
 from memabra._replay import recorded
 from memabra._reward import RewardConfig
@@ -45,7 +47,6 @@ logger = logging.getLogger("memabra")
 
 # How often a process that does not hold the learner lease tries to take it.
 LEASE_RETRY_S = 2.0
-NOTIFY_CHANNEL = "memabra_policy"
 
 # What serving a learner that has published nothing yet is tagged with (no snapshot has this name).
 _UNPUBLISHED = "(unpublished)"
@@ -116,9 +117,9 @@ class PolicyRuntime:
         self._following: str | None = None
         self._next_try = 0.0
         self._closed = False
-        self._listener: _Listener | None = None
+        self._listener: PolicyListener | None = None
         if listen and log.engine.dialect.name == "postgresql":
-            self._listener = _Listener(self)
+            self._listener = PolicyListener(self)
         _OPEN.add(self)
         log.when_closed(self._abandon)
 
@@ -319,55 +320,6 @@ class PolicyRuntime:
                 else:
                     self.learner.abandon()
         _OPEN.discard(self)
-
-
-class _Listener:
-    """LISTEN on PostgreSQL: reload as soon as a snapshot of the policy becomes active."""
-
-    def __init__(self, runtime: PolicyRuntime) -> None:
-        self._runtime = weakref.ref(runtime)
-        self._stop = threading.Event()
-        self._reloading = threading.Lock()
-        url = runtime.log.engine.url.set(drivername="postgresql")
-        self._dsn = url.render_as_string(hide_password=False)
-        self._policy = runtime.policy
-        self._thread = threading.Thread(target=self._run, name="memabra-listen", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop listening and wait for a reload in flight: it reads through the log's pool, which
-        the caller may be about to dispose."""
-        self._stop.set()
-        if threading.current_thread() is not self._thread:
-            with self._reloading:  # the thread itself exits at its next wake, on its own connection
-                pass
-
-    def _reload(self) -> bool:
-        with self._reloading:
-            runtime = self._runtime()
-            if runtime is None or self._stop.is_set():
-                return False
-            runtime.watcher.refresh(force=True)
-            return True
-
-    def _run(self) -> None:
-        try:
-            import psycopg
-
-            with psycopg.connect(self._dsn, autocommit=True) as conn:
-                schema = conn.execute("SELECT current_schema()").fetchone()
-                mine = f"{schema[0] if schema else 'public'} {self._policy} "
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
-                        if note.payload.startswith(mine) and not self._reload():
-                            return
-                    if self._runtime() is None:  # the process stopped serving this runtime
-                        return
-        except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
-            logger.warning(
-                "LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, RELOAD_INTERVAL_S, exc_info=True
-            )
 
 
 def _learned_state(router: Router) -> PolicySnapshot | None:

@@ -33,6 +33,14 @@ PG_PING_IDLE_S = 5.0
 # (``?connect_timeout=``): a server that accepts the connection and never answers would otherwise
 # hang the process for as long as the operating system keeps the socket.
 PG_CONNECT_TIMEOUT_S = 10
+# psycopg 3 prepares a statement server-side after its fifth run on a connection (its default
+# prepare_threshold). A transaction-pooling PgBouncer (before 1.21, and later ones unless
+# max_prepared_statements is set) hands the next transaction another server connection, where
+# the name is unknown or already taken ("prepared statement _pg3_0 already exists"), and nothing
+# in a URL says a pooler is there. Never preparing costs direct PostgreSQL a little of a turn's
+# storage time (measured in docs/production.md, "Behind PgBouncer"): a failing deployment costs
+# more. ``connect_args={"prepare_threshold": 5}`` brings preparing back where no such pooler sits.
+PG_PREPARE_THRESHOLD = None
 # the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
 _WAL_RETRY_S = 0.01
 
@@ -102,8 +110,10 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         engine = create_engine(resolved, **kwargs)
         _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
+    defaults: dict[str, Any] = {"prepare_threshold": PG_PREPARE_THRESHOLD}
     if "connect_timeout" not in parsed.query:
-        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **kwargs.get("connect_args", {})}
+        defaults["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    kwargs["connect_args"] = {**defaults, **kwargs.get("connect_args", {})}
     engine = create_engine(resolved, **kwargs)
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)

@@ -8,8 +8,8 @@ import uuid
 import weakref
 from datetime import timedelta
 
-from sqlalchemy import Connection, Engine, insert, or_, text, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import Connection, Engine, TextClause, insert, or_, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from memabra._records import utcnow
 from memabra.storage._engine import is_postgres
@@ -20,6 +20,14 @@ __all__ = ["SQLITE_LEASE_TTL", "LearnerLease", "lease_key"]
 
 logger = logging.getLogger("memabra")
 
+
+def _try_xact_lock(key: int) -> TextClause:
+    # the key written into the statement, not bound: a statement run with parameters leaves its
+    # snapshot (the server's backend_xmin) in place until the next statement, which an idle lease
+    # transaction would hold for as long as it is held, holding back vacuum on every table
+    return text(f"SELECT pg_try_advisory_xact_lock({int(key)})")
+
+
 # How long a SQLite lease outlives its last renewal: a killed holder's standby waits this long.
 SQLITE_LEASE_TTL = timedelta(seconds=10)
 
@@ -27,9 +35,16 @@ SQLITE_LEASE_TTL = timedelta(seconds=10)
 class LearnerLease:
     """The right to learn for one policy, held by at most one process.
 
-    PostgreSQL: a session-level advisory lock on a connection this object keeps open, keyed by the
-    schema and the policy (tests share one database in many schemas); it is released when the
-    holder closes it or dies. SQLite: a row in ``learner_leases`` renewed by :meth:`renew`; a dead
+    PostgreSQL: a transaction-level advisory lock, keyed by the schema and the policy (tests share
+    one database in many schemas), in a transaction this object keeps open on a connection of its
+    own; it is released when the holder ends the transaction, closes the connection or dies. Not a
+    session-level lock: a transaction-pooling PgBouncer hands a session's server connection to
+    other clients between transactions, and they would find the lock theirs (two learners "holding"
+    it) or unlock it; an open transaction keeps its server connection for exactly as long as the
+    lease is held. The transaction is READ COMMITTED and idle between renewals, so it holds no
+    snapshot (``backend_xmin`` is null: vacuum is not held back) and no row or table lock. A
+    server's ``idle_in_transaction_session_timeout`` shorter than the time between renewals ends
+    it: the next :meth:`renew` finds the connection gone and returns ``False``. SQLite: a row in ``learner_leases`` renewed by :meth:`renew`; a dead
     holder's lease expires after :data:`SQLITE_LEASE_TTL`.
     """
 
@@ -39,6 +54,7 @@ class LearnerLease:
         self.ttl = ttl
         self.holder = uuid.uuid4().hex
         self._conn: Connection | None = None
+        self._lock_key = 0
         self._finalizer: weakref.finalize[[], LearnerLease] | None = None
         self._held = False
 
@@ -62,12 +78,17 @@ class LearnerLease:
             return False
         try:
             if self._conn is not None:
-                self._conn.execute(text("SELECT 1"))
-                self._conn.commit()
+                # in the lease's own transaction, which already holds the lock: true unless that
+                # transaction is no longer the one this connection runs
+                self._held = bool(self._conn.execute(_try_xact_lock(self._lock_key)).scalar_one())
+                if not self._held:
+                    self._drop_connection()
             else:
                 self._held = self._claim_row()
-        except OperationalError:
-            logger.warning("learner lease for %s lost (connection failed)", self.policy)
+        except DBAPIError as exc:
+            # the server or a pooler ended the session (a restart, idle_in_transaction_session_timeout,
+            # pg_terminate_backend): the lock went with it, and another learner may hold it now
+            logger.warning("learner lease for %s lost (%s)", self.policy, _first_line(exc))
             self._drop_connection()
             self._held = False
         return self._held
@@ -78,10 +99,9 @@ class LearnerLease:
         self._held = False
         if self._conn is not None:
             try:
-                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key(self._conn)})
-                self._conn.commit()
-            except OperationalError:
-                pass
+                self._conn.rollback()  # ends the transaction, and with it the lock
+            except DBAPIError:
+                logger.debug("ending the learner lease transaction of %s failed", self.policy, exc_info=True)
             self._drop_connection()
             return
         try:
@@ -99,17 +119,23 @@ class LearnerLease:
         return lease_key(conn, self.policy)
 
     def _acquire_advisory(self) -> bool:
-        conn = self._engine.connect()
+        # READ COMMITTED whatever the engine's default: a statement's snapshot ends with it, so the
+        # transaction left open holds none
+        conn = self._engine.connect().execution_options(isolation_level="READ COMMITTED")
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": self._key(conn)}).scalar_one())
-            conn.commit()
+            key = self._key(conn)
+            got = bool(conn.execute(_try_xact_lock(key)).scalar_one())
+            if not got:
+                conn.rollback()
         except Exception:
             conn.close()
             raise
         if got:
+            # the transaction stays open: it is what holds the lock
             self._conn = conn
+            self._lock_key = key
             # A lease dropped without release() (a session nobody closed) still closes its
-            # connection, which is what frees the advisory lock.
+            # connection, which rolls the transaction back and frees the lock.
             self._finalizer = weakref.finalize(self, conn.close)
         else:
             conn.close()
@@ -153,3 +179,8 @@ def lease_key(conn: Connection, policy: str) -> int:
     schema = conn.execute(text("SELECT current_schema()")).scalar_one()
     digest = hashlib.blake2b(f"memabra-learner:{schema}:{policy}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text_ = str(getattr(exc, "orig", None) or exc).strip()
+    return text_.splitlines()[0] if text_ else type(exc).__name__

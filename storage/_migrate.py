@@ -64,6 +64,14 @@ PG_LOCK_ATTEMPTS = 5
 
 _PG_LOCK_NOT_AVAILABLE = "55P03"
 
+# How often an upgrade that finds another one holding the migration lock tries again (the first
+# pause; doubled up to the second).
+_MIGRATION_LOCK_RETRY_S = (0.05, 0.5)
+
+
+class _LockBusy(Exception):
+    """Another upgrade holds the migration lock: roll back and try again."""
+
 
 def _run(engine: Engine, action: str, revision: str) -> None:
     """Run one Alembic command in one transaction that first takes the database's migration lock:
@@ -75,18 +83,33 @@ def _run(engine: Engine, action: str, revision: str) -> None:
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     where = engine.url.render_as_string(hide_password=True)
     attempts = PG_LOCK_ATTEMPTS if is_postgres(engine) else 1
-    for attempt in range(1, attempts + 1):
+    attempt = 1
+    pause, longest = _MIGRATION_LOCK_RETRY_S
+    said = False
+    while attempt <= attempts:
         try:
             # WRITE_OPTION makes SQLite begin with BEGIN IMMEDIATE: the write lock, waited for up to
             # the busy timeout, before Alembic reads the current revision.
             with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
                 if is_postgres(engine):
-                    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _migration_key(connection)})
+                    # tried, not waited for in the transaction: a transaction waiting holds its
+                    # server connection, and behind a transaction-pooling PgBouncer the upgrade
+                    # holding the lock can need one more connection than the pool has left
+                    key = int(_migration_key(connection))
+                    if not connection.execute(text(f"SELECT pg_try_advisory_xact_lock({key})")).scalar():
+                        raise _LockBusy
                     # after the migration lock, which waits for another `db upgrade` as long as it runs
                     connection.execute(text(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}"))
                 config.attributes["connection"] = connection
                 getattr(command, action)(config, revision)
             return
+        except _LockBusy:
+            if not said:
+                logger.info("waiting for another schema upgrade of this database to finish")
+                said = True
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
+            continue
         except OperationalError as exc:
             if _lock_timed_out(exc):
                 if attempt < attempts:
@@ -99,6 +122,7 @@ def _run(engine: Engine, action: str, revision: str) -> None:
                         attempts,
                     )
                     time.sleep(min(5.0, 0.5 * attempt))
+                    attempt += 1
                     continue
                 raise StorageContentionError(
                     f"the schema {action} of {where} could not lock a table it changes in {attempts} tries of "

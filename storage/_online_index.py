@@ -53,11 +53,17 @@ def build_online_indexes(
     and ``target`` whose table exists; returns the names built. Only on PostgreSQL; the caller
     runs the migrations afterwards."""
     built: list[str] = []
-    with engine.connect() as connection:
-        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+    # the lock is held by a transaction of its own (READ COMMITTED: no snapshot between
+    # statements) on a second connection, not by the session that builds: the builds cannot run in
+    # a transaction, and a transaction-pooling PgBouncer gives each statement outside one whichever
+    # server connection is free, so a session-level lock could be taken on one server connection
+    # and never released on another
+    with (
+        engine.connect().execution_options(isolation_level="READ COMMITTED") as holder,
+        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection,
+    ):
         # the deploy jobs that queue for the migration queue here too: one builds, the rest find it
-        key = lock_key(connection)
-        _lock(connection, key)
+        _lock(holder, lock_key(holder))
         try:
             current = MigrationContext.configure(connection).get_current_revision()
             if current is None:  # a new database: the migrations create the tables with their indexes
@@ -67,19 +73,23 @@ def build_online_indexes(
                 if index.table in tables and _build(connection, index):
                     built.append(index.name)
         finally:
-            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            holder.rollback()  # ends the lock's transaction, and with it the lock
     return built
 
 
-def _lock(connection: Connection, key: int) -> None:
-    """Take the session-level migration lock, waiting for it between short tries rather than in
-    one blocking ``pg_advisory_lock``: a statement blocked on the lock holds its snapshot for as
-    long as it waits, and the holder's ``CREATE INDEX CONCURRENTLY`` waits for every older
-    snapshot to end before it finishes, so two upgrades started together deadlocked and one of
-    them failed. Between tries (autocommit) this connection holds no snapshot."""
+def _lock(holder: Connection, key: int) -> None:
+    """Take the migration lock in ``holder``'s transaction, left open (it holds the lock), waiting
+    for it between short tries rather than in one blocking ``pg_advisory_xact_lock``: a statement
+    blocked on the lock holds its snapshot for as long as it waits, and the holder's ``CREATE INDEX
+    CONCURRENTLY`` waits for every older snapshot to end before it finishes, so two upgrades started
+    together deadlocked and one of them failed. Between tries the transaction is rolled back: this
+    connection holds no snapshot then; and the holder's transaction, idle in READ COMMITTED, holds
+    none (``CONCURRENTLY`` does not wait for it)."""
     pause, longest = _LOCK_RETRY_S
     said = False
-    while not connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+    # the key written into the statement: one run with parameters keeps its snapshot until the next
+    while not holder.execute(text(f"SELECT pg_try_advisory_xact_lock({int(key)})")).scalar():
+        holder.rollback()
         if not said:
             _log.info("waiting for another schema upgrade of this database to finish")
             said = True

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pgbouncer import BINARY_ABSENT, PGBOUNCER
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import Pool
 
@@ -46,6 +47,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def pg_schema_url() -> Iterator[str]:
     """A fresh PostgreSQL schema, as a SQLAlchemy URL with its search_path; dropped afterwards."""
     with pg_schema(os.environ[PG_ENV]) as url:
+        yield url
+
+
+@pytest.fixture
+def pooled_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema behind a PgBouncer of its own in transaction pooling mode (two
+    server connections), as a URL through the pooler; the pooler is stopped afterwards."""
+    if not os.environ.get(PG_ENV):
+        pytest.skip(f"PgBouncer tests need PostgreSQL: set {PG_ENV}")
+    if PGBOUNCER is None:
+        pytest.skip(BINARY_ABSENT)
+    with pg_schema(os.environ[PG_ENV], pooled=True) as url:
         yield url
 
 

@@ -4,7 +4,8 @@ which a worker process is given on its command line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,13 @@ def sync_saver(kind: str, where: str) -> tuple[Any, Callable[[], None]]:
     else:
         from langgraph.checkpoint.postgres import PostgresSaver
         from psycopg import Connection
+        from psycopg.rows import dict_row
 
-        conn = Connection.connect(where, autocommit=True, prepare_threshold=0)  # type: ignore[assignment]
+        # never preparing, as memabra's engines: through a transaction pooler
+        # (TEST_THROUGH_PGBOUNCER) a prepared statement is not there on the next server connection
+        conn = Connection.connect(  # type: ignore[assignment]
+            where, autocommit=True, prepare_threshold=None, row_factory=dict_row
+        )
         saver = PostgresSaver(conn)  # type: ignore[arg-type]
     saver.setup()
     return saver, conn.close
@@ -40,6 +46,17 @@ def async_saver(kind: str, where: str) -> Any:
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         return AsyncSqliteSaver.from_conn_string(where)
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    return _async_postgres_saver(where)
 
-    return AsyncPostgresSaver.from_conn_string(where)
+
+@asynccontextmanager
+async def _async_postgres_saver(where: str) -> AsyncIterator[Any]:
+    """``AsyncPostgresSaver.from_conn_string``'s saver, on a connection that never prepares."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg import AsyncConnection
+    from psycopg.rows import dict_row
+
+    async with await AsyncConnection.connect(
+        where, autocommit=True, prepare_threshold=None, row_factory=dict_row
+    ) as conn:
+        yield AsyncPostgresSaver(conn)  # type: ignore[arg-type]

@@ -177,16 +177,22 @@ def open_checkpointer(url: str | None) -> Iterator[BaseCheckpointSaver[str] | No
             yield saver
     else:
         import psycopg  # the checkpoints extra's PostgresSaver brings it
+        from psycopg.rows import dict_row
 
         conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
         with contextlib.ExitStack() as stack:
             try:
-                pg_saver = stack.enter_context(PostgresSaver.from_conn_string(conninfo))
+                # as PostgresSaver.from_conn_string connects, but never preparing: its
+                # prepare_threshold=0 fails through a transaction-pooling PgBouncer, as memabra's
+                # own engines would (storage's PG_PREPARE_THRESHOLD)
+                conn = stack.enter_context(
+                    psycopg.Connection.connect(conninfo, autocommit=True, prepare_threshold=None, row_factory=dict_row)
+                )
             except psycopg.Error as exc:
                 fail(
                     f"--checkpointer: cannot connect to the checkpointer at {shown}: {checkpointer_error(exc, parsed)}"
                 )
-            yield pg_saver
+            yield PostgresSaver(conn)
 
 
 def checkpointer_error(exc: BaseException, url: URL) -> str:

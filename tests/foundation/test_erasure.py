@@ -209,3 +209,28 @@ def test_cli_erases_the_users_threads_from_a_postgres_checkpointer(migrated_url:
         assert "1 checkpointer thread(s) deleted" in result.output
         with PostgresSaver.from_conn_string(conninfo) as saver:
             assert _threads_in(saver) == {"bob-1"}
+
+
+def test_cli_erases_the_users_threads_through_a_transaction_pooling_pgbouncer(
+    migrated_url: str, pooled_url: str
+) -> None:
+    """The checkpointer's connection never prepares a statement: PostgresSaver.from_conn_string's
+    prepares every one, which a transaction pooler hands to a server connection that lacks it."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    conninfo = pooled_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.Connection.connect(conninfo, autocommit=True, prepare_threshold=None, row_factory=dict_row) as conn:
+        saver = PostgresSaver(conn)  # type: ignore[arg-type]
+        saver.setup()
+        _checkpoint(saver, "ann-1", "bob-1", "ann-2", "bob-2")
+    with EpisodeLog(migrated_url) as log:
+        log.log_episodes(
+            [episode("ann", thread_id=t) for t in ("ann-1", "ann-2")] + [episode("bob", thread_id="bob-1")]
+        )
+    result = runner.invoke(app, ["erase", "--user", "ann", "--checkpointer", pooled_url, "--db", migrated_url])
+    assert result.exit_code == 0, result.output
+    assert "2 checkpointer thread(s) deleted" in result.output
+    with psycopg.Connection.connect(conninfo, autocommit=True, prepare_threshold=None, row_factory=dict_row) as conn:
+        assert _threads_in(PostgresSaver(conn)) == {"bob-1", "bob-2"}  # type: ignore[arg-type]

@@ -1,0 +1,116 @@
+"""The push half of hot reload: LISTEN for the ``memabra_policy`` NOTIFY a promote's trigger sends
+(PostgreSQL only), so that a newly active snapshot serves at once instead of at the next poll.
+
+Behind a transaction-pooling proxy (PgBouncer's ``pool_mode = transaction``) a LISTEN is made on
+whichever server connection served that one statement, which then goes back to the pool: nothing
+is ever delivered. The listener sees that with a notification it sends itself when it starts,
+says so once and stops; the :class:`~memabra.router.SnapshotWatcher`'s polling reloads anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import weakref
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+
+if TYPE_CHECKING:
+    from memabra._serving import PolicyRuntime
+
+__all__ = ["LISTEN_PROBE_S", "NOTIFY_CHANNEL", "PolicyListener"]
+
+logger = logging.getLogger("memabra")
+
+NOTIFY_CHANNEL = "memabra_policy"
+# How long the listener waits for the notification it sends itself when it starts. A server
+# delivers it within milliseconds; a transaction-pooling proxy never does, as the LISTEN was made
+# on a server connection that went back to the pool. Missing it on a server stalled for longer
+# costs only the push: polling reloads.
+LISTEN_PROBE_S = 5.0
+
+
+class PolicyListener:
+    """LISTEN on PostgreSQL: reload as soon as a snapshot of the policy becomes active. It first
+    checks that notifications reach it at all (behind a transaction-pooling PgBouncer they do
+    not), and stops, saying so once, where they do not: polling still reloads."""
+
+    def __init__(self, runtime: PolicyRuntime) -> None:
+        self._runtime = weakref.ref(runtime)
+        self._stop = threading.Event()
+        self._reloading = threading.Lock()
+        url = runtime.log.engine.url.set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._policy = runtime.policy
+        self._interval_s = runtime.watcher.interval_s
+        self._thread = threading.Thread(target=self._run, name="memabra-listen", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening and wait for a reload in flight: it reads through the log's pool, which
+        the caller may be about to dispose."""
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            with self._reloading:  # the thread itself exits at its next wake, on its own connection
+                pass
+
+    def _reload(self) -> bool:
+        with self._reloading:
+            runtime = self._runtime()
+            if runtime is None or self._stop.is_set():
+                return False
+            runtime.watcher.refresh(force=True)
+            return True
+
+    def _probe(self, payload: str) -> bool:
+        """Send ``payload`` on the channel from another connection (the log's pool), the way a
+        promote's trigger does; ``False`` when the runtime is gone or stopping."""
+        with self._reloading:
+            runtime = self._runtime()
+            if runtime is None or self._stop.is_set():
+                return False
+            with runtime.log.engine.connect() as conn:
+                conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": payload}
+                )
+                conn.commit()
+            return True
+
+    def _run(self) -> None:
+        try:
+            import psycopg
+
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
+                schema = conn.execute("SELECT current_schema()").fetchone()
+                mine = f"{schema[0] if schema else 'public'} {self._policy} "
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                # no "schema policy " prefix: no listener reloads for it
+                probe = f"probe {uuid.uuid4().hex}"
+                if not self._probe(probe):
+                    return
+                heard_by: float | None = time.monotonic() + LISTEN_PROBE_S
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        if note.payload == probe:
+                            heard_by = None
+                        elif note.payload.startswith(mine) and not self._reload():
+                            return
+                    if heard_by is not None and time.monotonic() > heard_by:
+                        logger.warning(
+                            "LISTEN %s gets no notifications through this database connection (a "
+                            "transaction-pooling proxy such as PgBouncer?): policy %s reloads a newly active "
+                            "snapshot by polling, every %.0fs",
+                            NOTIFY_CHANNEL,
+                            self._policy,
+                            self._interval_s,
+                        )
+                        return
+                    if self._runtime() is None:  # the process stopped serving this runtime
+                        return
+        except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
+            logger.warning(
+                "LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, self._interval_s, exc_info=True
+            )
