@@ -95,6 +95,11 @@ _LAZY = {
     # The admin web app for embedding in another ASGI server (needs the admin extra).
     "create_admin_app": "memabra._admin:create_app",
     "AttemptThrottle": "memabra._admin._auth",
+    # End users' feedback over HTTP, for a chat UI (needs Starlette: the admin extra, FastAPI or
+    # LangGraph's Agent Server bring it).
+    "feedback_app": "memabra._feedback_http",
+    "agent_server_user": "memabra._feedback_http",
+    "END_USER_FEEDBACK_KEYS": "memabra._feedback_http",
     "SessionRevocations": "memabra._admin._auth",
     # The typed feedback record and the storage errors.
     "FeedbackSignals": "memabra._signals",
@@ -122,6 +127,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "END_USER_FEEDBACK_KEYS",
     "FEEDBACK_KEYS",
     "STOP_ID",
     "Budget",
@@ -209,6 +215,8 @@ __all__ = [
     "detect_correction",
     "erase_user",
     "extract_facts",
+    "agent_server_user",
+    "feedback_app",
     "health_problems",
     "load_reward_config",
     "load_skills",

@@ -50,6 +50,12 @@ def test_lazy_exports_resolve_to_what_they_name() -> None:
 
     assert memabra.create_admin_app is create_app
     assert "create_admin_app" in memabra.__all__
+    from memabra._feedback_http import END_USER_FEEDBACK_KEYS, agent_server_user, feedback_app
+
+    assert memabra.feedback_app is feedback_app
+    assert memabra.agent_server_user is agent_server_user
+    assert memabra.END_USER_FEEDBACK_KEYS is END_USER_FEEDBACK_KEYS
+    assert {"feedback_app", "agent_server_user", "END_USER_FEEDBACK_KEYS"} <= set(memabra.__all__)
     assert sorted(set(memabra.__all__)) == sorted(memabra.__all__)  # no name twice
 
 

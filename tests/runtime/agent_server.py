@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,15 +46,21 @@ def _cli() -> str:
     return found
 
 
-def serve(root: Path) -> Iterator[AgentServer]:
+def serve(
+    root: Path, *, files: Mapping[str, str] | None = None, config: Mapping[str, object] | None = None
+) -> Iterator[AgentServer]:
     """Start ``langgraph dev`` on a free port over an app in ``root/app`` and a SQLite log in
-    ``root/db`` (outside the app folder, as a reloader would watch it); stop it afterwards."""
+    ``root/db`` (outside the app folder, as a reloader would watch it); stop it afterwards.
+    ``files``: more files for the app folder (name: text, e.g. a custom route's ``webapp.py``);
+    ``config``: more ``langgraph.json`` keys (``http``, ``auth``)."""
     app, db = root / "app", root / "db"
     app.mkdir()
     db.mkdir()
     (app / "app.py").write_text("from agent_server_app import approvals, plain, served  # noqa: F401\n")
+    for name, text in (files or {}).items():
+        (app / name).write_text(text)
     graphs = {name: f"./app.py:{name}" for name in ("served", "plain", "approvals")}
-    (app / "langgraph.json").write_text(json.dumps({"dependencies": ["."], "graphs": graphs}))
+    (app / "langgraph.json").write_text(json.dumps({"dependencies": ["."], "graphs": graphs, **(config or {})}))
     db_url = f"sqlite:///{db / 'memabra.db'}"
     port = _free_port()
     env = {
