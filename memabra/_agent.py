@@ -69,9 +69,10 @@ __all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "c
 
 @dataclass(frozen=True, slots=True)
 class MemabraContext:
-    """Per-run context: whose turn this is."""
+    """Per-run context: whose turn this is. Optional where LangGraph's Agent Server authenticated
+    the run's request: the authenticated identity is the user then (a run naming another is refused)."""
 
-    user_id: str
+    user_id: str | None = None
 
 
 class MemabraState(TypedDict, total=False):

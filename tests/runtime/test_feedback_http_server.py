@@ -96,3 +96,24 @@ def test_a_users_thumbs_down_over_the_custom_route_changes_the_reward(server: Ag
         assert after.reward.total < before.reward.total
         (stored,) = after.feedback
         assert dict(stored.payload) == {"correct": False, "comment": "wrong"} and stored.source == "http"
+
+
+def test_a_run_routes_for_the_authenticated_user_and_no_one_else(server: AgentServer) -> None:
+    """The server's authenticated identity is the run's user: a run that names none routes for it,
+    and one that names another user fails, routing nothing (another user's memories stay theirs)."""
+    with get_sync_client(url=server.url, headers=_bearer("bob")) as client:
+        thread = str(client.threads.create()["thread_id"])
+        out = client.runs.wait(thread, "served", input={"messages": [{"role": "user", "content": "Hi there"}]})
+        assert isinstance(out, dict)
+        with EpisodeLog(server.db_url) as log:
+            assert log.get_episode(out["memabra_episode_id"]).user_id == "bob"
+            logged = log.count_episodes()
+        other = str(client.threads.create()["thread_id"])
+        run = client.runs.create(
+            other, "served", input={"messages": [{"role": "user", "content": "Hi"}]}, context={"user_id": "ann"}
+        )
+        client.runs.join(other, run["run_id"])
+        assert client.runs.get(other, run["run_id"])["status"] == "error"
+    with EpisodeLog(server.db_url) as log:
+        assert log.count_episodes() == logged
+        assert not [t for t in log.suspended_turns() if t.user_id == "ann"]
