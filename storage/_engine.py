@@ -39,7 +39,7 @@ PG_CONNECT_TIMEOUT_S = 10
 # the name is unknown or already taken ("prepared statement _pg3_0 already exists"), and nothing
 # in a URL says a pooler is there. Never preparing costs direct PostgreSQL a little of a turn's
 # storage time (measured in docs/production.md, "Behind PgBouncer"): a failing deployment costs
-# more. ``connect_args={"prepare_threshold": 5}`` brings preparing back where no such pooler sits.
+# more. ``?prepare_threshold=5`` on the URL brings preparing back where no such pooler sits.
 PG_PREPARE_THRESHOLD = None
 # the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
 _WAL_RETRY_S = 0.01
@@ -111,6 +111,12 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
         return engine
     defaults: dict[str, Any] = {"prepare_threshold": PG_PREPARE_THRESHOLD}
+    if "prepare_threshold" in parsed.query:
+        # psycopg takes it as a connect argument, never in a conninfo: read and removed here, so
+        # that `memabra learner --db URL?prepare_threshold=5` prepares again where no pooler sits
+        defaults["prepare_threshold"] = _prepare_threshold(parsed.query["prepare_threshold"])
+        parsed = parsed.difference_update_query(["prepare_threshold"])
+        resolved = parsed.render_as_string(hide_password=False)
     if "connect_timeout" not in parsed.query:
         defaults["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     kwargs["connect_args"] = {**defaults, **kwargs.get("connect_args", {})}
@@ -119,6 +125,18 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         _ping_when_idle(engine)
     _name_connect_failures(engine)
     return engine
+
+
+def _prepare_threshold(value: str | tuple[str, ...]) -> int | None:
+    """The URL's ``prepare_threshold``: a non-negative integer, or ``none`` (never prepare)."""
+    text_value = value if isinstance(value, str) else ",".join(value)
+    if text_value.strip().lower() == "none":
+        return None
+    if not text_value.strip().isdigit():
+        raise ConfigError(
+            f"prepare_threshold in the database URL must be a non-negative integer or none, got {text_value!r}"
+        )
+    return int(text_value)
 
 
 def unreachable(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,10 +17,13 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from memabra import Budget, Candidate, CandidateKind, RoutingContext, build_session
+from memabra._errors import ConfigError
 from memabra._serving import PolicyRuntime
 from memabra.router import LinearRouter, Similarity, VWRouter
 from memabra.storage import EpisodeLog, LearnerLease, LearnerStore, make_engine, resolve_url, upgrade
 from memabra.storage._migrate import _migration_key
+
+PG_ENV = "MEMABRA_TEST_DATABASE_URL"
 
 pytestmark = pytest.mark.postgres
 
@@ -282,3 +286,24 @@ def test_db_upgrade_through_pgbouncer_concurrently_and_again(pooled_url: str) ->
     )
     assert done.returncode == 0, done.stderr
     assert left == 0
+
+
+@pytest.mark.skipif(not os.environ.get(PG_ENV), reason="PostgreSQL only")
+@pytest.mark.parametrize(
+    ("query", "threshold"), [("", None), ("?prepare_threshold=5", 5), ("?prepare_threshold=none", None)]
+)
+def test_the_url_may_bring_back_prepared_statements(query: str, threshold: int | None) -> None:
+    """Where no transaction pooler sits in between: `memabra learner --db URL?prepare_threshold=5`."""
+    engine = make_engine(resolve_url(os.environ[PG_ENV]) + query)
+    try:
+        assert "prepare_threshold" not in engine.url.query  # never reaches a conninfo (LISTEN's DSN)
+        with engine.connect() as conn:
+            assert conn.connection.dbapi_connection.prepare_threshold == threshold  # type: ignore[union-attr]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("bad", ["-1", "five", "1.5"])
+def test_a_bad_prepare_threshold_in_the_url_is_refused_naming_it(bad: str) -> None:
+    with pytest.raises(ConfigError, match=f"prepare_threshold in the database URL must be .* got '{re.escape(bad)}'"):
+        make_engine(f"postgresql+psycopg://root@127.0.0.1/x?prepare_threshold={bad}")
