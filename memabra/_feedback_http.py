@@ -19,6 +19,9 @@ nothing):
   (outside ``keys``), no signal at all, or a malformed ``Idempotency-Key`` header.
 * 404: an episode unknown, or another user's: the same answer, so ids cannot be probed.
 * 409: an ``Idempotency-Key`` already used on this episode with other values (the first stands).
+* 503, ``Retry-After``: the log could not be reached (an outage, a failover); nothing or, where the
+  connection was lost with the commit in flight, possibly the feedback was stored: a retry with
+  the same ``Idempotency-Key`` is recorded at most once.
 
 Feedback accumulates: each POST is one more feedback on the episode, the latest verdict wins and
 corrections add up (:mod:`memabra._reward`). A UI that retries sends the same ``Idempotency-Key``
@@ -35,6 +38,8 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+from sqlalchemy.exc import OperationalError
 
 from memabra._errors import ConfigError, InvalidFeedbackError, UnknownEpisodeError
 from memabra._feedback import same_feedback
@@ -70,6 +75,9 @@ labeller's reference answer, which MemPO trains on), the implicit keys (``used_i
 ``relevant_ids``... what the runtime observed, which set the candidates' own outcomes),
 ``accepted`` (an automatic check's) and ``final`` (closes the feedback window: a later correction
 would then count for nothing). The application posts those itself, with ``agent.feedback``."""
+
+# What a 503 asks a client to wait before retrying: a failover or a restarted server takes seconds.
+RETRY_AFTER_S = 5
 
 # A correction of a few paragraphs fits with room to spare; a larger body is no chat UI's feedback.
 MAX_BODY_BYTES = 16 * 1024
@@ -154,7 +162,13 @@ def feedback_app(
             return JSONResponse({"detail": refused.detail}, status_code=refused.status)
         # The ownership read and the write run on a worker thread, awaited whole even where the
         # client goes away meanwhile (the pool is never closed under a write in flight).
-        posted = await run_whole(partial(_post, session, owner, episode_id, payload, key, source))
+        try:
+            posted = await run_whole(partial(_post, session, owner, episode_id, payload, key, source))
+        except OperationalError as exc:  # DatabaseUnavailableError included: an outage, a lost connection
+            logger.warning("feedback for episode %s not taken: the log is unavailable: %s", episode_id, exc)
+            # a write lost with its commit in flight may have landed: the same key makes a retry safe
+            detail = "the episode log is unavailable; retry later with the same Idempotency-Key"
+            return JSONResponse({"detail": detail}, status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
         if posted.receipt is None:
             return JSONResponse({"detail": _NOT_FOUND}, status_code=404)
         if posted.conflict:

@@ -28,7 +28,7 @@ from memabra._build import build_session
 from memabra._feedback_http import MAX_BODY_BYTES
 from memabra._records import new_id
 from memabra.router import HybridRouter, Similarity
-from memabra.storage import EpisodeLog
+from memabra.storage import DatabaseUnavailableError, EpisodeLog
 
 
 @tool
@@ -310,3 +310,25 @@ def test_the_database_work_runs_off_the_event_loop(session: RoutingSession, log:
     statuses, worst = slow.measure(post_all)
     assert statuses == [200, 200, 200]
     slow.assert_loop_free(worst)
+
+
+def test_a_log_that_cannot_be_reached_answers_503_and_a_retry_is_recorded_once(
+    client: TestClient, session: RoutingSession, log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage (or a failover) is the client's to retry, not a 500: the answer says so, and the
+    retry under the same Idempotency-Key, once the log is back, is recorded once."""
+    episode_id = _episode(session, "ann")
+    real = EpisodeLog.get_episode
+
+    def down(self: EpisodeLog, *args: Any, **kwargs: Any) -> Any:
+        raise DatabaseUnavailableError("could not connect to the episode log: connection refused")
+
+    monkeypatch.setattr(EpisodeLog, "get_episode", down)
+    refused = _post(client, episode_id, {"correct": False}, **{"Idempotency-Key": "ui-event-7"})
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    assert "retry later with the same Idempotency-Key" in refused.json()["detail"]
+    monkeypatch.setattr(EpisodeLog, "get_episode", real)
+    assert _stored(log, episode_id) == ()
+    for _ in range(2):
+        assert _post(client, episode_id, {"correct": False}, **{"Idempotency-Key": "ui-event-7"}).status_code == 200
+    assert len(_stored(log, episode_id)) == 1
