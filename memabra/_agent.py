@@ -59,6 +59,7 @@ from memabra._records import Budget, Step
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession, Turn
 from memabra._settings import SessionSettings
+from memabra._superseded import close_superseded
 from memabra._tool_search import ToolSearch
 from memabra._turns import model_step
 from memabra.router import Router
@@ -118,6 +119,9 @@ class _Graph:
         humans = [m for m in messages if isinstance(m, HumanMessage)]
         if not humans:
             raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
+        # an earlier turn the thread's state names, never logged, that this run cannot go on with
+        if close_superseded(self.session, state, messages, config) is not None and self.tool_search is not None:
+            self.tool_search.end(state["memabra_turn"])
         turn = self.session.begin(
             user_id=run_user_id(runtime, config),
             query=message_text(humans[-1]),

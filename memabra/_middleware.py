@@ -85,7 +85,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         self._ended: OrderedDict[str, str] = OrderedDict()
 
     def before_agent(self, state: MemabraMiddlewareState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return {"memabra_turn": route_turn(self.session, state["messages"], runtime)}
+        return {"memabra_turn": route_turn(self.session, state, runtime)}
 
     # An agent run with ``ainvoke`` / ``astream`` runs a hook with no async form on the event loop
     # itself: routing (the log's reads, the encoder, the copy kept) and logging (the episode's

@@ -26,6 +26,7 @@ from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import current_turn, finishing_turn, state_field, state_turn_id
 from memabra._session import RoutingSession, Turn
+from memabra._superseded import close_superseded
 
 __all__ = ["MemabraNodeState", "MemabraNodes", "final_answer", "route_turn", "run_config"]
 
@@ -38,12 +39,15 @@ def run_config() -> RunnableConfig | None:
         return None
 
 
-def route_turn(session: RoutingSession, messages: Sequence[AnyMessage], runtime: Runtime[Any]) -> str:
-    """Routes a new turn on the user's last message; returns its id."""
+def route_turn(session: RoutingSession, state: Any, runtime: Runtime[Any]) -> str:
+    """Routes a new turn on the user's last message in ``state``; returns its id. An earlier turn
+    the thread's state names and nobody logged is logged first, as superseded (:mod:`memabra._superseded`)."""
+    messages: Sequence[AnyMessage] = state_field(state, "messages", [])
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
         raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
     config = run_config()
+    close_superseded(session, state, messages, config)
     turn = session.begin(
         user_id=run_user_id(runtime, config),
         query=message_text(humans[-1]),
@@ -90,7 +94,7 @@ class MemabraNodes:
 
     # ``state`` below is the graph's state as your node receives it: a dict, or a pydantic model.
     def route(self, state: MemabraNodeState, runtime: Runtime[Any]) -> dict[str, Any]:
-        return {"memabra_turn": route_turn(self.session, state_field(state, "messages", []), runtime)}
+        return {"memabra_turn": route_turn(self.session, state, runtime)}
 
     def _turn(self, state: MemabraNodeState | Any) -> Turn:
         config = run_config()

@@ -3,7 +3,8 @@ graph, served by the Agent Server (``langgraph dev``, in-memory runtime) and dri
 ``langgraph_sdk`` client. The graph it serves is ``agent.server_graph``, which ends each run as
 ``MemabraAgent`` does in process: each turn is logged once with its decision and propensities; a
 turn whose run waits on a person reads paused, never lost; one that ran out of steps is logged as
-failed. ``plain`` (``agent.graph``, served the same way) shows what the server did before."""
+failed; one cancelled (by the client, or by a second run's ``multitask_strategy``) and followed by
+a new message is logged as failed, superseded. ``plain`` (``agent.graph``, served the same way) shows what the server did before."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from langgraph_sdk import get_sync_client  # noqa: E402
 from langgraph_sdk.client import SyncLangGraphClient  # noqa: E402
 from runtime.agent_server import AgentServer, serve  # noqa: E402
 
+from memabra._superseded import SUPERSEDED_REASON  # noqa: E402
 from memabra.storage import EpisodeFilter, EpisodeLog  # noqa: E402
 
 USER = {"user_id": "ann"}
@@ -151,24 +153,66 @@ def test_a_run_the_client_cancelled_is_kept_running_and_a_retry_goes_on_with_it(
     )
 
 
-@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
-def test_a_second_run_on_a_busy_thread_logs_its_own_turn(
-    client: SyncLangGraphClient, log: EpisodeLog, strategy: str
+def test_a_cancelled_run_is_logged_failed_when_the_user_sends_a_new_message(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    # a chat UI's "stop generating", then a new question: the server runs it from START, so the
+    # cancelled turn can never go on; it is logged as failed with its decision, never read lost
+    thread = _thread(client)
+    run = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
+    _running(client, thread, run["run_id"])
+    client.runs.cancel(thread, run["run_id"], wait=True)
+    kept = log.suspended_turn(_values(client, thread)["memabra_turn"])
+    assert kept is not None and not kept.paused
+    out = client.runs.wait(thread, "served", input=_message("Hello there"), context=USER)
+    _superseded_and_new(log, thread, kept, out["memabra_episode_id"])
+
+
+def test_a_second_run_interrupting_a_busy_thread_logs_its_own_turn_and_the_first_as_superseded(
+    client: SyncLangGraphClient, log: EpisodeLog
+) -> None:
+    thread = _thread(client)
+    first = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
+    _running(client, thread, first["run_id"])
+    kept = log.suspended_turn(_values(client, thread)["memabra_turn"])
+    assert kept is not None
+    second = client.runs.create(
+        thread, "served", input=_message("Hello there"), context=USER, multitask_strategy="interrupt"
+    )
+    out = client.runs.join(thread, second["run_id"])
+    _superseded_and_new(log, thread, kept, out["memabra_episode_id"])
+
+
+def test_a_second_run_rolling_back_a_busy_thread_leaves_the_first_turn_kept_running(
+    client: SyncLangGraphClient, log: EpisodeLog
 ) -> None:
     thread = _thread(client)
     first = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
     _running(client, thread, first["run_id"])
     first_turn = _values(client, thread)["memabra_turn"]
     second = client.runs.create(
-        thread, "served", input=_message("Hello there"), context=USER, multitask_strategy=strategy
+        thread, "served", input=_message("Hello there"), context=USER, multitask_strategy="rollback"
     )
     out = client.runs.join(thread, second["run_id"])
     (episode,) = _episodes(log, thread)
     assert episode.id == out["memabra_episode_id"] and _steps(episode) == [("model", "ok", None)]
-    # the first run's turn stays kept running: nobody resumes it, so it reads lost in an hour and
-    # `memabra episodes paused --lost --abandon` logs it as failed with its decision
+    # the server erased the first run's checkpoints: the thread's state no longer names its turn, so
+    # nothing says it cannot go on (a fork of an older checkpoint could); it stays kept running, reads
+    # lost in an hour, and `memabra episodes paused --lost --abandon` logs it as failed with its decision
     kept = log.suspended_turn(first_turn)
     assert kept is not None and not kept.paused
+
+
+def _superseded_and_new(log: EpisodeLog, thread: str, kept: Any, new_id: str) -> None:
+    """The earlier turn logged once as failed, superseded, with its decision; the new one as usual."""
+    episodes = {e.id: e for e in _episodes(log, thread)}
+    assert set(episodes) == {kept.episode_id, new_id}
+    earlier, new = episodes[kept.episode_id], episodes[new_id]
+    assert _steps(new) == [("model", "ok", None)]
+    (failed,) = [f for f in earlier.feedback if f.payload.get("accepted") is False]
+    assert failed.payload["comment"] == SUPERSEDED_REASON
+    assert earlier.selections and all(s.propensity > 0 for s in earlier.selections)
+    assert not [k for k in log.suspended_turns(limit=1000) if k.thread_id == thread]  # nothing reads lost
 
 
 def test_a_run_out_of_steps_is_logged_as_a_failed_turn(client: SyncLangGraphClient, log: EpisodeLog) -> None:
