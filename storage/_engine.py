@@ -120,7 +120,14 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
     if "connect_timeout" not in parsed.query:
         defaults["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     kwargs["connect_args"] = {**defaults, **kwargs.get("connect_args", {})}
-    engine = create_engine(resolved, **kwargs)
+    try:
+        engine = create_engine(resolved, **kwargs)
+    except ModuleNotFoundError as exc:
+        if exc.name != "psycopg":
+            raise
+        raise ConfigError(
+            "PostgreSQL needs psycopg 3, which is not installed: pip install 'memabra[postgres]'"
+        ) from None
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)
     _name_connect_failures(engine)

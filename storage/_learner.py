@@ -97,9 +97,11 @@ class LeaseHolder:
         return ", ".join(parts)
 
 
-# The server process holding a learner's advisory lock (a bigint key: classid high, objid low).
+# The server process holding a learner's advisory lock (a bigint key: classid high, objid low),
+# and since when: the lease's transaction holds the lock, so its start is when the lease was taken
+# (the connection's own start, behind a pooler, is when the pooler opened it).
 _PG_HOLDER = text(
-    "SELECT l.pid, host(a.client_addr), a.application_name, a.backend_start FROM pg_locks l "
+    "SELECT l.pid, host(a.client_addr), a.application_name, coalesce(a.xact_start, a.backend_start) FROM pg_locks l "
     "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
     "AND l.classid::bigint = :hi AND l.objid::bigint = :lo "

@@ -28,6 +28,13 @@ def _try_xact_lock(key: int) -> TextClause:
     return text(f"SELECT pg_try_advisory_xact_lock({int(key)})")
 
 
+def _holder_name(policy: str) -> str:
+    """The lease transaction's application_name: printable ASCII without quotes (written into the
+    statement, as :func:`_try_xact_lock` writes its key), within PostgreSQL's 63 bytes."""
+    safe = "".join(c if c.isascii() and c.isprintable() and c not in "'\\" else "?" for c in policy)
+    return f"memabra learner {safe}"[:63]
+
+
 # How long a SQLite lease outlives its last renewal: a killed holder's standby waits this long.
 SQLITE_LEASE_TTL = timedelta(seconds=10)
 
@@ -131,7 +138,9 @@ class LearnerLease:
             conn.close()
             raise
         if got:
-            # the transaction stays open: it is what holds the lock
+            # the transaction stays open: it is what holds the lock. Named in pg_stat_activity for
+            # as long as it is (a pooler's server connection otherwise shows its last client's name)
+            conn.execute(text(f"SET LOCAL application_name = '{_holder_name(self.policy)}'"))
             self._conn = conn
             self._lock_key = key
             # A lease dropped without release() (a session nobody closed) still closes its

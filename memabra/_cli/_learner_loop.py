@@ -100,6 +100,7 @@ def _drop_after_outage(loop: Learner) -> None:
 def _learn_steps(loop: Learner, store: LearnerStore, policy: str, *, once: bool, poll: float) -> int:
     learned = 0
     standing_by = False
+    announced = once  # a --once run says what it did in its last line only
     mark: int | None = None
     try:
         while True:
@@ -120,6 +121,10 @@ def _learn_steps(loop: Learner, store: LearnerStore, policy: str, *, once: bool,
             if standing_by:
                 console.print(f"took over the learner lease of policy {escape(policy)}")
                 standing_by = False
+            elif not announced:
+                # a supervisor's log shows the learner working, not only an exit line hours later
+                console.print(f"learning policy {escape(policy)}: this learner holds its lease")
+            announced = True
             mark = loop.learned
             status = loop.step()
             mark = None

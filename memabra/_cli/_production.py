@@ -238,8 +238,15 @@ def learner(
             loop.close()
         console.print(
             f"learned {n} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
-            f"position {loop.position.seq}/{escape(loop.position.episode_id)}"
+            f"{_position_text(loop)}"
         )
+
+
+def _position_text(loop: Learner) -> str:
+    """Where the learner's read position stands: the last final reward it learned, or the log's start."""
+    if loop.position.seq < 0:
+        return "position: the start of the log (no final reward learned in this lineage yet)"
+    return f"position {loop.position.seq}/{escape(loop.position.episode_id)}"
 
 
 def _lease_for_once(loop: Learner, store: LearnerStore, policy: str, *, wait: float, poll: float) -> None:

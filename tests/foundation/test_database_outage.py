@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from factories import episode
 from memabra import Feedback
+from memabra._errors import ConfigError
 from memabra._feedback import RewardService
 from memabra.storage import DatabaseUnavailableError, EpisodeLog, make_engine, resolve_url, upgrade
 from memabra.storage import _engine as engine_module
@@ -111,3 +112,11 @@ def test_a_write_whose_connection_dies_while_committing_is_not_run_again(log: Ep
     with pytest.raises(DatabaseUnavailableError, match=r"cannot finish the log_episodes on .*may or may not have"):
         log.transactions._retrying(attempt, "log_episodes")
     assert calls == [1]
+
+
+def test_postgresql_without_its_driver_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as where the postgres extra is not installed
+    with pytest.raises(ConfigError, match=r"pip install 'memabra\[postgres\]'"):
+        make_engine("postgresql+psycopg://root@127.0.0.1/x")

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 
 from memabra import Budget, Candidate, CandidateKind, RoutingContext, build_session
 from memabra._errors import ConfigError
+from memabra._records import utcnow
 from memabra._serving import PolicyRuntime
 from memabra.router import LinearRouter, Similarity, VWRouter
 from memabra.storage import EpisodeLog, LearnerLease, LearnerStore, make_engine, resolve_url, upgrade
@@ -307,3 +308,27 @@ def test_the_url_may_bring_back_prepared_statements(query: str, threshold: int |
 def test_a_bad_prepare_threshold_in_the_url_is_refused_naming_it(bad: str) -> None:
     with pytest.raises(ConfigError, match=f"prepare_threshold in the database URL must be .* got '{re.escape(bad)}'"):
         make_engine(f"postgresql+psycopg://root@127.0.0.1/x?prepare_threshold={bad}")
+
+
+def test_the_lease_holder_is_named_with_when_it_took_the_lease_through_pgbouncer(pooled_url: str) -> None:
+    """Behind a pooler a server connection's own name and start are the pooler's (its last client's
+    name, the moment the pooler opened it): the lease's transaction names itself and dates the lease."""
+    upgrade(pooled_url)
+    engine = make_engine(pooled_url)
+    with engine.connect() as conn:  # a client that named the server connection before the learner got it
+        conn.execute(text("SET application_name = 'psql'"))
+        conn.commit()
+    time.sleep(1.1)
+    lease = LearnerLease(engine, "linear")
+    try:
+        taken = utcnow()
+        assert lease.acquire()
+        holder = LearnerStore(engine).lease_holder("linear")
+        assert holder is not None and holder.client is not None and holder.since is not None
+        assert holder.client.startswith("memabra learner linear") and "psql" not in holder.client
+        assert abs((holder.since - taken).total_seconds()) < 1.0, (holder.since, taken)
+        state, xmin = _backend(_holder_pid(engine, "linear"))
+        assert state == "idle in transaction" and xmin is None  # the name's SET holds no snapshot either
+    finally:
+        lease.release()
+        engine.dispose()

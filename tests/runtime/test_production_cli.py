@@ -172,6 +172,7 @@ def test_a_learner_stopped_by_a_signal_reports_what_this_run_learned(migrated_ur
     assert text.count("standing by: the learner lease of policy linear is held by") == 1, text
     assert "took over the learner lease of policy linear" in text
     assert "learned 7 rewards in this run (27 in this lineage" in text, text
+    assert "learning policy linear: this learner holds its lease" not in text  # it took over instead
 
 
 def _two_snapshots(url: str) -> tuple[str, str]:
@@ -324,3 +325,31 @@ def test_route_for_a_user_with_no_memories_says_so(migrated_url: str) -> None:
     assert "memabra memories list --user anne" in said
     known = runner.invoke(app, ["route", "--db", migrated_url, "--user", "ann", "--seed", "1", "where do I live?"])
     assert known.exit_code == 0 and "has no memories" not in known.output
+
+
+def test_a_learner_says_when_it_starts_learning_and_where_an_empty_log_leaves_it(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    """A supervisor's log shows the learner at work from its start, not only an exit line; a
+    learner that learned nothing names the log's start, not an empty position."""
+    empty = runner.invoke(app, ["learner", "--once", "--db", migrated_url])
+    assert empty.exit_code == 0, empty.output
+    assert "position: the start of the log (no final reward learned in this lineage yet)" in empty.output
+    assert "position -1/" not in empty.output and "learning policy" not in empty.output  # --once: one line
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    learner = [str(MEMABRA), "learner", "--db", migrated_url, "--poll", "0.05"]
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(learner, stdout=stdout, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        while "holds its lease" not in out.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, err.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err.read_text()
+    assert "learning policy linear: this learner holds its lease" in " ".join(out.read_text().split())
