@@ -2,6 +2,7 @@
 
     python benchmarks/admin_list.py [--episodes 100000] [--candidates 20] [--turns 20000]
                                     [--deletions 200] [--repeats 15] [--pg URL] [--pages-only]
+                                    [--cases TEXT]
 
 Stores each user's candidates as memories (the registry the memories pages read), logs the
 episodes in bulk (``EpisodeLog.log_episodes`` in batches), keeps ``--turns`` unfinished turns (as
@@ -11,8 +12,11 @@ schema (created here and dropped afterwards: nothing else is touched). Then it r
 through the ASGI app in-process (Starlette's TestClient, bearer token; no network) and prints the
 median and the 90th percentile over repeated requests, after warm-up: ``/episodes`` first page and
 a page 90% deep (via its keyset cursor), with and without filters (``--pages-only``: unfiltered
-only); one episode; ``/turns`` first and 90% deep, all kept and lost only; ``/policies`` (whose
-health card is the status page); the users and one user's memories; one memory; ``/deletions``.
+only; ``--cases TEXT``: the unfiltered list and the filters whose name holds TEXT, no other page);
+one in 50 episodes is a failed turn (the runtime's failed-turn feedback, its causes mixed as after
+a provider outage), for the failed-turn filters; one episode; ``/turns`` first and 90% deep, all kept and lost only; ``/policies`` (whose
+health card is the status page); the users and one user's memories; one memory; ``/deletions``; ``/metrics`` (each scrape its own
+status read).
 PostgreSQL gets an ``ANALYZE`` after the load (autovacuum's job on a live database); SQLite is
 left as loaded.
 """
@@ -53,9 +57,9 @@ from memabra import (
     Step,
     StepKind,
 )
-from memabra._admin import create_app
+from memabra._admin import _metrics_page, create_app
 from memabra._records_listing import RegistryItem
-from memabra.storage import EpisodeFilter, EpisodeLog, resolve_url, upgrade
+from memabra.storage import FAILED_TURN_SOURCE, EpisodeFilter, EpisodeLog, resolve_url, upgrade
 from memabra.storage._admin_turns import encode_turn_cursor
 from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._suspended_turns import SuspendedTurn
@@ -66,11 +70,30 @@ USERS = 500
 VERSIONS = ("vw-a1", "vw-a2", "vw-a3", "vw-a4", "vw-a5")
 START = datetime(2025, 1, 1, tzinfo=UTC)
 SPAN = timedelta(days=90)
+# one in FAILED_EVERY episodes is a failed turn (2%), spread over users and time (a multiplicative
+# hash of its number, not its user's turn); most by the model, as in a provider outage
+FAILED_EVERY = 50
+FAILED_COMMENTS = (
+    "model_error (model): RateLimitError: 429 Too Many Requests",
+    "model_error (model): APIConnectionError: Connection error.",
+    "model_error (model): RateLimitError: 429 Too Many Requests",
+    "tool_error (search): TimeoutError: timed out",
+    "superseded: a new message on the thread before the turn finished",
+    "model_error (model): RateLimitError: 429 Too Many Requests",
+    "model_error (model): APIConnectionError: Connection error.",
+    "tool_error (search): TimeoutError: timed out",
+    "superseded: a new message on the thread before the turn finished",
+    "recursion_limit: GraphRecursionError: Recursion limit of 25 reached without hitting a stop condition.",
+)
 KIND_MIXES = (
     (CandidateKind.MEMORY,),
     (CandidateKind.MEMORY, CandidateKind.TOOL),
     (CandidateKind.MEMORY, CandidateKind.SKILL, CandidateKind.TOOL),
 )
+
+
+def _failed(i: int) -> bool:
+    return (i * 2654435761) % (FAILED_EVERY * 1000) < 1000
 
 
 def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episode:
@@ -95,7 +118,7 @@ def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episo
     version = VERSIONS[min(int(len(VERSIONS) * i / n), len(VERSIONS) - 1)]
     sel = Selection(ctx, scored, tuple(draws), policy="vw", policy_version=version, seed=i, created_at=created)
     corrected = rng.random() < 0.03
-    feedback = (
+    feedback: tuple[Feedback, ...] = (
         (Feedback(f"{i:032x}", FeedbackKind.EXPLICIT, "user", {"correction": True}, received_at=created),)
         if corrected
         else ()
@@ -106,6 +129,12 @@ def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episo
         ),
         RewardWeights(),
     )
+    if _failed(i):
+        cause = FAILED_COMMENTS[(i // 7) % len(FAILED_COMMENTS)]
+        payload = {"accepted": False, "comment": cause}
+        feedback += (
+            Feedback(f"{i:032x}", FeedbackKind.PROGRAMMATIC, FAILED_TURN_SOURCE, payload, received_at=created),
+        )
     steps = (Step(StepKind.MODEL, "model", input_tokens=300, output_tokens=40, latency_ms=20.0, started_at=created),)
     return Episode(
         user_id=user,
@@ -129,18 +158,21 @@ def fill(log: EpisodeLog, n: int, n_candidates: int, batch: int) -> float:
     return time.perf_counter() - started
 
 
-def deep_cursor(log: EpisodeLog, flt: EpisodeFilter, depth: float) -> tuple[str | None, int]:
-    """The cursor of the page that starts ``depth`` of the way down the filtered list."""
+def deep_cursor(log: EpisodeLog, flt: EpisodeFilter, depth: float, step: int = 1000) -> tuple[str | None, int]:
+    """The cursor of the page that starts ``depth`` of the way down the filtered list (to within
+    ``step`` episodes: a short list is walked again in finer steps)."""
     matched = 0
     cursor = None
     pages: list[tuple[str | None, int]] = []
     while True:
-        page = log.list_episodes(flt, cursor=cursor, limit=1000)
+        page = log.list_episodes(flt, cursor=cursor, limit=step)
         pages.append((cursor, matched))
         matched += len(page.items)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
+    if step > 50 and matched < 20 * step:
+        return deep_cursor(log, flt, depth, step // 10)
     target = depth * matched
     chosen = max((p for p in pages if p[1] <= target), key=lambda p: p[1])
     return chosen[0], matched
@@ -170,6 +202,15 @@ CASES: tuple[tuple[str, dict[str, str]], ...] = (
     ("user + corrected", {"user": "user17", "corrected": "yes"}),
     ("query contains (many match)", {"q": "FROM USER17"}),
     ("query contains (none match)", {"q": "no such words"}),
+    ("failed", {"failed": "yes"}),
+    ("failed, model_error", {"cause": "model_error"}),
+    ("failed, recursion_limit (rarest)", {"cause": "recursion_limit"}),
+    ("not failed", {"failed": "no"}),
+    (
+        "failed, model_error, 1 week",
+        {"cause": "model_error", "since": "2025-02-01T00:00:00", "until": "2025-02-08T00:00:00"},
+    ),
+    ("user + failed", {"user": "user17", "failed": "yes"}),
 )
 
 
@@ -235,7 +276,8 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
                 conn.execute(text("ANALYZE"))
         with TestClient(create_app(log, token=TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
             print(f"{'page':44} {'matches':>8} {'median ms':>10} {'p90 ms':>8}")
-            for name, params in CASES[:1] if args.pages_only else CASES:
+            cases = [c for c in CASES if c is CASES[0] or args.cases in c[0]] if args.cases else CASES
+            for name, params in CASES[:1] if args.pages_only else cases:
                 query = urlencode(params)
                 flt = _filter(params)
                 cursor, matched = deep_cursor(log, flt, 0.9)
@@ -243,6 +285,8 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
                 if cursor is not None:
                     deep = timed(client, f"/episodes?{urlencode({**params, 'cursor': cursor})}", args.repeats)
                     row(f"episodes, {name}, 90% deep", deep, f"{matched:,}")
+            if args.cases:
+                return
             row("one episode (20 candidates)", timed(client, f"/episodes/{args.episodes // 2:032x}", args.repeats))
             if turns:
                 lost = sum(not t[2] for t in turns)
@@ -263,6 +307,9 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
                 row(
                     f"policies, window {window}", timed(client, f"/policies?window={window}", max(3, args.repeats // 5))
                 )
+            # every scrape its own read: the endpoint shares one read among scrapes within a second
+            _metrics_page.SHARED_READ_S = 0.0
+            row("GET /metrics (Prometheus scrape)", timed(client, "/metrics", args.repeats))
             row("memories: users", timed(client, "/memories", args.repeats), f"{USERS:,}")
             row("memories: one user's", timed(client, "/memories?user=user17", args.repeats))
             row("memories: one user's, most used", timed(client, "/memories?user=user17&sort=most-used", args.repeats))
@@ -301,6 +348,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20_000, help="unfinished turns kept (as after an outage)")
     parser.add_argument("--deletions", type=int, default=200, help="audited deletion runs")
     parser.add_argument("--pages-only", action="store_true", help="the unfiltered episode list only")
+    parser.add_argument("--cases", default="", help="only the episode-list filters whose name holds this text")
     parser.add_argument(
         "--pg", default=None, help="PostgreSQL URL (optional), e.g. postgresql+psycopg://root@127.0.0.1:5432/test"
     )

@@ -91,7 +91,10 @@ class UsageCounts:
 class EpisodeSummary:
     """One row of an episode listing; ``kinds`` are the kinds its decisions chose (a stop draw
     chooses nothing), in the kinds' order. Feedback received after ``feedback_due_at`` (or once
-    ``finalized``) is kept as late and never scored."""
+    ``finalized``) is kept as late and never scored. ``failed``: the episode was logged as a
+    failed turn (an exception ended it, or a new message superseded it), ``failure_cause`` the
+    stable word its feedback names the cause by (``recursion_limit``, ``model_error``,
+    ``tool_error``, ``superseded``; ``None`` where it names none)."""
 
     id: str
     user_id: str
@@ -103,6 +106,8 @@ class EpisodeSummary:
     corrected: bool
     finalized: bool
     feedback_due_at: datetime
+    failed: bool = False
+    failure_cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from memabra.storage._admin_sessions import RevokedSessions
 from memabra.storage._deletion_log import DeletionEntry
 from memabra.storage._embeddings import EmbeddingTable
 from memabra.storage._engine import DEFAULT_URL, URL_ENV, DatabaseUnavailableError, make_engine, resolve_url
+from memabra.storage._failures import FAILED_TURN_SOURCE, FAILURE_CAUSES
 from memabra.storage._learner import (
     START,
     FinalReward,
@@ -71,6 +72,8 @@ __all__ = [
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
     "DatabaseUnavailableError",
+    "FAILED_TURN_SOURCE",
+    "FAILURE_CAUSES",
     "MAX_AUDIT_TEXT",
     "MAX_MEMORY_PAGE",
     "PAUSES_KEY",

@@ -32,9 +32,9 @@ from memabra.storage._admin_records import (
     kind_shares_of,
 )
 from memabra.storage._admin_turns import kept_turns_page
-from memabra.storage._convert import ope_from_row, summary_from_row
+from memabra.storage._convert import ope_from_row
 from memabra.storage._engine import is_postgres
-from memabra.storage._episode_listing import chosen_kinds, list_lowest_rewards
+from memabra.storage._episode_listing import list_lowest_rewards, summaries
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, OPERunRow, PolicySnapshotRow
@@ -82,7 +82,7 @@ class AdminQueries:
             r = s.get(EpisodeRow, episode_id)
             if r is None:
                 return None
-            return summary_from_row(r, kinds=chosen_kinds(s, [r.id]).get(r.id, ()))
+            return summaries(s, [r])[0]
 
     def conversation(self, user_id: str, thread_id: str, *, limit: int = 50) -> list[ConversationTurn]:
         """The turns of one user's thread in order (at most ``limit``, the latest ones).

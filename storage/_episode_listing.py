@@ -24,15 +24,16 @@ from sqlalchemy import exists, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
-from memabra._records import STOP_ID, CandidateKind, Page
+from memabra._records import STOP_ID, CandidateKind, EpisodeSummary, Page
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._failures import failed_condition, failure_causes
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
 from memabra.storage._policy_versions import SnapshotIndex
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes", "list_lowest_rewards"]
+__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes", "list_lowest_rewards", "summaries"]
 
 # versions per IN (...) list, under SQLite's limit on bound parameters
 _IN_CHUNK = 900
@@ -53,13 +54,13 @@ def list_episodes(
     with tx.read() as s:
         conds = _matching(s, filters)
         rows = _page(s, conds, at_cursor, limit)
-        chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
+        items = summaries(s, rows[:limit])
         previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
         total = _count(s, conds) if count else None
     more = len(rows) > limit
     rows = rows[:limit]
     return Page(
-        items=tuple(cv.summary_from_row(r, kinds=chosen.get(r.id, ())) for r in rows),
+        items=items,
         next_cursor=_encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None,
         has_previous=at_cursor is not None,
         previous_cursor=previous,
@@ -79,11 +80,11 @@ def list_lowest_rewards(s: Session, filters: EpisodeFilter | None, offset: int, 
     conds = [*_matching(s, filters), e.reward_total.is_not(None)]
     stmt = select(e).where(*conds).order_by(e.reward_total.asc(), e.id.asc())
     rows = s.scalars(stmt.offset(offset).limit(limit + 1)).all()
-    chosen = chosen_kinds(s, [r.id for r in rows[:limit]])
+    items = summaries(s, rows[:limit])
     total = _count(s, conds)
     more = len(rows) > limit and offset + limit <= COUNT_CAP
     return Page(
-        items=tuple(cv.summary_from_row(r, kinds=chosen.get(r.id, ())) for r in rows[:limit]),
+        items=items,
         next_cursor=str(offset + limit) if more else None,
         has_previous=offset > 0,
         previous_cursor=str(offset - limit) if offset - limit > 0 else None,
@@ -126,6 +127,9 @@ def _conditions(f: EpisodeFilter) -> list[Any]:
         if not f.query_contains.strip():
             raise InvalidRecordError("query_contains must not be blank (leave it out to keep every query)")
         conds.append(e.query.icontains(clean_text(f.query_contains), autoescape=True))
+    failed = failed_condition(f.failed, f.failure_cause)
+    if failed is not None:
+        conds.append(failed)
     return conds
 
 
@@ -190,6 +194,17 @@ def _count(s: Session, conds: list[Any]) -> int:
     """How many episodes match, counting at most ``COUNT_CAP + 1``."""
     matching = select(EpisodeRow.id).where(*conds).limit(COUNT_CAP + 1).subquery()
     return int(s.scalar(select(func.count()).select_from(matching)) or 0)
+
+
+def summaries(s: Session, rows: Sequence[EpisodeRow]) -> tuple[EpisodeSummary, ...]:
+    """The listing rows of ``rows``: each with the kinds it chose and, where it failed, why."""
+    ids = [r.id for r in rows]
+    chosen = chosen_kinds(s, ids)
+    failed = failure_causes(s, ids)
+    return tuple(
+        cv.summary_from_row(r, kinds=chosen.get(r.id, ()), failed=r.id in failed, failure_cause=failed.get(r.id))
+        for r in rows
+    )
 
 
 def chosen_kinds(s: Session, episode_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -70,7 +70,11 @@ class EpisodeFilter:
     case of ASCII letters only); ``%`` and ``_`` in it are plain characters. ``snapshot`` keeps the
     episodes a saved snapshot served: its own version and the online updates that grew from it
     (:func:`~memabra.storage.snapshot_group`, the rule the policies page counts by), where
-    ``policy_version`` matches one version exactly."""
+    ``policy_version`` matches one version exactly. ``failed`` keeps the episodes logged as
+    failed turns (``True``: an exception ended them or a new message superseded them) or the others
+    (``False``); ``failure_cause`` keeps the failed ones of one cause, one of
+    :data:`~memabra.storage._failures.FAILURE_CAUSES` (``recursion_limit``, ``model_error``,
+    ``tool_error``, ``superseded``), and implies ``failed``."""
 
     user_id: str | None = None
     thread_id: str | None = None
@@ -83,6 +87,8 @@ class EpisodeFilter:
     reward_max: float | None = None
     corrected: bool | None = None
     query_contains: str | None = None
+    failed: bool | None = None
+    failure_cause: str | None = None
 
 
 def log_episodes(

@@ -218,9 +218,12 @@ def _by_name(row: object, record: type[_R], **converted: Any) -> _R:
     return record(**{name: getattr(row, name) for name in names}, **converted)
 
 
-def summary_from_row(r: EpisodeRow, *, kinds: tuple[str, ...]) -> EpisodeSummary:
+def summary_from_row(
+    r: EpisodeRow, *, kinds: tuple[str, ...], failed: bool = False, failure_cause: str | None = None
+) -> EpisodeSummary:
     """The listing row of ``r``; ``kinds`` are the kinds its decisions chose (read from the slot
-    draws: ``r.kinds`` holds the kinds it was offered)."""
+    draws: ``r.kinds`` holds the kinds it was offered); ``failed`` and ``failure_cause`` as the
+    failed-turn feedback says (:mod:`~memabra.storage._failures`)."""
     return EpisodeSummary(
         id=r.id,
         user_id=r.user_id,
@@ -232,4 +235,6 @@ def summary_from_row(r: EpisodeRow, *, kinds: tuple[str, ...]) -> EpisodeSummary
         corrected=r.corrected,
         finalized=r.finalized_at is not None,
         feedback_due_at=r.feedback_due_at,
+        failed=failed,
+        failure_cause=failure_cause,
     )

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlencode
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._records import CandidateKind, JSONValue
-from memabra.storage import MAX_MEMORY_PAGE, EpisodeFilter, MemorySort, MemoryUsage
+from memabra.storage import FAILURE_CAUSES, MAX_MEMORY_PAGE, EpisodeFilter, MemorySort, MemoryUsage
 
 __all__ = [
     "FILTER_FIELDS",
@@ -44,6 +44,8 @@ FILTER_FIELDS = (
     "reward_min",
     "reward_max",
     "corrected",
+    "failed",
+    "cause",
     "sort",
 )
 # what names a page of the episode list: its filters, its page and its length (an episode opened
@@ -135,6 +137,7 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
         if raw["corrected"] not in ("yes", "no"):
             raise FormError(f"corrected must be yes or no, got {raw['corrected']!r}")
         corrected = raw["corrected"] == "yes"
+    failed, cause = _failure(raw["failed"], raw["cause"])
     since = _time("since", raw["since"]) if raw["since"] else None
     until = _time("until", raw["until"]) if raw["until"] else None
     if since is not None and until is not None and until <= since:
@@ -159,8 +162,21 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
         reward_max=reward_max,
         corrected=corrected,
         query_contains=raw["q"] or None,
+        failed=failed,
+        failure_cause=cause,
     )
     return flt, {k: v for k, v in raw.items() if v}
+
+
+def _failure(failed: str, cause: str) -> tuple[bool | None, str | None]:
+    """The failed-turn filter: ``failed`` yes or no, and the cause a failed turn names."""
+    if failed not in ("", "yes", "no"):
+        raise FormError(f"failed must be yes or no, got {failed!r}")
+    if cause and cause not in FAILURE_CAUSES:
+        raise FormError(f"cause must be one of {', '.join(FAILURE_CAUSES)}, got {cause!r}")
+    if cause and failed == "no":
+        raise FormError("cause names why a turn failed: choose failed (or any), not 'not failed', with a cause")
+    return (None if not failed else failed == "yes"), (cause or None)
 
 
 def parse_offset_cursor(raw: str | None) -> int:

@@ -177,7 +177,7 @@ class _AdminBase:
             truncate_text=views.truncate,
         )
         self.templates.filters.update(urlpart=views.url_part, code=views.code_spans)
-        self.templates.globals.update(filters_query=views.filters_query)
+        self.templates.globals.update(filters_query=views.filters_query, failure_titles=views.FAILURE_TITLES)
 
     def _memory_backend(self) -> SQLMemory:
         """The registry's memories, as ``memabra memories`` edits them (built on first use: it

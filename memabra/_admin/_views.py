@@ -31,9 +31,10 @@ from memabra._records import (
     Selection,
     Step,
 )
-from memabra.storage import KindShare, PolicyVersionStats, RewardPoint
+from memabra.storage import FAILURE_CAUSES, KindShare, PolicyVersionStats, RewardPoint
 
 __all__ = [
+    "FAILURE_TITLES",
     "CandidateView",
     "DecisionView",
     "SlotRow",
@@ -357,6 +358,21 @@ def truncate(text: str | None, limit: int = 120) -> str:
     if not text:
         return ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_FAILURE_MEANINGS = {
+    "recursion_limit": "the run ran out of its recursion_limit",
+    "model_error": "a model call raised",
+    "tool_error": "a tool call raised",
+    "superseded": "a new message on the thread superseded it before it finished",
+}
+FAILURE_TITLES: Mapping[str | None, str] = {
+    **{cause: f"failed turn: {_FAILURE_MEANINGS[cause]}" for cause in FAILURE_CAUSES},
+    None: "failed turn: its feedback names no cause",
+}
+"""What each failure badge on the episodes page says on hover: the feedback's cause word is kept
+short in the row, so its meaning is spelt out here. Keyed by every cause, in the filter's order
+(the page's cause selector lists them from here), and ``None`` for a cause the feedback leaves out."""
 
 
 def filters_query(values: Mapping[str, str], **overrides: str | None) -> str:

@@ -24,6 +24,7 @@ from memabra._episode_document import episode_document, probability_shown, rewar
 from memabra._feedback import RewardService, retotal_rewards, same_feedback
 from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
+    FAILURE_CAUSES,
     EpisodeFilter,
     EpisodeLog,
 )
@@ -45,6 +46,12 @@ def _open(db: str | None) -> EpisodeLog:
     return run_guarded(EpisodeLog, db)
 
 
+def _cause(value: str | None) -> str | None:
+    if value is not None and value not in FAILURE_CAUSES:
+        raise typer.BadParameter(f"{value!r} is not a cause; use one of {', '.join(FAILURE_CAUSES)}")
+    return value
+
+
 @episodes_app.command("list")
 def episodes_list(
     db: DbOption = None,
@@ -58,6 +65,17 @@ def episodes_list(
         None, help="Only what this saved snapshot served, its online updates included (as `policies list` counts)."
     ),
     corrected: bool | None = typer.Option(None, "--corrected/--not-corrected", show_default=False),
+    failed: bool | None = typer.Option(
+        None,
+        "--failed/--not-failed",
+        show_default=False,
+        help="Only turns logged as failed (an exception ended them, or a new message superseded them), or none of them.",
+    ),
+    cause: str | None = typer.Option(
+        None,
+        callback=_cause,
+        help=f"Only failed turns of this cause: {', '.join(FAILURE_CAUSES)} (implies --failed).",
+    ),
     limit: int = typer.Option(20, min=1, max=1000),
     cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
     json_out: JsonOutOption = None,
@@ -65,6 +83,8 @@ def episodes_list(
     """List episodes, newest first."""
     if search is not None and not search.strip():
         fail("--search must not be blank (leave it out to list every query)")
+    if cause is not None and failed is False:
+        raise typer.BadParameter("a cause names why a turn failed: leave out --not-failed", param_hint="--cause")
     with _open(db) as log:
         page = run_guarded(
             log.list_episodes,
@@ -77,6 +97,8 @@ def episodes_list(
                 policy_version=policy_version,
                 snapshot=snapshot,
                 corrected=corrected,
+                failed=failed,
+                failure_cause=cause,
             ),
             cursor=cursor,
             limit=limit,
@@ -85,7 +107,7 @@ def episodes_list(
     total = f"{page.total:,}{'+' if page.total_capped else ''}"
     table = Table(title=f"episodes ({total} match)")
     table.add_column("id", no_wrap=True, min_width=32)
-    for col in ("created", "user", "query", "policy", "reward", "corrected", "final"):
+    for col in ("created", "user", "query", "policy", "reward", "corrected", "final", "failed"):
         table.add_column(col)
     for e in page.items:
         table.add_row(
@@ -97,6 +119,7 @@ def episodes_list(
             "-" if e.reward_total is None else f"{e.reward_total:+.3f}",
             "yes" if e.corrected else "",
             "yes" if e.finalized else "open",
+            (e.failure_cause or "yes") if e.failed else "",
         )
     console.print(table)
     if page.next_cursor:
@@ -111,6 +134,8 @@ def episodes_list(
             "reward": e.reward_total,
             "corrected": e.corrected,
             "final": e.finalized,
+            "failed": e.failed,
+            "failure_cause": e.failure_cause,
         }
         for e in page.items
     ]
