@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from memabra._health import DELETIONS_CHECK, FEEDBACK_WINDOWS_CHECK, LEARNER_CHECK, TURNS_CHECK, HealthProblem
+from memabra._health import (
+    DELETIONS_CHECK,
+    FEEDBACK_WINDOWS_CHECK,
+    LEARNER_CHECK,
+    TURNS_CHECK,
+    HealthProblem,
+    format_age,
+)
 from memabra.storage import LogStatus, head_revision
 
 __all__ = ["CONTENT_TYPE", "MetricFamily", "render_families", "status_families", "status_metrics"]
@@ -138,6 +145,13 @@ def status_families(
             "Time since the oldest lost turn was routed or last went on (0: none)",
             _age(now, state.lost_since),
         ),
+        _family(
+            "memabra_failed_turns",
+            f"Turns logged as failed in the last {format_age(_window(state))} "
+            f"(memabra_failed_turns_window_seconds), by cause: {', '.join(state.failed_turns)}",
+            [((("cause", cause),), count) for cause, count in state.failed_turns.items()],
+        ),
+        _one("memabra_failed_turns_window_seconds", "How far back memabra_failed_turns counts", _s(_window(state))),
         _one(
             "memabra_deletions_unfinished",
             "Deletion runs with no finish recorded (running, or died part way)",
@@ -245,6 +259,10 @@ def _age(now: datetime, since: datetime | None) -> float:
 
 def _s(delta: timedelta) -> float:
     return delta.total_seconds()
+
+
+def _window(state: LogStatus) -> timedelta:
+    return timedelta(0) if state.failed_since is None else state.checked_at - state.failed_since
 
 
 def render_families(families: Iterable[MetricFamily]) -> str:

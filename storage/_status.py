@@ -15,13 +15,21 @@ erasure) killed part way, whose audit entry stays unfinished (``unfinished_delet
 turns an ``interrupt`` paused wait in the log for someone to resume them (``paused_turns``), while
 turns whose process died mid-turn wait to be retried or logged as failed (``lost_turns``).
 
+Turns that failed are no loss (each is logged, its reward learned), but a burst of them is an
+outage somewhere else: ``failed_turns`` counts, per cause, the turns logged as failed in the last
+:data:`FAILED_TURNS_WINDOW` (a provider down shows as ``model_error``, users pressing stop as
+``superseded``). No threshold is set here: what is normal depends on the traffic, so the alert
+that reads the count decides.
+
 Everything is a read; nothing here changes the log.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import MappingProxyType
 
 from sqlalchemy import Engine, and_, func, literal, or_, select, text
 from sqlalchemy.orm import Session
@@ -29,13 +37,41 @@ from sqlalchemy.orm import Session
 from memabra._records import utcnow
 from memabra.storage._deletion_log import DeletionEntry, unfinished_deletions
 from memabra.storage._engine import is_postgres
+from memabra.storage._failures import FAILED_TURN_SOURCE, FAILURE_CAUSES, failure_cause
 from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
-from memabra.storage._models import EpisodeRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import EpisodeRow, FeedbackRow, PolicySnapshotRow, RewardRow
 from memabra.storage._suspended_turns import kept_turn_counts
 
-__all__ = ["LogStatus", "OpenTransaction", "PolicyStatus", "log_status"]
+__all__ = [
+    "FAILED_TURNS_WINDOW",
+    "OTHER_CAUSE",
+    "LogStatus",
+    "OpenTransaction",
+    "PolicyStatus",
+    "failed_turn_counts",
+    "log_status",
+]
+
+FAILED_TURNS_WINDOW = timedelta(hours=1)
+"""How far back ``failed_turns`` counts. A fixed window keeps the read bounded by the turns logged
+in it (an index range on the episodes' time), however long the log. An hour: long enough that a
+scrape every minute or a textfile cron every few minutes misses no burst and a steady trickle
+shows, short enough that an outage stands out against the day's traffic and the count falls back
+to 0 (its alert resolves) an hour after the outage ends."""
+
+OTHER_CAUSE = "other"
+"""The cause ``failed_turns`` counts a failed turn under when its comment names none of
+:data:`~memabra.storage._failures.FAILURE_CAUSES` (an exception outside any model or tool call):
+every failed turn is counted once, under one cause."""
+
+# The comment's head that names its cause: the longest cause word and the character after it.
+_CAUSE_HEAD = max(len(c) for c in FAILURE_CAUSES) + 1
+
+
+def _no_failed_turns() -> dict[str, int]:
+    return dict.fromkeys((*FAILURE_CAUSES, OTHER_CAUSE), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +135,10 @@ class LogStatus:
     # (``lost_since``: the oldest copy, written when the turn was routed or last went on)
     lost_turns: int = 0
     lost_since: datetime | None = None
+    # turns logged as failed at or after ``failed_since`` (FAILED_TURNS_WINDOW before
+    # ``checked_at``), by cause: every one of FAILURE_CAUSES and OTHER_CAUSE, 0 when none
+    failed_turns: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(_no_failed_turns()))
+    failed_since: datetime | None = None
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
@@ -145,6 +185,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         oldest = _oldest_transaction(s) if postgres else None
         unfinished = unfinished_deletions(s)
         kept = kept_turn_counts(s, now)
+        failed_since = now - FAILED_TURNS_WINDOW
+        failed = failed_turn_counts(s, failed_since)
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
@@ -180,7 +222,35 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         paused_since=kept.paused_since,
         lost_turns=kept.lost,
         lost_since=kept.lost_since,
+        failed_turns=failed,
+        failed_since=failed_since,
     )
+
+
+def failed_turn_counts(s: Session, since: datetime) -> Mapping[str, int]:
+    """The turns logged as failed at or after ``since``, by cause (every cause, 0 when none), as
+    the episode listing's ``since`` and ``failure_cause`` filters find them.
+
+    Bounded by the episodes' time, which has an index (the feedback's ``received_at`` has none):
+    the runtime logs a failed turn's episode when it writes its failed-turn feedback, so both
+    fall in the same window. The episodes of the window are an ``IN`` list, not a join: SQLite
+    then reads the feedback through its ``episode_id`` index, where with a join it scans the
+    whole feedback table. The database counts by the comment's first characters (few distinct
+    ones) and :func:`failure_cause` names each, the function the listing's cause badge uses. An
+    episode with several failed-turn feedback rows (never written by the runtime) counts each."""
+    f = FeedbackRow
+    head = func.substr(f.payload["comment"].as_string(), 1, _CAUSE_HEAD).label("head")
+    recent = select(EpisodeRow.id).where(EpisodeRow.created_at >= since)
+    found = s.execute(
+        select(head, func.count())
+        .where(f.episode_id.in_(recent), f.source == FAILED_TURN_SOURCE)
+        # by the label: PostgreSQL takes the expression's own parameters as a different expression
+        .group_by("head")
+    )
+    counts = _no_failed_turns()
+    for comment_head, count in found:
+        counts[failure_cause(comment_head) or OTHER_CAUSE] += int(count)
+    return MappingProxyType(counts)
 
 
 def _backlog(engine: Engine, checkpoint: LearnerCheckpoint | None, postgres: bool) -> tuple[int, datetime | None, int]:

@@ -253,6 +253,7 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
             f"lost      {state.lost_turns:,} turn(s) whose process died mid-turn"
             + ("" if state.lost_since is None else f"; the oldest running since {_when(state.lost_since, now)}")
         )
+    lines.append(_failed(state))
     if state.unfinished_deletions:
         oldest = state.unfinished_deletions[0]
         lines.append(
@@ -296,6 +297,22 @@ def _backlog(p: PolicyStatus, now: datetime) -> str:
         f"{p.backlog:,}; the oldest final {format_age(now - p.backlog_since)}" if p.backlog_since else f"{p.backlog:,}"
     )
     return text + (f", {p.held_back:,} held back" if p.held_back else "")
+
+
+def _failed(state: LogStatus) -> str:
+    """The failed turns of the window by cause, and the listing that shows them (its ``--since``:
+    the window's start, as the count reads it)."""
+    if state.failed_since is None:
+        return "failed    not counted"
+    window = format_age(state.checked_at - state.failed_since)
+    total = sum(state.failed_turns.values())
+    if not total:
+        return f"failed    no turn in the last {window}"
+    causes = ", ".join(f"{cause} {count:,}" for cause, count in state.failed_turns.items() if count)
+    since = state.failed_since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"failed    {total:,} turn(s) in the last {window}: {causes} (`memabra episodes list --failed --since {since}`)"
+    )
 
 
 def _when(at: datetime | None, now: datetime) -> str:
