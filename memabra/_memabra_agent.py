@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -21,7 +20,7 @@ from langgraph.errors import GraphRecursionError
 from memabra._kept_runs import akeep_paused, keep_paused
 from memabra._out_of_steps import aclose_out_of_steps, close_out_of_steps, running_before
 from memabra._records import FeedbackKind, FeedbackReceipt
-from memabra._run_ends import Interrupts, each_config, each_interrupted, each_out, each_waiting, interrupt_in
+from memabra._run_ends import each_config, each_interrupted, each_out, each_waiting, interrupt_in
 from memabra._run_watch import watch_astream, watch_stream
 from memabra._served_graph import MemabraServedGraph, served_graph
 from memabra._session import RoutingSession
@@ -158,28 +157,9 @@ class MemabraAgent:
                     self.graph, self.session, each, waiting=waiting, breakpoints=kwargs, interrupted=stopped
                 )
 
-    async def astream_events(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        waiting: bool | None = False
-        seen = Interrupts(self.graph, input, None)  # no stream mode is known to show one in events
-        before = running_before(self.graph, self.session, config)
-        try:
-            async with aclosing(self.graph.astream_events(input, config, **kwargs)) as events:
-                async for event in events:
-                    seen.read(event)
-                    yield event
-            waiting = True
-        except GraphRecursionError as exc:
-            await asyncio.shield(aclose_out_of_steps(self.graph, self.session, config, before, exc))
-            raise
-        except (GeneratorExit, asyncio.CancelledError):
-            waiting = None
-            raise
-        finally:
-            await akeep_paused(
-                self.graph, self.session, config, waiting=waiting, breakpoints=kwargs, interrupted=seen.stopped(waiting)
-            )
+    def astream_events(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        events = self.graph.astream_events(input, config, **kwargs)
+        return watch_astream(self.graph, self.session, events, input, config, kwargs, events=True)
 
     def get_state(self, config: RunnableConfig, **kwargs: Any) -> Any:
         return self.graph.get_state(config, **kwargs)

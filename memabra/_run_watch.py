@@ -61,9 +61,13 @@ async def watch_astream(
     input: Any,
     config: RunnableConfig | None,
     kwargs: Mapping[str, Any],
+    *,
+    events: bool = False,
 ) -> AsyncIterator[Any]:
+    """As :func:`watch_stream`; ``events``: ``chunks`` are ``astream_events``' events, whose
+    shapes no stream mode tells (an interrupt is read from the state where one may have stopped it)."""
     waiting: bool | None = False
-    seen = Interrupts(graph, input, kwargs)
+    seen = Interrupts(graph, input, None if events else kwargs)
     before = running_before(graph, session, config)
     try:
         async with aclosing(chunks):  # type: ignore[type-var]

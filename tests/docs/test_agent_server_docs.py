@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ pytest.importorskip(
 
 from docs.test_docs_examples import DOCS, blocks_of  # noqa: E402
 from langgraph_sdk import get_sync_client  # noqa: E402
-from runtime.agent_server import STOP_TIMEOUT_S, AgentServer, _cli, _free_port, _wait_ready  # noqa: E402
+from runtime.agent_server import AgentServer, run_dev_server  # noqa: E402
 
 PAGE = DOCS / "production.md"
 TOKEN = "token-of-ann"  # the page's auth.py table
@@ -55,31 +54,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Agent
     with (app / "agent.py").open("a") as agent:
         agent.write(f"\nwith open({str(imports)!r}, 'a') as _f:\n    _f.write(__name__ + '\\n')\n")
     json.loads((app / "langgraph.json").read_text())  # a reader's copy must parse
-    port = _free_port()
-    # the page's agent.py names its own database: none from the environment
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMABRA_DATABASE_URL")}
-    env |= {"LANGSMITH_TRACING": "false", "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
-    log_path = root / "server.log"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            [_cli(), "dev", "--no-browser", "--no-reload", "--port", str(port)],
-            cwd=app,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = AgentServer(f"http://127.0.0.1:{port}", f"sqlite:///{app / 'memabra.db'}", log_path)
-    try:
-        _wait_ready(server, proc)
+    for server in run_dev_server(app, f"sqlite:///{app / 'memabra.db'}", env, root / "server.log"):
         yield server, imports
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_pages_deployment_serves_runs_and_feedback_with_one_agent(

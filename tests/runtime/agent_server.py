@@ -62,20 +62,24 @@ def serve(
     graphs = {name: f"./app.py:{name}" for name in ("served", "plain", "approvals")}
     (app / "langgraph.json").write_text(json.dumps({"dependencies": ["."], "graphs": graphs, **(config or {})}))
     db_url = f"sqlite:///{db / 'memabra.db'}"
-    port = _free_port()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
         "AGENT_SERVER_TEST_DB": db_url,
-        "LANGSMITH_TRACING": "false",
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
     }
-    log_path = root / "server.log"
+    yield from run_dev_server(app, db_url, env, root / "server.log")
+
+
+def run_dev_server(app: Path, db_url: str, env: Mapping[str, str], log_path: Path) -> Iterator[AgentServer]:
+    """``langgraph dev`` over the app folder ``app`` (its ``langgraph.json``) on a free port, with
+    ``env`` (tracing and analytics off), its output in ``log_path``; stopped afterwards."""
+    port = _free_port()
+    quiet = {**env, "LANGSMITH_TRACING": "false", "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             [_cli(), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config", "langgraph.json"],
             cwd=app,
-            env=env,
+            env=quiet,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
