@@ -185,7 +185,7 @@ class MemabraAgent:
         """:meth:`close` for async code (a FastAPI lifespan's shutdown): the snapshot's write, the
         lease's release and the log's pool run on a worker thread, not on the event loop. Safe to
         call again, as :meth:`close` is; a caller cancelled meanwhile still has the agent closed whole."""
-        await asyncio.to_thread(self.close)
+        await self.session.aclose()
 
     async def __aenter__(self) -> MemabraAgent:
         return self
@@ -217,11 +217,11 @@ class MemabraAgent:
     ) -> FeedbackReceipt:
         """:meth:`feedback` for async code: its database writes, the correction's fact and the
         learner's step run on a worker thread, not on the event loop. A caller cancelled meanwhile
-        (a client that went away) still has its feedback stored whole."""
-        post = functools.partial(
-            self.feedback, episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload
+        (a client that went away) sees the cancellation once its feedback is stored whole
+        (:meth:`RoutingSession.afeedback <memabra.RoutingSession.afeedback>`)."""
+        return await self.session.afeedback(
+            episode_id, kind=kind, source=source, idempotency_key=idempotency_key, **payload
         )
-        return await asyncio.to_thread(post)
 
 
 def _every_run_ends(kwargs: dict[str, Any]) -> dict[str, Any]:
