@@ -37,7 +37,7 @@ __all__ = [
     "pending_change",
     "readable_text",
     "seq_of",
-    "settled_key",
+    "retirement_key",
     "user_label",
     "version",
     "written",
@@ -157,10 +157,11 @@ def written(value: object, key: str) -> tuple[int, str]:
     return seq_of((pending_change(value) or {}).get("seq")), key
 
 
-def settled_key(memory_id: str, by_version: str) -> str:
-    """The history key of ``memory_id``'s retirement by the write ``by_version`` of another
-    memory: every process settling the pair writes this one entry."""
-    return f"{memory_id}-{hashlib.sha256(by_version.encode()).hexdigest()[:12]}"
+def retirement_key(memory_id: str, read: str) -> str:
+    """The history key of the retirement of ``memory_id`` as written at version ``read``: a store
+    cannot check and write at once, so two processes may each find that write current and retire
+    it (one settling a pair, the other replacing it in ``remember``); they write this one entry."""
+    return f"{memory_id}-retired-{hashlib.sha256(read.encode()).hexdigest()[:12]}"
 
 
 def aware(at: datetime) -> datetime:

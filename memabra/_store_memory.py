@@ -57,6 +57,7 @@ from memabra._store_items import (
     memory_text,
     new_record,
     pending_change,
+    retirement_key,
     retirements,
     seq_of,
     stored_tokens,
@@ -324,7 +325,11 @@ class StoreMemory(MemoryBackend):
             raise InvalidRecordError(f"user {item.owner!r} has no memory {missing[0]!r}")
         # The new memory names what it retires: a process dying before those writes leaves them to
         # the next reader (``_raw``) or writer (``_finish``), never both memories current.
-        retired = [new_record(c) for c in retire]
+        retired = [
+            {**new_record(c), "key": retirement_key(c.memory_id, version(read.value, read.updated_at))}
+            for c in retire
+            if (read := old[c.memory_id]) is not None
+        ]
         record = {**new_record(change), **({"retires": retired} if retired else {})}
         self._put(ns, self._value(item), record, self.store.get(ns, item.id))
         for r in retired:

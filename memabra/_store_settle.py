@@ -9,7 +9,7 @@ had been made one after the other, in :func:`~memabra._store_items.written` orde
 clocks): the later one retires the earlier (or cuts the replaced fact out of it) when it would
 have then, and a later restatement retires the earlier one. Each of the two writers decides alike,
 from what is stored, so the one of them that reads last settles the pair, whichever it is; retiring
-twice writes one history entry (its key comes from the pair).
+twice writes one history entry (its key comes from the write retired, :func:`~memabra._store_items.retirement_key`).
 
 Not guaranteed: a writer dying between its write and its settling read leaves the pair for the
 next write on that subject (which replaces both); two imports (``remember_many``) at once store
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from memabra._memory_records import MemoryAction, MemoryChange
 from memabra._memory_write import ActiveRead
 from memabra._restatement import is_restatement
-from memabra._store_items import new_record, settled_key, version, written
+from memabra._store_items import new_record, retirement_key, version, written
 
 if TYPE_CHECKING:
     from memabra._store_memory import StoreMemory
@@ -64,9 +64,9 @@ def settle(memory: StoreMemory, user_id: str, mine: str, seen: Mapping[str, str]
     replaced = set(memory.supersession.superseded(texts[mine], older)) if older else set()
     for k, text in older:
         if k in replaced or is_restatement(texts[mine], text):
-            _replace(memory, user_id, k, versions[k], (mine, texts[mine], versions[mine]), episode_id, k in replaced)
+            _replace(memory, user_id, k, versions[k], (mine, texts[mine]), episode_id, k in replaced)
     for k in sorted((k for k in fresh if order[k] > order[mine]), key=order.__getitem__):
-        later = (k, texts[k], versions[k])
+        later = (k, texts[k])
         if mine in memory.supersession.superseded(texts[k], [(mine, texts[mine])]):
             _replace(memory, user_id, mine, versions[mine], later, episode_id, True)
             return
@@ -80,17 +80,17 @@ def _replace(
     user_id: str,
     memory_id: str,
     read: str,
-    by: tuple[str, str, str],
+    by: tuple[str, str],
     episode_id: str | None,
     superseded: bool,
 ) -> None:
-    """``memory_id`` (as read at version ``read``) replaced by the later ``by`` (id, text,
-    version): retired, or cut down to the facts ``by`` leaves standing."""
+    """``memory_id`` (as read at version ``read``) replaced by the later ``by`` (id, text):
+    retired, or cut down to the facts ``by`` leaves standing."""
     ns = memory.namespace_for(user_id)
     prior = memory.store.get(ns, memory_id)
     if prior is None or prior.value.get("status") == "retired" or version(prior.value, prior.updated_at) != read:
         return  # settled, or written again, since: that write settles it
-    by_id, by_text, by_version = by
+    by_id, by_text = by
     old_text = memory._to_item(user_id, prior).text
     rest = memory._left_standing(by_text, old_text) if superseded else None
     now = memory.clock()
@@ -99,7 +99,7 @@ def _replace(
     elif rest is None:
         why = f"superseded by {by_id}"
         change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, now, old_text, None, episode_id, why)
-        record = {**new_record(change), "key": settled_key(memory_id, by_version)}
+        record = {**new_record(change), "key": retirement_key(memory_id, read)}
         memory._put(ns, {**prior.value, "status": "retired", "superseded_by": by_id}, record, prior)
     else:
         return
