@@ -60,6 +60,9 @@ class DecisionLogWriter:
             raise
         self._pending: list[Episode] = []
         self.written = 0
+        # episodes handed to a write not yet counted: a stop (Ctrl-C, SIGTERM) raised between the
+        # commit and the count must not read as another process's episodes at the next count
+        self._uncounted = 0
 
     def __call__(self, selection: Selection, reward: RewardBreakdown, round_: BenchRound) -> None:
         used = frozenset(selection.chosen_ids) & round_.relevant
@@ -83,7 +86,7 @@ class DecisionLogWriter:
             return
         # the run row keeps other bench runs out, but not another writer (an agent given this URL
         # by mistake): re-counting before each write stops this run where it finds their episodes
-        held = _episodes_held(self.url)
+        held = self._count_written()
         if held != self.written:
             pending, self._pending = len(self._pending), []
             raise ConfigError(
@@ -91,9 +94,21 @@ class DecisionLogWriter:
                 f"another process wrote to it during the run; this run's last {pending} decisions were not "
                 "written, so that no report is checked against two runs' decisions: give each bench run a new database"
             )
-        self._log.log_episodes(self._pending)
-        self.written += len(self._pending)
-        self._pending = []
+        # taken off before the write: a write that failed midway (rolled back) is not tried again
+        batch, self._pending = self._pending, []
+        self._uncounted = len(batch)
+        self._log.log_episodes(batch)
+        self.written += len(batch)
+        self._uncounted = 0
+
+    def _count_written(self) -> int:
+        """The episodes the log holds, counting into ``written`` the last write where it went
+        through before a stop kept it from being counted (one transaction: all of it or none)."""
+        held = _episodes_held(self.url)
+        if self._uncounted and held == self.written + self._uncounted:
+            self.written = held
+        self._uncounted = 0
+        return held
 
     def close(self, *, finished: bool = True) -> None:
         """Write what is pending and mark the run's end: ``finished`` when the logger made every
@@ -102,6 +117,8 @@ class DecisionLogWriter:
         if self.run is None:
             return
         try:
+            if self._uncounted:
+                self._count_written()
             self.flush()
         finally:
             # a later router's failure stops the run after the logger's last decision: its log is whole

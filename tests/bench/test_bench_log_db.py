@@ -130,6 +130,30 @@ def test_a_run_stopped_midway_says_its_log_is_partial(
         evaluate_policies(log, [Target("random", ROUTERS["random"](seed=0))])
 
 
+def test_a_stop_between_a_writes_commit_and_its_count_leaves_the_log_stopped_with_that_write(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal lands after the transaction committed, before the writer counted it (a CI run's
+    SIGTERM did): closing counts that write as this run's, where it used to refuse the run's own
+    decisions as another process's and leave its row running."""
+    import memabra.evals.bench._log_db as log_db
+
+    monkeypatch.setattr(log_db, "_FLUSH_EVERY", 4)
+    real = EpisodeLog.log_episodes
+
+    def commit_then_stop(self: EpisodeLog, episodes: list[object]) -> None:
+        real(self, episodes)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EpisodeLog, "log_episodes", commit_then_stop)
+    rounds = load_rounds(_rounds_file(tmp_path, 6))
+    with pytest.raises(KeyboardInterrupt), DecisionLogWriter(db_url, logger="hybrid", expected=6) as writer:
+        run_bench(rounds, router_factories(["hybrid"], Similarity(encoder=None)), 1, 0, on_decision=writer)
+    assert writer.written == 4 and _logged(db_url) == 4
+    stopped = bench_run_of_url(db_url)
+    assert stopped is not None and (stopped.status, stopped.written) == ("stopped", 4)
+
+
 def _episodes(url: str) -> int:
     engine = make_engine(url)
     try:
