@@ -61,6 +61,7 @@ from memabra._session import RoutingSession, Turn
 from memabra._settings import SessionSettings
 from memabra._superseded import close_superseded
 from memabra._tool_search import ToolSearch
+from memabra._trace import trace_decision
 from memabra._turns import model_step
 from memabra.router import Router
 from memabra.storage import EpisodeLog
@@ -128,6 +129,7 @@ class _Graph:
             thread_id=run_thread_id(config),
             turn=len(humans) - 1,
         )
+        trace_decision(turn, config)
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
 
     # --- agent

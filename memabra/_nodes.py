@@ -27,6 +27,7 @@ from memabra._graph_io import message_text, run_thread_id, run_user_id, token_us
 from memabra._graph_steps import current_turn, finishing_turn, state_field, state_turn_id
 from memabra._session import RoutingSession, Turn
 from memabra._superseded import close_superseded
+from memabra._trace import trace_decision
 
 __all__ = ["MemabraNodeState", "MemabraNodes", "final_answer", "route_turn", "run_config"]
 
@@ -54,6 +55,7 @@ def route_turn(session: RoutingSession, state: Any, runtime: Runtime[Any]) -> st
         thread_id=run_thread_id(config),
         turn=len(humans) - 1,
     )
+    trace_decision(turn, config)
     return turn.id
 
 
