@@ -115,6 +115,7 @@ class Learner:
         self._store = LearnerStore(log.engine)
         self._lease = LearnerLease(log.engine, self.policy, ttl=lease_ttl)
         self._router: Router | None = None
+        self._torn = False
         self._root = ""
         self._base: str | None = None
         self._committed = START
@@ -149,6 +150,14 @@ class Learner:
         """Rewards learned but not yet committed."""
         return self._learned - self._committed_learned
 
+    @property
+    def torn(self) -> bool:
+        """Stopped in the middle of learning a reward (an exception, or a stop raised as
+        KeyboardInterrupt, between the model's update and the position's move past that reward):
+        :meth:`commit` and :meth:`close` then drop the :attr:`pending` rewards instead of storing a
+        model that does not match its position; the next lease holder learns them again."""
+        return self._torn
+
     # ------------------------------------------------------------------ the loop
 
     def acquire(self) -> bool:
@@ -179,9 +188,13 @@ class Learner:
         committed = None
         # One read per step: an in-process learner must not hold up the turn that called it.
         for final in self._store.read_final(self._position, limit=READ_BATCH):
+            # set until the position moves past the reward: an exception or a stop (SIGTERM turned
+            # KeyboardInterrupt) raised in between leaves a model that does not match its position
+            self._torn = True
             learn_item(self._router, final.item, local_credit=self.local_credit)
             self._position = final.position
             self._learned += 1
+            self._torn = False
             n += 1
             if self._pending_since is None:
                 self._pending_since = time.monotonic()
@@ -209,6 +222,15 @@ class Learner:
     def commit(self, *, force: bool = False) -> PolicySnapshot | None:
         """Write the model and the read position in one transaction (nothing to do: ``None``)."""
         if self._router is None or not self._lease.held:
+            return None
+        if self._torn:
+            logger.warning(
+                "learner of %s was stopped in the middle of learning a reward: dropping what it learned since its"
+                " last commit (the next lease holder learns those rewards again, each once)",
+                self.policy,
+            )
+            self.abandon()
+            self._position, self._learned = self._committed, self._committed_learned
             return None
         if self.pending == 0 and not (force and self._last_snapshot is None):
             return None
@@ -321,6 +343,7 @@ class Learner:
             self._learned = self._committed_learned = checkpoint.learned
             self._last_snapshot = snapshot.version
         self._pending_since = None
+        self._torn = False
         logger.info(
             "learner %s holds the lease from %s (%d rewards learned)",
             self.policy,

@@ -235,7 +235,9 @@ def learner(
                 _lease_for_once(loop, store, policy, wait=wait, poll=poll)
             n = learn_until_stopped(loop, store, policy, once=once, poll=poll)
         finally:
+            dropped = loop.pending if loop.torn else 0  # stopped mid-reward: closing commits none of them
             loop.close()
+        n -= dropped
         console.print(
             f"learned {n} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
             f"{_position_text(loop)}"
