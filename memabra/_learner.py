@@ -179,6 +179,8 @@ class Learner:
     def step(self, *, finalize: bool = True) -> LearnerStatus:
         """Learn every final reward not yet learned (taking the lease if it is free), and commit when
         due. A standby (lease held elsewhere) does nothing."""
+        if self._torn:  # the last step raised midway: start again from the last commit
+            self._drop_torn()
         if not self.acquire():
             return LearnerStatus(False, 0, None)
         if finalize:
@@ -224,13 +226,7 @@ class Learner:
         if self._router is None or not self._lease.held:
             return None
         if self._torn:
-            logger.warning(
-                "learner of %s was stopped in the middle of learning a reward: dropping what it learned since its"
-                " last commit (the next lease holder learns those rewards again, each once)",
-                self.policy,
-            )
-            self.abandon()
-            self._position, self._learned = self._committed, self._committed_learned
+            self._drop_torn()
             return None
         if self.pending == 0 and not (force and self._last_snapshot is None):
             return None
@@ -301,6 +297,15 @@ class Learner:
         self._lease.release()
 
     # ------------------------------------------------------------------ internals
+
+    def _drop_torn(self) -> None:
+        logger.warning(
+            "learner of %s was stopped in the middle of learning a reward: dropping what it learned since its"
+            " last commit (the next lease holder learns those rewards again, each once)",
+            self.policy,
+        )
+        self.abandon()
+        self._position, self._learned = self._committed, self._committed_learned
 
     def _commit_due(self) -> bool:
         if self.pending == 0:

@@ -77,3 +77,29 @@ def test_memabra_learner_stopped_mid_reward_says_what_it_committed(
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert "learned 5 rewards in this run (5 in this lineage" in said, said
+
+
+def test_an_in_process_learner_whose_step_raised_midway_steps_on_from_its_last_commit(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's own learner steps after each turn: a step that raised midway is followed by
+    more steps, which must not learn the torn reward again on top of the torn model."""
+    log_final(log, 20)
+    learner = Learner(log, vw, commit_every=5)
+    real = learner_module.learn_item
+    calls = 0
+
+    def raise_once(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        real(*args, **kwargs)
+        calls += 1
+        if calls == 8:
+            raise RuntimeError("a custom router's bug, once")
+
+    monkeypatch.setattr(learner_module, "learn_item", raise_once)
+    with pytest.raises(RuntimeError):
+        learner.step()
+    drain(learner, 20)
+    learner.close()
+    router, n = replay(log, "vw")
+    assert n == 20 and checkpoint_model(log) == learned_model(router.snapshot())
