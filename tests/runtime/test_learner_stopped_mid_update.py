@@ -20,12 +20,9 @@ from memabra.router import learned_model
 from memabra.storage import EpisodeLog
 
 
-@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
-def test_a_learner_stopped_between_learning_a_reward_and_moving_past_it_commits_nothing_torn(
-    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException]
-) -> None:
-    log_final(log, 20)
-    first = Learner(log, vw, commit_every=5)
+def _raising_at_the_eighth_reward(monkeypatch: pytest.MonkeyPatch, stop: BaseException | type[BaseException]) -> None:
+    """The eighth reward learned raises ``stop`` after the router learned it, before the position
+    moved past it (three past a commit every five)."""
     real = learner_module.learn_item
     calls = 0
 
@@ -33,10 +30,20 @@ def test_a_learner_stopped_between_learning_a_reward_and_moving_past_it_commits_
         nonlocal calls
         real(*args, **kwargs)
         calls += 1
-        if calls == 8:  # three past the commit of the first five
+        if calls == 8:
             raise stop
 
     monkeypatch.setattr(learner_module, "learn_item", learn_then_stop)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_learner_stopped_between_learning_a_reward_and_moving_past_it_commits_nothing_torn(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException]
+) -> None:
+    log_final(log, 20)
+    first = Learner(log, vw, commit_every=5)
+    real = learner_module.learn_item
+    _raising_at_the_eighth_reward(monkeypatch, stop)
     with pytest.raises(stop):
         first.step()
     assert first.torn and first.pending == 2
@@ -62,17 +69,7 @@ def test_memabra_learner_stopped_mid_reward_says_what_it_committed(
 
     with EpisodeLog(migrated_url) as log:
         log_final(log, 20)
-    real = learner_module.learn_item
-    calls = 0
-
-    def learn_then_sigterm(*args: Any, **kwargs: Any) -> None:
-        nonlocal calls
-        real(*args, **kwargs)
-        calls += 1
-        if calls == 8:
-            raise KeyboardInterrupt  # what the learner's SIGTERM handler raises
-
-    monkeypatch.setattr(learner_module, "learn_item", learn_then_sigterm)
+    _raising_at_the_eighth_reward(monkeypatch, KeyboardInterrupt)  # what the learner's SIGTERM handler raises
     result = CliRunner().invoke(app, ["learner", "--db", migrated_url, "--commit-every", "5", "--poll", "0.05"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
@@ -86,17 +83,7 @@ def test_an_in_process_learner_whose_step_raised_midway_steps_on_from_its_last_c
     more steps, which must not learn the torn reward again on top of the torn model."""
     log_final(log, 20)
     learner = Learner(log, vw, commit_every=5)
-    real = learner_module.learn_item
-    calls = 0
-
-    def raise_once(*args: Any, **kwargs: Any) -> None:
-        nonlocal calls
-        real(*args, **kwargs)
-        calls += 1
-        if calls == 8:
-            raise RuntimeError("a custom router's bug, once")
-
-    monkeypatch.setattr(learner_module, "learn_item", raise_once)
+    _raising_at_the_eighth_reward(monkeypatch, RuntimeError("a custom router's bug, once"))
     with pytest.raises(RuntimeError):
         learner.step()
     drain(learner, 20)
