@@ -7,7 +7,7 @@ now appears as a child run of the route step named :data:`TRACE_RUN_NAME`, of th
 those tools render as documents: one :class:`~langchain_core.documents.Document` per chosen
 candidate (its text, and its id, kind, slot, probability, score, rank and tokens), and the run's
 metadata names the episode (``memabra_episode_id``, to find the trace from the admin view and back),
-the policy and its version. ``astream_events`` streams it as ``on_retriever_end``: a chat UI can
+the policy and its version; not the user, whom the episode names to those who may read the log. ``astream_events`` streams it as ``on_retriever_end``: a chat UI can
 show what the answer was given.
 
 The run is reported once the decision is made (its start and end together): the route step around
@@ -44,7 +44,6 @@ def trace_decision(turn: Turn, config: RunnableConfig | None) -> None:
     manager.add_metadata(
         {
             "memabra_episode_id": turn.episode_id,
-            "memabra_user_id": turn.user_id,
             "memabra_policy": selection.policy,
             "memabra_policy_version": selection.policy_version,
             "memabra_propensity": selection.propensity,

@@ -64,7 +64,7 @@ def _check_traced(runs: _Runs, route_run: UUID, episode: Episode, route_step: st
     assert parent is not None and runs.names[parent] == route_step
     [selection] = episode.selections
     meta = runs.metadata[route_run]
-    assert meta["memabra_episode_id"] == episode.id and meta["memabra_user_id"] == "ann"
+    assert meta["memabra_episode_id"] == episode.id and "memabra_user_id" not in meta
     assert (meta["memabra_policy"], meta["memabra_policy_version"]) == (selection.policy, selection.policy_version)
     assert meta["memabra_propensity"] == selection.propensity and meta["memabra_offered"] == len(selection.offered)
     assert meta["query"] == episode.query
