@@ -96,6 +96,21 @@ def test_a_plain_run_is_logged_once_with_its_decision(client: SyncLangGraphClien
     assert episode.user_id == "ann" and _steps(episode) == [("model", "ok", None)]
 
 
+def test_a_client_streaming_events_sees_the_routing_decision(client: SyncLangGraphClient, log: EpisodeLog) -> None:
+    """The route step's ``memabra_route`` retriever run reaches an SDK client streaming events:
+    what a chat UI shows as "answered with these memories and tools"."""
+    thread = _thread(client)
+    parts = list(
+        client.runs.stream(thread, "served", input=_message("Hello there"), context=USER, stream_mode="events")
+    )
+    routed = [p.data for p in parts if p.event == "events" and p.data.get("name") == "memabra_route"]
+    assert [e["event"] for e in routed] == ["on_retriever_start", "on_retriever_end"]
+    episode_id = routed[1]["metadata"]["memabra_episode_id"]
+    episode = _logged_once(log, thread, episode_id)
+    documents = routed[1]["data"]["output"]
+    assert documents and [d["metadata"]["id"] for d in documents] == list(episode.selections[0].chosen_ids)
+
+
 def test_a_run_stopped_before_its_tools_reads_paused_and_resumes_whole(
     client: SyncLangGraphClient, log: EpisodeLog
 ) -> None:
