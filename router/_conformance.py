@@ -3,10 +3,12 @@
 ``check_router(factory)`` builds routers with ``factory(seed)`` and raises ``AssertionError`` naming
 the first broken contract: a new router per call with its seed and a policy name of its own, valid
 logged distributions and propensities, budgets and kinds respected, the probability floor,
-exploration (every option of a learner's explored set keeps its floor), seeded determinism, draws that follow the logged distributions (which depend on the model and the
-slot only, never on the seed or on earlier decisions), teacher-forced replays that reproduce them,
-inputs left unchanged, learning only from its own selections, snapshot round-trips and replicas that
-keep every learned state (they go on learning as the original does), and a clear
+exploration (every option of a learner's explored set keeps its floor), seeded determinism, draws
+that follow the logged distributions (which depend on the model and the slot only, never on the
+seed or on earlier decisions), teacher-forced replays that reproduce them, inputs left unchanged,
+learning only from its own selections, snapshot round-trips and replicas that keep every learned
+state (they go on learning as the original does, :mod:`memabra.router._conformance_state`),
+``learn_logged`` learning what ``learn`` does (the learner process teaches with it), and a clear
 :class:`~memabra.RouterError` / :class:`~memabra.SnapshotError` for every bad input.
 """
 
@@ -29,17 +31,21 @@ from memabra._records import (
     CandidateKind,
     CandidateStats,
     PolicySnapshot,
-    RewardBreakdown,
-    RewardComponents,
-    RewardWeights,
     RoutingContext,
     Selection,
 )
 from memabra.router._base import Router
 from memabra.router._conformance_setup import RouterFactory, check_factory, check_input_list, check_name, router_factory
+from memabra.router._conformance_state import (
+    check_learned_state,
+    check_logged_learning,
+    check_replica,
+    reward,
+    signature,
+    snapshot_hint,
+)
 from memabra.router._exploration import exploration_floor
 from memabra.router._features import FeatureTable
-from memabra.router._watcher import learned_model
 
 __all__ = ["check_router", "conformance_candidates"]
 
@@ -47,10 +53,6 @@ __all__ = ["check_router", "conformance_candidates"]
 _DRAWS = 300
 # the Router parameters a restored router must carry over (a subclass forwarding **kwargs lost them)
 _BASE_PARAMS = ("seed", "min_probability", "recall_limit", "unused_penalty", "max_pending")
-_SNAPSHOT_HINT = (
-    "does the router keep its learned state in _model_bytes / _load_model or _extra_state, "
-    "written canonically (sort_keys=True, sets as sorted lists)?"
-)
 # what makes one input choose or replay differently from call to call
 _DETERMINISM_HINT = (
     "_slot_distribution must be a function of the model and the view: no unseeded randomness "
@@ -102,12 +104,6 @@ def _context(
     )
 
 
-def _reward(total_hit: bool) -> RewardBreakdown:
-    return RewardBreakdown(
-        RewardComponents(s=1.0 if total_hit else 0.0, hm=0.5 if total_hit else -1.0, x=0.2), RewardWeights()
-    )
-
-
 def _expect(error: type[Exception], what: str, call: Callable[[], object]) -> None:
     try:
         call()
@@ -116,10 +112,6 @@ def _expect(error: type[Exception], what: str, call: Callable[[], object]) -> No
     except Exception as exc:  # noqa: BLE001 - the point is to report the wrong type
         raise AssertionError(f"{what}: raised {type(exc).__name__}: {exc}, expected {error.__name__}") from exc
     raise AssertionError(f"{what}: no {error.__name__} raised")
-
-
-def _signature(selection: Selection) -> tuple[object, ...]:
-    return tuple((d.candidate_ids, d.probabilities, d.chosen_id) for d in selection.slots) + (selection.seed,)
 
 
 def check_selection(router: Router, selection: Selection, candidates: tuple[Candidate, ...]) -> None:
@@ -198,10 +190,10 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
     check_selection(router, first, candidates)
     assert first.slots, "a router with room in the budget made no slot draw"
     twin = factory(7)
-    assert _signature(twin.choose(context, candidates)) == _signature(first), (
+    assert signature(twin.choose(context, candidates)) == signature(first), (
         f"two routers built with one seed chose differently from the same input: {_DETERMINISM_HINT}"
     )
-    assert _signature(router.choose(context, candidates, seed=first.seed)) == _signature(first), (
+    assert signature(router.choose(context, candidates, seed=first.seed)) == signature(first), (
         f"choose with the logged seed did not reproduce the logged selection: {_DETERMINISM_HINT}"
     )
     replayed = router.slot_probabilities(first)
@@ -216,7 +208,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
     # precomputed features give the same selection, and stay as they were
     table = router.featurize(context, candidates)
     matrix = table.matrix.copy()
-    assert _signature(router.choose(context, candidates, features=table, seed=first.seed)) == _signature(first), (
+    assert signature(router.choose(context, candidates, features=table, seed=first.seed)) == signature(first), (
         "precomputed features changed the selection"
     )
     assert np.array_equal(table.matrix, matrix), "choose changed the precomputed features it was given"
@@ -233,7 +225,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
 
     # learning from its own selections only
     own = router.choose(context, candidates)
-    router.learn(own, _reward(True), {cid: 1.0 for cid in own.chosen_ids[:1]})
+    router.learn(own, reward(True), {cid: 1.0 for cid in own.chosen_ids[:1]})
     _expect(RouterError, "learning the same selection twice", lambda: router.learn(own, 1.0))
     stranger = factory(7).choose(context, candidates)
     _expect(RouterError, "a reward for a selection the router never made", lambda: router.learn(stranger, 1.0))
@@ -251,7 +243,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
         )
     left_out = [sc.candidate.id for sc in again.offered if sc.candidate.id not in again.chosen_ids]
     router.learn(again, 0.5, {cid: 0.0 for cid in again.chosen_ids}, missing=[*left_out[:1], "never-offered"])
-    router.learn_logged(stranger, _reward(False))  # off-policy learning takes anyone's selection
+    router.learn_logged(stranger, reward(False))  # off-policy learning takes anyone's selection
 
     # after learning: selections stay valid and every logged distribution replays exactly
     for i in range(6):
@@ -261,7 +253,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
             assert np.allclose(probabilities, draw.probabilities, atol=1e-9), (
                 "replay after learning differs from the log"
             )
-        router.learn(later, _reward(i % 2 == 0), {cid: float(i % 2) for cid in later.chosen_ids})
+        router.learn(later, reward(i % 2 == 0), {cid: float(i % 2) for cid in later.chosen_ids})
     check_draws(router, candidates)
 
     # bad input
@@ -290,7 +282,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
     restored = type(router).restore(snapshot, similarity=router.similarity)
     probe = router.choose(context, candidates, seed=123)
     assert restored.slot_probabilities(probe) == router.slot_probabilities(probe), (
-        f"restored router predicts differently: {_SNAPSHOT_HINT}"
+        f"restored router predicts differently: {snapshot_hint(router)}"
     )
     assert restored.policy_version == router.policy_version, "restored router reports another version"
     lost = [p for p in _BASE_PARAMS if getattr(restored, p) != getattr(router, p)]
@@ -298,10 +290,10 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
         f"a restored router has other {', '.join(lost)}: its constructor must take the Router arguments "
         "(or **kwargs) and forward them to Router.__init__, so get_params() records them"
     )
-    assert _signature(restored.choose(context, candidates)) == _signature(
+    assert signature(restored.choose(context, candidates)) == signature(
         type(router).restore(snapshot, similarity=router.similarity).choose(context, candidates)
     ), "two restores of one snapshot choose differently"
-    _check_replica(router, restored, context, candidates)
+    check_replica(router, restored, context, candidates)
     corrupt = bytearray(snapshot.model)
     corrupt[-1] ^= 0xFF
     _expect(
@@ -319,6 +311,7 @@ def check_router(factory: RouterFactory | type[Router] | Router) -> None:
     )
     _expect(TypeError, "pickling a router", lambda: pickle.dumps(router))
     check_learned_state(router, context, candidates)
+    check_logged_learning(factory, context, candidates)
 
 
 def check_draws(router: Router, candidates: tuple[Candidate, ...]) -> None:
@@ -352,45 +345,3 @@ def check_draws(router: Router, candidates: tuple[Candidate, ...]) -> None:
             "a logged decision no longer replays after later decisions (no learning in between): "
             "choose must not change what the router predicts"
         )
-
-
-def check_learned_state(router: Router, context: RoutingContext, candidates: tuple[Candidate, ...]) -> None:
-    """A restored router and a replica go on as the original does: making the same decisions and
-    learning the same rewards, all three choose alike and end with the same learned model."""
-    trio = (
-        router,
-        type(router).restore(router.snapshot(), similarity=router.similarity),
-        router.replica(similarity=router.similarity),
-    )
-    for i in range(4):
-        made = [learner.choose(context, candidates, seed=1000 + i) for learner in trio]
-        for selection, what in zip(made[1:], ("a restored router", "a replica"), strict=True):
-            assert _signature(selection) == _signature(made[0]), (
-                f"{what} chose differently from the original after learning the same rewards: {_SNAPSHOT_HINT}"
-            )
-        for learner, selection in zip(trio, made, strict=True):
-            learner.learn(selection, _reward(i % 2 == 0), {cid: float(i % 2 == 0) for cid in selection.chosen_ids})
-    model = learned_model(router.snapshot())
-    for learner, what in zip(trio[1:], ("a restored router", "a replica"), strict=True):
-        assert learned_model(learner.snapshot()) == model, (
-            f"{what} learned the same rewards as the original and ended with another model: {_SNAPSHOT_HINT}"
-        )
-
-
-def _check_replica(
-    router: Router, restored: Router, context: RoutingContext, candidates: tuple[Candidate, ...]
-) -> None:
-    """``replica()`` is ``restore(snapshot())`` without the bytes, and shares no state with its source."""
-    twin = router.replica(similarity=router.similarity)
-    assert type(twin) is type(router) and twin is not router, "replica() must return a new router of the same class"
-    assert twin.policy_version == router.policy_version, "a replica reports another version"
-    assert twin.snapshot().model == restored.snapshot().model, "a replica's state differs from the restored router's"
-    renamed = router.replica(similarity=router.similarity, version="renamed", parent="its-parent")
-    assert (renamed.snapshot().version, renamed.snapshot().parent) == ("renamed", "its-parent"), (
-        "replica(version=..., parent=...) must name the copy as a renamed snapshot"
-    )
-    probe = router.choose(context, candidates, seed=321)
-    before = twin.slot_probabilities(probe)
-    assert before == restored.slot_probabilities(probe), "a replica predicts differently from the restored router"
-    router.learn(probe, _reward(True), {cid: 1.0 for cid in probe.chosen_ids})
-    assert twin.slot_probabilities(probe) == before, "learning on the source changed its replica"

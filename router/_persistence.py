@@ -9,6 +9,7 @@ state beside the model (:meth:`Router._extra_state`).
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +54,18 @@ def _json_state(router: Router) -> dict[str, Any]:
     return carried
 
 
+def _rebuild_hint(cls: type[Router], exc: TypeError) -> str:
+    """``exc`` with what a restore needs of a constructor, where that constructor cannot take ``similarity``."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    if any(p.name == "similarity" or p.kind is p.VAR_KEYWORD for p in params):
+        return str(exc)
+    return (
+        f"{exc}; a restore or replica rebuilds the router as {cls.__name__}(**get_params(), similarity=...), "
+        "so its __init__ must take similarity and the other Router arguments as keywords (or **kwargs) and "
+        "pass them on to Router.__init__"
+    )
+
+
 def snapshot_of(router: Router) -> PolicySnapshot:
     with router._lock:
         router._ensure_state()
@@ -70,7 +83,10 @@ def replica_of(router: R, *, similarity: Similarity | None, version: str | None,
         router._ensure_state()
         if version is None:
             version, parent = router.policy_version, router._root_version if router._updates else router._parent
-        twin = type(router)(**router.get_params(), similarity=similarity)
+        try:
+            twin = type(router)(**router.get_params(), similarity=similarity)
+        except TypeError as exc:
+            raise TypeError(_rebuild_hint(type(router), exc)) from exc
         twin._ensure_state()
         twin._copy_model_from(router)
         # through JSON, as a snapshot's header carries it: the twin reads what restore would read
@@ -90,7 +106,11 @@ def restore_router(cls: type[R], snapshot: PolicySnapshot, similarity: Similarit
     try:
         router = cls(**dict(snapshot.learner_args), similarity=similarity)
         router._ensure_state()
-    except (TypeError, RouterError) as exc:
+    except TypeError as exc:
+        raise SnapshotError(
+            f"snapshot {snapshot.version} has unusable learner_args: {_rebuild_hint(cls, exc)}"
+        ) from exc
+    except RouterError as exc:
         raise SnapshotError(f"snapshot {snapshot.version} has unusable learner_args: {exc}") from exc
     decisions = header.get("decisions")
     if isinstance(decisions, bool) or not isinstance(decisions, int) or decisions < 0:

@@ -62,7 +62,9 @@ def load_router(
     cls = registry.get(snapshot.policy)
     if cls is None:
         raise SnapshotError(
-            f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}"
+            f"snapshot {snapshot.version} is of unknown policy {snapshot.policy!r}; known: {sorted(registry)}; "
+            "a router of your own restores from its class: load_router(snapshot, classes=[MyRouter]), or "
+            "--policy module:Class on the command line"
         )
     return cls.restore(snapshot, similarity=similarity)
 

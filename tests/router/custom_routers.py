@@ -4,6 +4,7 @@ break a contract the conformance suite must catch."""
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,3 +190,84 @@ class RenamedArgument(Router):
         out = np.zeros(view.n_options)
         out[0] = 1.0
         return out
+
+
+class LearnsInLearn(TemperatureRouter):
+    """Learns in an override of ``learn``: the bench teaches it, the learner process (which calls
+    ``learn_logged``) never does."""
+
+    name = "learns-in-learn"
+
+    def _init_model(self) -> None:
+        self.bonus: dict[str, float] = {}
+
+    def learn(self, selection: Selection, reward: Any, outcomes: Any = None, **kwargs: Any) -> None:
+        super().learn(selection, reward, outcomes, **kwargs)
+        for cid in selection.chosen_ids:
+            self.bonus[cid] = self.bonus.get(cid, 0.0) + 1.0
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        out = super()._slot_distribution(view)
+        bonus = np.array([self.bonus.get(view.table.candidates[i].id, 0.0) for i in view.eligible])
+        out[:-1] *= np.exp(0.1 * bonus)
+        return out / out.sum()
+
+    def _model_bytes(self) -> bytes:
+        return json.dumps(self.bonus, sort_keys=True).encode()
+
+    def _load_model(self, payload: bytes) -> None:
+        self.bonus = json.loads(payload) if payload else {}
+
+
+class PickledSGD(Router):
+    """A scikit-learn SGDRegressor on three columns, snapshotted with pickle: equal models, other bytes."""
+
+    name = "pickled-sgd"
+    features = ("hyb_z", "lex_rr", "helped_rate")
+
+    def _init_model(self) -> None:
+        from sklearn.linear_model import SGDRegressor
+
+        self.model = SGDRegressor(random_state=0)
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        x = np.column_stack([view.table.column(f)[view.rows] for f in self.features])
+        score = view.table.column("hyb_z")[view.rows]
+        if hasattr(self.model, "coef_"):
+            score = score + self.model.predict(x)
+        p = np.exp(score - score.max())
+        out = np.full(view.n_options, 0.1)
+        out[:-1] = 0.9 * p / p.sum()
+        return out
+
+    def _update(
+        self,
+        selection: Selection,
+        credits: tuple[SlotCredit, ...],
+        missing_credit: float | None,
+        missing: tuple[str, ...],
+    ) -> None:
+        rows = {sc.candidate.id: [sc.features[f] for f in self.features] for sc in selection.offered}
+        picked = [(rows[d.chosen_id], c.credit) for d, c in zip(selection.slots, credits, strict=True)
+                  if d.chosen_id != STOP_ID]  # fmt: skip
+        if picked:
+            self.model.partial_fit(np.array([x for x, _ in picked]), np.array([y for _, y in picked]))
+
+    def _model_bytes(self) -> bytes:
+        return pickle.dumps(self.model)
+
+    def _load_model(self, payload: bytes) -> None:
+        if payload:
+            self.model = pickle.loads(payload)  # noqa: S301 - the test's own bytes
+
+
+class KeywordsOnlyForSeed(Router):
+    """Takes ``seed`` but not ``similarity``: a restore cannot rebuild it."""
+
+    name = "keywords-only-for-seed"
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed=seed)
+
+    def _slot_distribution(self, view: SlotView) -> NDArray[np.float64]:
+        return np.full(view.n_options, 1.0 / view.n_options)

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from memabra import RouterError
-from memabra.router import Router, Similarity, check_router
+from memabra import RouterError, SnapshotError
+from memabra.router import Router, Similarity, check_router, load_router
 
 from .conftest import HashingEncoder
-from .custom_routers import ForgetfulMean, GreedyDrawer, RenamedArgument, SampledThompson, ScalingInPlace
+from .custom_routers import (
+    ForgetfulMean,
+    GreedyDrawer,
+    KeywordsOnlyForSeed,
+    LearnsInLearn,
+    PickledSGD,
+    PopularityRouter,
+    RenamedArgument,
+    SampledThompson,
+    ScalingInPlace,
+)
 
 SIM = Similarity(encoder=HashingEncoder())
 
@@ -27,8 +37,27 @@ SIM = Similarity(encoder=HashingEncoder())
         (ScalingInPlace, RouterError, "wrote into the slot's feature table"),
         # failed with an AttributeError from get_params
         (RenamedArgument, RouterError, "store every constructor argument under its own name"),
+        # learned in the bench and never in memabra learner (learn_logged): passed
+        (LearnsInLearn, AssertionError, "LearnsInLearn overrides learn: learn in _update"),
+        # equal models, other pickle bytes: was blamed on state left out of the snapshot
+        (PickledSGD, AssertionError, "_model_bytes returns a pickle, whose bytes depend on object identity"),
     ],
 )
 def test_a_broken_custom_router_is_rejected(cls: type[Router], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         check_router(lambda seed: cls(seed=seed, similarity=SIM))
+
+
+def test_a_constructor_that_restore_cannot_call_is_named() -> None:
+    # was: "unusable learner_args: ... got an unexpected keyword argument 'similarity'" and no more
+    with pytest.raises(
+        SnapshotError, match=r"rebuilds the router as KeywordsOnlyForSeed\(\*\*get_params\(\), similarity"
+    ):
+        check_router(lambda seed: KeywordsOnlyForSeed(seed=seed))
+
+
+def test_a_snapshot_of_a_router_of_ones_own_says_how_to_load_it() -> None:
+    snapshot = PopularityRouter(similarity=SIM).snapshot()
+    with pytest.raises(SnapshotError, match=r"unknown policy 'popularity'.*classes=\[MyRouter\].*module:Class"):
+        load_router(snapshot)
+    assert isinstance(load_router(snapshot, classes=[PopularityRouter], similarity=SIM), PopularityRouter)
