@@ -15,7 +15,8 @@ any call left unrun (over ``max_tool_rounds``, or with too few of the run's ``re
 steps left to run it and still reach ``finish``), logs the episode with its immediate reward terms
 and learns from every reward that has become final. A chat model that raises ends the run with its
 exception, after the turn is logged as failed. The per-run user comes through LangGraph's
-``Runtime`` context (``context={"user_id": ...}``); the thread id from
+``Runtime`` context (``context={"user_id": ...}``), with the tools the run may use
+(``allowed_tools``: :class:`MemabraContext`); the thread id from
 ``config["configurable"]["thread_id"]``, as checkpointers expect.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -43,7 +44,7 @@ from memabra._agent_tools import ToolRunner, acurrent_turn
 from memabra._build import build_session, resolve_model
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
+from memabra._graph_io import message_text, run_allowed_tools, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import (
     close_failed_turn,
     current_turn,
@@ -72,9 +73,16 @@ __all__ = ["MemabraAgent", "MemabraContext", "MemabraState", "build_session", "c
 @dataclass(frozen=True, slots=True)
 class MemabraContext:
     """Per-run context: whose turn this is. Optional where LangGraph's Agent Server authenticated
-    the run's request: the authenticated identity is the user then (a run naming another is refused)."""
+    the run's request: the authenticated identity is the user then (a run naming another is refused).
+
+    ``allowed_tools``: the names of the tools this run may use (``None``: every tool the agent has;
+    empty: none; memories and skills are routed either way). Only those are offered to the router
+    and found by ``find_tools``; a name the agent has no tool of is refused. The context is what the
+    caller passes (on the Agent Server, the client): set it server side, from your own authenticated
+    user, for it to enforce a permission."""
 
     user_id: str | None = None
+    allowed_tools: Collection[str] | None = None
 
 
 class MemabraState(TypedDict, total=False):
@@ -128,6 +136,7 @@ class _Graph:
             query=message_text(humans[-1]),
             thread_id=run_thread_id(config),
             turn=len(humans) - 1,
+            allowed_tools=run_allowed_tools(runtime),
         )
         trace_decision(turn, config)
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}
@@ -140,8 +149,9 @@ class _Graph:
     def _prepare(self, turn: Turn, state: MemabraState) -> tuple[Any, list[AnyMessage]]:
         system = "\n\n".join(p for p in (self.system_prompt, turn.system_prompt) if p)
         chosen = [self.tools[name] for name in turn.tool_names if name in self.tools]
-        if self.tool_search is not None:
-            chosen.append(self.runner.find_tools(self.tool_search, turn))
+        allowed = run_allowed_tools(get_runtime())
+        if self.tool_search is not None and (allowed is None or allowed):  # a run allowed no tool gets none
+            chosen.append(self.runner.find_tools(self.tool_search, turn, allowed))
         bound = self.model.bind_tools(chosen) if chosen else self.model
         conversation = [m for m in state.get("messages", []) if not isinstance(m, SystemMessage)]
         return bound, ([SystemMessage(system)] if system else []) + conversation

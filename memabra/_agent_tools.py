@@ -6,8 +6,9 @@ full tool call, so ``InjectedToolCallId``, ``InjectedState``, ``InjectedStore`` 
 are filled in, a ``content_and_artifact`` tool keeps its artifact, a tool's handled
 ``ToolException`` comes back as an error ToolMessage, and a tool may return a ``Command``. Around
 each call memabra refuses a tool the router did not give this turn (a registry tool so called is
-recorded as needed and missed: the model named what it needed), hands ``find_tools`` its per-turn
-tool, and logs the outcome; a tool that raises is shown to the model as an error (an
+recorded as needed and missed: the model named what it needed, unless the run may not use it),
+hands ``find_tools`` its per-turn tool (finding only the tools the run may use), and logs the
+outcome; a tool that raises is shown to the model as an error (an
 outcome, not a crash), an interrupt still propagates.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import ToolMessage
@@ -27,6 +28,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from memabra._errors import InvalidRecordError
+from memabra._graph_io import run_allowed_tools
 from memabra._graph_steps import (
     current_turn,
     record_raised,
@@ -117,9 +119,9 @@ class ToolRunner:
         )
 
     @staticmethod
-    def find_tools(search: ToolSearch, turn: Turn) -> BaseTool:
-        """The ``find_tools`` tool of one turn."""
-        return search.tool(turn.id, turn.tool_names, lambda names: bind_fetched(turn, names))
+    def find_tools(search: ToolSearch, turn: Turn, allowed: Collection[str] | None) -> BaseTool:
+        """The ``find_tools`` tool of one turn, finding only ``allowed`` tools (``None``: any)."""
+        return search.tool(turn.id, turn.tool_names, lambda names: bind_fetched(turn, names), allowed)
 
     def _turn_of(self, request: ToolCallRequest) -> tuple[Any, ...]:
         """``current_turn``'s arguments for the turn a tool call belongs to."""
@@ -132,17 +134,23 @@ class ToolRunner:
         """The request to run (``find_tools`` given this turn's tool), or the refusal answering it."""
         turn_id = state_turn_id(request.state)
         name = request.tool_call["name"]
+        allowed = run_allowed_tools(request.runtime)
         if name == FIND_TOOLS and self.tool_search is not None:
-            return request.override(tool=self.find_tools(self.tool_search, turn))
-        if name in turn.tool_names and request.tool is not None:
+            return request.override(tool=self.find_tools(self.tool_search, turn, allowed))
+        # the run's context is read again: a run resumed under a narrower one runs nothing else
+        may_use = allowed is None or name in allowed
+        if name in turn.tool_names and request.tool is not None and may_use:
             return request
         error = unavailable_error(name)
-        if name in self._names and name not in turn.tool_names:
+        # a tool the run may not use is refused as one the agent lacks: neither a miss of the
+        # router (it was never offered) nor one find_tools would fetch
+        known = name in self._names and may_use
+        if known and name not in turn.tool_names:
             # a registry tool the router left out: the model's call says the turn needed it
             record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
-        if self.tool_search is not None and name in self._names:
+        if self.tool_search is not None and known:
             error += f"; call {FIND_TOOLS} with its name to get it"
-        elif self.tool_search is not None:
+        elif self.tool_search is not None and (allowed is None or allowed):  # else it is not bound
             error += f"; call {FIND_TOOLS} with what you need to do to get a tool for it"
         return refuse(self.session, turn_id, request.tool_call, error)
 

@@ -1,5 +1,5 @@
-"""What the agent, the middleware and the nodes read off LangGraph: message text, the run's user and
-thread, a reply's token usage."""
+"""What the agent, the middleware and the nodes read off LangGraph: message text, the run's user,
+allowed tools and thread, a reply's token usage."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from memabra._errors import InvalidRecordError
+from memabra._run_scope import allowed_tool_names
 
-__all__ = ["content_text", "message_text", "run_thread_id", "run_user_id", "token_usage"]
+__all__ = ["content_text", "message_text", "run_allowed_tools", "run_thread_id", "run_user_id", "token_usage"]
 
 
 def content_text(content: str | list[Any]) -> str:
@@ -29,16 +30,31 @@ def message_text(message: AnyMessage) -> str:
 AUTH_USER_KEY = "langgraph_auth_user_id"
 
 
+def _context_field(runtime: Any, key: str) -> Any:
+    """``key`` of a run's ``context``: a dict, or an object (``MemabraContext``, an app's own
+    dataclass) read by attribute; ``None`` where it has none. ``runtime``: a node's ``Runtime`` or a
+    tool call's ``ToolRuntime``."""
+    ctx = getattr(runtime, "context", None)
+    if ctx is None:
+        return None
+    return ctx.get(key) if isinstance(ctx, dict) else getattr(ctx, key, None)
+
+
+def run_allowed_tools(runtime: Any) -> frozenset[str] | None:
+    """The tools the run may use: its context's ``allowed_tools`` (``None``: every tool the agent
+    has; empty: none). Read off the context only, never the config's ``configurable``, so the
+    restriction has one place to be set; read again wherever a turn may be routed or given tools,
+    as a run resumed in another worker routes there with no other memory of it."""
+    return allowed_tool_names(_context_field(runtime, "allowed_tools"))
+
+
 def run_user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = None) -> str:
     """The user a run routes for: the run's ``context`` ``user_id``, else its config's
     ``configurable`` ``user_id``, else the identity LangGraph's Agent Server authenticated. Where
     the server authenticated someone, a ``user_id`` naming anyone else is refused: a client must
     not read another user's memories by naming them in its run's context (a backend acting for its
     users authenticates as each of them: its auth handler returns the end user's identity)."""
-    ctx = runtime.context if runtime is not None else None
-    user = (
-        getattr(ctx, "user_id", None) if ctx is not None and not isinstance(ctx, dict) else (ctx or {}).get("user_id")
-    )
+    user = _context_field(runtime, "user_id")
     configurable = (config or {}).get("configurable") or {}
     if not user:  # the common LangGraph idiom: {"configurable": {"user_id": ...}}
         user = configurable.get("user_id")

@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCal
 from langchain_core.runnables import RunnableConfig
 
 from memabra._errors import InvalidRecordError
-from memabra._graph_io import content_text, message_text, run_thread_id, run_user_id
+from memabra._graph_io import content_text, message_text, run_allowed_tools, run_thread_id, run_user_id
 from memabra._paused_turns import FAILED_TURN_SOURCE
 from memabra._records import Feedback, FeedbackKind, Step
 from memabra._session import RoutingSession, Turn
@@ -78,9 +78,11 @@ def current_turn(
     was kept in the log (:meth:`RoutingSession.suspend`) and goes on whole. Otherwise (paused
     between nodes of a run driven some other way, or retried after its turn was logged as
     failed) the turn is routed afresh under the same id
-    (:meth:`RoutingSession.resume`); ``pending_allowed`` is given at the tools step: the calls
-    the last reply made were answered with a lost turn's tools bound (an approved interrupt among
-    them), so the ones it allows are bound to the new turn rather than refused."""
+    (:meth:`RoutingSession.resume`), under the run's ``allowed_tools`` as its first routing was
+    (read from the run's context again: this process has no other record of them);
+    ``pending_allowed`` is given at the tools step: the calls the last reply made were answered
+    with a lost turn's tools bound (an approved interrupt among them), so the ones it allows (and
+    the run may use) are bound to the new turn rather than refused."""
     try:
         turn = session.get_turn(turn_id)
     except InvalidRecordError:
@@ -106,6 +108,7 @@ def current_turn(
         turn=len(humans) - 1,
         bind=pending,
         messages=messages,
+        allowed_tools=run_allowed_tools(runtime),
     )
 
 

@@ -30,7 +30,7 @@ from langgraph.runtime import Runtime
 
 from memabra._agent_tools import acurrent_turn, arecord
 from memabra._errors import InvalidRecordError
-from memabra._graph_io import token_usage
+from memabra._graph_io import run_allowed_tools, token_usage
 from memabra._graph_steps import (
     close_failed_turn,
     current_turn,
@@ -193,9 +193,13 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         tools bound."""
         turn_id = request.state["memabra_turn"]
         name = request.tool_call["name"]
-        if name in turn.tool_names:
+        allowed = run_allowed_tools(request.runtime)  # read again: it may go on under a narrower one
+        may_use = allowed is None or name in allowed
+        if name in turn.tool_names and may_use:
             return None
-        if request.tool is not None:  # the agent's tool the router left out: the turn needed it
+        # the agent's tool the router left out: the turn needed it (one the run may not use was
+        # never offered to the router, so it missed nothing)
+        if request.tool is not None and may_use:
             record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
         return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
 

@@ -23,7 +23,7 @@ from typing_extensions import TypedDict
 
 from memabra._agent_tools import ToolRunner, acurrent_turn, arecord
 from memabra._errors import InvalidRecordError
-from memabra._graph_io import message_text, run_thread_id, run_user_id, token_usage
+from memabra._graph_io import message_text, run_allowed_tools, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import current_turn, finishing_turn, state_field, state_turn_id
 from memabra._session import RoutingSession, Turn
 from memabra._superseded import close_superseded
@@ -41,8 +41,9 @@ def run_config() -> RunnableConfig | None:
 
 
 def route_turn(session: RoutingSession, state: Any, runtime: Runtime[Any]) -> str:
-    """Routes a new turn on the user's last message in ``state``; returns its id. An earlier turn
-    the thread's state names and nobody logged is logged first, as superseded (:mod:`memabra._superseded`)."""
+    """Routes a new turn on the user's last message in ``state``, offering the router only the
+    tools the run's context allows (``allowed_tools``); returns its id. An earlier turn the
+    thread's state names and nobody logged is logged first, as superseded (:mod:`memabra._superseded`)."""
     messages: Sequence[AnyMessage] = state_field(state, "messages", [])
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
@@ -54,6 +55,7 @@ def route_turn(session: RoutingSession, state: Any, runtime: Runtime[Any]) -> st
         query=message_text(humans[-1]),
         thread_id=run_thread_id(config),
         turn=len(humans) - 1,
+        allowed_tools=run_allowed_tools(runtime),
     )
     trace_decision(turn, config)
     return turn.id

@@ -1,12 +1,14 @@
 """The routing loop shared by the agent, the middleware and the graph node.
 
 One turn: :meth:`RoutingSession.begin` reads the user's message as feedback on their previous turn
-(:mod:`memabra._correction_scan`), gathers the user's candidates and asks the serving router for a
+(:mod:`memabra._correction_scan`), gathers the user's candidates (of the session's tools, those
+the run may use: :mod:`memabra._run_scope`) and asks the serving router for a
 selection (:mod:`memabra._context`); the agent runs with the chosen context while
 :meth:`record_model_call` / :meth:`record_tool_call` collect its steps (:mod:`memabra._turns`);
 :meth:`finish` works out which injected candidates were used (:mod:`memabra._usage`), logs the
 episode with its provisional reward in one transaction, writes new memories, then gives the
-in-process learner its turn (:mod:`memabra._serving`, :mod:`memabra._learner`): every reward that
+in-process learner its turn (:mod:`memabra._serving`, :mod:`memabra._learner`;
+:mod:`memabra._session_feedback` takes feedback on logged episodes): every reward that
 has become final is learned exactly once, by whichever process holds the policy's lease.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -31,15 +33,16 @@ from memabra._records import (
     Budget,
     Feedback,
     FeedbackKind,
-    FeedbackReceipt,
     RegistryItem,
     RoutingContext,
     Selection,
     Step,
     new_id,
 )
+from memabra._run_scope import SharedItems, require_user
 from memabra._serving import PolicyRuntime
 from memabra._session_async import AsyncTwins
+from memabra._session_feedback import FeedbackAndLearning
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
 from memabra._turns import Turn, TurnTable, model_step, tool_step
@@ -55,7 +58,7 @@ logger = logging.getLogger("memabra")
 _NEVER = 2**62
 
 
-class RoutingSession(AsyncTwins):
+class RoutingSession(FeedbackAndLearning, AsyncTwins):
     """Routes, records and learns for one agent (thread-safe; one per process); from async code,
     the ``a``-prefixed twins (``abegin``, ``afinish``, ``async with``...) keep the log off the loop.
 
@@ -108,13 +111,14 @@ class RoutingSession(AsyncTwins):
         # Shared items are dated by the memory backend's clock, as memories are: a candidate's age is
         # measured from the newest in the pool, so a tool dated by another clock would shift every age.
         registered_at = self.memory.clock()
-        self._shared = [
-            replace(item, created_at=registered_at, updated_at=registered_at)
-            for item in skill_items(skills) + list(tool_items_)
-        ]
-        self._tool_ids = frozenset(i.id for i in tool_items_)
-        if self._shared:
-            log.put_items(self._shared)
+        self._shared = SharedItems(
+            [
+                replace(item, created_at=registered_at, updated_at=registered_at)
+                for item in skill_items(skills) + list(tool_items_)
+            ]
+        )
+        if self._shared.items:
+            log.put_items(self._shared.items)
         every = self.settings.snapshot_every
         self.runtime = PolicyRuntime(
             log,
@@ -127,7 +131,7 @@ class RoutingSession(AsyncTwins):
             reward_config=self.rewards.config,
         )
         self._turns = TurnTable()
-        self._paused = PausedTurns(log, self._turns, lambda sel: assemble(sel, self.skills, self._tool_ids))
+        self._paused = PausedTurns(log, self._turns, lambda sel: assemble(sel, self.skills, self._shared.tool_ids))
         self._previous = PreviousTurns(log)
 
     @classmethod
@@ -156,14 +160,25 @@ class RoutingSession(AsyncTwins):
 
     # ------------------------------------------------------------------ one turn
 
-    def begin(self, *, user_id: str, query: str, thread_id: str | None = None, turn: int | None = None) -> Turn:
-        _require_user(user_id)
+    def begin(
+        self,
+        *,
+        user_id: str,
+        query: str,
+        thread_id: str | None = None,
+        turn: int | None = None,
+        allowed_tools: Collection[str] | None = None,
+    ) -> Turn:
+        """Route a new turn. ``allowed_tools`` names the tools this run may use (``None``: all the
+        session's; empty: none): only those are offered to the router (:mod:`memabra._run_scope`)."""
+        require_user(user_id)
+        shared = self._shared.allowed(allowed_tools)  # before anything is read or written
         memory_items = self.memory.recall(user_id, query)
         on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
         turn_id = new_id()  # its first decision's episode id too (decision_id): a retry finds it logged
-        t = self._routed(turn_id, user_id, query, thread_id, turn, memory_items, turn_id)
+        t = self._routed(turn_id, user_id, query, thread_id, turn, memory_items, turn_id, shared)
         self._turns.add(t)
         self._paused.keep_running(t)
         return t
@@ -178,6 +193,7 @@ class RoutingSession(AsyncTwins):
         turn: int | None = None,
         bind: Sequence[str] = (),
         messages: Sequence[Any] = (),
+        allowed_tools: Collection[str] | None = None,
     ) -> Turn:
         """The turn in flight under ``turn_id``; else the one the log keeps under it (paused by an
         interrupt, or routed by a process that died before logging it), now in flight here; else,
@@ -186,8 +202,9 @@ class RoutingSession(AsyncTwins):
         turn routed afresh under the same id, so the graph's state still names it. Its episode is a new one; the user's
         message is not read as feedback on their previous turn again (it was when first routed).
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
-        model made, still to run); ``messages``, the run's, give back the steps a dead process made
-        since the log's copy was written. A turn whose logging node already logged it is never
+        model made, still to run), those ``allowed_tools`` (as in :meth:`begin`) allows;
+        ``messages``, the run's, give back the steps a dead process made since the log's copy was
+        written. A turn whose logging node already logged it is never
         routed again: it goes on with its decision, and logging it again logs nothing; nor is one
         another process routed afresh meanwhile (:meth:`PausedTurns.routed_afresh`)."""
         with self._paused.lock:
@@ -197,11 +214,14 @@ class RoutingSession(AsyncTwins):
             logged, episode_id = self._paused.logged_decision(turn_id)
             if logged is not None:
                 return logged
-            _require_user(user_id)
+            require_user(user_id)
+            shared = self._shared.allowed(allowed_tools)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
             recalled = self.memory.recall(user_id, query)
-            t = self._routed(turn_id, user_id, query, thread_id, turn, recalled, episode_id)
-            return self._paused.routed_afresh(t, messages, bind)
+            t = self._routed(turn_id, user_id, query, thread_id, turn, recalled, episode_id, shared)
+            return self._paused.routed_afresh(
+                t, messages, [n for n in bind if allowed_tools is None or n in allowed_tools]
+            )
 
     def kept_turn(self, turn_id: str, messages: Sequence[Any] = ()) -> Turn | None:
         """The turn in flight under ``turn_id``, else the one the log keeps (now in flight here,
@@ -234,8 +254,9 @@ class RoutingSession(AsyncTwins):
         turn: int | None,
         memory_items: Sequence[RegistryItem],
         episode_id: str,
+        offered: Sequence[RegistryItem],
     ) -> Turn:
-        shared = own_items(self._shared, self.log.items(user_id)) if self._shared else []
+        shared = own_items(offered, self.log.items(user_id)) if offered else []
         candidates = gather_candidates(memory_items, shared, self.kinds)
         turn_no = turn if turn is not None else 0
         selection: Selection | None = None
@@ -246,7 +267,7 @@ class RoutingSession(AsyncTwins):
             )
             warm(self.encoder, candidates)
             selection = self.router.choose(context, candidates)
-            system_prompt, tool_names = assemble(selection, self.skills, self._tool_ids)
+            system_prompt, tool_names = assemble(selection, self.skills, self._shared.tool_ids)
         return Turn(
             turn_id, user_id, thread_id, turn_no, query, selection, system_prompt, tool_names, episode_id=episode_id
         )
@@ -335,51 +356,6 @@ class RoutingSession(AsyncTwins):
         when it was routed stays, for ``memabra episodes paused --lost --abandon``)."""
         self._turns.discard(turn_id)
 
-    # ------------------------------------------------------------------ feedback and learning
-
-    def feedback(
-        self,
-        episode_id: str,
-        *,
-        kind: FeedbackKind | str = FeedbackKind.EXPLICIT,
-        source: str = "api",
-        idempotency_key: str | None = None,
-        **payload: Any,
-    ) -> FeedbackReceipt:
-        extra: dict[str, Any] = {"idempotency_key": idempotency_key} if idempotency_key else {}
-        # the record parses the kind: one that is none of FeedbackKind's is an InvalidFeedbackError
-        feedback = Feedback(episode_id, kind, source, payload, **extra)  # type: ignore[arg-type]
-        receipt = self.rewards.post_feedback(feedback)
-        correction = payload.get("correction")
-        if isinstance(correction, str) and correction.strip() and receipt.status != "duplicate":
-            self._after_logging(
-                episode_id,
-                "storing the fact of its correction",
-                lambda: self._remember_correction(episode_id, correction),
-            )
-        if self.learn_online:
-            self._after_logging(episode_id, "the learner's step", self.learn_pending)
-        return receipt
-
-    def _remember_correction(self, episode_id: str, correction: str) -> None:
-        """A correction's fact goes into the user's memory by the write path a user message takes
-        ("I moved to Oslo" retires "I live in Lyon"; "wrong tool" states no fact). After the
-        feedback is stored: a failure here costs the fact, never the reward's signal. Late feedback
-        still carries the fact, so it is remembered too."""
-        user_id = self.log.get_episode(episode_id).user_id
-        self.memory.write_from_message(user_id, correction, self.extractor, episode_id=episode_id)
-
-    def learn_pending(self) -> int:
-        """Run the in-process learner (when this process holds the policy's lease): close episodes
-        whose feedback window passed and learn every final reward not yet learned, exactly once, in
-        commit order. Returns how many rewards were learned."""
-        status = self.runtime.step()
-        return status.learned if status is not None else 0
-
-    def save_snapshot(self) -> str:
-        """Commit the learner's model now (with its read position); returns the version serving."""
-        return self.runtime.commit()
-
     def close(self) -> None:
         """Commit what was learned since the last snapshot and release the learner lease; a log the
         session opened from a URL is closed too (its connection pool released)."""
@@ -392,8 +368,3 @@ class RoutingSession(AsyncTwins):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _require_user(user_id: object) -> None:
-    if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError("a memabra turn needs a user_id (pass context={'user_id': ...})")

@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from memabra._errors import InvalidRecordError
@@ -66,14 +66,25 @@ class AsyncTwins:
     def _sync(self) -> RoutingSession:
         return cast("RoutingSession", self)  # mixed into RoutingSession only
 
-    async def abegin(self, *, user_id: str, query: str, thread_id: str | None = None, turn: int | None = None) -> Turn:
+    async def abegin(
+        self,
+        *,
+        user_id: str,
+        query: str,
+        thread_id: str | None = None,
+        turn: int | None = None,
+        allowed_tools: Collection[str] | None = None,
+    ) -> Turn:
         """:meth:`begin`: recall, the previous turn's feedback, routing and the turn's copy, on a
         worker thread. Cancelled, the turn routed is forgotten (:meth:`abandon`)."""
         routed: list[Turn] = []
 
         def begin() -> Turn:
-            routed.append(self._sync.begin(user_id=user_id, query=query, thread_id=thread_id, turn=turn))
-            return routed[0]
+            t = self._sync.begin(
+                user_id=user_id, query=query, thread_id=thread_id, turn=turn, allowed_tools=allowed_tools
+            )
+            routed.append(t)
+            return t
 
         try:
             return await run_whole(begin)
@@ -93,6 +104,7 @@ class AsyncTwins:
         turn: int | None = None,
         bind: Sequence[str] = (),
         messages: Sequence[Any] = (),
+        allowed_tools: Collection[str] | None = None,
     ) -> Turn:
         """:meth:`resume`: a turn in flight here is read on the loop; the log's, on a worker thread."""
         try:
@@ -109,6 +121,7 @@ class AsyncTwins:
                 turn=turn,
                 bind=bind,
                 messages=messages,
+                allowed_tools=allowed_tools,
             )
         )
 

@@ -6,7 +6,9 @@ not bound yet (by the hybrid prior over tool names, descriptions and parameters)
 bound for the rest of the turn. When the model then calls one successfully, the turn records it
 as needed-and-missed: ``relevant_ids`` feedback on the episode (an Ht miss in the reward) and,
 for a router whose ``learn`` takes ``missing``, a local outcome the learner uses. So does a call to
-a registry tool the turn was not given (refused, but the model named what it needed).
+a registry tool the turn was not given (refused, but the model named what it needed). A run
+restricted to some tools (``allowed_tools``) finds only those: the others are not the turn's to
+fetch, and a call to one is refused without being taken for a miss (the router was never offered it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import inspect
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from langchain_core.tools import BaseTool, StructuredTool
@@ -81,19 +83,28 @@ class ToolSearch:
         # episode id -> candidate ids the turn needed and the router left out (the session learns from it)
         self.missing: dict[str, tuple[str, ...]] = missing if missing is not None else {}
 
-    def tool(self, turn_id: str, bound: Sequence[str], bind: object) -> BaseTool:
-        """The ``find_tools`` tool for one turn; ``bind(names)`` makes fetched tools available."""
+    def tool(
+        self, turn_id: str, bound: Sequence[str], bind: object, allowed: Collection[str] | None = None
+    ) -> BaseTool:
+        """The ``find_tools`` tool for one turn; ``bind(names)`` makes fetched tools available;
+        ``allowed`` (``None``: all) the tools the run may use, the only ones it finds."""
 
         def find_tools(query: str) -> str:
-            return self.search(turn_id, query, bound, bind)
+            return self.search(turn_id, query, bound, bind, allowed)
 
         return StructuredTool(name=FIND_TOOLS, description=_DESCRIPTION, args_schema=_FindToolsArgs, func=find_tools)
 
-    def search(self, turn_id: str, query: str, bound: Sequence[str], bind: object) -> str:
+    def search(
+        self, turn_id: str, query: str, bound: Sequence[str], bind: object, allowed: Collection[str] | None = None
+    ) -> str:
         if not query.strip():
             return "Describe what you need to do, e.g. 'convert metric and imperial units'."
         fetched = self._fetched.setdefault(turn_id, set())
-        pool = [i for i in self._ranked if i.name not in bound and i.name not in fetched]
+        pool = [
+            i
+            for i in self._ranked
+            if i.name not in bound and i.name not in fetched and (allowed is None or i.name in allowed)
+        ]
         named = _named(pool, query)
         rest = [i for i in pool if i not in named]
         best = (named + [item for item, score in rank(rest, query, self.encoder)])[:FIND_LIMIT]
