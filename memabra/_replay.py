@@ -55,7 +55,10 @@ def fresh_router(
     known = router_classes(classes)
     cls = known.get(policy)
     if cls is None:
-        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown policy {policy!r}; known: {', '.join(sorted(known))}; a router of your own is named by "
+            "its class, --policy module:Class (or classes=[MyRouter] from Python)"
+        )
     return cls(**(learner_args or {}), similarity=similarity if similarity is not None else LEARNER_SIMILARITY)
 
 

@@ -151,7 +151,8 @@ def test_the_learner_proposes_instead_of_overriding_a_rollback(log: EpisodeLog) 
 def test_fresh_router_refuses_an_unknown_policy() -> None:
     from memabra import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown policy"):
+    # a custom router's author who named its policy rather than its class is told how to name it
+    with pytest.raises(ConfigError, match=r"unknown policy 'nope'.*--policy module:Class"):
         fresh_router("nope")
 
 
