@@ -1,8 +1,10 @@
-"""``memabra policies``: list, export, promote, roll back and prune policy snapshots."""
+"""``memabra policies``: list, export, import, promote, roll back and prune policy snapshots."""
 
 from __future__ import annotations
 
+import json
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -24,11 +26,12 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra._learner import DEFAULT_POLICY
+from memabra._snapshot_file import IMPORTED_KEY, imported_snapshot, snapshot_document
 from memabra.router import learned_model
 from memabra.storage import AdminQueries, EpisodeLog, LearnerStore, SnapshotAudit
 
 policies_app = typer.Typer(
-    help="Policy snapshots: list, export, promote, roll back and prune.",
+    help="Policy snapshots: list, export, import, promote, roll back and prune.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -86,16 +89,79 @@ def policies_export(
         str | None, typer.Option("--version", help="Snapshot version (default: the active one).")
     ] = None,
     policy: PolicyOption = DEFAULT_POLICY,
+    whole: Annotated[
+        bool,
+        typer.Option(
+            "--whole",
+            help="Write the whole snapshot (model, learner arguments, metrics, lineage) as a JSON document that "
+            "`memabra policies import` stores in another log.",
+        ),
+    ] = False,
 ) -> None:
-    """Write a snapshot's learned model (comparable byte for byte with ``memabra learner --replay``)."""
+    """Write a snapshot's learned model (comparable byte for byte with ``memabra learner --replay``),
+    or with ``--whole`` the snapshot itself, to move it to another log."""
     with open_log(db) as log:
         if version is None:
             version = LearnerStore(log.engine).active_version(policy)
             if version is None:
                 fail(f"policy {policy!r} has no active snapshot in this log")
         snapshot = run_guarded(log.get_snapshot, version)
-    write_output(out, run_guarded(learned_model, snapshot))
+    if whole:
+        document = json.dumps(snapshot_document(snapshot), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        write_output(out, (document + "\n").encode())
+    else:
+        write_output(out, run_guarded(learned_model, snapshot))
     console.print(f"wrote {escape(snapshot.version)} to {escape(str(out))}")
+
+
+@policies_app.command("import")
+def policies_import(
+    file: Annotated[
+        Path,
+        typer.Argument(help="A snapshot document (`memabra policies export --whole`).", show_default=False),
+    ],
+    db: DbOption = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="module:Class of a router of your own, which the snapshot restores from (built-in policies "
+            "need none).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Store a snapshot exported from another log as a candidate (`memabra policies promote` makes
+    it serve). Checked whole first (format, checksum, the router restores from it); its parent is
+    kept where this log holds it. Importing it again is done (exit 0, nothing written); another
+    snapshot under its version is refused."""
+    from memabra._cli._production import policy_classes  # it imports this module
+
+    classes = policy_classes(policy)[1] if policy is not None else ()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {file}: {exc}")
+    with open_log(db) as log:
+        parents = [s.version for s in AdminQueries(log).snapshots()]
+        snapshot = run_guarded(imported_snapshot, text, source=str(file), parents=parents, classes=classes)
+        if snapshot.version in parents:
+            held = run_guarded(log.get_snapshot, snapshot.version)
+            if (held.policy, held.model) != (snapshot.policy, snapshot.model):
+                fail(
+                    f"this log holds another snapshot under version {snapshot.version!r}: nothing imported "
+                    "(prune or keep it; a version names one model in every log)"
+                )
+            console.print(f"{escape(snapshot.version)} is already in this log: nothing imported")
+            return
+        run_guarded(log.save_snapshot, snapshot)
+    note = snapshot.metrics[IMPORTED_KEY]
+    dropped = snapshot.parent is None and isinstance(note, Mapping) and note.get("parent") is not None
+    console.print(
+        f"imported {escape(snapshot.version)} (policy {escape(snapshot.policy)}) as a candidate"
+        + (" (its parent is not in this log: stored without one)" if dropped else "")
+        + f"; `memabra policies promote {escape(snapshot.version)}` makes it serve"
+    )
 
 
 ReasonOption = Annotated[

@@ -49,7 +49,7 @@ RouterPolicyOption = Annotated[
 ]
 
 
-def _policy_classes(policy: str) -> tuple[str, tuple[type[Router], ...]]:
+def policy_classes(policy: str) -> tuple[str, tuple[type[Router], ...]]:
     """The policy's name and the router classes of your own its snapshots restore from: a
     ``module:Class`` path names its class's policy; a built-in name needs none."""
     if not is_router_path(policy):
@@ -92,7 +92,7 @@ def route(
     """One routing decision from the command line: what would be injected, by which policy
     version, with each slot's distribution. Nothing is logged."""
     budget = Budget() if max_tokens is None else Budget(max_tokens=max_tokens)
-    policy, classes = _policy_classes(policy)
+    policy, classes = policy_classes(policy)
     with open_log(db) as log:
         version = LearnerStore(log.engine).active_version(policy)
         if version is not None:
@@ -208,7 +208,7 @@ def learner(
     """Run the policy's learner: take the lease (or stand by until it is free), learn final
     rewards in commit order, commit model and read position together."""
     configure_logging(verbose)
-    policy, classes = _policy_classes(policy)
+    policy, classes = policy_classes(policy)
     if do_replay:
         if out is None:
             fail("--replay needs --out FILE")
