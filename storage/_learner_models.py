@@ -1,15 +1,16 @@
-"""ORM rows of the production loop (schema revision 0004): the learner's checkpoint and lease."""
+"""ORM rows of the production loop (schema revisions 0004, 0015): the learner's checkpoint and lease, and
+the counter numbering final rewards on SQLite."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, String
+from sqlalchemy import BigInteger, CheckConstraint, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from memabra.storage._models import Base, UTCDateTime
 
-__all__ = ["LearnerLeaseRow", "LearnerStateRow"]
+__all__ = ["LearnerLeaseRow", "LearnerStateRow", "RewardCommitCounterRow"]
 
 
 class LearnerStateRow(Base):
@@ -37,3 +38,16 @@ class LearnerLeaseRow(Base):
     policy: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RewardCommitCounterRow(Base):
+    """The last number SQLite's triggers gave a reward made final (revision 0015): one row that only
+    grows, so a deleted reward's number is never given again. Unused on PostgreSQL, whose trigger
+    numbers by transaction id."""
+
+    __tablename__ = "reward_commit_counter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
