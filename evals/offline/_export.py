@@ -125,12 +125,18 @@ def export_decisions(
     for decision in log.iter_decisions(since=since, until=until, user_id=user_id):
         if final_only and not (decision.final and decision.reward is not None):
             continue
-        out.write(json.dumps(decision_record(decision), ensure_ascii=False, allow_nan=False, separators=(",", ":")))
-        out.write("\n")
-        written += 1
-        if progress is not None and written % 1000 == 0:
-            progress(written)
+        written = _write_line(out, decision_record(decision), written, progress)
     if progress is not None:
+        progress(written)
+    return written
+
+
+def _write_line(out: TextIO, record: dict[str, Any], written: int, progress: Callable[[int], None] | None) -> int:
+    """``record`` as one line of ``out``; returns the count written so far (every 1,000 told to ``progress``)."""
+    out.write(json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+    out.write("\n")
+    written += 1
+    if progress is not None and written % 1000 == 0:
         progress(written)
     return written
 
@@ -259,12 +265,7 @@ def export_final_decisions(
         last = len(episode.decisions)
         for n, decision in enumerate(episode.decisions[skip:], start=skip + 1):
             here = replace(cursor, done=None if n == last else n)
-            record = {**decision_record(decision), "cursor": str(here)}
-            out.write(json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
-            out.write("\n")
-            written += 1
-            if progress is not None and written % 1000 == 0:
-                progress(written)
+            written = _write_line(out, {**decision_record(decision), "cursor": str(here)}, written, progress)
     if progress is not None:
         progress(written)
     return FinalExport(written, cursor)
