@@ -306,6 +306,7 @@ class Learner:
         )
         self.abandon()
         self._position, self._learned = self._committed, self._committed_learned
+        self._torn = False  # what was torn is gone: a standby's later steps have nothing to drop
 
     def _commit_due(self) -> bool:
         if self.pending == 0:
