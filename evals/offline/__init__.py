@@ -14,7 +14,15 @@ from memabra.evals.offline._evaluate import (
     evaluate_policies,
     logged_value,
 )
-from memabra.evals.offline._export import EXPORT_FORMAT, decision_record, export_decisions
+from memabra.evals.offline._export import (
+    EXPORT_FORMAT,
+    ExportCursor,
+    FinalExport,
+    decision_record,
+    export_decisions,
+    export_final_decisions,
+    parse_cursor,
+)
 from memabra.evals.offline._plot import plot_estimates
 from memabra.evals.offline._policies import (
     ROUTERS,
@@ -43,6 +51,8 @@ __all__ = [
     "ROUTERS",
     "SUPPORT_PROBABILITY",
     "AdditivityReport",
+    "ExportCursor",
+    "FinalExport",
     "LogEvaluation",
     "LoggedValue",
     "Recommended",
@@ -56,7 +66,9 @@ __all__ = [
     "evaluate_on_log",
     "evaluate_policies",
     "export_decisions",
+    "export_final_decisions",
     "logged_value",
+    "parse_cursor",
     "plot_estimates",
     "resolve_policy",
     "router_from_snapshot",
