@@ -31,6 +31,7 @@ from memabra._cli._policies import open_log
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, RoutingContext
+from memabra._run_scope import SharedItems
 from memabra.evals._router_paths import is_router_path, router_target
 from memabra.router import Router, learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
@@ -87,6 +88,15 @@ def route(
             show_default=False,
         ),
     ] = None,
+    allowed_tools: Annotated[
+        str | None,
+        typer.Option(
+            "--allowed-tools",
+            help="Comma-separated names of the tools the run may use, as a run's allowed_tools: only those "
+            "tools are offered (empty: none).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOutOption = None,
 ) -> None:
     """One routing decision from the command line: what would be injected, by which policy
@@ -100,6 +110,9 @@ def route(
         else:
             router = run_guarded(fresh_router, policy, classes=classes)
         items = run_guarded(log.items, user)
+    if allowed_tools is not None:
+        names = [n.strip() for n in allowed_tools.split(",") if n.strip()]
+        items = list(run_guarded(SharedItems(items).allowed, names))
     candidates = [item.as_candidate() for item in items]
     if not candidates:
         fail(f"user {user!r} has no memories and the log holds no shared skills or tools")
