@@ -31,7 +31,6 @@ from memabra._cli._policies import open_log
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, RoutingContext
-from memabra._run_scope import SharedItems
 from memabra.evals._router_paths import is_router_path, router_target
 from memabra.router import Router, learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
@@ -111,6 +110,8 @@ def route(
             router = run_guarded(fresh_router, policy, classes=classes)
         items = run_guarded(log.items, user)
     if allowed_tools is not None:
+        from memabra._run_scope import SharedItems  # its tool names come from langchain_core: not at start-up
+
         names = [n.strip() for n in allowed_tools.split(",") if n.strip()]
         items = list(run_guarded(SharedItems(items).allowed, names))
     candidates = [item.as_candidate() for item in items]
