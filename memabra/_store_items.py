@@ -16,6 +16,7 @@ from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._records import RegistryItem, new_id
 from memabra._text import approx_tokens
+from memabra.router._text import CJK_CHARACTER
 
 __all__ = [
     "PENDING",
@@ -256,4 +257,9 @@ def memory_record(user_id: str, item: RegistryItem, value: Mapping[str, Any], us
 
 
 def stored_tokens(value: object, text: str) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else approx_tokens(text)
+    """The item's stored count, or its text's where it has none, or where the text is in a script
+    written without spaces: memabra stored those before it counted their characters (a sentence of
+    Chinese was one word), and a store's items cannot be recounted by a schema migration."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0 and not CJK_CHARACTER.search(text):
+        return value
+    return approx_tokens(text)

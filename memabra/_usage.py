@@ -20,6 +20,8 @@ __all__ = ["Usage", "detect_usage"]
 # A memory or skill is used when the answer carries this share of its novel words (at least 1, at most 3).
 _SHARE_OF_NOVEL_WORDS = 0.3
 _MAX_WORDS_NEEDED = 3
+# an answer ending in one asks the user back: Latin, full-width (Chinese, Japanese) and Arabic
+_QUESTION_MARKS = ("?", "\uff1f", "\u061f")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ def detect_usage(
         hits = novel & answer_words
         if novel and len(hits) >= max(1, min(_MAX_WORDS_NEEDED, math.ceil(_SHARE_OF_NOVEL_WORDS * len(novel)))):
             used.add(cand.id)
-    asks_back = answer.rstrip().endswith("?")
+    asks_back = answer.rstrip().endswith(_QUESTION_MARKS)
     memories = {c.id for c in selection.chosen if c.kind is CandidateKind.MEMORY}
     useful = frozenset() if asks_back else frozenset(used & memories)
     return Usage(frozenset(used), useful)
