@@ -77,6 +77,9 @@ def load_skills(directory: str | Path) -> list[Skill]:
 
 
 def skill_items(skills: Iterable[Skill], owner: str = "") -> list[RegistryItem]:
+    """Skills as registry rows; one name given twice is refused (see :func:`_require_unique`)."""
+    skills = list(skills)
+    _require_unique("skill", [s.name for s in skills])
     return [
         RegistryItem(
             kind=CandidateKind.SKILL,
@@ -120,6 +123,9 @@ def _schema_text(tool: BaseTool, args: dict[str, Any]) -> str:
 
 
 def tool_items(tools: Iterable[BaseTool], owner: str = "") -> list[RegistryItem]:
+    """Tools as registry rows; one name given twice is refused (see :func:`_require_unique`)."""
+    tools = list(tools)
+    _require_unique("tool", [t.name for t in tools])
     items = []
     for tool in tools:
         args = tool_args(tool)
@@ -150,15 +156,26 @@ def as_tools(tools: Sequence[BaseTool | Any]) -> list[BaseTool]:
         else:
             raise ConfigError(f"not a tool: {t!r} (give a LangChain BaseTool or a documented function)")
     names = [t.name for t in out]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ConfigError(
-            f"tool names must be unique, got {twice} more than once: tools from different registries that share"
-            " a name need distinct names (e.g. a prefix naming the registry), as the model calls a tool by name"
-        )
+    _require_unique("tool", names)
     for name in names:
         _check_tool_name(name)
     return out
+
+
+_WHY_UNIQUE = {
+    "tool": "tools from different registries that share a name need distinct names (e.g. a prefix naming the"
+    " registry), as the model calls a tool by name",
+    # two skills under one id: the router would weigh one's description while the other's body is
+    # injected, and the log would say the first was
+    "skill": "a skill is routed, logged and injected by its name, so two under one name would log one and"
+    " inject the other",
+}
+
+
+def _require_unique(kind: str, names: Sequence[str]) -> None:
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(f"{kind} names must be unique, got {twice} more than once: {_WHY_UNIQUE[kind]}")
 
 
 def _check_tool_name(name: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Integer, and_, func, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -21,19 +23,34 @@ _REPLACED = ("name", "text", "body", "tokens", "source", "updated_at")
 
 
 def put_items(tx: Transactions, items_: Sequence[RegistryItem]) -> None:
-    """Insert or replace memories, skills and tools (usage counters of a replaced row are kept)."""
+    """Insert or replace memories, skills and tools (usage counters of a replaced row are kept).
+
+    Every process of a release registers its skills and tools as it starts, so several put the
+    same new row at once: each inserts it unless it is there (the first insert stands, the others
+    wait for it on the key and replace its columns), rather than all but one failing their start
+    on the primary key."""
     if not items_:
         return
     rows = prepare(table_of(RegistryRow), [cv.registry_values(i) for i in items_])
     # Fixed key order, as for every registry write: concurrent writers lock rows in one sequence.
     rows.sort(key=lambda r: (r["kind"], r["owner"], r["id"]))
+    table = table_of(RegistryRow)
+    insert = pg_insert if tx.is_postgres else sqlite_insert
 
     def work(s: Session) -> None:
         for values in rows:
-            existing = s.get(RegistryRow, (values["kind"], values["owner"], values["id"]), with_for_update=True)
-            if existing is None:
-                s.add(RegistryRow(**{("metadata_" if k == "metadata" else k): v for k, v in values.items()}))
+            # RETURNING, not rowcount: psycopg reports -1 for an insert that did nothing
+            inserted = s.execute(
+                insert(table)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=["kind", "owner", "id"])
+                .returning(table.c.id)
+            ).first()
+            if inserted is not None:
                 continue
+            existing = s.get(RegistryRow, (values["kind"], values["owner"], values["id"]), with_for_update=True)
+            if existing is None:  # cannot happen: the insert found the key taken
+                raise InvalidRecordError(f"registry row {values['id']!r} vanished while it was being replaced")
             for key in _REPLACED:
                 setattr(existing, key, values[key])
             existing.metadata_ = values["metadata"]
