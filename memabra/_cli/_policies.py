@@ -25,9 +25,11 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
+from memabra._errors import MemabraError
 from memabra._learner import DEFAULT_POLICY
 from memabra._snapshot_file import IMPORTED_KEY, imported_snapshot, snapshot_document
-from memabra.router import learned_model
+from memabra.evals._router_paths import is_router_path, router_target
+from memabra.router import Router, learned_model
 from memabra.storage import AdminQueries, EpisodeLog, LearnerStore, SnapshotAudit
 
 policies_app = typer.Typer(
@@ -36,7 +38,30 @@ policies_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-PolicyOption = Annotated[str, typer.Option("--policy", help="Policy name (the router's name).")]
+
+def policy_name(value: str | None) -> str | None:
+    """What ``--policy`` names: a policy name as given, or for ``module:Class`` (as ``memabra learner
+    --policy`` takes a router of your own) its class's ``name``, the policy its snapshots are kept
+    under; checked while the command line is parsed."""
+    if value is None or not is_router_path(value):
+        return value
+    try:
+        target = router_target(value)
+    except MemabraError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not (isinstance(target, type) and issubclass(target, Router)):
+        raise typer.BadParameter(f"{value} is not a memabra.router.Router subclass: name its class (module:Class)")
+    return target.name
+
+
+PolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        help="Policy name (the router's name), or module:Class for a router of your own.",
+        callback=policy_name,
+    ),
+]
 
 
 def open_log(db: str | None) -> EpisodeLog:
@@ -285,7 +310,15 @@ def policies_rollback(
 
 @policies_app.command("forget-learner")
 def policies_forget_learner(
-    policy: Annotated[str, typer.Option("--policy", help="The policy no longer learned.", show_default=False)],
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help="The policy no longer learned (or module:Class for a router of your own).",
+            show_default=False,
+            callback=policy_name,
+        ),
+    ],
     db: DbOption = None,
 ) -> None:
     """Delete a policy's learner checkpoint: episode retention keeps every final reward until each
@@ -308,7 +341,12 @@ def policies_prune(
     keep: Annotated[int, typer.Option("--keep", min=1, help="Newest snapshots (and active ancestors) to keep.")],
     db: DbOption = None,
     policy: Annotated[
-        str | None, typer.Option("--policy", help="Only this policy's snapshots (default: every policy).")
+        str | None,
+        typer.Option(
+            "--policy",
+            help="Only this policy's snapshots, or module:Class's (default: every policy).",
+            callback=policy_name,
+        ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")] = False,
     json_out: JsonOutOption = None,
