@@ -31,7 +31,8 @@ class LLMFactExtractor:
         "'I like salt and pepper' is one. A joke, a passing state ('I'm tired') or a request that follows a fact "
         "('I'm vegan so no cheese please': keep 'I'm vegan') is not a fact; what someone else says about the user "
         "('my doctor said I'm diabetic') is kept with who said it. "
-        "Reply with a JSON list of short first-person sentences, or [] if there are none."
+        "Write each fact in the language of the message, not translated: the user's later questions are matched "
+        "against it. Reply with a JSON list of short first-person sentences, or [] if there are none."
     )
     SUPERSEDE_PROMPT = (
         "The user has these stored memories, one per line as 'id: text'. A new fact arrived. Which stored "

@@ -234,3 +234,44 @@ def test_find_tools_ranks_a_tool_described_in_japanese_by_the_question() -> None
     tools = [RegistryItem(CandidateKind.TOOL, name, "", text, 20, name=name) for name, text in described.items()]
     assert [item.name for item, _ in rank(tools, "明日の東京の天気は？", None)][0] == "get_weather"
     assert [item.name for item, _ in rank(tools, "新幹線を予約したい", None)][0] == "book_train"
+
+
+def test_a_chinese_fact_the_model_extracts_is_kept_in_chinese_and_recalled_by_a_later_question(memory_log) -> None:  # type: ignore[no-untyped-def]
+    from langchain_core.messages import BaseMessage, SystemMessage
+
+    from memabra._llm_facts import LLMFactExtractor
+
+    memory, log = memory_log
+    for other in OTHERS["zh"]:
+        memory.remember("mei", other)
+
+    def reply(messages: list[BaseMessage], bound: list[str]) -> AIMessage:
+        first = messages[0]
+        if isinstance(first, SystemMessage) and first.content == LLMFactExtractor.PROMPT:
+            assert "language of the message" in str(first.content)
+            said = str(messages[-1].content)
+            return AIMessage('["我的狗叫旺财"]' if "旺财" in said else "[]")
+        return AIMessage("你的狗叫旺财。" if "旺财" in str(first.content) else "好的。")
+
+    model = ScriptedChatModel(replies=[reply])
+    agent = create_memabra_agent(
+        model,
+        memory=memory,
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=Budget(max_tokens=300),
+        extract_with_model=True,
+    )
+
+    def ask(text: str, thread: str) -> dict:  # type: ignore[type-arg]
+        return agent.invoke(
+            {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}}, context={"user_id": "mei"}
+        )
+
+    ask("对了，我的狗叫旺财。", "t1")
+    [dog] = [item for item in memory.items("mei") if "旺财" in item.text]
+    assert dog.text == "我的狗叫旺财"
+    out = ask("我的狗叫什么名字？", "t2")
+    episode = log.get_episode(out["memabra_episode_id"])
+    assert episode.selections[0].chosen_ids[0] == dog.id
+    assert episode.used_ids is not None and dog.id in episode.used_ids
