@@ -371,6 +371,13 @@ class AdminQueries:
         with self._session() as s:
             return [ope_from_row(r) for r in s.scalars(stmt)]
 
+    def active_policies(self) -> list[str]:
+        """The policies with an active snapshot, by name (one row each: the partial unique index
+        keeps one active snapshot per policy)."""
+        t = PolicySnapshotRow
+        with self._session() as s:
+            return list(s.scalars(select(t.policy).where(t.status == "active").distinct().order_by(t.policy)))
+
     def active_version(self, policy: str | None = None) -> str | None:
         """The version of the newest active snapshot (of ``policy``, or of any policy)."""
         t = PolicySnapshotRow

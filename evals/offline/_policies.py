@@ -3,7 +3,9 @@
 Accepted specs:
 
 * ``snapshot:VERSION`` (or just ``VERSION`` when a snapshot of that version is in the log);
-* ``active`` / ``active:POLICY``: the snapshot currently promoted;
+  ``snapshot:VERSION:module:Class`` for a snapshot of a router of your own, restored from its class;
+* ``active`` / ``active:POLICY``: the snapshot currently promoted (``active`` alone only where one
+  policy has one); ``active:module:Class`` for a router of your own;
 * a router name — ``vw``, ``linear``, ``hybrid``, ``bm25``, ``embedding``, ``random`` — optionally with
   constructor arguments as JSON: ``vw:{"epsilon": 0.05}``;
 * a router of your own by import path: ``module:Class`` (optionally ``module:Class:{"temperature":
@@ -13,6 +15,7 @@ Accepted specs:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from memabra._errors import ConfigError, RouterError, SnapshotError, UnknownEpis
 from memabra._records import PolicySnapshot
 from memabra.evals._router_paths import built_router, is_router_path, router_target
 from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
-from memabra.storage import EpisodeLog
+from memabra.storage import AdminQueries, EpisodeLog
 
 __all__ = ["ROUTERS", "ResolvedPolicy", "resolve_policy", "router_from_snapshot"]
 
@@ -38,11 +41,15 @@ class ResolvedPolicy:
     snapshot_version: str | None
 
 
-def router_from_snapshot(snapshot: PolicySnapshot) -> Router:
-    cls = ROUTERS.get(snapshot.policy)
+def router_from_snapshot(snapshot: PolicySnapshot, classes: Sequence[type[Router]] = ()) -> Router:
+    """The router ``snapshot`` holds; ``classes`` are routers of your own, found by their ``name``
+    before the built-in ones."""
+    cls = {c.name: c for c in classes}.get(snapshot.policy) or ROUTERS.get(snapshot.policy)
     if cls is None:
         raise ConfigError(
-            f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore"
+            f"snapshot {snapshot.version} is of policy {snapshot.policy!r}, which this memabra cannot restore "
+            f"by itself: a router of your own restores from its class, named as snapshot:{snapshot.version}:"
+            "module:Class (active:module:Class for the active snapshot)"
         )
     try:
         return cls.restore(snapshot)
@@ -62,13 +69,20 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
     head, _, rest = spec.partition(":")
     head = ROUTER_ALIASES.get(head, head)
     if head == "snapshot":
-        snap = _snapshot(log, rest)
-        return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+        version, classes = _own_class_after(spec, rest)
+        snap = _snapshot(log, version)
+        return ResolvedPolicy(spec, router_from_snapshot(snap, classes), snap.version)
     if head == "active":
-        active = log.latest_snapshot(rest or None, status="active")
+        policy, classes = (rest or None), ()
+        if rest and is_router_path(rest):
+            classes = (_router_class(spec, rest),)
+            policy = classes[0].name
+        elif not rest:
+            _require_one_active_policy(log)
+        active = log.latest_snapshot(policy, status="active")
         if active is None:
-            raise ConfigError(f"no active snapshot{' of ' + rest if rest else ''} in the log; promote one first")
-        return ResolvedPolicy(spec, router_from_snapshot(active), active.version)
+            raise ConfigError(f"no active snapshot{' of ' + policy if policy else ''} in the log; promote one first")
+        return ResolvedPolicy(spec, router_from_snapshot(active, classes), active.version)
     attr, _, own_args = rest.partition(":")
     if head not in ROUTERS and is_router_path(f"{head}:{attr}"):
         return ResolvedPolicy(spec, _own_router(spec, f"{head}:{attr}", own_args), None)
@@ -90,6 +104,38 @@ def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
             " or a router of your own as module:Class"
         ) from None
     return ResolvedPolicy(spec, router_from_snapshot(snap), snap.version)
+
+
+def _own_class_after(spec: str, rest: str) -> tuple[str, tuple[type[Router], ...]]:
+    """``VERSION`` and no class, or for ``VERSION:module:Class`` the version and that class (read
+    from the right: a version may hold a colon)."""
+    version, _, path = rest.rpartition(":")
+    version, _, module = version.rpartition(":")
+    if not version or not is_router_path(f"{module}:{path}"):
+        return rest, ()
+    return version, (_router_class(spec, f"{module}:{path}"),)
+
+
+def _router_class(spec: str, path: str) -> type[Router]:
+    target = router_target(path)
+    if not (isinstance(target, type) and issubclass(target, Router)):
+        raise ConfigError(
+            f"--policy {spec!r}: a snapshot restores from its router's class; name a memabra.router.Router "
+            "subclass (module:Class), not a factory function"
+        )
+    return target
+
+
+def _require_one_active_policy(log: EpisodeLog) -> None:
+    """``active`` alone names the one policy's active snapshot: where several agents serve policies
+    of their own it would evaluate whichever was saved last."""
+    active = AdminQueries(log).active_policies()
+    if len(active) > 1:
+        raise ConfigError(
+            f"--policy active: the log has an active snapshot of each of {len(active)} policies "
+            f"({', '.join(active)}); name one: active:POLICY for a built-in router, active:module:Class "
+            "for a router of your own"
+        )
 
 
 def _arguments(spec: str, raw: str) -> dict[str, Any]:

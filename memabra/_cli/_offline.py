@@ -32,11 +32,8 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
-from memabra._cli._production import policy_classes
 from memabra._config import parse_weights
-from memabra.evals._router_paths import is_router_path
-from memabra.router import Router, load_router
-from memabra.storage import EpisodeLog, LearnerStore
+from memabra.storage import EpisodeLog
 
 if TYPE_CHECKING:
     from memabra.evals.offline import TrainReport
@@ -74,8 +71,8 @@ def ope_log(
         list[str],
         typer.Option(
             "--policy",
-            help="snapshot:VERSION, active (active:POLICY where several policies are; active:module:Class for a "
-            "router of your own), a router (linear, vw, hybrid, bm25, embedding, random[:JSON args]), or one of "
+            help="snapshot:VERSION (snapshot:VERSION:module:Class for a router of your own), active (active:POLICY "
+            "where several policies are; active:module:Class for a router of your own), a router (linear, vw, hybrid, bm25, embedding, random[:JSON args]), or one of "
             "your own (module:Class[:JSON args], module:function); repeatable.",
         ),
     ],
@@ -142,12 +139,6 @@ def ope_log(
     with run_guarded(EpisodeLog, db) as log:
         targets = []
         for spec in policy:
-            own = _active_of_own_router(spec, log)
-            if own is not None:
-                targets.append(Target(spec, *own))
-                continue
-            if spec == "active":
-                _check_one_active_policy(log)
             resolved = run_guarded(resolve_policy, spec, log)
             targets.append(Target(spec, resolved.router, resolved.snapshot_version))
         # a long log takes minutes (about 11 ms a decision): say that it is moving, then vanish
@@ -186,31 +177,6 @@ def ope_log(
             plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
         )
         console.print(f"wrote {plot}")
-
-
-def _check_one_active_policy(log: EpisodeLog) -> None:
-    """``--policy active`` names the active snapshot of the log's one policy: on a log where several
-    agents serve policies of their own, it would evaluate whichever was saved last."""
-    active = sorted({s.policy for s in run_guarded(log.list_snapshots) if s.status == "active"})
-    if len(active) > 1:
-        fail(
-            f"--policy active: the log has an active snapshot of each of {len(active)} policies "
-            f"({', '.join(active)}); name one: active:POLICY for a built-in router, active:module:Class "
-            "for a router of your own"
-        )
-
-
-def _active_of_own_router(spec: str, log: EpisodeLog) -> tuple[Router, str] | None:
-    """``active:module:Class``: the active snapshot of a router of your own, restored from its class
-    (``active:POLICY`` restores only the built-in routers); ``None`` for any other spec."""
-    head, _, path = spec.partition(":")
-    if head != "active" or not is_router_path(path):
-        return None
-    name, classes = policy_classes(path)
-    version = LearnerStore(log.engine).active_version(name)
-    if version is None:
-        fail(f"--policy {spec}: policy {name!r} has no active snapshot in this log; promote one first")
-    return run_guarded(load_router, run_guarded(log.get_snapshot, version), classes=classes), version
 
 
 def train(

@@ -71,3 +71,26 @@ def test_the_cli_evaluates_a_router_of_one_s_own(migrated_url: str, fill_log, mo
     assert result.exit_code == 0, result.output
     assert "on 120 logged decisions" in result.output
     assert f"{module}:Softmax" in json.loads(out.read_text())["policies"]
+
+
+def test_a_snapshot_of_a_router_of_one_s_own_resolves_from_its_class_and_bad_forms_are_named(
+    log: EpisodeLog, module: str
+) -> None:
+    from memabra._records import PolicySnapshot
+    from memabra.evals._router_paths import router_target
+
+    softmax = router_target(f"{module}:Softmax")
+    snapshot = softmax(temperature=2.0).snapshot()  # type: ignore[call-arg, union-attr]
+    assert isinstance(snapshot, PolicySnapshot)
+    log.save_snapshot(snapshot)
+    version = snapshot.version
+    resolved = resolve_policy(f"snapshot:{version}:{module}:Softmax", log)
+    assert resolved.snapshot_version == version and resolved.router.get_params()["temperature"] == 2.0
+    with pytest.raises(ConfigError, match=f"snapshot:{version}:module:Class"):
+        resolve_policy(f"snapshot:{version}", log)
+    with pytest.raises(ConfigError, match="no snapshot with version"):
+        resolve_policy(f"snapshot:{version}:not a path", log)
+    with pytest.raises(ConfigError, match="not a factory function"):
+        resolve_policy(f"active:{module}:make", log)
+    with pytest.raises(ConfigError, match="no active snapshot of softmax"):
+        resolve_policy(f"active:{module}:Softmax", log)

@@ -93,10 +93,11 @@ def bots(log: EpisodeLog, lexical: Similarity) -> Iterator[tuple[MemabraAgent, M
     sales.close()
 
 
-def _talk(support: MemabraAgent, sales: MemabraAgent) -> dict[str, list[str]]:
-    """``TURNS`` turns of ann with each bot, each with final feedback; the episode ids by bot."""
+def _talk(support: MemabraAgent, sales: MemabraAgent, first: int = 0) -> dict[str, list[str]]:
+    """``TURNS`` turns of ann with each bot (threads numbered from ``first``), each with final
+    feedback; the episode ids by bot."""
     episodes: dict[str, list[str]] = {"support": [], "sales": []}
-    for i in range(TURNS):
+    for i in range(first, first + TURNS):
         for bot, agent, query in (
             ("support", support, "I forgot my password"),
             ("sales", sales, "How much is the pro plan?"),
@@ -152,25 +153,29 @@ def test_the_command_line_shows_learns_and_rolls_back_each_policy_apart(
     log: EpisodeLog, migrated_url: str, bots: tuple[MemabraAgent, MemabraAgent], tmp_path: Path
 ) -> None:
     support, sales = bots
+    # the agents' own learners learn the first turns (so each policy has snapshots to roll back
+    # to, whichever rewards PostgreSQL lets them read before they close), the command line the rest
     _talk(support, sales)
+    _learn_everything(log, support, sales)
+    _talk(support, sales, first=TURNS)
     support.close()  # commits what it learned and frees the lease for the command-line learner
     sales.close()
     store = LearnerStore(log.engine)
-    readable_final_rewards(store, at_least=2 * TURNS)
+    readable_final_rewards(store, at_least=4 * TURNS)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     for path, policy in ((SUPPORT, "support"), (SALES, "sales")):
         learned = _memabra(env, "learner", "--once", "--db", migrated_url, "--policy", path)
         assert learned.returncode == 0, learned.stderr
-        assert f"({2 * TURNS} in this lineage" in learned.stdout, learned.stdout
+        assert f"({4 * TURNS} in this lineage" in learned.stdout, learned.stdout
         state = store.checkpoint(policy)
-        assert state is not None and state.learned == 2 * TURNS
+        assert state is not None and state.learned == 4 * TURNS
     assert store.checkpoint("linear") is None
 
     status_json = tmp_path / "status.json"
     assert runner.invoke(app, ["status", "--db", migrated_url, "--json", str(status_json)]).exit_code == 0
     policies = {p["policy"]: p for p in json.loads(status_json.read_text())["status"]["policies"]}
     assert set(policies) == {"support", "sales"}
-    assert all(p["backlog"] == 0 and p["checkpoint"]["learned"] == 2 * TURNS for p in policies.values())
+    assert all(p["backlog"] == 0 and p["checkpoint"]["learned"] == 4 * TURNS for p in policies.values())
 
     listed_json = tmp_path / "policies.json"
     assert runner.invoke(app, ["policies", "list", "--db", migrated_url, "--json", str(listed_json)]).exit_code == 0
@@ -201,6 +206,13 @@ def test_the_command_line_shows_learns_and_rolls_back_each_policy_apart(
     evaluated = json.loads(ope_json.read_text())["policies"]
     assert evaluated[f"active:{SUPPORT}"]["snapshot_version"] == store.active_version("support")
     assert evaluated[f"active:{SALES}"]["snapshot_version"] == active["sales"]
+    # a snapshot no longer active (the one rolled back), restored from its class; without the class,
+    # the error says how to name it
+    retired = f"snapshot:{active['support']}"
+    named = _memabra(env, "ope", "log", "--db", migrated_url, "--policy", f"{retired}:{SUPPORT}", "--no-store")
+    assert named.returncode == 0, named.stderr
+    bare = _memabra(env, "ope", "log", "--db", migrated_url, "--policy", retired, "--no-store")
+    assert bare.returncode == 1 and f"{retired}:module:Class" in " ".join(bare.stderr.split()), bare.stderr
 
 
 def _memabra(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
