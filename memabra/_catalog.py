@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from memabra._errors import ConfigError
 from memabra._records import CandidateKind, RegistryItem
 from memabra._text import approx_tokens
+from memabra.storage._injected_bodies import BODY_DIGEST_KEY, body_digest
 
 __all__ = ["Skill", "load_skills", "skill_items", "tool_items", "as_tools"]
 
@@ -90,6 +92,8 @@ def skill_items(skills: Iterable[Skill], owner: str = "") -> list[RegistryItem]:
             body=s.body,
             tokens=approx_tokens(s.body),
             source="skill",
+            # logged with every decision that offers it: the log names the body it could inject
+            metadata={BODY_DIGEST_KEY: body_digest(s.body)},
         )
         for s in skills
     ]
@@ -122,14 +126,29 @@ def _schema_text(tool: BaseTool, args: dict[str, Any]) -> str:
         ) from exc
 
 
+def _bound_spec(tool: BaseTool) -> str:
+    """The function spec ``bind_tools`` sends for ``tool`` (LangChain's OpenAI form, which the other
+    providers' formats are converted from): name, description and the parameters' JSON schema
+    with what is required, as JSON with sorted keys so one tool gives one text."""
+    try:
+        spec = convert_to_openai_tool(tool)
+    except Exception as exc:  # noqa: BLE001 - pydantic and LangChain raise several kinds for a spec they cannot write
+        raise ConfigError(f"tool {tool.name!r}: its function spec for the model cannot be built ({exc})") from exc
+    return _schema_text(tool, spec)
+
+
 def tool_items(tools: Iterable[BaseTool], owner: str = "") -> list[RegistryItem]:
-    """Tools as registry rows; one name given twice is refused (see :func:`_require_unique`)."""
+    """Tools as registry rows; one name given twice is refused (see :func:`_require_unique`).
+
+    A row's body is the function spec bound to the model when the tool is chosen; its tokens
+    are still counted from the parameters (the router's cost feature, unchanged)."""
     tools = list(tools)
     _require_unique("tool", [t.name for t in tools])
     items = []
     for tool in tools:
         args = tool_args(tool)
         schema = _schema_text(tool, args)
+        spec = _bound_spec(tool)
         items.append(
             RegistryItem(
                 kind=CandidateKind.TOOL,
@@ -137,9 +156,10 @@ def tool_items(tools: Iterable[BaseTool], owner: str = "") -> list[RegistryItem]
                 owner=owner,
                 name=tool.name,
                 text=describe_tool(tool, args),
-                body=schema,
+                body=spec,
                 tokens=approx_tokens(tool.description) + max(1, len(schema) // 4),
                 source="tool",
+                metadata={BODY_DIGEST_KEY: body_digest(spec)},
             )
         )
     return items

@@ -3,11 +3,39 @@ view's "Download JSON" serves, so a reviewer and a script read the same thing.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from memabra._records import STOP_ID, CandidateKind, Episode, RewardBreakdown, ScoredCandidate, Selection, SlotDraw
+from memabra._records import (
+    STOP_ID,
+    Candidate,
+    CandidateKind,
+    Episode,
+    RewardBreakdown,
+    ScoredCandidate,
+    Selection,
+    SlotDraw,
+)
+from memabra.storage._injected_bodies import BODY_DIGEST_KEY, INJECTED_BODY_KEY
 
-__all__ = ["candidate_fields", "episode_document", "probability_shown", "reward_terms", "slot_fields"]
+__all__ = [
+    "NOT_KEPT",
+    "candidate_fields",
+    "episode_document",
+    "injected_fields",
+    "probability_shown",
+    "reward_terms",
+    "slot_fields",
+]
+
+NOT_KEPT = {
+    "not_logged": "not kept: logged before memabra kept injected bodies (schema revision 0017) or by an "
+    "older release, so the log names no body; the registry's row is today's, not necessarily this one",
+    "missing": "not kept: the log names this body's digest but holds no body under it (deleted by hand?)",
+    "not_read": "not read: the log names this body's digest, but the caller passed no bodies (get_episode, "
+    "export_decisions and export_final_decisions read them)",
+}
+"""Why a chosen skill's or tool's body is not shown, by the ``body_status`` that says so."""
 
 
 def candidate_fields(sc: ScoredCandidate) -> dict[str, Any]:
@@ -21,6 +49,43 @@ def candidate_fields(sc: ScoredCandidate) -> dict[str, Any]:
         "score": sc.score,
         "rank": sc.rank,
     }
+
+
+def injected_fields(sel: Selection, body_of: Callable[[Candidate], str | None] | None) -> list[dict[str, Any]]:
+    """What each chosen skill and tool put into the model's context, in slot order: a skill's
+    instructions, a tool's function spec, as the log kept them (``body_of`` finds the kept body of
+    a candidate that logged a digest; ``None``: the bodies were not read). ``body_status``:
+    ``kept``, or why ``body`` is ``None`` (:data:`NOT_KEPT` has the words)."""
+    out = []
+    for cand in sel.chosen:
+        if cand.kind is CandidateKind.MEMORY:  # a memory's text is the candidate's text, shown already
+            continue
+        digest = cand.metadata.get(BODY_DIGEST_KEY)
+        logged = isinstance(digest, str)
+        body = body_of(cand) if logged and body_of is not None else None
+        if body is not None:
+            status = "kept"
+        elif not logged:
+            status = "not_logged"
+        else:
+            status = "missing" if body_of is not None else "not_read"
+        entry: dict[str, Any] = {
+            "id": cand.id,
+            "kind": cand.kind.value,
+            "body_digest": digest if isinstance(digest, str) else None,
+            "body": body,
+            "body_status": status,
+        }
+        if body is None:
+            entry["note"] = NOT_KEPT[status]
+        out.append(entry)
+    return out
+
+
+def _body_read_back(cand: Candidate) -> str | None:
+    """The body ``get_episode`` read back for a chosen candidate (never logged in its metadata)."""
+    body = cand.metadata.get(INJECTED_BODY_KEY)
+    return body if isinstance(body, str) else None
 
 
 def slot_fields(d: SlotDraw) -> dict[str, Any]:
@@ -37,8 +102,9 @@ def slot_fields(d: SlotDraw) -> dict[str, Any]:
 
 
 def episode_document(ep: Episode) -> dict[str, Any]:
-    """What ``episodes show`` prints, as JSON: every decision with every candidate, the steps, the
-    feedback and the reward with its terms."""
+    """What ``episodes show`` prints, as JSON: every decision with every candidate and what its
+    chosen skills and tools injected (:func:`injected_fields`; ``ep`` as ``get_episode`` reads it),
+    the steps, the feedback and the reward with its terms."""
     decisions = []
     for sel in ep.selections:
         chosen_slot = {d.chosen_id: d for d in sel.slots}
@@ -61,6 +127,7 @@ def episode_document(ep: Episode) -> dict[str, Any]:
                 "seed": sel.seed,
                 "propensity": sel.propensity,
                 "candidates": candidates,
+                "injected": injected_fields(sel, _body_read_back),
                 "stopped": [
                     {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
                     for d in sel.slots

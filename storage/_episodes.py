@@ -22,6 +22,7 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import CandidateKind, Episode, Selection
 from memabra.storage import _convert as cv
 from memabra.storage import _suspended_turns
+from memabra.storage._injected_bodies import with_injected_bodies
 from memabra.storage._models import (
     Base,
     DecisionCandidateRow,
@@ -252,8 +253,10 @@ def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:
 
 
 def get_episode(tx: Transactions, episode_id: str) -> Episode:
+    """The episode as logged, each chosen skill and tool with the body it injected (see
+    :func:`~memabra.storage._injected_bodies.with_injected_bodies`)."""
     with tx.read() as s:
-        return load_episode(s, clean_text(episode_id))
+        return with_injected_bodies(s, load_episode(s, clean_text(episode_id)))
 
 
 def resolve_episode_id(tx: Transactions, ref: str) -> str:

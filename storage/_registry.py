@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, RegistryItem, UsageCounts, utcnow
 from memabra.storage import _convert as cv
+from memabra.storage._injected_bodies import store_bodies
 from memabra.storage._models import DecisionCandidateRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
@@ -28,7 +29,11 @@ def put_items(tx: Transactions, items_: Sequence[RegistryItem]) -> None:
     Every process of a release registers its skills and tools as it starts, so several put the
     same new row at once: each inserts it unless it is there (the first insert stands, the others
     wait for it on the key and replace its columns), rather than all but one failing their start
-    on the primary key."""
+    on the primary key.
+
+    Each skill's body and tool's schema is also kept in ``injected_bodies`` under its digest, in the
+    same transaction (:mod:`memabra.storage._injected_bodies`): the log keeps every release's, the
+    registry row only the latest."""
     if not items_:
         return
     rows = prepare(table_of(RegistryRow), [cv.registry_values(i) for i in items_])
@@ -38,6 +43,7 @@ def put_items(tx: Transactions, items_: Sequence[RegistryItem]) -> None:
     insert = pg_insert if tx.is_postgres else sqlite_insert
 
     def work(s: Session) -> None:
+        store_bodies(s, items_, is_postgres=tx.is_postgres)
         for values in rows:
             # RETURNING, not rowcount: psycopg reports -1 for an insert that did nothing
             inserted = s.execute(

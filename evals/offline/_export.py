@@ -8,6 +8,10 @@ One object per decision, in time order, self-describing (``"format": "memabra.de
 * the logging policy: ``policy``, ``policy_version``, ``seed``, ``latency_ms``;
 * ``candidates``: every candidate offered, chosen or not (the counterfactuals), with ``id``,
   ``kind``, ``text``, ``tokens``, ``score``, ``rank`` and the ``features`` the router saw;
+* ``injected``: what each chosen skill and tool put into the model's context, in slot order:
+  ``id``, ``kind``, ``body_digest``, ``body`` (a skill's instructions, a tool's function spec, as
+  the log kept them when the decision was made) and ``body_status`` (``kept``, or ``not_logged``
+  for a decision logged before schema revision 0017, with a ``note`` saying so);
 * ``slots``: each slot's draw in order, with its full distribution (``candidate_ids`` and
   ``probabilities``, the stop option as ``"__stop__"``), ``chosen_id`` and ``chosen_probability``;
   ``propensity`` is their product;
@@ -40,15 +44,16 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memabra._episode_document import candidate_fields, slot_fields
+from memabra._episode_document import candidate_fields, injected_fields, slot_fields
 from memabra._errors import InvalidRecordError
 from memabra._records import LoggedDecision, RewardBreakdown
 from memabra.storage._final_decisions import database_tag, iter_final_episodes, position_problem
+from memabra.storage._injected_bodies import BODY_DIGEST_KEY, chosen_digests, read_bodies
 from memabra.storage._learner_commit import START, ReadPosition
 
 if TYPE_CHECKING:
@@ -67,8 +72,10 @@ __all__ = [
 EXPORT_FORMAT = "memabra.decision/1"
 
 
-def decision_record(decision: LoggedDecision) -> dict[str, Any]:
-    """One logged decision as the JSON object :func:`export_decisions` writes."""
+def decision_record(decision: LoggedDecision, bodies: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One logged decision as the JSON object :func:`export_decisions` writes; ``bodies``: kept
+    skill bodies and tool specs by digest, those of its chosen skills and tools at least (the
+    export functions read them; without them each is marked ``not_read``)."""
     sel = decision.selection
     ctx = sel.context
     return {
@@ -90,6 +97,7 @@ def decision_record(decision: LoggedDecision) -> dict[str, Any]:
         "seed": sel.seed,
         "latency_ms": sel.latency_ms,
         "candidates": [{**candidate_fields(sc), "features": dict(sc.features)} for sc in sel.offered],
+        "injected": _injected(decision, bodies),
         "slots": [slot_fields(d) for d in sel.slots],
         "propensity": sel.propensity,
         "used_ids": None if decision.used_ids is None else sorted(decision.used_ids),
@@ -122,13 +130,44 @@ def export_decisions(
     ``final_only`` skips decisions whose reward is missing or not final yet. Returns how many were
     written; ``progress(written)`` is called every 1,000."""
     written = 0
+    bodies = _KeptBodies(log)
     for decision in log.iter_decisions(since=since, until=until, user_id=user_id):
         if final_only and not (decision.final and decision.reward is not None):
             continue
-        written = _write_line(out, decision_record(decision), written, progress)
+        written = _write_line(out, _with_bodies(decision_record(decision), decision, bodies), written, progress)
     if progress is not None:
         progress(written)
     return written
+
+
+def _injected(decision: LoggedDecision, bodies: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    if bodies is None:
+        return injected_fields(decision.selection, None)
+    return injected_fields(decision.selection, lambda cand: bodies.get(str(cand.metadata.get(BODY_DIGEST_KEY))))
+
+
+def _with_bodies(record: dict[str, Any], decision: LoggedDecision, bodies: _KeptBodies) -> dict[str, Any]:
+    """``record`` (from :func:`decision_record`) with what its chosen skills and tools injected."""
+    return {**record, "injected": _injected(decision, bodies.of(decision))}
+
+
+class _KeptBodies:
+    """The kept bodies an export's decisions name, each read once: a log has few (a release's
+    skills and tools), so they are held for the run while the decisions stream."""
+
+    def __init__(self, log: EpisodeLog) -> None:
+        self._log = log
+        self._known: dict[str, str] = {}
+        self._asked: set[str] = set()
+
+    def of(self, decision: LoggedDecision) -> Mapping[str, str]:
+        digests = set(chosen_digests(decision.selection).values())
+        new = digests - self._asked
+        if new:
+            with self._log.transactions.read() as s:
+                self._known.update(read_bodies(s, new))
+            self._asked |= new
+        return self._known
 
 
 def _write_line(out: TextIO, record: dict[str, Any], written: int, progress: Callable[[int], None] | None) -> int:
@@ -256,6 +295,7 @@ def export_final_decisions(
         raise InvalidRecordError("user_id must not be empty (leave it out for every user's decisions)")
     cursor = check_cursor(log, after or ExportCursor(), user_id=user_id)
     written = 0
+    bodies = _KeptBodies(log)
     # a cursor from inside an episode (a stream cut short) goes on with that episode's next decision
     inside = cursor.done is not None
     for episode in iter_final_episodes(log.transactions, cursor.position, inclusive=inside, user_id=user_id):
@@ -265,7 +305,8 @@ def export_final_decisions(
         last = len(episode.decisions)
         for n, decision in enumerate(episode.decisions[skip:], start=skip + 1):
             here = replace(cursor, done=None if n == last else n)
-            written = _write_line(out, {**decision_record(decision), "cursor": str(here)}, written, progress)
+            record = {**_with_bodies(decision_record(decision), decision, bodies), "cursor": str(here)}
+            written = _write_line(out, record, written, progress)
     if progress is not None:
         progress(written)
     return FinalExport(written, cursor)

@@ -1,0 +1,161 @@
+"""What a chosen skill or tool put into the model's context, kept for as long as the log is.
+
+The registry holds one row per skill or tool id, replaced by every release that edits it, so it
+knows only the latest release's skill body (the instructions injected when the skill is chosen)
+and tool schema (the function spec bound to the model). ``injected_bodies`` keeps every body any
+release registered, once each, under a digest of its text; each logged skill and tool candidate
+names the digest of the body it could inject (its metadata's :data:`BODY_DIGEST_KEY`), so an old
+decision is reviewed with the body it had, not today's.
+
+The digest is the first :data:`DIGEST_CHARS` hex characters (64 bits) of the SHA-256 of the body
+as stored: each logged candidate carries it, so it is kept short. 64 bits is safe here because
+the bodies are a deployment's own release content, not user input, and few (a release has tens;
+a million distinct bodies would collide with probability about 3e-8); and a collision could not
+go unseen: registering a body whose digest is already taken by another text is refused
+(:func:`store_bodies`), so a digest in the log names exactly one text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import String, Text, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from memabra._errors import InvalidRecordError
+from memabra._records import CandidateKind, Episode, RegistryItem, Selection, utcnow
+from memabra.storage._models import Base, UTCDateTime, table_of
+from memabra.storage._rows import clean_text
+
+__all__ = [
+    "BODY_DIGEST_KEY",
+    "DIGEST_CHARS",
+    "INJECTED_BODY_KEY",
+    "InjectedBodyRow",
+    "body_digest",
+    "chosen_digests",
+    "read_bodies",
+    "store_bodies",
+    "with_injected_bodies",
+]
+
+BODY_DIGEST_KEY = "body_digest"
+"""Metadata key of a skill or tool (registry item and logged candidate): the digest of its body."""
+INJECTED_BODY_KEY = "injected_body"
+"""Metadata key :func:`with_injected_bodies` gives a chosen skill or tool read back for review: the
+body its digest names. Never logged: it is looked up from ``injected_bodies`` when read."""
+DIGEST_CHARS = 16
+
+_BODIED_KINDS = (CandidateKind.SKILL, CandidateKind.TOOL)
+
+
+class InjectedBodyRow(Base):
+    """A skill body or tool schema some release registered (revision 0017): content-addressed,
+    written once, never changed; shared release content, not any user's data."""
+
+    __tablename__ = "injected_bodies"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+def body_digest(body: str) -> str:
+    """The digest a skill's body or a tool's schema is kept and logged under: of the text as the
+    log stores it (NUL bytes dropped, lone surrogates replaced), so anyone can check a stored body
+    against it (``sha256sum | cut -c1-16``)."""
+    return hashlib.sha256(clean_text(body).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+
+
+def _bodies_of(items: Iterable[RegistryItem]) -> dict[str, str]:
+    """Digest -> body of every skill and tool among ``items`` that has one; an item whose
+    metadata names another digest than its body's is refused before anything is written."""
+    out: dict[str, str] = {}
+    for item in items:
+        if item.kind not in _BODIED_KINDS or item.body is None:
+            continue
+        digest = body_digest(item.body)
+        named = item.metadata.get(BODY_DIGEST_KEY)
+        if named is not None and named != digest:
+            raise InvalidRecordError(
+                f"{item.id!r}: metadata {BODY_DIGEST_KEY}={named!r} is not its body's digest {digest!r} "
+                "(build skills and tools with skill_items()/tool_items(), or leave the key out)"
+            )
+        out[digest] = clean_text(item.body)
+    return out
+
+
+def store_bodies(s: Session, items: Iterable[RegistryItem], *, is_postgres: bool) -> None:
+    """Keep the bodies of ``items`` (inside the registry write's transaction): each is inserted
+    unless its digest is there already. A digest already taken by another text (a collision) is
+    refused, which rolls the registry write back with it."""
+    bodies = _bodies_of(items)
+    if not bodies:
+        return
+    table = table_of(InjectedBodyRow)
+    insert = pg_insert if is_postgres else sqlite_insert
+    now = utcnow()
+    for digest in sorted(bodies):  # one lock order for every writer
+        body = bodies[digest]
+        inserted = s.execute(
+            insert(table)
+            .values(digest=digest, body=body, first_seen_at=now)
+            .on_conflict_do_nothing(index_elements=["digest"])
+            .returning(table.c.digest)
+        ).first()
+        if inserted is not None:
+            continue
+        stored = s.scalar(select(table.c.body).where(table.c.digest == digest))
+        if stored != body:
+            raise InvalidRecordError(
+                f"two different skill bodies or tool schemas share the digest {digest!r}; nothing was registered "
+                "(report it: the digest would no longer name one text)"
+            )
+
+
+def read_bodies(s: Session, digests: Collection[str]) -> dict[str, str]:
+    """The stored bodies of ``digests`` (those the table lacks are left out)."""
+    if not digests:
+        return {}
+    table = table_of(InjectedBodyRow)
+    rows = s.execute(select(table.c.digest, table.c.body).where(table.c.digest.in_(sorted(set(digests))))).all()
+    return {digest: body for digest, body in rows}
+
+
+def chosen_digests(selection: Selection) -> dict[str, str]:
+    """Candidate id -> logged body digest of each chosen skill and tool that names one."""
+    out = {}
+    for cand in selection.chosen:
+        digest = cand.metadata.get(BODY_DIGEST_KEY)
+        if cand.kind in _BODIED_KINDS and isinstance(digest, str):
+            out[cand.id] = digest
+    return out
+
+
+def with_injected_bodies(s: Session, episode: Episode) -> Episode:
+    """``episode`` with each chosen skill and tool that logged a digest carrying the body it named
+    (metadata :data:`INJECTED_BODY_KEY`), for review; unchanged (no query) when none did."""
+    wanted = {cid: d for sel in episode.selections for cid, d in chosen_digests(sel).items()}
+    if not wanted:
+        return episode
+    bodies = read_bodies(s, set(wanted.values()))
+    if not bodies:
+        return episode
+    return replace(episode, selections=tuple(_with_bodies(sel, bodies) for sel in episode.selections))
+
+
+def _with_bodies(selection: Selection, bodies: Mapping[str, str]) -> Selection:
+    digests = chosen_digests(selection)
+    offered = []
+    for sc in selection.offered:
+        body = bodies.get(digests.get(sc.candidate.id, ""))
+        if body is not None:
+            metadata = {**sc.candidate.metadata, INJECTED_BODY_KEY: body}
+            sc = replace(sc, candidate=replace(sc.candidate, metadata=metadata))
+        offered.append(sc)
+    return replace(selection, offered=tuple(offered))
