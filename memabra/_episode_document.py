@@ -20,6 +20,7 @@ from memabra.storage._injected_bodies import BODY_DIGEST_KEY, INJECTED_BODY_KEY
 
 __all__ = [
     "NOT_KEPT",
+    "body_read_back",
     "candidate_fields",
     "episode_document",
     "injected_fields",
@@ -82,7 +83,7 @@ def injected_fields(sel: Selection, body_of: Callable[[Candidate], str | None] |
     return out
 
 
-def _body_read_back(cand: Candidate) -> str | None:
+def body_read_back(cand: Candidate) -> str | None:
     """The body ``get_episode`` read back for a chosen candidate (never logged in its metadata)."""
     body = cand.metadata.get(INJECTED_BODY_KEY)
     return body if isinstance(body, str) else None
@@ -127,7 +128,7 @@ def episode_document(ep: Episode) -> dict[str, Any]:
                 "seed": sel.seed,
                 "propensity": sel.propensity,
                 "candidates": candidates,
-                "injected": injected_fields(sel, _body_read_back),
+                "injected": injected_fields(sel, body_read_back),
                 "stopped": [
                     {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
                     for d in sel.slots

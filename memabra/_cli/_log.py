@@ -20,7 +20,13 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra._config import load_reward_config, parse_weights
-from memabra._episode_document import episode_document, probability_shown, reward_terms
+from memabra._episode_document import (
+    body_read_back,
+    episode_document,
+    injected_fields,
+    probability_shown,
+    reward_terms,
+)
 from memabra._feedback import RewardService, retotal_rewards, same_feedback
 from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
 from memabra.storage import (
@@ -160,6 +166,7 @@ def _print_episode(ep: Episode) -> None:
     console.print(plain(f"answer: {ep.answer or '-'}"), highlight=False)
     for sel in ep.selections:
         console.print(_decision_table(sel))
+        _print_injected(sel)
         stops = [d for d in sel.slots if d.chosen_id == STOP_ID]
         if stops:
             console.print(
@@ -189,6 +196,8 @@ def _print_episode(ep: Episode) -> None:
 
 
 _TEXT_WIDTH = 80
+# a skill's instructions or a tool's spec on one line: enough to tell versions apart
+_BODY_WIDTH = 200
 
 # How many unfinalisable episodes `rewards finalize` counts exactly before saying "more than".
 _LEFT_OPEN_SHOWN = 1000
@@ -197,6 +206,18 @@ _LEFT_OPEN_SHOWN = 1000
 def _clip(text: str, width: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _print_injected(sel: Selection) -> None:
+    """What the chosen skills and tools put into the model's context, as the log kept it then
+    (clipped here; whole in --json)."""
+    for entry in injected_fields(sel, body_read_back):
+        head = f"injected {entry['kind']} {entry['id']}"
+        if entry["body"] is None:
+            console.print(plain(f"{head}: {entry['note']}"), highlight=False)
+        else:
+            body = _clip(entry["body"], _BODY_WIDTH)
+            console.print(plain(f"{head} (body {entry['body_digest']}): {body}"), highlight=False)
 
 
 def _decision_table(sel: Selection) -> Table:

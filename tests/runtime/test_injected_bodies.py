@@ -286,3 +286,18 @@ def test_an_episode_read_back_and_logged_again_stores_no_body_in_its_rows(log: E
     with log.transactions.read() as s:
         stored = s.scalars(select(DecisionCandidateRow.metadata_)).all()
     assert stored and not any(INJECTED_BODY_KEY in (m or {}) for m in stored)
+
+
+def test_episodes_show_prints_what_the_chosen_skills_and_tools_injected_then(
+    log: EpisodeLog, migrated_url: str, lexical: Similarity
+) -> None:
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    before, _ = _before_and_after(log, lexical)
+    shown = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["episodes", "show", before, "--db", migrated_url])
+    assert shown.exit_code == 0, shown.output
+    lines = [line for line in shown.output.splitlines() if line.startswith("injected skill skill:tone")]
+    assert len(lines) == 1 and " ".join(TONE_V1.body.split())[:60] in lines[0]
+    assert " ".join(TONE_V2.body.split())[:60] not in shown.output
