@@ -152,6 +152,7 @@ def status_families(
             [((("cause", cause),), count) for cause, count in state.failed_turns.items()],
         ),
         _one("memabra_failed_turns_window_seconds", "How far back memabra_failed_turns counts", _s(_window(state))),
+        *_reward_window_families(state),
         _one(
             "memabra_deletions_unfinished",
             "Deletion runs with no finish recorded (running, or died part way)",
@@ -219,6 +220,74 @@ def _policy_families(state: LogStatus) -> list[MetricFamily]:
             "memabra_policy_active_snapshot_age_seconds",
             "Time since the policy's active snapshot was saved (no series: none is active)",
             each((p.policy, None if p.active_since is None else _age(now, p.active_since)) for p in rows),
+        ),
+    ]
+
+
+# The per-snapshot figures of LogStatus.reward_window, in SnapshotRewards' order: name and help
+# ({window}: the window's length).
+_REWARD_WINDOW_FIGURES = (
+    (
+        "memabra_policy_window_rewards",
+        "Rewards that became final in the last {window} (memabra_policy_window_seconds), per policy and snapshot served",
+    ),
+    ("memabra_policy_window_reward_mean", "Mean total of the rewards final in the last {window}"),
+    (
+        "memabra_policy_window_reward_stddev",
+        "Standard deviation (sample; 0 for one reward) of the totals of the rewards final in the last {window}",
+    ),
+    ("memabra_policy_window_success_mean", "Mean success component S of the rewards final in the last {window}"),
+    (
+        "memabra_policy_window_corrected_ratio",
+        "Share of the rewards final in the last {window} with a correction (C > 0)",
+    ),
+    (
+        "memabra_policy_window_missed_ratio",
+        "Share of the rewards final in the last {window} that left out more relevant candidates of a kind "
+        "than chosen ones helped (some H_k < 0)",
+    ),
+    (
+        "memabra_policy_window_tool_error_ratio",
+        "Share of the rewards final in the last {window} with a tool error (E > 0)",
+    ),
+)
+
+
+def _reward_window_families(state: LogStatus) -> list[MetricFamily]:
+    """Per policy and snapshot served, the rewards of the window: a series only for a snapshot
+    with rewards in it (their number bounds the series), and each policy's active and previous
+    snapshot by name, so a rule compares the two."""
+    window = timedelta(0) if state.rewards_since is None else state.checked_at - state.rewards_since
+    samples: list[list[tuple[Labels, float]]] = [[] for _ in _REWARD_WINDOW_FIGURES]
+    for w in state.reward_window:
+        labels: Labels = (("policy", w.policy), ("version", w.version))
+        figures = (
+            w.rewards,
+            w.mean_reward,
+            w.reward_stddev,
+            w.mean_success,
+            w.corrected_share,
+            w.missed_share,
+            w.tool_error_share,
+        )
+        for into, value in zip(samples, figures, strict=True):
+            into.append((labels, value))
+    roles = [
+        ((("policy", p.policy), ("version", version), ("role", role)), 1)
+        for p in state.policies
+        for role, version in (("active", p.active_version), ("previous", p.previous_version))
+        if version is not None
+    ]
+    return [
+        *(
+            _family(name, about.format(window=format_age(window)), figure_samples)
+            for (name, about), figure_samples in zip(_REWARD_WINDOW_FIGURES, samples, strict=True)
+        ),
+        _one("memabra_policy_window_seconds", "How far back the memabra_policy_window_* figures read", _s(window)),
+        _family(
+            "memabra_policy_snapshot",
+            "1 for each policy's active snapshot and the previous one (what a rollback re-activates), by role",
+            roles,
         ),
     ]
 

@@ -57,7 +57,7 @@ from memabra.storage._retotal import Retotalled
 from memabra.storage._rows import clean_text
 from memabra.storage._snapshot_audit import MAX_AUDIT_TEXT, Promotion, SnapshotAudit, StatusChange, status_history
 from memabra.storage._snapshots import PruneResult
-from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus
+from memabra.storage._status import LogStatus, OpenTransaction, PolicyStatus, SnapshotRewards
 from memabra.storage._suspended_turns import (
     PAUSES_KEY,
     RUNNING_TURN_LIMIT,
@@ -119,6 +119,7 @@ __all__ = [
     "SnapshotAudit",
     "SnapshotIndex",
     "SnapshotInfo",
+    "SnapshotRewards",
     "StatusChange",
     "SuspendedTurn",
     "Transactions",

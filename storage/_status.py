@@ -15,6 +15,10 @@ erasure) killed part way, whose audit entry stays unfinished (``unfinished_delet
 turns an ``interrupt`` paused wait in the log for someone to resume them (``paused_turns``), while
 turns whose process died mid-turn wait to be retried or logged as failed (``lost_turns``).
 
+What the router earns is no health check either, but an operator promoting a snapshot (or a learner
+publishing one) wants to see it: ``reward_window`` sums, per policy and snapshot served, the
+rewards that became final in the last :data:`REWARD_WINDOW` (:class:`SnapshotRewards`).
+
 Turns that failed are no loss (each is logged, its reward learned), but a burst of them is an
 outage somewhere else: ``failed_turns`` counts, per cause, the turns logged as failed in the last
 :data:`FAILED_TURNS_WINDOW` (a provider down shows as ``model_error``, users pressing stop as
@@ -26,12 +30,13 @@ Everything is a read; nothing here changes the log.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
-from sqlalchemy import Engine, and_, func, literal, or_, select, text
+from sqlalchemy import ColumnElement, Engine, and_, case, func, literal, or_, select, text
 from sqlalchemy.orm import Session
 
 from memabra._records import utcnow
@@ -41,17 +46,22 @@ from memabra.storage._failures import FAILED_TURN_SOURCE, FAILURE_CAUSES, failur
 from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
-from memabra.storage._models import EpisodeRow, FeedbackRow, PolicySnapshotRow, RewardRow
+from memabra.storage._models import DecisionRow, EpisodeRow, FeedbackRow, PolicySnapshotRow, RewardRow
+from memabra.storage._policy_versions import SnapshotIndex
+from memabra.storage._snapshots import rollback_version
 from memabra.storage._suspended_turns import kept_turn_counts
 
 __all__ = [
     "FAILED_TURNS_WINDOW",
     "OTHER_CAUSE",
+    "REWARD_WINDOW",
     "LogStatus",
     "OpenTransaction",
     "PolicyStatus",
+    "SnapshotRewards",
     "failed_turn_counts",
     "log_status",
+    "reward_window",
 ]
 
 FAILED_TURNS_WINDOW = timedelta(hours=1)
@@ -60,6 +70,11 @@ in it (an index range on the episodes' time), however long the log. An hour: lon
 scrape every minute or a textfile cron every few minutes misses no burst and a steady trickle
 shows, short enough that an outage stands out against the day's traffic and the count falls back
 to 0 (its alert resolves) an hour after the outage ends."""
+
+REWARD_WINDOW = timedelta(hours=1)
+"""How far back ``reward_window`` reads final rewards, for the reasons of
+:data:`FAILED_TURNS_WINDOW`: the read is an index range on the episodes' ``finalized_at``, bounded
+by the rewards that became final in the window, however long the log."""
 
 OTHER_CAUSE = "other"
 """The cause ``failed_turns`` counts a failed turn under when its comment names none of
@@ -91,6 +106,31 @@ class PolicyStatus:
     backlog: int
     backlog_since: datetime | None
     held_back: int
+    # what a rollback of the active snapshot re-activates: the snapshot it replaced (else its parent)
+    previous_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRewards:
+    """The rewards that became final in the window for the turns one snapshot of ``policy`` routed.
+
+    ``version`` is the snapshot the first decision's logged version grew from (``snapshot_group``:
+    an online update ``V+7`` counts for snapshot ``V``; a version that grew from no snapshot for its
+    configuration), so there is one entry per snapshot, not per online update. ``mean_reward`` and
+    ``reward_stddev`` (sample, 0 for one reward) are of the totals; ``mean_success`` of S; the
+    shares are of the rewards: ``corrected_share`` with C > 0 (a correction, a wrong-tool verdict,
+    a retracted memory, a repeated question), ``missed_share`` with some H_k < 0 (more relevant
+    candidates of a kind left out than chosen ones helped), ``tool_error_share`` with E > 0."""
+
+    policy: str
+    version: str
+    rewards: int
+    mean_reward: float
+    reward_stddev: float
+    mean_success: float
+    corrected_share: float
+    missed_share: float
+    tool_error_share: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +179,10 @@ class LogStatus:
     # ``checked_at``), by cause: every one of FAILURE_CAUSES and OTHER_CAUSE, 0 when none
     failed_turns: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(_no_failed_turns()))
     failed_since: datetime | None = None
+    # per policy and snapshot, the rewards final at or after ``rewards_since`` (REWARD_WINDOW
+    # before ``checked_at``): only snapshots with such rewards, by policy then version
+    reward_window: tuple[SnapshotRewards, ...] = ()
+    rewards_since: datetime | None = None
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
@@ -173,25 +217,19 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         ).one()
         learner_policies = set(s.scalars(select(LearnerStateRow.policy)))
         snapshot_policies = set(s.scalars(select(PolicySnapshotRow.policy).distinct()))
-        # the newest active snapshot of each policy, as LearnerStore.active_version reads it
-        active = {
-            policy: (version, created)
-            for policy, version, created in s.execute(
-                select(PolicySnapshotRow.policy, PolicySnapshotRow.version, PolicySnapshotRow.created_at)
-                .where(PolicySnapshotRow.status == "active")
-                .order_by(PolicySnapshotRow.created_at)
-            )
-        }
+        active = _active_snapshots(s)
         oldest = _oldest_transaction(s) if postgres else None
         unfinished = unfinished_deletions(s)
         kept = kept_turn_counts(s, now)
         failed_since = now - FAILED_TURNS_WINDOW
         failed = failed_turn_counts(s, failed_since)
+        rewards_since = now - REWARD_WINDOW
+        rewards = reward_window(s, rewards_since, now)
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
         backlog, since, held_back = _backlog(engine, checkpoint, postgres)
-        active_version, active_since = active.get(policy, (None, None))
+        active_version, active_since, previous_version = active.get(policy, (None, None, None))
         policies.append(
             PolicyStatus(
                 policy=policy,
@@ -202,6 +240,7 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
                 backlog=backlog,
                 backlog_since=since,
                 held_back=held_back,
+                previous_version=previous_version,
             )
         )
     return LogStatus(
@@ -224,7 +263,29 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         lost_since=kept.lost_since,
         failed_turns=failed,
         failed_since=failed_since,
+        reward_window=rewards,
+        rewards_since=rewards_since,
     )
+
+
+def _active_snapshots(s: Session) -> dict[str, tuple[str, datetime, str | None]]:
+    """Each policy's newest active snapshot (as LearnerStore.active_version reads it): its version,
+    when it was saved, and what a rollback of it re-activates (``rollback_version``)."""
+    snap = PolicySnapshotRow
+    rows = s.execute(
+        select(snap.policy, snap.version, snap.created_at, snap.previous_active, snap.parent)
+        .where(snap.status == "active")
+        .order_by(snap.created_at)
+    ).all()
+    named = {v for r in rows for v in (r.previous_active, r.parent) if v is not None}
+    policy_of: dict[str, str] = {}
+    if named:
+        found = s.execute(select(snap.version, snap.policy).where(snap.version.in_(named)))
+        policy_of.update((version, policy) for version, policy in found)
+    return {
+        r.policy: (r.version, r.created_at, rollback_version(r.previous_active, r.parent, r.policy, policy_of.get))
+        for r in rows
+    }
 
 
 def failed_turn_counts(s: Session, since: datetime) -> Mapping[str, int]:
@@ -251,6 +312,59 @@ def failed_turn_counts(s: Session, since: datetime) -> Mapping[str, int]:
     for comment_head, count in found:
         counts[failure_cause(comment_head) or OTHER_CAUSE] += int(count)
     return MappingProxyType(counts)
+
+
+def reward_window(s: Session, since: datetime, until: datetime) -> tuple[SnapshotRewards, ...]:
+    """The rewards that became final from ``since`` to ``until``, per policy and snapshot served
+    (:class:`SnapshotRewards`), by policy then version.
+
+    Bounded by the episodes' ``finalized_at``, which has an index (set with the final reward):
+    each episode's reward by its key and its first decision (whose version the episode carries)
+    through the decisions' ``episode_id`` index. The database sums per logged version (few in an
+    hour) and the snapshot index folds the versions into their snapshots."""
+    e, r, d = EpisodeRow, RewardRow, DecisionRow
+
+    def counted(condition: ColumnElement[bool]) -> ColumnElement[int]:
+        return func.sum(case((condition, 1), else_=0))
+
+    found = s.execute(
+        select(
+            d.policy,
+            d.policy_version,
+            func.count(),
+            func.sum(r.total),
+            func.sum(r.total * r.total),
+            func.sum(r.s),
+            counted(r.c > 0),
+            counted(or_(r.hm < 0, r.hs < 0, r.ht < 0)),
+            counted(r.e > 0),
+        )
+        .select_from(e)
+        .join(r, r.episode_id == e.id)
+        .join(d, and_(d.episode_id == e.id, d.seq == 0))
+        # no test of rewards.final: both writers set finalized_at exactly with the final reward,
+        # and with one SQLite reads every final reward through its (final, learned_at) index
+        .where(e.finalized_at >= since, e.finalized_at <= until)
+        .group_by(d.policy, d.policy_version)
+    ).all()
+    if not found:
+        return ()
+    index = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all())
+    sums: dict[tuple[str, str], list[float]] = {}
+    for policy, version, *figures in found:
+        into = sums.setdefault((str(policy), index.group(str(version))), [0.0] * len(figures))
+        for i, figure in enumerate(figures):
+            into[i] += float(figure or 0)
+    return tuple(_snapshot_rewards(policy, version, *figures) for (policy, version), figures in sorted(sums.items()))
+
+
+def _snapshot_rewards(
+    policy: str, version: str, n: float, total: float, squares: float, *sums: float
+) -> SnapshotRewards:
+    mean = total / n
+    variance = max(0.0, (squares - n * mean * mean) / (n - 1)) if n > 1 else 0.0
+    success, corrected, missed, tool_errors = (value / n for value in sums)
+    return SnapshotRewards(policy, version, int(n), mean, math.sqrt(variance), success, corrected, missed, tool_errors)
 
 
 def _backlog(engine: Engine, checkpoint: LearnerCheckpoint | None, postgres: bool) -> tuple[int, datetime | None, int]:

@@ -95,7 +95,8 @@ def status(
     ] = None,
 ) -> None:
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
-    serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet.
+    serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet;
+    per snapshot served, what the rewards that became final in the last hour came to.
     Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back),
     1 when the check could not run (--json then holds "healthy": false and the "error",
     --prometheus memabra_status_up 0)."""
@@ -283,11 +284,59 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
         console.print(table)
     else:
         console.print("no policy has a snapshot or a learner checkpoint yet")
+    _print_reward_window(state)
     if problems:
         for problem in problems:
             err_console.print(Text(f"✗ {problem.check}: {problem.message}"), highlight=False)
     else:
         console.print(Text(f"✓ no reward has waited longer than {format_age(limit)}"), highlight=False)
+
+
+_WINDOW_COLUMNS = (
+    "policy",
+    "snapshot",
+    "rewards",
+    "mean reward",
+    "sd",
+    "success",
+    "corrected",
+    "missed",
+    "tool errors",
+)
+
+
+def _print_reward_window(state: LogStatus) -> None:
+    """Per policy and snapshot served, the rewards that became final in the window: each policy's
+    active snapshot first, then the previous one (what a rollback re-activates), then the rest."""
+    if state.rewards_since is None:
+        return
+    window = format_age(state.checked_at - state.rewards_since)
+    if not state.reward_window:
+        console.print(Text(f"no reward became final in the last {window}"), highlight=False)
+        return
+    roles = {(p.policy, p.active_version): "active" for p in state.policies}
+    roles.update({(p.policy, p.previous_version): "previous" for p in state.policies})
+    order = {"active": 0, "previous": 1}
+    rows = sorted(
+        state.reward_window, key=lambda w: (w.policy, order.get(roles.get((w.policy, w.version), ""), 2), -w.rewards)
+    )
+    table = Table(title=f"rewards final in the last {window}, per snapshot served", title_justify="left")
+    for column in _WINDOW_COLUMNS:
+        table.add_column(column, justify="left" if column in ("policy", "snapshot") else "right")
+    for w in rows:
+        role = roles.get((w.policy, w.version))
+        table.add_row(
+            Text(w.policy),
+            Text(w.version + (f" ({role})" if role else "")),
+            f"{w.rewards:,}",
+            f"{w.mean_reward:+.3f}",
+            f"{w.reward_stddev:.3f}",
+            f"{w.mean_success:.2f}",
+            f"{w.corrected_share:.1%}",
+            f"{w.missed_share:.1%}",
+            f"{w.tool_error_share:.1%}",
+        )
+    console.print(table)
 
 
 def _backlog(p: PolicyStatus, now: datetime) -> str:
