@@ -236,6 +236,9 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> No
             cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        # SQLite's own lower() folds ASCII only: a search for "москве" or "münchen" would miss
+        # "Москве" and "MÜNCHEN" (PostgreSQL's folds by the database's locale)
+        dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
@@ -243,6 +246,10 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> No
         # the read-to-write upgrade; reads stay deferred and, in WAL mode, never wait.
         immediate = connection.get_execution_options().get("memabra_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _unicode_lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
 
 
 def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:

@@ -275,3 +275,27 @@ def test_a_chinese_fact_the_model_extracts_is_kept_in_chinese_and_recalled_by_a_
     episode = log.get_episode(out["memabra_episode_id"])
     assert episode.selections[0].chosen_ids[0] == dog.id
     assert episode.used_ids is not None and dog.id in episode.used_ids
+
+
+def test_searches_find_text_in_another_case_in_any_script(memory_log) -> None:  # type: ignore[no-untyped-def]
+    from memabra.storage import AdminMemories, EpisodeFilter
+
+    memory, log = memory_log
+    from memabra import SQLMemory
+
+    if not isinstance(memory, SQLMemory):  # a LangGraph store's memories are not in the log's registry
+        pytest.skip("the admin's memory search reads the SQL registry")
+    memory.remember("max", "Ich wohne in MÜNCHEN")
+    memory.remember("max", "Я живу в Москве")
+    page = AdminMemories(log).memories("max", search="münchen")
+    assert [m.text for m in page.items] == ["Ich wohne in MÜNCHEN"]
+    assert [m.text for m in AdminMemories(log).memories("max", search="москве").items] == ["Я живу в Москве"]
+    model = ScriptedChatModel(replies=[AIMessage("Hallo.")])
+    agent = create_memabra_agent(model, memory=memory, db=log, router=HybridRouter(similarity=Similarity(encoder=None)))
+    agent.invoke(
+        {"messages": [HumanMessage("Wie ist das Wetter in MÜNCHEN?")]},
+        {"configurable": {"thread_id": "t"}},
+        context={"user_id": "max"},
+    )
+    found = log.list_episodes(EpisodeFilter(query_contains="münchen"), limit=5).items
+    assert [e.query for e in found] == ["Wie ist das Wetter in MÜNCHEN?"]
