@@ -35,8 +35,10 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 # Han (with its extensions and compatibility block), hiragana, katakana and Hangul: scripts written
 # without spaces between words (Korean has spaces, but its particles stick to the noun: "서울에").
+# Also the marks written inside a Han run though their block is punctuation: the iteration marks
+# 々 and 〻 ("人々", "時々"), 〆 and the ideographic zero 〇 ("二〇二四年").
 _CJK_RANGES = (
-    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\u1100-\u11ff\u3005-\u3007\u303b\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f"
 )
 CJK_CHARACTER = re.compile(f"[{_CJK_RANGES}]")

@@ -30,10 +30,12 @@ depends_on = None
 BREAKS_OLDER_CODE = False
 
 _CJK = re.compile(
-    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "[\u1100-\u11ff\u3005-\u3007\u303b\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]"
 )
 _BATCH = 1000
+# rows read per round trip of the streamed read: a few megabytes of text at a time
+_READ_BATCH = 20_000
 
 _registry = sa.table(
     "registry",
@@ -54,21 +56,26 @@ def _count(text: str) -> int:
 
 def upgrade() -> None:
     bind = op.get_bind()
+    # streamed (a server-side cursor on PostgreSQL): a registry of millions of memories is read in
+    # batches, not fetched whole into this process; only the rows to recount are kept
     rows = bind.execute(
-        sa.select(_registry.c.owner, _registry.c.id, _registry.c.text, _registry.c.tokens).where(
-            _registry.c.kind == "memory"
-        )
+        sa.select(_registry.c.owner, _registry.c.id, _registry.c.text, _registry.c.tokens)
+        .where(_registry.c.kind == "memory")
+        .execution_options(stream_results=True, yield_per=_READ_BATCH)
     )
     recounted = []
     for owner, item_id, text, tokens in rows:
         if text and _CJK.search(text) and _count(text) != tokens:
-            recounted.append({"o": owner, "i": item_id, "t": _count(text)})
+            recounted.append({"o": owner, "i": item_id, "old": text, "t": _count(text)})
     update = (
         sa.update(_registry)
         .where(
             _registry.c.kind == "memory",
             _registry.c.owner == sa.bindparam("o"),
             _registry.c.id == sa.bindparam("i"),
+            # only the text counted: a pod still serving may rewrite a memory (and its count)
+            # between this read and this write
+            _registry.c.text == sa.bindparam("old"),
         )
         .values(tokens=sa.bindparam("t"))
     )
