@@ -30,8 +30,9 @@ __all__ = [
 ]
 
 NOT_KEPT = {
-    "not_logged": "not kept: logged before memabra kept injected bodies (schema revision 0017) or by an "
-    "older release, so the log names no body; the registry's row is today's, not necessarily this one",
+    "not_logged": "not kept: logged before memabra kept injected bodies (schema revision 0017), by an "
+    "older release, or for an item registered without skill_items()/tool_items(), so the log names no "
+    "body; the registry's row is today's, not necessarily this one",
     "missing": "not kept: the log names this body's digest but holds no body under it (deleted by hand?)",
     "not_read": "not read: the log names this body's digest, but the caller passed no bodies (get_episode, "
     "export_decisions and export_final_decisions read them)",

@@ -33,6 +33,8 @@ def approx_tokens(text: str) -> int:
     Chinese is one whitespace word)."""
     if not text.strip():
         return 0
+    if not text.isascii():
+        text = fold(text)  # half-width katakana ("ｶﾞｲﾄﾞ") count as the full-width characters they are
     cjk = len(CJK_CHARACTER.findall(text))
     if cjk:
         text = CJK_CHARACTER.sub(" ", text)

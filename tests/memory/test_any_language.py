@@ -299,3 +299,7 @@ def test_searches_find_text_in_another_case_in_any_script(memory_log) -> None:  
     )
     found = log.list_episodes(EpisodeFilter(query_contains="münchen"), limit=5).items
     assert [e.query for e in found] == ["Wie ist das Wetter in MÜNCHEN?"]
+
+
+def test_half_width_katakana_cost_what_full_width_does() -> None:
+    assert approx_tokens("ｶﾞｲﾄﾞを読む") == approx_tokens("ガイドを読む") == 6
