@@ -47,7 +47,7 @@ from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, Lea
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
 from memabra.storage._models import DecisionRow, EpisodeRow, FeedbackRow, PolicySnapshotRow, RewardRow
-from memabra.storage._policy_versions import SnapshotIndex
+from memabra.storage._policy_versions import snapshot_index_for
 from memabra.storage._snapshots import rollback_version
 from memabra.storage._suspended_turns import kept_turn_counts
 
@@ -321,7 +321,8 @@ def reward_window(s: Session, since: datetime, until: datetime) -> tuple[Snapsho
     Bounded by the episodes' ``finalized_at``, which has an index (set with the final reward):
     each episode's reward by its key and its first decision (whose version the episode carries)
     through the decisions' ``episode_id`` index. The database sums per logged version (few in an
-    hour) and the snapshot index folds the versions into their snapshots."""
+    hour) and the snapshot index folds the versions into their snapshots, reading only the
+    snapshots those versions can fold into (:func:`snapshot_index_for`)."""
     e, r, d = EpisodeRow, RewardRow, DecisionRow
 
     def counted(condition: ColumnElement[bool]) -> ColumnElement[int]:
@@ -349,7 +350,7 @@ def reward_window(s: Session, since: datetime, until: datetime) -> tuple[Snapsho
     ).all()
     if not found:
         return ()
-    index = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all())
+    index = snapshot_index_for(s, {str(version) for _policy, version, *_figures in found})
     sums: dict[tuple[str, str], list[float]] = {}
     for policy, version, *figures in found:
         into = sums.setdefault((str(policy), index.group(str(version))), [0.0] * len(figures))
