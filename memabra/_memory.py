@@ -125,6 +125,16 @@ class MemoryBackend(ABC):
         """``(id, text)`` of the user's active memories (backends may answer this cheaper)."""
         return [(i.id, i.text) for i in self.items(user_id)]
 
+    def _known_texts(self, user_id: str) -> builtins.list[str]:
+        """Every text the user's memories have or had (retired ones, the text before an update or
+        a cut): what an import skips restating. Backends answer it in one read."""
+        texts = []
+        for record in self.records(user_id, include_retired=True):
+            texts.append(record.text)
+            for change in self.history(user_id, record.id):
+                texts += [t for t in (change.old_text, change.new_text) if t]
+        return texts
+
     def _read_active(self, user_id: str) -> ActiveRead:
         """The read a write decides on; it is handed to ``_fresh_id`` and ``_settle``."""
         return ActiveRead(user_id, tuple(self._active_pairs(user_id)))
@@ -191,8 +201,10 @@ class MemoryBackend(ABC):
     def remember_many(
         self, user_id: str, texts: Iterable[str], *, source: str = "import", at: datetime | None = None
     ) -> builtins.list[RegistryItem]:
-        """``remember`` for many facts at once (an import): restatements of stored or earlier
-        facts are skipped; facts that supersede a stored one go through ``remember`` one by one."""
+        """``remember`` for many facts at once (an import): restatements of stored memories
+        (retired ones too) or of earlier facts are skipped, so the same import run again adds and
+        retires nothing; facts that supersede a stored one go through ``remember`` one by one.
+        Every text is checked before the first write (an error names the fact's position)."""
         with self._writing(user_id):
             return write.remember_many(self, user_id, texts, source=source, at=at)
 

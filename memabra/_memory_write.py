@@ -22,6 +22,7 @@ from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem
 from memabra._restatement import RestatementIndex, is_restatement
 from memabra._text import approx_tokens
+from memabra.storage._rows import clean_text
 
 if TYPE_CHECKING:
     from memabra._memory import MemoryBackend
@@ -113,9 +114,13 @@ def remember_many(
 ) -> builtins.list[RegistryItem]:
     """:meth:`MemoryBackend.remember_many`, under the backend's ``_writing`` turn."""
     now = at or backend.clock()
-    facts = [clean(t) for t in texts]
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    facts = _cleaned_all(texts)  # every fact checked before the first write
     read = backend._read_active(user_id)
-    seen = RestatementIndex(text for _, text in read.pairs)
+    # Retired memories count as known: an import run again (after it was killed, or by mistake)
+    # must not bring back a fact that a later line of the same file superseded the first time.
+    seen = RestatementIndex(backend._known_texts(user_id))
     plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
     out: builtins.list[RegistryItem] = []
     subjects: set[str] = set().union(*(fact_subjects(text) for _, text in read.pairs))
@@ -139,11 +144,23 @@ def remember_many(
     return out
 
 
+def _cleaned_all(texts: Iterable[str]) -> builtins.list[str]:
+    facts = []
+    for n, text in enumerate(texts, start=1):
+        try:
+            facts.append(clean(text))
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"fact {n} of the import: {exc}; nothing was written") from None
+    return facts
+
+
 def clean(text: str) -> str:
-    """``text`` as a memory's fact: the complaint cut off, trailing punctuation trimmed."""
+    """``text`` as a memory's fact: the complaint cut off, trailing punctuation trimmed, NUL bytes
+    dropped and lone surrogates replaced, as the SQL log stores any text (PostgreSQL refuses both,
+    in a table and in a LangGraph store's JSON alike)."""
     if not isinstance(text, str):
         raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
+    fact = strip_complaint(clean_text(text).strip()).rstrip(".!; ").strip()
     if not fact:
         raise InvalidRecordError("a memory needs non-empty text")
     return fact

@@ -40,6 +40,9 @@ class SQLMemory(MemoryBackend):
     def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
         return self._registry.active_texts(user_id)
 
+    def _known_texts(self, user_id: str) -> list[str]:
+        return self._registry.known_texts(user_id)
+
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
         return self._registry.records(user_id, include_retired=include_retired)
 

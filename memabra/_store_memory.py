@@ -258,6 +258,14 @@ class StoreMemory(MemoryBackend):
             keys=frozenset(i.id for i, _ in raw),
         )
 
+    def _known_texts(self, user_id: str) -> list[str]:
+        # the user's items (retired ones too) and one read of their history namespace: every text
+        # a memory had, without a search per memory
+        hns = self._history_ns(user_id)
+        past = [it.value for it in self._all(hns) if tuple(it.namespace) == hns and isinstance(it.value, Mapping)]
+        texts = [text for v in past for text in (v.get("old_text"), v.get("new_text")) if isinstance(text, str)]
+        return texts + [item.text for item, _ in self._raw(user_id)]
+
     def _fresh_id(self, read: ActiveRead, fact: str) -> str:
         # One fact stored by two processes at once lands on one item; stated again after its memory
         # was retired, it takes the next key and leaves the retired memory as it was.

@@ -102,6 +102,16 @@ class MemoryRegistry:
         with self._engine.connect() as conn:
             return [(str(i), str(t)) for i, t in conn.execute(_ACTIVE_TEXTS, {"owner": user_id}).all()]
 
+    def known_texts(self, user_id: str) -> list[str]:
+        """Every text the user's memories have or had: the recallable ones, and each text a
+        memory's history passed through (created, refreshed, updated, cut, retired), in one read of
+        the history; a forgotten memory's history goes with it. What an import skips restating."""
+        user_id = _need_user(user_id)
+        t = MemoryHistoryRow
+        with self._engine.connect() as conn:
+            past = conn.execute(select(t.old_text, t.new_text).where(t.owner == user_id)).all()
+        return [str(text) for row in past for text in row if text] + [text for _, text in self.active_texts(user_id)]
+
     def generation(self, user_id: str) -> int:
         """Moves with every write to the user's memories through this class (one key lookup)."""
         with self._engine.connect() as conn:

@@ -153,7 +153,30 @@ def add_memory(
                 console.print(f"  retired {mid} (superseded by {record.id}): {old}", markup=False, highlight=False)
 
 
-def _read_facts(path: Path) -> list[str]:
+_JSON_ONLY_SUFFIXES = (".jsonl", ".ndjson", ".json")
+_USER_FIELDS = ("user_id", "user")
+# "text" is memabra's, "memory" mem0's export, "content" LangMem's (a string or {"content": ...})
+_TEXT_FIELDS = ("text", "memory", "content")
+_PROGRESS_EVERY = 1000
+
+
+def _line_text(value: dict[str, object]) -> object:
+    for field in _TEXT_FIELDS:
+        found = value.get(field)
+        if isinstance(found, dict) and field == "content":
+            found = found.get("content")
+        if found is not None:
+            return found
+    return None
+
+
+def _read_facts(path: Path, user: str | None) -> dict[str, list[str]]:
+    """Each user's facts in FILE, in file order, every line checked (an error names it) before
+    anything is written. A JSON line may name its user (``user_id``); ``user`` is the user of the
+    lines that do not."""
+    from memabra._errors import InvalidRecordError
+    from memabra._memory_write import clean
+
     if not path.is_file():
         fail(f"no such file: {path}")
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors add
@@ -162,38 +185,69 @@ def _read_facts(path: Path) -> list[str]:
     except UnicodeDecodeError as exc:
         at = data.count(b"\n", 0, exc.start) + 1
         fail(f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8; nothing was imported")
-    facts = []
-    for n, raw in enumerate(content.splitlines(), start=1):
+    json_only = path.suffix.lower() in _JSON_ONLY_SUFFIXES
+    facts: dict[str, list[str]] = {}
+    for n, raw in enumerate(content.split("\n"), start=1):  # "\n" alone: a line number an editor shows
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("{"):
+        where = f"{path}:{n}"
+        owner, text = user, line
+        if line.startswith("{") or json_only:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                fail(f"{path}:{n}: not valid JSON ({exc.msg}); nothing was imported")
-            text = value.get("text") if isinstance(value, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                fail(f"{path}:{n}: a JSON line needs a non-empty 'text' string; nothing was imported")
-            facts.append(text)
-        else:
-            facts.append(line)
+                fail(f"{where}: not valid JSON ({exc.msg}); nothing was imported")
+            if not isinstance(value, dict):
+                fail(f"{where}: a JSON line must be an object with a 'text' field; nothing was imported")
+            found = _line_text(value)
+            if not isinstance(found, str) or not found.strip():
+                fail(f"{where}: a JSON line needs a non-empty 'text' string (or mem0's 'memory'); nothing was imported")
+            text = found
+            named = next((value[f] for f in _USER_FIELDS if value.get(f) is not None), None)
+            if named is not None:
+                if not isinstance(named, str) or not named.strip():
+                    fail(f"{where}: 'user_id' must be a non-empty string, got {named!r}; nothing was imported")
+                if user is not None and named != user:
+                    fail(f"{where}: the line is user {named!r}'s but --user is {user!r}; nothing was imported")
+                owner = named
+        if owner is None:
+            fail(f"{where}: no user: give --user, or a 'user_id' field on every JSON line; nothing was imported")
+        if "\x00" in text or "\x00" in owner:
+            fail(f"{where}: a NUL character (U+0000) in the text or user; remove it; nothing was imported")
+        try:
+            facts.setdefault(owner, []).append(clean(text))
+        except InvalidRecordError as exc:
+            fail(f"{where}: {exc} (the line is {line[:60]!r}); nothing was imported")
     return facts
 
 
 @memories_app.command("import")
 def import_memories(
-    file: Annotated[Path, typer.Argument(help="One fact per line, or JSON lines with a 'text' field.")],
-    user: UserOption,
+    file: Annotated[
+        Path, typer.Argument(help="One fact per line, or JSON lines with 'text' (or mem0's 'memory') and 'user_id'.")
+    ],
+    user: Annotated[
+        str | None, typer.Option("--user", help="The user of lines that name none (JSON lines may carry 'user_id').")
+    ] = None,
     db: DbOption = None,
     json_out: JsonOption = None,
 ) -> None:
-    """Remember every fact in FILE (restatements of stored facts are skipped)."""
-    facts = _read_facts(file)
+    """Remember every fact in FILE, user by user, each in a few short transactions (restatements of stored facts,
+    retired ones too, are skipped: run the same import again after it was interrupted and it
+    finishes the job, adding nothing twice). Every line is checked before anything is written."""
+    facts = _read_facts(file, user)
+    total = sum(map(len, facts.values()))
+    imported: list[dict[str, str]] = []
     with _backend(db) as memory:
-        items = run_guarded(memory.remember_many, user, facts)
-        write_json(json_out, [{"id": i.id, "text": i.text} for i in items])
-        console.print(f"imported {len(items)} of {len(facts)} facts for {user}", markup=False, highlight=False)
+        for done, (owner, texts) in enumerate(facts.items(), start=1):
+            items = run_guarded(memory.remember_many, owner, texts)
+            imported += [{"user": owner, "id": i.id, "text": i.text} for i in items]
+            if len(facts) > _PROGRESS_EVERY and done % _PROGRESS_EVERY == 0:
+                console.print(f"{done} of {len(facts)} users, {len(imported)} facts imported", highlight=False)
+        write_json(json_out, imported)
+        whom = next(iter(facts)) if len(facts) == 1 else f"{len(facts)} users"
+        console.print(f"imported {len(imported)} of {total} facts for {whom}", markup=False, highlight=False)
 
 
 @memories_app.command("update")
