@@ -20,13 +20,12 @@ import platform
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from urllib.parse import quote
 
-from sqlalchemy import create_engine, insert, select, text
+from admin_list import postgres_schema  # a fresh schema, created and dropped
+from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 
 from memabra import (
@@ -43,7 +42,7 @@ from memabra import (
     Selection,
     SlotDraw,
 )
-from memabra.storage import EpisodeLog, SnapshotIndex, resolve_url, upgrade
+from memabra.storage import EpisodeLog, SnapshotIndex, upgrade
 from memabra.storage import _status as status_module
 from memabra.storage._models import PolicySnapshotRow
 from memabra.storage._status import REWARD_WINDOW, reward_window
@@ -162,22 +161,6 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
     )
     for name, figures in times.items():
         print(f"  {name:11} median {statistics.median(figures) * 1000:8.1f} ms")
-
-
-@contextmanager
-def postgres_schema(url: str) -> Iterator[str]:
-    base = resolve_url(url)
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(base)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        sep = "&" if "?" in base else "?"
-        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
 
 
 def main() -> None:
