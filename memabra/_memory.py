@@ -105,8 +105,16 @@ class MemoryBackend(ABC):
         """Every change to one memory, oldest first."""
 
     @abstractmethod
-    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
-        """Insert or replace ``item``, record ``change``, retire ``retire`` — all or nothing."""
+    def _store(
+        self,
+        item: RegistryItem,
+        change: MemoryChange,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[MemoryChange] = (),
+    ) -> None:
+        """Insert or replace ``item``, record ``change``, retire ``retire`` and cut each memory in
+        ``cut`` down to its ``new_text`` (``updated`` changes) — all or nothing: a process dying
+        midway never leaves ``item`` current beside a memory it replaces."""
 
     @abstractmethod
     def _refresh(self, change: MemoryChange) -> None:

@@ -107,9 +107,11 @@ def _restore(
             trimmed.append((c.id, rest))
     item = dataclasses.replace(backend._item(user_id, memory_id, include_retired=True), updated_at=now)
     change = MemoryChange(memory_id, user_id, MemoryAction.RESTORED, now, record.text, record.text, None, reason)
-    backend._store(item, change, whole)  # the restore and the retirements: one write, all or nothing
-    for mid, rest in trimmed:
-        backend._rewrite(user_id, mid, rest, None, f"part superseded by {memory_id} (restored)", now)
+    why = f"part superseded by {memory_id} (restored)"
+    texts = {c.id: c.text for c in clashing}
+    cut = [MemoryChange(mid, user_id, MemoryAction.UPDATED, now, texts[mid], rest, None, why) for mid, rest in trimmed]
+    # the restore, the retirements and the cuts: one write, all or nothing
+    backend._store(item, change, whole, cut)
     if whole or trimmed:
         replaced = ", ".join([c.memory_id for c in whole] + [mid for mid, _ in trimmed])
         logger.info("restored memory %s of user %s replaces %s", memory_id, user_id, replaced)

@@ -84,14 +84,19 @@ def remember(
         elif rest:
             trimmed.append((mid, rest))
     created = MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, episode_id, source)
-    backend._store(item, created, retire)
+    why = f"part superseded by {item.id}"
+    cut = [
+        MemoryChange(mid, user_id, MemoryAction.UPDATED, now, texts[mid], rest, episode_id, why)
+        for mid, rest in trimmed
+    ]
+    # The new fact, its retirements and its cuts in one write: a process dying in between must
+    # not leave "I moved to Hobart" current beside an uncut "I live in Lyon and my dog is called Rex",
+    # which a re-run import would skip repairing (it knows the new fact already).
+    backend._store(item, created, retire, cut)
     if retire:
         logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
-    # Only after the new fact is stored: a failure here leaves the outdated part in place, never
-    # loses the facts it was stored with.
-    for mid, rest in trimmed:
-        backend._rewrite(user_id, mid, rest, episode_id, f"part superseded by {item.id}", now)
-        logger.info("memory %s replaces part of %s for user %s", item.id, mid, user_id)
+    for c in cut:
+        logger.info("memory %s replaces part of %s for user %s", item.id, c.memory_id, user_id)
     backend._settle(read, item.id, episode_id)
     return item
 

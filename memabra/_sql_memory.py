@@ -93,11 +93,18 @@ class SQLMemory(MemoryBackend):
         )
         return pool
 
-    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
-        if change.action is MemoryAction.CREATED and not retire:
+    def _store(
+        self,
+        item: RegistryItem,
+        change: MemoryChange,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[MemoryChange] = (),
+    ) -> None:
+        if change.action is MemoryAction.CREATED and not retire and not cut:
             self._registry.write_many([(item, change)])  # a fresh id: a plain insert, no lookup
         else:
-            self._registry.write(item, change, retire=retire)
+            cuts = [(c, approx_tokens(c.new_text or "")) for c in cut]
+            self._registry.write(item, change, retire=retire, cut=cuts)
 
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         self._registry.write_many(pairs)

@@ -25,6 +25,9 @@ __all__ = [
     "change_texts",
     "aware",
     "change_value",
+    "cut_value",
+    "cuts",
+    "uncut",
     "fact_key",
     "fresh_key",
     "history_entry",
@@ -34,6 +37,7 @@ __all__ = [
     "retirements",
     "unfinished",
     "memory_text",
+    "names_others",
     "next_seq",
     "pending_change",
     "readable_text",
@@ -103,30 +107,77 @@ def new_record(change: MemoryChange) -> dict[str, Any]:
 
 
 def history_entry(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in record.items() if k != "retires"}
+    return {k: v for k, v in record.items() if k not in ("retires", "cuts")}
 
 
 def retirements(pending: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The change records of the memories the change ``pending`` retires."""
-    found = pending.get("retires")
+    return _records(pending.get("retires"))
+
+
+def cuts(pending: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The change records (``updated``) of the memories the change ``pending`` cuts a replaced
+    fact out of: each ``new_text`` is what stays of the memory's ``old_text``."""
+    return [r for r in _records(pending.get("cuts")) if isinstance(r.get("new_text"), str)]
+
+
+def cut_value(value: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The item ``value`` cut down to ``text``, as :meth:`~memabra.StoreMemory.update` writes it."""
+    source = value.get("source", "store")
+    return {
+        "text": text,
+        "kind": "Memory",
+        "content": {"content": text},
+        "tokens": approx_tokens(text),
+        "source": str(source),
+        "name": text[:60],
+        "status": "active",
+    }
+
+
+def _records(found: object) -> list[dict[str, Any]]:
     return [dict(r) for r in found if isinstance(r, Mapping) and r.get("key")] if isinstance(found, list) else []
+
+
+def uncut(value: object, cut: Mapping[str, Any]) -> bool:
+    """Whether the item ``value`` still waits for ``cut``: current, with the text the cut was
+    decided on, and not written since the cut's change was made."""
+    return (
+        isinstance(value, Mapping)
+        and value.get("status") != "retired"
+        and readable_text(value) == cut.get("old_text")
+        and seq_of((pending_change(value) or {}).get("seq")) < seq_of(cut.get("seq"))
+    )
+
+
+def names_others(value: object) -> bool:
+    """Whether an item's latest change retires or cuts other memories (to finish, if cut short)."""
+    pending = pending_change(value) or {}
+    return bool(retirements(pending) or cuts(pending))
 
 
 def unfinished(items: Iterable[tuple[str, object]]) -> bool:
     """Whether a memory among ``(key, value)`` items names the retirement of another one still
-    current and not written since (a writer died between the two puts)."""
+    current and not written since, or a cut of one still waiting for it (a writer died between
+    the puts)."""
     items = list(items)
+    values = dict(items)
     current = {
         key: seq_of((pending_change(v) or {}).get("seq"))
         for key, v in items
         if isinstance(v, Mapping) and v.get("status") != "retired"
     }
-    return any(
-        r["memory_id"] in current and current[r["memory_id"]] < seq_of(r.get("seq"))
-        for _, v in items
-        if (p := pending_change(v)) is not None
-        for r in retirements(p)
-    )
+    for _, v in items:
+        pending = pending_change(v)
+        if pending is None:
+            continue
+        if any(
+            r["memory_id"] in current and current[r["memory_id"]] < seq_of(r.get("seq")) for r in retirements(pending)
+        ):
+            return True
+        if any(uncut(values.get(str(r.get("memory_id"))), r) for r in cuts(pending)):
+            return True
+    return False
 
 
 def fact_key(user_id: str, fact: str, n: int = 0) -> str:

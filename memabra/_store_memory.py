@@ -17,10 +17,10 @@ in-process hybrid index of :mod:`memabra._recall`. History lives beside the memo
 ``("memabra_history", *namespace)``; usage counters come from the episode log when ``log`` is given.
 
 A store has no transactions: each item is written with its latest change (``memabra_change``) in
-one put, and a new fact names the memories it retires, so a process dying between two puts is
-finished by the next reader or writer (``_finish``). One user's writers in a process take turns;
-writers in several processes store a fact stated at once in all of them as one item (its key comes
-from the fact) and leave one current value of a subject (:mod:`memabra._store_settle`).
+one put, and a new fact names the memories it retires and cuts, so a process dying between two
+puts is finished by the next reader or writer (``_finish``). One user's writers in a process take
+turns; writers in several processes store a fact stated at once in all of them as one item (its key
+comes from the fact) and leave one current value of a subject (:mod:`memabra._store_settle`).
 User ids with '.' or NUL (which LangGraph refuses in a label) are stored percent-escaped
 (:func:`memabra._store_items.user_label`). Forgetting is :mod:`memabra._store_forget`.
 docs/memory.md ("LangGraph stores") has the details.
@@ -51,16 +51,20 @@ from memabra._store_items import (
     aware,
     change_from,
     change_order,
+    cut_value,
+    cuts,
     fresh_key,
     history_entry,
     memory_record,
     memory_text,
+    names_others,
     new_record,
     pending_change,
     retirement_key,
     retirements,
     seq_of,
     stored_tokens,
+    uncut,
     unfinished,
     user_label,
     version,
@@ -149,10 +153,10 @@ class StoreMemory(MemoryBackend):
         ns = self.namespace_for(user_id)
         # search() matches namespace prefixes: keep the user's own namespace only.
         found = [it for it in self._all(ns) if tuple(it.namespace) == ns]
-        # a writer died between a new fact and the retirements it names: finish them
+        # a writer died between a new fact and the retirements and cuts it names: finish them
         if unfinished((str(it.key), it.value) for it in found):
             with self._locked(user_id):
-                retiring = [it for it in found if retirements(pending_change(it.value) or {})]
+                retiring = [it for it in found if names_others(it.value)]
                 if sum(self._finish(ns, it.value) for it in retiring):
                     found = [it for it in self._all(ns) if tuple(it.namespace) == ns]
         return [(self._to_item(user_id, it), it.value) for it in found]
@@ -320,29 +324,46 @@ class StoreMemory(MemoryBackend):
                 continue  # retired by this change, and restored since
             self._put(ns, {**prior.value, "status": "retired", "superseded_by": pending["memory_id"]}, r, prior)
             wrote = True
+        for r in cuts(pending):
+            prior = self.store.get(ns, str(r["memory_id"]))
+            if prior is None or not uncut(prior.value, r) or self.store.get(hns, str(r["key"])) is not None:
+                continue  # cut, or written since: that write stands
+            self._put(ns, cut_value(prior.value, str(r["new_text"])), r, prior)
+            wrote = True
         if wrote:
             logger.warning("finished an interrupted store write of memory %s in %s", pending["memory_id"], "/".join(ns))
         return wrote
 
-    def _store(self, item: RegistryItem, change: MemoryChange, retire: Sequence[MemoryChange] = ()) -> None:
+    def _store(
+        self,
+        item: RegistryItem,
+        change: MemoryChange,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[MemoryChange] = (),
+    ) -> None:
         ns = self.namespace_for(item.owner)
         # Reads first, so a bad retire id fails before anything is written.
-        old = {c.memory_id: self.store.get(ns, c.memory_id) for c in retire}
-        missing = [mid for mid, it in old.items() if it is None]
+        old = {c.memory_id: self.store.get(ns, c.memory_id) for c in [*retire, *cut]}
+        missing = [c.memory_id for c in retire if old[c.memory_id] is None]
         if missing:
             raise InvalidRecordError(f"user {item.owner!r} has no memory {missing[0]!r}")
-        # The new memory names what it retires: a process dying before those writes leaves them to
-        # the next reader (``_raw``) or writer (``_finish``), never both memories current.
+        # The new memory names what it retires and cuts: a process dying before those writes leaves
+        # them to the next reader (``_raw``) or writer (``_finish``), never both memories current.
         retired = [
             {**new_record(c), "key": retirement_key(c.memory_id, version(read.value, read.updated_at))}
             for c in retire
             if (read := old[c.memory_id]) is not None
         ]
-        record = {**new_record(change), **({"retires": retired} if retired else {})}
-        self._put(ns, self._value(item), record, self.store.get(ns, item.id))
+        created = new_record(change)  # before the cuts' records: a cut is ordered after its cause
+        trimmed = [r for c in cut if (read := old[c.memory_id]) is not None and uncut(read.value, r := new_record(c))]
+        named = {**({"retires": retired} if retired else {}), **({"cuts": trimmed} if trimmed else {})}
+        self._put(ns, self._value(item), {**created, **named}, self.store.get(ns, item.id))
         for r in retired:
             prior = old[r["memory_id"]]
             self._put(ns, {**prior.value, "status": "retired", "superseded_by": item.id}, r, prior)  # type: ignore[union-attr]
+        for r in trimmed:
+            prior = old[r["memory_id"]]
+            self._put(ns, cut_value(prior.value, str(r["new_text"])), r, prior)  # type: ignore[union-attr]
 
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         """New memories (an import) in a few batches: each item carries its change (see ``_put``)."""

@@ -142,9 +142,18 @@ class MemoryRegistry:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, item: RegistryItem, change: MemoryChange, *, retire: Sequence[MemoryChange] = ()) -> None:
+    def write(
+        self,
+        item: RegistryItem,
+        change: MemoryChange,
+        *,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[tuple[MemoryChange, int]] = (),
+    ) -> None:
         """Insert or replace ``item`` and record ``change``; retire the memories named in
-        ``retire`` (superseded by ``item``), all in one transaction."""
+        ``retire`` (superseded by ``item``) and cut each memory of ``cut`` down to the change's
+        ``new_text`` (with its token count), all in one transaction: a process dying midway leaves
+        the store as it was, never the new fact beside the memory it replaces."""
         if item.kind is not CandidateKind.MEMORY:
             raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
         values = registry_values(item)
@@ -169,6 +178,8 @@ class MemoryRegistry:
                 row.retired_at = old.at
                 row.superseded_by = item.id
                 s.add(history_row(old))
+            for done, tokens in cut:
+                _cut(s, done, tokens)
 
         self._tx.write(work, what="memory write")
 
@@ -269,6 +280,20 @@ def _forget(s: Session, user_id: str, memory_ids: Sequence[str] | None) -> int:
     scrub_log(s, user_id, ids, texts)
     _bump(s.connection(), user_id)
     return len(ids)
+
+
+def _cut(s: Session, change: MemoryChange, tokens: int) -> None:
+    """The memory of ``change`` cut down to ``change.new_text``, unless it changed since the write
+    read ``change.old_text`` (retired, forgotten, rewritten): that newer write stands."""
+    key = (_MEMORY, clean_text(change.user_id), clean_text(change.memory_id))
+    row = s.get(RegistryRow, key, with_for_update=True)  # PostgreSQL: no write slips in between
+    if row is None or row.deleted_at is not None or row.retired_at is not None:
+        return
+    if row.text != clean_text(change.old_text or ""):
+        return
+    text = clean_text(change.new_text or "")
+    row.text, row.tokens, row.name, row.updated_at = text, tokens, text[:60], change.at
+    s.add(history_row(change))
 
 
 def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:

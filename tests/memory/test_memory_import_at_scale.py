@@ -100,9 +100,9 @@ def stored(url: str) -> dict[str, list[tuple[str, bool]]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-# Not a memory joining several facts: a kill between storing "My name is Annabel" and cutting
-# "My name is Ann" out of the joined memory (two transactions) leaves it uncut (docs/memory.md).
-KILLED_EXPORT = [f for f in EXPORT if " and " not in f and "name" not in f]
+# Every fact, the joined memory too: storing "My name is Annabel" and cutting "My name is Ann" out
+# of "My name is Ann and I'm allergic to nuts" is one write, so a kill leaves both or neither.
+KILLED_EXPORT = EXPORT
 
 
 def export(path: Path, users: int) -> int:
