@@ -3,7 +3,7 @@ view's "Download JSON" serves, so a reviewer and a script read the same thing.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memabra._records import (
@@ -16,14 +16,14 @@ from memabra._records import (
     Selection,
     SlotDraw,
 )
-from memabra.storage._injected_bodies import BODY_DIGEST_KEY, INJECTED_BODY_KEY
+from memabra.storage._injected_bodies import BODY_DIGEST_KEY
 
 __all__ = [
     "NOT_KEPT",
-    "body_read_back",
     "candidate_fields",
     "episode_document",
     "injected_fields",
+    "kept_body",
     "probability_shown",
     "reward_terms",
     "slot_fields",
@@ -34,7 +34,7 @@ NOT_KEPT = {
     "older release, or for an item registered without skill_items()/tool_items(), so the log names no "
     "body; the registry's row is today's, not necessarily this one",
     "missing": "not kept: the log names this body's digest but holds no body under it (deleted by hand?)",
-    "not_read": "not read: the log names this body's digest, but the caller passed no bodies (get_episode, "
+    "not_read": "not read: the log names this body's digest, but the caller passed no bodies (EpisodeLog.injected_bodies, "
     "export_decisions and export_final_decisions read them)",
 }
 """Why a chosen skill's or tool's body is not shown, by the ``body_status`` that says so."""
@@ -84,10 +84,14 @@ def injected_fields(sel: Selection, body_of: Callable[[Candidate], str | None] |
     return out
 
 
-def body_read_back(cand: Candidate) -> str | None:
-    """The body ``get_episode`` read back for a chosen candidate (never logged in its metadata)."""
-    body = cand.metadata.get(INJECTED_BODY_KEY)
-    return body if isinstance(body, str) else None
+def kept_body(bodies: Mapping[str, str]) -> Callable[[Candidate], str | None]:
+    """:func:`injected_fields`' ``body_of`` over ``bodies`` (digest -> body, as
+    ``EpisodeLog.injected_bodies`` reads them)."""
+
+    def body_of(cand: Candidate) -> str | None:
+        return bodies.get(str(cand.metadata.get(BODY_DIGEST_KEY)))
+
+    return body_of
 
 
 def slot_fields(d: SlotDraw) -> dict[str, Any]:
@@ -103,10 +107,11 @@ def slot_fields(d: SlotDraw) -> dict[str, Any]:
     }
 
 
-def episode_document(ep: Episode) -> dict[str, Any]:
+def episode_document(ep: Episode, bodies: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What ``episodes show`` prints, as JSON: every decision with every candidate and what its
-    chosen skills and tools injected (:func:`injected_fields`; ``ep`` as ``get_episode`` reads it),
-    the steps, the feedback and the reward with its terms."""
+    chosen skills and tools injected (:func:`injected_fields`, from ``bodies`` as
+    ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read), the steps, the feedback
+    and the reward with its terms."""
     decisions = []
     for sel in ep.selections:
         chosen_slot = {d.chosen_id: d for d in sel.slots}
@@ -129,7 +134,7 @@ def episode_document(ep: Episode) -> dict[str, Any]:
                 "seed": sel.seed,
                 "propensity": sel.propensity,
                 "candidates": candidates,
-                "injected": injected_fields(sel, body_read_back),
+                "injected": injected_fields(sel, None if bodies is None else kept_body(bodies)),
                 "stopped": [
                     {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
                     for d in sel.slots

@@ -34,7 +34,6 @@ from memabra.storage._from_rows import (  # re-exported: callers use one namespa
     step_from_row,
     summary_from_row,
 )
-from memabra.storage._injected_bodies import INJECTED_BODY_KEY
 
 
 def episode_values(episode: Episode, feedback_due_at: datetime) -> dict[str, Any]:
@@ -97,9 +96,6 @@ def candidate_metadata(cand: Candidate) -> dict[str, Any]:
     """The metadata column of a logged candidate: its metadata plus usage counts and creation time
     under their pre-typed keys, read back by :func:`~memabra.storage._from_rows.candidate_from_row`."""
     meta: dict[str, Any] = dict(cand.metadata)
-    # read back for review from the bodies table, never stored with a decision (an episode read
-    # with get_episode and logged again would otherwise copy the body into every row)
-    meta.pop(INJECTED_BODY_KEY, None)
     if cand.usage is not None:
         meta.update(times_chosen=cand.usage.times_chosen, times_helped=cand.usage.times_helped)
     if cand.created_at is not None:

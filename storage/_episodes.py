@@ -22,7 +22,7 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import CandidateKind, Episode, Selection
 from memabra.storage import _convert as cv
 from memabra.storage import _suspended_turns
-from memabra.storage._injected_bodies import with_injected_bodies
+from memabra.storage._injected_bodies import episode_bodies
 from memabra.storage._models import (
     Base,
     DecisionCandidateRow,
@@ -45,6 +45,7 @@ __all__ = [
     "assemble_selections",
     "count_episodes",
     "get_episode",
+    "injected_bodies",
     "get_selection",
     "load_episode",
     "load_selections",
@@ -253,10 +254,15 @@ def load_episode(s: Session, episode_id: str, *, lock: bool = False) -> Episode:
 
 
 def get_episode(tx: Transactions, episode_id: str) -> Episode:
-    """The episode as logged, each chosen skill and tool with the body it injected (see
-    :func:`~memabra.storage._injected_bodies.with_injected_bodies`)."""
     with tx.read() as s:
-        return with_injected_bodies(s, load_episode(s, clean_text(episode_id)))
+        return load_episode(s, clean_text(episode_id))
+
+
+def injected_bodies(tx: Transactions, episode: Episode) -> dict[str, str]:
+    """What ``episode``'s chosen skills and tools injected: kept body by digest
+    (:mod:`~memabra.storage._injected_bodies`)."""
+    with tx.read() as s:
+        return episode_bodies(s, episode)
 
 
 def resolve_episode_id(tx: Transactions, ref: str) -> str:

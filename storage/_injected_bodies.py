@@ -18,8 +18,7 @@ go unseen: registering a body whose digest is already taken by another text is r
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Collection, Iterable
 from datetime import datetime
 
 from sqlalchemy import String, Text, select
@@ -35,20 +34,16 @@ from memabra.storage._rows import clean_text
 __all__ = [
     "BODY_DIGEST_KEY",
     "DIGEST_CHARS",
-    "INJECTED_BODY_KEY",
     "InjectedBodyRow",
     "body_digest",
     "chosen_digests",
+    "episode_bodies",
     "read_bodies",
     "store_bodies",
-    "with_injected_bodies",
 ]
 
 BODY_DIGEST_KEY = "body_digest"
 """Metadata key of a skill or tool (registry item and logged candidate): the digest of its body."""
-INJECTED_BODY_KEY = "injected_body"
-"""Metadata key :func:`with_injected_bodies` gives a chosen skill or tool read back for review: the
-body its digest names. Never logged: it is looked up from ``injected_bodies`` when read."""
 DIGEST_CHARS = 16
 
 _BODIED_KINDS = (CandidateKind.SKILL, CandidateKind.TOOL)
@@ -137,25 +132,8 @@ def chosen_digests(selection: Selection) -> dict[str, str]:
     return out
 
 
-def with_injected_bodies(s: Session, episode: Episode) -> Episode:
-    """``episode`` with each chosen skill and tool that logged a digest carrying the body it named
-    (metadata :data:`INJECTED_BODY_KEY`), for review; unchanged (no query) when none did."""
-    wanted = {cid: d for sel in episode.selections for cid, d in chosen_digests(sel).items()}
-    if not wanted:
-        return episode
-    bodies = read_bodies(s, set(wanted.values()))
-    if not bodies:
-        return episode
-    return replace(episode, selections=tuple(_with_bodies(sel, bodies) for sel in episode.selections))
-
-
-def _with_bodies(selection: Selection, bodies: Mapping[str, str]) -> Selection:
-    digests = chosen_digests(selection)
-    offered = []
-    for sc in selection.offered:
-        body = bodies.get(digests.get(sc.candidate.id, ""))
-        if body is not None:
-            metadata = {**sc.candidate.metadata, INJECTED_BODY_KEY: body}
-            sc = replace(sc, candidate=replace(sc.candidate, metadata=metadata))
-        offered.append(sc)
-    return replace(selection, offered=tuple(offered))
+def episode_bodies(s: Session, episode: Episode) -> dict[str, str]:
+    """Digest -> kept body of each chosen skill and tool of ``episode`` that logged a digest (no
+    query when none did): what its decisions injected, for review."""
+    wanted = {digest for sel in episode.selections for digest in chosen_digests(sel).values()}
+    return read_bodies(s, wanted)

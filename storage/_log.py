@@ -174,6 +174,12 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
     def get_episode(self, episode_id: str) -> Episode:
         return _episodes.get_episode(self._tx, episode_id)
 
+    def injected_bodies(self, episode: Episode) -> dict[str, str]:
+        """What ``episode``'s chosen skills and tools injected, as the log kept it: each body by
+        the digest its candidate logged (``metadata["body_digest"]``); a decision logged before
+        revision 0017 names none."""
+        return _episodes.injected_bodies(self._tx, episode)
+
     def suspend_turn(self, turn: SuspendedTurn, *, replacing: SuspendedTurn | None = None) -> bool:
         """Keep a turn paused by an interrupt until its episode is logged (see
         :mod:`memabra.storage._suspended_turns`); pausing again replaces it. Whether it wrote

@@ -142,8 +142,9 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             episode_id = _path_id(request, "episodes")
             if request.query_params.get("format") == "json":
                 episode = await run_in_threadpool(self.log.get_episode, episode_id)
+                bodies = await run_in_threadpool(self.log.injected_bodies, episode)
                 return Response(
-                    json.dumps(episode_document(episode), ensure_ascii=False, indent=2, default=str),
+                    json.dumps(episode_document(episode, bodies), ensure_ascii=False, indent=2, default=str),
                     media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{_download_name(episode.id)}"'},
                 )
@@ -168,6 +169,8 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
         )
         return {
             "episode": episode,
+            # what its chosen skills and tools injected, by the digest each logged
+            "bodies": self.log.injected_bodies(episode),
             "summary": summary,
             "feedback_late": episode.finalized_at is not None or window_closed,
             "conversation": conversation_view(episode, turns),

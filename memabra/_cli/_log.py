@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -21,9 +22,9 @@ from memabra._cli._common import (
 from memabra._cli._database import DbOption
 from memabra._config import load_reward_config, parse_weights
 from memabra._episode_document import (
-    body_read_back,
     episode_document,
     injected_fields,
+    kept_body,
     probability_shown,
     reward_terms,
 )
@@ -153,11 +154,12 @@ def episodes_show(episode_id: EpisodeRefArgument, db: DbOption = None, json_out:
     """One episode: its decisions with every candidate, steps, feedback and reward."""
     with _open(db) as log:
         ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
-    _print_episode(ep)
-    write_json(json_out, episode_document(ep))
+        bodies = run_guarded(log.injected_bodies, ep)
+    _print_episode(ep, bodies)
+    write_json(json_out, episode_document(ep, bodies))
 
 
-def _print_episode(ep: Episode) -> None:
+def _print_episode(ep: Episode, bodies: Mapping[str, str]) -> None:
     console.print(
         f"[bold]episode {ep.id}[/]  user {escape(ep.user_id)}  thread {escape(ep.thread_id or '-')}  turn {ep.turn}",
         highlight=False,
@@ -166,7 +168,7 @@ def _print_episode(ep: Episode) -> None:
     console.print(plain(f"answer: {ep.answer or '-'}"), highlight=False)
     for sel in ep.selections:
         console.print(_decision_table(sel))
-        _print_injected(sel)
+        _print_injected(sel, bodies)
         stops = [d for d in sel.slots if d.chosen_id == STOP_ID]
         if stops:
             console.print(
@@ -208,10 +210,10 @@ def _clip(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _print_injected(sel: Selection) -> None:
+def _print_injected(sel: Selection, bodies: Mapping[str, str]) -> None:
     """What the chosen skills and tools put into the model's context, as the log kept it then
     (clipped here; whole in --json)."""
-    for entry in injected_fields(sel, body_read_back):
+    for entry in injected_fields(sel, kept_body(bodies)):
         head = f"injected {entry['kind']} {entry['id']}"
         if entry["body"] is None:
             console.print(plain(f"{head}: {entry['note']}"), highlight=False)

@@ -29,7 +29,7 @@ from memabra.evals.offline import export_decisions
 from memabra.router import Similarity, featurize
 from memabra.storage import EpisodeLog
 from memabra.storage import _injected_bodies as injected
-from memabra.storage._injected_bodies import BODY_DIGEST_KEY, INJECTED_BODY_KEY, InjectedBodyRow, body_digest
+from memabra.storage._injected_bodies import BODY_DIGEST_KEY, InjectedBodyRow, body_digest
 
 TOKEN = "test-admin-token-0123456789"
 
@@ -42,6 +42,13 @@ def _before_and_after(log: EpisodeLog, lexical: Similarity) -> tuple[str, str]:
     with _session(log, lexical, RELEASE_2) as new:
         after = _turn(new)
     return before, after
+
+
+def _chosen_bodies(log: EpisodeLog, episode_id: str) -> dict[str, str | None]:
+    """Each chosen candidate's kept body, by the digest it logged."""
+    episode = log.get_episode(episode_id)
+    bodies = log.injected_bodies(episode)
+    return {c.id: bodies.get(str(c.metadata.get(BODY_DIGEST_KEY))) for c in episode.selections[0].chosen}
 
 
 def _injected_of(document: dict, candidate_id: str) -> dict:  # type: ignore[type-arg]
@@ -77,8 +84,7 @@ def test_a_past_decision_shows_the_body_it_injected_not_the_registrys_current_on
 ) -> None:
     before, after = _before_and_after(log, lexical)
     assert {i.id: i for i in log.items("ann")}["skill:tone"].body == TONE_V2.body  # the registry moved on
-    then = {c.id: c.metadata.get(INJECTED_BODY_KEY) for c in log.get_episode(before).selections[0].chosen}
-    now = {c.id: c.metadata.get(INJECTED_BODY_KEY) for c in log.get_episode(after).selections[0].chosen}
+    then, now = _chosen_bodies(log, before), _chosen_bodies(log, after)
     assert then["skill:tone"] == TONE_V1.body and now["skill:tone"] == TONE_V2.body
     # a tool's body is the function spec bound to the model: release 2 added include_items
     spec_then = json.loads(str(then["tool:lookup_order"]))
@@ -92,7 +98,8 @@ def test_the_episode_document_of_an_old_decision_holds_what_its_chosen_skills_an
     log: EpisodeLog, lexical: Similarity
 ) -> None:
     before, _ = _before_and_after(log, lexical)
-    document = episode_document(log.get_episode(before))
+    episode = log.get_episode(before)
+    document = episode_document(episode, log.injected_bodies(episode))
     skill = _injected_of(document, "skill:tone")
     assert skill == {
         "id": "skill:tone",
@@ -256,10 +263,7 @@ def test_the_digest_changes_no_feature_the_router_sees(log: EpisodeLog, lexical:
     _, after = _before_and_after(log, lexical)
     (selection,) = log.get_episode(after).selections
     with_digest = [sc.candidate for sc in selection.offered]
-    without = [
-        replace(c, metadata={k: v for k, v in c.metadata.items() if k not in (BODY_DIGEST_KEY, INJECTED_BODY_KEY)})
-        for c in with_digest
-    ]
+    without = [replace(c, metadata={k: v for k, v in c.metadata.items() if k != BODY_DIGEST_KEY}) for c in with_digest]
     a = featurize(selection.context, with_digest, similarity=lexical)
     b = featurize(selection.context, without, similarity=lexical)
     assert a.rows == b.rows and (a.matrix == b.matrix).all()
@@ -275,17 +279,14 @@ def test_a_record_built_without_the_bodies_says_they_were_not_read(log: EpisodeL
     assert all(e["body"] is None and e["body_digest"] for e in entries)
 
 
-def test_an_episode_read_back_and_logged_again_stores_no_body_in_its_rows(log: EpisodeLog, lexical: Similarity) -> None:
-    from memabra._records import new_id
-    from memabra.storage._models import DecisionCandidateRow
-
-    before, _ = _before_and_after(log, lexical)
+def test_an_episode_read_back_is_what_was_logged(log: EpisodeLog, lexical: Similarity) -> None:
+    """The bodies are read beside an episode, never into it: code that compares a decision read
+    back with the one it logged (a resumed turn, a retry) sees them equal."""
+    with _session(log, lexical, RELEASE_1) as session:
+        before = _turn(session)
     read = log.get_episode(before)
-    assert any(INJECTED_BODY_KEY in c.metadata for c in read.selections[0].chosen)
-    log.log_episode(replace(read, id=new_id(), selections=tuple(replace(sel, id=new_id()) for sel in read.selections)))
-    with log.transactions.read() as s:
-        stored = s.scalars(select(DecisionCandidateRow.metadata_)).all()
-    assert stored and not any(INJECTED_BODY_KEY in (m or {}) for m in stored)
+    assert all("injected_body" not in c.metadata for c in read.selections[0].chosen)
+    assert log.get_episode(before) == read and log.injected_bodies(read)
 
 
 def test_episodes_show_prints_what_the_chosen_skills_and_tools_injected_then(
