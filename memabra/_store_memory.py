@@ -263,8 +263,6 @@ class StoreMemory(MemoryBackend):
         )
 
     def _known_texts(self, user_id: str) -> list[str]:
-        # the user's items (retired ones too) and one read of their history namespace: every text
-        # a memory had, without a search per memory
         hns = self._history_ns(user_id)
         past = [it.value for it in self._all(hns) if tuple(it.namespace) == hns and isinstance(it.value, Mapping)]
         texts = [text for v in past for text in (v.get("old_text"), v.get("new_text")) if isinstance(text, str)]

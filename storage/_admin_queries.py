@@ -46,9 +46,8 @@ __all__ = ["DEFAULT_SAMPLE", "AdminQueries"]
 
 # A draw whose chosen probability is below the slot's maximum by more than this explored.
 _TIE_TOLERANCE = 1e-9
-# Draw-level aggregates read the slots of at most this many recent decisions: reading a slot's
-# JSON distribution costs microseconds, so a bounded sample keeps the policies page quick on a
-# log of millions of decisions.
+# Draw-level aggregates read the slots of at most this many recent decisions: reading a slot's JSON
+# distribution costs microseconds, so a bounded sample keeps the policies page quick on millions.
 DEFAULT_SAMPLE = 10_000
 # A bucket's key: PostgreSQL's to_char pattern and the length of SQLite's ISO text it keeps; both
 # read "YYYY-MM-DD", "YYYY-MM-DD HH", "YYYY-MM-DD HH:MM" or "YYYY-MM-DD HH:MM:SS".
@@ -372,11 +371,10 @@ class AdminQueries:
             return [ope_from_row(r) for r in s.scalars(stmt)]
 
     def active_policies(self) -> list[str]:
-        """The policies with an active snapshot, by name (one row each: the partial unique index
-        keeps one active snapshot per policy)."""
+        """The policies with an active snapshot, by name."""
         t = PolicySnapshotRow
         with self._session() as s:
-            return list(s.scalars(select(t.policy).where(t.status == "active").distinct().order_by(t.policy)))
+            return sorted(s.scalars(select(t.policy).where(t.status == "active").distinct()))
 
     def active_version(self, policy: str | None = None) -> str | None:
         """The version of the newest active snapshot (of ``policy``, or of any policy)."""
