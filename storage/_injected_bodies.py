@@ -18,7 +18,7 @@ go unseen: registering a body whose digest is already taken by another text is r
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 
 from sqlalchemy import String, Text, select
@@ -28,7 +28,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, Episode, RegistryItem, Selection, utcnow
-from memabra.storage._models import Base, UTCDateTime, table_of
+from memabra.storage._models import Base, RegistryRow, UTCDateTime, table_of
 from memabra.storage._rows import clean_text
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "body_digest",
     "chosen_digests",
     "episode_bodies",
+    "forget_own_bodies",
     "read_bodies",
     "store_bodies",
 ]
@@ -137,3 +138,23 @@ def episode_bodies(s: Session, episode: Episode) -> dict[str, str]:
     query when none did): what its decisions injected, for review."""
     wanted = {digest for sel in episode.selections for digest in chosen_digests(sel).values()}
     return read_bodies(s, wanted)
+
+
+def forget_own_bodies(s: Session, owner: str) -> None:
+    """An erasure's step: the kept bodies of ``owner``'s own skills and tools as registered now
+    (their instructions may hold the user's words), unless another registry row names the same
+    body. Bodies of earlier versions of them stay (no registry row names them any more)."""
+
+    def digests(rows: Iterable[Mapping[str, object] | None]) -> set[str]:
+        return {str(m[BODY_DIGEST_KEY]) for m in rows if m and isinstance(m.get(BODY_DIGEST_KEY), str)}
+
+    own = RegistryRow.owner == owner
+    mine = digests(s.scalars(select(RegistryRow.metadata_).where(own, RegistryRow.kind != CandidateKind.MEMORY.value)))
+    if not mine:
+        return
+    others = digests(
+        s.scalars(select(RegistryRow.metadata_).where(~own, RegistryRow.kind != CandidateKind.MEMORY.value))
+    )
+    table = table_of(InjectedBodyRow)
+    for digest in sorted(mine - others):
+        s.execute(table.delete().where(table.c.digest == digest))

@@ -21,6 +21,7 @@ from memabra._memory_records import MemoryChange, MemoryRecord
 from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
 from memabra.storage._embeddings import text_key
+from memabra.storage._injected_bodies import forget_own_bodies
 from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
 from memabra.storage._memory_rows import history_row, history_values, memory_change, memory_record, registry_values
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow, table_of
@@ -340,6 +341,7 @@ def erase_owned(s: Session, user_id: str) -> int:
     texts.update(s.scalars(select(RegistryRow.text).where(own_items)))
     for chunk in _chunks(sorted({text_key(text) for text in texts})):
         s.execute(delete(EmbeddingRow).where(EmbeddingRow.text_sha256.in_(chunk)))
+    forget_own_bodies(s, owner)
     gone = int(getattr(s.execute(delete(RegistryRow).where(own_items)), "rowcount", 0) or 0)
     if gone:
         _bump(s.connection(), owner)  # a cached recall index of the user must not offer them again

@@ -302,3 +302,14 @@ def test_episodes_show_prints_what_the_chosen_skills_and_tools_injected_then(
     lines = [line for line in shown.output.splitlines() if line.startswith("injected skill skill:tone")]
     assert len(lines) == 1 and " ".join(TONE_V1.body.split())[:60] in lines[0]
     assert " ".join(TONE_V2.body.split())[:60] not in shown.output
+
+
+def test_erasing_a_user_forgets_the_bodies_of_their_own_skills_but_not_shared_ones(log: EpisodeLog) -> None:
+    shared = Skill("tone", "How to answer.", "Be brief.")
+    own = Skill("letters", "How to write to my family.", "Sign letters to my wife Jane as Teddy.")
+    same_as_shared = Skill("brief", "Short answers.", "Be brief.")  # one body, also a shared one's
+    log.put_items(skill_items([shared]))
+    log.put_items(skill_items([own, same_as_shared], owner="ann"))
+    assert set(_stored_bodies(log).values()) == {"Be brief.", own.body}
+    log.erase_user("ann", lambda: 0)
+    assert set(_stored_bodies(log).values()) == {"Be brief."}  # the shared skill still names it
