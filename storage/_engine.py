@@ -41,6 +41,8 @@ PG_CONNECT_TIMEOUT_S = 10
 # storage time (measured in docs/production.md, "Behind PgBouncer"): a failing deployment costs
 # more. ``?prepare_threshold=5`` on the URL brings preparing back where no such pooler sits.
 PG_PREPARE_THRESHOLD = None
+# the DB-API drivers memabra's engines are built for, by backend (SQLAlchemy's default driver names)
+_DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",)}
 # the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
 _WAL_RETRY_S = 0.01
 
@@ -93,6 +95,15 @@ def resolve_url(url: str | None = None) -> str:
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise ConfigError(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://"
+        )
+    driver = parsed.get_driver_name()
+    if driver not in _DRIVERS[parsed.get_backend_name()]:
+        # an async driver's engine cannot run memabra's statements (they run on worker threads, off
+        # any event loop), and psycopg2 rejects the psycopg 3 connect arguments at its first connect
+        supported = "sqlite:///PATH" if parsed.get_backend_name() == "sqlite" else "postgresql+psycopg://"
+        raise ConfigError(
+            f"unsupported database driver {parsed.drivername!r}: memabra runs on {supported} "
+            "(its storage runs off the event loop on worker threads, so async servers need no async driver)"
         )
     return parsed.render_as_string(hide_password=False)
 

@@ -129,6 +129,36 @@ def test_a_malformed_database_url_never_shows_its_password(monkeypatch: pytest.M
     assert "not a database URL" in message and "s3cret" not in message
 
 
+@pytest.mark.parametrize(
+    ("url", "supported"),
+    [
+        ("postgresql+asyncpg://agent:s3cret@db/memabra", "postgresql+psycopg://"),
+        ("postgresql+psycopg_async://agent:s3cret@db/memabra", "postgresql+psycopg://"),
+        ("postgresql+psycopg2://agent:s3cret@db/memabra", "postgresql+psycopg://"),
+        ("sqlite+aiosqlite:///memabra.db", "sqlite:///PATH"),
+    ],
+)
+def test_a_driver_memabra_does_not_run_on_is_refused_naming_the_one_it_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, supported: str
+) -> None:
+    # an async server's team writes its async URL; before, asyncpg's absence surfaced as a bare
+    # ModuleNotFoundError and aiosqlite's URL as "no database at ..." advising `db upgrade` with it
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="unsupported database driver") as raised:
+        EpisodeLog(url)
+    assert supported in str(raised.value) and "s3cret" not in str(raised.value)
+    monkeypatch.setenv("MEMABRA_DATABASE_URL", url)
+    result = runner.invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 2 and "unsupported database driver" in _one_line(result)
+    assert not list(tmp_path.iterdir())  # nothing created on the way to the refusal
+
+
+def test_the_drivers_memabra_runs_on_are_kept() -> None:
+    assert resolve_url("postgres://agent@db/memabra") == "postgresql+psycopg://agent@db/memabra"
+    assert resolve_url("sqlite+pysqlite:///memabra.db") == "sqlite+pysqlite:///memabra.db"
+    assert resolve_url("sqlite://") == "sqlite://"
+
+
 # ----------------------------------------------------------------------------------- the CLI
 
 
