@@ -28,7 +28,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, Episode, RegistryItem, Selection, utcnow
-from memabra.storage._models import Base, RegistryRow, UTCDateTime, table_of
+from memabra.storage._models import Base, DecisionCandidateRow, RegistryRow, UTCDateTime, table_of
 from memabra.storage._rows import clean_text
 
 __all__ = [
@@ -142,8 +142,10 @@ def episode_bodies(s: Session, episode: Episode) -> dict[str, str]:
 
 def forget_own_bodies(s: Session, owner: str) -> None:
     """An erasure's step: the kept bodies of ``owner``'s own skills and tools as registered now
-    (their instructions may hold the user's words), unless another registry row names the same
-    body. Bodies of earlier versions of them stay (no registry row names them any more)."""
+    (their instructions may hold the user's words), unless another registry row or another
+    user's logged decision names the same body (two users given one template skill: the other's
+    decisions are reviewed with it). Bodies of earlier versions of them stay (no registry row
+    names them any more)."""
 
     def digests(rows: Iterable[Mapping[str, object] | None]) -> set[str]:
         return {str(m[BODY_DIGEST_KEY]) for m in rows if m and isinstance(m.get(BODY_DIGEST_KEY), str)}
@@ -155,6 +157,21 @@ def forget_own_bodies(s: Session, owner: str) -> None:
     others = digests(
         s.scalars(select(RegistryRow.metadata_).where(~own, RegistryRow.kind != CandidateKind.MEMORY.value))
     )
+    gone = mine - others
+    if gone:
+        # a scan of the log's skill and tool candidates, made only for a user who owns skills or tools
+        named = DecisionCandidateRow.metadata_[BODY_DIGEST_KEY].as_string()
+        gone -= set(
+            s.scalars(
+                select(named)
+                .where(
+                    DecisionCandidateRow.user_id != owner,
+                    DecisionCandidateRow.kind.in_([k.value for k in _BODIED_KINDS]),
+                    named.in_(sorted(gone)),
+                )
+                .distinct()
+            )
+        )
     table = table_of(InjectedBodyRow)
-    for digest in sorted(mine - others):
+    for digest in sorted(gone):
         s.execute(table.delete().where(table.c.digest == digest))

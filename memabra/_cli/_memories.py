@@ -176,6 +176,7 @@ def _read_facts(path: Path, user: str | None) -> dict[str, list[str]]:
     lines that do not."""
     from memabra._errors import InvalidRecordError
     from memabra._memory_write import clean
+    from memabra._records import MAX_ID_LENGTH
 
     if not path.is_file():
         fail(f"no such file: {path}")
@@ -215,6 +216,8 @@ def _read_facts(path: Path, user: str | None) -> dict[str, list[str]]:
             fail(f"{where}: no user: give --user, or a 'user_id' field on every JSON line; nothing was imported")
         if "\x00" in text or "\x00" in owner:
             fail(f"{where}: a NUL character (U+0000) in the text or user; remove it; nothing was imported")
+        if len(owner) > MAX_ID_LENGTH:  # refused by the first write of that user, after the users before it
+            fail(f"{where}: a user id holds at most {MAX_ID_LENGTH} characters, got {len(owner)}; nothing was imported")
         try:
             facts.setdefault(owner, []).append(clean(text))
         except InvalidRecordError as exc:
