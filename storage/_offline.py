@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, or_, select
@@ -37,6 +37,8 @@ __all__ = [
     "rewarded_time_at",
     "iter_selections",
     "list_ope_runs",
+    "logged_policies",
+    "unlogged_policies",
     "memory_scores",
     "count_gold_episodes",
     "count_mempo_items",
@@ -78,13 +80,17 @@ def iter_decisions(
     *,
     with_used: bool = True,
     user_id: str | None = None,
+    logged_by: Collection[str] | None = None,
 ) -> Iterator[LoggedDecision]:
-    """Every logged decision in time order (only ``user_id``'s when given) with its episode's
-    reward and used candidates, read in chunks through a server-side cursor so memory stays flat
-    however long the log is."""
+    """Every logged decision in time order (only ``user_id``'s when given; only those the policies
+    ``logged_by`` names logged, when given) with its episode's reward and used candidates, read in
+    chunks through a server-side cursor so memory stays flat however long the log is."""
     stmt = select(DecisionRow).order_by(DecisionRow.created_at, DecisionRow.id)
     if user_id is not None:
         stmt = stmt.where(DecisionRow.user_id == clean_text(user_id))
+    if logged_by is not None:
+        # in the query: another policy's decisions are never assembled (their candidates are most of a read)
+        stmt = stmt.where(DecisionRow.policy.in_(sorted(clean_text(name) for name in logged_by)))
     if since is not None:
         stmt = stmt.where(DecisionRow.created_at >= since)
     if until is not None:
@@ -112,30 +118,59 @@ def iter_decisions(
             s.expunge_all()
 
 
-def _rewarded(since: datetime | None, include_provisional: bool) -> Select[datetime]:
-    """Decisions whose episode has a reward (a final one unless ``include_provisional``), by time."""
+def _rewarded(since: datetime | None, include_provisional: bool, logged_by: Collection[str] | None) -> Select[datetime]:
+    """Decisions whose episode has a reward (a final one unless ``include_provisional``), by time;
+    only those the policies ``logged_by`` names logged, when given."""
     stmt = select(DecisionRow.created_at).join(RewardRow, RewardRow.episode_id == DecisionRow.episode_id)
     if not include_provisional:
         stmt = stmt.where(RewardRow.final.is_(True))
     if since is not None:
         stmt = stmt.where(DecisionRow.created_at >= since)
+    if logged_by is not None:
+        stmt = stmt.where(DecisionRow.policy.in_(sorted(clean_text(name) for name in logged_by)))
     return stmt
 
 
-def count_rewarded(tx: Transactions, since: datetime | None, include_provisional: bool) -> int:
+def count_rewarded(
+    tx: Transactions, since: datetime | None, include_provisional: bool, logged_by: Collection[str] | None = None
+) -> int:
     """How many decisions :func:`iter_decisions` would yield with a (final) reward, without reading them."""
+    rewarded = _rewarded(since, include_provisional, logged_by).subquery()
     with tx.read() as s:
-        return int(s.scalar(select(func.count()).select_from(_rewarded(since, include_provisional).subquery())) or 0)
+        return int(s.scalar(select(func.count()).select_from(rewarded)) or 0)
 
 
-def rewarded_time_at(tx: Transactions, position: int, since: datetime | None, include_provisional: bool) -> datetime:
+def rewarded_time_at(
+    tx: Transactions,
+    position: int,
+    since: datetime | None,
+    include_provisional: bool,
+    logged_by: Collection[str] | None = None,
+) -> datetime:
     """The time of the rewarded decision at ``position`` (0-based) in the log's time order."""
-    stmt = _rewarded(since, include_provisional).order_by(DecisionRow.created_at, DecisionRow.id)
+    stmt = _rewarded(since, include_provisional, logged_by).order_by(DecisionRow.created_at, DecisionRow.id)
     with tx.read() as s:
         at = s.scalar(stmt.offset(position).limit(1))
     if at is None:
         raise InvalidRecordError(f"the log holds no rewarded decision at position {position}")
     return at
+
+
+def logged_policies(tx: Transactions) -> list[str]:
+    """The policies that logged at least one decision, by name (the decision row's ``policy``)."""
+    with tx.read() as s:
+        return sorted(s.scalars(select(DecisionRow.policy).distinct()))
+
+
+def unlogged_policies(tx: Transactions, names: Collection[str]) -> list[str]:
+    """Those of ``names`` that logged no decision. One EXISTS a name, which stops at its first
+    decision: no index leads with ``policy``, and a DISTINCT over a long log reads all of it."""
+    with tx.read() as s:
+        return sorted(
+            name
+            for name in names
+            if not s.scalar(select(select(DecisionRow.id).where(DecisionRow.policy == clean_text(name)).exists()))
+        )
 
 
 def record_ope_results(tx: Transactions, results: Sequence[OPEResult]) -> None:

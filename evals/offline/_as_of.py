@@ -66,12 +66,14 @@ def with_window(
     first_at: datetime | None,
     last_at: datetime | None,
     only: frozenset[str] | None,
+    logged_by: frozenset[str] | None = None,
 ) -> tuple[OPEResult, ...]:
     """The stored rows with the data they were computed on: the range asked for (``None``:
-    unbounded), the moment the log was read as of, and the first and last decision read, so a run
-    restricted with ``until`` does not read like one on the whole log (the number of decisions is
-    each row's ``n_rounds``)."""
-    window: dict[str, str | int | None] = {
+    unbounded), the moment the log was read as of, the first and last decision read, and the
+    policies whose decisions alone were read (``logged_by``), so a run restricted with ``until`` or
+    to one bot's decisions does not read like one on the whole log (the number of decisions is each
+    row's ``n_rounds``)."""
+    window: dict[str, str | int | list[str] | None] = {
         "since": since.isoformat() if since is not None else None,
         "until": until.isoformat() if until is not None else None,
         "as_of": as_of.isoformat(),
@@ -80,4 +82,6 @@ def with_window(
     }
     if only is not None:  # a run on named decisions must not read like one on every decision of the range
         window["decision_ids_given"] = len(only)
+    if logged_by is not None:
+        window["logged_by"] = sorted(logged_by)
     return tuple(replace(r, details={**r.details, "window": window}) for r in results)

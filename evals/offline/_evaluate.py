@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from memabra._errors import InvalidRecordError
 from memabra._records import LoggedDecision, RewardBreakdown, RewardWeights, Selection, utcnow
 from memabra.evals.bench import refuse_unfinished_bench_log
 from memabra.evals.offline._additivity import AdditivityCheck
@@ -38,7 +37,14 @@ from memabra.evals.offline._evaluation_records import (
     Recommended,
     Target,
 )
-from memabra.evals.offline._inputs import check_decision_ids, check_seed, check_targets, check_window
+from memabra.evals.offline._inputs import (
+    check_decision_ids,
+    check_logged_by,
+    check_seed,
+    check_targets,
+    check_window,
+)
+from memabra.evals.offline._logged_by import nothing_read, read_decisions, refuse_unlogged
 from memabra.evals.offline._paired import PairedMoments, widen
 from memabra.evals.offline._recommend import (
     GAP_ESTIMATORS,
@@ -115,14 +121,17 @@ def logged_value(
     weights: RewardWeights | None = None,
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
+    logged_by: str | Collection[str] | None = None,
 ) -> LoggedValue:
     """Mean logged reward, its standard error and the number of rewarded decisions (one pass);
-    final rewards only unless ``include_provisional``; only the decisions ``decision_ids`` names
-    when given."""
+    final rewards only unless ``include_provisional``; only the decisions ``decision_ids`` names,
+    and only those the policies ``logged_by`` names logged, when given."""
     check_window(since, until)
     only = check_decision_ids(decision_ids)
+    policies = check_logged_by(logged_by)
+    refuse_unlogged(log, policies)
     n, mean, m2 = 0, 0.0, 0.0
-    for decision in log.iter_decisions(since=since, until=until):
+    for decision in read_decisions(log, since, until, policies):
         if decision.reward is None or not _readable(decision, include_provisional):
             continue
         if only is not None and decision.selection.id not in only:
@@ -150,21 +159,25 @@ def evaluate_policies(
     progress: Callable[[int], None] | None = None,
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
+    logged_by: str | Collection[str] | None = None,
 ) -> tuple[LogEvaluation, ...]:
     """Estimate every target's value on the rewarded decisions between ``since`` and ``until``
     (``[since, until)``, timezone-aware): those with a final reward, and with
     ``include_provisional`` those whose reward may still change too; with ``decision_ids``, only
     the decisions it names (one segment of the traffic: decisions whose contexts do not depend on
-    the policy, say). ``seed`` seeds the reward model and the target's rollouts. The log of a bench
+    the policy, say); with ``logged_by``, only the decisions the policies it names logged (one
+    bot's, on a log several share; a name that logged none is refused). ``seed`` seeds the reward model and the target's rollouts. The log of a bench
     run that did not finish (``memabra bench --log-db``, killed or stopped) is refused
     (:class:`~memabra.ConfigError`)."""
     check_alpha(alpha)
     check_seed(seed)
     check_window(since, until)
     only = check_decision_ids(decision_ids)
+    policies = check_logged_by(logged_by)
     check_targets(targets)
     # a bench log whose run was killed reads like a whole one, and no report holds its truth
     refuse_unfinished_bench_log(log.engine)
+    refuse_unlogged(log, policies)
     names = list(estimators)
     names.extend(name for name in RECOMMENDED_ORDER if name not in names)
     chosen = make_slot_estimators(names)
@@ -179,7 +192,7 @@ def evaluate_policies(
         nonlocal provisional
         provisional = 0
         fingerprints.append(read := ReadFingerprint())
-        for decision in log.iter_decisions(since=since, until=read_until):
+        for decision in read_decisions(log, since, read_until, policies):
             if decision.reward is None or (only is not None and decision.selection.id not in only):
                 continue
             if changed_since(decision, as_of):
@@ -212,22 +225,7 @@ def evaluate_policies(
         if model is not None:
             model.observe(selection, reward, table, count - 1)
     if count == 0:
-        left_out = (
-            f" ({provisional} {'decision has' if provisional == 1 else 'decisions have'} a provisional reward "
-            "only: pass include_provisional=True, or --include-provisional, to evaluate them)"
-            if provisional
-            else ""
-        )
-        named = (
-            f" among the {len(only)} decision ids given (check that they are decision ids, not episode ids)"
-            if only is not None
-            else ""
-        )
-        raise InvalidRecordError(
-            f"reward: the episode log holds no rewarded decisions in the chosen range{named}: nothing to evaluate"
-            + left_out
-            + _outside(log, since, until, include_provisional)
-        )
+        raise nothing_read(log, since, until, include_provisional, provisional, only, policies)
     if model is not None:
         report = model.fit()
     additive = additivity.fit(alpha)
@@ -345,19 +343,10 @@ def evaluate_policies(
             versus=versus(t) if ev.recommended.supported else {},
             logging_stderr=logging_stderr,
             n_provisional=provisional,
-            results=with_window(ev.results, since, until, as_of, first_at, last_at, only),
+            results=with_window(ev.results, since, until, as_of, first_at, last_at, only, policies),
         )
         for t, ev in enumerate(out)
     )
-
-
-def _outside(log: EpisodeLog, since: datetime | None, until: datetime | None, include_provisional: bool) -> str:
-    """Where a window read nothing: the window, and how many rewarded decisions the log holds outside it."""
-    if since is None and until is None:
-        return ""
-    window = f"[{since.isoformat() if since else 'the first decision'}, {until.isoformat() if until else 'now'})"
-    total = log.count_rewarded(include_provisional=include_provisional)
-    return f" (the window since/until {window} is empty; {total} rewarded decisions lie outside it)"
 
 
 def evaluate_on_log(
@@ -374,6 +363,7 @@ def evaluate_on_log(
     seed: int = 0,
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
+    logged_by: str | Collection[str] | None = None,
 ) -> LogEvaluation:
     """One target's evaluation (see :func:`evaluate_policies`)."""
     return evaluate_policies(
@@ -387,4 +377,5 @@ def evaluate_on_log(
         seed=seed,
         include_provisional=include_provisional,
         decision_ids=decision_ids,
+        logged_by=logged_by,
     )[0]

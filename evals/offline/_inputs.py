@@ -1,5 +1,5 @@
 """The checks of :func:`~memabra.evals.offline.evaluate_policies`'s arguments: the time window,
-the decision ids and the targets. Each failure names the argument at fault."""
+the decision ids, the logging policies and the targets. Each failure names the argument at fault."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from memabra._errors import InvalidRecordError
 from memabra.evals.offline._evaluation_records import Target
 from memabra.router import Router
 
-__all__ = ["check_decision_ids", "check_seed", "check_targets", "check_window"]
+__all__ = ["check_decision_ids", "check_logged_by", "check_seed", "check_targets", "check_window"]
 
 
 def check_window(since: datetime | None, until: datetime | None) -> None:
@@ -64,6 +64,25 @@ def check_decision_ids(decision_ids: Collection[str] | None) -> frozenset[str] |
     if wrong:
         raise InvalidRecordError(f"decision_ids must hold decision ids (strings), got {wrong[0]!r}")
     return frozenset(decision_ids)
+
+
+def check_logged_by(logged_by: str | Collection[str] | None) -> frozenset[str] | None:
+    """``logged_by`` as a set of policy names (a decision's ``policy``, the name of the router class
+    that made it): one name, or a collection of them (a bot whose router was renamed logged under
+    both names)."""
+    if logged_by is None:
+        return None
+    names = (logged_by,) if isinstance(logged_by, str) else logged_by
+    if not isinstance(names, Collection):
+        raise InvalidRecordError(f"logged_by must be a policy name or a collection of them, got {type(names).__name__}")
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidRecordError(f"logged_by must hold policy names (strings), got {name!r}")
+        if not name.strip():
+            raise InvalidRecordError("logged_by names an empty policy: name a policy that logged decisions")
+    if not names:
+        raise InvalidRecordError("logged_by is empty: name at least one policy (None reads every policy's decisions)")
+    return frozenset(names)
 
 
 def check_seed(seed: int) -> None:

@@ -9,14 +9,16 @@ the same held-out decisions (:mod:`memabra.evals.offline._paired`), is above 0 (
 the logging policy's own mean is an estimate too, and pairing keeps the decisions where both
 would have done the same from adding noise to the comparison; the verdict, the estimate and the split are stored with the
 snapshot's metrics and every estimate in the log's OPE results. Like the online learner, it
-trains and evaluates on final rewards only unless ``include_provisional``.
+trains and evaluates on final rewards only unless ``include_provisional``. With ``logged_by``, the
+split, the training and the evaluation read only the decisions those policies logged (one bot's,
+on a log several bots share), and the snapshot's metrics say so.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -29,9 +31,12 @@ from memabra.evals.offline._evaluate import (
     check_window,
     evaluate_on_log,
 )
+from memabra.evals.offline._inputs import check_logged_by
+from memabra.evals.offline._logged_by import described, read_decisions, refuse_unlogged, rewarded_count
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.evals.ope import PolicyValueInterval
 from memabra.storage import EpisodeLog, unused_snapshot_version
+from memabra.storage._offline import rewarded_time_at
 
 __all__ = ["TrainReport", "train_from_log"]
 
@@ -54,6 +59,8 @@ class TrainReport:
     evaluation: LogEvaluation
     # the new policy minus the logging policy on the held-out decisions, paired; None where unsupported
     improvement: PolicyValueInterval | None = None
+    # the policies whose decisions alone it trained and evaluated on (None: every policy's)
+    logged_by: frozenset[str] | None = None
 
 
 def _usable(decision: LoggedDecision, include_provisional: bool) -> bool:
@@ -61,18 +68,23 @@ def _usable(decision: LoggedDecision, include_provisional: bool) -> bool:
 
 
 def _split_time(
-    log: EpisodeLog, since: datetime | None, holdout: float, include_provisional: bool
+    log: EpisodeLog,
+    since: datetime | None,
+    holdout: float,
+    include_provisional: bool,
+    logged_by: frozenset[str] | None,
 ) -> tuple[datetime, int, int]:
     # two SQL queries, not a pass that rebuilds every decision to read its time
-    n = log.count_rewarded(since=since, include_provisional=include_provisional)
+    n = rewarded_count(log, since, include_provisional, logged_by)
     if n < 10:
         kind = "rewarded" if include_provisional else "finally rewarded"
         window = f" since {since.isoformat()}" if since is not None else ""
         raise InvalidRecordError(
-            f"the episode log holds {n} {kind} decisions{window}; off-policy training needs at least 10"
+            f"the episode log holds {n} {kind} decisions{described(logged_by)}{window}; "
+            "off-policy training needs at least 10"
         )
     k = min(n - 1, max(1, int(round(n * (1.0 - holdout)))))
-    return log.rewarded_time_at(k, since=since, include_provisional=include_provisional), k, n - k
+    return rewarded_time_at(log.transactions, k, since, include_provisional, logged_by), k, n - k
 
 
 def train_from_log(
@@ -87,6 +99,7 @@ def train_from_log(
     force: bool = False,
     progress: Callable[[int], None] | None = None,
     include_provisional: bool = False,
+    logged_by: str | Collection[str] | None = None,
 ) -> TrainReport:
     learner = ROUTER_ALIASES.get(learner, learner)
     if learner not in ROUTERS:
@@ -94,14 +107,16 @@ def train_from_log(
     if not 0.0 < holdout < 1.0:
         raise ConfigError(f"holdout must lie strictly between 0 and 1, got {holdout}")
     check_window(since, None)
-    split_at, n_train, n_holdout = _split_time(log, since, holdout, include_provisional)
+    policies = check_logged_by(logged_by)
+    refuse_unlogged(log, policies)
+    split_at, n_train, n_holdout = _split_time(log, since, holdout, include_provisional, policies)
     try:
         router = ROUTERS[learner](**dict(learner_args or {}))
         # a router checks its arguments when it first builds its state: before the pass over the log
         _ = router.policy_version
     except (TypeError, RouterError) as exc:
         raise ConfigError(f"bad arguments for learner {learner!r}: {exc}") from None
-    for i, decision in enumerate(log.iter_decisions(since=since, until=split_at)):
+    for i, decision in enumerate(read_decisions(log, since, split_at, policies)):
         reward = decision.reward
         if reward is None or not _usable(decision, include_provisional):
             continue
@@ -116,6 +131,7 @@ def train_from_log(
         weights=weights,
         alpha=alpha,
         include_provisional=include_provisional,
+        logged_by=policies,
     )
     recommended = evaluation.recommended
     if not math.isfinite(recommended.value):
@@ -155,6 +171,8 @@ def train_from_log(
             "n_holdout": n_holdout,
             "split_at": split_at.isoformat(),
         }
+        if policies is not None:  # trained on those policies' decisions only, not the whole log
+            metrics["logged_by"] = sorted(policies)
         # trained apart from the online lineage, it may reach the same "root+n" as a model whose
         # decisions are logged: a fresh name keeps the log from attributing those to this one
         snapshot = replace(
@@ -184,4 +202,5 @@ def train_from_log(
         saved_version=saved,
         evaluation=evaluation,
         improvement=improvement,
+        logged_by=policies,
     )

@@ -27,17 +27,19 @@ __all__ = ["DataWindow", "OPERow", "OPERun", "ope_chart", "ope_rows", "ope_runs"
 
 @dataclass(frozen=True, slots=True)
 class DataWindow:
-    """The decisions an evaluation read: the range asked for (``None``: unbounded) and the first
-    and last rewarded decision it found there."""
+    """The decisions an evaluation read: the range asked for (``None``: unbounded), the first
+    and last rewarded decision it found there, and the policies whose decisions alone it read
+    (``ope log --logged-by``; empty: every policy's)."""
 
     since: datetime | None
     until: datetime | None
     first: datetime | None
     last: datetime | None
+    logged_by: tuple[str, ...] = ()
 
     @property
     def restricted(self) -> bool:
-        return self.since is not None or self.until is not None
+        return self.since is not None or self.until is not None or bool(self.logged_by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,7 @@ def _window(value: Any) -> DataWindow | None:
         until=_time(value.get("until")),
         first=_time(value.get("first_decision_at")),
         last=_time(value.get("last_decision_at")),
+        logged_by=tuple(str(p) for p in logged_by) if isinstance(logged_by := value.get("logged_by"), list) else (),
     )
 
 

@@ -32,6 +32,7 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
+from memabra._cli._policies import policy_name
 from memabra._config import parse_weights
 from memabra.storage import EpisodeLog
 
@@ -50,6 +51,23 @@ def _decision_ids(path: Path) -> list[str]:
     if not ids:
         fail(f"--decisions {path}: the file lists no decision ids (one per line)")
     return ids
+
+
+def _logged_by(values: list[str] | None) -> list[str] | None:
+    """``--logged-by``'s policy names, ``module:Class`` read as its class's ``name`` (as the other
+    ``--policy`` options take a router of your own); checked while the command line is parsed."""
+    return [policy_name(value) or value for value in values] if values else None
+
+
+LoggedByOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--logged-by",
+        help="Only the decisions this policy logged (the router's name, or module:Class for a router of your "
+        "own): one bot's traffic on a log several bots share; repeatable (any of them).",
+        callback=_logged_by,
+    ),
+]
 
 
 # what --plot writes: matplotlib's own backends, no extra package (matplotlib is imported only to draw)
@@ -103,9 +121,11 @@ def ope_log(
             "--decisions",
             exists=True,
             dir_okay=False,
-            help="Only the decisions whose ids this file lists, one per line (# starts a comment): a segment of the traffic.",
+            help="Only the decisions whose ids this file lists, one per line (# starts a comment): a segment of the "
+            "traffic. With --logged-by: those of them that policy logged.",
         ),
     ] = None,
+    logged_by: LoggedByOption = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -158,13 +178,14 @@ def ope_log(
                 seed=seed,
                 include_provisional=include_provisional,
                 decision_ids=only,
+                logged_by=logged_by,
                 progress=lambda done: bar.update(task, completed=done),
             )
         if store:
             # every target's rows in one write: a refusal of the second (its snapshot pruned
             # meanwhile) must not leave the first stored alone, reading as the whole run
             run_guarded(log.record_ope_results, [r for evaluation in evaluations for r in evaluation.results])
-    print_evaluations(evaluations, alpha, only)
+    print_evaluations(evaluations, alpha, only, logged_by)
     first = evaluations[0]
     if json_out is not None:
         write_output(
@@ -207,6 +228,7 @@ def train(
             help="Also train and evaluate on decisions whose reward is still provisional (default: final only).",
         ),
     ] = False,
+    logged_by: LoggedByOption = None,
     json_out: JsonOutOption = None,
 ) -> None:
     """Fit a new policy from the log; keep it only if it beats the logging policy offline.
@@ -238,14 +260,16 @@ def train(
             force=force,
             progress=lambda i: bar.update(task, completed=i),
             include_provisional=include_provisional,
+            logged_by=logged_by,
         )
     e = report.estimate
     if not report.supported:
         # --force saves it all the same: say what the verdict decides only where it decides
         refused = "" if report.saved_version else "; not saved"
         console.print(f"[bold red]unsupported[/]: {escape(report.reason)}{refused}")
+    by = f" logged by {', '.join(sorted(report.logged_by))}" if report.logged_by else ""
     console.print(
-        f"trained {report.learner} on {report.n_train} decisions; held out {report.n_holdout} from {report.split_at:%Y-%m-%d %H:%M:%S}"
+        f"trained {report.learner} on {report.n_train} decisions{by}; held out {report.n_holdout} from {report.split_at:%Y-%m-%d %H:%M:%S}"
     )
     # the logging policy's mean with an interval at the same level as the estimate's
     half = NormalDist().inv_cdf(1 - alpha / 2) * report.logging_stderr
@@ -291,6 +315,7 @@ def _train_json(report: TrainReport, half: float) -> dict[str, Any]:
         "n_train": report.n_train,
         "n_holdout": report.n_holdout,
         "split_at": report.split_at.isoformat(),
+        "logged_by": None if report.logged_by is None else sorted(report.logged_by),
         "estimate": {"estimator": e.estimator, "value": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high},
         "supported": report.supported,
         "reason": report.reason,

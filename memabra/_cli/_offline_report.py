@@ -30,9 +30,15 @@ def intervals(alpha: float) -> str:
     return f"{round(100 * (1 - alpha), 10):g}% normal (delta-method) intervals"
 
 
-def print_evaluations(evaluations: Sequence[LogEvaluation], alpha: float, only: Sequence[str] | None) -> None:
+def print_evaluations(
+    evaluations: Sequence[LogEvaluation],
+    alpha: float,
+    only: Sequence[str] | None,
+    logged_by: Sequence[str] | None = None,
+) -> None:
     """The estimates table, the recommendations' notes, what the window left out (of ``only``, the
-    ``--decisions`` ids, when given) and the paired differences."""
+    ``--decisions`` ids, when given) and the paired differences; ``logged_by``: the ``--logged-by``
+    policies whose decisions alone were read."""
     first = evaluations[0]
     model = first.reward_model
     caption = intervals(alpha)
@@ -53,8 +59,9 @@ def print_evaluations(evaluations: Sequence[LogEvaluation], alpha: float, only: 
             f"{additivity.free_rmse:.3f} counting used picks freely"
         )
         caption = f"{caption}\n{line}"
+    by = f" (by {', '.join(sorted(set(logged_by)))} only)" if logged_by else ""
     table = Table(
-        title=f"offline evaluation on {first.n_rounds} logged decisions · logging policy {first.logging_value:+.4f}",
+        title=f"offline evaluation on {first.n_rounds} logged decisions{by} · logging policy {first.logging_value:+.4f}",
         caption=caption,
     )
     for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "mean w [interval]", "floor", "verdict"):
@@ -109,7 +116,8 @@ def print_evaluations(evaluations: Sequence[LogEvaluation], alpha: float, only: 
         # another log's decisions, would evaluate a smaller segment than the user meant
         console.print(
             f"{len(only) - first.n_rounds - first.n_provisional} of the {len(only)} decision ids in --decisions "
-            "named no rewarded decision in the window (unknown ids, episode ids, or outside --since/--until)",
+            "named no rewarded decision in the window (unknown ids, episode ids, or outside --since/--until"
+            + (", or not logged by --logged-by)" if logged_by else ")"),
             highlight=False,
         )
     paired = _paired_table(evaluations, alpha)

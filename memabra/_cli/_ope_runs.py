@@ -1,6 +1,7 @@
 """``memabra ope runs``: the offline evaluations stored in the log, one line per run, with what
-each was computed on (its data window and the reward weights it scored under), so runs made
-weeks apart, or under other ``--weights``, are not read as comparable when they are not."""
+each was computed on (its data window, the policies whose decisions alone it read, and the reward
+weights it scored under), so runs made weeks apart, on one bot's decisions, or under other
+``--weights``, are not read as comparable when they are not."""
 
 from __future__ import annotations
 
@@ -56,7 +57,15 @@ def _window(result: OPEResult) -> str:
     if not isinstance(window, dict):
         return "not recorded"
     first, last = window.get("first_decision_at"), window.get("last_decision_at")
-    return f"{str(first or '-')[:19]} → {str(last or '-')[:19]}"
+    span = f"{str(first or '-')[:19]} → {str(last or '-')[:19]}"
+    # a run on one bot's decisions (ope log --logged-by) must not read as one on the whole log
+    logged_by = window.get("logged_by")
+    if isinstance(logged_by, list) and logged_by:
+        span += f"\nlogged by {', '.join(map(str, logged_by))} only"
+    given = window.get("decision_ids_given")
+    if isinstance(given, int):
+        span += f"\n{given} decision ids given"
+    return span
 
 
 def _as_json(run: StoredRun) -> dict[str, Any]:
