@@ -233,10 +233,10 @@ class Learner:
         record = self.live_snapshot()
         try:
             stored = self._store.commit(
-                record, previous=self._committed, position=self._position, learned=self._learned
+                record, previous=self._committed, position=self._position, learned=self._learned, confirm_read=True
             )
-        except LeaseLostError:
-            logger.warning("learner of %s lost its lease; standing by", self.policy)
+        except LeaseLostError as exc:
+            logger.warning("learner of %s stands by: %s", self.policy, exc)
             self._drop()
             self._lease.release()
             return None

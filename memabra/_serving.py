@@ -27,6 +27,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import TypeVar
 
 from memabra._errors import ConfigError, UnknownSnapshotError
@@ -90,9 +91,14 @@ class PolicyRuntime:
         active = self._store.active_version(self.policy)
         if self._base is not None:
             self._note_set_aside(active)
+        self._first_loaded_at: datetime | None = None
         initial, refused = self._first_router(active)
         self.watcher = SnapshotWatcher(
-            initial, self._source, interval_s=reload_interval_s, similarity=router.similarity
+            initial,
+            self._source,
+            interval_s=reload_interval_s,
+            similarity=router.similarity,
+            loaded_at=self._first_loaded_at,
         )
         if refused is not None:
             self.watcher.refuse(refused)
@@ -130,11 +136,12 @@ class PolicyRuntime:
         return self.watcher
 
     def _source(self) -> PolicySnapshot | None:
-        version = self._store.active_version(self.policy)
-        # a version that did not restore is not fetched again (its model bytes, every interval)
-        if version is None or version in (self.watcher.loaded_version, self.watcher.refused_version):
+        active = self._store.active_stamp(self.policy)
+        # a version that did not restore is not fetched again (its model bytes, every interval); a
+        # version already loaded is, when it is another snapshot (a restored log learned on)
+        if active is None or active[0] == self.watcher.refused_version or self.watcher.is_loaded(*active):
             return None
-        return self.log.get_snapshot(version)
+        return self.log.get_snapshot(active[0])
 
     def _first_router(self, active: str | None) -> tuple[Router, str | None]:
         """What serves first, and the active version that could not be restored (else ``None``):
@@ -149,9 +156,8 @@ class PolicyRuntime:
             if version is None:
                 continue
             try:
-                restored = load_router(
-                    self.log.get_snapshot(version), similarity=self._given.similarity, classes=(type(self._given),)
-                )
+                snapshot = self.log.get_snapshot(version)
+                restored = load_router(snapshot, similarity=self._given.similarity, classes=(type(self._given),))
             except Exception:  # noqa: BLE001 - say why and try the next one
                 logger.exception("policy %s: snapshot %s cannot be restored", self.policy, version)
                 continue
@@ -162,6 +168,7 @@ class PolicyRuntime:
                     active,
                     version,
                 )
+            self._first_loaded_at = snapshot.created_at
             return restored, None if version == active else active
         logger.error(
             "policy %s: the active snapshot %s cannot be restored; serving the router given (%s) until another "
@@ -220,14 +227,15 @@ class PolicyRuntime:
 
     def _committed(self, stored: PolicySnapshot) -> None:
         if stored.status == "active":
-            self._serve_learner(stored.version)
+            self._serve_learner(stored.version, created_at=stored.created_at)
 
-    def _serve_learner(self, tag: str, *, replacing: str | None = None) -> None:
+    def _serve_learner(self, tag: str, *, replacing: str | None = None, created_at: datetime | None = None) -> None:
         """Serve a copy of the learner's live model. A copy, because predictions move VW's example
         counters: the learner itself only learns, so its bytes stay equal to a replay's.
         ``replacing``: only while the watcher still serves that version (see ``adopt``)."""
         assert self.learner is not None
-        if self.watcher.adopt(self.learner.live_router(similarity=self._given.similarity), tag, replacing=replacing):
+        live = self.learner.live_router(similarity=self._given.similarity)
+        if self.watcher.adopt(live, tag, replacing=replacing, created_at=created_at):
             self._following = tag
 
     # ------------------------------------------------------------------ learning
@@ -285,10 +293,11 @@ class PolicyRuntime:
 
     def _start_following(self) -> None:
         checkpoint = self._store.checkpoint(self.policy)
-        active = self._store.active_version(self.policy)
+        stamp = self._store.active_stamp(self.policy)
+        active, created_at = stamp if stamp is not None else (None, None)
         published = checkpoint.published if checkpoint is not None else None
         if active is None or active == published:
-            self._serve_learner(active or _UNPUBLISHED)
+            self._serve_learner(active or _UNPUBLISHED, created_at=created_at)
 
     def commit(self) -> str:
         """Commit what the in-process learner has learned now; returns the version serving."""

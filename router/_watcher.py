@@ -17,6 +17,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 
 import numpy as np
 from numpy.typing import NDArray
@@ -116,6 +117,7 @@ class SnapshotWatcher(Router):
         similarity: Similarity | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_pending: int = 100_000,
+        loaded_at: datetime | None = None,
     ) -> None:
         super().__init__(similarity=similarity, max_pending=max_pending)
         if not isinstance(initial, Router):
@@ -128,6 +130,9 @@ class SnapshotWatcher(Router):
         self.clock = clock
         self._current = initial
         self._loaded_version = initial.policy_version
+        # when the snapshot serving was stored (None: not known), so that a different snapshot
+        # under the same version (a log restored from a backup, then learned on) is not taken for it
+        self._loaded_at = loaded_at
         # a snapshot that could not be restored: not fetched or logged again until another loads
         self._refused: str | None = None
         self._checked_at: float | None = None
@@ -155,6 +160,13 @@ class SnapshotWatcher(Router):
         """The snapshot version the serving router came from (or the initial router's version)."""
         return self._loaded_version
 
+    def is_loaded(self, version: str, created_at: datetime | None) -> bool:
+        """Whether the snapshot ``version`` stored at ``created_at`` is the one serving (same
+        version, and the same snapshot where both times are known)."""
+        if version != self._loaded_version:
+            return False
+        return self._loaded_at is None or created_at is None or created_at == self._loaded_at
+
     @property
     def refused_version(self) -> str | None:
         """The last snapshot version that could not be restored (still serving the one before it);
@@ -166,11 +178,14 @@ class SnapshotWatcher(Router):
         with self._swap_lock:
             self._refused = version
 
-    def adopt(self, router: Router, version: str, *, replacing: str | None = None) -> bool:
+    def adopt(
+        self, router: Router, version: str, *, replacing: str | None = None, created_at: datetime | None = None
+    ) -> bool:
         """Serve ``router`` (already in the state of snapshot ``version``) without restoring it from
         bytes: a process that just wrote ``version`` serves its live learner. With ``replacing``,
         only while the snapshot loaded is still that one (checked and swapped under the lock, so a
-        snapshot a reload brought in meanwhile is not undone); returns whether it adopted."""
+        snapshot a reload brought in meanwhile is not undone); returns whether it adopted.
+        ``created_at``: when snapshot ``version`` was stored (kept from before when not given)."""
         if not isinstance(router, Router):
             raise RouterError(f"adopt needs a Router, got {type(router).__name__}")
         with self._swap_lock:
@@ -181,6 +196,8 @@ class SnapshotWatcher(Router):
                 level = logging.DEBUG if version == self._loaded_version else logging.INFO
                 _log.log(level, "serving the live learner at %s (was %s)", version, self._current.policy_version)
                 _continue_draws(router, self._current)
+            if created_at is not None or version != self._loaded_version:
+                self._loaded_at = created_at
             self._current = router
             self._loaded_version = version
             return True
@@ -197,7 +214,11 @@ class SnapshotWatcher(Router):
             except Exception:  # noqa: BLE001 - a failing source must not take serving down
                 _log.exception("snapshot source failed; keeping policy %s", self._current.policy_version)
                 return False
-            if snapshot is None or snapshot.version in (self._loaded_version, self._refused):
+            if (
+                snapshot is None
+                or snapshot.version == self._refused
+                or self.is_loaded(snapshot.version, snapshot.created_at)
+            ):
                 return False
             try:
                 fresh = load_router(snapshot, similarity=self.similarity, classes=(type(self._current),))
@@ -214,6 +235,7 @@ class SnapshotWatcher(Router):
             _continue_draws(fresh, self._current)
             self._current = fresh
             self._loaded_version = snapshot.version
+            self._loaded_at = snapshot.created_at
             self._refused = None
             return True
 

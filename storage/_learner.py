@@ -231,22 +231,45 @@ class LearnerStore:
         with self._session() as s, s.begin():
             return s.scalar(stmt)
 
+    def active_stamp(self, policy: str) -> tuple[str, datetime] | None:
+        """The active snapshot's version and when it was stored: after a restore, a new snapshot
+        may reuse a version a process already loaded (the learner's names count rewards)."""
+        stmt = (
+            select(PolicySnapshotRow.version, PolicySnapshotRow.created_at)
+            .where(PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active")
+            .order_by(PolicySnapshotRow.created_at.desc())
+            .limit(1)
+        )
+        with self._session() as s, s.begin():
+            found = s.execute(stmt).first()
+            return (found[0], found[1]) if found is not None else None
+
     # ------------------------------------------------------------------ the one write
 
     def commit(
-        self, snapshot: PolicySnapshot, *, previous: ReadPosition, position: ReadPosition, learned: int
+        self,
+        snapshot: PolicySnapshot,
+        *,
+        previous: ReadPosition,
+        position: ReadPosition,
+        learned: int,
+        confirm_read: bool = False,
     ) -> PolicySnapshot:
         """Store ``snapshot`` and move the policy's position from ``previous`` to ``position`` in one
         transaction; returns the snapshot as stored (its status says whether it was made active).
 
         The snapshot becomes active unless an operator made another snapshot of the policy active
         since the learner's last commit (then it is stored as a candidate, to promote by hand).
-        Raises :class:`LeaseLostError` when the stored position is no longer ``previous``.
+        Raises :class:`LeaseLostError` when the stored position is no longer ``previous`` and, with
+        ``confirm_read``, when the reward at ``position`` (the last one read) is no longer in the
+        log: a log restored from a backup keeps the old position but not the rewards read since.
         """
         policy = snapshot.policy
 
         def work(s: Session) -> PolicySnapshot:
-            return commit_checkpoint(s, snapshot, previous=previous, position=position, learned=learned)
+            return commit_checkpoint(
+                s, snapshot, previous=previous, position=position, learned=learned, confirm_read=confirm_read
+            )
 
         try:
             # retried whole on a deadlock, a serialisation failure or SQLite's busy lock, then

@@ -36,11 +36,18 @@ START = ReadPosition(-1, "")
 
 
 def commit_checkpoint(
-    s: Session, snapshot: PolicySnapshot, *, previous: ReadPosition, position: ReadPosition, learned: int
+    s: Session,
+    snapshot: PolicySnapshot,
+    *,
+    previous: ReadPosition,
+    position: ReadPosition,
+    learned: int,
+    confirm_read: bool = False,
 ) -> PolicySnapshot:
     """The learner commit's one transaction (see :meth:`LearnerStore.commit`): move the position
     from ``previous`` to ``position`` (the guard), store ``snapshot``, publish it when the active
-    snapshot is still the learner's own, mark the rewards read as learned."""
+    snapshot is still the learner's own, mark the rewards read as learned. ``confirm_read``: refuse
+    (:class:`LeaseLostError`) when the reward at ``position`` is no longer in the log."""
     now = utcnow()
     policy = snapshot.policy
     # The guard is the first statement, a write: SQLite takes its write lock here.
@@ -69,6 +76,12 @@ def commit_checkpoint(
         s.add(state)
         s.flush()
     assert state is not None
+    if confirm_read and position != previous and not _still_logged(s, position):
+        raise LeaseLostError(
+            f"the last reward the learner of policy {policy!r} read (episode {position.episode_id}, commit "
+            f"seq {position.seq}) is no longer in the log (restored from a backup?): what it learned since "
+            "its last commit is dropped and learned again from the log"
+        )
     lock_policy(s, policy)  # a promote or rollback lands before this read or after the commit
     active = s.scalar(
         select(PolicySnapshotRow.version).where(
@@ -122,6 +135,19 @@ def commit_checkpoint(
             .values(learned_at=now)
         )
     return stored
+
+
+def _still_logged(s: Session, position: ReadPosition) -> bool:
+    """Whether the reward at ``position`` is in the log, at that place in the commit order. A log
+    restored to an earlier point keeps the learner's old position (the guard passes) but not the
+    rewards read since: committing would claim them and mark the rewards that took their commit
+    numbers as learned."""
+    found = s.scalar(
+        select(RewardRow.episode_id).where(
+            RewardRow.episode_id == position.episode_id, RewardRow.commit_seq == position.seq
+        )
+    )
+    return found is not None
 
 
 def _thaw(value: Any) -> Any:

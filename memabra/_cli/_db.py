@@ -18,6 +18,7 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra._cli._database import CreateDbOption, DbOption, migrate
+from memabra._cli._db_backup import db_backup, db_restore
 from memabra.storage import (
     compatible_from,
     current_revision,
@@ -28,7 +29,9 @@ from memabra.storage import (
     upgrade,
 )
 
-db_app = typer.Typer(help="Schema migrations.", no_args_is_help=True, rich_markup_mode="markdown")
+db_app = typer.Typer(help="Schema migrations and backups.", no_args_is_help=True, rich_markup_mode="markdown")
+db_app.command("backup")(db_backup)
+db_app.command("restore")(db_restore)
 
 
 @db_app.command("upgrade")

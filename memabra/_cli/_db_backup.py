@@ -1,0 +1,81 @@
+"""``memabra db backup`` and ``memabra db restore``: a consistent copy of a live SQLite log, and
+putting one back (PostgreSQL: pg_dump and pg_restore)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from memabra._cli._common import (
+    JsonOutOption,
+    check_output_path,
+    confirm_or_stop,
+    console,
+    run_guarded,
+    write_json,
+)
+from memabra._cli._database import CreateDbOption, DbOption
+
+
+def db_backup(
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="The backup file to write (a SQLite database).", callback=check_output_path),
+    ],
+    db: DbOption = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out when it already exists.")] = False,
+    json_out: JsonOutOption = None,
+) -> None:
+    """Copy a SQLite log to `--out`, consistent as of one instant, while agents keep serving and
+    writing (a plain `cp` of a WAL-mode file misses what sits in its `-wal` file). For PostgreSQL
+    it says to use `pg_dump` and exits 1."""
+    from memabra.storage._backup import backup_sqlite
+
+    result = run_guarded(backup_sqlite, db, out, overwrite=overwrite)
+    revision = result.revision or "no schema"
+    console.print(
+        f"wrote {escape(str(result.path))}: {result.size_bytes} bytes, {result.episodes} episodes, "
+        f"schema revision {escape(revision)}"
+    )
+    write_json(
+        json_out,
+        {
+            "path": str(result.path),
+            "size_bytes": result.size_bytes,
+            "episodes": result.episodes,
+            "revision": result.revision,
+        },
+    )
+
+
+def db_restore(
+    backup: Annotated[Path, typer.Option("--from", help="The backup file `memabra db backup` wrote.")],
+    db: CreateDbOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask: everything the log holds now is replaced.")] = False,
+) -> None:
+    """Replace the whole SQLite log with a backup, in one transaction (processes that have it open
+    see the restored log at their next read; never `cp` a backup over a log that has a `-wal` file
+    beside it). Everything logged since the backup is gone, so it asks first (`--yes` in scripts).
+    Restart the agents and the learner afterwards (docs/production.md, "Backups and restores")."""
+    from sqlalchemy.engine import make_url
+
+    from memabra.storage import resolve_url
+    from memabra.storage._backup import PG_RESTORE_HINT, restore_sqlite, sqlite_path
+
+    url = run_guarded(resolve_url, db)
+    target = run_guarded(sqlite_path, url, hint=PG_RESTORE_HINT)
+    where = make_url(url).render_as_string(hide_password=True)
+    if target.exists():
+        confirm_or_stop(
+            f"Replace everything in {where} with {backup}? What was logged since the backup is lost",
+            yes=yes,
+            refused="nothing was changed (pass --yes to restore without asking)",
+        )
+    result = run_guarded(restore_sqlite, backup, url)
+    console.print(
+        f"restored {escape(where)} from {escape(str(backup))}: {result.episodes} episodes, schema revision "
+        f"{escape(result.revision or 'no schema')}; restart every agent and the learner now"
+    )
