@@ -30,7 +30,7 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.graph import END, START, StateGraph
@@ -97,6 +97,17 @@ class MemabraState(TypedDict, total=False):
 
 # A round of tools from the agent node: tools, agent, then finish; each must run within the limit.
 _STEPS_FOR_A_ROUND = 4
+
+
+class _ModelStep(RunnableLambda[Any, Any]):
+    """The agent node: the model called on the routed context, sync or async."""
+
+    @property
+    def deps(self) -> list[Runnable[Any, Any]]:
+        # RunnableLambda computes this through langchain_core's module-level lru_cache keyed by the
+        # function (langchain-ai/langchain#30667): keyed by a bound method, it kept the last 256
+        # agents built alive, each with its engine, pool and router. The step calls the model only.
+        return []
 
 
 class _Graph:
@@ -335,7 +346,7 @@ def create_memabra_agent(
     builder = StateGraph(MemabraState, context_schema=MemabraContext)
     # langgraph runs a node taking (state, config, runtime), but no add_node overload spells that shape
     builder.add_node("route", nodes.route)  # type: ignore[call-overload, unused-ignore]
-    builder.add_node("agent", RunnableLambda(nodes.agent, afunc=nodes.aagent, name="agent"))
+    builder.add_node("agent", _ModelStep(nodes.agent, afunc=nodes.aagent, name="agent"))
     builder.add_node("tools", nodes.runner.node())
     builder.add_node("finish", nodes.finish)
     builder.add_edge(START, "route")

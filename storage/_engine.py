@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.pool import StaticPool
 
@@ -162,10 +162,16 @@ def unreachable(
 ) -> DatabaseUnavailableError:
     """``exc`` (a failed connect, a lost connection) as a :class:`DatabaseUnavailableError` naming
     the database (password hidden) and the driver's reason, in one line."""
+    return _unreachable_at(engine.url, exc, doing, after)
+
+
+def _unreachable_at(
+    url: URL, exc: BaseException, doing: str = "connect to", after: str = ""
+) -> DatabaseUnavailableError:
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     reason = lines[0] if lines else type(orig).__name__
-    where = engine.url.render_as_string(hide_password=True)
+    where = url.render_as_string(hide_password=True)
     error = DatabaseUnavailableError(f"cannot {doing} the database {where}: {reason}{after}", orig)
     error.connection_invalidated = bool(getattr(exc, "connection_invalidated", False))
     return error
@@ -175,6 +181,9 @@ def _name_connect_failures(engine: Engine) -> None:
     """A connection the pool cannot open (refused, unknown host or database, timed out) raises
     :class:`DatabaseUnavailableError` instead of SQLAlchemy's bare ``OperationalError``. Errors on
     an open connection pass through untouched: the write retries read their SQLSTATE."""
+    # The listener sits on the dialect, which SQLAlchemy's reflection caches keep (up to 128 of
+    # them): closing over the engine would keep the engine, its pool and its compiled statements.
+    url = engine.url
 
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> BaseException | None:
@@ -182,7 +191,7 @@ def _name_connect_failures(engine: Engine) -> None:
             return None
         if not isinstance(context.sqlalchemy_exception, OperationalError):
             return None
-        return unreachable(engine, context.sqlalchemy_exception)
+        return _unreachable_at(url, context.sqlalchemy_exception)
 
 
 def sqlite_file(engine: Engine) -> Path | None:
@@ -205,6 +214,8 @@ def sqlite_file(engine: Engine) -> Path | None:
 
 
 def _ping_when_idle(engine: Engine) -> None:
+    dialect = engine.dialect  # not the engine: see _name_connect_failures
+
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
         record.info["memabra_checked_in"] = time.monotonic()
@@ -217,7 +228,7 @@ def _ping_when_idle(engine: Engine) -> None:
         if time.monotonic() - since < PG_PING_IDLE_S and not _has_unread_input(dbapi_connection):
             return  # in use moments ago, and the server has not written to it since (no FATAL, no EOF)
         try:
-            engine.dialect.do_ping(dbapi_connection)
+            dialect.do_ping(dbapi_connection)
         except Exception as exc:
             # The pool discards the connection and checks out (or opens) another.
             raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc

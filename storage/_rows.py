@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import operator
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -179,8 +180,23 @@ class _Plan:
     procs: tuple[tuple[int, Any], ...]  # SQLAlchemy bind processors (datetimes on SQLite)
 
 
-@cache
-def _plan(table: Table, dialect_name: str, dialect: Dialect) -> _Plan:
+# Plans per dialect, held weakly: a cache holding the dialect held its engine for the process's
+# life (the engine's event listeners close over it), pool and compiled statements included.
+_PLANS: weakref.WeakKeyDictionary[Dialect, dict[Table, _Plan]] = weakref.WeakKeyDictionary()
+
+
+def _plan(table: Table, dialect: Dialect) -> _Plan:
+    plans = _PLANS.get(dialect)
+    if plans is None:
+        plans = _PLANS.setdefault(dialect, {})
+    found = plans.get(table)
+    if found is None:
+        found = plans[table] = _new_plan(table, dialect)
+    return found
+
+
+def _new_plan(table: Table, dialect: Dialect) -> _Plan:
+    dialect_name = dialect.name
     columns = _columns(table)
     names = tuple(c.name for c in columns)
     texts, ints, jsons, procs = [], [], [], []
@@ -239,7 +255,7 @@ def insert_batches(connection: Connection, batches: Sequence[tuple[Table, Sequen
     ``COPY`` per table on PostgreSQL for a large batch, pipelined INSERTs for a small one, one
     ``executemany`` per table on SQLite."""
     dialect = connection.dialect
-    planned = [(table, _plan(table, dialect.name, dialect), rows) for table, rows in batches if rows]
+    planned = [(table, _plan(table, dialect), rows) for table, rows in batches if rows]
     if not planned:
         return
     raw = connection.connection.dbapi_connection
