@@ -47,6 +47,7 @@ from memabra.storage import (
     LeaseLostError,
     ReadPosition,
 )
+from memabra.storage._learner_commit import read_digest
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -120,6 +121,8 @@ class Learner:
         self._base: str | None = None
         self._committed = START
         self._position = START
+        # the fingerprint of the rewards read since the last commit, which the commit checks
+        self._read = 0
         self._learned = 0
         self._committed_learned = 0
         self._pending_since: float | None = None
@@ -195,6 +198,7 @@ class Learner:
             self._torn = True
             learn_item(self._router, final.item, local_credit=self.local_credit)
             self._position = final.position
+            self._read = read_digest(self._read, final.position)
             self._learned += 1
             self._torn = False
             n += 1
@@ -233,7 +237,7 @@ class Learner:
         record = self.live_snapshot()
         try:
             stored = self._store.commit(
-                record, previous=self._committed, position=self._position, learned=self._learned, confirm_read=True
+                record, previous=self._committed, position=self._position, learned=self._learned, read=self._read
             )
         except LeaseLostError as exc:
             logger.warning("learner of %s stands by: %s", self.policy, exc)
@@ -242,6 +246,7 @@ class Learner:
             return None
         self._committed = self._position
         self._committed_learned = self._learned
+        self._read = 0
         self._pending_since = None
         self._last_snapshot = stored.version
         logger.info(
@@ -305,7 +310,7 @@ class Learner:
             self.policy,
         )
         self.abandon()
-        self._position, self._learned = self._committed, self._committed_learned
+        self._position, self._learned, self._read = self._committed, self._committed_learned, 0
         self._torn = False  # what was torn is gone: a standby's later steps have nothing to drop
 
     def _commit_due(self) -> bool:
@@ -348,6 +353,7 @@ class Learner:
             self._committed = self._position = checkpoint.position
             self._learned = self._committed_learned = checkpoint.learned
             self._last_snapshot = snapshot.version
+        self._read = 0
         self._pending_since = None
         self._torn = False
         logger.info(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from sqlalchemy.engine import make_url
 
 from memabra._errors import ConfigError
 from memabra.storage._engine import SQLITE_BUSY_TIMEOUT_S, resolve_url
+from memabra.storage._migrate import head_revision, known_revisions
 
 __all__ = ["PG_BACKUP_HINT", "PG_RESTORE_HINT", "BackupResult", "backup_sqlite", "restore_sqlite", "sqlite_path"]
 
@@ -85,15 +87,18 @@ def backup_sqlite(url: str | None, out: Path, *, overwrite: bool = False) -> Bac
     if not out.absolute().parent.is_dir():
         raise ConfigError(f"cannot write {out}: the directory {out.absolute().parent} does not exist")
     partial = out.with_name(f".{out.name}.partial")
-    partial.unlink(missing_ok=True)
+    _remove_database(partial)
     try:
         # created no more readable than the log (it holds personal data) before a page is copied
         os.close(os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, source.stat().st_mode & 0o777))
         _copy(source, partial)
         revision, episodes = _describe(partial)
         os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
+    except BaseException as exc:
+        _remove_database(partial)
+        if isinstance(exc, (sqlite3.Error, OSError)):
+            # a full disk, an I/O error, a damaged log: one line, and no traceback for the operator
+            raise ConfigError(f"cannot back up {source} to {out}: {exc}; nothing was written") from None
         raise
     # exactly the log's mode (the creation above was narrowed by the umask)
     out.chmod(source.stat().st_mode & 0o777)
@@ -122,13 +127,76 @@ def restore_sqlite(backup: Path, url: str | None) -> BackupResult:
         raise ConfigError(f"{backup} is not a SQLite database ({exc})") from None
     if revision is None:
         raise ConfigError(f"{backup} holds no memabra schema (no alembic_version table): not a backup of a log")
-    with (
-        closing(sqlite3.connect(f"{backup.absolute().as_uri()}?mode=ro", uri=True)) as src,
-        closing(sqlite3.connect(target, timeout=SQLITE_BUSY_TIMEOUT_S)) as dst,
-    ):
-        src.backup(dst, pages=-1)
+    _check_runnable(backup, revision)
+    created = not target.exists()
+    try:
+        with (
+            closing(sqlite3.connect(f"{backup.absolute().as_uri()}?mode=ro", uri=True)) as src,
+            closing(sqlite3.connect(target, timeout=SQLITE_BUSY_TIMEOUT_S)) as dst,
+        ):
+            _backup_step(src, dst, f"the log {target}")
+    except sqlite3.Error as exc:
+        if created:  # an empty log where there was none would read as a fresh one
+            _remove_database(target)
+        # one transaction: what the log held before stays (SQLite rolls a failed one back)
+        raise ConfigError(f"cannot restore {target} from {backup}: {exc}; nothing was restored") from None
     logger.warning("restored %s from %s (%d episodes, schema revision %s)", target, backup, episodes, revision)
     return BackupResult(target, target.stat().st_size, revision, episodes)
+
+
+# what sqlite3_backup_step returns while a lock held elsewhere keeps it from starting
+_WAITING = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def _backup_step(src: sqlite3.Connection, dst: sqlite3.Connection, locked: str) -> None:
+    """``src.backup(dst)`` in one step, giving up (:class:`ConfigError` naming ``locked``) once a lock
+    held elsewhere has kept it waiting for the busy timeout. Python's ``backup`` retries a busy step
+    every 250 ms for ever: a process holding a write transaction open would hang the command silently.
+
+    pages=-1: the whole file in one step, one read transaction. Copied a few pages a step, each
+    write an agent commits meanwhile restarts the copy, which then never ends under load."""
+    timeout = SQLITE_BUSY_TIMEOUT_S
+    started = time.monotonic()
+
+    def progress(status: int, _remaining: int, _total: int) -> None:
+        if status in _WAITING and time.monotonic() - started >= timeout:
+            raise ConfigError(
+                f"{locked} stayed locked by another process's write transaction for {timeout:g} s; nothing was "
+                "copied: end that transaction (a stuck process, an open sqlite3 shell) and run this again"
+            )
+
+    src.backup(dst, pages=-1, progress=progress)
+
+
+def _check_runnable(backup: Path, revision: str) -> None:
+    """Refuse a backup at a schema revision this memabra does not ship, unless its compatibility
+    marker (``_schema_compat``) says this memabra's code may run on it: the restored log would be
+    one no process of this version opens (or another application's file using Alembic too)."""
+    known = known_revisions()
+    if revision in known:
+        return
+    with closing(sqlite3.connect(f"{backup.absolute().as_uri()}?mode=ro", uri=True)) as conn:
+        has_marker = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_compatibility'"
+        ).fetchone()
+        found = (
+            conn.execute("SELECT oldest_compatible_revision FROM schema_compatibility").fetchone()
+            if has_marker
+            else None
+        )
+    if found is not None and found[0] in known:
+        return
+    raise ConfigError(
+        f"{backup} is at schema revision {revision}, which this memabra (schema {head_revision()}) does not know "
+        "and cannot run on: a backup taken by a newer memabra (restore it with that version) or not a memabra "
+        "log; nothing was changed"
+    )
+
+
+def _remove_database(path: Path) -> None:
+    """``path`` and the journal files SQLite may have left beside it."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        path.with_name(f"{path.name}{suffix}").unlink(missing_ok=True)
 
 
 def _copy(source: Path, destination: Path) -> None:
@@ -137,9 +205,7 @@ def _copy(source: Path, destination: Path) -> None:
         closing(sqlite3.connect(source, timeout=timeout)) as src,
         closing(sqlite3.connect(destination, timeout=timeout)) as dst,
     ):
-        # pages=-1: the whole file in one step, one read transaction. Copied a few pages a step,
-        # each write an agent commits meanwhile restarts the copy, which then never ends under load.
-        src.backup(dst, pages=-1)
+        _backup_step(src, dst, f"the log {source}")
         # a lease names the process that held it when the copy was taken: restored, it would keep
         # a restarted learner waiting for the lease to lapse (only its holder renews it)
         if dst.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'learner_leases'").fetchone():

@@ -253,7 +253,7 @@ class LearnerStore:
         previous: ReadPosition,
         position: ReadPosition,
         learned: int,
-        confirm_read: bool = False,
+        read: int | None = None,
     ) -> PolicySnapshot:
         """Store ``snapshot`` and move the policy's position from ``previous`` to ``position`` in one
         transaction; returns the snapshot as stored (its status says whether it was made active).
@@ -261,15 +261,14 @@ class LearnerStore:
         The snapshot becomes active unless an operator made another snapshot of the policy active
         since the learner's last commit (then it is stored as a candidate, to promote by hand).
         Raises :class:`LeaseLostError` when the stored position is no longer ``previous`` and, with
-        ``confirm_read``, when the reward at ``position`` (the last one read) is no longer in the
-        log: a log restored from a backup keeps the old position but not the rewards read since.
+        ``read`` (the :func:`read_digest` of the rewards read since ``previous``), when the log's
+        rewards between the two positions are no longer those: a log restored from a backup keeps
+        the old position but not the rewards read since.
         """
         policy = snapshot.policy
 
         def work(s: Session) -> PolicySnapshot:
-            return commit_checkpoint(
-                s, snapshot, previous=previous, position=position, learned=learned, confirm_read=confirm_read
-            )
+            return commit_checkpoint(s, snapshot, previous=previous, position=position, learned=learned, read=read)
 
         try:
             # retried whole on a deadlock, a serialisation failure or SQLite's busy lock, then

@@ -4,11 +4,12 @@ retries it whole on a transient conflict)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from memabra._errors import MemabraError
@@ -17,7 +18,7 @@ from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._models import PolicySnapshotRow, RewardRow, table_of
 from memabra.storage._snapshots import lock_policy
 
-__all__ = ["START", "LeaseLostError", "ReadPosition", "commit_checkpoint"]
+__all__ = ["START", "LeaseLostError", "ReadPosition", "commit_checkpoint", "read_digest"]
 
 
 class LeaseLostError(MemabraError):
@@ -35,6 +36,13 @@ class ReadPosition:
 START = ReadPosition(-1, "")
 
 
+def read_digest(digest: int, position: ReadPosition) -> int:
+    """``digest`` with the reward at ``position`` read too: an order-free fingerprint of the rewards
+    a learner read since its last commit (0: none), which its commit compares with the log's."""
+    one = hashlib.blake2b(f"{position.seq}:{position.episode_id}".encode(), digest_size=8).digest()
+    return digest ^ int.from_bytes(one, "big")
+
+
 def commit_checkpoint(
     s: Session,
     snapshot: PolicySnapshot,
@@ -42,12 +50,13 @@ def commit_checkpoint(
     previous: ReadPosition,
     position: ReadPosition,
     learned: int,
-    confirm_read: bool = False,
+    read: int | None = None,
 ) -> PolicySnapshot:
     """The learner commit's one transaction (see :meth:`LearnerStore.commit`): move the position
     from ``previous`` to ``position`` (the guard), store ``snapshot``, publish it when the active
-    snapshot is still the learner's own, mark the rewards read as learned. ``confirm_read``: refuse
-    (:class:`LeaseLostError`) when the reward at ``position`` is no longer in the log."""
+    snapshot is still the learner's own, mark the rewards read as learned. ``read``: the
+    :func:`read_digest` of the rewards read since ``previous``; refused (:class:`LeaseLostError`)
+    when the log's rewards between the two positions are no longer those."""
     now = utcnow()
     policy = snapshot.policy
     # The guard is the first statement, a write: SQLite takes its write lock here.
@@ -76,11 +85,12 @@ def commit_checkpoint(
         s.add(state)
         s.flush()
     assert state is not None
-    if confirm_read and position != previous and not _still_logged(s, position):
+    if read is not None and position != previous and _logged_digest(s, previous, position) != read:
         raise LeaseLostError(
-            f"the last reward the learner of policy {policy!r} read (episode {position.episode_id}, commit "
-            f"seq {position.seq}) is no longer in the log (restored from a backup?): what it learned since "
-            "its last commit is dropped and learned again from the log"
+            f"the rewards the learner of policy {policy!r} read since its last commit (up to episode "
+            f"{position.episode_id}, commit seq {position.seq}) are no longer those the log holds there "
+            "(restored from a backup, or erased meanwhile): what it learned since its last commit is dropped "
+            "and learned again from the log"
         )
     lock_policy(s, policy)  # a promote or rollback lands before this read or after the commit
     active = s.scalar(
@@ -120,34 +130,39 @@ def commit_checkpoint(
     if publish:
         state.published = stored.version
     if position != previous:
-        s.execute(
-            update(RewardRow)
-            .where(
-                or_(
-                    RewardRow.commit_seq > previous.seq,
-                    and_(RewardRow.commit_seq == previous.seq, RewardRow.episode_id > previous.episode_id),
-                ),
-                or_(
-                    RewardRow.commit_seq < position.seq,
-                    and_(RewardRow.commit_seq == position.seq, RewardRow.episode_id <= position.episode_id),
-                ),
-            )
-            .values(learned_at=now)
-        )
+        s.execute(update(RewardRow).where(*_between(previous, position)).values(learned_at=now))
     return stored
 
 
-def _still_logged(s: Session, position: ReadPosition) -> bool:
-    """Whether the reward at ``position`` is in the log, at that place in the commit order. A log
-    restored to an earlier point keeps the learner's old position (the guard passes) but not the
-    rewards read since: committing would claim them and mark the rewards that took their commit
-    numbers as learned."""
-    found = s.scalar(
-        select(RewardRow.episode_id).where(
-            RewardRow.episode_id == position.episode_id, RewardRow.commit_seq == position.seq
+def _between(previous: ReadPosition, position: ReadPosition) -> tuple[ColumnElement[bool], ...]:
+    """The rewards after ``previous`` up to ``position`` in the commit order: those read between."""
+    return (
+        or_(
+            RewardRow.commit_seq > previous.seq,
+            and_(RewardRow.commit_seq == previous.seq, RewardRow.episode_id > previous.episode_id),
+        ),
+        or_(
+            RewardRow.commit_seq < position.seq,
+            and_(RewardRow.commit_seq == position.seq, RewardRow.episode_id <= position.episode_id),
+        ),
+    )
+
+
+def _logged_digest(s: Session, previous: ReadPosition, position: ReadPosition) -> int:
+    """The :func:`read_digest` of the final rewards the log holds between the two positions: those a
+    learner read there, unless the log changed under it. A log restored from a backup keeps the old
+    position but not the rewards read since, and numbers its new rewards again from the backup's
+    counter: checking only the last reward read passes once the learner has read on into those, and
+    committing would claim the lost rewards and mark as learned the new ones it skipped."""
+    digest = 0
+    rows = s.execute(
+        select(RewardRow.commit_seq, RewardRow.episode_id).where(
+            RewardRow.final.is_(True), RewardRow.commit_seq.is_not(None), *_between(previous, position)
         )
     )
-    return found is not None
+    for seq, episode_id in rows:
+        digest = read_digest(digest, ReadPosition(int(seq or 0), episode_id))  # never NULL: filtered
+    return digest
 
 
 def _thaw(value: Any) -> Any:

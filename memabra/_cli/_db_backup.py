@@ -62,7 +62,7 @@ def db_restore(
     Restart the agents and the learner afterwards (docs/production.md, "Backups and restores")."""
     from sqlalchemy.engine import make_url
 
-    from memabra.storage import resolve_url
+    from memabra.storage import head_revision, known_revisions, resolve_url
     from memabra.storage._backup import PG_RESTORE_HINT, restore_sqlite, sqlite_path
 
     url = run_guarded(resolve_url, db)
@@ -75,7 +75,10 @@ def db_restore(
             refused="nothing was changed (pass --yes to restore without asking)",
         )
     result = run_guarded(restore_sqlite, backup, url)
+    # a backup an older memabra took: every process refuses the log until it is upgraded
+    older = result.revision != head_revision() and result.revision in known_revisions()
+    then = f"run `memabra db upgrade --db {where}`, then restart" if older else "restart"
     console.print(
         f"restored {escape(where)} from {escape(str(backup))}: {result.episodes} episodes, schema revision "
-        f"{escape(result.revision or 'no schema')}; restart every agent and the learner now"
+        f"{escape(result.revision or 'no schema')}; {escape(then)} every agent and the learner now"
     )
