@@ -140,7 +140,7 @@ def restore_sqlite(backup: Path, url: str | None) -> BackupResult:
             _remove_database(target)
         # one transaction: what the log held before stays (SQLite rolls a failed one back)
         raise ConfigError(f"cannot restore {target} from {backup}: {exc}; nothing was restored") from None
-    logger.warning("restored %s from %s (%d episodes, schema revision %s)", target, backup, episodes, revision)
+    logger.info("restored %s from %s (%d episodes, schema revision %s)", target, backup, episodes, revision)
     return BackupResult(target, target.stat().st_size, revision, episodes)
 
 
