@@ -33,11 +33,16 @@ from memabra.storage._backup import backup_sqlite, restore_sqlite
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
+def migrated_sqlite(tmp_path: Path) -> str:
+    """A migrated SQLite log, memabra.db in ``tmp_path``."""
     url = f"sqlite:///{tmp_path / 'memabra.db'}"
     upgrade(url)
     return url
+
+
+@pytest.fixture(name="sqlite_url")
+def sqlite_url_fixture(tmp_path: Path) -> str:
+    return migrated_sqlite(tmp_path)
 
 
 def _episode_ids(path: Path) -> set[str]:

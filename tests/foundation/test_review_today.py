@@ -9,9 +9,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from foundation.test_backup_restore import _episode_ids, migrated_sqlite
 from runtime.learning_log import log_final
 from typer.testing import CliRunner
 
@@ -27,16 +29,9 @@ from memabra.storage._backup import backup_sqlite, restore_sqlite
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'memabra.db'}"
-    upgrade(url)
-    return url
-
-
-def _episode_ids(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
-        return {row[0] for row in conn.execute("SELECT id FROM episodes")}
+@pytest.fixture(name="sqlite_url")
+def sqlite_url_fixture(tmp_path: Path) -> str:
+    return migrated_sqlite(tmp_path)
 
 
 # A file-size limit stands in for a full disk: the copy's writes fail part way, as on ENOSPC.
@@ -85,6 +80,30 @@ def test_a_restore_that_runs_out_of_disk_says_so_and_leaves_no_file(sqlite_url: 
     assert list(target.iterdir()) == []  # no empty or half-written log where there was none
 
 
+def _gives_up_while_locked(holder: sqlite3.Connection, work: Callable[[], object]) -> None:
+    """``work()`` on a thread while ``holder`` keeps its transaction open: it must fail within the
+    (shortened) busy timeout with a ConfigError saying the log is locked, not wait for ever."""
+    outcome: list[BaseException | object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(10)
+    waited = time.monotonic() - started
+    holder.execute("ROLLBACK")
+    holder.close()
+    worker.join(10)
+    assert waited < 10, "it waited on the lock for ever, saying nothing"
+    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome
+    assert "locked" in str(outcome[0])
+
+
 def test_a_restore_gives_up_on_a_write_lock_held_past_the_busy_timeout(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,25 +115,7 @@ def test_a_restore_gives_up_on_a_write_lock_held_past_the_busy_timeout(
     # a process (a stuck agent, an sqlite3 shell) holding a write transaction open
     holder = sqlite3.connect(tmp_path / "memabra.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    outcome: list[BaseException | object] = []
-
-    def restore() -> None:
-        try:
-            outcome.append(restore_sqlite(backup.path, sqlite_url))
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            outcome.append(exc)
-
-    worker = threading.Thread(target=restore, daemon=True)
-    started = time.monotonic()
-    worker.start()
-    worker.join(10)
-    waited = time.monotonic() - started
-    holder.execute("ROLLBACK")
-    holder.close()
-    worker.join(10)
-    assert waited < 10, "the restore waited on the lock for ever, saying nothing"
-    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome
-    assert "locked" in str(outcome[0])
+    _gives_up_while_locked(holder, lambda: restore_sqlite(backup.path, sqlite_url))
     assert _episode_ids(tmp_path / "memabra.db") == {kept.id}  # nothing was restored
 
 
@@ -127,25 +128,7 @@ def test_a_backup_gives_up_on_a_lock_that_blocks_its_read(
     monkeypatch.setattr(_backup, "SQLITE_BUSY_TIMEOUT_S", 0.5)
     holder = sqlite3.connect(log_file, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
-    outcome: list[BaseException | object] = []
-
-    def backup() -> None:
-        try:
-            outcome.append(backup_sqlite(sqlite_url, tmp_path / "backup.db"))
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            outcome.append(exc)
-
-    worker = threading.Thread(target=backup, daemon=True)
-    started = time.monotonic()
-    worker.start()
-    worker.join(10)
-    waited = time.monotonic() - started
-    holder.execute("ROLLBACK")
-    holder.close()
-    worker.join(10)
-    assert waited < 10, "the backup waited on the lock for ever, saying nothing"
-    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome
-    assert "locked" in str(outcome[0])
+    _gives_up_while_locked(holder, lambda: backup_sqlite(sqlite_url, tmp_path / "backup.db"))
     assert [p.name for p in tmp_path.iterdir() if "backup" in p.name] == []
 
 
