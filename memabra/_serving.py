@@ -99,6 +99,8 @@ class PolicyRuntime:
             interval_s=reload_interval_s,
             similarity=router.similarity,
             loaded_at=self._first_loaded_at,
+            # turns are learned from the log (the Learner here or in another process), never online
+            learns_online=False,
         )
         if refused is not None:
             self.watcher.refuse(refused)

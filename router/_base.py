@@ -296,6 +296,13 @@ class Router(ABC):
             del self._pending[selection.id]
             self._learn_credits(selection, *credited)
 
+    def _forget_pending(self, selection_id: str) -> None:
+        """Stop waiting for :meth:`learn` on a selection: its reward reaches a learner through the
+        log instead (:meth:`learn_logged`), so keeping its id would only hold memory."""
+        with self._lock:
+            if self._ready:
+                self._pending.pop(selection_id, None)
+
     def learn_logged(
         self,
         selection: Selection,

@@ -98,6 +98,10 @@ class SnapshotWatcher(Router):
         ``interval_s`` seconds. Errors from it are logged and the current router kept.
     similarity
         Passed to restored routers (``None``: each restores with the default similarity).
+    learns_online
+        ``False`` where :meth:`learn` is never called because a learner teaches the policy from
+        the log (a :class:`~memabra.RoutingSession`): no selection is then remembered for it, here
+        or by the serving router, where each id would wait for ``max_pending`` later decisions.
     """
 
     # Deliberate repeats: choose / learn / learn_logged restate the Router signatures (the watcher
@@ -118,6 +122,7 @@ class SnapshotWatcher(Router):
         clock: Callable[[], float] = time.monotonic,
         max_pending: int = 100_000,
         loaded_at: datetime | None = None,
+        learns_online: bool = True,
     ) -> None:
         super().__init__(similarity=similarity, max_pending=max_pending)
         if not isinstance(initial, Router):
@@ -139,6 +144,7 @@ class SnapshotWatcher(Router):
         # weakly: a strong reference would keep every router a hot reload replaced alive (each one a
         # whole model) for as long as its selections wait for a reward, up to max_pending of them
         self._made_by: OrderedDict[str, weakref.ref[Router]] = OrderedDict()
+        self.learns_online = learns_online
         self._swap_lock = threading.Lock()
 
     @classmethod
@@ -257,6 +263,9 @@ class SnapshotWatcher(Router):
         self.refresh(force=False)
         router = self._current
         selection = router.choose(context, candidates, budget, features=features, seed=seed)
+        if not self.learns_online:
+            router._forget_pending(selection.id)
+            return selection
         with self._lock:
             self._made_by[selection.id] = weakref.ref(router)
             while len(self._made_by) > self.max_pending:
@@ -272,6 +281,11 @@ class SnapshotWatcher(Router):
         local_credit: bool = True,
         missing: Sequence[str] = (),
     ) -> None:
+        if not self.learns_online:
+            raise RouterError(
+                "this router serves a session that learns from its log: give the episode feedback "
+                "(agent.feedback) rather than calling learn"
+            )
         with self._lock:
             made = self._made_by.get(selection.id) if isinstance(selection, Selection) else None
         if made is None:
