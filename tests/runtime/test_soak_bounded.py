@@ -14,9 +14,10 @@ reached after days of traffic.
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 import sys
-from collections import deque
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -27,54 +28,26 @@ from memabra._standin import ExtractiveChatModel, associations_from
 from memabra._tool_search import _MAX_PENDING as _MAX_MISSED_EPISODES
 from memabra.router import HybridRouter, LinearRouter, Router, Similarity
 
-_PACKAGES = ("memabra", "router", "storage")
+SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
 # Containers that may grow here because they are bounded elsewhere, with their bound.
 _BOUNDED = {
     # an entry per turn that needed a tool the router left out (here: set_timer via find_tools)
-    "agent.session.missing_tools": _MAX_MISSED_EPISODES,
+    "MemabraAgent.session.missing_tools": _MAX_MISSED_EPISODES,
 }
 _QUESTIONS = ("What should I cook for dinner tonight?", "Do I need an umbrella tomorrow?", "Order my usual drink")
 
 
-def _ours(obj: object) -> bool:
-    return type(obj).__module__.split(".", 1)[0] in _PACKAGES
+def _load_soak() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("soak_benchmark", SOAK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def container_sizes(root: object, depth: int = 8) -> dict[str, int]:
-    """Sizes of the dicts, lists, sets and deques reachable from ``root`` through memabra's own
-    objects (by attribute path), and of the module-level ones and lru_caches of memabra's modules."""
-    sizes: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def walk(obj: object, path: str, left: int) -> None:
-        if id(obj) in seen or left < 0:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, dict | list | set | deque):
-            sizes[path] = len(obj)
-            for k, value in enumerate(list(obj.values() if isinstance(obj, dict) else obj)[:50]):
-                walk(value, f"{path}[{k}]", left - 1)
-            return
-        if not _ours(obj):
-            return
-        attrs = dict(getattr(obj, "__dict__", {}))
-        for slot in getattr(type(obj), "__slots__", ()):
-            with contextlib.suppress(AttributeError):
-                attrs[slot] = getattr(obj, slot)
-        for name, value in attrs.items():
-            walk(value, f"{path}.{name}", left - 1)
-
-    walk(root, "agent", depth)
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".", 1)[0] not in _PACKAGES:
-            continue
-        for attr, value in list(vars(module).items()):
-            info = getattr(value, "cache_info", None)
-            if callable(info) and getattr(value, "__module__", "") == name:
-                sizes[f"{name}.{attr}()"] = info().currsize
-            elif isinstance(value, dict | list | set) and not attr.startswith("__"):
-                sizes[f"{name}.{attr}"] = len(value)
-    return sizes
+# the benchmark's walk over what an agent holds: what it reports is what this test bounds
+container_sizes = _load_soak().container_sizes
 
 
 def _turns(agent: object, start: int, count: int) -> None:
@@ -100,9 +73,9 @@ def test_recurring_traffic_leaves_no_container_growing(migrated_url: str, learn:
         for k in range(4):
             agent.session.memory.remember(f"user-{k}", "I live in Lyon and I follow a vegan diet")
         _turns(agent, 0, 24)  # every user, thread and question seen: the caches keyed by them are full
-        before = container_sizes(agent)
+        before = container_sizes(agent, depth=8)
         _turns(agent, 24, 36)
-        after = container_sizes(agent)
+        after = container_sizes(agent, depth=8)
     grew = {path: (before.get(path, 0), size) for path, size in after.items() if size > before.get(path, 0)}
     assert {path: sizes for path, sizes in grew.items() if path not in _BOUNDED} == {}
     assert all(after.get(path, 0) <= bound for path, bound in _BOUNDED.items())
