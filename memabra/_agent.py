@@ -123,9 +123,7 @@ class _Graph:
         tool_search: bool = False,
     ) -> None:
         self.session = session
-        self.tool_search = (
-            ToolSearch(tool_items(tools), session.encoder, session.missing_tools) if tool_search and tools else None
-        )
+        self.tool_search = ToolSearch(tool_items(tools), session.encoder) if tool_search and tools else None
         self.model = model
         self.tools = {t.name: t for t in tools}
         self.runner = ToolRunner(session, tools, self.tool_search)

@@ -147,7 +147,7 @@ class ToolRunner:
         known = name in self._names and may_use
         if known and name not in turn.tool_names:
             # a registry tool the router left out: the model's call says the turn needed it
-            record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
+            record_missed(turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
         if self.tool_search is not None and known:
             error += f"; call {FIND_TOOLS} with its name to get it"
         elif self.tool_search is not None and (allowed is None or allowed):  # else it is not bound

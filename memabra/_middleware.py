@@ -200,7 +200,7 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         # the agent's tool the router left out: the turn needed it (one the run may not use was
         # never offered to the router, so it missed nothing)
         if request.tool is not None and may_use:
-            record_missed(self.session.missing_tools, turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
+            record_missed(turn.episode_id, name, turn.feedback, REFUSED_SOURCE)
         return refuse(self.session, turn_id, request.tool_call, unavailable_error(name))
 
     def _tool_raised(self, request: ToolCallRequest, started: float, exc: Exception) -> None:

@@ -98,8 +98,6 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         self.encoder = prepare_encoder(router, log)
         if getattr(self.memory, "encoder", None) is None:
             self.memory.encoder = self.encoder
-        # episode id -> tools the turn needed and the router left out (filled by find_tools)
-        self.missing_tools: dict[str, tuple[str, ...]] = {}
         self.skills = {f"skill:{s.name}": s for s in skills}
         # as the CLI's feedback, finalize and learner commands read them: one log, one weighting
         reward = self.settings.reward if self.settings.reward is not None else load_reward_config()

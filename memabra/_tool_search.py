@@ -4,8 +4,8 @@ Opt-in (``create_memabra_agent(..., tool_search=True)``). It is bound next to th
 the model calls it with what it needs to do and gets the best matching registry tools that are
 not bound yet (by the hybrid prior over tool names, descriptions and parameters). Those tools are
 bound for the rest of the turn. When the model then calls one successfully, the turn records it
-as needed-and-missed: ``relevant_ids`` feedback on the episode (an Ht miss in the reward) and,
-for a router whose ``learn`` takes ``missing``, a local outcome the learner uses. So does a call to
+as needed-and-missed: ``relevant_ids`` feedback on the episode, an Ht miss in the reward and the
+``missing`` outcome the learner reads from the log with it. So does a call to
 a registry tool the turn was not given (refused, but the model named what it needed). A run
 restricted to some tools (``allowed_tools``) finds only those: the others are not the turn's to
 fetch, and a call to one is refused without being taken for a miss (the router was never offered it).
@@ -13,7 +13,6 @@ fetch, and a call to one is refused without being taken for a miss (the router w
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import threading
@@ -26,9 +25,9 @@ from pydantic import BaseModel, Field
 from memabra._errors import ConfigError
 from memabra._recall import rank
 from memabra._records import CandidateKind, Feedback, FeedbackKind, RegistryItem
-from memabra.router import CachingEncoder, Router
+from memabra.router import CachingEncoder
 
-__all__ = ["FIND_TOOLS", "FIND_TOOLS_SOURCE", "REFUSED_SOURCE", "ToolSearch", "learn_kwargs", "record_missed"]
+__all__ = ["FIND_TOOLS", "FIND_TOOLS_SOURCE", "REFUSED_SOURCE", "ToolSearch", "record_missed"]
 
 logger = logging.getLogger("memabra")
 
@@ -39,8 +38,6 @@ REFUSED_SOURCE = "memabra.refused_call"
 # Tools returned per search: enough for a two-tool step (cd then mv), few enough to stay cheap.
 FIND_LIMIT = 3
 
-# Episodes whose missed tools wait for their final reward; older ones are dropped.
-_MAX_PENDING = 10_000
 # ToolNode runs a round's calls on threads: two misses of one episode must not lose each other.
 _MISSED_LOCK = threading.Lock()
 # camelCase boundaries: "startEngine" must match a request to "start the engine"
@@ -70,7 +67,6 @@ class ToolSearch:
         self,
         items: Sequence[RegistryItem],
         encoder: CachingEncoder | None,
-        missing: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.items = [i for i in items if i.kind is CandidateKind.TOOL]
         if any(i.name == FIND_TOOLS for i in self.items):
@@ -80,8 +76,6 @@ class ToolSearch:
         self._shown = {i.name: i.text for i in self.items}
         self.encoder = encoder
         self._fetched: dict[str, set[str]] = {}
-        # episode id -> candidate ids the turn needed and the router left out (the session learns from it)
-        self.missing: dict[str, tuple[str, ...]] = missing if missing is not None else {}
 
     def tool(
         self, turn_id: str, bound: Sequence[str], bind: object, allowed: Collection[str] | None = None
@@ -126,26 +120,19 @@ class ToolSearch:
         and resumed in another process) the turn needed it and the router missed it."""
         if name == FIND_TOOLS or not (left_out or name in self.fetched(turn_id)):
             return
-        record_missed(self.missing, episode_id, name, feedback, FIND_TOOLS_SOURCE)
+        record_missed(episode_id, name, feedback, FIND_TOOLS_SOURCE)
 
     def end(self, turn_id: str) -> None:
         self._fetched.pop(turn_id, None)
 
 
-def record_missed(
-    missing: dict[str, tuple[str, ...]], episode_id: str, name: str, feedback: list[Feedback], source: str
-) -> None:
+def record_missed(episode_id: str, name: str, feedback: list[Feedback], source: str) -> None:
     """Record tool ``name`` as needed by the episode and left out by the router, once per episode:
-    ``relevant_ids`` feedback (an Ht miss) and the ``missing`` outcome a learner may take."""
+    ``relevant_ids`` feedback, an Ht miss in the reward and the ``missing`` outcome the learner
+    reads from the log (``memabra learner``, ``replay``)."""
     candidate = f"tool:{name}"
     with _MISSED_LOCK:
-        noted = any(candidate in (f.payload.get("relevant_ids") or ()) for f in feedback)
-        known = missing.get(episode_id, ())
-        if candidate not in known:
-            missing[episode_id] = (*known, candidate)
-            while len(missing) > _MAX_PENDING:  # a session that never learns must not grow without bound
-                missing.pop(next(iter(missing)))
-        if noted:
+        if any(candidate in (f.payload.get("relevant_ids") or ()) for f in feedback):
             return
         feedback.append(Feedback(episode_id, FeedbackKind.IMPLICIT, source, {"relevant_ids": [candidate]}))
     logger.info("%s was needed and left out by the router (%s)", name, source)
@@ -173,14 +160,3 @@ def _searchable(item: RegistryItem) -> RegistryItem:
     (the router's own view of the item is left as it is)."""
     split = _CAMEL.sub(" ", item.text)
     return item if split == item.text else replace(item, text=f"{item.text}\n{split}")
-
-
-def learn_kwargs(router: Router, missing: Sequence[str]) -> dict[str, object]:
-    """``{"missing": ...}`` when the router's ``learn`` takes needed-and-missing candidates."""
-    if not missing:
-        return {}
-    try:
-        accepts = "missing" in inspect.signature(router.learn).parameters
-    except (TypeError, ValueError):
-        accepts = False
-    return {"missing": tuple(missing)} if accepts else {}

@@ -9,9 +9,10 @@ from langchain_core.messages import HumanMessage
 from memabra import Budget, CandidateKind, create_memabra_agent
 from memabra._demo_world import ASSOCIATIONS, make_tools
 from memabra._standin import ExtractiveChatModel, associations_from
-from memabra._tool_search import FIND_TOOLS, learn_kwargs
-from memabra.router import HybridRouter, Similarity, VWRouter
-from memabra.storage import EpisodeLog
+from memabra._tool_search import FIND_TOOLS
+from memabra.router import HybridRouter, Similarity
+from memabra.storage import EpisodeLog, LearnerStore
+from tests.factories import readable_final_rewards
 
 ONE_TOOL = Budget(max_tokens=300, slots={CandidateKind.MEMORY: 2, CandidateKind.TOOL: 1})
 
@@ -45,7 +46,10 @@ def test_the_model_fetches_a_tool_the_router_left_out_and_the_miss_is_recorded(l
     relevant = [f.payload["relevant_ids"] for f in ep.feedback if f.source == "memabra.find_tools"]
     assert relevant == [["tool:set_timer"]]
     assert ep.reward is not None and ep.reward.components.ht < 1.0  # an Ht miss
-    assert agent.session.missing_tools == {ep.id: ("tool:set_timer",)}
+    # what the learner reads from the log: the tool as a needed candidate no selection chose
+    agent.session.rewards.finalize(ep.id)
+    [final] = readable_final_rewards(LearnerStore(log.engine))
+    assert final.item.missing == ("tool:set_timer",)
 
 
 def test_only_a_fetched_tool_that_is_then_called_counts_as_missed() -> None:
@@ -58,11 +62,10 @@ def test_only_a_fetched_tool_that_is_then_called_counts_as_missed() -> None:
     assert "set_timer" in bound and "set_timer" in reply and "get_weather" not in bound
     feedback: list = []  # type: ignore[type-arg]
     search.used("turn-1", "ep-1", "get_weather", feedback)  # routed, not fetched: no miss
-    assert feedback == [] and search.missing == {}
+    assert feedback == []
     search.used("turn-1", "ep-1", "set_timer", feedback)
     search.used("turn-1", "ep-1", "set_timer", feedback)  # called twice, recorded once
     assert [f.payload for f in feedback] == [{"relevant_ids": ["tool:set_timer"]}]
-    assert search.missing == {"ep-1": ("tool:set_timer",)}
     assert search.search("turn-1", "  ", (), bound.extend).startswith("Describe")
 
 
@@ -72,16 +75,6 @@ def test_without_tool_search_the_model_cannot_ask(log: EpisodeLog) -> None:
     ep = log.get_episode(out["memabra_episode_id"])
     assert FIND_TOOLS not in [s.name for s in ep.steps]
     assert "set_timer done" not in out["messages"][-1].content
-
-
-def test_missing_reaches_a_router_only_when_its_learn_takes_it() -> None:
-    class MissingAware(HybridRouter):
-        def learn(self, selection, reward, outcomes=None, *, local_credit=True, missing=()):  # type: ignore[no-untyped-def, override]
-            return None
-
-    assert learn_kwargs(MissingAware(), ["tool:set_timer"]) == {"missing": ("tool:set_timer",)}
-    assert learn_kwargs(MissingAware(), []) == {}
-    assert learn_kwargs(VWRouter(), ["tool:x"]) in ({}, {"missing": ("tool:x",)})
 
 
 def test_the_fetched_tool_reaches_every_learner_as_needed_and_missed(log: EpisodeLog) -> None:

@@ -179,7 +179,6 @@ def test_a_disallowed_tool_the_model_calls_anyway_is_refused_not_run(
     assert [(s.name, s.status) for s in episode.steps if s.kind.value == "tool"] == [("refund_order", "error")]
     # the router was never offered it: the call is no miss of the router's to learn from
     assert not any("relevant_ids" in f.payload for f in episode.feedback)
-    assert "tool:refund_order" not in agent.session.missing_tools.get(episode.id, ())
 
 
 # ------------------------------------------------------------------ find_tools

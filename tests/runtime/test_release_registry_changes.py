@@ -353,7 +353,6 @@ def test_the_new_release_agent_refuses_a_removed_tool_its_model_still_calls(
     assert refused and all(s.status != "ok" for s in refused)
     feedback = log.feedback_for(after["memabra_episode_id"])
     assert not any("tool:refund_order" in (f.payload.get("relevant_ids") or ()) for f in feedback)
-    assert new.session.missing_tools == {}
 
 
 # ------------------------------------------------------------------ (3) offline, training, route
