@@ -15,7 +15,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from memabra._errors import InvalidFeedbackError, MemabraError
+from memabra._errors import ConfigError, InvalidFeedbackError, MemabraError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, RewardWeights, utcnow
 from memabra._reward import CompositeReward, RewardConfig, rescored
 from memabra._signals import FEEDBACK_KEYS
@@ -142,10 +142,13 @@ def recompute_rewards(
     since: datetime | None = None,
     version: str | None = None,
     use_memory_scores: bool = False,
+    memory_scorer: str | None = None,
 ) -> int:
     """Re-total every stored reward under ``weights`` from its stored components; returns how many
     were updated. See :func:`retotal_rewards`."""
-    return retotal_rewards(log, weights, since=since, version=version, use_memory_scores=use_memory_scores).rewards
+    return retotal_rewards(
+        log, weights, since=since, version=version, use_memory_scores=use_memory_scores, memory_scorer=memory_scorer
+    ).rewards
 
 
 def retotal_rewards(
@@ -155,6 +158,7 @@ def retotal_rewards(
     since: datetime | None = None,
     version: str | None = None,
     use_memory_scores: bool = False,
+    memory_scorer: str | None = None,
 ) -> Retotalled:
     """Re-total every stored reward under ``weights`` from its stored components. Nothing is
     re-run: the components are the record. ``use_memory_scores`` replaces Hm with the MemPO label
@@ -163,12 +167,37 @@ def retotal_rewards(
     The log is worked through a page of episodes per transaction, each page locked against
     feedback arriving meanwhile, so memory holds one page and every stored total agrees with its
     components. A run that stops midway leaves the pages it finished re-totalled and the rest as
-    they were (each reward records the weights it was totalled under); running it again finishes."""
+    they were (each reward records the weights it was totalled under); running it again finishes.
+
+    Labels of one scorer only: ``memory_scorer`` names it; left out, the log must hold one scorer's
+    labels, else a :class:`ConfigError` names the scorers (two models' labels, mixed, would make
+    Hm say what neither model said)."""
+    scorer = _one_scorer(log, memory_scorer) if use_memory_scores else None
 
     def rescore(stored: RewardBreakdown, memory_label: float | None) -> RewardBreakdown:
         return rescored(stored, weights, memory_label=memory_label)
 
-    return log.retotal_rewards(rescore, since=since, version=version, labels=use_memory_scores)
+    return log.retotal_rewards(rescore, since=since, version=version, labels=use_memory_scores, scorer=scorer)
+
+
+def _one_scorer(log: EpisodeLog, named: str | None) -> str | None:
+    """The scorer whose MemPO labels a re-total takes: ``named`` when it stored labels, else the
+    only one that did (None when none did)."""
+    stored = log.memory_label_scorers()
+    listed = ", ".join(f"{name} ({count} decisions)" for name, count in stored.items())
+    if named is not None:
+        if named not in stored:
+            raise ConfigError(
+                f"no MemPO labels are stored under scorer {named!r}"
+                + (f"; the log holds labels of {listed}" if stored else "; the log holds none")
+            )
+        return named
+    if len(stored) > 1:
+        raise ConfigError(
+            f"MemPO labels of {len(stored)} scorers are stored ({listed}): name the one to take Hm from "
+            "(memory_scorer; --mempo-scorer on the command line), so no reward mixes two models' labels"
+        )
+    return next(iter(stored), None)
 
 
 def same_feedback(earlier: Feedback, now: Feedback) -> bool:

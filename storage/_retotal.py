@@ -34,6 +34,7 @@ from memabra._errors import InvalidRecordError
 from memabra._records import RewardBreakdown, RewardWeights
 from memabra.storage import _convert as cv
 from memabra.storage._models import DecisionRow, EpisodeRow, MemoryScoreRow, RewardRow, table_of
+from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Retotalled",
     "LABEL_PAGE",
     "count_learned",
+    "label_scorers",
     "memory_label_pages",
     "memory_labels",
     "retotal_rewards",
@@ -81,12 +83,18 @@ class _Page:
 
 
 def retotal_rewards(
-    tx: Transactions, rescore: Rescorer, *, since: datetime | None, version: str | None, labels: bool
+    tx: Transactions,
+    rescore: Rescorer,
+    *,
+    since: datetime | None,
+    version: str | None,
+    labels: bool,
+    scorer: str | None = None,
 ) -> Retotalled:
     """Re-total every stored reward (of episodes created since ``since``) with ``rescore``, a page
     per transaction (see the module docstring for what a run that stops midway leaves).
     ``version``: the reward version stored with the new totals (else the one ``rescore`` gives);
-    ``labels``: hand ``rescore`` each episode's MemPO label."""
+    ``labels``: hand ``rescore`` each episode's MemPO label (only ``scorer``'s labels, when given)."""
     rewards = labelled = 0
     after: str | None = None
     while True:
@@ -97,6 +105,7 @@ def retotal_rewards(
             since=since,
             version=version,
             labels=labels,
+            scorer=scorer,
             lock=tx.is_postgres,
         )
         page = tx.write(work, what="retotal_rewards")
@@ -114,6 +123,7 @@ def _retotal_page(
     since: datetime | None,
     version: str | None,
     labels: bool,
+    scorer: str | None,
     lock: bool,
 ) -> _Page:
     ids_stmt = select(EpisodeRow.id).join(RewardRow, RewardRow.episode_id == EpisodeRow.id)
@@ -131,16 +141,16 @@ def _retotal_page(
         return _Page(0, 0, None)
     # Read after the locks are held, so a reward replaced while this page waited is read as replaced.
     stored = s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(ids)).order_by(RewardRow.episode_id))
-    page_labels = _labels(s, ids) if labels else {}
+    page_labels = _labels(s, ids, scorer) if labels else {}
     updates = [(row.episode_id, rescore(cv.reward_from_row(row), page_labels.get(row.episode_id))) for row in stored]
     _write_totals(s, updates, version)
     return _Page(len(updates), sum(1 for episode_id, _ in updates if episode_id in page_labels), ids[-1])
 
 
-def _labels(s: Session, episode_ids: list[str] | None) -> dict[str, float]:
+def _labels(s: Session, episode_ids: list[str] | None, scorer: str | None = None) -> dict[str, float]:
     """MemPO's label (+1 / -1) of each episode (of ``episode_ids``, else all) whose decisions have
-    one: the mean of its decisions' labels where it made several (Hm is the episode's, and no one
-    decision's label stands for the others)."""
+    one (one of ``scorer``'s, when given): the mean of its decisions' labels where it made several
+    (Hm is the episode's, and no one decision's label stands for the others)."""
     stmt = (
         select(DecisionRow.episode_id, func.avg(MemoryScoreRow.reward))
         .join(MemoryScoreRow, MemoryScoreRow.decision_id == DecisionRow.id)
@@ -148,6 +158,8 @@ def _labels(s: Session, episode_ids: list[str] | None) -> dict[str, float]:
     )
     if episode_ids is not None:
         stmt = stmt.where(DecisionRow.episode_id.in_(episode_ids))
+    if scorer is not None:
+        stmt = stmt.where(MemoryScoreRow.scorer == clean_text(scorer))
     return {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}
 
 
@@ -181,6 +193,13 @@ def _write_totals(s: Session, updates: Iterable[tuple[str, RewardBreakdown]], ve
     )
     s.execute(update(et).where(et.c.id == bindparam("b_id")).values(reward_total=bindparam("b_total")), episode_params)
     return len(reward_params)
+
+
+def label_scorers(tx: Transactions) -> dict[str, int]:
+    """How many decisions each scorer's MemPO labels cover, by scorer name."""
+    stmt = select(MemoryScoreRow.scorer, func.count()).group_by(MemoryScoreRow.scorer).order_by(MemoryScoreRow.scorer)
+    with tx.read() as s:
+        return {name: int(count) for name, count in s.execute(stmt)}
 
 
 def count_learned(tx: Transactions, since: datetime | None) -> int:
@@ -267,10 +286,21 @@ class RetotalMethods:
     _tx: Transactions
 
     def retotal_rewards(
-        self, rescore: Rescorer, *, since: datetime | None = None, version: str | None = None, labels: bool = False
+        self,
+        rescore: Rescorer,
+        *,
+        since: datetime | None = None,
+        version: str | None = None,
+        labels: bool = False,
+        scorer: str | None = None,
     ) -> Retotalled:
-        """Re-total stored rewards with ``rescore``, a locked page per transaction (see ``_retotal``)."""
-        return retotal_rewards(self._tx, rescore, since=since, version=version, labels=labels)
+        """Re-total stored rewards with ``rescore``, a locked page per transaction (see ``_retotal``);
+        with ``labels``, only ``scorer``'s MemPO labels when it is given."""
+        return retotal_rewards(self._tx, rescore, since=since, version=version, labels=labels, scorer=scorer)
+
+    def memory_label_scorers(self) -> dict[str, int]:
+        """The scorers MemPO labels are stored under, each with how many decisions it labelled."""
+        return label_scorers(self._tx)
 
     def count_learned_rewards(self, *, since: datetime | None = None) -> int:
         """How many stored rewards (of episodes created since ``since``) a learner has learned:

@@ -96,19 +96,25 @@ def score_routing_decisions(
     chunk_size: int = 256,
     on_progress: Callable[[ScoringProgress], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    on_unscorable: Callable[[RoutingDecisionItem, str], None] | None = None,
 ) -> Iterator[tuple[RoutingDecisionScore, ...]]:
     """Grade decisions lazily, ``chunk_size`` items (2 * chunk_size sequences) per call to the
     scorer, yielding each chunk's scores in input order and reporting progress after each.
 
     A larger chunk lets the scorer bucket sequences of similar length together; the scorer's own
     batch size bounds what goes through the model at once.
+
+    A decision the scorer cannot score (a gold answer longer than the model, or with no tokens)
+    raises an :class:`InvalidRecordError` naming it; with ``on_unscorable`` it is handed to that
+    (with the reason) and left out of its chunk instead, and the rest of the chunk is scored: one
+    such decision does not stop every decision after it from being graded, run after run.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     total = len(items) if isinstance(items, Sequence) else None
-    return _chunks(scorer, iter(items), total, float(eps), chunk_size, on_progress, clock)
+    return _chunks(scorer, iter(items), total, float(eps), chunk_size, on_progress, clock, on_unscorable)
 
 
 def _chunks(
@@ -119,19 +125,48 @@ def _chunks(
     chunk_size: int,
     on_progress: Callable[[ScoringProgress], None] | None,
     clock: Callable[[], float],
+    on_unscorable: Callable[[RoutingDecisionItem, str], None] | None,
 ) -> Iterator[tuple[RoutingDecisionScore, ...]]:
     started = clock()
     done = 0
     tokens = 0
     while chunk := list(islice(items, chunk_size)):
-        scores = _score_chunk(scorer, chunk, eps)
-        done += len(scores)
+        scores = (
+            _score_chunk(scorer, chunk, eps) if on_unscorable is None else _skipping(scorer, chunk, eps, on_unscorable)
+        )
+        done += len(chunk)
         tokens += sum(score.tokens for score in scores)
         if on_progress is not None:
             on_progress(
                 ScoringProgress(items_done=done, items_total=total, tokens_done=tokens, elapsed_s=clock() - started)
             )
         yield scores
+
+
+def _skipping(
+    scorer: AnswerScorer,
+    chunk: list[RoutingDecisionItem],
+    eps: float,
+    on_unscorable: Callable[[RoutingDecisionItem, str], None],
+) -> tuple[RoutingDecisionScore, ...]:
+    """The chunk's scores without the decisions the scorer cannot score, each handed to
+    ``on_unscorable``. A scorer refuses a pair while encoding it, before any forward pass, so
+    taking one out and trying again costs a tokenisation of the chunk."""
+    chunk = list(chunk)
+    while chunk:
+        try:
+            return _score_chunk(scorer, chunk, eps)
+        except _Unscorable as exc:
+            on_unscorable(chunk.pop(exc.position), str(exc))
+    return ()
+
+
+class _Unscorable(InvalidRecordError):
+    """A decision of a chunk the scorer cannot score: ``position`` is its place in the chunk."""
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 def _score_chunk(
@@ -148,7 +183,7 @@ def _score_chunk(
     except UnscorablePairError as exc:  # "answers[k] ...": name the decision, not the pair
         if not 0 <= exc.index < 2 * count:
             raise
-        raise InvalidRecordError(f"decision {chunk[exc.index % count].id!r}: {exc}") from None
+        raise _Unscorable(exc.index % count, f"decision {chunk[exc.index % count].id!r}: {exc}") from None
     p_selected, p_all = scored.probabilities[:count], scored.probabilities[count:]
     rewards = memory_reward(p_selected, p_all, eps=eps)
     return tuple(

@@ -144,9 +144,12 @@ class MemPOScorer:
         eps: float = 0.0,
         chunk_size: int = 256,
         on_progress: Callable[[ScoringProgress], None] | None = None,
+        on_unscorable: Callable[[RoutingDecisionItem, str], None] | None = None,
     ) -> Iterator[tuple[RoutingDecisionScore, ...]]:
         """Grade routing decisions chunk by chunk (see :func:`score_routing_decisions`)."""
-        return score_routing_decisions(self, items, eps=eps, chunk_size=chunk_size, on_progress=on_progress)
+        return score_routing_decisions(
+            self, items, eps=eps, chunk_size=chunk_size, on_progress=on_progress, on_unscorable=on_unscorable
+        )
 
     def _encode(self, pairs: Sequence[tuple[str, str]], indices: Sequence[int]) -> list[tuple[list[int], int]]:
         """Token ids of each (context, answer) pair; ``indices`` are the caller's, for error messages."""

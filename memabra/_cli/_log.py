@@ -267,12 +267,20 @@ def rewards_recompute(
     use_mempo: bool = typer.Option(
         False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."
     ),
+    mempo_scorer: str | None = typer.Option(
+        None,
+        "--mempo-scorer",
+        help="With --use-mempo: take only this scorer's labels (mempo:NAME; needed when the log holds "
+        "labels of several, `memabra mempo labels` lists them).",
+    ),
 ) -> None:
     """Re-total stored rewards from their components under new weights.
 
     Works through the log a page of 1,000 episodes per transaction: stopped midway, the pages done
     keep their new totals (each reward records its weights) and running it again finishes the job."""
     new = run_guarded(parse_weights, weights)
+    if mempo_scorer is not None and not use_mempo:
+        fail("--mempo-scorer names the MemPO labels to take Hm from: give it with --use-mempo")
     with _open(db) as log:
         learned = run_guarded(log.count_learned_rewards, since=parse_time(since, "--since"))
         done = run_guarded(
@@ -282,6 +290,7 @@ def rewards_recompute(
             since=parse_time(since, "--since"),
             version=version,
             use_memory_scores=use_mempo,
+            memory_scorer=mempo_scorer,
         )
     labelled = f" ({done.labelled} with Hm from a MemPO label)" if done.labelled else ""
     console.print(f"recomputed {done.rewards} rewards with weights {new.as_dict()}{labelled}")

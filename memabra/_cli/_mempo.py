@@ -7,6 +7,7 @@ torch and transformers load only when the command runs, so the rest of the CLI s
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from memabra._cli._stops import StopSignals, exit_code, nothing_stored_if_stoppe
 from memabra._errors import MemabraError
 from memabra._records import GoldDecision, MemoryQuality
 from memabra.storage import EpisodeLog
+
+logger = logging.getLogger("memabra")
 
 mempo_app = typer.Typer(
     help="Memory-quality labels from a local language model (the mempo extra).",
@@ -94,6 +97,10 @@ def score(
     scorer_name = _scorer_name(model, name)
     unscored_by = None if rescore else scorer_name
     stops = StopSignals()  # SIGTERM (a scheduler's stop) ends the run as Ctrl-C does, saying so
+    # what the labels are stored as graded at: before any gold answer is read, so a corrected gold
+    # answer that arrives while the run scores reopens its decision for the next run (stamped when
+    # stored, the label would count as graded against a correction it never saw, and be skipped)
+    graded_at = datetime.now(UTC)
     # the scoring says what it stored when stopped; a stop anywhere else in the block stored nothing
     with stops.installed(), run_guarded(EpisodeLog, db) as log, nothing_stored_if_stopped():
         total = run_guarded(log.count_mempo_items, since=since_at, unscored_by=unscored_by)
@@ -158,12 +165,31 @@ def score(
             TimeElapsedColumn(),
         )
         scored = 0
+        # a decision the model cannot score (a gold answer longer than the model) is left out, not
+        # the end of the run: failing on it, every run would stop there and score nothing after it
+        skipped: list[str] = []
+        skips_shown = 0
+
+        def unscorable(item: RoutingDecisionItem, reason: str) -> None:
+            logger.warning("MemPO: %s; not scored", reason)
+            skipped.append(reason)
+
         try:
             with Progress(*columns, console=console, transient=False) as progress:
                 task = progress.add_task("scoring", total=total, rate="")
-                for chunk in scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size):
+                chunks = scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size, on_unscorable=unscorable)
+                for chunk in chunks:
                     labels = [
-                        MemoryQuality(r.id, scorer_name, r.p_selected, r.p_all, r.difference, r.reward, r.answer_tokens)
+                        MemoryQuality(
+                            r.id,
+                            scorer_name,
+                            r.p_selected,
+                            r.p_all,
+                            r.difference,
+                            r.reward,
+                            r.answer_tokens,
+                            scored_at=graded_at,
+                        )
                         for r in chunk
                     ]
                     with stops.storing():
@@ -174,8 +200,11 @@ def score(
                         rewards[result.reward] += 1
                     elapsed = time.perf_counter() - started
                     progress.update(
-                        task, advance=len(chunk), rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else ""
+                        task,
+                        advance=len(chunk) + len(skipped) - skips_shown,
+                        rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else "",
                     )
+                    skips_shown = len(skipped)
         except KeyboardInterrupt as stop:
             fail(
                 f"{stopped_by(stop)}: {scored} of {total} decisions scored and stored; {_resume}",
@@ -188,6 +217,12 @@ def score(
         f"scored {scored} decisions: {rewards[1]} selections as good as all candidates (+1), {rewards[-1]} worse (-1); "
         f"{tokens:,} tokens in {elapsed:.1f} s = {tokens / elapsed if elapsed > 0 else 0.0:,.0f} tokens/s"
     )
+    if skipped:
+        fail(
+            f"{len(skipped)} of {total} decisions could not be scored and were left unlabelled (first: "
+            f"{skipped[0]}); the other {scored} are stored. A later run tries them again: a corrected gold "
+            "answer (feedback) or a model with more positions scores them"
+        )
 
 
 _resume = "the same command scores the rest"

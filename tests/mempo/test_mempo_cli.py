@@ -279,3 +279,62 @@ def test_an_interrupt_while_the_model_loads_says_nothing_was_stored(
     assert "interrupted while loading the model: none of 4 decisions scored" in " ".join(result.output.split())
     with EpisodeLog(migrated_url) as log:
         assert log.memory_scores(decision_ids) == {}
+
+
+def test_a_decision_the_model_cannot_score_does_not_stop_the_others_run_after_run(
+    trained_model_dir: Path, migrated_url: str
+) -> None:
+    """A gold answer longer than the model failed its whole chunk, every night: nothing behind it
+    was ever labelled. It is left out and named; the rest are stored."""
+    from memabra import Feedback
+
+    decision_ids = _log_decisions(migrated_url)
+    with EpisodeLog(migrated_url) as log:
+        episode = log.list_episodes(limit=1).items[0]
+        log.add_feedback(Feedback(episode.id, "programmatic", "checker", {"gold_answer": "paris " * 300}))
+    options = ["score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    for night, expected in ((1, "scoring 4 decisions"), (2, "scoring 1 decisions")):
+        result = runner.invoke(cli.mempo_app, options)
+        output = " ".join(result.output.split())
+        assert result.exit_code == 1, (night, output)
+        assert expected in output and "more than the model's 256 positions" in output
+        assert "1 of " in output and "could not be scored and were left unlabelled" in output
+        with EpisodeLog(migrated_url) as log:
+            assert len(log.memory_scores(decision_ids)) == 3
+    with EpisodeLog(migrated_url) as log:  # corrected, it is scored
+        log.add_feedback(Feedback(episode.id, "programmatic", "checker", {"gold_answer": "paris"}))
+    result = runner.invoke(cli.mempo_app, options)
+    assert result.exit_code == 0 and "scoring 1 decisions" in result.output, result.output
+    with EpisodeLog(migrated_url) as log:
+        assert len(log.memory_scores(decision_ids)) == 4
+
+
+def test_a_gold_answer_corrected_while_the_run_scores_reopens_its_decision(
+    trained_model_dir: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A label was stamped when stored: a correction that arrived after its gold answer was read
+    but before the label was stored counted as graded, and the stale label was kept for good."""
+    from memabra import Feedback
+    from memabra.evals.mempo import MemPOScorer
+
+    decision_ids = _log_decisions(migrated_url)
+    with EpisodeLog(migrated_url) as log:
+        episode = log.list_episodes(limit=1).items[0]
+    real = MemPOScorer.score_routing_decisions
+
+    def corrected_meanwhile(self: MemPOScorer, items: object, **kwargs: object) -> object:
+        read = list(items)  # type: ignore[call-overload]  # every gold answer read, as a chunk is
+        with EpisodeLog(migrated_url) as log:
+            log.add_feedback(Feedback(episode.id, "programmatic", "checker", {"gold_answer": "tokyo"}))
+        return real(self, read, **kwargs)  # type: ignore[arg-type]
+
+    options = ["score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    with monkeypatch.context() as patched:
+        patched.setattr(MemPOScorer, "score_routing_decisions", corrected_meanwhile)
+        first = runner.invoke(cli.mempo_app, options)
+    assert first.exit_code == 0, first.output
+    with EpisodeLog(migrated_url) as log:
+        assert len(log.memory_scores(decision_ids)) == 4
+        assert log.count_mempo_items(unscored_by=f"mempo:{trained_model_dir.name}") == 1
+    again = runner.invoke(cli.mempo_app, options)
+    assert again.exit_code == 0 and "scoring 1 decisions" in again.output, again.output

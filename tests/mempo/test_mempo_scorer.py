@@ -271,6 +271,24 @@ def test_a_gold_answer_longer_than_the_model_names_its_decision(random_model_dir
         scorer.answer_probabilities(["what", "what", "what"], ["paris", "paris", "paris " * 300])
 
 
+def test_with_on_unscorable_the_rest_of_the_chunk_is_scored(random_model_dir: Path) -> None:
+    items = [item for _, item in capital_items()]
+    items[0] = dataclasses.replace(items[0], gold_answer="paris " * 300)
+    items[2] = dataclasses.replace(items[2], gold_answer="paris " * 300)
+    scorer = MemPOScorer(random_model_dir, device="cpu")
+    left_out: list[tuple[str, str]] = []
+    chunks = list(
+        scorer.score_routing_decisions(
+            items, chunk_size=3, on_unscorable=lambda item, why: left_out.append((item.id, why))
+        )
+    )
+    assert [[score.id for score in chunk] for chunk in chunks] == [[items[1].id], [items[3].id]]
+    assert [item_id for item_id, _ in left_out] == [items[0].id, items[2].id]
+    assert all("more than the model's 256 positions" in why for _, why in left_out)
+    alone = next(iter(scorer.score_routing_decisions([items[1]])))[0]
+    assert chunks[0][0] == alone  # left out, the others' results are what they are alone
+
+
 @pytest.mark.parametrize(
     ("version", "keyword"),
     [("4.44.2", "torch_dtype"), ("4.55.4", "torch_dtype"), ("4.56.0", "dtype"), ("5.25.0", "dtype")],

@@ -1,0 +1,53 @@
+"""`rewards recompute --use-mempo` takes one scorer's labels: two models' labels are never mixed into Hm."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from typer.testing import CliRunner
+
+from factories import episode
+from memabra._cli import app
+from memabra._feedback import RewardService
+from memabra._records import MemoryQuality
+from memabra._reward import RewardConfig
+from memabra.storage import EpisodeLog
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def test_labels_of_two_scorers_are_refused_unless_one_is_named(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        service = RewardService(log, RewardConfig(feedback_window=timedelta(minutes=10)))
+        first, second = episode(), episode()
+        for e in (first, second):
+            service.record(e)
+        log.store_memory_scores(
+            [
+                MemoryQuality(first.selections[0].id, "mempo:a", 0.9, 0.8, 0.1, 1, 3),
+                MemoryQuality(second.selections[0].id, "mempo:b", 0.1, 0.8, -0.7, -1, 3),
+            ]
+        )
+        before = {e.id: log.get_reward(e.id) for e in (first, second)}
+    args = ["rewards", "recompute", "--weights", "wc=1.0", "--use-mempo", "--db", migrated_url]
+
+    mixed = runner.invoke(app, args)
+    output = " ".join(mixed.output.split())
+    assert mixed.exit_code == 1, output
+    assert "MemPO labels of 2 scorers are stored (mempo:a (1 decisions), mempo:b (1 decisions))" in output
+    assert "--mempo-scorer" in output
+    with EpisodeLog(migrated_url) as log:  # refused before any page was written
+        assert {e.id: log.get_reward(e.id) for e in (first, second)} == before
+
+    unknown = runner.invoke(app, [*args, "--mempo-scorer", "mempo:c"])
+    assert unknown.exit_code == 1 and "no MemPO labels are stored under scorer 'mempo:c'" in unknown.output
+
+    without = runner.invoke(app, [*args[:4], "--db", migrated_url, "--mempo-scorer", "mempo:a"])
+    assert without.exit_code == 1 and "give it with --use-mempo" in without.output
+
+    named = runner.invoke(app, [*args, "--mempo-scorer", "mempo:a"])
+    assert named.exit_code == 0, named.output
+    assert "recomputed 2 rewards" in named.output and "(1 with Hm from a MemPO label)" in named.output
+    with EpisodeLog(migrated_url) as log:
+        assert log.get_reward(first.id).components.hm == 1.0  # type: ignore[union-attr]
+        assert log.get_reward(second.id).components.hm == before[second.id].components.hm  # type: ignore[union-attr]
