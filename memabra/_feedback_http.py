@@ -89,6 +89,8 @@ _MAX_CLIENT_KEY = 200
 # The longest episode id the log stores: a longer one names no episode.
 _MAX_EPISODE_ID = 200
 _NOT_FOUND = "no such episode"
+# The methods the route answers (all but POST with 405): HTTP's, as RFC 9110 and PATCH's RFC name them.
+_EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
 
 UserOf = Callable[[Request], str | None | Awaitable[str | None]]
 """Who is asking: the request's user id, or ``None`` for nobody (401). Sync or async."""
@@ -148,6 +150,8 @@ def feedback_app(
         raise ConfigError("feedback_app keys is empty: no feedback could be accepted")
 
     async def post(request: Request) -> Response:
+        if request.method != "POST":
+            return _not_allowed()
         try:
             owner = await _user(user, request)
             if owner is None:
@@ -184,13 +188,19 @@ def feedback_app(
             }
         )
 
-    route = Route("/episodes/{episode_id}/feedback", post, methods=["POST"])
+    # Every method routed here, the 405 answered by the route itself: LangGraph's Agent Server lifts
+    # an ``http.app``'s routes into its own, ahead of a mount taking every path, and a route that
+    # matched POST only would let a GET fall through to that mount's 404 ("wrong URL" to a client).
+    route = Route("/episodes/{episode_id}/feedback", post, methods=_EVERY_METHOD)
     return Starlette(routes=[route], exception_handlers={HTTPException: _http_error})
 
 
+def _not_allowed() -> Response:
+    return JSONResponse({"detail": "Method Not Allowed"}, status_code=405, headers={"allow": "POST"})
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (405 with its ``Allow`` header, 404 for another path) in the same
-    JSON shape as this app's."""
+    """Starlette's own refusals (404 for another path) in the same JSON shape as this app's."""
     assert isinstance(exc, HTTPException)
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 

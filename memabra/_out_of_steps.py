@@ -6,25 +6,31 @@ Its turn is logged as failed, as a turn whose model or tool raised is, rather th
 for a retry that would not help: retried with the same ``recursion_limit`` it runs out again, and
 a retry with a higher one routes the turn afresh under the same id
 (:func:`~memabra._graph_steps.current_turn`). Only a turn known to be the run's own is closed:
-the one the thread's checkpoint names, else, without a checkpointer, the one turn of the run's
-thread that began in this process while the run ran. Where neither tells (no thread id, or
-concurrent runs on one thread without a checkpointer) the turn is kept running, as for any run
-that raised: closing a guess could log another run's turn as failed mid-run."""
+the one the thread's checkpoint names, else, without a checkpointer, the one turn still running
+here that the run routed or took up in its own context (:mod:`memabra._run_turns`) and, where the
+run has a thread id, that began on its thread while the run ran. A run with no thread id is the
+usual stateless call (``agent.invoke(messages)``): no retry can go on with its turn, which would
+otherwise read lost in an hour and wait on an operator for its reward. Where nothing tells (a
+batch's runs without thread ids, each noted in one context) the turn is kept running, as for any
+run that raised: closing a guess could log another run's turn as failed mid-run."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from memabra._errors import InvalidRecordError
 from memabra._graph_io import run_thread_id
 from memabra._graph_steps import close_failed_turn, error_text, failure_reason
 from memabra._run_ends import paused_turn
+from memabra._run_turns import RunTurns, watch_run_turns
 from memabra._session import RoutingSession
 
-__all__ = ["aclose_out_of_steps", "close_out_of_steps", "running_before"]
+__all__ = ["RunStart", "aclose_out_of_steps", "close_out_of_steps", "running_before"]
 
 logger = logging.getLogger("memabra")
 
@@ -39,30 +45,47 @@ def _checkpointed(graph: Any, config: RunnableConfig | None) -> RunnableConfig |
     return {"configurable": {"thread_id": thread_id}}
 
 
-def running_before(graph: Any, session: RoutingSession, config: RunnableConfig | None) -> frozenset[str] | None:
-    """The thread's turns running here as a run without a checkpointer starts (``None``: not
-    needed, as its checkpoint will name the turn, or not usable, as it has no thread id)."""
-    thread_id = run_thread_id(config)
-    if thread_id is None or getattr(graph, "checkpointer", None):
-        return None
-    return session.running_turns(thread_id)
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What a run without a checkpointer knew as it started (both ``None`` with one: its checkpoint
+    will name the turn). ``before``: its thread's turns running here then (``None``: no thread id);
+    ``routed``: the turns it routed or took up since, in its context."""
+
+    before: frozenset[str] | None = None
+    routed: RunTurns | None = None
 
 
-def _run_turn(
-    session: RoutingSession, config: RunnableConfig | None, before: frozenset[str] | None, snapshot: Any
-) -> str | None:
+def running_before(graph: Any, session: RoutingSession, config: RunnableConfig | None) -> RunStart:
+    """Called as a run starts, in the context its graph runs in."""
+    if getattr(graph, "checkpointer", None):
+        return RunStart()
     thread_id = run_thread_id(config)
-    if thread_id is None:
-        return None
-    running = session.running_turns(thread_id)
+    before = None if thread_id is None else session.running_turns(thread_id)
+    return RunStart(before, watch_run_turns())
+
+
+def _running_here(session: RoutingSession, turn_id: str, thread_id: str | None) -> bool:
+    try:
+        t = session.get_turn(turn_id)
+    except InvalidRecordError:
+        return False
+    return t.paused_at is None and not t.logged and t.thread_id == thread_id
+
+
+def _run_turn(session: RoutingSession, config: RunnableConfig | None, start: RunStart, snapshot: Any) -> str | None:
+    thread_id = run_thread_id(config)
     if snapshot is not None:
-        return paused_turn(snapshot, running)
-    if before is None:
-        return None
-    began = running - before
-    if len(began) > 1:
+        return paused_turn(snapshot, session.running_turns(thread_id) if thread_id is not None else None)
+    mine: set[str] | None = None
+    if thread_id is not None and start.before is not None:
+        mine = set(session.running_turns(thread_id) - start.before)
+    routed = start.routed
+    if routed is not None and routed.ids and not routed.full:
+        noted = {t for t in routed.ids if _running_here(session, t, thread_id)}
+        mine = noted if mine is None else mine & noted
+    if mine and len(mine) > 1:
         logger.warning("a run of thread %s ran out of steps beside others: its turn is kept running", thread_id)
-    return next(iter(began)) if len(began) == 1 else None
+    return next(iter(mine)) if mine and len(mine) == 1 else None
 
 
 def _closed(session: RoutingSession, turn_id: str, exc: BaseException) -> None:
@@ -79,7 +102,7 @@ def close_out_of_steps(
     graph: Any,
     session: RoutingSession,
     config: RunnableConfig | None,
-    before: frozenset[str] | None,
+    start: RunStart,
     exc: BaseException,
 ) -> None:
     """Log the turn of a run that raised ``GraphRecursionError`` (``exc``) as failed, where it is known."""
@@ -91,7 +114,7 @@ def close_out_of_steps(
         except Exception:  # noqa: BLE001 - the caller keeps the turn running
             logger.warning(_UNREAD, exc_info=True)
             return
-    turn_id = _run_turn(session, config, before, snapshot)
+    turn_id = _run_turn(session, config, start, snapshot)
     if turn_id is not None:
         _closed(session, turn_id, exc)
 
@@ -100,7 +123,7 @@ async def aclose_out_of_steps(
     graph: Any,
     session: RoutingSession,
     config: RunnableConfig | None,
-    before: frozenset[str] | None,
+    start: RunStart,
     exc: BaseException,
 ) -> None:
     snapshot = None
@@ -111,6 +134,6 @@ async def aclose_out_of_steps(
         except Exception:  # noqa: BLE001 - as in close_out_of_steps
             logger.warning(_UNREAD, exc_info=True)
             return
-    turn_id = _run_turn(session, config, before, snapshot)
+    turn_id = _run_turn(session, config, start, snapshot)
     if turn_id is not None:  # a database write: off the event loop
         await asyncio.to_thread(_closed, session, turn_id, exc)

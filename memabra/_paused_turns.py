@@ -22,6 +22,7 @@ from typing import Any
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._records import Episode, Feedback, FeedbackKind, Selection, utcnow
+from memabra._run_turns import note_run_turn
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
 from memabra.storage import EpisodeLog, SuspendedTurn, clean_text
@@ -229,6 +230,7 @@ class PausedTurns:
         written. Best effort, as a pause's copy is: the turn goes on without a copy when the log
         cannot take one. Written only over :attr:`Turn.copy` where set: ``OVERTAKEN`` where the log
         holds another copy now; where unset, ``LOGGED`` where the turn's episode is logged already."""
+        note_run_turn(t.id)  # the run whose context this is goes on with it
         if t.selection is None or t.logged:
             return _Saved.WRITTEN  # nothing to keep
         return self._write(

@@ -13,18 +13,23 @@ run out of its ``recursion_limit`` leaves its turn running instead of logged as 
 ``stream`` / ``astream`` (:mod:`memabra._run_watch`), so every way the server or anyone else runs
 it (``invoke``, ``ainvoke``, ``batch``, ``astream_events`` go through them) ends as
 :class:`~memabra.MemabraAgent`'s methods do. Its ``copy`` (the server's, per run) keeps the class
-and the session. Run as a subgraph of a bigger graph it only passes its stream on: the run that
+and the session. A turn the server's ``multitask_strategy="rollback"`` left behind is logged as
+failed as the thread's next run starts (:mod:`memabra._rolled_back`). Run as a subgraph of a bigger graph it only passes its stream on: the run that
 ends is the parent's, whose own wrapper reads the whole state."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from memabra._errors import ConfigError
+from memabra._rolled_back import aclose_rolled_back, anote_cancelled
+from memabra._run_turns import RunTurns, watch_run_turns
 from memabra._run_watch import watch_astream, watch_stream
 from memabra._session import RoutingSession
 
@@ -55,7 +60,33 @@ class MemabraServedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         chunks = super().astream(input, config, **kwargs)
         if _nested(config):
             return chunks
-        return watch_astream(self, self.memabra_session, chunks, input, config, kwargs)
+        # noted in the caller's context, not the generator's: a server may read each chunk in a task
+        # of its own (``wait_for``), each a copy of the caller's context, where the graph's nodes run
+        routed = watch_run_turns()
+        return _served_astream(self, self.memabra_session, chunks, input, config, kwargs, routed)
+
+
+async def _served_astream(
+    graph: MemabraServedGraph,
+    session: RoutingSession,
+    chunks: AsyncIterator[Any],
+    input: Any,
+    config: RunnableConfig | None,
+    kwargs: Mapping[str, Any],
+    routed: RunTurns,
+) -> AsyncIterator[Any]:
+    """A run as :func:`~memabra._run_watch.watch_astream` watches it, with the server's rollback
+    handled (:mod:`memabra._rolled_back`): a turn an earlier run of the thread left, cancelled,
+    is logged as failed where the rollback deleted its checkpoint; this run's turn is noted where
+    it is cancelled."""
+    await asyncio.shield(aclose_rolled_back(graph, session, config))
+    try:
+        async with aclosing(watch_astream(graph, session, chunks, input, config, kwargs)) as watched:  # type: ignore[type-var]
+            async for chunk in watched:
+                yield chunk
+    except asyncio.CancelledError:
+        await asyncio.shield(anote_cancelled(graph, session, config, routed))
+        raise
 
 
 def served_graph(graph: Any, session: RoutingSession) -> MemabraServedGraph:

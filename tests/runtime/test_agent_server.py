@@ -23,6 +23,7 @@ from langgraph_sdk import get_sync_client  # noqa: E402
 from langgraph_sdk.client import SyncLangGraphClient  # noqa: E402
 from runtime.agent_server import AgentServer, serve  # noqa: E402
 
+from memabra._rolled_back import ROLLED_BACK_REASON  # noqa: E402
 from memabra._superseded import SUPERSEDED_REASON  # noqa: E402
 from memabra.storage import EpisodeFilter, EpisodeLog  # noqa: E402
 
@@ -198,24 +199,28 @@ def test_a_second_run_interrupting_a_busy_thread_logs_its_own_turn_and_the_first
     _superseded_and_new(log, thread, kept, out["memabra_episode_id"])
 
 
-def test_a_second_run_rolling_back_a_busy_thread_leaves_the_first_turn_kept_running(
+def test_a_second_run_rolling_back_a_busy_thread_logs_the_first_turn_as_rolled_back(
     client: SyncLangGraphClient, log: EpisodeLog
 ) -> None:
+    """The server deletes the first run and its checkpoints: no run can go on with its turn, which
+    was kept running, read lost in an hour and got its reward only when an operator abandoned it."""
     thread = _thread(client)
     first = client.runs.create(thread, "served", input=_message("Search the archive"), context=USER)
     _running(client, thread, first["run_id"])
-    first_turn = _values(client, thread)["memabra_turn"]
+    kept = log.suspended_turn(_values(client, thread)["memabra_turn"])
+    assert kept is not None
     second = client.runs.create(
         thread, "served", input=_message("Hello there"), context=USER, multitask_strategy="rollback"
     )
     out = client.runs.join(thread, second["run_id"])
-    (episode,) = _episodes(log, thread)
-    assert episode.id == out["memabra_episode_id"] and _steps(episode) == [("model", "ok", None)]
-    # the server erased the first run's checkpoints: the thread's state no longer names its turn, so
-    # nothing says it cannot go on (a fork of an older checkpoint could); it stays kept running, reads
-    # lost in an hour, and `memabra episodes paused --lost --abandon` logs it as failed with its decision
-    kept = log.suspended_turn(first_turn)
-    assert kept is not None and not kept.paused
+    episodes = {e.id: e for e in _episodes(log, thread)}
+    assert set(episodes) == {kept.episode_id, out["memabra_episode_id"]}
+    assert _steps(episodes[out["memabra_episode_id"]]) == [("model", "ok", None)]
+    earlier = episodes[kept.episode_id]
+    (failed,) = [f for f in earlier.feedback if f.payload.get("accepted") is False]
+    assert failed.payload["comment"] == ROLLED_BACK_REASON
+    assert earlier.selections and all(s.propensity > 0 for s in earlier.selections)
+    assert not [k for k in log.suspended_turns(limit=1000) if k.thread_id == thread]  # nothing reads lost
 
 
 def _superseded_and_new(log: EpisodeLog, thread: str, kept: Any, new_id: str) -> None:

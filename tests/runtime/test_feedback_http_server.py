@@ -117,3 +117,15 @@ def test_a_run_routes_for_the_authenticated_user_and_no_one_else(server: AgentSe
     with EpisodeLog(server.db_url) as log:
         assert log.count_episodes() == logged
         assert not [t for t in log.suspended_turns() if t.user_id == "ann"]
+
+
+def test_another_method_on_the_route_is_refused_405_naming_post_not_404(server: AgentServer) -> None:
+    """The server lifts the app's routes into its own, ahead of a mount that takes every path: a
+    route that took only POST let a GET fall through to that mount's 404, which a client or proxy
+    reads as a wrong URL. The route answers it 405 with ``Allow: POST``, after the server's auth."""
+    route = f"{server.url}/episodes/no-such-episode/feedback"
+    for method in ("GET", "PUT", "DELETE"):
+        answer = httpx.request(method, route, headers=_bearer("ann"))
+        assert (answer.status_code, answer.headers.get("allow")) == (405, "POST"), (method, answer.text)
+        assert answer.json() == {"detail": "Method Not Allowed"}
+    assert httpx.get(route).status_code == 401  # nobody: the server's auth answers first

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from runtime.conftest import get_weather
@@ -74,12 +75,70 @@ def test_create_agent_with_the_middleware_streamed_async_without_a_checkpointer(
     _assert_logged_failed(log, agent, "plain")
 
 
-def test_a_run_without_a_thread_id_keeps_its_turn_running(log: EpisodeLog) -> None:
-    """Nothing tells this run's turn from another's: it is left as any run that raised leaves it."""
+def test_a_run_without_a_thread_id_logs_its_turn_failed(log: EpisodeLog) -> None:
+    """The usual stateless call: no retry can go on with its turn, which was kept running, read
+    lost in an hour (``memabra status``: "their process died mid-turn") and got its reward only
+    when an operator abandoned it. The run's own context tells its turn."""
     session = build_session(tools=[get_weather], db=log, router=HybridRouter(similarity=Similarity(encoder=None)))
     graph = create_agent(_looping(10), tools=[get_weather], middleware=[MemabraMiddleware(session)])
+    agent = MemabraAgent(graph, session)
     with pytest.raises(GraphRecursionError):
-        MemabraAgent(graph, session).invoke(
-            {"messages": [HumanMessage("weather in Lyon?")]}, {"recursion_limit": 6}, context=USER
-        )
-    assert log.count_episodes() == 0 and len(log.suspended_turns()) == 1
+        agent.invoke({"messages": [HumanMessage("weather in Lyon?")]}, {"recursion_limit": 6}, context=USER)
+    (summary,) = log.list_episodes().items
+    episode = log.get_episode(summary.id)
+    (failed,) = [f for f in episode.feedback if f.source == FAILED_TURN_SOURCE]
+    assert str(failed.payload["comment"]).startswith("recursion_limit: GraphRecursionError")
+    assert episode.selections and episode.thread_id is None
+    assert not log.suspended_turns()
+
+
+@tool
+async def slow_weather(city: str) -> str:
+    """Current weather for a city, from a slow service."""
+    await asyncio.sleep(2.0 if city == "Paris" else 0.3)
+    return f"sunny in {city}"
+
+
+def _loops_or_answers(messages: list[Any], bound: list[str]) -> AIMessage:
+    """Loops on Lyon's weather where the user says "loop"; else one (slower) call, then an answer."""
+    asked = next(str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage))
+    if "loop" in asked:
+        return _calls(("slow_weather", {"city": "Lyon"}))
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("sunny")
+    return _calls(("slow_weather", {"city": "Paris"}))
+
+
+@pytest.mark.parametrize("thread_id", [None, "shared"])
+def test_concurrent_runs_without_a_checkpointer_close_only_the_one_out_of_steps(
+    log: EpisodeLog, thread_id: str | None
+) -> None:
+    """A server's concurrent stateless calls (or several runs of one thread id, no checkpointer):
+    the run out of steps logs its own turn as failed, never the one still running beside it."""
+    session = build_session(
+        tools=[get_weather, slow_weather], db=log, router=HybridRouter(similarity=Similarity(encoder=None))
+    )
+    model = ScriptedChatModel(replies=[_loops_or_answers])
+    graph = create_agent(model, tools=[get_weather, slow_weather], middleware=[MemabraMiddleware(session)])
+    agent = MemabraAgent(graph, session)
+    configurable = {} if thread_id is None else {"configurable": {"thread_id": thread_id}}
+
+    async def run(text: str, limit: int) -> Any:
+        config: Any = {**configurable, "recursion_limit": limit}
+        return await agent.ainvoke({"messages": [HumanMessage(text)]}, config, context=USER)
+
+    async def both() -> list[Any]:
+        looping = asyncio.create_task(run("loop on Lyon", 6))
+        await asyncio.sleep(0.1)  # routed, in its first call: the other begins while it runs, and outlives it
+        return list(await asyncio.gather(looping, run("weather in Paris?", 50), return_exceptions=True))
+
+    looped, answered = asyncio.run(both())
+    assert isinstance(looped, GraphRecursionError), looped
+    episodes = {e.id: log.get_episode(e.id) for e in log.list_episodes().items}
+    assert len(episodes) == 2 and answered["memabra_episode_id"] in episodes
+    ok = episodes.pop(answered["memabra_episode_id"])
+    (failed_episode,) = episodes.values()
+    assert not [f for f in ok.feedback if f.source == FAILED_TURN_SOURCE]
+    (failed,) = [f for f in failed_episode.feedback if f.source == FAILED_TURN_SOURCE]
+    assert str(failed.payload["comment"]).startswith("recursion_limit: GraphRecursionError")
+    assert failed_episode.query == "loop on Lyon" and not log.suspended_turns()

@@ -95,3 +95,64 @@ def test_a_graph_that_is_not_a_compiled_state_graph_is_refused(log: EpisodeLog, 
     with pytest.raises(ConfigError, match="compiled StateGraph.*got StateGraph"):
         served_graph(StateGraph(MessagesState), agent.session)
     assert served_graph(agent.server_graph, agent.session) is agent.server_graph
+
+
+@tool
+async def slow_lookup(query: str) -> str:
+    """Look something up in the slow archive."""
+    await asyncio.sleep(5.0)
+    return f"found {query}"
+
+
+@pytest.mark.parametrize("rolled_back", [True, False])
+def test_a_turn_whose_cancelled_run_was_rolled_back_is_logged_failed_as_the_thread_goes_on(
+    log: EpisodeLog,
+    lexical,  # type: ignore[no-untyped-def]
+    rolled_back: bool,
+) -> None:
+    """The Agent Server's ``multitask_strategy="rollback"`` cancels the running run and deletes its
+    checkpoints (here once it ended, as a runtime that deletes them after the run's task does):
+    no run can go on with its turn, which was kept running and read lost in an hour. The thread's
+    next run logs it as failed, rolled back. Where the checkpoints stand (a plain cancel, or
+    ``"interrupt"``), the new message supersedes it as before."""
+    from memabra._rolled_back import ROLLED_BACK_REASON
+    from memabra._superseded import SUPERSEDED_REASON
+
+    search = AIMessage("", tool_calls=[{"name": "slow_lookup", "args": {"query": "contract"}, "id": "s1"}])
+    agent = create_memabra_agent(
+        ScriptedChatModel(replies=[search, AIMessage("Hello!")]),
+        tools=[slow_lookup],
+        db=log,
+        router=HybridRouter(similarity=lexical),
+        budget=ALL_TOOLS,
+    )
+    saver = InMemorySaver()
+    graph = agent.server_graph.copy(update={"checkpointer": saver})
+
+    async def scenario() -> tuple[str, Any]:
+        async def first() -> None:
+            async for _ in graph.astream({"messages": [HumanMessage("Search the archive")]}, CONFIG, context=USER):
+                pass
+
+        task = asyncio.create_task(first())
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            turn = (await graph.aget_state(CONFIG)).values.get("memabra_turn")
+            if turn:
+                break
+        await asyncio.sleep(0.3)  # into its slow tool call
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        if rolled_back:
+            await saver.adelete_thread("mail")
+        out = await graph.ainvoke({"messages": [HumanMessage("Hello there")]}, CONFIG, context=USER)
+        return turn, out
+
+    turn, out = asyncio.run(scenario())
+    earlier = log.get_episode(turn)
+    (failed,) = [f for f in earlier.feedback if f.payload.get("accepted") is False]
+    assert failed.payload["comment"] == (ROLLED_BACK_REASON if rolled_back else SUPERSEDED_REASON)
+    assert earlier.selections and out["memabra_episode_id"] != turn
+    assert log.get_episode(out["memabra_episode_id"]).reward is not None
+    assert not log.suspended_turns()
