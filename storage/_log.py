@@ -325,11 +325,18 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
         return _offline.count_gold_episodes(self._tx, since)
 
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
-        """Insert or replace MemPO labels (a re-run with another model overwrites)."""
+        """Insert or replace MemPO labels: each scorer keeps its own, a label replacing only the
+        one its scorer stored for the decision."""
         _offline.store_memory_scores(self._tx, scores)
 
-    def memory_scores(self, decision_ids: Sequence[str]) -> dict[str, MemoryQuality]:
-        return _offline.memory_scores(self._tx, decision_ids)
+    def memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> dict[str, MemoryQuality]:
+        """The label of each of ``decision_ids`` that has one, by decision id: ``scorer``'s; left
+        out, :class:`ConfigError` where several scorers labelled a decision."""
+        return _offline.memory_scores(self._tx, decision_ids, scorer)
+
+    def all_memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> list[MemoryQuality]:
+        """Every scorer's labels of ``decision_ids`` (``scorer``'s only, when given), by decision then scorer."""
+        return _offline.all_memory_scores(self._tx, decision_ids, scorer)
 
     # ------------------------------------------------------------------ registry
 

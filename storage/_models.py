@@ -323,12 +323,13 @@ class OPERunRow(Base):
 
 
 class MemoryScoreRow(Base):
-    """MemPO's memory-quality label of a routing decision: P(gold | selected) vs P(gold | all)."""
+    """One scorer's MemPO memory-quality label of a routing decision: P(gold | selected) vs
+    P(gold | all). Keyed by (decision, scorer) since revision 0018: each model keeps its own."""
 
     __tablename__ = "memory_scores"
 
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
-    scorer: Mapped[str] = mapped_column(String(200))
+    scorer: Mapped[str] = mapped_column(String(200), primary_key=True)
     p_selected: Mapped[float] = mapped_column(Float)
     p_all: Mapped[float] = mapped_column(Float)
     difference: Mapped[float] = mapped_column(Float)

@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, or_, select
 from sqlalchemy.orm import Session
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import GoldDecision, LoggedDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import assemble_selections
@@ -39,6 +39,7 @@ __all__ = [
     "list_ope_runs",
     "logged_policies",
     "unlogged_policies",
+    "all_memory_scores",
     "memory_scores",
     "count_gold_episodes",
     "count_mempo_items",
@@ -313,25 +314,60 @@ def _gold_decisions(
 
 
 def store_memory_scores(tx: Transactions, scores: Sequence[MemoryQuality]) -> None:
-    """Insert or replace MemPO labels (a re-run with another model overwrites)."""
+    """Insert or replace MemPO labels, each scorer's its own: a label replaces the one its scorer
+    stored for the decision, never another scorer's. A decision named twice for one scorer is
+    refused, and nothing of the batch is stored."""
     if not scores:
         return
     rows = prepare(table_of(MemoryScoreRow), [cv.memory_score_values(q) for q in scores])
-    ids = sorted({r["decision_id"] for r in rows})
+    by_scorer: defaultdict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        decisions = by_scorer[r["scorer"]]
+        if r["decision_id"] in decisions:
+            raise InvalidRecordError(
+                f"the labels name decision {r['decision_id']!r} twice for scorer {r['scorer']!r}: "
+                "give each decision one label per scorer"
+            )
+        decisions.add(r["decision_id"])
 
     def work(s: Session) -> None:
-        s.execute(delete(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
+        for scorer, ids in sorted(by_scorer.items()):
+            s.execute(
+                delete(MemoryScoreRow).where(
+                    MemoryScoreRow.scorer == scorer, MemoryScoreRow.decision_id.in_(sorted(ids))
+                )
+            )
         s.execute(insert(table_of(MemoryScoreRow)), rows)
 
     tx.write(work, what="store_memory_scores")
 
 
-def memory_scores(tx: Transactions, decision_ids: Sequence[str]) -> dict[str, MemoryQuality]:
+def memory_scores(tx: Transactions, decision_ids: Sequence[str], scorer: str | None) -> dict[str, MemoryQuality]:
+    """``scorer``'s label of each of ``decision_ids`` it labelled; without ``scorer``, each
+    decision's label where one scorer labelled it, and :class:`ConfigError` naming the scorers
+    where several did (a decision id maps to one label)."""
+    labels = all_memory_scores(tx, decision_ids, scorer)
+    by_decision: dict[str, MemoryQuality] = {}
+    for label in labels:
+        if label.decision_id in by_decision:
+            scorers = sorted({q.scorer for q in labels if q.decision_id == label.decision_id})
+            raise ConfigError(
+                f"decision {label.decision_id!r} has MemPO labels of {len(scorers)} scorers "
+                f"({', '.join(scorers)}): pass scorer= to read one scorer's labels, or read every "
+                "scorer's with all_memory_scores"
+            )
+        by_decision[label.decision_id] = label
+    return by_decision
+
+
+def all_memory_scores(tx: Transactions, decision_ids: Sequence[str], scorer: str | None) -> list[MemoryQuality]:
+    """Every stored label of ``decision_ids`` (``scorer``'s only, when given), by decision then scorer."""
     if not decision_ids:
-        return {}
+        return []
     ids = [clean_text(d) for d in decision_ids]
+    stmt = select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids))
+    if scorer is not None:
+        stmt = stmt.where(MemoryScoreRow.scorer == clean_text(scorer))
     with tx.read() as s:
-        return {
-            r.decision_id: cv.memory_score_from_row(r)
-            for r in s.scalars(select(MemoryScoreRow).where(MemoryScoreRow.decision_id.in_(ids)))
-        }
+        rows = s.scalars(stmt.order_by(MemoryScoreRow.decision_id, MemoryScoreRow.scorer))
+        return [cv.memory_score_from_row(r) for r in rows]

@@ -196,7 +196,8 @@ def _write_totals(s: Session, updates: Iterable[tuple[str, RewardBreakdown]], ve
 
 
 def label_scorers(tx: Transactions) -> dict[str, int]:
-    """How many decisions each scorer's MemPO labels cover, by scorer name."""
+    """How many decisions each scorer's MemPO labels cover, by scorer name (a decision two scorers
+    labelled counts for each)."""
     stmt = select(MemoryScoreRow.scorer, func.count()).group_by(MemoryScoreRow.scorer).order_by(MemoryScoreRow.scorer)
     with tx.read() as s:
         return {name: int(count) for name, count in s.execute(stmt)}
@@ -216,24 +217,24 @@ def count_learned(tx: Transactions, since: datetime | None) -> int:
         return int(s.scalar(stmt) or 0)
 
 
-def memory_labels(tx: Transactions) -> dict[str, float]:
+def memory_labels(tx: Transactions, scorer: str | None = None) -> dict[str, float]:
     """Every episode's MemPO label, by episode id (see :func:`_labels`), read a page at a time."""
     labels: dict[str, float] = {}
-    for page in memory_label_pages(tx, LABEL_PAGE):
+    for page in memory_label_pages(tx, LABEL_PAGE, scorer):
         labels.update(page)
     return labels
 
 
-def memory_label_pages(tx: Transactions, page_size: int) -> Iterator[dict[str, float]]:
+def memory_label_pages(tx: Transactions, page_size: int, scorer: str | None = None) -> Iterator[dict[str, float]]:
     """Episodes' MemPO labels (see :func:`_labels`), ``page_size`` episodes a page in episode-id
     order, each page read in its own short transaction: reading them all at once held the whole
     result in the driver and the dict together (psycopg fetches a result whole)."""
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise InvalidRecordError(f"page_size must be a positive integer, got {page_size!r}")
-    return _label_pages(tx, page_size)
+    return _label_pages(tx, page_size, scorer)
 
 
-def _label_pages(tx: Transactions, page_size: int) -> Iterator[dict[str, float]]:
+def _label_pages(tx: Transactions, page_size: int, scorer: str | None) -> Iterator[dict[str, float]]:
     after: str | None = None
     while True:
         stmt = (
@@ -245,6 +246,8 @@ def _label_pages(tx: Transactions, page_size: int) -> Iterator[dict[str, float]]
         )
         if after is not None:
             stmt = stmt.where(DecisionRow.episode_id > after)
+        if scorer is not None:
+            stmt = stmt.where(MemoryScoreRow.scorer == clean_text(scorer))
         with tx.read() as s:
             page = {episode_id: float(reward) for episode_id, reward in s.execute(stmt)}
         if not page:
@@ -307,14 +310,17 @@ class RetotalMethods:
         re-totalling those leaves the learner's model on their old totals."""
         return count_learned(self._tx, since)
 
-    def memory_labels(self) -> dict[str, float]:
+    def memory_labels(self, *, scorer: str | None = None) -> dict[str, float]:
         """MemPO's +1 / -1 label of each episode that has one, by episode id: every label in one
-        dict (read a page at a time); :meth:`memory_label_pages` holds one page."""
-        return memory_labels(self._tx)
+        dict (read a page at a time); :meth:`memory_label_pages` holds one page. ``scorer``: its
+        labels only (left out, the mean of every scorer's labels of the episode's decisions)."""
+        return memory_labels(self._tx, scorer)
 
-    def memory_label_pages(self, *, page_size: int = LABEL_PAGE) -> Iterator[dict[str, float]]:
+    def memory_label_pages(
+        self, *, page_size: int = LABEL_PAGE, scorer: str | None = None
+    ) -> Iterator[dict[str, float]]:
         """The labels of :meth:`memory_labels`, ``page_size`` episodes at a time (in episode-id order)."""
-        return memory_label_pages(self._tx, page_size)
+        return memory_label_pages(self._tx, page_size, scorer)
 
     def stored_rewards(self, *, since: datetime | None = None) -> list[tuple[str, RewardBreakdown]]:
         """Deprecated (loads every reward at once): use :meth:`retotal_rewards`."""

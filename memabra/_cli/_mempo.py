@@ -298,16 +298,17 @@ def labels(
     gold answer a chunk at a time; loads no model."""
     since_at = _since(since)
     sums: dict[str, list[float]] = {}
-    # the `worst` largest losses: a min-heap on -difference, its top the mildest loss kept
-    lowest: list[tuple[float, str, LabelledDecision]] = []
-    decisions = 0
+    # the `worst` largest losses: a min-heap on -difference, its top the mildest loss kept (a
+    # decision two scorers graded -1 is there once for each)
+    lowest: list[tuple[float, str, str, LabelledDecision]] = []
+    decisions = labelled = 0  # labelled: decisions with a label (of any scorer, unless --scorer)
     with run_guarded(EpisodeLog, db) as log:
         for chunk in _chunked(run_guarded(log.mempo_items, since=since_at), 500):
             decisions += len(chunk)
-            stored = run_guarded(log.memory_scores, list(chunk))
-            for decision_id, label in stored.items():
-                if scorer is not None and label.scorer != scorer:
-                    continue
+            stored = run_guarded(log.all_memory_scores, list(chunk), scorer=scorer)
+            labelled += len({label.decision_id for label in stored})
+            for label in stored:
+                decision_id = label.decision_id
                 total = sums.setdefault(label.scorer, [0, 0, 0.0, 0.0, 0.0])
                 total[0] += 1
                 total[1] += label.reward == 1
@@ -318,15 +319,14 @@ def labels(
                     entry = LabelledDecision(
                         decision_id, label.scorer, label.p_selected, label.p_all, label.difference, chunk[decision_id]
                     )
-                    heapq.heappush(lowest, (-label.difference, decision_id, entry))
+                    heapq.heappush(lowest, (-label.difference, decision_id, label.scorer, entry))
                     if len(lowest) > worst:
                         heapq.heappop(lowest)
     summaries = [
         ScorerSummary(name, int(n), int(good), int(n - good), p_sel / n, p_all / n, diff / n)
         for name, (n, good, p_sel, p_all, diff) in sorted(sums.items())
     ]
-    worst_decisions = [entry for _, _, entry in sorted(lowest, key=lambda item: -item[0])]
-    labelled = sum(summary.labels for summary in summaries)
+    worst_decisions = [entry for *_, entry in sorted(lowest, key=lambda item: -item[0])]
     _print_labels(decisions, labelled, summaries, worst_decisions, scorer)
     write_json(
         json_out,

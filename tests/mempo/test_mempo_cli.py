@@ -150,7 +150,9 @@ def test_a_second_run_scores_only_what_the_first_left(trained_model_dir: Path, m
     assert resumed.exit_code == 0, resumed.output
     assert "scoring 2 decisions" in resumed.output  # the other model's label is not this model's
     with EpisodeLog(migrated_url) as log:
-        labels = log.memory_scores(decision_ids)
+        labels = log.memory_scores(decision_ids, scorer=scorer)
+        # the other model keeps its label of the decision this one scored too
+        assert log.memory_scores(decision_ids, scorer="mempo:another-model").keys() == {decision_ids[2]}
     assert [labels[d].reward for d in decision_ids] == [1, 1, -1, -1]  # the first two kept, as stored
     assert {labels[d].scorer for d in decision_ids} == {scorer}
 
@@ -160,7 +162,37 @@ def test_a_second_run_scores_only_what_the_first_left(trained_model_dir: Path, m
     rescored = runner.invoke(cli.mempo_app, ["score", *options, "--rescore"])
     assert rescored.exit_code == 0 and "scoring 4 decisions" in rescored.output
     with EpisodeLog(migrated_url) as log:
-        assert all(label.reward == -1 for label in log.memory_scores(decision_ids).values())
+        assert all(label.reward == -1 for label in log.memory_scores(decision_ids, scorer=scorer).values())
+        assert log.memory_label_scorers() == {"mempo:another-model": 1, scorer: 4}  # --rescore replaced its own
+
+
+def test_two_models_scoring_the_same_log_keep_their_own_labels(trained_model_dir: Path, migrated_url: str) -> None:
+    """A small model nightly and a large one weekly on the same log: each run replaced the other's
+    labels, so the other's next run scored every decision again, and `labels --scorer` saw only
+    what the other had not redone."""
+    import json
+
+    decision_ids = _log_decisions(migrated_url)
+    options = ["score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    for name in ("mempo:small", "mempo:large"):
+        first = runner.invoke(cli.mempo_app, [*options, "--name", name])
+        assert first.exit_code == 0 and "scoring 4 decisions" in first.output, first.output
+    for name in ("mempo:small", "mempo:large"):  # the next night's and week's runs: nothing new
+        again = runner.invoke(cli.mempo_app, [*options, "--name", name])
+        assert again.exit_code == 0 and f"nothing left to score: {name}" in again.output, again.output
+    with EpisodeLog(migrated_url) as log:
+        assert log.memory_label_scorers() == {"mempo:large": 4, "mempo:small": 4}
+    for name in ("mempo:small", "mempo:large"):
+        shown = runner.invoke(cli.mempo_app, ["labels", "--db", migrated_url, "--scorer", name, "--json", "-"])
+        assert shown.exit_code == 0, shown.output
+        data = json.loads(shown.stdout)
+        assert data["labelled"] == 4 and [s["labels"] for s in data["scorers"]] == [4]
+    both = json.loads(runner.invoke(cli.mempo_app, ["labels", "--db", migrated_url, "--json", "-"]).stdout)
+    assert (data["decisions"], both["labelled"]) == (4, 4)  # decisions, not labels
+    assert [(s["scorer"], s["labels"]) for s in both["scorers"]] == [("mempo:large", 4), ("mempo:small", 4)]
+    assert {(d["decision_id"], d["scorer"]) for d in both["worst"]} == {  # every selection lost: distractors
+        (d, name) for d in decision_ids for name in ("mempo:large", "mempo:small")
+    }
 
 
 def test_a_folder_that_is_not_a_model_is_refused_even_with_nothing_to_score(tmp_path: Path, migrated_url: str) -> None:
