@@ -292,11 +292,18 @@ def rewards_recompute(
             use_memory_scores=use_mempo,
             memory_scorer=mempo_scorer,
         )
+        scorers = run_guarded(log.memory_label_scorers) if use_mempo and not done.labelled else {}
     labelled = f" ({done.labelled} with Hm from a MemPO label)" if done.labelled else ""
     console.print(f"recomputed {done.rewards} rewards with weights {new.as_dict()}{labelled}")
-    if use_mempo and not done.labelled:
+    if use_mempo and not done.labelled and not scorers:
         console.print(
             "no MemPO labels stored: recomputed without them (Hm as logged); `memabra mempo score` stores them",
+            highlight=False,
+        )
+    elif use_mempo and not done.labelled:
+        console.print(
+            f"no recomputed reward has a MemPO label ({mempo_scorer or next(iter(scorers))}'s labels grade "
+            "decisions of other episodes, or of none left: --since, erasure, retention): Hm as logged",
             highlight=False,
         )
     if learned:

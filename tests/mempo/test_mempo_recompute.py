@@ -51,3 +51,19 @@ def test_labels_of_two_scorers_are_refused_unless_one_is_named(migrated_url: str
     with EpisodeLog(migrated_url) as log:
         assert log.get_reward(first.id).components.hm == 1.0  # type: ignore[union-attr]
         assert log.get_reward(second.id).components.hm == before[second.id].components.hm  # type: ignore[union-attr]
+
+
+def test_labels_of_no_recomputed_reward_are_not_called_missing(migrated_url: str) -> None:
+    with EpisodeLog(migrated_url) as log:
+        service = RewardService(log, RewardConfig(feedback_window=timedelta(minutes=10)))
+        labelled, unlabelled = episode(), episode()
+        for e in (labelled, unlabelled):
+            service.record(e)
+        log.store_memory_scores([MemoryQuality(labelled.selections[0].id, "mempo:a", 0.9, 0.8, 0.1, 1, 3)])
+    since = "2999-01-01T00:00:00+00:00"  # no episode is recent enough: no reward is recomputed
+    out = runner.invoke(
+        app, ["rewards", "recompute", "--weights", "wc=1.0", "--use-mempo", "--since", since, "--db", migrated_url]
+    )
+    text = " ".join(out.output.split())
+    assert "no MemPO labels stored" not in text, text
+    assert "no recomputed reward has a MemPO label (mempo:a's labels grade decisions of other episodes" in text
