@@ -127,9 +127,17 @@ class RewardService:
         since: datetime | None = None,
         version: str | None = None,
         use_memory_scores: bool = False,
+        memory_scorer: str | None = None,
     ) -> int:
         """See :func:`recompute_rewards`."""
-        return recompute_rewards(self.log, weights, since=since, version=version, use_memory_scores=use_memory_scores)
+        return recompute_rewards(
+            self.log,
+            weights,
+            since=since,
+            version=version,
+            use_memory_scores=use_memory_scores,
+            memory_scorer=memory_scorer,
+        )
 
     def _score(self, episode: Episode) -> RewardBreakdown:
         return self.reward.score(episode, episode.feedback)

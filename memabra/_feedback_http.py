@@ -200,8 +200,11 @@ def _not_allowed() -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (404 for another path) in the same JSON shape as this app's."""
+    """Starlette's own refusals (404 for another path; 405 for a method HTTP does not name, whose
+    ``Allow`` would list every method the route is registered for) in the same JSON shape as this app's."""
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return _not_allowed()
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 

@@ -85,7 +85,10 @@ async def anote_cancelled(
     values = snapshot.values if isinstance(snapshot.values, dict) else {}
     named = values.get("memabra_turn")
     named = named if isinstance(named, str) else paused_turn(snapshot, None)
-    orphans = [t for t in routed.ids if t != named and _running_here(session, t, thread_id)]
+    # a turn any checkpoint of the thread names (the graph's, or a subgraph's: memabra agents run as
+    # nodes of a bigger graph) is not an orphan, however many the run routed: a retry goes on with it
+    kept = _named_turns(snapshot) | ({named} if isinstance(named, str) else set())
+    orphans = [t for t in routed.ids if t not in kept and _running_here(session, t, thread_id)]
     if len(orphans) == 1 and not routed.full:
         return await asyncio.to_thread(_close, session, orphans[0], thread_id)
     checkpoint_id = ((snapshot.config or {}).get("configurable") or {}).get("checkpoint_id")
@@ -98,6 +101,18 @@ async def anote_cancelled(
         while len(noted) > _MAX_NOTED:
             noted.popitem(last=False)
     return None
+
+
+def _named_turns(snapshot: Any) -> set[str]:
+    """Every turn the state names: the graph's own and each subgraph's, its checkpoint standing."""
+    values = snapshot.values if isinstance(snapshot.values, dict) else {}
+    turn = values.get("memabra_turn")
+    named = {turn} if isinstance(turn, str) else set()
+    for task in getattr(snapshot, "tasks", None) or ():
+        nested = getattr(task, "state", None)
+        if nested is not None and hasattr(nested, "next"):  # a subgraph's snapshot, not a config
+            named |= _named_turns(nested)
+    return named
 
 
 def _running_here(session: RoutingSession, turn_id: str, thread_id: str) -> bool:

@@ -67,3 +67,29 @@ def test_labels_of_no_recomputed_reward_are_not_called_missing(migrated_url: str
     text = " ".join(out.output.split())
     assert "no MemPO labels stored" not in text, text
     assert "no recomputed reward has a MemPO label (mempo:a's labels grade decisions of other episodes" in text
+
+
+def test_the_reward_services_recompute_takes_the_scorer_its_refusal_asks_for(migrated_url: str) -> None:
+    """``RewardService.recompute_rewards`` (public) refused two scorers' labels asking for
+    ``memory_scorer``, which it did not take: a library caller had no way through it."""
+    from memabra import ConfigError, RewardWeights
+
+    with EpisodeLog(migrated_url) as log:
+        service = RewardService(log, RewardConfig(feedback_window=timedelta(minutes=10)))
+        first = episode()
+        service.record(first)
+        decision = first.selections[0].id
+        log.store_memory_scores(
+            [
+                MemoryQuality(decision, "mempo:a", 0.9, 0.8, 0.1, 1, 3),
+                MemoryQuality(decision, "mempo:b", 0.1, 0.8, -0.7, -1, 3),
+            ]
+        )
+        try:
+            service.recompute_rewards(RewardWeights(wc=1.0), use_memory_scores=True)
+        except ConfigError as exc:
+            assert "memory_scorer" in str(exc)
+        else:
+            raise AssertionError("two scorers' labels were mixed")
+        assert service.recompute_rewards(RewardWeights(wc=1.0), use_memory_scores=True, memory_scorer="mempo:b") == 1
+        assert log.get_reward(first.id).components.hm == -1.0  # type: ignore[union-attr]

@@ -332,3 +332,17 @@ def test_a_log_that_cannot_be_reached_answers_503_and_a_retry_is_recorded_once(
     for _ in range(2):
         assert _post(client, episode_id, {"correct": False}, **{"Idempotency-Key": "ui-event-7"}).status_code == 200
     assert len(_stored(log, episode_id)) == 1
+
+
+def test_a_method_http_does_not_name_is_refused_405_allowing_post_only(
+    client: TestClient, session: RoutingSession, log: EpisodeLog
+) -> None:
+    """A WebDAV or made-up method is refused by Starlette itself: its ``Allow`` header listed
+    every method the route is registered for (GET, PUT, DELETE...), which the route refuses."""
+    episode_id = _episode(session, "ann")
+    url = f"/episodes/{episode_id}/feedback"
+    for method in ("PROPFIND", "PURGE"):
+        answer = client.request(method, url, headers={"x-user": "ann"})
+        assert (answer.status_code, answer.headers.get("allow")) == (405, "POST"), method
+        assert answer.json() == {"detail": "Method Not Allowed"}
+    assert _stored(log, episode_id) == ()

@@ -156,3 +156,64 @@ def test_a_turn_whose_cancelled_run_was_rolled_back_is_logged_failed_as_the_thre
     assert earlier.selections and out["memabra_episode_id"] != turn
     assert log.get_episode(out["memabra_episode_id"]).reward is not None
     assert not log.suspended_turns()
+
+
+def test_a_cancelled_runs_turns_its_subgraphs_checkpoints_name_are_not_taken_for_rolled_back(log: EpisodeLog) -> None:
+    """Two memabra agents run as parallel nodes of a served graph; a plain cancel (or
+    ``multitask_strategy="interrupt"``) leaves the checkpoints standing, each subgraph's naming its
+    turn. Only one of the two was told from the state: the other was logged failed as rolled back,
+    and the retry that went on with it logged it a second time."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from memabra import MemabraNodes, build_session
+    from memabra._nodes import MemabraNodeState
+    from memabra._rolled_back import ROLLED_BACK_REASON
+    from memabra.router import Similarity
+
+    session = build_session(db=log, router=HybridRouter(similarity=Similarity(encoder=None)))
+    nodes = MemabraNodes(session)
+    slow = asyncio.Event()
+
+    async def model(state: MemabraNodeState) -> dict[str, Any]:
+        await nodes.asystem_prompt(state)
+        if not slow.is_set():
+            await asyncio.sleep(30)
+        return {"messages": [AIMessage("done")]}
+
+    sub = StateGraph(MemabraNodeState)
+    sub.add_node("route", nodes.route)
+    sub.add_node("model", model)
+    sub.add_node("finish", nodes.finish)
+    sub.add_edge(START, "route")
+    sub.add_edge("route", "model")
+    sub.add_edge("model", "finish")
+    agent = sub.compile()
+    root = StateGraph(MessagesState)
+    root.add_node("a", agent)
+    root.add_node("b", agent)
+    root.add_edge(START, "a")
+    root.add_edge(START, "b")
+    graph = served_graph(root.compile(), session).copy(update={"checkpointer": InMemorySaver()})
+
+    async def scenario() -> None:
+        async def first() -> None:
+            async for _ in graph.astream({"messages": [HumanMessage("hello")]}, CONFIG, context=USER):
+                pass
+
+        task = asyncio.create_task(first())
+        for _ in range(200):  # both routed, both in their slow model call
+            await asyncio.sleep(0.05)
+            if len(session.running_turns("mail")) == 2:
+                break
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert log.count_episodes() == 0  # a retry can go on with both
+        slow.set()
+        await graph.ainvoke(None, CONFIG, context=USER)  # the retry from the checkpoints
+
+    asyncio.run(scenario())
+    episodes = [log.get_episode(e.id) for e in log.list_episodes().items]
+    assert [f.payload for e in episodes for f in e.feedback if f.payload.get("comment") == ROLLED_BACK_REASON] == []
+    assert len(episodes) == 2 and not log.suspended_turns()
