@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import RewardBreakdown, RewardWeights
 from memabra.storage import _convert as cv
 from memabra.storage._models import DecisionRow, EpisodeRow, MemoryScoreRow, RewardRow, table_of
@@ -231,6 +231,13 @@ def memory_label_pages(tx: Transactions, page_size: int, scorer: str | None = No
     result in the driver and the dict together (psycopg fetches a result whole)."""
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise InvalidRecordError(f"page_size must be a positive integer, got {page_size!r}")
+    if scorer is None:
+        stored = label_scorers(tx)
+        if len(stored) > 1:  # an episode's mean would mix two models' verdicts
+            listed = ", ".join(f"{name} ({count} decisions)" for name, count in stored.items())
+            raise ConfigError(
+                f"MemPO labels of {len(stored)} scorers are stored ({listed}): pass scorer= to read one's"
+            )
     return _label_pages(tx, page_size, scorer)
 
 
@@ -313,7 +320,7 @@ class RetotalMethods:
     def memory_labels(self, *, scorer: str | None = None) -> dict[str, float]:
         """MemPO's +1 / -1 label of each episode that has one, by episode id: every label in one
         dict (read a page at a time); :meth:`memory_label_pages` holds one page. ``scorer``: its
-        labels only (left out, the mean of every scorer's labels of the episode's decisions)."""
+        labels only; left out, :class:`ConfigError` where several scorers' labels are stored."""
         return memory_labels(self._tx, scorer)
 
     def memory_label_pages(

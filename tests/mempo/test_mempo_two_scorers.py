@@ -54,6 +54,8 @@ def test_two_scorers_keep_their_own_labels_of_the_same_decisions(migrated_url: s
         # episode labels read one scorer's
         assert set(log.memory_labels(scorer=LARGE).values()) == {-1.0}
         assert sorted(log.memory_labels(scorer=SMALL).values()) == [-1.0, 1.0, 1.0]
+        with pytest.raises(ConfigError, match=r"labels of 2 scorers are stored .*pass scorer="):
+            log.memory_labels()  # an episode's mean of two models' verdicts says what neither said
 
 
 def test_reading_by_decision_alone_where_two_scorers_labelled_it_names_them(migrated_url: str) -> None:
