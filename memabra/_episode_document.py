@@ -3,7 +3,7 @@ view's "Download JSON" serves, so a reviewer and a script read the same thing.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memabra._records import (
@@ -11,6 +11,7 @@ from memabra._records import (
     Candidate,
     CandidateKind,
     Episode,
+    MemoryQuality,
     RewardBreakdown,
     ScoredCandidate,
     Selection,
@@ -24,6 +25,7 @@ __all__ = [
     "episode_document",
     "injected_fields",
     "kept_body",
+    "mempo_fields",
     "probability_shown",
     "reward_terms",
     "slot_fields",
@@ -107,11 +109,18 @@ def slot_fields(d: SlotDraw) -> dict[str, Any]:
     }
 
 
-def episode_document(ep: Episode, bodies: Mapping[str, str] | None = None) -> dict[str, Any]:
+def episode_document(
+    ep: Episode, bodies: Mapping[str, str] | None = None, *, labels: Sequence[MemoryQuality] | None = None
+) -> dict[str, Any]:
     """What ``episodes show`` prints, as JSON: every decision with every candidate and what its
     chosen skills and tools injected (:func:`injected_fields`, from ``bodies`` as
     ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read), the steps, the feedback
-    and the reward with its terms."""
+    and the reward with its terms. With ``labels`` (``EpisodeLog.all_memory_scores`` of its
+    decisions), each decision also holds ``mempo``: its MemPO labels, every scorer's (``[]``: none);
+    without, the key is left out, so a document of a caller that reads no labels stays as it was."""
+    by_decision: dict[str, list[dict[str, Any]]] = {}
+    for q in labels or ():
+        by_decision.setdefault(q.decision_id, []).append(mempo_fields(q))
     decisions = []
     for sel in ep.selections:
         chosen_slot = {d.chosen_id: d for d in sel.slots}
@@ -140,6 +149,7 @@ def episode_document(ep: Episode, bodies: Mapping[str, str] | None = None) -> di
                     for d in sel.slots
                     if d.chosen_id == STOP_ID
                 ],
+                **({"mempo": by_decision.get(sel.id, [])} if labels is not None else {}),
             }
         )
     return {
@@ -159,6 +169,20 @@ def episode_document(ep: Episode, bodies: Mapping[str, str] | None = None) -> di
             {"kind": f.kind.value, "source": f.source, "late": f.late, "payload": dict(f.payload)} for f in ep.feedback
         ],
         "reward": None if ep.reward is None else _reward_json(ep.reward, final=ep.finalized_at is not None),
+    }
+
+
+def mempo_fields(q: MemoryQuality) -> dict[str, Any]:
+    """One scorer's MemPO label of a decision: P(gold | selected memories), P(gold | every
+    candidate memory), their difference, the verdict (+1 as good, -1 worse) and when it was scored."""
+    return {
+        "scorer": q.scorer,
+        "p_selected": q.p_selected,
+        "p_all": q.p_all,
+        "difference": q.difference,
+        "reward": q.reward,
+        "answer_tokens": q.answer_tokens,
+        "scored_at": q.scored_at.isoformat(),
     }
 
 

@@ -44,15 +44,22 @@ would cost more than the page."""
 
 
 def list_episodes(
-    tx: Transactions, filters: EpisodeFilter | None, cursor: str | None, limit: int, *, count: bool = False
+    tx: Transactions,
+    filters: EpisodeFilter | None,
+    cursor: str | None,
+    limit: int,
+    *,
+    count: bool = False,
+    also: Sequence[Any] = (),
 ) -> Page:
     """One page of episode summaries, newest first, after ``cursor``; with ``count``, how many
-    episodes match (up to :data:`COUNT_CAP`)."""
+    episodes match (up to :data:`COUNT_CAP`). ``also``: more conditions on :class:`EpisodeRow`
+    (a filter of the admin view's own, :mod:`~memabra.storage._admin_mempo`'s)."""
     if limit < 1 or limit > 1000:
         raise InvalidRecordError(f"limit must be between 1 and 1000, got {limit}")
     at_cursor = _decode_cursor(cursor) if cursor is not None else None
     with tx.read() as s:
-        conds = _matching(s, filters)
+        conds = [*_matching(s, filters), *also]
         rows = _page(s, conds, at_cursor, limit)
         items = summaries(s, rows[:limit])
         previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
@@ -69,7 +76,9 @@ def list_episodes(
     )
 
 
-def list_lowest_rewards(s: Session, filters: EpisodeFilter | None, offset: int, limit: int) -> Page:
+def list_lowest_rewards(
+    s: Session, filters: EpisodeFilter | None, offset: int, limit: int, *, also: Sequence[Any] = ()
+) -> Page:
     """One page of the rewarded episodes matching ``filters``, lowest reward first (ties by id),
     ``offset`` rows in (at most :data:`COUNT_CAP`): the worst turns of a window. The cursors are
     offsets; ``total`` counts the rewarded episodes that match. The filters are those of
@@ -77,7 +86,7 @@ def list_lowest_rewards(s: Session, filters: EpisodeFilter | None, offset: int, 
     if not 0 <= offset <= COUNT_CAP or not 1 <= limit <= 1000:
         raise InvalidRecordError(f"a page of the lowest rewards starts within the first {COUNT_CAP:,} episodes")
     e = EpisodeRow
-    conds = [*_matching(s, filters), e.reward_total.is_not(None)]
+    conds = [*_matching(s, filters), *also, e.reward_total.is_not(None)]
     stmt = select(e).where(*conds).order_by(e.reward_total.asc(), e.id.asc())
     rows = s.scalars(stmt.offset(offset).limit(limit + 1)).all()
     items = summaries(s, rows[:limit])

@@ -49,6 +49,7 @@ from memabra._admin._forms import (
     parse_episode_filter,
     parse_feedback_form,
     parse_limit,
+    parse_mempo_filter,
     parse_offset_cursor,
 )
 from memabra._admin._headers import SecurityHeaders
@@ -68,7 +69,7 @@ from memabra._episode_document import episode_document
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
-from memabra._records import Feedback, FeedbackKind, utcnow
+from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
 from memabra._reward import RewardConfig
 from memabra.storage import EpisodeLog, RevokedSessions
 
@@ -97,12 +98,14 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             params = dict(request.query_params)
             try:
                 flt, raw = parse_episode_filter(params)
+                mempo = parse_mempo_filter(raw)
                 limit = parse_limit(params.get("limit"))
                 cursor = params.get("cursor") or None
                 if raw.get("sort") == "reward":
-                    page = await run_in_threadpool(self.queries.lowest_rewards, flt, parse_offset_cursor(cursor), limit)
+                    offset = parse_offset_cursor(cursor)
+                    page = await run_in_threadpool(self.mempo.lowest_rewards, flt, mempo, offset, limit)
                 else:
-                    page = await run_in_threadpool(self.log.list_episodes, flt, cursor=cursor, limit=limit, count=True)
+                    page = await run_in_threadpool(self.mempo.newest, flt, mempo, cursor, limit)
             except InvalidRecordError as exc:
                 # Show the form again as it was sent, with the message naming the bad field.
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}
@@ -117,12 +120,16 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
                     limit=50,
                     cursor=None,
                     versions=versions,
+                    worse={},
                     section="episodes",
                 )
             versions = await run_in_threadpool(self.queries.policy_versions)
+            # the rows MemPO graded -1 (a decision of theirs), with the scorers that did
+            worse = await run_in_threadpool(self.mempo.worse, [e.id for e in page.items])
             return self._render(
                 "episodes.html",
                 auth=auth,
+                worse=worse,
                 # what the rows' links carry, so an episode's breadcrumb comes back to this page
                 list_query=list_query([*raw.items(), ("cursor", cursor or ""), ("limit", params.get("limit", ""))]),
                 page=page,
@@ -143,8 +150,10 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             if request.query_params.get("format") == "json":
                 episode = await run_in_threadpool(self.log.get_episode, episode_id)
                 bodies = await run_in_threadpool(self.log.injected_bodies, episode)
+                labels = await run_in_threadpool(self._labels, episode)
+                document = episode_document(episode, bodies, labels=[q for qs in labels.values() for q in qs])
                 return Response(
-                    json.dumps(episode_document(episode, bodies), ensure_ascii=False, indent=2, default=str),
+                    json.dumps(document, ensure_ascii=False, indent=2, default=str),
                     media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{_download_name(episode.id)}"'},
                 )
@@ -175,12 +184,21 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             "feedback_late": episode.finalized_at is not None or window_closed,
             "conversation": conversation_view(episode, turns),
             "decisions": views.decision_views(episode, self.current_policy),
+            # each decision's MemPO labels, every scorer's
+            "labels": self._labels(episode),
             "reward_lines": [] if episode.reward is None else reward_lines(episode.reward, self.reward_config),
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
             "steps": [(s, views.step_arguments(s)) for s in episode.steps],
             "idempotency_key": secrets.token_urlsafe(16),
             "list_query": back,
         }
+
+    def _labels(self, episode: Episode) -> dict[str, list[MemoryQuality]]:
+        """Each decision's MemPO labels (``memabra mempo score``'s), by scorer name."""
+        labels: dict[str, list[MemoryQuality]] = {}
+        for q in self.log.all_memory_scores([sel.id for sel in episode.selections]):
+            labels.setdefault(q.decision_id, []).append(q)
+        return labels
 
     # ------------------------------------------------------------------ writes
 

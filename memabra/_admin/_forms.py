@@ -13,6 +13,7 @@ from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._records import CandidateKind, JSONValue
 from memabra.storage import FAILURE_CAUSES, MAX_MEMORY_PAGE, EpisodeFilter, MemorySort, MemoryUsage
+from memabra.storage._admin_mempo import MemPOFilter
 
 __all__ = [
     "FILTER_FIELDS",
@@ -28,6 +29,7 @@ __all__ = [
     "parse_offset_cursor",
     "parse_memory_edit",
     "parse_memory_query",
+    "parse_mempo_filter",
     "parse_window",
 ]
 
@@ -46,6 +48,8 @@ FILTER_FIELDS = (
     "corrected",
     "failed",
     "cause",
+    "mempo",
+    "scorer",
     "sort",
 )
 # what names a page of the episode list: its filters, its page and its length (an episode opened
@@ -166,6 +170,19 @@ def parse_episode_filter(params: Mapping[str, str]) -> tuple[EpisodeFilter, dict
         failure_cause=cause,
     )
     return flt, {k: v for k, v in raw.items() if v}
+
+
+def parse_mempo_filter(raw: Mapping[str, str]) -> MemPOFilter | None:
+    """The MemPO filter of the episode list's raw values (:func:`parse_episode_filter`'s):
+    ``mempo=worse`` keeps the episodes with a decision MemPO graded -1, by ``scorer`` if named."""
+    mempo, scorer = raw.get("mempo", ""), clean_field(raw.get("scorer", "")).strip()
+    if mempo not in ("", "worse"):
+        raise FormError(f"mempo must be worse (a decision MemPO graded -1), got {mempo!r}")
+    if scorer and not mempo:
+        raise FormError("scorer names whose MemPO -1 labels to keep: choose mempo=worse with it")
+    if len(scorer) > MAX_ID:
+        raise FormError(f"scorer is longer than {MAX_ID} characters: no scorer is named so")
+    return MemPOFilter(scorer or None) if mempo else None
 
 
 def _failure(failed: str, cause: str) -> tuple[bool | None, str | None]:

@@ -34,6 +34,7 @@ from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, Un
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._reward import RewardConfig
 from memabra.storage import AdminMemories, AdminQueries, EpisodeLog, SnapshotAudit
+from memabra.storage._admin_mempo import MemPOListing
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -154,6 +155,7 @@ class _AdminBase:
         self.revocations = revocations
         self.throttle = throttle
         self.queries = AdminQueries(log)
+        self.mempo = MemPOListing(log)
         self.memory_queries = AdminMemories(log)
         self.audit = SnapshotAudit(log)
         self._memories: SQLMemory | None = None
@@ -176,7 +178,7 @@ class _AdminBase:
             prob=views.format_probability,
             truncate_text=views.truncate,
         )
-        self.templates.filters.update(urlpart=views.url_part, code=views.code_spans)
+        self.templates.filters.update(urlpart=views.url_part, code=views.code_spans, signed=views.format_difference)
         self.templates.globals.update(filters_query=views.filters_query, failure_titles=views.FAILURE_TITLES)
 
     def _memory_backend(self) -> SQLMemory:

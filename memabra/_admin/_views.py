@@ -44,6 +44,7 @@ __all__ = [
     "decision_views",
     "feedback_summary",
     "filters_query",
+    "format_difference",
     "format_number",
     "format_probability",
     "format_time",
@@ -352,6 +353,14 @@ def format_probability(value: float | None) -> str:
     if abs(value) < _SMALL_PROBABILITY:
         return f"{value:.2e}"
     return f"{value:#.3g}"
+
+
+def format_difference(value: float) -> str:
+    """A signed difference of probabilities (MemPO's ``p_selected - p_all``), as
+    :func:`format_probability` writes its size: ``+0.0120``, ``-3.10e-05``, ``0``."""
+    if value == 0:
+        return "0"
+    return ("+" if value > 0 else "-") + format_probability(abs(value))
 
 
 def truncate(text: str | None, limit: int = 120) -> str:

@@ -155,8 +155,9 @@ def episodes_show(episode_id: EpisodeRefArgument, db: DbOption = None, json_out:
     with _open(db) as log:
         ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
         bodies = run_guarded(log.injected_bodies, ep)
+        labels = run_guarded(log.all_memory_scores, [s.id for s in ep.selections]) if json_out else None
     _print_episode(ep, bodies)
-    write_json(json_out, episode_document(ep, bodies))
+    write_json(json_out, episode_document(ep, bodies, labels=labels))
 
 
 def _print_episode(ep: Episode, bodies: Mapping[str, str]) -> None:

@@ -122,7 +122,13 @@ def test_an_episode_downloads_as_the_json_episodes_show_writes(make_client: Clie
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     # the id's quote-free safe characters only: a "/" or '"' in a header's file name would break it
     assert response.headers["content-disposition"] == 'attachment; filename="episode-odd_id_x_1_h.json"'
-    assert response.json() == json.loads(json.dumps(episode_document(log.get_episode(ODD_ID))))
+    # the document ``episodes show --json`` writes, each decision with its MemPO labels (none here)
+    episode = log.get_episode(ODD_ID)
+    labels = log.all_memory_scores([sel.id for sel in episode.selections])
+    assert response.json() == json.loads(json.dumps(episode_document(episode, labels=labels)))
+    shown = response.json()
+    assert [d.pop("mempo") for d in shown["decisions"]] == [[]]
+    assert shown == json.loads(json.dumps(episode_document(episode)))
     assert response.json()["id"] == ODD_ID and response.json()["decisions"]
     assert make_client(signed_in=False).get("/episodes/odd%2Fid%3Fx%3D1%23h?format=json").status_code == 303
     assert client.get("/episodes/0123456789abcdef0123456789abcdef?format=json").status_code == 404

@@ -4,7 +4,9 @@ next run scored them all again, and each scorer's labels were only what the othe
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,21 @@ def test_recompute_takes_hm_from_the_named_scorers_labels_of_decisions_both_scor
         assert done.exit_code == 0 and "(2 with Hm from a MemPO label)" in done.output, done.output
         with EpisodeLog(migrated_url) as log:
             assert [log.get_reward(e.id).components.hm for e in episodes] == [hm, hm]  # type: ignore[union-attr]
+
+
+def test_episodes_show_json_carries_every_scorers_labels_as_the_admin_download_does(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from memabra._cli import app
+
+    with EpisodeLog(migrated_url) as log:
+        [decision] = _gold_decisions(log, 1)
+        log.store_memory_scores([_label(decision, SMALL, 1), _label(decision, LARGE, -1)])
+        [episode_id] = [ep.id for ep in log.list_episodes().items]
+    out = tmp_path / "episode.json"
+    result = CliRunner().invoke(app, ["episodes", "show", episode_id, "--db", migrated_url, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    [shown] = json.loads(out.read_text())["decisions"]
+    assert [(q["scorer"], q["reward"]) for q in shown["mempo"]] == [(SMALL, 1), (LARGE, -1)]  # by scorer name
