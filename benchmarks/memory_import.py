@@ -12,6 +12,22 @@ some Chinese and German, one superseded fact per user: "I live in X" then "I mov
 
     python benchmarks/memory_import.py --users 5000 --facts 10 [--db URL] [--json out.json]
 
+A big file (memory of the import process, ``--only-import`` skips steps 2-4): ``--facts`` above 10
+adds distinct facts without a subject ("I collect stamp-U-K"), ``--check-only`` appends a bad last
+line, so the process checks the whole file and writes nothing (the check pass alone):
+
+    python benchmarks/memory_import.py --users 130000 --facts 10 --check-only
+    python benchmarks/memory_import.py --users 40 --facts 10000 --only-import
+
+One user's facts on the same subjects (``--same-subject N ...``: N lines alternating "I live in
+City-n" / "My favourite colour is C-n", each superseding the one before): per fact time at each N,
+less the start-up of the process (a one-fact import), and the ratio of the largest N's to the
+smallest's (1 when the cost per fact is flat):
+
+    python benchmarks/memory_import.py --same-subject 1000 5000 --repeat 3
+
+Peak RSS is the import process's own (``getrusage(RUSAGE_SELF)`` as it exits).
+
 ``--db`` is a PostgreSQL URL whose schema is used (and emptied: its memories are forgotten first);
 without it each step uses a fresh SQLite file. Figures are medians of ``--repeat`` runs.
 """
@@ -34,6 +50,11 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 _CLI = "import sys; from memabra._cli import app; sys.argv[0] = 'memabra'; app()"
+# The same, saying its own peak RSS (KiB on Linux) on stderr as it exits.
+_CLI_RSS = (
+    "import atexit, resource, sys; atexit.register(lambda: print('peak-rss-kib', "
+    "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)); " + _CLI.removeprefix("import sys; ")
+)
 _CITIES = ("Lyon", "Hobart", "Porto", "Kyoto", "Quito", "Tromsø", "Dakar", "Perth")
 _EN = (
     "My dog is called {a}",
@@ -56,36 +77,77 @@ def user_facts(u: int, facts: int) -> list[str]:
     pool = _ZH if u % 10 == 1 else _DE if u % 10 == 2 else ()
     others = [t.format(**w) for t in (*pool, *_EN)][: max(0, facts - 2)]
     city, moved = _CITIES[u % len(_CITIES)], _CITIES[(u + 3) % len(_CITIES)]
+    others += [f"I collect stamp-{u}-{k}" for k in range(max(0, facts - 2 - len(others)))]
     half = len(others) // 2
     return [f"I live in {city}", *others[:half], f"I moved to {moved}", *others[half:]]
 
 
-def generate(path: Path, users: int, facts: int) -> int:
+def same_subject_facts(n: int) -> list[str]:
+    """N facts of one user, each a new value of one of two subjects."""
+    return [f"I live in City-{i}" if i % 2 == 0 else f"My favourite colour is C-{i}" for i in range(n)]
+
+
+def generate(path: Path, users: int, facts: int, *, bad_last_line: bool = False) -> int:
     lines = 0
     with path.open("w", encoding="utf-8") as out:
         for u in range(users):
             for fact in user_facts(u, facts):
                 out.write(json.dumps({"user_id": f"user-{u:06d}", "memory": fact}, ensure_ascii=False) + "\n")
                 lines += 1
+        if bad_last_line:
+            out.write('{"user_id": "user-000000", "memory": "..."}\n')
     return lines
 
 
-def run_import(path: Path, url: str) -> tuple[float, float, float, str]:
-    """One ``memabra memories import`` process: wall s, its CPU s, its peak RSS (MiB), its output."""
+def run_import(path: Path, url: str, *, refused: bool = False) -> tuple[float, float, float, str]:
+    """One ``memabra memories import`` process: wall s, its CPU s, its peak RSS (MiB), its output
+    (its last line; ``refused``: the process must fail, as on a file with a bad line)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _CLI, "memories", "import", str(path), "--db", url],
+        [sys.executable, "-c", _CLI_RSS, "memories", "import", str(path), "--db", url],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "COLUMNS": "400"},
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"import failed ({done.returncode}): {done.stdout}{done.stderr}")
+    if (done.returncode != 0) != refused:
+        raise SystemExit(
+            f"import {'succeeded' if refused else 'failed'} ({done.returncode}): {done.stdout}{done.stderr}"
+        )
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, after.ru_maxrss / 1024, done.stdout.strip().splitlines()[-1]
+    lines = done.stderr.strip().splitlines()
+    rss = next(int(line.split()[1]) for line in reversed(lines) if line.startswith("peak-rss-kib"))
+    said = [line for line in (done.stdout + done.stderr).strip().splitlines() if not line.startswith("peak-rss")]
+    return wall, cpu, rss / 1024, said[-1] if said else ""
+
+
+def same_subject(folder: Path, base: str | None, sizes: list[int], repeat: int) -> dict[str, object]:
+    """Import N same-subject facts of one user (a fresh store each run): median ms per fact."""
+    per_fact: dict[int, float] = {}
+    one = folder / "same-1.jsonl"  # the process's start-up and one fact: taken off each run's wall time
+    one.write_text(json.dumps({"user_id": "ann", "memory": "I live in Lyon"}) + "\n")
+    start = statistics.median(run_import(one, fresh_url(base, folder, f"same-1-{i}"))[0] for i in range(repeat))
+    print(f"start-up (a one-fact import): {start:.2f} s (median of {repeat}), taken off the times below")
+    for n in sizes:
+        path = folder / f"same-{n}.jsonl"
+        path.write_text("".join(json.dumps({"user_id": "ann", "memory": f}) + "\n" for f in same_subject_facts(n)))
+        runs = [run_import(path, fresh_url(base, folder, f"same-{n}-{i}")) for i in range(repeat)]
+        per_fact[n] = (statistics.median(r[0] for r in runs) - start) / n * 1e3
+        rss = max(r[2] for r in runs)
+        print(
+            f"{n} same-subject facts of one user: {per_fact[n]:.2f} ms per fact (median of {repeat}), peak RSS {rss:.0f} MiB"
+        )
+        print(f"  {runs[0][3]}")
+    ratio = per_fact[max(sizes)] / per_fact[min(sizes)]
+    print(f"per fact time, {max(sizes)} facts against {min(sizes)}: x{ratio:.2f}")
+    return {
+        "start_up_s": round(start, 2),
+        "ms_per_fact": {str(n): round(v, 2) for n, v in per_fact.items()},
+        "ratio": round(ratio, 2),
+    }
 
 
 def state(url: str) -> dict[str, list[tuple[str, bool]]]:
@@ -191,10 +253,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--db", default=None, help="a PostgreSQL URL (emptied of memories); default: SQLite files")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--only-import", action="store_true", help="only the import (and its re-run): steps 2-4 skipped"
+    )
+    parser.add_argument("--check-only", action="store_true", help="a bad last line: the check of the whole file alone")
+    parser.add_argument("--same-subject", type=int, nargs="+", metavar="N", help="one user's N same-subject facts")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memimport-"))
+    if args.same_subject:
+        print(f"same-subject facts on {args.db or 'SQLite'}, load {os.getloadavg()}")
+        found = same_subject(folder, args.db, sorted(set(args.same_subject)), args.repeat)
+        print(f"load {os.getloadavg()}")
+        if args.json is not None:
+            args.json.write_text(json.dumps({"same_subject": found}, indent=2))
+        return
     path = folder / "export.jsonl"
-    lines = generate(path, args.users, args.facts)
+    lines = generate(path, args.users, args.facts, bad_last_line=args.check_only)
     size_mb = path.stat().st_size / 1e6
     print(f"{lines} memories of {args.users} users ({size_mb:.1f} MB) on {args.db or 'SQLite'}, load {os.getloadavg()}")
     figures: dict[str, object] = {"memories": lines, "users": args.users, "file_mb": round(size_mb, 1)}
@@ -202,9 +276,15 @@ def main() -> None:
     first, again = [], []
     for i in range(args.repeat):
         url = fresh_url(args.db, folder, f"run{i}")
-        first.append(run_import(path, url))
-        again.append(run_import(path, url))
-    for name, runs in (("import", first), ("re-run on the finished store", again)):
+        first.append(run_import(path, url, refused=args.check_only))
+        if not args.check_only:
+            again.append(run_import(path, url))
+    for name, runs in (
+        ("check (refused: a bad last line)" if args.check_only else "import", first),
+        ("re-run on the finished store", again),
+    ):
+        if not runs:
+            continue
         wall = statistics.median(r[0] for r in runs)
         cpu = statistics.median(r[1] for r in runs)
         rss = max(r[2] for r in runs)
@@ -216,6 +296,11 @@ def main() -> None:
             "peak_rss_mib": round(rss),
             "said": runs[0][3],
         }
+    print(f"load {os.getloadavg()}")
+    if args.only_import or args.check_only:
+        if args.json is not None:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
     whole = state(url)
 
     url = fresh_url(args.db, folder, "killed")

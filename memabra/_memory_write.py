@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from memabra._errors import InvalidRecordError
 from memabra._facts import fact_subjects, join_facts, split_facts, strip_complaint
@@ -27,7 +27,7 @@ from memabra.storage._rows import clean_text
 if TYPE_CHECKING:
     from memabra._memory import MemoryBackend
 
-__all__ = ["ActiveRead", "clean", "left_standing", "remember", "remember_many"]
+__all__ = ["ActiveRead", "CountsWrites", "clean", "left_standing", "remember", "remember_many", "write_new"]
 
 logger = logging.getLogger("memabra")
 
@@ -68,6 +68,23 @@ def remember(
         refreshed = backend._item(user_id, same, include_retired=False)
         backend._settle(read, same, episode_id)
         return refreshed
+    item, _, _ = write_new(backend, user_id, fact, source=source, now=now, episode_id=episode_id, read=read)
+    return item
+
+
+def write_new(
+    backend: MemoryBackend,
+    user_id: str,
+    fact: str,
+    *,
+    source: str,
+    now: datetime,
+    episode_id: str | None,
+    read: ActiveRead,
+) -> tuple[RegistryItem, builtins.list[MemoryChange], builtins.list[MemoryChange]]:
+    """Store ``fact`` (no restatement of ``read``) as a new memory, retiring the memories of
+    ``read`` it supersedes and cutting it out of those joining it with other facts, in one write;
+    the new memory, the retirements and the cuts."""
     active = list(read.pairs)
     texts = dict(active)
     item = new_item(user_id, fact, source, now, backend._fresh_id(read, fact))
@@ -98,7 +115,7 @@ def remember(
     for c in cut:
         logger.info("memory %s replaces part of %s for user %s", item.id, c.memory_id, user_id)
     backend._settle(read, item.id, episode_id)
-    return item
+    return item, retire, cut
 
 
 def left_standing(backend: MemoryBackend, fact: str, text: str) -> str | None:
@@ -122,31 +139,95 @@ def remember_many(
     if not isinstance(user_id, str) or not user_id:
         raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
     facts = _cleaned_all(texts)  # every fact checked before the first write
-    read = backend._read_active(user_id)
+    active = _ActiveView(backend, user_id)
     # Retired memories count as known: an import run again (after it was killed, or by mistake)
     # must not bring back a fact that a later line of the same file superseded the first time.
     seen = RestatementIndex(backend._known_texts(user_id))
     plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
     out: builtins.list[RegistryItem] = []
-    subjects: set[str] = set().union(*(fact_subjects(text) for _, text in read.pairs))
+    subjects: set[str] = set().union(*(fact_subjects(text) for text in active.pairs.values()))
     for fact in facts:
         negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
         if not seen.add(fact):
             continue
         found = fact_subjects(fact)
         if found & subjects or negates:
-            backend._store_many(plain)
+            active.store_plain(plain)
             plain = []
-            out.append(backend.remember(user_id, fact, source=source, at=now))
-            # that write stored and retired memories since the read: later ids are picked afresh
-            read = backend._read_active(user_id)
+            out.append(active.supersede(fact, source, now))
             continue
         subjects |= found
-        item = new_item(user_id, fact, source, now, backend._fresh_id(read, fact))
+        item = new_item(user_id, fact, source, now, backend._fresh_id(active.read, fact))
         plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
         out.append(item)
     backend._store_many(plain)
     return out
+
+
+@runtime_checkable
+class CountsWrites(Protocol):
+    """A backend that counts the writes to each user's memories, in the writes' own transactions,
+    one per ``_store`` / ``_store_many`` (:class:`~memabra._sql_memory.SQLMemory`: the registry's
+    generation), and whose ``_fresh_id`` and ``_settle`` need nothing of a read but its pairs."""
+
+    def _write_count(self, user_id: str) -> int: ...
+
+
+class _ActiveView:
+    """The user's active memories as an import's writes leave them.
+
+    ``remember`` reads them before each write; on the SQL registry that read visits every memory
+    the user ever had, retired ones too (there is no index on the retirement), so an import of one
+    user's thousands of facts on the same subjects, each retiring the one before, slowed down fact
+    by fact. Here the read is made once and kept up to date with the import's own writes; before
+    each write that may retire or cut, one key lookup of the backend's write count
+    (:class:`CountsWrites`) says whether another process wrote meanwhile (an agent serving the
+    user), and only then is it read again. A backend that counts no writes is read before each
+    such write, as ``remember`` does."""
+
+    def __init__(self, backend: MemoryBackend, user_id: str) -> None:
+        self._backend, self._user_id = backend, user_id
+        self._counts = isinstance(backend, CountsWrites)
+        self._reread()
+
+    def _reread(self) -> None:
+        # the count before the read: a write in between makes the next check read again, never miss it
+        self._expected = cast(CountsWrites, self._backend)._write_count(self._user_id) if self._counts else None
+        self.read = self._backend._read_active(self._user_id)
+        self.pairs: dict[str, str] = dict(self.read.pairs)
+
+    def _current(self) -> bool:
+        return cast(CountsWrites, self._backend)._write_count(self._user_id) == self._expected
+
+    def store_plain(self, plain: builtins.list[tuple[RegistryItem, MemoryChange]]) -> None:
+        """Store new memories that supersede nothing (one write)."""
+        if not plain:
+            return
+        self._backend._store_many(plain)
+        self.pairs.update((item.id, item.text) for item, _ in plain)
+        if self._expected is not None:
+            self._expected += 1
+
+    def supersede(self, fact: str, source: str, now: datetime) -> RegistryItem:
+        """``remember(fact)``, on the kept read while no other process wrote since."""
+        backend, user_id = self._backend, self._user_id
+        if self._expected is not None and not self._current():
+            self._reread()
+        pairs = tuple(self.pairs.items())
+        # a restatement here is of a memory another process stored since the known texts were
+        # read: remember() refreshes it
+        if self._expected is None or any(is_restatement(fact, stored) for _, stored in pairs):
+            item = backend.remember(user_id, fact, source=source, at=now)
+            self._reread()  # that write stored and retired memories since the read
+            return item
+        read = ActiveRead(user_id, pairs)
+        item, retire, cut = write_new(backend, user_id, fact, source=source, now=now, episode_id=None, read=read)
+        for change in retire:
+            self.pairs.pop(change.memory_id, None)
+        self.pairs.update((change.memory_id, change.new_text or "") for change in cut)
+        self.pairs[item.id] = item.text
+        self._expected += 1
+        return item
 
 
 def _cleaned_all(texts: Iterable[str]) -> builtins.list[str]:

@@ -43,6 +43,11 @@ class SQLMemory(MemoryBackend):
     def _known_texts(self, user_id: str) -> list[str]:
         return self._registry.known_texts(user_id)
 
+    def _write_count(self, user_id: str) -> int:
+        """The registry's generation of the user's memories, one key lookup: every write bumps it
+        once, in its own transaction (:class:`~memabra._memory_write.CountsWrites`)."""
+        return self._registry.generation(user_id)
+
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
         return self._registry.records(user_id, include_retired=include_retired)
 

@@ -3,7 +3,6 @@ memories."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,78 +152,6 @@ def add_memory(
                 console.print(f"  retired {mid} (superseded by {record.id}): {old}", markup=False, highlight=False)
 
 
-_JSON_ONLY_SUFFIXES = (".jsonl", ".ndjson", ".json")
-_USER_FIELDS = ("user_id", "user")
-# "text" is memabra's, "memory" mem0's export, "content" LangMem's (a string or {"content": ...})
-_TEXT_FIELDS = ("text", "memory", "content")
-_PROGRESS_EVERY = 1000
-
-
-def _line_text(value: dict[str, object]) -> object:
-    for field in _TEXT_FIELDS:
-        found = value.get(field)
-        if isinstance(found, dict) and field == "content":
-            found = found.get("content")
-        if found is not None:
-            return found
-    return None
-
-
-def _read_facts(path: Path, user: str | None) -> dict[str, list[str]]:
-    """Each user's facts in FILE, in file order, every line checked (an error names it) before
-    anything is written. A JSON line may name its user (``user_id``); ``user`` is the user of the
-    lines that do not."""
-    from memabra._errors import InvalidRecordError
-    from memabra._memory_write import clean
-    from memabra._records import MAX_ID_LENGTH
-
-    if not path.is_file():
-        fail(f"no such file: {path}")
-    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors add
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = data.count(b"\n", 0, exc.start) + 1
-        fail(f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8; nothing was imported")
-    json_only = path.suffix.lower() in _JSON_ONLY_SUFFIXES
-    facts: dict[str, list[str]] = {}
-    for n, raw in enumerate(content.split("\n"), start=1):  # "\n" alone: a line number an editor shows
-        line = raw.strip()
-        if not line:
-            continue
-        where = f"{path}:{n}"
-        owner, text = user, line
-        if line.startswith("{") or json_only:
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                fail(f"{where}: not valid JSON ({exc.msg}); nothing was imported")
-            if not isinstance(value, dict):
-                fail(f"{where}: a JSON line must be an object with a 'text' field; nothing was imported")
-            found = _line_text(value)
-            if not isinstance(found, str) or not found.strip():
-                fail(f"{where}: a JSON line needs a non-empty 'text' string (or mem0's 'memory'); nothing was imported")
-            text = found
-            named = next((value[f] for f in _USER_FIELDS if value.get(f) is not None), None)
-            if named is not None:
-                if not isinstance(named, str) or not named.strip():
-                    fail(f"{where}: 'user_id' must be a non-empty string, got {named!r}; nothing was imported")
-                if user is not None and named != user:
-                    fail(f"{where}: the line is user {named!r}'s but --user is {user!r}; nothing was imported")
-                owner = named
-        if owner is None:
-            fail(f"{where}: no user: give --user, or a 'user_id' field on every JSON line; nothing was imported")
-        if "\x00" in text or "\x00" in owner:
-            fail(f"{where}: a NUL character (U+0000) in the text or user; remove it; nothing was imported")
-        if len(owner) > MAX_ID_LENGTH:  # refused by the first write of that user, after the users before it
-            fail(f"{where}: a user id holds at most {MAX_ID_LENGTH} characters, got {len(owner)}; nothing was imported")
-        try:
-            facts.setdefault(owner, []).append(clean(text))
-        except InvalidRecordError as exc:
-            fail(f"{where}: {exc} (the line is {line[:60]!r}); nothing was imported")
-    return facts
-
-
 @memories_app.command("import")
 def import_memories(
     file: Annotated[
@@ -238,19 +165,13 @@ def import_memories(
 ) -> None:
     """Remember every fact in FILE, user by user, each in a few short transactions (restatements of stored facts,
     retired ones too, are skipped: run the same import again after it was interrupted and it
-    finishes the job, adding nothing twice). Every line is checked before anything is written."""
-    facts = _read_facts(file, user)
-    total = sum(map(len, facts.values()))
-    imported: list[dict[str, str]] = []
+    finishes the job, adding nothing twice). Every line is checked before anything is written; the
+    file is then read again a chunk at a time, never held whole."""
+    from memabra._cli._memories_import import check_file, import_checked
+
+    checked = check_file(file, user)
     with _backend(db) as memory:
-        for done, (owner, texts) in enumerate(facts.items(), start=1):
-            items = run_guarded(memory.remember_many, owner, texts)
-            imported += [{"user": owner, "id": i.id, "text": i.text} for i in items]
-            if len(facts) > _PROGRESS_EVERY and done % _PROGRESS_EVERY == 0:
-                console.print(f"{done} of {len(facts)} users, {len(imported)} facts imported", highlight=False)
-        write_json(json_out, imported)
-        whom = next(iter(facts)) if len(facts) == 1 else f"{len(facts)} users"
-        console.print(f"imported {len(imported)} of {total} facts for {whom}", markup=False, highlight=False)
+        import_checked(memory, checked, json_out)
 
 
 @memories_app.command("update")
