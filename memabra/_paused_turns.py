@@ -279,9 +279,8 @@ class PausedTurns:
                 if kept is not None and _went_on_elsewhere(kept, going_on):
                     going_on = self._taken(kept)
                     logger.info("turn %s went on in another process since it paused here: going on with its copy", t.id)
-                elif going_on.paused_at is not None:
-                    going_on.started += time.perf_counter() - going_on.paused_at
-                    going_on.paused_at = None
+                else:
+                    going_on.resume_clock()
                 if kept is None:  # the log lost it: written again only where it was never written
                     if self.keep_running(going_on) is _Saved.LOGGED:  # logged since the read above
                         self._turns.discard(t.id)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -149,10 +148,7 @@ async def aclose_rolled_back(graph: Any, session: RoutingSession, config: Runnab
 
 
 def _close(session: RoutingSession, turn_id: str, thread_id: str) -> str | None:
-    t = session.get_turn(turn_id)
-    if t.paused_at is not None:  # the time since its run was cancelled is not the turn's latency
-        t.started += time.perf_counter() - t.paused_at
-        t.paused_at = None
+    session.get_turn(turn_id).resume_clock()  # the time since its run was cancelled is not its latency
     episode_id = close_failed_turn(session, turn_id, reason=ROLLED_BACK_REASON)
     if episode_id is not None:
         logger.info(

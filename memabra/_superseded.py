@@ -21,7 +21,6 @@ a failure of the new turn."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,9 +93,7 @@ def _close(session: RoutingSession, earlier: str, thread_id: str, messages: Sequ
         if turn.logged:  # logged since the read above: one decision, one episode
             session.abandon(earlier)
             return None
-    if turn.paused_at is not None:  # the pause is not the turn's latency
-        turn.started += time.perf_counter() - turn.paused_at
-        turn.paused_at = None
+    turn.resume_clock()
     episode_id = close_failed_turn(session, earlier, reason=SUPERSEDED_REASON)
     if episode_id is not None:
         logger.info(

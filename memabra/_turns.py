@@ -54,6 +54,12 @@ class Turn:
     # never kept or logged again, and what it records now is dropped
     logged: bool = False
 
+    def resume_clock(self) -> None:
+        """Go on timing it after a pause: the time it stood paused is not its latency."""
+        if self.paused_at is not None:
+            self.started += time.perf_counter() - self.paused_at
+            self.paused_at = None
+
     def numbered_steps(self) -> tuple[Step, ...]:
         return tuple(replace(s, seq=i) for i, s in enumerate(self.steps))
 
