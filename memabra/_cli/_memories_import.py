@@ -61,6 +61,14 @@ def _stamp(path: Path) -> tuple[int, int]:
     return found.st_size, found.st_mtime_ns
 
 
+def _changed(path: Path, stamp: tuple[int, int]) -> bool:
+    """Whether ``path`` is no longer the file stamped ``stamp`` (gone, or another version)."""
+    try:
+        return _stamp(path) != stamp
+    except OSError:
+        return True
+
+
 def _line_text(value: dict[str, object]) -> object:
     for field in _TEXT_FIELDS:
         found = value.get(field)
@@ -197,7 +205,9 @@ def import_checked(memory: SQLMemory, checked: CheckedFile, json_out: Path | Non
                         said = done
         except _BadLine as bad:
             fail(f"{bad}: {path} changed during the import ({imported} facts were imported); run it again")
-        if done != total:
+        # as many facts but another version of the file (rewritten, same size or not): what was
+        # imported is of neither version alone
+        if done != total or _changed(path, checked.stamp):
             fail(f"{path} changed during the import ({imported} facts were imported); run it again")
     whom = checked.only_user if checked.users == 1 else f"{checked.users} users"
     console.print(f"imported {imported} of {total} facts for {whom}", markup=False, highlight=False)

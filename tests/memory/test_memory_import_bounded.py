@@ -11,6 +11,7 @@ too, before each write: the cost per fact grew with the facts before it. Work is
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,6 +129,39 @@ def test_a_bad_line_after_many_chunks_imports_nothing(
     said = " ".join(result.output.split())
     assert result.exit_code == 1 and "export.jsonl:51: a memory needs non-empty text" in said, said
     assert "nothing was imported" in said and active(url, "u0") == []
+
+
+def test_a_file_rewritten_during_the_import_with_as_many_facts_is_not_reported_imported(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the file is rewritten after the first chunk's write (an export job writing it again): as
+    # many facts, other text. The import cannot say what it read of which version, so it must not
+    # end as "imported N of N facts", exit 0: it says the file changed and to run it again.
+    path = tmp_path / "export.jsonl"
+
+    def write(colour: str) -> None:
+        path.write_text(
+            "".join(json.dumps({"user_id": f"u{i}", "memory": f"I like {colour} {i}"}) + "\n" for i in range(6))
+        )
+
+    write("tea")
+    monkeypatch.setattr(importing, "CHUNK_FACTS", 2)
+    real = importing.run_guarded
+    calls = []
+
+    def rewriting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        done = real(*args, **kwargs)
+        if len(calls) == 1:
+            before = path.stat().st_mtime_ns
+            write("tee")  # the same size, a new version
+            os.utime(path, ns=(before + 10**9, before + 10**9))
+        return done
+
+    monkeypatch.setattr(importing, "run_guarded", rewriting)
+    result = runner.invoke(app, ["memories", "import", str(path), "--db", url])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "changed during the import" in said and "run it again" in said, said
 
 
 # ---------------------------------------------------------------------- same-subject facts: linear work
