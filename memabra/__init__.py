@@ -110,6 +110,7 @@ _LAZY = {
     "InvalidFeedbackError": "memabra._errors",
     "StorageContentionError": "memabra._errors",
     "LogChangedError": "memabra._errors",
+    "MemoriesChangedError": "memabra._errors",
     "UnknownSnapshotError": "memabra._errors",
 }
 
@@ -206,6 +207,7 @@ __all__ = [
     "ProgrammaticSignals",
     "StorageContentionError",
     "LogChangedError",
+    "MemoriesChangedError",
     "UnknownSnapshotError",
     "UsageCounts",
     "build_session",

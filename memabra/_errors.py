@@ -69,6 +69,13 @@ class StorageContentionError(MemabraError, RuntimeError):
     the database is more contended than it can serve (on SQLite, the point to move to PostgreSQL)."""
 
 
+class MemoriesChangedError(MemabraError, RuntimeError):
+    """A memory write was decided on a read of the user's memories that another writer (another
+    process, or a write behind this backend) changed before the write could commit: nothing was
+    written. ``remember`` reads again and decides again; raised to the caller only when every try
+    met another write."""
+
+
 class LogChangedError(MemabraError, RuntimeError):
     """A multi-pass read of the episode log found different decisions on its second pass: episodes
     were deleted, or committed late, while it ran. Running it again reads the log as it is then."""

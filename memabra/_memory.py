@@ -125,6 +125,19 @@ class MemoryBackend(ABC):
         """Delete memories and their history (all of the user's for ``None``); the episode log
         keeps their ids, not their text."""
 
+    def _store_decided(
+        self,
+        read: ActiveRead,
+        item: RegistryItem,
+        change: MemoryChange,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[MemoryChange] = (),
+    ) -> None:
+        """:meth:`_store` of a write decided on ``read``: a backend with transactions refuses it
+        (:class:`~memabra._errors.MemoriesChangedError`, nothing written) where another write
+        changed the user's memories since that read; one without settles it afterwards (``_settle``)."""
+        self._store(item, change, retire, cut)
+
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         for item, change in pairs:
             self._store(item, change)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import builtins
 import logging
+import random
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import InvalidRecordError, MemoriesChangedError
 from memabra._facts import fact_subjects, join_facts, split_facts, strip_complaint
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem
@@ -33,6 +35,12 @@ logger = logging.getLogger("memabra")
 
 # Reads one ``remember`` makes while other processes keep retiring the memory it restates.
 _RESTATE_TRIES = 3
+# Tries of a write whose read another writer changed before it committed: each meets one more
+# write to the same user's memories, so running out means a user written continuously elsewhere
+# (eight writers of one user at once all got through in the tests).
+_WRITE_TRIES = 10
+# Writers that met each other wait a random moment, growing with each try, so they stop meeting.
+_RETRY_WAIT_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +50,31 @@ class ActiveRead:
 
     user_id: str
     pairs: tuple[tuple[str, str], ...]
+    # the backend's count of the user's writes as the read began (CountsWrites), else None: a write
+    # decided on the read commits only while no other write has moved it
+    generation: int | None = field(default=None, kw_only=True)
 
 
 def remember(
     backend: MemoryBackend, user_id: str, text: str, *, source: str, at: datetime | None, episode_id: str | None
 ) -> RegistryItem:
-    """:meth:`MemoryBackend.remember`, under the backend's ``_writing`` turn."""
+    """:meth:`MemoryBackend.remember`, under the backend's ``_writing`` turn: decided on a read of
+    the user's memories and, where another writer wrote between that read and the write, decided
+    again on a new read (:class:`MemoriesChangedError` after :data:`_WRITE_TRIES`)."""
     fact = clean(text)
     now = at or backend.clock()
+    for attempt in range(1, _WRITE_TRIES):
+        try:
+            return _remember_once(backend, user_id, fact, source=source, now=now, episode_id=episode_id)
+        except MemoriesChangedError:
+            logger.debug("user %s's memories changed under a write: deciding it again", user_id)
+            time.sleep(random.uniform(0, _RETRY_WAIT_S * attempt))
+    return _remember_once(backend, user_id, fact, source=source, now=now, episode_id=episode_id)
+
+
+def _remember_once(
+    backend: MemoryBackend, user_id: str, fact: str, *, source: str, now: datetime, episode_id: str | None
+) -> RegistryItem:
     # Another process may retire the restated memory between this read and the refresh (its user
     # stated a new value there): read again, and the fact is stored as the newest value.
     for _ in range(_RESTATE_TRIES):
@@ -109,7 +134,7 @@ def write_new(
     # The new fact, its retirements and its cuts in one write: a process dying in between must
     # not leave "I moved to Hobart" current beside an uncut "I live in Lyon and my dog is called Rex",
     # which a re-run import would skip repairing (it knows the new fact already).
-    backend._store(item, created, retire, cut)
+    backend._store_decided(read, item, created, retire, cut)
     if retire:
         logger.info("memory %s retires %s for user %s", item.id, ", ".join(c.memory_id for c in retire), user_id)
     for c in cut:
@@ -168,7 +193,9 @@ def remember_many(
 class CountsWrites(Protocol):
     """A backend that counts the writes to each user's memories, in the writes' own transactions,
     one per ``_store`` / ``_store_many`` (:class:`~memabra._sql_memory.SQLMemory`: the registry's
-    generation), and whose ``_fresh_id`` and ``_settle`` need nothing of a read but its pairs."""
+    generation), gives its reads their ``generation``, refuses a ``_store_decided`` whose read's
+    count moved (:class:`MemoriesChangedError`), and whose ``_fresh_id`` and ``_settle`` need
+    nothing of a read but its pairs."""
 
     def _write_count(self, user_id: str) -> int: ...
 
@@ -191,9 +218,9 @@ class _ActiveView:
         self._reread()
 
     def _reread(self) -> None:
-        # the count before the read: a write in between makes the next check read again, never miss it
-        self._expected = cast(CountsWrites, self._backend)._write_count(self._user_id) if self._counts else None
         self.read = self._backend._read_active(self._user_id)
+        # the count as the read began: a write in between makes the next check read again, never miss it
+        self._expected = self.read.generation if self._counts else None
         self.pairs: dict[str, str] = dict(self.read.pairs)
 
     def _current(self) -> bool:
@@ -220,8 +247,13 @@ class _ActiveView:
             item = backend.remember(user_id, fact, source=source, at=now)
             self._reread()  # that write stored and retired memories since the read
             return item
-        read = ActiveRead(user_id, pairs)
-        item, retire, cut = write_new(backend, user_id, fact, source=source, now=now, episode_id=None, read=read)
+        read = ActiveRead(user_id, pairs, generation=self._expected)
+        try:
+            item, retire, cut = write_new(backend, user_id, fact, source=source, now=now, episode_id=None, read=read)
+        except MemoriesChangedError:  # another process wrote since the check: decide on its write too
+            item = backend.remember(user_id, fact, source=source, at=now)
+            self._reread()
+            return item
         for change in retire:
             self.pairs.pop(change.memory_id, None)
         self.pairs.update((change.memory_id, change.new_text or "") for change in cut)

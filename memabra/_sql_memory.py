@@ -8,6 +8,7 @@ from datetime import datetime
 from memabra._memory import MemoryBackend, Supersession
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
 from memabra._memory_restore import RestoredMemory, restore_memory
+from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import RegistryItem, new_id, utcnow
 from memabra._text import approx_tokens
@@ -42,6 +43,24 @@ class SQLMemory(MemoryBackend):
 
     def _known_texts(self, user_id: str) -> list[str]:
         return self._registry.known_texts(user_id)
+
+    def _read_active(self, user_id: str) -> ActiveRead:
+        generation = self._registry.generation(user_id)  # first: a write during the read moves it
+        return ActiveRead(user_id, tuple(self._registry.active_texts(user_id)), generation=generation)
+
+    def _store_decided(
+        self,
+        read: ActiveRead,
+        item: RegistryItem,
+        change: MemoryChange,
+        retire: Sequence[MemoryChange] = (),
+        cut: Sequence[MemoryChange] = (),
+    ) -> None:
+        if read.generation is None:
+            self._store(item, change, retire, cut)
+            return
+        cuts = [(c, approx_tokens(c.new_text or "")) for c in cut]
+        self._registry.write(item, change, retire=retire, cut=cuts, read_at=read.generation)
 
     def _write_count(self, user_id: str) -> int:
         """The registry's generation of the user's memories, one key lookup: every write bumps it

@@ -3,14 +3,15 @@ graded worse than offering every candidate memory (reward -1), and which episode
 
 The filter is one more WHERE condition of the listing (:mod:`~memabra.storage._episode_listing`),
 so it combines with the others and pages on the same ``(created_at, id)`` keyset. Two shapes of it
-reach the same rows through indexes only, each fast in its own regime:
+reach the same rows, each fast in its own regime:
 
 * ``EXISTS``, correlated to the episode (like the kind and failed-turn filters): the page walks
   the episodes' ``(created_at, id)`` index newest first and probes each one's decisions
   (``decisions.episode_id``) and their labels (``memory_scores``' primary key, scorer included).
   Quick when many episodes match; when few do, the walk (and the capped count) reads the log.
-* ``IN`` the labels graded -1: the labels are read once, each finds its decision and episode by
-  primary key, and the page sorts what matched. Its cost grows with the labels, not the log.
+* ``IN`` the labels graded -1: the labels are read once (a scan of ``memory_scores``: ``reward``
+  has no index), each finds its decision and episode by primary key, and the page sorts what
+  matched. Its cost grows with the labels, not the log.
 
 PostgreSQL's planner chooses between the two by its statistics (it plans both as a semi-join), so
 it gets ``EXISTS``. SQLite keeps no statistics: it gets ``IN`` when the -1 labels are few against

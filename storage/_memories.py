@@ -16,7 +16,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import InvalidRecordError, MemoriesChangedError
 from memabra._memory_records import MemoryChange, MemoryRecord
 from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
@@ -49,6 +49,25 @@ _ACTIVE_TEXTS = (
 
 
 _GENERATION = select(MemoryPoolRow.generation).where(MemoryPoolRow.owner == bindparam("owner"))
+
+
+def _bump_from(conn: Connection, owner: str, expected: int) -> bool:
+    """Bump the user's generation from ``expected``, or nothing when it moved since (False). The
+    conditional update waits for a concurrent writer's row lock and then sees its generation, so two
+    writes decided on one read cannot both commit."""
+    pools = table_of(MemoryPoolRow)
+    moved = conn.execute(
+        update(pools).where(pools.c.owner == owner, pools.c.generation == expected).values(generation=expected + 1)
+    )
+    if moved.rowcount:
+        return True
+    if expected != 0:
+        return False
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    return bool(conn.execute(upsert(pools).values(owner=owner, generation=1).on_conflict_do_nothing()).rowcount)
 
 
 def _bump(conn: Connection, owner: str) -> None:
@@ -150,16 +169,24 @@ class MemoryRegistry:
         *,
         retire: Sequence[MemoryChange] = (),
         cut: Sequence[tuple[MemoryChange, int]] = (),
+        read_at: int | None = None,
     ) -> None:
         """Insert or replace ``item`` and record ``change``; retire the memories named in
         ``retire`` (superseded by ``item``) and cut each memory of ``cut`` down to the change's
         ``new_text`` (with its token count), all in one transaction: a process dying midway leaves
-        the store as it was, never the new fact beside the memory it replaces."""
+        the store as it was, never the new fact beside the memory it replaces. ``read_at``: the
+        user's :meth:`generation` when the read this write was decided on began; where another
+        write has moved it since, nothing is written and :class:`MemoriesChangedError` says so."""
         if item.kind is not CandidateKind.MEMORY:
             raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
         values = registry_values(item)
+        owner = str(values["owner"])
 
         def work(s: Session) -> None:
+            if read_at is not None and not _bump_from(s.connection(), owner, read_at):
+                raise MemoriesChangedError(
+                    f"user {owner!r}'s memories changed since the read this write was decided on"
+                )
             existing = s.get(RegistryRow, (_MEMORY, values["owner"], values["id"]))
             if existing is None or existing.deleted_at is not None:
                 if existing is not None:
@@ -173,7 +200,8 @@ class MemoryRegistry:
                 existing.retired_at = None
                 existing.superseded_by = None
             s.add(history_row(change))
-            _bump(s.connection(), str(values["owner"]))
+            if read_at is None:
+                _bump(s.connection(), owner)
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
