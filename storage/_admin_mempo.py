@@ -9,8 +9,8 @@ reach the same rows, each fast in its own regime:
   the episodes' ``(created_at, id)`` index newest first and probes each one's decisions
   (``decisions.episode_id``) and their labels (``memory_scores``' primary key, scorer included).
   Quick when many episodes match; when few do, the walk (and the capped count) reads the log.
-* ``IN`` the labels graded -1: the labels are read once (a scan of ``memory_scores``: ``reward``
-  has no index), each finds its decision and episode by primary key, and the page sorts what
+* ``IN`` the labels graded -1: the labels are read once (from the index on ``memory_scores (reward,
+  scorer, decision_id)``), each finds its decision and episode by primary key, and the page sorts what
   matched. Its cost grows with the labels, not the log.
 
 PostgreSQL's planner chooses between the two by its statistics (it plans both as a semi-join), so

@@ -327,6 +327,9 @@ class MemoryScoreRow(Base):
     P(gold | all). Keyed by (decision, scorer) since revision 0018: each model keeps its own."""
 
     __tablename__ = "memory_scores"
+    # the admin's "MemPO verdict -1" filter reads the decisions graded -1 (by one scorer or any)
+    # from this index alone, not a scan of every label (migration 0019)
+    __table_args__ = (Index("ix_memory_scores_reward", "reward", "scorer", "decision_id"),)
 
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True)
     scorer: Mapped[str] = mapped_column(String(200), primary_key=True)

@@ -202,3 +202,5 @@ def test_each_shape_of_the_filter_reads_through_indexes(
         # the -1 labels read once, each episode found by its primary key
         assert "SEARCH episodes USING INDEX sqlite_autoindex_episodes_1 (id=?)" in plan, plan
         assert "SEARCH decisions USING INDEX sqlite_autoindex_decisions_1 (id=?)" in plan, plan
+        # the -1 labels from their own index (revision 0019), not a scan of every label
+        assert "ix_memory_scores_reward" in plan and "SCAN memory_scores" not in plan, plan
