@@ -22,7 +22,8 @@ from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
 from memabra.storage._embeddings import text_key
 from memabra.storage._injected_bodies import forget_own_bodies
-from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow, MemoryPoolRow
+from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow
+from memabra.storage._memory_pools import GENERATION, bump, bump_from
 from memabra.storage._memory_rows import history_row, history_values, memory_change, memory_record, registry_values
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text
@@ -46,43 +47,6 @@ _ACTIVE_TEXTS = (
     )
     .order_by(RegistryRow.created_at, RegistryRow.id)
 )
-
-
-_GENERATION = select(MemoryPoolRow.generation).where(MemoryPoolRow.owner == bindparam("owner"))
-
-
-def _bump_from(conn: Connection, owner: str, expected: int) -> bool:
-    """Bump the user's generation from ``expected``, or nothing when it moved since (False). The
-    conditional update waits for a concurrent writer's row lock and then sees its generation, so two
-    writes decided on one read cannot both commit."""
-    pools = table_of(MemoryPoolRow)
-    moved = conn.execute(
-        update(pools).where(pools.c.owner == owner, pools.c.generation == expected).values(generation=expected + 1)
-    )
-    if moved.rowcount:
-        return True
-    if expected != 0:
-        return False
-    from sqlalchemy.dialects.postgresql import insert as pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    return bool(conn.execute(upsert(pools).values(owner=owner, generation=1).on_conflict_do_nothing()).rowcount)
-
-
-def _bump(conn: Connection, owner: str) -> None:
-    pools = table_of(MemoryPoolRow)
-    done = conn.execute(update(pools).where(pools.c.owner == owner).values(generation=pools.c.generation + 1))
-    if done.rowcount == 0:
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        conn.execute(
-            upsert(pools)
-            .values(owner=owner, generation=1)
-            .on_conflict_do_update(index_elements=["owner"], set_={"generation": pools.c.generation + 1})
-        )
 
 
 class MemoryRegistry:
@@ -135,7 +99,7 @@ class MemoryRegistry:
     def generation(self, user_id: str) -> int:
         """Moves with every write to the user's memories through this class (one key lookup)."""
         with self._engine.connect() as conn:
-            found = conn.execute(_GENERATION, {"owner": clean_text(user_id)}).scalar()
+            found = conn.execute(GENERATION, {"owner": clean_text(user_id)}).scalar()
         return int(found or 0)
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
@@ -183,7 +147,7 @@ class MemoryRegistry:
         owner = str(values["owner"])
 
         def work(s: Session) -> None:
-            if read_at is not None and not _bump_from(s.connection(), owner, read_at):
+            if read_at is not None and not bump_from(s.connection(), owner, read_at):
                 raise MemoriesChangedError(
                     f"user {owner!r}'s memories changed since the read this write was decided on"
                 )
@@ -201,7 +165,7 @@ class MemoryRegistry:
                 existing.superseded_by = None
             s.add(history_row(change))
             if read_at is None:
-                _bump(s.connection(), owner)
+                bump(s.connection(), owner)
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
@@ -226,7 +190,7 @@ class MemoryRegistry:
             conn.execute(table_of(RegistryRow).insert(), rows)
             conn.execute(table_of(MemoryHistoryRow).insert(), history)
             for owner in {str(row["owner"]) for row in rows}:
-                _bump(conn, owner)
+                bump(conn, owner)
 
         self._tx.write_connection(work, what="memory write")
 
@@ -243,7 +207,7 @@ class MemoryRegistry:
                 text = clean_text(change.new_text)
                 row.text, row.tokens, row.name = text, tokens, text[:60]
             s.add(history_row(change))
-            _bump(s.connection(), row.owner)
+            bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory refresh")
 
@@ -260,7 +224,7 @@ class MemoryRegistry:
             if not retired:
                 row.superseded_by = None
             s.add(history_row(change))
-            _bump(s.connection(), row.owner)
+            bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory retire" if retired else "memory restore")
 
@@ -307,7 +271,7 @@ def _forget(s: Session, user_id: str, memory_ids: Sequence[str] | None) -> int:
             delete(MemoryHistoryRow).where(MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk))
         )
     scrub_log(s, user_id, ids, texts)
-    _bump(s.connection(), user_id)
+    bump(s.connection(), user_id)
     return len(ids)
 
 
@@ -372,7 +336,7 @@ def erase_owned(s: Session, user_id: str) -> int:
     forget_own_bodies(s, owner)
     gone = int(getattr(s.execute(delete(RegistryRow).where(own_items)), "rowcount", 0) or 0)
     if gone:
-        _bump(s.connection(), owner)  # a cached recall index of the user must not offer them again
+        bump(s.connection(), owner)  # a cached recall index of the user must not offer them again
     return gone
 
 
