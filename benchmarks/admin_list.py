@@ -30,13 +30,11 @@ import random
 import statistics
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
-from sqlalchemy import create_engine, text
+from _scratch import scratch_schema
+from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from memabra import (
@@ -59,7 +57,7 @@ from memabra import (
 )
 from memabra._admin import _metrics_page, create_app
 from memabra._records_listing import RegistryItem
-from memabra.storage import FAILED_TURN_SOURCE, EpisodeFilter, EpisodeLog, resolve_url, upgrade
+from memabra.storage import FAILED_TURN_SOURCE, EpisodeFilter, EpisodeLog, upgrade
 from memabra.storage._admin_turns import encode_turn_cursor
 from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._suspended_turns import SuspendedTurn
@@ -323,22 +321,6 @@ def _filter(params: dict[str, str]) -> EpisodeFilter:
     return parse_episode_filter(params)[0]
 
 
-@contextmanager
-def postgres_schema(url: str) -> Iterator[str]:
-    base = resolve_url(url)
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(base)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        sep = "&" if "?" in base else "?"
-        yield f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
@@ -359,7 +341,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             run(f"sqlite:///{tmp}/admin-bench.db", args, "SQLite")
     if args.pg:
-        with postgres_schema(args.pg) as url:
+        with scratch_schema(args.pg) as url:
             run(url, args, "PostgreSQL")
 
 

@@ -16,17 +16,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _scratch import scratch_log
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
-from sqlalchemy import create_engine, text
 
 from memabra import create_memabra_agent
 from memabra.router import LinearRouter, Similarity
@@ -109,39 +108,13 @@ def main() -> None:
         rates: dict[int, list[float]] = {n: [] for n in POOLS}
         for _ in range(args.repeats):
             for workers in POOLS:  # interleaved: the machine's drift falls on every pool size alike
-                with _database(args) as url:
+                with scratch_log(args.pg, "bench", folder=args.db_dir) as url:
                     rates[workers].append(_run(url, args.turns, workers, model_ms / 1000.0))
         base = statistics.median(rates[1])
         print(f"model wait {model_ms:g} ms, {args.turns} turns, median of {args.repeats}:")
         for workers in POOLS:
             median = statistics.median(rates[workers])
             print(f"  {workers} thread(s): {median:7.1f} turns/s  ({median / base:.2f}x one thread)")
-
-
-class _database:
-    """A fresh log for one run: a new SQLite file, or a new PostgreSQL schema dropped afterwards."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.schema = f"bench_{uuid.uuid4().hex[:10]}"
-
-    def __enter__(self) -> str:
-        if self.args.db_dir is not None:
-            self.args.db_dir.mkdir(parents=True, exist_ok=True)
-            return f"sqlite:///{self.args.db_dir / (self.schema + '.db')}"
-        engine = create_engine(self.args.pg)
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{self.schema}"'))
-        engine.dispose()
-        sep = "&" if "?" in self.args.pg else "?"
-        return f"{self.args.pg}{sep}options=-csearch_path%3D{self.schema}"
-
-    def __exit__(self, *exc: object) -> None:
-        if self.args.pg is not None:
-            engine = create_engine(self.args.pg)
-            with engine.begin() as conn:
-                conn.execute(text(f'DROP SCHEMA "{self.schema}" CASCADE'))
-            engine.dispose()
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _scratch import scratch_log
 from crash_audit_checks import POLICY, SQLITE_TTL_S, check, ok
-from sqlalchemy import create_engine, text
 
 HERE = Path(__file__).resolve().parent
 MEMABRA = Path(sys.executable).with_name("memabra")
@@ -202,17 +202,15 @@ def spawn(url: str, wid: int, gen: int, work_dir: Path, stop: Path) -> subproces
 
 
 def run(base_url: str, seed: int, duration: float, workers: int, every: float) -> dict[str, Any]:
+    with scratch_log(base_url, "crash") as url:
+        return _run_on(url, seed, duration, workers, every)
+
+
+def _run_on(url: str, seed: int, duration: float, workers: int, every: float) -> dict[str, Any]:
     from memabra.storage import upgrade
 
-    admin, schema, url = None, "", base_url
-    if base_url.startswith("postgresql"):
-        schema = f"crash_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(base_url)
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = f"{base_url}{'&' if '?' in base_url else '?'}options=-csearch_path%3D{schema}"
-    else:
-        path = Path(base_url.removeprefix("sqlite:///"))
+    if not url.startswith("postgresql"):
+        path = Path(url.removeprefix("sqlite:///"))
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     upgrade(url)
@@ -246,7 +244,7 @@ def run(base_url: str, seed: int, duration: float, workers: int, every: float) -
     learn = subprocess.run(once, env=env, capture_output=True, text=True)
     report = check(url, work_dir, kills, watch.timeline)
     report.update(
-        backend="postgresql" if schema else "sqlite",
+        backend="postgresql" if url.startswith("postgresql") else "sqlite",
         seed=seed,
         kills=len(kills),
         clean_exits=f"{sum(c == 0 for c in codes)}/{len(codes)}",
@@ -256,10 +254,6 @@ def run(base_url: str, seed: int, duration: float, workers: int, every: float) -
         work_dir=str(work_dir),
     )
     (work_dir / "kills.json").write_text(json.dumps({"kills": kills, "timeline": watch.timeline}, default=str))
-    if admin is not None:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
     return report
 
 

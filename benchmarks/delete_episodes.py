@@ -17,12 +17,12 @@ import dataclasses
 import statistics
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _scratch import scratch_log
 from log_throughput import make_episode  # the same synthetic episodes as the write benchmark
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from memabra import Feedback
 from memabra.storage import EpisodeLog, upgrade
@@ -56,16 +56,6 @@ def timed_delete(url: str, *, indexed: bool) -> float:
     return elapsed
 
 
-def pg_schema(base: str, schema: str, *, drop: bool = False) -> str:
-    """Create (or drop) ``schema`` on the server at ``base``; the URL that works inside it."""
-    engine = create_engine(base)
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE" if drop else f"CREATE SCHEMA {schema}"))
-    engine.dispose()
-    sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options=-csearch_path%3D{schema}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=2000)
@@ -79,19 +69,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
             times: dict[bool, list[float]] = {True: [], False: []}
-            for r in range(args.repeats):
+            for _ in range(args.repeats):
                 for indexed in (False, True):  # interleaved, so drift hits both alike
-                    schema = f"bench_delete_{uuid.uuid4().hex[:12]}"
-                    if backend == "sqlite":
-                        url = f"sqlite:///{Path(tmp) / f'{r}-{indexed}.db'}"
-                    else:
-                        url = pg_schema(args.pg, schema)
-                    try:
+                    pg = args.pg if backend == "postgres" else None
+                    with scratch_log(pg, "bench_delete", folder=Path(tmp)) as url:
                         build(url, args.episodes, args.feedback)
                         times[indexed].append(timed_delete(url, indexed=indexed))
-                    finally:
-                        if backend == "postgres":
-                            pg_schema(args.pg, schema, drop=True)
             base = statistics.median(times[False])
             for indexed in (False, True):
                 runs = ", ".join(f"{t:.2f}" for t in times[indexed])

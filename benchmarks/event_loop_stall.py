@@ -22,17 +22,17 @@ import asyncio
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _scratch import scratch_log
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event
 
 from memabra import MemabraAgent, MemabraMiddleware, create_memabra_agent
 from memabra._agent import build_session
@@ -136,24 +136,6 @@ def _one(kind: str, mode: str, url: str, k: int, db_ms: float) -> dict[str, floa
     return {"p50": q[49] * 1000, "p99": q[98] * 1000, "max": max(lags) * 1000, "runs_s": k / elapsed}
 
 
-@contextmanager
-def _database(args: argparse.Namespace, tag: str) -> Iterator[str]:
-    """A new database URL: a PostgreSQL schema (dropped afterwards), or a SQLite file in ``--db-dir``."""
-    if not args.pg:
-        yield f"sqlite:///{Path(args.db_dir) / f'{tag}-{uuid.uuid4().hex[:8]}.db'}"
-        return
-    schema = f"bench_stall_{tag}_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(args.pg)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"CREATE SCHEMA {schema}"))
-        yield f"{args.pg}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--agent", choices=("middleware", "builtin"), default="middleware")
@@ -169,7 +151,7 @@ def main() -> None:
         results: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
         for r in range(args.repeats):
             for mode in MODES:
-                with _database(args, f"{mode}{r}".replace("-", "")) as url:
+                with scratch_log(args.pg or None, f"stall_{mode}{r}".replace("-", ""), folder=Path(args.db_dir)) as url:
                     results[mode].append(_one(args.agent, mode, url, args.runs, db_ms))
         medians = {m: {key: statistics.median(x[key] for x in results[m]) for key in results[m][0]} for m in MODES}
         for mode in MODES:

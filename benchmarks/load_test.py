@@ -30,12 +30,12 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _scratch import scratch_log
 from sqlalchemy import create_engine, text
 
 HERE = Path(__file__).resolve().parent
@@ -186,16 +186,13 @@ def _ts(value: Any) -> float:
 
 
 def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[str, Any]:
+    with scratch_log(url, "load") as scoped:
+        return _run_on(scoped, processes, episodes, kills, seed)
+
+
+def _run_on(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[str, Any]:
     from memabra.storage import upgrade
 
-    engine_admin = None
-    if url.startswith("postgresql"):
-        schema = f"load_{uuid.uuid4().hex[:8]}"
-        engine_admin = create_engine(url)
-        with engine_admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        sep = "&" if "?" in url else "?"
-        url = f"{url}{sep}options=-csearch_path%3D{schema}"
     upgrade(url)
     engine = create_engine(url)
     rng = random.Random(seed)
@@ -286,10 +283,6 @@ def run(url: str, processes: int, episodes: int, kills: int, seed: int) -> dict[
         }
     )
     engine.dispose()
-    if engine_admin is not None:
-        with engine_admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine_admin.dispose()
     return report
 
 

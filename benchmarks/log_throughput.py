@@ -17,10 +17,8 @@ import platform
 import statistics
 import tempfile
 import time
-import uuid
-from urllib.parse import quote
 
-from sqlalchemy import create_engine, text
+from _scratch import scratch_schema
 
 from memabra import (
     STOP_ID,
@@ -35,7 +33,7 @@ from memabra import (
     Step,
     StepKind,
 )
-from memabra.storage import EpisodeLog, resolve_url, upgrade
+from memabra.storage import EpisodeLog, upgrade
 
 
 def make_episode(i: int, n_candidates: int = 20) -> Episode:
@@ -105,21 +103,11 @@ def main() -> None:
             f"sqlite     bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s"
         )
     if args.pg:
-        base = resolve_url(args.pg)
-        schema = f"bench_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(base)
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        try:
-            sep = "&" if "?" in base else "?"
-            r = run(f"{base}{sep}options={quote(f'-csearch_path={schema}')}", args.decisions, args.batch, args.sample)
+        with scratch_schema(args.pg) as url:
+            r = run(url, args.decisions, args.batch, args.sample)
             print(
                 f"postgresql bulk {r['bulk']:8.0f} decisions/s   single {r['single']:7.0f}/s   ratio {r['ratio']:.1f}x   client cpu {r['cpu']:7.0f}/s"
             )
-        finally:
-            with admin.begin() as conn:
-                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            admin.dispose()
 
 
 if __name__ == "__main__":

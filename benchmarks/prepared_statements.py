@@ -17,13 +17,11 @@ import argparse
 import os
 import statistics
 import time
-import uuid
-from urllib.parse import quote
 
+from _scratch import scratch_schema
 from log_throughput import make_episode
-from sqlalchemy import create_engine, text
 
-from memabra.storage import EpisodeLog, LearnerStore, make_engine, resolve_url, upgrade
+from memabra.storage import EpisodeLog, LearnerStore, make_engine, upgrade
 
 
 def turns_per_s(url: str, threshold: int | None, turns: int, offset: int) -> float:
@@ -53,13 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.pg:
         parser.error("give --pg URL (or set MEMABRA_TEST_DATABASE_URL)")
-    base = resolve_url(args.pg)
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
+    with scratch_schema(args.pg) as url:
         upgrade(url)
         rates: dict[str, list[float]] = {"prepared after 5 runs": [], "never prepared": []}
         for r in range(args.rounds):
@@ -71,10 +63,6 @@ def main() -> None:
             print(f"{name:>22}: {statistics.median(values):8.1f} turns/s (median of {args.rounds})")
         ratio = statistics.median(rates["never prepared"]) / statistics.median(rates["prepared after 5 runs"])
         print(f"{'never / prepared':>22}: {ratio:8.3f}")
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -30,17 +30,15 @@ import json
 import random
 import resource
 import sys
-import tempfile
 import time
 import tracemalloc
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _scratch import scratch_log
 from langchain_core.messages import HumanMessage
-from sqlalchemy import create_engine, text
 
 from memabra import Budget, CandidateKind, build_session, create_memabra_agent
 from memabra._demo_world import ASSOCIATIONS, SKILLS, World, make_tools
@@ -247,28 +245,6 @@ def _report_growth(samples: list[Sample], snapshots: list[tracemalloc.Snapshot])
             print(f"  {stat}")
 
 
-@contextlib.contextmanager
-def _database(url: str | None) -> Iterator[str]:
-    """A fresh log: the URL's own schema on PostgreSQL (dropped afterwards), or a new SQLite file."""
-    if url is None:
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{folder}/soak.db"
-        return
-    if not url.startswith("postgresql"):
-        yield url
-        return
-    schema = f"soak_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=3000)
@@ -295,7 +271,7 @@ def main() -> None:
         tracemalloc.start(1)
     print(f"{args.path} path, {args.router} router, {args.users} users, a new thread every {args.thread_every} turns")
     print(f"{'turns':>7} {'objects':>10} {'growth':>9} {'RSS MiB':>8} {'growth':>7} {'seconds':>8}")
-    with _database(args.db) as url:
+    with scratch_log(args.db, "soak") as url:
         samples = soak(args, url)
     if args.json is not None:
         args.json.write_text(
