@@ -37,7 +37,7 @@ from memabra.storage._log import EpisodeLog
 from memabra.storage._models import DecisionRow, EpisodeRow, MemoryScoreRow
 from memabra.storage._rows import clean_text
 
-__all__ = ["WORSE", "MemPOFilter", "MemPOListing", "mempo_condition", "worse_episodes"]
+__all__ = ["WORSE", "MemPOFilter", "MemPOListing", "mempo_condition", "worse_episodes", "worse_scorers"]
 
 WORSE = -1
 """The reward MemPO gives a decision whose selected memories predict the gold answer worse than
@@ -47,6 +47,9 @@ every candidate memory did (``p_selected < p_all - eps``)."""
 _MAX_SCORER = 200
 # below this many -1 labels SQLite always reads them first: a few thousand lookups cost nothing
 _FEW_LABELS = 1_000
+# the scorer field's suggestions: a deployment runs one or two models; past this many the field
+# still takes any name typed in
+_SUGGESTED_SCORERS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,20 @@ def _few_labels(s: Session, flt: MemPOFilter) -> bool:
     return int(s.scalar(select(func.count()).select_from(labels)) or 0) <= bound
 
 
+def worse_scorers(s: Session, limit: int = _SUGGESTED_SCORERS) -> list[str]:
+    """The scorers that graded some decision -1, by name (at most ``limit``). One index seek per
+    name (the next name after the last on ``(reward, scorer, ...)``), so it costs the same on a
+    log of a billion labels: neither server skips through an index on its own for a DISTINCT."""
+    m, names = MemoryScoreRow, list[str]()
+    while len(names) < limit:
+        after = [m.scorer > names[-1]] if names else []
+        name = s.scalar(select(func.min(m.scorer)).where(m.reward == WORSE, *after))
+        if name is None:
+            break
+        names.append(str(name))
+    return names
+
+
 def worse_episodes(s: Session, episode_ids: Sequence[str], scorer: str | None = None) -> dict[str, tuple[str, ...]]:
     """Of ``episode_ids`` (a page's), those with a decision graded -1, each with the scorers that
     graded one so (``scorer``'s only, when given), by name."""
@@ -131,6 +148,11 @@ class MemPOListing:
         """:func:`worse_episodes` of a page."""
         with self.log.transactions.read() as s:
             return worse_episodes(s, episode_ids)
+
+    def scorers(self) -> list[str]:
+        """:func:`worse_scorers`: the names the filter's scorer field suggests."""
+        with self.log.transactions.read() as s:
+            return worse_scorers(s)
 
     def _also(self, mempo: MemPOFilter | None) -> list[Any]:
         if mempo is None:

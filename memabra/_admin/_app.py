@@ -110,6 +110,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
                 # Show the form again as it was sent, with the message naming the bad field.
                 raw = {k: v for k, v in params.items() if k in FILTER_FIELDS and v}
                 versions = await run_in_threadpool(self.queries.policy_versions)
+                scorers = await run_in_threadpool(self.mempo.scorers)
                 return self._render(
                     "episodes.html",
                     400,
@@ -120,10 +121,12 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
                     limit=50,
                     cursor=None,
                     versions=versions,
+                    scorers=scorers,
                     worse={},
                     section="episodes",
                 )
             versions = await run_in_threadpool(self.queries.policy_versions)
+            scorers = await run_in_threadpool(self.mempo.scorers)
             # the rows MemPO graded -1 (a decision of theirs), with the scorers that did
             worse = await run_in_threadpool(self.mempo.worse, [e.id for e in page.items])
             return self._render(
@@ -139,6 +142,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
                 limit=limit,
                 cursor=cursor,
                 versions=versions,
+                scorers=scorers,
                 section="episodes",
             )
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
@@ -18,7 +18,7 @@ from memabra import MemoryQuality
 from memabra._episode_document import episode_document
 from memabra.storage import EpisodeLog, _admin_mempo
 from memabra.storage._admin_mempo import MemPOFilter, mempo_condition
-from memabra.storage._models import EpisodeRow
+from memabra.storage._models import EpisodeRow, MemoryScoreRow
 
 from .conftest import NOW, Seeded
 
@@ -204,3 +204,39 @@ def test_each_shape_of_the_filter_reads_through_indexes(
         assert "SEARCH decisions USING INDEX sqlite_autoindex_decisions_1 (id=?)" in plan, plan
         # the -1 labels from their own index (revision 0019), not a scan of every label
         assert "ix_memory_scores_reward" in plan and "SCAN memory_scores" not in plan, plan
+
+
+def test_the_scorer_field_suggests_the_scorers_that_graded_worse(
+    client: TestClient, log: EpisodeLog, graded: dict[str, list[str]], seeded: Seeded
+) -> None:
+    # a scorer whose labels are all +1 finds nothing with the filter: not suggested
+    log.store_memory_scores([_label(_decision(log, seeded.episodes[2]), "mempo:kind", 1)])
+    page = client.get("/episodes").text
+    suggested = re.findall(
+        r'<option value="([^"]*)"></option>', page.split('<datalist id="scorers">', 1)[1].split("</datalist>", 1)[0]
+    )
+    assert [html.unescape(name) for name in suggested] == sorted([SMALL, LARGE])
+    assert 'list="scorers"' in page and "<b>large</b>" not in page
+    # the page that refuses a bad filter keeps its suggestions
+    refused = client.get("/episodes?scorer=mempo%3Asmall").text
+    assert f'<option value="{html.escape(SMALL)}">' in refused
+
+
+def test_no_labels_no_suggestions(client: TestClient, seeded: Seeded) -> None:
+    assert '<datalist id="scorers"></datalist>' in client.get("/episodes").text
+
+
+def test_the_suggestions_seek_the_index_once_per_scorer(
+    log: EpisodeLog, graded: dict[str, list[str]], explain: Session
+) -> None:
+    assert _admin_mempo.worse_scorers(explain) == sorted([SMALL, LARGE])
+    assert _admin_mempo.worse_scorers(explain, limit=1) == [min(SMALL, LARGE)]
+    m = MemoryScoreRow
+    stmt = select(func.min(m.scorer)).where(m.reward == _admin_mempo.WORSE, m.scorer > SMALL)
+    sql = str(stmt.compile(log.engine, compile_kwargs={"literal_binds": True}))
+    if log.engine.dialect.name == "postgresql":
+        plan = "\n".join(r[0] for r in explain.execute(text("EXPLAIN " + sql)))
+        assert "Index Only Scan" in plan and "ix_memory_scores_reward" in plan, plan
+        return
+    plan = "\n".join(r[-1] for r in explain.execute(text("EXPLAIN QUERY PLAN " + sql)))
+    assert "SEARCH memory_scores USING COVERING INDEX ix_memory_scores_reward (reward=? AND scorer>?)" in plan, plan
