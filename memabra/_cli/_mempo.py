@@ -178,7 +178,10 @@ def score(
             with Progress(*columns, console=console, transient=False) as progress:
                 task = progress.add_task("scoring", total=total, rate="")
                 chunks = scorer.score_routing_decisions(items, eps=eps, chunk_size=chunk_size, on_unscorable=unscorable)
-                for chunk in chunks:
+                for scores in chunks:
+                    # a gold answer corrected after its page was read brings its decision again from
+                    # a later page; in one chunk, the later (the corrected answer's) grade is kept
+                    chunk = list({r.id: r for r in scores}.values())
                     labels = [
                         MemoryQuality(
                             r.id,
@@ -195,13 +198,13 @@ def score(
                     with stops.storing():
                         run_guarded(log.store_memory_scores, labels)
                         scored += len(chunk)
-                    tokens += sum(result.tokens for result in chunk)
+                    tokens += sum(result.tokens for result in scores)
                     for result in chunk:
                         rewards[result.reward] += 1
                     elapsed = time.perf_counter() - started
                     progress.update(
                         task,
-                        advance=len(chunk) + len(skipped) - skips_shown,
+                        advance=len(scores) + len(skipped) - skips_shown,
                         rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else "",
                     )
                     skips_shown = len(skipped)

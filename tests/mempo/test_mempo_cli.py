@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -370,3 +372,40 @@ def test_a_gold_answer_corrected_while_the_run_scores_reopens_its_decision(
         assert log.count_mempo_items(unscored_by=f"mempo:{trained_model_dir.name}") == 1
     again = runner.invoke(cli.mempo_app, options)
     assert again.exit_code == 0 and "scoring 1 decisions" in again.output, again.output
+
+
+def test_a_gold_answer_corrected_after_its_page_was_read_is_scored_once_per_chunk(
+    trained_model_dir: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log is read a page of feedback at a time: a correction that arrives after the page of
+    the first answer was read yields the decision again from a later page. Both in one chunk, the
+    store refused the chunk for naming the decision twice and the run stored nothing."""
+    from memabra import Feedback
+    from memabra.evals.mempo import MemPOScorer
+    from memabra.storage import _offline
+
+    monkeypatch.setattr(_offline, "_CHUNK", 1)  # a page per feedback row
+    decision_ids = _log_decisions(migrated_url)
+    with EpisodeLog(migrated_url) as log:
+        first = log.get_episode(log.list_episodes(limit=len(decision_ids)).items[-1].id)
+    assert first.selections[0].id == decision_ids[0]
+    real = MemPOScorer.score_routing_decisions
+
+    def corrected_after_the_first_page(items: Iterator[Any]) -> Iterator[Any]:
+        yield next(items)
+        with EpisodeLog(migrated_url) as log:
+            log.add_feedback(Feedback(first.id, "programmatic", "checker", {"gold_answer": "tokyo"}))
+        yield from items
+
+    def scored(self: MemPOScorer, items: Any, **kwargs: Any) -> Any:
+        return real(self, corrected_after_the_first_page(iter(items)), **kwargs)
+
+    monkeypatch.setattr(MemPOScorer, "score_routing_decisions", scored)
+    options = ["score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    result = runner.invoke(cli.mempo_app, options)
+    assert result.exit_code == 0, result.output
+    with EpisodeLog(migrated_url) as log:
+        labels = log.memory_scores(decision_ids)
+        assert len(labels) == len(decision_ids)
+        # graded against the correction, which arrived after the run started: the next run scores it again
+        assert log.count_mempo_items(unscored_by=f"mempo:{trained_model_dir.name}") == 1
