@@ -141,17 +141,31 @@ def episode_bodies(s: Session, episode: Episode) -> dict[str, str]:
 
 
 def forget_own_bodies(s: Session, owner: str) -> None:
-    """An erasure's step: the kept bodies of ``owner``'s own skills and tools as registered now
-    (their instructions may hold the user's words), unless another registry row or another
-    user's logged decision names the same body (two users given one template skill: the other's
-    decisions are reviewed with it). Bodies of earlier versions of them stay (no registry row
-    names them any more)."""
+    """An erasure's step: the kept bodies of ``owner``'s own skills and tools (their instructions
+    may hold the user's words), those registered now and every earlier version a decision of theirs
+    offered (its logged candidate names the owner), unless another registry row or another user's
+    logged decision names the same body (two users given one template skill: the other's decisions
+    are reviewed with it). An earlier version replaced before any turn offered it is named nowhere
+    and stays."""
 
     def digests(rows: Iterable[Mapping[str, object] | None]) -> set[str]:
         return {str(m[BODY_DIGEST_KEY]) for m in rows if m and isinstance(m.get(BODY_DIGEST_KEY), str)}
 
     own = RegistryRow.owner == owner
     mine = digests(s.scalars(select(RegistryRow.metadata_).where(own, RegistryRow.kind != CandidateKind.MEMORY.value)))
+    named = DecisionCandidateRow.metadata_[BODY_DIGEST_KEY].as_string()
+    bodied = DecisionCandidateRow.kind.in_([k.value for k in _BODIED_KINDS])
+    # the user's own decisions, through the (user_id, candidate_id) index: those that offered a
+    # skill or tool the user owned, as it was then
+    offered_own = DecisionCandidateRow.metadata_["owner"].as_string() == owner
+    mine.update(
+        str(d)
+        for d in s.scalars(
+            select(named)
+            .where(DecisionCandidateRow.user_id == owner, bodied, offered_own, named.is_not(None))
+            .distinct()
+        )
+    )
     if not mine:
         return
     others = digests(
@@ -160,16 +174,9 @@ def forget_own_bodies(s: Session, owner: str) -> None:
     gone = mine - others
     if gone:
         # a scan of the log's skill and tool candidates, made only for a user who owns skills or tools
-        named = DecisionCandidateRow.metadata_[BODY_DIGEST_KEY].as_string()
         gone -= set(
             s.scalars(
-                select(named)
-                .where(
-                    DecisionCandidateRow.user_id != owner,
-                    DecisionCandidateRow.kind.in_([k.value for k in _BODIED_KINDS]),
-                    named.in_(sorted(gone)),
-                )
-                .distinct()
+                select(named).where(DecisionCandidateRow.user_id != owner, bodied, named.in_(sorted(gone))).distinct()
             )
         )
     table = table_of(InjectedBodyRow)

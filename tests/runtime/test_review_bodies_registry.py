@@ -56,3 +56,22 @@ def test_erasing_a_user_still_forgets_a_body_only_their_own_decisions_named(log:
     log.erase_user("ann", lambda: 0)
 
     assert set(_stored_bodies(log).values()) == {EDITED.body}
+
+
+def test_erasing_a_user_forgets_the_bodies_of_earlier_versions_of_their_skills(log: EpisodeLog) -> None:
+    # ann's own skill in her words, offered in a turn of hers, then edited: no registry row names
+    # the first version's body any more, but her decision did, as her own skill
+    diary = Skill("diary", "Ann's diary habits.", "Ann writes about her divorce every Sunday.")
+    log.put_items(skill_items([diary], owner="ann"))
+    _decision_with(log, "ann", diary)
+    log.put_items(skill_items([Skill("diary", "Ann's diary habits.", "Keep it short.")], owner="ann"))
+    # a shared skill's old release that only ann's turns offered is release content: not hers to erase
+    log.put_items(skill_items([TEMPLATE]))
+    (shared,) = (i for i in log.items("ann", CandidateKind.SKILL) if i.owner == "")
+    selection = uniform_selection("ann", [shared.as_candidate()], [shared.id])
+    RewardService(log).record(Episode(user_id="ann", query="q", selections=(selection,), answer="ok"))
+    log.put_items(skill_items([EDITED]))
+
+    log.erase_user("ann", lambda: 0)
+
+    assert set(_stored_bodies(log).values()) == {TEMPLATE.body, EDITED.body}
