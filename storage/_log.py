@@ -300,8 +300,10 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
         _offline.check_window(since, None)
         return _offline.rewarded_time_at(self._tx, position, since, include_provisional)
 
-    def record_ope_results(self, results: Sequence[OPEResult]) -> None:
-        _offline.record_ope_results(self._tx, results)
+    def record_ope_results(self, results: Sequence[OPEResult], *, snapshot: PolicySnapshot | None = None) -> None:
+        """Store an offline evaluation's rows, all or none; with ``snapshot``, a candidate saved in
+        the same transaction (what ``train_from_log`` keeps, never without its run)."""
+        _offline.record_ope_results(self._tx, results, snapshot)
 
     def list_ope_runs(
         self, version: str | None = None, *, policy: str | None = None, limit: int = 1000

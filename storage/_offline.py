@@ -11,7 +11,15 @@ from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, or_, s
 from sqlalchemy.orm import Session
 
 from memabra._errors import ConfigError, InvalidRecordError
-from memabra._records import GoldDecision, LoggedDecision, MemoryQuality, OPEResult, RewardBreakdown, Selection
+from memabra._records import (
+    GoldDecision,
+    LoggedDecision,
+    MemoryQuality,
+    OPEResult,
+    PolicySnapshot,
+    RewardBreakdown,
+    Selection,
+)
 from memabra.storage import _convert as cv
 from memabra.storage._episodes import assemble_selections
 from memabra.storage._models import (
@@ -26,6 +34,7 @@ from memabra.storage._models import (
     table_of,
 )
 from memabra.storage._rows import clean_text, prepare
+from memabra.storage._snapshots import add_snapshot, snapshot_row_values
 from memabra.storage._tx import Transactions
 
 logger = logging.getLogger("memabra")
@@ -40,6 +49,7 @@ __all__ = [
     "logged_policies",
     "unlogged_policies",
     "all_memory_scores",
+    "check_ope_policy",
     "memory_scores",
     "count_gold_episodes",
     "count_mempo_items",
@@ -174,19 +184,37 @@ def unlogged_policies(tx: Transactions, names: Collection[str]) -> list[str]:
         )
 
 
-def record_ope_results(tx: Transactions, results: Sequence[OPEResult]) -> None:
-    if not results:
+def record_ope_results(tx: Transactions, results: Sequence[OPEResult], snapshot: PolicySnapshot | None = None) -> None:
+    """Store an offline evaluation's rows in one transaction; with ``snapshot`` (the candidate
+    ``train --from-log`` keeps), save it in that same transaction: a crash or a refused write
+    between two would leave a snapshot in the log without the run that judged it."""
+    if snapshot is not None and snapshot.status != "candidate":
+        # only a candidate: activating one takes the policy's lock and retires the active one (_snapshots)
+        raise InvalidRecordError(
+            f"snapshot {snapshot.version!r} is {snapshot.status!r}: only a candidate is saved with its OPE results"
+        )
+    if not results and snapshot is None:
         return
-    rows = prepare(table_of(OPERunRow), [cv.ope_values(r) for r in results])
+    rows = prepare(table_of(OPERunRow), [cv.ope_values(r) for r in results]) if results else []
     versions = {r["snapshot_version"] for r in rows if r["snapshot_version"] is not None}
+    saved = snapshot_row_values(snapshot) if snapshot is not None else None
 
     def work(s: Session) -> None:
+        if snapshot is not None and saved is not None:
+            add_snapshot(s, snapshot, saved)
         for version in sorted(versions):
             if s.get(PolicySnapshotRow, version) is None:
                 raise InvalidRecordError(f"OPE result names snapshot {version!r}, which is not in the log")
-        s.execute(insert(table_of(OPERunRow)), rows)
+        if rows:
+            s.execute(insert(table_of(OPERunRow)), rows)
 
     tx.write(work, what="record_ope_results")
+
+
+def check_ope_policy(policy: str) -> None:
+    """Raise :class:`InvalidRecordError` for a target name a stored run could not hold: checked
+    before an evaluation that takes minutes, not when its rows are written."""
+    prepare(table_of(OPERunRow), [{"policy": policy}])
 
 
 def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, limit: int) -> list[OPEResult]:

@@ -37,6 +37,7 @@ __all__ = [
     "SNAPSHOT_STATUSES",
     "PruneResult",
     "activate",
+    "add_snapshot",
     "get_snapshot",
     "latest_snapshot",
     "list_snapshots",
@@ -46,6 +47,7 @@ __all__ = [
     "rollback_version",
     "save_snapshot",
     "set_snapshot_status",
+    "snapshot_row_values",
     "update_snapshot_metrics",
 ]
 
@@ -53,22 +55,29 @@ SNAPSHOT_STATUSES = ("candidate", "active", "retired")
 
 
 def save_snapshot(tx: Transactions, snapshot: PolicySnapshot) -> None:
-    values = prepare(table_of(PolicySnapshotRow), [cv.snapshot_values(snapshot)])[0]
+    values = snapshot_row_values(snapshot)
+    tx.write(lambda s: add_snapshot(s, snapshot, values), what="save_snapshot")
 
-    def work(s: Session) -> None:
-        if snapshot.parent is not None and s.get(PolicySnapshotRow, values["parent"]) is None:
-            raise InvalidRecordError(f"snapshot parent {snapshot.parent!r} is not in the log")
-        if s.get(PolicySnapshotRow, values["version"]) is not None:
-            raise InvalidRecordError(f"a snapshot with version {snapshot.version!r} already exists")
-        row = PolicySnapshotRow(**{**values, "status": "candidate" if snapshot.status == "active" else snapshot.status})
-        if snapshot.status == "active":
-            lock_policy(s, row.policy)
-        s.add(row)
-        s.flush()
-        if snapshot.status == "active":
-            activate(s, row)
 
-    tx.write(work, what="save_snapshot")
+def snapshot_row_values(snapshot: PolicySnapshot) -> dict[str, Any]:
+    """The row of ``snapshot``, checked against the table before any transaction begins."""
+    return prepare(table_of(PolicySnapshotRow), [cv.snapshot_values(snapshot)])[0]
+
+
+def add_snapshot(s: Session, snapshot: PolicySnapshot, values: dict[str, Any]) -> None:
+    """Save ``snapshot`` (its :func:`snapshot_row_values`) inside the caller's transaction; an
+    active one retires the policy's active snapshot under the policy's lock."""
+    if snapshot.parent is not None and s.get(PolicySnapshotRow, values["parent"]) is None:
+        raise InvalidRecordError(f"snapshot parent {snapshot.parent!r} is not in the log")
+    if s.get(PolicySnapshotRow, values["version"]) is not None:
+        raise InvalidRecordError(f"a snapshot with version {snapshot.version!r} already exists")
+    row = PolicySnapshotRow(**{**values, "status": "candidate" if snapshot.status == "active" else snapshot.status})
+    if snapshot.status == "active":
+        lock_policy(s, row.policy)
+    s.add(row)
+    s.flush()
+    if snapshot.status == "active":
+        activate(s, row)
 
 
 def get_snapshot(tx: Transactions, version: str) -> PolicySnapshot:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memabra._errors import ConfigError, RouterError, SnapshotError, UnknownEpisodeError
+from memabra._errors import ConfigError, MemabraError, RouterError, SnapshotError, UnknownEpisodeError
 from memabra._records import PolicySnapshot
 from memabra.evals._router_paths import built_router, is_router_path, router_target
 from memabra.router import EmbeddingRouter, HybridRouter, LexicalRouter, LinearRouter, RandomRouter, Router, VWRouter
@@ -59,6 +59,13 @@ def router_from_snapshot(snapshot: PolicySnapshot, classes: Sequence[type[Router
         if isinstance(exc.__cause__, TypeError | RouterError):
             raise ConfigError(f"snapshot {snapshot.version} no longer loads (learner_args): {exc.__cause__}") from None
         raise ConfigError(f"snapshot {snapshot.version} no longer loads (model): {exc}") from None
+    except MemabraError:
+        raise
+    except Exception as exc:  # a router of your own whose constructor or model loading fails
+        raise ConfigError(
+            f"snapshot {snapshot.version} no longer loads ({cls.__module__}:{cls.__qualname__}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def resolve_policy(spec: str, log: EpisodeLog) -> ResolvedPolicy:
@@ -166,6 +173,10 @@ def _own_router(spec: str, path: str, raw_args: str) -> Router:
         _ = router.policy_version  # as for a built-in: bad arguments fail here, not after a pass over the log
     except (TypeError, RouterError) as exc:
         raise ConfigError(f"bad arguments for router {path!r}: {exc}") from None
+    except MemabraError:
+        raise
+    except Exception as exc:  # the user's own code (a model file, a service it connects to): named, not a traceback
+        raise ConfigError(f"router {spec!r} failed to build: {type(exc).__name__}: {exc}") from exc
     return router
 
 

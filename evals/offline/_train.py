@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from memabra._errors import ConfigError, InvalidRecordError, RouterError
-from memabra._records import LoggedDecision, OPEResult, RewardWeights
+from memabra._records import LoggedDecision, OPEResult, PolicySnapshot, RewardWeights
 from memabra.evals.offline._evaluate import (
     LOGGING_POLICY,
     LogEvaluation,
@@ -79,9 +79,16 @@ def _split_time(
     if n < 10:
         kind = "rewarded" if include_provisional else "finally rewarded"
         window = f" since {since.isoformat()}" if since is not None else ""
+        pending = 0 if include_provisional else rewarded_count(log, since, True, logged_by) - n
+        hint = (
+            f" ({pending} more {'has' if pending == 1 else 'have'} a provisional reward only: "
+            "include_provisional=True, or --include-provisional, trains on them too)"
+            if pending
+            else ""
+        )
         raise InvalidRecordError(
             f"the episode log holds {n} {kind} decisions{described(logged_by)}{window}; "
-            "off-policy training needs at least 10"
+            f"off-policy training needs at least 10{hint}"
         )
     k = min(n - 1, max(1, int(round(n * (1.0 - holdout)))))
     return rewarded_time_at(log.transactions, k, since, include_provisional, logged_by), k, n - k
@@ -109,20 +116,29 @@ def train_from_log(
     check_window(since, None)
     policies = check_logged_by(logged_by)
     refuse_unlogged(log, policies)
-    split_at, n_train, n_holdout = _split_time(log, since, holdout, include_provisional, policies)
+    split_at, _, _ = _split_time(log, since, holdout, include_provisional, policies)
     try:
         router = ROUTERS[learner](**dict(learner_args or {}))
         # a router checks its arguments when it first builds its state: before the pass over the log
         _ = router.policy_version
     except (TypeError, RouterError) as exc:
         raise ConfigError(f"bad arguments for learner {learner!r}: {exc}") from None
+    # what it trained on is what it read: decisions sharing the split's instant fall to the held-out
+    # side, and on a live log rewards finalised since the count are read too
+    n_train = 0
     for i, decision in enumerate(read_decisions(log, since, split_at, policies)):
         reward = decision.reward
         if reward is None or not _usable(decision, include_provisional):
             continue
         router.learn_logged(decision.selection, reward.reweighted(weights) if weights is not None else reward)
+        n_train += 1
         if progress is not None:
             progress(i + 1)
+    if n_train == 0:
+        raise InvalidRecordError(
+            f"no rewarded decision{described(policies)} precedes the split at {split_at.isoformat()}: "
+            "the decisions before it share its instant, so nothing is left to train on (log more, or lower holdout)"
+        )
     evaluation = evaluate_on_log(
         log,
         router,
@@ -151,7 +167,7 @@ def train_from_log(
         verdict = "beats logging policy"
     else:
         verdict = "does not beat logging policy"
-    saved: str | None = None
+    candidate: PolicySnapshot | None = None
     if promotable or force:
         snapshot = router.snapshot()
         # its own policy's: a rollback of it re-activates a snapshot of the same policy
@@ -175,19 +191,20 @@ def train_from_log(
             metrics["logged_by"] = sorted(policies)
         # trained apart from the online lineage, it may reach the same "root+n" as a model whose
         # decisions are logged: a fresh name keeps the log from attributing those to this one
-        snapshot = replace(
+        candidate = replace(
             snapshot,
             version=unused_snapshot_version(log, snapshot.version),
             parent=active.version if active else None,
             metrics=metrics,
             status="candidate",
         )
-        log.save_snapshot(snapshot)
-        saved = snapshot.version
-        logger.info("saved snapshot %s (%s)", saved, metrics["verdict"])
+    saved = None if candidate is None else candidate.version
     results = [replace(r, snapshot_version=saved) for r in evaluation.results]
     estimate = next(r for r in results if r.estimator == recommended.estimator)
-    log.record_ope_results(results)
+    # one transaction: a crash between two writes would keep a snapshot without the run that judged it
+    log.record_ope_results(results, snapshot=candidate)
+    if candidate is not None:
+        logger.info("saved snapshot %s (%s)", saved, candidate.metrics["verdict"])
     return TrainReport(
         learner=learner,
         n_train=n_train,

@@ -84,6 +84,22 @@ def _check_plot_suffix(path: Path) -> None:
         )
 
 
+def _check_storable(specs: list[str]) -> None:
+    """Each ``--policy`` must fit the stored run's target column: found before the evaluation,
+    not after minutes of it, when its rows are written."""
+    from memabra._errors import InvalidRecordError
+    from memabra.storage._offline import check_ope_policy
+
+    for spec in specs:
+        try:
+            check_ope_policy(spec)
+        except InvalidRecordError as exc:
+            fail(
+                f"--policy: {exc}; a stored run needs a shorter one (a module:function factory "
+                "can hold the arguments), or pass --no-store"
+            )
+
+
 def ope_log(
     policy: Annotated[
         list[str],
@@ -156,6 +172,8 @@ def ope_log(
     if names == []:  # "" or ",": as ope arrays, not a silent run of the recommended estimators alone
         fail(f"--estimators: name at least one estimator of {', '.join(DEFAULT_ESTIMATORS)}")
     only = _decision_ids(decisions) if decisions is not None else None
+    if store:
+        _check_storable(policy)
     with run_guarded(EpisodeLog, db) as log:
         targets = []
         for spec in policy:

@@ -37,6 +37,22 @@ class Softmax(Router):
 
 def make(seed):
     return HybridRouter(seed=seed, similarity=Similarity(encoder=None))
+
+
+class Unreachable(Softmax):
+    # builds only where its feature store answers: a test turns it off
+
+    name = "softmax"
+    reachable = True
+
+    def __init__(self, **kwargs):
+        if not Unreachable.reachable:
+            raise RuntimeError("cannot connect to the feature store")
+        super().__init__(**kwargs)
+
+
+def make_unreachable(seed):
+    raise KeyError("MODEL_PATH")
 """
 
 
@@ -94,3 +110,40 @@ def test_a_snapshot_of_a_router_of_one_s_own_resolves_from_its_class_and_bad_for
         resolve_policy(f"active:{module}:make", log)
     with pytest.raises(ConfigError, match="no active snapshot of softmax"):
         resolve_policy(f"active:{module}:Softmax", log)
+
+
+def test_a_router_of_one_s_own_that_fails_to_build_is_named_not_a_traceback(
+    log: EpisodeLog, module: str, migrated_url: str
+) -> None:
+    from memabra.evals._router_paths import router_target
+
+    unreachable = router_target(f"{module}:Unreachable")
+    snapshot = unreachable().snapshot()  # type: ignore[call-arg, union-attr]
+    log.save_snapshot(snapshot)
+    unreachable.reachable = False  # type: ignore[union-attr]
+    spec = f"{module}:Unreachable"
+    with pytest.raises(ConfigError, match=f"router '{spec}' failed to build: RuntimeError: cannot connect"):
+        resolve_policy(spec, log)
+    with pytest.raises(ConfigError, match="failed to build: KeyError: 'MODEL_PATH'"):
+        resolve_policy(f"{module}:make_unreachable", log)
+    with pytest.raises(
+        ConfigError, match=f"snapshot {snapshot.version} no longer loads .*RuntimeError: cannot connect"
+    ):
+        resolve_policy(f"snapshot:{snapshot.version}:{spec}", log)
+    result = CliRunner().invoke(app, ["ope", "log", "--db", migrated_url, "--policy", spec, "--no-store"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "cannot connect to the feature store" in result.output
+
+
+def test_a_target_name_too_long_to_store_is_refused_before_the_evaluation(
+    migrated_url: str,
+    module: str,
+) -> None:
+    # the log holds no decision: the old code evaluated first, and said only that
+    spec = f'{module}:Softmax:{{"temperature": 0.{"5" * 200}}}'
+    result = CliRunner().invoke(app, ["ope", "log", "--db", migrated_url, "--policy", spec])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    said = " ".join(result.output.split())
+    assert "holds at most 200 characters" in said and "--no-store" in said, said
+    unstored = CliRunner().invoke(app, ["ope", "log", "--db", migrated_url, "--policy", spec, "--no-store"])
+    assert "no rewarded decisions" in unstored.output  # --no-store evaluates it
