@@ -60,6 +60,11 @@ __all__ = [
 
 logger = logging.getLogger("memabra")
 
+# How often a learner holding the lease checks that the log's checkpoint is still its last commit: a
+# restore puts it back, and a learner past the restored log's newest reward has nothing to commit
+# that would be refused. A read per interval, not per turn (an in-process learner steps at each).
+CHECKPOINT_RECHECK_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class LearnerStatus:
@@ -127,6 +132,7 @@ class Learner:
         self._committed_learned = 0
         self._pending_since: float | None = None
         self._last_snapshot: str | None = None
+        self._checked_at = time.monotonic()
 
     # ------------------------------------------------------------------ state
 
@@ -184,7 +190,10 @@ class Learner:
         due. A standby (lease held elsewhere) does nothing."""
         if self._torn:  # the last step raised midway: start again from the last commit
             self._drop_torn()
+        resumed = not self._lease.held
         if not self.acquire():
+            return LearnerStatus(False, 0, None)
+        if not resumed and not self._checkpoint_is_mine():
             return LearnerStatus(False, 0, None)
         if finalize:
             self.rewards.finalize_due()
@@ -313,6 +322,32 @@ class Learner:
         self._position, self._learned, self._read = self._committed, self._committed_learned, 0
         self._torn = False  # what was torn is gone: a standby's later steps have nothing to drop
 
+    def _checkpoint_is_mine(self) -> bool:
+        """Whether the log's checkpoint is still this learner's last commit (read at most every
+        :data:`CHECKPOINT_RECHECK_S`). If not, the log went back under it: drop the model and the
+        lease, as a refused commit does; its next step resumes from the log's checkpoint."""
+        if time.monotonic() - self._checked_at < CHECKPOINT_RECHECK_S:
+            return True
+        checkpoint = self._store.checkpoint(self.policy)
+        self._checked_at = time.monotonic()
+        logged = (
+            (checkpoint.snapshot_version, checkpoint.position, checkpoint.learned) if checkpoint else (None, START, 0)
+        )
+        if logged == (self._last_snapshot, self._committed, self._committed_learned):
+            return True
+        logger.warning(
+            "the checkpoint of policy %s is no longer the learner's last commit %s (the log was restored from a "
+            "backup, or the checkpoint forgotten): dropping its model and %d reward(s) learned since, resuming "
+            "from the log's checkpoint %s",
+            self.policy,
+            self._last_snapshot,
+            self.pending,
+            logged[0],
+        )
+        self.abandon()
+        self._position, self._learned, self._read = self._committed, self._committed_learned, 0
+        return False
+
     def _commit_due(self) -> bool:
         if self.pending == 0:
             return False
@@ -356,6 +391,7 @@ class Learner:
         self._read = 0
         self._pending_since = None
         self._torn = False
+        self._checked_at = time.monotonic()
         logger.info(
             "learner %s holds the lease from %s (%d rewards learned)",
             self.policy,

@@ -17,6 +17,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 if TYPE_CHECKING:
     from memabra._serving import PolicyRuntime
@@ -31,6 +32,9 @@ NOTIFY_CHANNEL = "memabra_policy"
 # on a server connection that went back to the pool. Missing it on a server stalled for longer
 # costs only the push: polling reloads.
 LISTEN_PROBE_S = 5.0
+# The longest wait between tries to listen again after the connection was lost (doubling from 1 s):
+# a server down for minutes is tried twice a minute, and polling reloads meanwhile.
+RELISTEN_MAX_S = 30.0
 
 
 class PolicyListener:
@@ -46,6 +50,9 @@ class PolicyListener:
         self._dsn = url.render_as_string(hide_password=False)
         self._policy = runtime.policy
         self._interval_s = runtime.watcher.interval_s
+        # set once a connection heard its own probe: a lost connection is then worth opening again
+        self._listened = False
+        self._heard_here = False  # the same, on the connection now open
         self._thread = threading.Thread(target=self._run, name="memabra-listen", daemon=True)
         self._thread.start()
 
@@ -80,37 +87,77 @@ class PolicyListener:
             return True
 
     def _run(self) -> None:
-        try:
-            import psycopg
+        """Listen until stopped; a connection the server ends (a restart, a failover,
+        ``pg_terminate_backend``) is opened again with back-off, as polling alone would otherwise
+        carry every later promote for as long as the process runs."""
+        import psycopg
 
-            with psycopg.connect(self._dsn, autocommit=True) as conn:
-                schema = conn.execute("SELECT current_schema()").fetchone()
-                mine = f"{schema[0] if schema else 'public'} {self._policy} "
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                # no "schema policy " prefix: no listener reloads for it
-                probe = f"probe {uuid.uuid4().hex}"
-                if not self._probe(probe):
+        # a connection refused or lost, on the LISTEN connection or on the log's pool (the probe, a reload)
+        lost = (psycopg.OperationalError, OperationalError)
+        backoff = 0.0
+        while True:
+            try:
+                self._listen()
+                return
+            except lost as exc:
+                if self._heard_here:  # it listened since the last loss: a new outage, from 1 s again
+                    backoff = 0.0
+                backoff = min(RELISTEN_MAX_S, max(1.0, backoff * 2))
+                logger.warning(
+                    "LISTEN %s lost its database connection (%s); listening again in %.0fs (polling reloads meanwhile)",
+                    NOTIFY_CHANNEL,
+                    _first_line(exc),
+                    backoff,
+                )
+            except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
+                logger.warning(
+                    "LISTEN %s stopped; relying on polling every %.0fs",
+                    NOTIFY_CHANNEL,
+                    self._interval_s,
+                    exc_info=True,
+                )
+                return
+            if self._stop.wait(backoff) or self._runtime() is None:
+                return
+
+    def _listen(self) -> None:
+        """One LISTEN connection, from the probe until it stops or fails. Once listening again after
+        a lost connection, a reload: a promote made while nobody listened sent its NOTIFY to no one."""
+        import psycopg  # only where a PostgreSQL log is served
+
+        self._heard_here = False
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            mine = f"{schema[0] if schema else 'public'} {self._policy} "
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            # no "schema policy " prefix: no listener reloads for it
+            probe = f"probe {uuid.uuid4().hex}"
+            if not self._probe(probe):
+                return
+            if self._listened and not self._reload():
+                return
+            heard_by: float | None = time.monotonic() + LISTEN_PROBE_S
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=1.0):
+                    if note.payload == probe:
+                        heard_by = None
+                        self._listened = self._heard_here = True
+                    elif note.payload.startswith(mine) and not self._reload():
+                        return
+                if heard_by is not None and time.monotonic() > heard_by:
+                    logger.warning(
+                        "LISTEN %s gets no notifications through this database connection (a "
+                        "transaction-pooling proxy such as PgBouncer?): policy %s reloads a newly active "
+                        "snapshot by polling, every %.0fs",
+                        NOTIFY_CHANNEL,
+                        self._policy,
+                        self._interval_s,
+                    )
                     return
-                heard_by: float | None = time.monotonic() + LISTEN_PROBE_S
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
-                        if note.payload == probe:
-                            heard_by = None
-                        elif note.payload.startswith(mine) and not self._reload():
-                            return
-                    if heard_by is not None and time.monotonic() > heard_by:
-                        logger.warning(
-                            "LISTEN %s gets no notifications through this database connection (a "
-                            "transaction-pooling proxy such as PgBouncer?): policy %s reloads a newly active "
-                            "snapshot by polling, every %.0fs",
-                            NOTIFY_CHANNEL,
-                            self._policy,
-                            self._interval_s,
-                        )
-                        return
-                    if self._runtime() is None:  # the process stopped serving this runtime
-                        return
-        except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
-            logger.warning(
-                "LISTEN %s stopped; relying on polling every %.0fs", NOTIFY_CHANNEL, self._interval_s, exc_info=True
-            )
+                if self._runtime() is None:  # the process stopped serving this runtime
+                    return
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -168,30 +168,43 @@ def unreachable(
 def _unreachable_at(
     url: URL, exc: BaseException, doing: str = "connect to", after: str = ""
 ) -> DatabaseUnavailableError:
+    return _unavailable(f"cannot {doing} the database", url, exc, after)
+
+
+def _lost_at(url: URL, exc: BaseException) -> DatabaseUnavailableError:
+    return _unavailable("lost the connection to the database", url, exc)
+
+
+def _unavailable(what: str, url: URL, exc: BaseException, after: str = "") -> DatabaseUnavailableError:
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     reason = lines[0] if lines else type(orig).__name__
     where = url.render_as_string(hide_password=True)
-    error = DatabaseUnavailableError(f"cannot {doing} the database {where}: {reason}{after}", orig)
+    error = DatabaseUnavailableError(f"{what} {where}: {reason}{after}", orig)
     error.connection_invalidated = bool(getattr(exc, "connection_invalidated", False))
     return error
 
 
 def _name_connect_failures(engine: Engine) -> None:
-    """A connection the pool cannot open (refused, unknown host or database, timed out) raises
-    :class:`DatabaseUnavailableError` instead of SQLAlchemy's bare ``OperationalError``. Errors on
-    an open connection pass through untouched: the write retries read their SQLSTATE."""
+    """A connection the pool cannot open (refused, unknown host or database, timed out), or one the
+    server ended under a statement (a restart, a failover, ``pg_terminate_backend``), raises
+    :class:`DatabaseUnavailableError` instead of SQLAlchemy's bare ``OperationalError``: one line
+    naming the database, for a caller to tell an outage from a bad statement. Its ``orig`` and
+    ``connection_invalidated`` stay the driver's, which the write retries read; other errors on an
+    open connection pass through untouched."""
     # The listener sits on the dialect, which SQLAlchemy's reflection caches keep (up to 128 of
     # them): closing over the engine would keep the engine, its pool and its compiled statements.
     url = engine.url
 
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> BaseException | None:
-        if context.connection is not None or context.is_pre_ping:
+        if context.is_pre_ping or not isinstance(context.sqlalchemy_exception, OperationalError):
             return None
-        if not isinstance(context.sqlalchemy_exception, OperationalError):
-            return None
-        return _unreachable_at(url, context.sqlalchemy_exception)
+        if context.connection is None:
+            return _unreachable_at(url, context.sqlalchemy_exception)
+        if context.is_disconnect:
+            return _lost_at(url, context.sqlalchemy_exception)
+        return None
 
 
 def sqlite_file(engine: Engine) -> Path | None:
