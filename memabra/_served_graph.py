@@ -14,8 +14,9 @@ run out of its ``recursion_limit`` leaves its turn running instead of logged as 
 it (``invoke``, ``ainvoke``, ``batch``, ``astream_events`` go through them) ends as
 :class:`~memabra.MemabraAgent`'s methods do. Its ``copy`` (the server's, per run) keeps the class
 and the session. A turn the server's ``multitask_strategy="rollback"`` left behind is logged as
-failed as the thread's next run starts (:mod:`memabra._rolled_back`). Run as a subgraph of a bigger graph it only passes its stream on: the run that
-ends is the parent's, whose own wrapper reads the whole state."""
+failed by the thread's next run, on whichever worker (:mod:`memabra._rolled_back`). Run as a
+subgraph of a bigger graph it only passes its stream on: the run that ends is the parent's, whose
+own wrapper reads the whole state."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from memabra._errors import ConfigError
-from memabra._rolled_back import aclose_rolled_back, anote_cancelled
+from memabra._rolled_back import asettle_run, atake_note
 from memabra._run_turns import RunTurns, watch_run_turns
 from memabra._run_watch import watch_astream, watch_stream
 from memabra._session import RoutingSession
@@ -76,17 +77,20 @@ async def _served_astream(
     routed: RunTurns,
 ) -> AsyncIterator[Any]:
     """A run as :func:`~memabra._run_watch.watch_astream` watches it, with the server's rollback
-    handled (:mod:`memabra._rolled_back`): a turn an earlier run of the thread left, cancelled,
-    is logged as failed where the rollback deleted its checkpoint; this run's turn is noted where
-    it is cancelled."""
-    await asyncio.shield(aclose_rolled_back(graph, session, config))
+    handled (:mod:`memabra._rolled_back`): the note an earlier cancelled run of the thread left is
+    read beside the run, and its turn logged as failed as the run ends where the rollback deleted
+    its checkpoint; this run's turn is noted where it is cancelled."""
+    noted = asyncio.ensure_future(atake_note(graph, session, config))
+    cancelled: RunTurns | None = None
     try:
         async with aclosing(watch_astream(graph, session, chunks, input, config, kwargs)) as watched:  # type: ignore[type-var]
             async for chunk in watched:
                 yield chunk
     except asyncio.CancelledError:
-        await asyncio.shield(anote_cancelled(graph, session, config, routed))
+        cancelled = routed
         raise
+    finally:
+        await asyncio.shield(asettle_run(graph, session, config, noted, cancelled))
 
 
 def served_graph(graph: Any, session: RoutingSession) -> MemabraServedGraph:
