@@ -61,6 +61,8 @@ _LAZY = {
     "Skill": "memabra._catalog",
     "load_skills": "memabra._catalog",
     "MemoryBackend": "memabra._memory",
+    # The contracts a memory backend must keep (docs/memory.md, "Your own memory backend").
+    "check_memory_backend": "memabra._memory_conformance",
     "SQLMemory": "memabra._sql_memory",
     "StoreMemory": "memabra._store_memory",
     "MemoryRecord": "memabra._memory_records",
@@ -211,6 +213,7 @@ __all__ = [
     "UnknownSnapshotError",
     "UsageCounts",
     "build_session",
+    "check_memory_backend",
     "create_admin_app",
     "create_memabra_agent",
     "create_memabra_middleware",

@@ -19,7 +19,10 @@ from memabra._text import approx_tokens
 from memabra.router._text import CJK_CHARACTER
 
 __all__ = [
+    "CREATED",
     "PENDING",
+    "created_at_of",
+    "with_created",
     "change_from",
     "change_order",
     "change_texts",
@@ -52,8 +55,31 @@ __all__ = [
 # put, and a process dying between the two leaves it here (read by ``history``, repaired by the
 # next write).
 PENDING = "memabra_change"
+# The memory's creation time, carried from put to put: InMemoryStore and SqliteStore give an item
+# a new ``created_at`` at every put (PostgresStore keeps the first), so a memory refreshed,
+# updated or retired would read as created then.
+CREATED = "memabra_created_at"
 _seq_lock = threading.Lock()
 _last_seq = 0
+
+
+def created_at_of(item: Any) -> datetime:
+    """When the memory a store item holds was created: the time memabra carried (:data:`CREATED`),
+    else the store's own ``created_at`` (an item written once, or by a memabra that did not carry it)."""
+    value = item.value if isinstance(item.value, Mapping) else {}
+    carried = value.get(CREATED)
+    if isinstance(carried, str):
+        try:
+            return aware(datetime.fromisoformat(carried))
+        except ValueError:
+            pass
+    return aware(item.created_at)
+
+
+def with_created(value: dict[str, Any], current: Any) -> dict[str, Any]:
+    """``value`` to put over the stored item ``current`` (``None``: a new memory), carrying its
+    creation time."""
+    return value if current is None else {**value, CREATED: created_at_of(current).isoformat()}
 
 
 def memory_text(value: Mapping[str, Any], *, where: str = "") -> str:

@@ -51,6 +51,7 @@ from memabra._store_items import (
     aware,
     change_from,
     change_order,
+    created_at_of,
     cut_value,
     cuts,
     fresh_key,
@@ -68,6 +69,7 @@ from memabra._store_items import (
     unfinished,
     user_label,
     version,
+    with_created,
 )
 from memabra._store_settle import StoreRead, settle
 from memabra._text import approx_tokens
@@ -174,7 +176,7 @@ class StoreMemory(MemoryBackend):
             name=str(value.get("name") or text[:60]),
             source=str(value.get("source", "store")),
             metadata=metadata,
-            created_at=aware(it.created_at),
+            created_at=created_at_of(it),
             updated_at=aware(it.updated_at),
         )
 
@@ -301,7 +303,7 @@ class StoreMemory(MemoryBackend):
         What a process died before on ``current`` (its last history entry, its retirements) first."""
         if current is not None:
             self._finish(ns, current.value)
-        self.store.put(ns, str(record["memory_id"]), {**value, PENDING: record})
+        self.store.put(ns, str(record["memory_id"]), {**with_created(value, current), PENDING: record})
         self.store.put((_HISTORY_ROOT, *ns), str(record["key"]), history_entry(record), index=False)
 
     def _finish(self, ns: tuple[str, ...], value: object) -> bool:
