@@ -14,7 +14,9 @@ median and the 90th percentile over repeated requests, after warm-up: ``/episode
 a page 90% deep (via its keyset cursor), with and without filters (``--pages-only``: unfiltered
 only; ``--cases TEXT``: the unfiltered list and the filters whose name holds TEXT, no other page);
 one in 50 episodes is a failed turn (the runtime's failed-turn feedback, its causes mixed as after
-a provider outage), for the failed-turn filters; one episode; ``/turns`` first and 90% deep, all kept and lost only; ``/policies`` (whose
+a provider outage), for the failed-turn filters; two MemPO scorers' labels (a small model grading
+every decision, 1% -1; a large one grading one in ten, one in 2,000 decisions -1), for the MemPO
+filter (many matches by any scorer, few by the large one); one episode; ``/turns`` first and 90% deep, all kept and lost only; ``/policies`` (whose
 health card is the status page); the users and one user's memories; one memory; ``/deletions``; ``/metrics`` (each scrape its own
 status read).
 PostgreSQL gets an ``ANALYZE`` after the load (autovacuum's job on a live database); SQLite is
@@ -45,6 +47,7 @@ from memabra import (
     Episode,
     Feedback,
     FeedbackKind,
+    MemoryQuality,
     RewardBreakdown,
     RewardComponents,
     RewardWeights,
@@ -56,8 +59,10 @@ from memabra import (
     StepKind,
 )
 from memabra._admin import _metrics_page, create_app
+from memabra._admin._forms import parse_episode_filter, parse_mempo_filter
 from memabra._records_listing import RegistryItem
-from memabra.storage import FAILED_TURN_SOURCE, EpisodeFilter, EpisodeLog, upgrade
+from memabra.storage import FAILED_TURN_SOURCE, EpisodeLog, upgrade
+from memabra.storage._admin_mempo import MemPOListing
 from memabra.storage._admin_turns import encode_turn_cursor
 from memabra.storage._models import SuspendedTurnRow, table_of
 from memabra.storage._suspended_turns import SuspendedTurn
@@ -90,6 +95,18 @@ KIND_MIXES = (
 )
 
 
+# MemPO labels as a nightly small model and a weekly large one leave them: the small one grades
+# every decision (1 in SMALL_WORSE_EVERY -1), the large one 1 in LARGE_EVERY (1 in LARGE_WORSE_EVERY
+# of all decisions -1): the any-scorer filter matches many, the large scorer's few; 97 is prime,
+# so each user (the episode's number modulo USERS) has some -1 labels
+SMALL_SCORER, LARGE_SCORER = "mempo:small", "mempo:large"
+SMALL_WORSE_EVERY, LARGE_EVERY, LARGE_WORSE_EVERY = 97, 10, 2_000
+
+
+def decision_id(i: int) -> str:
+    return f"d{i:031x}"
+
+
 def _failed(i: int) -> bool:
     return (i * 2654435761) % (FAILED_EVERY * 1000) < 1000
 
@@ -114,7 +131,9 @@ def make_episode(i: int, n: int, n_candidates: int, rng: random.Random) -> Episo
             draws.append(SlotDraw(len(draws), kind, tuple(remaining), tuple([p] * len(remaining)), pick, p))
             remaining.remove(pick)
     version = VERSIONS[min(int(len(VERSIONS) * i / n), len(VERSIONS) - 1)]
-    sel = Selection(ctx, scored, tuple(draws), policy="vw", policy_version=version, seed=i, created_at=created)
+    sel = Selection(
+        ctx, scored, tuple(draws), policy="vw", policy_version=version, seed=i, created_at=created, id=decision_id(i)
+    )
     corrected = rng.random() < 0.03
     feedback: tuple[Feedback, ...] = (
         (Feedback(f"{i:032x}", FeedbackKind.EXPLICIT, "user", {"correction": True}, received_at=created),)
@@ -156,21 +175,40 @@ def fill(log: EpisodeLog, n: int, n_candidates: int, batch: int) -> float:
     return time.perf_counter() - started
 
 
-def deep_cursor(log: EpisodeLog, flt: EpisodeFilter, depth: float, step: int = 1000) -> tuple[str | None, int]:
+def fill_labels(log: EpisodeLog, first: int, n: int) -> int:
+    """Both scorers' MemPO labels of the decisions of episodes ``first`` to ``n`` (those before
+    were deleted); returns how many."""
+    at = START + SPAN
+    labels = [
+        MemoryQuality(decision_id(i), SMALL_SCORER, 0.3, 0.5, -0.2, -1 if i % SMALL_WORSE_EVERY == 0 else 1, 8, at)
+        for i in range(first, n)
+    ] + [
+        MemoryQuality(decision_id(i), LARGE_SCORER, 0.3, 0.5, -0.2, -1 if i % LARGE_WORSE_EVERY == 0 else 1, 8, at)
+        for i in range(first + -first % LARGE_EVERY, n, LARGE_EVERY)
+    ]
+    for first in range(0, len(labels), 2_000):
+        log.store_memory_scores(labels[first : first + 2_000])
+    return len(labels)
+
+
+def deep_cursor(log: EpisodeLog, params: dict[str, str], depth: float, step: int = 1000) -> tuple[str | None, int]:
     """The cursor of the page that starts ``depth`` of the way down the filtered list (to within
     ``step`` episodes: a short list is walked again in finer steps)."""
+    flt, raw = parse_episode_filter(params)
+    mempo = parse_mempo_filter(raw)
+    listing = MemPOListing(log)
     matched = 0
     cursor = None
     pages: list[tuple[str | None, int]] = []
     while True:
-        page = log.list_episodes(flt, cursor=cursor, limit=step)
+        page = listing.newest(flt, mempo, cursor, step)
         pages.append((cursor, matched))
         matched += len(page.items)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     if step > 50 and matched < 20 * step:
-        return deep_cursor(log, flt, depth, step // 10)
+        return deep_cursor(log, params, depth, step // 10)
     target = depth * matched
     chosen = max((p for p in pages if p[1] <= target), key=lambda p: p[1])
     return chosen[0], matched
@@ -209,6 +247,9 @@ CASES: tuple[tuple[str, dict[str, str]], ...] = (
         {"cause": "model_error", "since": "2025-02-01T00:00:00", "until": "2025-02-08T00:00:00"},
     ),
     ("user + failed", {"user": "user17", "failed": "yes"}),
+    ("MemPO -1, any scorer", {"mempo": "worse"}),
+    ("MemPO -1, large scorer (rarest)", {"mempo": "worse", "scorer": LARGE_SCORER}),
+    ("MemPO -1 + user", {"mempo": "worse", "user": "user17"}),
 )
 
 
@@ -267,7 +308,8 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
         print(f"\n{label}: logged {args.episodes:,} episodes x {args.candidates} candidates in {seconds:.0f} s")
         turns = fill_turns(log, args.turns, datetime.now(UTC))
         fill_deletions(log, args.episodes, args.deletions)
-        print(f"{label}: {args.turns:,} kept turns, {args.deletions} deletion runs")
+        labels = fill_labels(log, args.deletions, args.episodes)
+        print(f"{label}: {args.turns:,} kept turns, {args.deletions} deletion runs, {labels:,} MemPO labels")
         if log.engine.dialect.name == "postgresql":
             # Planner statistics, as autovacuum would gather them after a bulk load this size.
             with log.engine.begin() as conn:
@@ -277,8 +319,7 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
             cases = [c for c in CASES if c is CASES[0] or args.cases in c[0]] if args.cases else CASES
             for name, params in CASES[:1] if args.pages_only else cases:
                 query = urlencode(params)
-                flt = _filter(params)
-                cursor, matched = deep_cursor(log, flt, 0.9)
+                cursor, matched = deep_cursor(log, params, 0.9)
                 row(f"episodes, {name}, first page", timed(client, f"/episodes?{query}", args.repeats), f"{matched:,}")
                 if cursor is not None:
                     deep = timed(client, f"/episodes?{urlencode({**params, 'cursor': cursor})}", args.repeats)
@@ -313,12 +354,6 @@ def run(url: str, args: argparse.Namespace, label: str) -> None:
             row("memories: one user's, most used", timed(client, "/memories?user=user17&sort=most-used", args.repeats))
             row("one memory", timed(client, "/memories/item?user=user17&id=c0", args.repeats))
             row("deletions", timed(client, "/deletions", args.repeats), f"{args.deletions:,}")
-
-
-def _filter(params: dict[str, str]) -> EpisodeFilter:
-    from memabra._admin._forms import parse_episode_filter
-
-    return parse_episode_filter(params)[0]
 
 
 def main() -> None:
