@@ -304,6 +304,8 @@ def _stop_on_sigterm() -> Iterator[None]:
 
 
 def _learner_args(log: EpisodeLog, policy: str) -> dict[str, Any] | None:
-    """A new learner takes the parameters of the policy's newest snapshot, if the log has one."""
-    latest = log.latest_snapshot(policy)
+    """A new learner takes the parameters of the model the policy's agents serve (its active
+    snapshot), not of a newer candidate: ``train --from-log --args`` saves one with arguments under
+    trial. With none active, those of the policy's newest snapshot, if the log has one."""
+    latest = log.latest_snapshot(policy, status="active") or log.latest_snapshot(policy)
     return dict(latest.learner_args) if latest is not None else None

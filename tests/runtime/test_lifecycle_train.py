@@ -85,3 +85,24 @@ def test_promote_and_rollback_say_where_a_rollback_goes_and_what_the_learner_doe
     again = runner.invoke(app, ["policies", "rollback", "--db", migrated_url])
     assert again.exit_code == 0, again.output
     assert f"{learner_parent} is active again" in " ".join(again.output.split()), again.output
+
+
+def test_a_new_learner_takes_the_served_models_arguments_not_a_newer_candidates(migrated_url: str) -> None:
+    """A learner with no checkpoint builds its router with the arguments of the policy's active
+    snapshot (what the agents serve); it took the newest snapshot's, so a candidate trained with
+    arguments under trial (``train --from-log --args``) set the online learner's."""
+    from dataclasses import replace
+
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 30)
+        served = fresh_router("linear", {"learning_rate": 0.25}).snapshot()
+        log.save_snapshot(replace(served, version="served-1", status="active"))
+        report = train_from_log(log, learner="linear", learner_args={"learning_rate": 0.9}, holdout=0.3, force=True)
+        assert report.saved_version is not None
+        assert log.get_snapshot(report.saved_version).learner_args["learning_rate"] == 0.9
+    result = CliRunner().invoke(app, ["learner", "--policy", "linear", "--once", "--db", migrated_url])
+    assert result.exit_code == 0, result.output
+    with EpisodeLog(migrated_url) as log:
+        checkpoint = LearnerStore(log.engine).checkpoint("linear")
+        assert checkpoint is not None and checkpoint.snapshot_version is not None
+        assert log.get_snapshot(checkpoint.snapshot_version).learner_args["learning_rate"] == 0.25
