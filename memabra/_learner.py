@@ -130,6 +130,7 @@ class Learner:
         self._read = 0
         self._learned = 0
         self._committed_learned = 0
+        self._committed_here = 0
         self._pending_since: float | None = None
         self._last_snapshot: str | None = None
         self._checked_at = time.monotonic()
@@ -153,6 +154,12 @@ class Learner:
     def learned(self) -> int:
         """Rewards learned in this lineage (committed or not)."""
         return self._learned
+
+    @property
+    def committed_here(self) -> int:
+        """Rewards this learner committed since it was made: what it learned for good, not what a
+        refused commit, an outage or a restore made it drop (learned again by whoever resumes)."""
+        return self._committed_here
 
     @property
     def pending(self) -> int:
@@ -254,6 +261,7 @@ class Learner:
             self._lease.release()
             return None
         self._committed = self._position
+        self._committed_here += self._learned - self._committed_learned
         self._committed_learned = self._learned
         self._read = 0
         self._pending_since = None

@@ -247,13 +247,13 @@ def learner(
         try:
             if once:
                 _lease_for_once(loop, store, policy, wait=wait, poll=poll)
-            n = learn_until_stopped(loop, store, policy, once=once, poll=poll)
+            learn_until_stopped(loop, store, policy, once=once, poll=poll)
         finally:
-            dropped = loop.pending if loop.torn else 0  # stopped mid-reward: closing commits none of them
             loop.close()
-        n -= dropped
+        # what it committed: rewards dropped (an outage, a refused commit, a restore, a stop mid-reward)
+        # are learned again by whoever resumes, and counted there
         console.print(
-            f"learned {n} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
+            f"learned {loop.committed_here} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
             f"{_position_text(loop)}"
         )
 

@@ -333,3 +333,19 @@ def test_a_step_asked_for_during_a_commit_is_stepped_by_the_committing_thread(lo
     committing.join(30)
     assert not committing.is_alive() and runtime.learner.learned == 5
     runtime.close()
+
+
+def test_committed_here_counts_what_was_committed_not_what_was_dropped(log: EpisodeLog) -> None:
+    """`memabra learner` says how many rewards it learned in its run: it summed its steps, so
+    rewards it dropped (an outage, a refused commit, a restore) and learned again counted twice."""
+    log_final(log, 30)
+    learner = Learner(log, vw, commit_every=1000)
+    drain(learner, 30)
+    assert learner.committed_here == 0 and learner.pending == 30
+    learner.abandon()  # dropped: the next lease holder learns them again
+    drain(learner, 30)
+    learner.close()
+    assert learner.committed_here == 30 and learner.learned == 30
+    again = Learner(log, vw, commit_every=1000)
+    assert again.acquire() and again.committed_here == 0  # a takeover commits nothing of its own yet
+    again.close()
