@@ -13,16 +13,16 @@ import builtins
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from memabra._errors import InvalidRecordError, MemoriesChangedError
-from memabra._facts import fact_subjects, join_facts, split_facts, strip_complaint
+from memabra._facts import join_facts, split_facts, strip_complaint
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem
-from memabra._restatement import RestatementIndex, is_restatement
+from memabra._restatement import is_restatement
 from memabra._text import approx_tokens
 from memabra.storage._rows import clean_text
 
@@ -159,117 +159,25 @@ def left_standing(backend: MemoryBackend, fact: str, text: str) -> str | None:
 def remember_many(
     backend: MemoryBackend, user_id: str, texts: Iterable[str], *, source: str, at: datetime | None
 ) -> builtins.list[RegistryItem]:
-    """:meth:`MemoryBackend.remember_many`, under the backend's ``_writing`` turn."""
-    now = at or backend.clock()
-    if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
-    facts = _cleaned_all(texts)  # every fact checked before the first write
-    active = _ActiveView(backend, user_id)
-    # Retired memories count as known: an import run again (after it was killed, or by mistake)
-    # must not bring back a fact that a later line of the same file superseded the first time.
-    seen = RestatementIndex(backend._known_texts(user_id))
-    plain: builtins.list[tuple[RegistryItem, MemoryChange]] = []
-    out: builtins.list[RegistryItem] = []
-    subjects: set[str] = set().union(*(fact_subjects(text) for text in active.pairs.values()))
-    for fact in facts:
-        negates = seen.negates(fact)  # "I'm not vegetarian now" after "I'm vegetarian"
-        if not seen.add(fact):
-            continue
-        found = fact_subjects(fact)
-        if found & subjects or negates:
-            active.store_plain(plain)
-            plain = []
-            out.append(active.supersede(fact, source, now))
-            continue
-        subjects |= found
-        item = new_item(user_id, fact, source, now, backend._fresh_id(active.read, fact))
-        plain.append((item, MemoryChange(item.id, user_id, MemoryAction.CREATED, now, None, fact, None, source)))
-        out.append(item)
-    backend._store_many(plain)
-    return out
+    """:meth:`MemoryBackend.remember_many`, under the backend's ``_writing`` turn
+    (:mod:`memabra._memory_import`)."""
+    from memabra._memory_import import remember_many as import_facts  # it builds on this module
+
+    return import_facts(backend, user_id, texts, source=source, at=at)
 
 
 @runtime_checkable
 class CountsWrites(Protocol):
     """A backend that counts the writes to each user's memories, in the writes' own transactions,
     one per ``_store`` / ``_store_many`` (:class:`~memabra._sql_memory.SQLMemory`: the registry's
-    generation), gives its reads their ``generation``, refuses a ``_store_decided`` whose read's
-    count moved (:class:`MemoriesChangedError`), and whose ``_fresh_id`` and ``_settle`` need
-    nothing of a read but its pairs."""
+    generation), gives its reads their ``generation``, refuses a ``_store_decided`` or
+    ``_store_many_decided`` whose read's count moved (:class:`MemoriesChangedError`, nothing
+    written), and whose ``_fresh_id`` and ``_settle`` need nothing of a read but its pairs."""
 
     def _write_count(self, user_id: str) -> int: ...
 
-
-class _ActiveView:
-    """The user's active memories as an import's writes leave them.
-
-    ``remember`` reads them before each write; on the SQL registry that read visits every memory
-    the user ever had, retired ones too (there is no index on the retirement), so an import of one
-    user's thousands of facts on the same subjects, each retiring the one before, slowed down fact
-    by fact. Here the read is made once and kept up to date with the import's own writes; before
-    each write that may retire or cut, one key lookup of the backend's write count
-    (:class:`CountsWrites`) says whether another process wrote meanwhile (an agent serving the
-    user), and only then is it read again. A backend that counts no writes is read before each
-    such write, as ``remember`` does."""
-
-    def __init__(self, backend: MemoryBackend, user_id: str) -> None:
-        self._backend, self._user_id = backend, user_id
-        self._counts = isinstance(backend, CountsWrites)
-        self._reread()
-
-    def _reread(self) -> None:
-        self.read = self._backend._read_active(self._user_id)
-        # the count as the read began: a write in between makes the next check read again, never miss it
-        self._expected = self.read.generation if self._counts else None
-        self.pairs: dict[str, str] = dict(self.read.pairs)
-
-    def _current(self) -> bool:
-        return cast(CountsWrites, self._backend)._write_count(self._user_id) == self._expected
-
-    def store_plain(self, plain: builtins.list[tuple[RegistryItem, MemoryChange]]) -> None:
-        """Store new memories that supersede nothing (one write)."""
-        if not plain:
-            return
-        self._backend._store_many(plain)
-        self.pairs.update((item.id, item.text) for item, _ in plain)
-        if self._expected is not None:
-            self._expected += 1
-
-    def supersede(self, fact: str, source: str, now: datetime) -> RegistryItem:
-        """``remember(fact)``, on the kept read while no other process wrote since."""
-        backend, user_id = self._backend, self._user_id
-        if self._expected is not None and not self._current():
-            self._reread()
-        pairs = tuple(self.pairs.items())
-        # a restatement here is of a memory another process stored since the known texts were
-        # read: remember() refreshes it
-        if self._expected is None or any(is_restatement(fact, stored) for _, stored in pairs):
-            item = backend.remember(user_id, fact, source=source, at=now)
-            self._reread()  # that write stored and retired memories since the read
-            return item
-        read = ActiveRead(user_id, pairs, generation=self._expected)
-        try:
-            item, retire, cut = write_new(backend, user_id, fact, source=source, now=now, episode_id=None, read=read)
-        except MemoriesChangedError:  # another process wrote since the check: decide on its write too
-            item = backend.remember(user_id, fact, source=source, at=now)
-            self._reread()
-            return item
-        for change in retire:
-            self.pairs.pop(change.memory_id, None)
-        self.pairs.update((change.memory_id, change.new_text or "") for change in cut)
-        self.pairs[item.id] = item.text
-        self._expected += 1
-        return item
-
-
-def _cleaned_all(texts: Iterable[str]) -> builtins.list[str]:
-    facts = []
-    for n, text in enumerate(texts, start=1):
-        try:
-            facts.append(clean(text))
-        except InvalidRecordError as exc:
-            raise InvalidRecordError(f"fact {n} of the import: {exc}; nothing was written") from None
-    return facts
+    def _store_many_decided(self, read: ActiveRead, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        """``_store_many`` of new memories of ``read``'s user decided on ``read``: one write."""
 
 
 def clean(text: str) -> str:

@@ -133,6 +133,9 @@ class SQLMemory(MemoryBackend):
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         self._registry.write_many(pairs)
 
+    def _store_many_decided(self, read: ActiveRead, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
+        self._registry.write_many(pairs, read_at=read.generation)
+
     def _refresh(self, change: MemoryChange) -> None:
         self._registry.refresh(change, approx_tokens(change.new_text or ""))
 

@@ -176,8 +176,11 @@ class MemoryRegistry:
 
         self._tx.write(work, what="memory write")
 
-    def write_many(self, items: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
-        """Insert new memories (ids not yet stored) and their history in one transaction."""
+    def write_many(self, items: Sequence[tuple[RegistryItem, MemoryChange]], *, read_at: int | None = None) -> None:
+        """Insert new memories (ids not yet stored) and their history in one transaction.
+        ``read_at``: as :meth:`write`'s, for memories of one user decided on one read of theirs
+        (an import's facts that supersede nothing): where another write has moved the user's
+        generation since, nothing is written and :class:`MemoriesChangedError` says so."""
         if not items:
             return
         for item, _ in items:
@@ -185,12 +188,22 @@ class MemoryRegistry:
                 raise InvalidRecordError(f"MemoryRegistry stores memories, got a {item.kind.value}")
         rows = [{**registry_values(item), "retired_at": None, "superseded_by": None} for item, _ in items]
         history = [history_values(change) for _, change in items]
+        owners = sorted({str(row["owner"]) for row in rows})
+        if read_at is not None and len(owners) > 1:
+            raise InvalidRecordError(f"a write decided on one read is of one user's memories, got {len(owners)} users")
 
         def work(conn: Connection) -> None:
+            # checked first: a write that is refused inserts nothing, and the row lock it takes on
+            # PostgreSQL holds off another writer of the user until this one commits
+            if read_at is not None and not bump_from(conn, owners[0], read_at):
+                raise MemoriesChangedError(
+                    f"user {owners[0]!r}'s memories changed since the read this write was decided on"
+                )
             conn.execute(table_of(RegistryRow).insert(), rows)
             conn.execute(table_of(MemoryHistoryRow).insert(), history)
-            for owner in {str(row["owner"]) for row in rows}:
-                bump(conn, owner)
+            if read_at is None:
+                for owner in owners:
+                    bump(conn, owner)
 
         self._tx.write_connection(work, what="memory write")
 

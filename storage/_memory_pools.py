@@ -30,7 +30,10 @@ def bump_from(conn: Connection, owner: str, expected: int) -> bool:
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
     upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    return bool(conn.execute(upsert(pools).values(owner=owner, generation=1).on_conflict_do_nothing()).rowcount)
+    # the row it inserted, not the rowcount: psycopg reports -1 (true) for an INSERT ... ON
+    # CONFLICT DO NOTHING built by SQLAlchemy, so the first writes of a new user both committed
+    first = upsert(pools).values(owner=owner, generation=1).on_conflict_do_nothing().returning(pools.c.owner)
+    return conn.execute(first).first() is not None
 
 
 def bump(conn: Connection, owner: str) -> None:
