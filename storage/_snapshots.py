@@ -36,6 +36,7 @@ from memabra.storage._tx import Transactions
 __all__ = [
     "SNAPSHOT_STATUSES",
     "PruneResult",
+    "SnapshotExistsError",
     "activate",
     "add_snapshot",
     "get_snapshot",
@@ -54,6 +55,11 @@ __all__ = [
 SNAPSHOT_STATUSES = ("candidate", "active", "retired")
 
 
+class SnapshotExistsError(InvalidRecordError):
+    """The log holds a snapshot of that version already (another process saved one since the name
+    was chosen)."""
+
+
 def save_snapshot(tx: Transactions, snapshot: PolicySnapshot) -> None:
     values = snapshot_row_values(snapshot)
     tx.write(lambda s: add_snapshot(s, snapshot, values), what="save_snapshot")
@@ -70,7 +76,7 @@ def add_snapshot(s: Session, snapshot: PolicySnapshot, values: dict[str, Any]) -
     if snapshot.parent is not None and s.get(PolicySnapshotRow, values["parent"]) is None:
         raise InvalidRecordError(f"snapshot parent {snapshot.parent!r} is not in the log")
     if s.get(PolicySnapshotRow, values["version"]) is not None:
-        raise InvalidRecordError(f"a snapshot with version {snapshot.version!r} already exists")
+        raise SnapshotExistsError(f"a snapshot with version {snapshot.version!r} already exists")
     row = PolicySnapshotRow(**{**values, "status": "candidate" if snapshot.status == "active" else snapshot.status})
     if snapshot.status == "active":
         lock_policy(s, row.policy)

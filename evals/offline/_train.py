@@ -37,8 +37,13 @@ from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
 from memabra.evals.ope import PolicyValueInterval
 from memabra.storage import EpisodeLog, unused_snapshot_version
 from memabra.storage._offline import rewarded_time_at
+from memabra.storage._snapshots import SnapshotExistsError
 
 __all__ = ["TrainReport", "train_from_log"]
+
+# Names tried for a candidate whose chosen name another training run took meanwhile: each try
+# takes the next free one, so only runs finishing within the same instant ever need a second.
+_VERSION_TRIES = 5
 
 logger = logging.getLogger("memabra")
 
@@ -168,6 +173,7 @@ def train_from_log(
     else:
         verdict = "does not beat logging policy"
     candidate: PolicySnapshot | None = None
+    trained_as = ""  # the version the trained router names itself, which the saved name derives from
     if promotable or force:
         snapshot = router.snapshot()
         # its own policy's: a rollback of it re-activates a snapshot of the same policy
@@ -191,18 +197,27 @@ def train_from_log(
             metrics["logged_by"] = sorted(policies)
         # trained apart from the online lineage, it may reach the same "root+n" as a model whose
         # decisions are logged: a fresh name keeps the log from attributing those to this one
+        trained_as = snapshot.version
         candidate = replace(
             snapshot,
-            version=unused_snapshot_version(log, snapshot.version),
+            version=unused_snapshot_version(log, trained_as),
             parent=active.version if active else None,
             metrics=metrics,
             status="candidate",
         )
-    saved = None if candidate is None else candidate.version
-    results = [replace(r, snapshot_version=saved) for r in evaluation.results]
+    for attempt in range(1, _VERSION_TRIES + 1):
+        saved = None if candidate is None else candidate.version
+        results = [replace(r, snapshot_version=saved) for r in evaluation.results]
+        try:
+            # one transaction: a crash between two writes would keep a snapshot without the run that judged it
+            log.record_ope_results(results, snapshot=candidate)
+            break
+        except SnapshotExistsError:
+            if candidate is None or attempt == _VERSION_TRIES:
+                raise
+            # another training run took the name since it was chosen: the next free one
+            candidate = replace(candidate, version=unused_snapshot_version(log, trained_as))
     estimate = next(r for r in results if r.estimator == recommended.estimator)
-    # one transaction: a crash between two writes would keep a snapshot without the run that judged it
-    log.record_ope_results(results, snapshot=candidate)
     if candidate is not None:
         logger.info("saved snapshot %s (%s)", saved, candidate.metrics["verdict"])
     return TrainReport(

@@ -98,3 +98,30 @@ def test_a_log_of_provisional_rewards_says_how_to_train_on_them(log: EpisodeLog)
     with pytest.raises(InvalidRecordError, match="30 more have a provisional reward only.*--include-provisional"):
         train_from_log(log)
     assert train_from_log(log, include_provisional=True, force=True).n_train > 0
+
+
+def test_a_name_another_training_run_took_meanwhile_gives_way_to_the_next(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nightly trainings of one policy finishing together chose the same free name; the second
+    failed after its whole run ("a snapshot with version ... already exists")."""
+    from memabra.evals.offline import _train
+
+    _log_batches(log, 60, 1)
+    chosen = _train.unused_snapshot_version
+    raced: list[str] = []
+
+    def taken_meanwhile(log_: EpisodeLog, version: str) -> str:
+        name = chosen(log_, version)
+        if not raced:  # the other run saves its candidate under the same name first
+            other = RandomRouter(seed=2).snapshot()
+            log_.save_snapshot(replace(other, version=name, status="candidate"))
+            raced.append(name)
+        return name
+
+    monkeypatch.setattr(_train, "unused_snapshot_version", taken_meanwhile)
+    report = train_from_log(log, force=True, holdout=0.5)
+    assert report.saved_version is not None and report.saved_version != raced[0]
+    assert log.get_snapshot(report.saved_version).status == "candidate"
+    runs = log.list_ope_runs(report.saved_version)
+    assert runs and all(r.snapshot_version == report.saved_version for r in runs)
