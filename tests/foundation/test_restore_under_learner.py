@@ -6,18 +6,24 @@ and skip the rewards logged after the restore, which are numbered again from the
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from runtime.learning_log import log_final
+from sqlalchemy import make_url
 
 from memabra import _learner, _serving
 from memabra._learner import Learner
 from memabra._replay import replay
 from memabra._serving import PolicyRuntime
 from memabra.router import LinearRouter, Similarity, learned_model
-from memabra.storage import EpisodeLog, LearnerStore, upgrade
+from memabra.storage import EpisodeLog, LearnerStore, resolve_url, upgrade
 from memabra.storage._backup import backup_sqlite, restore_sqlite
+from pg_schema import pg_schema
 
 
 @pytest.fixture(name="sqlite_url")
@@ -103,3 +109,51 @@ def test_the_learner_process_resumes_from_a_restored_checkpoint_with_nothing_to_
         checkpoint = LearnerStore(log.engine).checkpoint("linear")
         assert rewards == 6 and checkpoint is not None and checkpoint.learned == 6
         assert learned_model(log.get_snapshot(checkpoint.snapshot_version or "")) == learned_model(replayed.snapshot())
+
+
+@pytest.mark.skipif(not os.environ.get("MEMABRA_TEST_DATABASE_URL"), reason="pg_dump needs a PostgreSQL server")
+@pytest.mark.skipif(not (shutil.which("pg_dump") and shutil.which("pg_restore")), reason="no pg_dump / pg_restore")
+def test_pg_restore_in_place_under_a_running_learner(tmp_path: Path) -> None:
+    """docs/production.md's PostgreSQL restore (`pg_dump --schema`, then `pg_restore --clean
+    --if-exists --single-transaction` over the live schema) while a learner holds its lease and
+    pooled connections on it: the restore is not blocked by them, the log reads as the dump, and the
+    learner resumes from the restored checkpoint, its snapshots equal to a replay of the restored log."""
+    base = resolve_url(os.environ["MEMABRA_TEST_DATABASE_URL"])
+    libpq = make_url(base).set(drivername="postgresql").render_as_string(hide_password=False)
+    with pg_schema(base, pooled=False) as url:
+        schema = parse_qs(urlsplit(url).query)["options"][0].removeprefix("-csearch_path=")
+        upgrade(url)
+        dump = tmp_path / "memabra.dump"
+        with EpisodeLog(url) as log:
+            log_final(log, 6)
+            learner = Learner(log, lambda: LinearRouter(similarity=Similarity(encoder=None)), commit_every=1)
+            try:
+                learner.step()
+                at_backup = LearnerStore(log.engine).checkpoint("linear")
+                subprocess.run(
+                    ["pg_dump", "--format=custom", f"--schema={schema}", f"--file={dump}", libpq], check=True
+                )
+                log_final(log, 5, start=6)
+                assert learner.step().committed is not None
+                assert log.count_episodes() == 11
+                subprocess.run(
+                    ["pg_restore", "--clean", "--if-exists", "--single-transaction", f"--dbname={libpq}", str(dump)],
+                    check=True,
+                    timeout=120,
+                )
+                assert log.count_episodes() == 6
+                restored = LearnerStore(log.engine).checkpoint("linear")
+                assert restored is not None and at_backup is not None and restored.learned == at_backup.learned == 6
+                log_final(log, 2, start=40)
+                for _ in range(3):  # one step stands by (it drops its model and lease), the next resumes
+                    if learner.step().learned:
+                        break
+                assert learner.learned == 8 and learner.pending == 0
+            finally:
+                learner.close()
+            replayed, rewards = replay(log, "linear")
+            checkpoint = LearnerStore(log.engine).checkpoint("linear")
+            assert rewards == 8 and checkpoint is not None and checkpoint.learned == 8
+            assert learned_model(log.get_snapshot(checkpoint.snapshot_version or "")) == learned_model(
+                replayed.snapshot()
+            )
