@@ -95,20 +95,27 @@ class PolicyListener:
         # a connection refused or lost, on the LISTEN connection or on the log's pool (the probe, a reload)
         lost = (psycopg.OperationalError, OperationalError)
         backoff = 0.0
+        warned = False  # one WARNING per outage: the retries while it lasts are DEBUG
         while True:
             try:
                 self._listen()
                 return
             except lost as exc:
                 if self._heard_here:  # it listened since the last loss: a new outage, from 1 s again
-                    backoff = 0.0
+                    backoff, warned = 0.0, False
                 backoff = min(RELISTEN_MAX_S, max(1.0, backoff * 2))
-                logger.warning(
-                    "LISTEN %s lost its database connection (%s); listening again in %.0fs (polling reloads meanwhile)",
+                # never listening yet (started during an outage, or a URL the listener cannot use
+                # although the log's engine can: credentials in connect_args) is not a lost connection
+                what = "lost its database connection" if self._listened else "cannot connect to the database"
+                logger.log(
+                    logging.DEBUG if warned else logging.WARNING,
+                    "LISTEN %s %s (%s); trying again every %gs at most (polling reloads meanwhile)",
                     NOTIFY_CHANNEL,
+                    what,
                     _first_line(exc),
-                    backoff,
+                    RELISTEN_MAX_S,
                 )
+                warned = True
             except Exception:  # noqa: BLE001 - polling still reloads; say why the push stopped
                 logger.warning(
                     "LISTEN %s stopped; relying on polling every %.0fs",

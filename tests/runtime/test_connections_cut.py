@@ -4,6 +4,7 @@ connections are ended (named by ``application_name``), as other runs share the s
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -97,3 +98,31 @@ def test_a_statement_whose_connection_is_cut_raises_one_named_line_and_the_next_
         assert message.startswith("lost the connection to the database postgresql+psycopg://"), message
         assert "terminating connection" in message and "\n" not in message
         assert log.count_episodes() == 0  # the next read gets a live connection
+
+
+def test_a_listener_that_cannot_connect_warns_once_not_at_every_try(
+    named_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener connects with the engine's URL alone: a log whose engine gets its database from
+    connect_args works, the listener never does. Its retries warned "lost its database connection"
+    at each one (every 30 s for the life of the process), a connection it never had."""
+    from memabra import _policy_listen
+
+    monkeypatch.setattr(_policy_listen, "RELISTEN_MAX_S", 0.1)
+    server = make_engine(named_url).url
+    engine = make_engine(server.set(database="memabra_no_such_db"), connect_args={"dbname": server.database})
+    with caplog.at_level(logging.DEBUG, logger="memabra"), EpisodeLog(engine=engine) as log:
+        runtime = PolicyRuntime(log, VWRouter(seed=0), learn=False, reload_interval_s=3600)
+        try:
+            deadline = time.monotonic() + 10
+            while sum("LISTEN" in r.getMessage() for r in caplog.records) < 4:
+                assert time.monotonic() < deadline, "the listener stopped trying"
+                time.sleep(0.05)
+        finally:
+            runtime.close()
+    engine.dispose()  # a log given an engine leaves it to its owner
+    tries = [r for r in caplog.records if "LISTEN" in r.getMessage()]
+    warned = [r for r in tries if r.levelno >= logging.WARNING]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    assert "cannot connect to the database" in warned[0].getMessage()
+    assert all("lost" not in r.getMessage() for r in tries)
