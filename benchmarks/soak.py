@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _scratch import scratch_log
 from langchain_core.messages import HumanMessage
 
 from memabra import Budget, CandidateKind, build_session, create_memabra_agent
@@ -271,6 +270,10 @@ def main() -> None:
         tracemalloc.start(1)
     print(f"{args.path} path, {args.router} router, {args.users} users, a new thread every {args.thread_every} turns")
     print(f"{'turns':>7} {'objects':>10} {'growth':>9} {'RSS MiB':>8} {'growth':>7} {'seconds':>8}")
+    # here, not at the top: tests/runtime/test_soak_bounded.py loads this file as a module, without
+    # benchmarks/ on sys.path
+    from _scratch import scratch_log
+
     with scratch_log(args.db, "soak") as url:
         samples = soak(args, url)
     if args.json is not None:

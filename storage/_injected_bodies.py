@@ -145,7 +145,8 @@ def forget_own_bodies(s: Session, owner: str) -> None:
     may hold the user's words), those registered now and every earlier version a decision of theirs
     offered (its logged candidate names the owner), unless another registry row or another user's
     logged decision names the same body (two users given one template skill: the other's decisions
-    are reviewed with it). An earlier version replaced before any turn offered it is named nowhere
+    are reviewed with it). An earlier version no remaining decision of theirs names (replaced before
+    any turn offered it, or offered only in episodes deleted or expired before) is named nowhere
     and stays."""
 
     def digests(rows: Iterable[Mapping[str, object] | None]) -> set[str]:

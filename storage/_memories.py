@@ -342,6 +342,10 @@ def erase_owned(s: Session, user_id: str) -> int:
         raise InvalidRecordError("user_id is empty: name the user to erase")
     t = DecisionCandidateRow
     texts = set(s.scalars(select(t.text).where(t.user_id == owner, t.kind == _MEMORY, t.text != "").distinct()))
+    # and the earlier versions of their own skills and tools that their turns offered: no registry
+    # row holds those texts any more
+    offered_own = and_(t.user_id == owner, t.kind != _MEMORY, t.metadata_["owner"].as_string() == owner)
+    texts.update(s.scalars(select(t.text).where(offered_own).distinct()))
     own_items = and_(RegistryRow.owner == owner, RegistryRow.kind != _MEMORY)
     texts.update(s.scalars(select(RegistryRow.text).where(own_items)))
     for chunk in _chunks(sorted({text_key(text) for text in texts})):

@@ -76,6 +76,21 @@ def test_an_erasure_deletes_the_users_own_skills_and_tools_and_keeps_shared_ones
     assert erase_user(log, "ann").found_nothing  # a second run finds nothing left
 
 
+def test_an_erasure_deletes_the_embeddings_of_earlier_versions_of_the_users_own_skills(log: EpisodeLog) -> None:
+    # ann's own skill, described in her words, offered in a turn of hers, then described anew: no
+    # registry row holds the first description any more, but her logged candidate does
+    first, edited = "draft ann's letters to her landlord in Quixotown", "draft ann's letters"
+    log.put_items([_own("ann", CandidateKind.SKILL, "landlord", first)])
+    (item,) = (i for i in log.items("ann", CandidateKind.SKILL) if i.owner == "ann")
+    selection = uniform_selection("ann", [item.as_candidate()], [item.id], query="write to my landlord")
+    log.log_episode(Episode(user_id="ann", query="write to my landlord", selections=(selection,)))
+    log.put_items([_own("ann", CandidateKind.SKILL, "landlord", edited)])
+    table = EmbeddingTable(log.engine)
+    table.save("enc", {first: np.ones(4, dtype=np.float32), edited: np.ones(4, dtype=np.float32)})
+    erase_user(log, "ann")
+    assert table.load("enc", [first, edited]) == {}  # before: the first description's vector stayed
+
+
 def test_cli_names_the_users_own_skills_it_deleted(migrated_url: str, tmp_path: Path) -> None:
     with EpisodeLog(migrated_url) as log:
         log.put_items([_own("ann", CandidateKind.SKILL, "landlord", "letters to ann's landlord")])
