@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Iterator
+from contextvars import copy_context
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list, get_executor_for_config
+from langchain_core.runnables.utils import gather_with_concurrency
 from langgraph.errors import GraphRecursionError
 
 from memabra._kept_runs import akeep_paused, keep_paused
 from memabra._out_of_steps import aclose_out_of_steps, close_out_of_steps, running_before
 from memabra._records import FeedbackKind, FeedbackReceipt
-from memabra._run_ends import each_config, each_interrupted, each_out, each_waiting, interrupt_in
+from memabra._run_ends import interrupt_in
 from memabra._run_watch import watch_astream, watch_stream
 from memabra._served_graph import MemabraServedGraph, served_graph
 from memabra._session import RoutingSession
@@ -114,48 +117,58 @@ class MemabraAgent:
         chunks = self.graph.astream(input, config, **kwargs)
         return watch_astream(self.graph, self.session, chunks, input, config, kwargs)
 
-    # A batch's runs each end as they would under ``invoke`` (:func:`each_waiting`): a run whose
-    # result is an exception raised, and one whose result is a ``GraphRecursionError`` ran out of
-    # steps. Each batch runs with ``return_exceptions=True`` (see :func:`_every_run_ends`).
+    # A batch runs each input as ``invoke`` / ``ainvoke`` would, each in a context of its own (as
+    # langchain's ``Runnable.batch`` runs each input's ``invoke``): a run's turns are told apart by
+    # the context it routed them in (:mod:`memabra._run_turns`), so a batch's runs without thread
+    # ids, out of steps, each close their own turn, and none another run's. Each run ends as it
+    # ends, however the others do; a run's exception is its result, and without
+    # ``return_exceptions`` the caller gets the first one (see :func:`_outs_or_first_error`).
     def batch(
-        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
-    ) -> Any:
-        configs = each_config(config, len(inputs))
-        befores = [running_before(self.graph, self.session, each) for each in configs]
-        outs: list[Any] = []
-        try:
-            outs = self.graph.batch(inputs, config, **_every_run_ends(kwargs))
-            return _outs_or_first_error(outs, kwargs)
-        finally:
-            n = len(inputs)
-            ends = zip(
-                configs, befores, each_out(outs, n), each_waiting(outs, n), each_interrupted(outs, n), strict=False
-            )
-            for each, before, out, waiting, stopped in ends:
-                if isinstance(out, GraphRecursionError):
-                    close_out_of_steps(self.graph, self.session, each, before, out)
-                keep_paused(self.graph, self.session, each, waiting=waiting, breakpoints=kwargs, interrupted=stopped)
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+
+        def run(input: Any, each: RunnableConfig) -> Any:
+            try:
+                return self.invoke(input, each, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the run's outcome, raised below unless asked for
+                return exc
+
+        if len(inputs) == 1:  # no executor, as langchain's; the caller's context is left as it was
+            outs = [copy_context().run(run, inputs[0], configs[0])]
+        else:
+            with get_executor_for_config(configs[0]) as executor:  # a copy of the context per input
+                outs = list(executor.map(run, inputs, configs))
+        return _outs_or_first_error(outs, return_exceptions)
 
     async def abatch(
-        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, **kwargs: Any
-    ) -> Any:
-        configs = each_config(config, len(inputs))
-        befores = [running_before(self.graph, self.session, each) for each in configs]
-        outs: list[Any] = []
-        try:
-            outs = await self.graph.abatch(inputs, config, **_every_run_ends(kwargs))
-            return _outs_or_first_error(outs, kwargs)
-        finally:
-            n = len(inputs)
-            ends = zip(
-                configs, befores, each_out(outs, n), each_waiting(outs, n), each_interrupted(outs, n), strict=False
-            )
-            for each, before, out, waiting, stopped in ends:
-                if isinstance(out, GraphRecursionError):
-                    await asyncio.shield(aclose_out_of_steps(self.graph, self.session, each, before, out))
-                await akeep_paused(
-                    self.graph, self.session, each, waiting=waiting, breakpoints=kwargs, interrupted=stopped
-                )
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+
+        async def run(input: Any, each: RunnableConfig) -> Any:
+            try:
+                return await self.ainvoke(input, each, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - as in batch
+                return exc
+
+        # each input runs in a task, so in a copy of the context of its own
+        outs = await gather_with_concurrency(configs[0].get("max_concurrency"), *map(run, inputs, configs))
+        return _outs_or_first_error(outs, return_exceptions)
 
     def astream_events(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         events = self.graph.astream_events(input, config, **kwargs)
@@ -224,18 +237,12 @@ class MemabraAgent:
         )
 
 
-def _every_run_ends(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A batch's arguments with ``return_exceptions=True``: without it langchain's ``abatch``
-    raises the first run's exception while the other runs go on in the background, so their turns
-    would be judged before they end (a run about to pause read as running, lost in an hour);
-    ``batch`` waits for them but reports none of their outcomes."""
-    return {**kwargs, "return_exceptions": True}
-
-
-def _outs_or_first_error(outs: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+def _outs_or_first_error(outs: list[Any], return_exceptions: bool) -> list[Any]:
     """What the caller's batch returns: every outcome with ``return_exceptions=True``, else the
-    outcomes, or the first run's exception (in input order) once every run has ended."""
-    if not kwargs.get("return_exceptions"):
+    outcomes, or the first run's exception (in input order) once every run has ended. Unlike
+    langchain's ``abatch``, which raises the first run's exception as it comes while the other
+    runs go on unobserved, every run has ended as it would under ``invoke`` by then."""
+    if not return_exceptions:
         for out in outs:
             if isinstance(out, BaseException):
                 raise out

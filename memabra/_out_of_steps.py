@@ -10,9 +10,10 @@ the one the thread's checkpoint names, else, without a checkpointer, the one tur
 here that the run routed or took up in its own context (:mod:`memabra._run_turns`) and, where the
 run has a thread id, that began on its thread while the run ran. A run with no thread id is the
 usual stateless call (``agent.invoke(messages)``): no retry can go on with its turn, which would
-otherwise read lost in an hour and wait on an operator for its reward. Where nothing tells (a
-batch's runs without thread ids, each noted in one context) the turn is kept running, as for any
-run that raised: closing a guess could log another run's turn as failed mid-run."""
+otherwise read lost in an hour and wait on an operator for its reward (each run of a
+``MemabraAgent`` batch starts in a context of its own, so is told apart the same way). Where
+nothing tells (a run that routed several turns, or runs started in one context) the turn is kept
+running, as for any run that raised: closing a guess could log another run's turn as failed mid-run."""
 
 from __future__ import annotations
 

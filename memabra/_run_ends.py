@@ -8,16 +8,11 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 __all__ = [
     "Interrupts",
     "asked_turn",
-    "each_config",
-    "each_interrupted",
-    "each_out",
-    "each_waiting",
     "interrupt_in",
     "paused_turn",
     "waits_on_someone",
@@ -77,11 +72,6 @@ def interrupt_in(out: Any) -> bool:
     return bool(getattr(out, "interrupts", None))
 
 
-def each_interrupted(outs: list[Any], n: int) -> list[bool]:
-    """Whether each of a batch's runs stopped at an interrupt (none known where the batch raised)."""
-    return [interrupt_in(out) for out in outs] if len(outs) == n else [False] * n
-
-
 class Interrupts:
     """Whether a stream stopped at an interrupt, read from the chunks it passes on: an
     ``__interrupt__`` chunk (``updates`` mode, in any of a chunk's shapes: ``(namespace, mode,
@@ -137,26 +127,3 @@ def _interrupted(snapshot: Any) -> bool:
         if nested is not None and hasattr(nested, "tasks") and _interrupted(nested):
             return True
     return False
-
-
-def each_out(outs: list[Any], n: int) -> list[Any]:
-    """Each of a batch's runs' outcome (``None`` each where the batch raised)."""
-    return list(outs) if len(outs) == n else [None] * n
-
-
-def each_waiting(outs: list[Any], n: int) -> list[bool | None]:
-    """How each of a batch's runs ended, as ``waiting`` tells :class:`~memabra.MemabraAgent`'s
-    :func:`~memabra._kept_runs.keep_paused`: one whose result is an exception (``return_exceptions=True``) raised, and
-    nobody waits to resume it, as under ``invoke`` (False: kept running, lost in time if nobody
-    retries it); one that returned stopped by itself (True). ``None`` each where the batch raised:
-    some of its runs may have paused, and each one's state says."""
-    if len(outs) != n:
-        return [None] * n
-    return [not isinstance(out, BaseException) for out in outs]
-
-
-def each_config(config: RunnableConfig | list[RunnableConfig] | None, n: int) -> list[RunnableConfig | None]:
-    """The config of each of a batch's runs, given as one for all or one each."""
-    if isinstance(config, list):
-        return list(config)
-    return [config] * n

@@ -20,6 +20,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from memabra._catalog import Skill, skill_items, tool_items
 from memabra._config import load_reward_config
 from memabra._context import assemble, gather_candidates, own_items
@@ -48,7 +50,7 @@ from memabra._sql_memory import SQLMemory
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
-from memabra.storage import EpisodeLog
+from memabra.storage import DatabaseUnavailableError, EpisodeLog
 
 __all__ = ["RoutingSession", "Turn"]
 
@@ -346,8 +348,14 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         # read in commit order); facts that failed to store are named in the log.
         try:
             work()
-        except Exception:
-            logger.error("episode %s is logged, but %s failed", episode_id, what, exc_info=True)
+        except Exception as exc:
+            lost = _connection_lost(exc)
+            if lost is None:
+                logger.error("episode %s is logged, but %s failed", episode_id, what, exc_info=True)
+            else:
+                # an outage fails this on every turn alike: one line each names its cause, where a
+                # traceback per turn would bury the log and tell nothing more
+                logger.warning("episode %s is logged, but %s failed: %s", episode_id, what, lost)
 
     def abandon(self, turn_id: str) -> None:
         """Forget a turn that failed before it could be logged (nothing is written; the copy kept
@@ -366,3 +374,13 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _connection_lost(exc: BaseException) -> str | None:
+    """One line naming a lost or refused database connection; ``None`` for any other error."""
+    if isinstance(exc, DatabaseUnavailableError):
+        return str(exc)  # names the database and the driver's reason, on one line
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:  # the engine saw a disconnect
+        lines = str(exc.orig or exc).strip().splitlines()
+        return f"{type(exc.orig or exc).__name__}: {lines[0] if lines else 'connection lost'}"
+    return None

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from admin.conftest import TOKEN, sign_in
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from runtime.conftest import get_weather
@@ -179,3 +181,97 @@ def test_a_batch_without_return_exceptions_raises_once_every_run_has_ended(log: 
     assert len(episodes) == 2
     reasons = [f.payload.get("comment") for e in episodes for f in log.get_episode(e.id).feedback]
     assert any(str(r).startswith("recursion_limit: GraphRecursionError") for r in reasons)
+
+
+@tool
+def slow_weather(city: str) -> str:
+    """Current weather for a city, from a slow service."""
+    time.sleep(1.0)
+    return f"sunny in {city}"
+
+
+def _loops_or_answers(messages: list[Any], bound: Any) -> AIMessage:
+    """Loops on Lyon's weather where the user says "loop"; else one slow call, then an answer."""
+    asked = next(str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage))
+    if "loop" in asked:
+        return _calls(("get_weather", {"city": "Lyon"}))
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("sunny")
+    return _calls(("slow_weather", {"city": "Paris"}))
+
+
+def _stateless_agent(log: EpisodeLog) -> MemabraAgent:
+    """No checkpointer: only the context each run routed its turn in tells the turn apart."""
+    tools = [get_weather, slow_weather]
+    session = build_session(tools=tools, db=log, router=HybridRouter(similarity=Similarity(encoder=None)))
+    graph = create_agent(
+        ScriptedChatModel(replies=[_loops_or_answers]), tools=tools, middleware=[MemabraMiddleware(session)]
+    )
+    return MemabraAgent(graph, session)
+
+
+def _batch(agent: MemabraAgent, inputs: list[Any], config: Any, how: str, return_exceptions: bool) -> list[Any]:
+    if how == "batch":
+        return list(agent.batch(inputs, config, return_exceptions=return_exceptions))
+    return list(asyncio.run(agent.abatch(inputs, config, return_exceptions=return_exceptions)))
+
+
+def _failed_reasons(log: EpisodeLog) -> dict[str, str | None]:
+    """Each logged episode's query, and the reason it was logged failed (``None``: it was not)."""
+    reasons: dict[str, str | None] = {}
+    for summary in log.list_episodes().items:
+        episode = log.get_episode(summary.id)
+        failed = [str(f.payload["comment"]) for f in episode.feedback if f.source == FAILED_TURN_SOURCE]
+        assert len(failed) <= 1 and episode.thread_id is None
+        reasons[episode.query] = failed[0] if failed else None
+    return reasons
+
+
+OUT_OF_STEPS = "recursion_limit: GraphRecursionError: Recursion limit of 6 reached"
+
+
+@pytest.mark.parametrize("return_exceptions", [True, False], ids=["return-exceptions", "raise"])
+@pytest.mark.parametrize("how", ["batch", "abatch"])
+def test_a_batch_of_stateless_runs_out_of_steps_logs_each_turn_failed(
+    log: EpisodeLog, how: str, return_exceptions: bool
+) -> None:
+    """Runs without thread ids, each routed in a context of its own: every run's turn is logged
+    failed, none left running to read lost in an hour (and fire the ``turns`` check)."""
+    agent = _stateless_agent(log)
+    inputs = [{"messages": [HumanMessage(f"loop {i}")]} for i in range(3)]
+    config: Any = {"configurable": {"user_id": "ann"}, "recursion_limit": 6}  # one for all, as usual
+    if return_exceptions:
+        outs = _batch(agent, inputs, config, how, return_exceptions)
+        assert all(isinstance(out, GraphRecursionError) for out in outs)
+    else:
+        with pytest.raises(GraphRecursionError):
+            _batch(agent, inputs, config, how, return_exceptions)
+    assert not log.suspended_turns()
+    reasons = _failed_reasons(log)
+    assert sorted(reasons) == ["loop 0", "loop 1", "loop 2"]
+    assert all(str(r).startswith(OUT_OF_STEPS) for r in reasons.values()), reasons
+
+
+@pytest.mark.parametrize("return_exceptions", [True, False], ids=["return-exceptions", "raise"])
+@pytest.mark.parametrize("how", ["batch", "abatch"])
+def test_a_stateless_batch_run_out_of_steps_never_closes_a_run_still_going_beside_it(
+    log: EpisodeLog, how: str, return_exceptions: bool
+) -> None:
+    """Paris's run is in its slow tool, its turn running, as the two others run out of steps: each
+    of those closes its own turn, and Paris's is logged whole as it ends, not failed."""
+    agent = _stateless_agent(log)
+    asked = ["loop a", "weather in Paris?", "loop b"]
+    inputs = [{"messages": [HumanMessage(q)]} for q in asked]
+    configs: Any = [{"configurable": {"user_id": "ann"}, "recursion_limit": 50 if "Paris" in q else 6} for q in asked]
+    if return_exceptions:
+        outs = _batch(agent, inputs, configs, how, return_exceptions)
+        assert isinstance(outs[0], GraphRecursionError) and isinstance(outs[2], GraphRecursionError)
+        assert outs[1]["messages"][-1].content == "sunny" and outs[1]["memabra_episode_id"]
+    else:
+        with pytest.raises(GraphRecursionError):
+            _batch(agent, inputs, configs, how, return_exceptions)
+    assert not log.suspended_turns()
+    reasons = _failed_reasons(log)
+    assert reasons.pop("weather in Paris?") is None
+    assert sorted(reasons) == ["loop a", "loop b"]
+    assert all(str(r).startswith(OUT_OF_STEPS) for r in reasons.values()), reasons

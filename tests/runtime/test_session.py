@@ -4,12 +4,15 @@ a known kind and carries a signal."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
+from sqlalchemy.exc import OperationalError
 
 from fakes import ScriptedChatModel
 from memabra._agent import MemabraAgent, create_memabra_agent
@@ -17,9 +20,10 @@ from memabra._catalog import Skill
 from memabra._context import assemble
 from memabra._errors import InvalidFeedbackError, RouterError
 from memabra._feedback import RewardService
+from memabra._learner import Learner
 from memabra._records import Feedback, FeedbackKind
 from memabra.router import HybridRouter, Similarity
-from memabra.storage import EpisodeLog
+from memabra.storage import DatabaseUnavailableError, EpisodeLog, make_engine
 
 USER = {"user_id": "ann"}
 
@@ -143,6 +147,89 @@ def test_a_failure_after_the_episode_is_logged_costs_the_caller_neither_its_id_n
     assert f"episode {eid} is logged, but storing the facts of its message failed" in caplog.text
     assert "but storing the fact of its correction failed" in caplog.text
     assert "but the learner's step failed" in caplog.text
+    agent.close()
+
+
+def _refused() -> Exception:
+    """What a step meets with the database down: a real connection refused, as the engine names it."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = make_engine(f"postgresql+psycopg://root@127.0.0.1:{port}/memabra")
+    try:
+        with engine.connect():
+            pass
+    except DatabaseUnavailableError as exc:
+        return exc
+    finally:
+        engine.dispose()
+    raise AssertionError("a port nothing listens on accepted a connection")
+
+
+def _disconnect() -> Exception:
+    """A connection the server ended under a statement, as SQLAlchemy marks it (``connection_invalidated``)."""
+    reason = Exception("server closed the connection unexpectedly\n\tThis probably means the server terminated")
+    return OperationalError("SELECT 1", {}, reason, connection_invalidated=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (_refused, "cannot connect to the database postgresql+psycopg://root@127.0.0.1:"),
+        (_disconnect, "Exception: server closed the connection unexpectedly"),
+    ],
+    ids=["refused", "disconnect"],
+)
+def test_a_learner_step_that_lost_the_database_logs_one_warning_line_per_turn(
+    log: EpisodeLog,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: Callable[[], Exception],
+    cause: str,
+) -> None:
+    """An outage fails the learner's step on every turn: each says so in one line naming the cause
+    (the next step takes it again), not an ERROR with a traceback burying the log."""
+    agent = create_memabra_agent(
+        ScriptedChatModel(replies=[AIMessage("ok")]), db=log, router=HybridRouter(similarity=Similarity(encoder=None))
+    )
+    raised = error()
+
+    def lost(self: Learner, **kwargs: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(Learner, "step", lost)
+    with caplog.at_level("INFO", logger="memabra"):
+        eids = [_ask(agent, f"hello {i}", thread=f"t{i}") for i in range(2)]
+    failed = [r for r in caplog.records if "learner's step failed" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["WARNING", "WARNING"]
+    for eid, record in zip(eids, failed, strict=True):
+        message = record.getMessage()
+        assert message.startswith(f"episode {eid} is logged, but the learner's step failed: {cause}"), message
+        assert "\n" not in message and record.exc_info is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    agent.close()
+
+
+def test_a_learner_step_that_failed_otherwise_logs_an_error_with_its_traceback(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An OperationalError on a live connection (a lock held too long) is no outage: it may be a
+    bug, and its traceback says where."""
+    agent = create_memabra_agent(
+        ScriptedChatModel(replies=[AIMessage("ok")]), db=log, router=HybridRouter(similarity=Similarity(encoder=None))
+    )
+
+    def locked(self: Learner, **kwargs: Any) -> Any:
+        raise OperationalError("UPDATE learner_leases", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(Learner, "step", locked)
+    with caplog.at_level("INFO", logger="memabra"):
+        eid = _ask(agent, "hello")
+    (failed,) = [r for r in caplog.records if "learner's step failed" in r.getMessage()]
+    assert (
+        failed.levelname == "ERROR" and failed.getMessage() == f"episode {eid} is logged, but the learner's step failed"
+    )
+    assert failed.exc_info is not None and isinstance(failed.exc_info[1], OperationalError)
     agent.close()
 
 
