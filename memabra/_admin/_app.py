@@ -65,13 +65,14 @@ from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
 from memabra._admin._turn_pages import TurnPages
+from memabra._admin._unavailable import unavailable_handler
 from memabra._episode_document import episode_document
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog, RevokedSessions
+from memabra.storage import DatabaseUnavailableError, EpisodeLog, RevokedSessions
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -340,7 +341,9 @@ def create_app(
         Route("/metrics", metrics_endpoint(admin), methods=["GET"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: admin.not_found})
+    # a database outage is a 503 the client retries, not a 500 (memabra._admin._unavailable)
+    handlers = {404: admin.not_found, DatabaseUnavailableError: unavailable_handler(admin)}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.add_middleware(BodyLimit)
     app.add_middleware(SecurityHeaders)  # added last, so outermost: the 413 gets its headers too
     app.state.admin = admin

@@ -16,6 +16,7 @@ from rich.progress import (
     TextColumn,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._common import (
     STDOUT,
@@ -23,6 +24,7 @@ from memabra._cli._common import (
     check_json_output,
     check_output_path,
     console,
+    error_line,
     fail,
     parse_time,
     run_guarded,
@@ -34,6 +36,8 @@ from memabra._cli._database import DbOption
 from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
 from memabra._cli._policies import policy_name
 from memabra._config import parse_weights
+from memabra._errors import MemabraError
+from memabra._records import OPEResult
 from memabra.storage import EpisodeLog
 
 if TYPE_CHECKING:
@@ -69,6 +73,9 @@ LoggedByOption = Annotated[
     ),
 ]
 
+
+# how storage ends the message of a write whose connection was lost while it committed
+_COMMIT_UNKNOWN = "may or may not have committed"
 
 # what --plot writes: matplotlib's own backends, no extra package (matplotlib is imported only to draw)
 _PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -199,23 +206,41 @@ def ope_log(
                 logged_by=logged_by,
                 progress=lambda done: bar.update(task, completed=done),
             )
+        # shown and written before the store: a store that fails (the database gone, a snapshot
+        # pruned meanwhile) must not cost the user the minutes of evaluation it follows
+        print_evaluations(evaluations, alpha, only, logged_by)
+        first = evaluations[0]
+        if json_out is not None:
+            write_output(
+                json_out, json.dumps(evaluations_json(evaluations, alpha, reweight), indent=2, allow_nan=False) + "\n"
+            )
+            if json_out != STDOUT:
+                console.print(f"wrote {json_out}")
+        if plot is not None:
+            run_guarded(
+                plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
+            )
+            console.print(f"wrote {plot}")
         if store:
             # every target's rows in one write: a refusal of the second (its snapshot pruned
             # meanwhile) must not leave the first stored alone, reading as the whole run
-            run_guarded(log.record_ope_results, [r for evaluation in evaluations for r in evaluation.results])
-    print_evaluations(evaluations, alpha, only, logged_by)
-    first = evaluations[0]
-    if json_out is not None:
-        write_output(
-            json_out, json.dumps(evaluations_json(evaluations, alpha, reweight), indent=2, allow_nan=False) + "\n"
-        )
-        if json_out != STDOUT:
-            console.print(f"wrote {json_out}")
-    if plot is not None:
-        run_guarded(
-            plot_estimates, [r for ev in evaluations for r in ev.results], plot, logging_value=first.logging_value
-        )
-        console.print(f"wrote {plot}")
+            _store_results(log, [r for evaluation in evaluations for r in evaluation.results])
+
+
+def _store_results(log: EpisodeLog, results: list[OPEResult]) -> None:
+    """Store an ``ope log``'s rows, printed already: a failure says they were not stored, exit 1."""
+    try:
+        log.record_ope_results(results)
+    except (MemabraError, SQLAlchemyError) as exc:
+        # DatabaseUnavailableError is both: its own line names the database (password hidden)
+        line = str(exc) if isinstance(exc, MemabraError) else f"database error: {error_line(exc)}"
+        if _COMMIT_UNKNOWN in line:
+            # the connection was lost with the COMMIT in flight: the write is the one thing not known
+            runs = ", ".join(sorted({r.run_id[:8] for r in results}))
+            fail(
+                f"the results above may not have been stored (`memabra ope runs` lists run {runs} if they were): {line}"
+            )
+        fail(f"the results above were not stored in the log's OPE runs: {line}")
 
 
 def train(

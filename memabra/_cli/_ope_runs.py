@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
@@ -84,12 +85,20 @@ def _as_json(run: StoredRun) -> dict[str, Any]:
         "n_rounds": r.n_rounds,
         "n_estimates": run.n_estimates,
         "supported": r.details.get("supported"),
+        # why the log does not support the run's recommended estimate; null where it does, or for a
+        # run stored before its verdict's reason was kept
+        "reason": _reason(r),
         "logging_value": r.details.get("logging_value"),
         # null: the totals as logged; weights_recorded false: a run stored before runs kept them
         "weights": r.reward_weights,
         "weights_recorded": r.weights_recorded,
         "window": r.details.get("window"),
     }
+
+
+def _reason(result: OPEResult) -> str | None:
+    reason = result.details.get("reason")
+    return reason if isinstance(reason, str) and reason else None
 
 
 def ope_runs(
@@ -120,11 +129,18 @@ def ope_runs(
         "decisions (UTC)",
     ):
         table.add_column(column, justify="right" if column in ("estimate", "n", "logging") else "left")
+    # the reasons under the table, as ope log prints them: a sentence or two each would crowd the columns
+    reasons: list[tuple[str, str]] = []
     for run in runs:
         r = run.headline
         logging_value = r.details.get("logging_value")
         supported = r.details.get("supported")
-        verdict = " unsupported" if supported is False else ""
+        verdict = ""
+        if supported is False:
+            reason = _reason(r)
+            verdict = " unsupported" if reason is None else " unsupported (why: below)"
+            if reason is not None:
+                reasons.append((f"{r.run_id[:8]} {r.snapshot_version or r.policy} ({r.estimator})", reason))
         table.add_row(
             plain(f"{r.created_at:%Y-%m-%d %H:%M:%S}"),
             plain(r.run_id[:8]),
@@ -137,4 +153,6 @@ def ope_runs(
             plain(_window(r)),
         )
     console.print(table)
+    for run_label, reason in reasons:
+        console.print(Text.assemble(run_label, ": unsupported: ", reason))
     write_json(json_out, {"runs": [_as_json(run) for run in runs]})
