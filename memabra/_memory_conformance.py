@@ -16,8 +16,9 @@ The factory takes no arguments. Checks are deterministic without a seed, a clock
 every write is given its time (``at=``) and ids are only compared with each other, so a backend
 with random ids (``SQLMemory``) and one deriving them from the fact (``StoreMemory``) are checked
 alike. Each check calls the factory once and writes only users whose id starts with
-``conformance-``, its own ones: the backends may share storage, provided it holds no memories of
-those users when the suite starts. Not checked: concurrent writers, a process killed midway through
+``conformance-``, its own ones, and forgets them once it passed: the backends may share storage,
+provided it holds no memories of those users when the suite starts (a failed check leaves its
+users for a look). Not checked: concurrent writers, a process killed midway through
 a write, the episode log's side of forgetting, and how well recall ranks.
 """
 
@@ -121,7 +122,8 @@ def check_empty(backend: MemoryBackend, users: Sequence[str]) -> None:
         need(
             not held,
             f"user {user!r} holds {held!r} before the check wrote any: the factory must return an empty backend "
-            "(or one whose storage holds no conformance-* users), and no user may see another's memories",
+            "(or one whose storage holds no conformance-* users: a check that failed leaves its own, "
+            "forget_all them), and no user may see another's memories",
         )
 
 
@@ -365,6 +367,10 @@ def run_check(factory: MemoryBackendFactory, name: str) -> None:
     with contract(name):
         check_empty(backend, users)
         check(backend)
+        # what it wrote goes, so the suite runs again on the same storage (a failed check leaves
+        # its users for a look: the next run names them)
+        for user in users:
+            backend.forget_all(user)
 
 
 def check_memory_backend(factory: MemoryBackendFactory) -> None:

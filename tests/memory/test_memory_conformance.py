@@ -164,3 +164,10 @@ def test_a_backend_holding_the_suites_users_is_refused(sqlite_log: EpisodeLog) -
     SQLMemory(sqlite_log).remember("conformance-isolation-ann", "I like jazz")
     with pytest.raises(AssertionError, match=r"holds \['I like jazz'\] before the check wrote any"):
         check_memory_backend(lambda: SQLMemory(sqlite_log))
+
+
+def test_the_suite_runs_again_on_the_same_storage(memory_log: tuple[MemoryBackend, EpisodeLog]) -> None:
+    """A team runs it against a persistent development database: a passed run leaves nothing behind."""
+    memory, log = memory_log
+    check_memory_backend(_factory(memory, log))
+    check_memory_backend(_factory(memory, log))
