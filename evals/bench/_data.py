@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memabra._errors import InvalidRecordError, MemabraError
-from memabra._records import Candidate, CandidateKind
+from memabra._records import MAX_ID_LENGTH, Candidate, CandidateKind
 
 __all__ = ["NEED_RULES", "BenchFormatError", "BenchRound", "load_rounds"]
 
@@ -124,6 +124,13 @@ def parse_round(obj: object, where: str, pool: dict[tuple[str, str, str, int], C
     group = obj.get("group", "")
     if not isinstance(group, str):
         raise BenchFormatError(f"{where}: field 'group' must be str, got {type(group).__name__}")
+    # the group is the decision's user id, which the router refuses past this length: checked here,
+    # the run would stop at the round's first decision without naming the line, its log opened
+    if len(group) > MAX_ID_LENGTH:
+        raise BenchFormatError(
+            f"{where}: field 'group' holds at most {MAX_ID_LENGTH} characters (it is the episode log's user id), "
+            f"got {len(group)} ({group[:40]!r}...)"
+        )
     need = obj.get("need", "any")
     if need not in NEED_RULES:
         raise BenchFormatError(f"{where}: field 'need' must be one of {', '.join(NEED_RULES)}, got {need!r}")
@@ -163,7 +170,12 @@ def load_rounds(path: str | Path) -> tuple[BenchRound, ...]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise BenchFormatError(f"{where}: not valid JSON ({exc.msg}; {_JSON_LINES})") from None
+                # the column: a round with a large pool is one line of many kilobytes; some of the
+                # decoder's messages end in "at", meant to be followed by the position
+                reason = exc.msg.removesuffix(" at")
+                raise BenchFormatError(
+                    f"{where}: not valid JSON ({reason} at column {exc.colno}; {_JSON_LINES})"
+                ) from None
             round_ = parse_round(obj, where, pool)
             if round_.id in first_line:
                 raise BenchFormatError(

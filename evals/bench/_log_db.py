@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, make_url, text
 
 from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
@@ -43,11 +43,13 @@ class DecisionLogWriter:
 
     def __init__(self, url: str, *, logger: str = "bench", expected: int | None = None) -> None:
         self.url = url
+        # what messages (and a cron job's mail) show of the URL: never its password
+        self.where = make_url(url).render_as_string(hide_password=True)
         self.expected = expected
         held = _episodes_held(url)  # before migrating: a production log given by mistake stays as it was
         if held:
             raise ConfigError(
-                f"the episode log at {url} already holds {held} episodes; a bench log holds one run's "
+                f"the episode log at {self.where} already holds {held} episodes; a bench log holds one run's "
                 "decisions, so `memabra ope log` can be checked against that run: give a new database"
             )
         upgrade(url)
@@ -90,7 +92,7 @@ class DecisionLogWriter:
         if held != self.written:
             pending, self._pending = len(self._pending), []
             raise ConfigError(
-                f"the episode log at {self.url} holds {held} episodes where this bench run wrote {self.written}: "
+                f"the episode log at {self.where} holds {held} episodes where this bench run wrote {self.written}: "
                 f"another process wrote to it during the run; this run's last {pending} decisions were not "
                 "written, so that no report is checked against two runs' decisions: give each bench run a new database"
             )

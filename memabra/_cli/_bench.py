@@ -20,11 +20,11 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from memabra._cli._bench_log import close_log, explain_partial_log, open_log
 from memabra._cli._common import (
     JsonOutOption,
     check_output_path,
     console,
-    err_console,
     fail,
     run_guarded,
     write_json,
@@ -125,12 +125,11 @@ def bench(
                 tasks[name] = bar.add_task(f"{name:>10}", total=total)
             bar.update(tasks[name], completed=done)
 
-        from memabra.evals.bench import DecisionLogWriter
-
         expected = passes * len(rounds)
-        writer = run_guarded(DecisionLogWriter, log_db, logger=names[0], expected=expected) if log_db else None
+        writer = open_log(log_db, names[0], expected) if log_db else None
         finished = False
         stop: Stopped | None = None
+        log_failed = False
         # a scheduler's SIGTERM (Slurm's time limit, docker stop) stops the run as Ctrl-C does: the
         # log's run row then says stopped, not running as after a SIGKILL
         try:
@@ -143,11 +142,13 @@ def bench(
             stop = stopped
         finally:
             if writer is not None:
-                writer.close(finished=finished)
-                if not finished:
-                    _explain_partial_log(writer.written, expected, names[0], log_db)
+                log_failed = not close_log(writer, finished)
+                if not finished or log_failed:
+                    explain_partial_log(finished, writer.written, expected, names[0], writer.where)
         if stop is not None:
             fail(f"{stopped_by(stop)}: the bench run stopped before it finished", code=exit_code(stop))
+        if log_failed:
+            raise typer.Exit(1)
     report["similarity"] = prior
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
@@ -157,24 +158,9 @@ def bench(
     _render(report)
     _explain_missing_unseen(report["routers"], rounds)
     if writer is not None:
-        console.print(f"logged {writer.written} decisions of {names[0]} to {log_db}")
+        console.print(Text(f"logged {writer.written} decisions of {names[0]} to {writer.where}"), highlight=False)
     if plot is not None:
         console.print(Text(f"wrote {plot}"), highlight=False)
-
-
-def _explain_partial_log(written: int, expected: int, logger: str, url: str | None) -> None:
-    """An interrupted run's log reads like a finished one to `ope log`, but covers only the rounds
-    played before the stop, and no report holds the truth to check it against: say so."""
-    if written >= expected:
-        return  # the logger finished; a later router stopped the run, and its log is whole
-    err_console.print(
-        Text(
-            f"the bench run stopped before it finished: {url} holds {written} of the {expected} decisions "
-            f"{logger} would have logged (the rounds played before the stop) and no report was written to "
-            "check `memabra ope log` against; run the bench again with a new --log-db"
-        ),
-        highlight=False,
-    )
 
 
 def _bench_seeds(

@@ -229,3 +229,36 @@ def test_lexical_ranks_by_bm25_alone_and_says_so(tmp_path: Path) -> None:
     code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--lexical", "--json", str(out))
     assert code == 0, output
     assert json.loads(out.read_text(encoding="utf-8"))["similarity"] == "bm25"
+
+
+def test_a_group_too_long_to_be_a_user_id_is_refused_by_line_before_the_log_is_opened(tmp_path: Path) -> None:
+    # the group is each decision's user id (at most 200 characters): a converter's
+    # "tenant/workspace/user/..." used to pass the load and stop the run at its first decision,
+    # without a line, after --log-db was created and marked stopped
+    path = _write(tmp_path, [bench_round(0), bench_round(1, group="acme/" + "w" * 250)])
+    with pytest.raises(BenchFormatError, match=r"line 2: field 'group' holds at most 200 characters"):
+        load_rounds(path)
+    log = tmp_path / "bench.db"
+    code, output = _cli(str(path), "--routers", "hybrid", "--passes", "1", "--log-db", f"sqlite:///{log}")
+    assert code == 1 and "mine.jsonl line 2: field 'group'" in " ".join(output.split())
+    assert not log.exists()
+    assert len(load_rounds(_write(tmp_path, [bench_round(0, group="g" * 200)]))) == 1
+
+
+def test_bad_json_says_the_column_on_a_long_line(tmp_path: Path) -> None:
+    # a round with a 128-tool registry is one line of some 50 kB: the line alone does not find the typo
+    line = json.dumps(bench_round(0))
+    cut = line.index('"relevant"')
+    path = tmp_path / "cut.jsonl"
+    path.write_text(line[:cut] + line[cut + 1 :] + "\n", encoding="utf-8")
+    with pytest.raises(BenchFormatError, match=rf"line 1: not valid JSON \(.* at column {cut + 1}; "):
+        load_rounds(path)
+
+
+def test_a_log_db_the_driver_cannot_open_names_the_option_and_url(tmp_path: Path) -> None:
+    # a nightly job's --log-db in a folder that was not created: the driver's bare "unable to open
+    # database file" used to reach the user as a database error naming neither
+    url = f"sqlite:///{tmp_path / 'nightly' / 'bench.db'}"
+    code, output = _cli(str(_write(tmp_path, [bench_round(0)])), "--routers", "hybrid", "--log-db", url)
+    said = " ".join(output.split())
+    assert code == 1 and f"--log-db {url}: cannot open the log: unable to open database file" in said, said

@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
 from bench.bench_rounds import bench_round
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from memabra import ConfigError
+from memabra import ConfigError, RewardBreakdown, Selection
 from memabra._cli._app import app
 from memabra._cli._bench import bench
 from memabra.evals.bench import BenchRun, DecisionLogWriter, bench_run_of, load_rounds, router_factories, run_bench
@@ -227,3 +228,58 @@ def test_a_run_stopped_by_sigterm_marks_its_log_stopped_and_exits_143(tmp_path: 
     assert stopped is not None and stopped.status == "stopped" and 0 < stopped.written < 12000
     result = runner.invoke(app, ["ope", "log", "--db", db_url, "--policy", "random", "--no-store"])
     assert result.exit_code == 1 and "unfinished bench run" in " ".join(result.output.split())
+
+
+def test_a_log_that_cannot_take_the_runs_last_decisions_is_one_line_and_left_stopped(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last decisions are written when the log closes, after the run: another process found in
+    the log there (an agent given this URL by mistake) used to end the command in a traceback that
+    hid what the log holds; it is now the writer's one-line refusal and the partial-log note."""
+    from dataclasses import replace
+
+    import memabra.evals.bench as bench_module
+    from memabra._records import Episode, new_id
+
+    real = bench_module.run_bench
+
+    def intruded(*args: object, on_decision: DecisionLogWriter, **kwargs: object) -> object:
+        calls = 0
+
+        def hook(selection: Selection, reward: RewardBreakdown, round_: object) -> None:
+            nonlocal calls
+            calls += 1
+            on_decision(selection, reward, round_)  # type: ignore[arg-type]
+            if calls == 3:  # another writer's turn lands in the log meanwhile
+                with EpisodeLog(db_url) as other:
+                    foreign = replace(selection, id=new_id())
+                    other.log_episodes([Episode(selection.context.user_id, "theirs", selections=(foreign,))])
+
+        return real(*args, on_decision=hook, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bench_module, "run_bench", intruded)
+    with pytest.raises(typer.Exit) as exited:
+        bench(_rounds_file(tmp_path, 8), routers="hybrid", passes=1, lexical=True, log_db=db_url)
+    assert exited.value.exit_code == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"could not finish writing the log {db_url}" in err and "another process wrote to it" in err, err
+    assert "the log could not be finished" in err and "holds 0 of the 8 decisions hybrid" in err, err
+    stopped = bench_run_of_url(db_url)
+    assert stopped is not None and (stopped.status, stopped.written) == ("stopped", 0)
+
+
+@pytest.mark.skipif(not os.environ.get("MEMABRA_TEST_DATABASE_URL"), reason="a password needs PostgreSQL")
+def test_what_the_bench_says_of_its_log_never_shows_the_password(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # a nightly cron job mails its output: the --log-db URL in it used to carry the password
+    from sqlalchemy import make_url
+
+    base = make_url(request.getfixturevalue("pg_schema_url"))
+    url = base.set(password="hunter2").render_as_string(hide_password=False)  # the test server trusts root
+    rounds = _rounds_file(tmp_path, 4)
+    for expected in (0, 1):  # the run, then the refused second run on the same log
+        result = runner.invoke(app, ["bench", str(rounds), "--routers", "hybrid", "--passes", "1", "--log-db", url])
+        assert result.exit_code == expected, result.output
+        said = " ".join(result.output.split())
+        assert "hunter2" not in said and "root:***@" in said, said
