@@ -56,6 +56,7 @@ def _closest(name: str, known: Iterable[str]) -> str:
 def parse_weights(text: str, base: RewardWeights | None = None) -> RewardWeights:
     """``"ws=1,wc=0.5"`` -> weights (unnamed ones keep ``base``'s, by default the spec's)."""
     values = (base or RewardWeights()).as_dict()
+    named: set[str] = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, raw = part.partition("=")
         name = name.strip()
@@ -64,6 +65,10 @@ def parse_weights(text: str, base: RewardWeights | None = None) -> RewardWeights
                 f"bad weight {part!r}: expected NAME=VALUE with NAME one of {', '.join(_WEIGHT_NAMES)}"
                 + _closest(name, _WEIGHT_NAMES)
             )
+        if name in named:
+            # "wc=0.5,wc=0.8" is an edit half made (or wx meant): which one was meant is a guess
+            raise ConfigError(f"weight {name} is given twice in {text.strip()!r}")
+        named.add(name)
         try:
             value = float(raw)
         except ValueError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import replace
 from datetime import datetime
 
@@ -32,6 +33,36 @@ FINALIZE_BATCH = 1000
 # Due episode ids read per query while finalising.
 _DUE_PAGE = 500
 
+# The range the built-in learners clip each reward's cost to: the spec's weights' (router/_residual.py,
+# router/_vw.py), whatever weights the log is scored under.
+_LEARNED_RANGE = RewardWeights().total_range()
+
+# What this process has warned about, so that a log of mixed weightings costs one WARNING per pair
+# (and a weighting beyond the learners' range one per weighting), not one per reward.
+_warned: set[tuple[RewardWeights, ...]] = set()
+_warned_lock = threading.Lock()
+
+
+def _first_time(key: tuple[RewardWeights, ...]) -> bool:
+    with _warned_lock:
+        if key in _warned:
+            return False
+        _warned.add(key)
+        return True
+
+
+def _warn_beyond_learned_range(weights: RewardWeights) -> None:
+    low, high = weights.total_range()
+    if (low < _LEARNED_RANGE[0] or high > _LEARNED_RANGE[1]) and _first_time((weights,)):
+        logger.warning(
+            "reward weights %s give totals in [%.2f, %.2f], beyond [%.2f, %.2f], the spec's weights' range, to "
+            "which the built-in learners clip every reward they learn: totals outside it are learned as its ends",
+            weights.as_dict(),
+            low,
+            high,
+            *_LEARNED_RANGE,
+        )
+
 
 class RewardService:
     def __init__(self, log: EpisodeLog, config: RewardConfig | None = None) -> None:
@@ -41,6 +72,7 @@ class RewardService:
         # restart tries them once more), so a poisoned row costs one logged error, not one per step.
         self._unscoreable: set[str] = set()
         log.feedback_window = self.reward.config.feedback_window
+        _warn_beyond_learned_range(self.reward.config.weights)
 
     @property
     def config(self) -> RewardConfig:
@@ -140,7 +172,21 @@ class RewardService:
         )
 
     def _score(self, episode: Episode) -> RewardBreakdown:
-        return self.reward.score(episode, episode.feedback)
+        scored = self.reward.score(episode, episode.feedback)
+        stored = episode.reward
+        if stored is not None and stored.weights != scored.weights and _first_time((stored.weights, scored.weights)):
+            # Every writer re-totals the whole reward under its own weights, so this one is now under
+            # ours; the warning is for the others still being written under theirs.
+            logger.warning(
+                "episode %s's reward was totalled under weights %s (by a process configured otherwise, or by "
+                "`memabra rewards recompute`), and this process scores it under %s: the log now holds rewards "
+                "of both weightings, which a learner learns as one scale. Run every process that writes to this "
+                'log with the same reward configuration (docs/configuration.md, "Changing the reward weights")',
+                episode.id,
+                stored.weights.as_dict(),
+                scored.weights.as_dict(),
+            )
+        return scored
 
 
 def recompute_rewards(

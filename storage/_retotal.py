@@ -15,6 +15,11 @@ A run that stops midway (killed, a row that no longer reads as a reward) leaves 
 committed re-totalled and the others as they were, each row consistent and recording the weights
 it was totalled under; re-totalling is a pure function of the stored components, so running it
 again finishes the job.
+
+A learner keeps reading and committing meanwhile. What it committed before a page is counted there
+(:attr:`Retotalled.learned`: its model holds those rewards' old totals); what it read before a page
+and commits after is stored as learned under the new totals, and nothing in the log tells those
+apart (the log keeps no record of reads not yet committed): at most one commit interval's worth.
 """
 
 from __future__ import annotations
@@ -69,16 +74,20 @@ has none, or labels were not asked for) to the reward under the new weights."""
 
 @dataclass(frozen=True, slots=True)
 class Retotalled:
-    """What a re-total did: ``rewards`` re-totalled, ``labelled`` of them given Hm from a MemPO label."""
+    """What a re-total did: ``rewards`` re-totalled, ``labelled`` of them given Hm from a MemPO label,
+    ``learned`` of them already learned by a learner when their page was re-totalled (its model holds
+    their old totals)."""
 
     rewards: int
     labelled: int
+    learned: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Page:
     rewards: int
     labelled: int
+    learned: int
     last: str | None  # the page's last episode id: the next page starts after it
 
 
@@ -95,7 +104,7 @@ def retotal_rewards(
     per transaction (see the module docstring for what a run that stops midway leaves).
     ``version``: the reward version stored with the new totals (else the one ``rescore`` gives);
     ``labels``: hand ``rescore`` each episode's MemPO label (only ``scorer``'s labels, when given)."""
-    rewards = labelled = 0
+    rewards = labelled = learned = 0
     after: str | None = None
     while True:
         work = partial(
@@ -110,8 +119,9 @@ def retotal_rewards(
         )
         page = tx.write(work, what="retotal_rewards")
         if page.last is None:
-            return Retotalled(rewards, labelled)
-        rewards, labelled, after = rewards + page.rewards, labelled + page.labelled, page.last
+            return Retotalled(rewards, labelled, learned)
+        rewards, labelled, learned = rewards + page.rewards, labelled + page.labelled, learned + page.learned
+        after = page.last
         logger.debug("re-totalled %d rewards so far (through episode %s)", rewards, after)
 
 
@@ -138,13 +148,17 @@ def _retotal_page(
         ids_stmt = ids_stmt.with_for_update(of=EpisodeRow)
     ids = list(s.scalars(ids_stmt))
     if not ids:
-        return _Page(0, 0, None)
+        return _Page(0, 0, 0, None)
     # Read after the locks are held, so a reward replaced while this page waited is read as replaced.
-    stored = s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(ids)).order_by(RewardRow.episode_id))
+    stored = list(s.scalars(select(RewardRow).where(RewardRow.episode_id.in_(ids)).order_by(RewardRow.episode_id)))
     page_labels = _labels(s, ids, scorer) if labels else {}
     updates = [(row.episode_id, rescore(cv.reward_from_row(row), page_labels.get(row.episode_id))) for row in stored]
     _write_totals(s, updates, version)
-    return _Page(len(updates), sum(1 for episode_id, _ in updates if episode_id in page_labels), ids[-1])
+    # Counted here, not before the run: a learner keeps committing while the run works through the
+    # log, and what it committed before this page was learned under the old totals.
+    learned = sum(1 for row in stored if row.learned_at is not None)
+    labelled = sum(1 for episode_id, _ in updates if episode_id in page_labels)
+    return _Page(len(updates), labelled, learned, ids[-1])
 
 
 def _labels(s: Session, episode_ids: list[str] | None, scorer: str | None = None) -> dict[str, float]:

@@ -17,6 +17,7 @@ from memabra._cli._common import configure_logging, console, fail, run_guarded
 from memabra._cli._database import DbOption
 from memabra._cli._erase import open_checkpointer
 from memabra._cli._retention import check_age, parse_age
+from memabra._config import load_reward_config
 from memabra._environment import empty_variable_error, secret_variable
 from memabra._errors import ConfigError
 from memabra._health import DEFAULT_MAX_LAG, format_age
@@ -145,6 +146,10 @@ def admin(
     if generated:
         # Loopback without configured credentials still gets a credential: one for this run only.
         token = secrets.token_urlsafe(24)
+    # Feedback recorded here is scored under the log's weighting like every other writer's (the
+    # library default would re-total each episode an operator judges under the spec's weights),
+    # and a bad setting is refused before anything is served.
+    reward_config = run_guarded(load_reward_config)
     log = run_guarded(EpisodeLog, db)
     stack = contextlib.ExitStack()
     try:
@@ -162,6 +167,7 @@ def admin(
             current_policy=_current_policy(log, policy),
             checkpointer=saver,
             max_lag=parse_age(max_lag),
+            reward_config=reward_config,
         )
         # bound before the banner, so a taken port is a clear error, never an address that is not served
         listening = _bind(host, port)

@@ -283,7 +283,6 @@ def rewards_recompute(
     if mempo_scorer is not None and not use_mempo:
         fail("--mempo-scorer names the MemPO labels to take Hm from: give it with --use-mempo")
     with _open(db) as log:
-        learned = run_guarded(log.count_learned_rewards, since=parse_time(since, "--since"))
         done = run_guarded(
             retotal_rewards,
             log,
@@ -307,13 +306,15 @@ def rewards_recompute(
             "decisions of other episodes, or of none left: --since, erasure, retention): Hm as logged",
             highlight=False,
         )
-    if learned:
+    if done.learned:
         # a learner reads each final reward once: re-totalled, it is not learned again
         console.print(
-            f"[yellow]{learned} of these rewards were already learned under their old totals[/]: the online "
-            "learner does not learn them again, so its model no longer equals a replay of the log (`memabra "
-            "learner --replay` will differ from the committed model); offline evaluation and `memabra train "
-            "--from-log` read the new totals",
+            f"[yellow]{done.learned} of these rewards were already learned under their old totals[/]: the "
+            "online learner does not learn them again, so its model no longer equals a replay of the log "
+            "(`memabra learner --replay` will differ from the committed model); offline evaluation and "
+            "`memabra train --from-log` read the new totals. A learner running meanwhile may also have read "
+            'a few before their page and stored them as learned after it (docs/configuration.md, "Changing '
+            'the reward weights")',
             highlight=False,
         )
 
