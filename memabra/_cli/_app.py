@@ -82,10 +82,16 @@ def _stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+_ROOT_HELP = (
+    "Learned, logged, evaluable context routing for LangGraph agents.\n\n"
+    "New here? `memabra demo` runs the whole loop offline, logging to memabra.db in this directory, "
+    "and ends by printing the commands to look at what it logged."
+)
+
 app = typer.Typer(
     cls=_ReadableErrorsGroup,
     name="memabra",
-    help="Learned, logged, evaluable context routing for LangGraph agents.",
+    help=_ROOT_HELP,
     no_args_is_help=True,
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
@@ -107,34 +113,36 @@ def _root(
         typer.Option("--version", help="Print memabra's version and exit.", callback=_print_version, is_eager=True),
     ] = False,
 ) -> None:
-    """Learned, logged, evaluable context routing for LangGraph agents."""
-    # A mistyped variable would leave its setting at the default without a word; every command says so.
+    # (The root's help is _ROOT_HELP, given to the app.) A mistyped variable would leave its
+    # setting at the default without a word; every command says so.
     for message in unreported_unknown_variables():
         err_console.print(Text.assemble(("warning:", "bold yellow"), " ", message), highlight=False)
 
 
-app.add_typer(db_app, name="db")
+# The order `memabra --help` lists them in (commands, then groups): a first run's path first
+# (demo, then looking at what it logged), then running it in production, then offline work.
+app.command("demo")(demo)
+app.command("status")(status)
+app.command("feedback")(feedback)
+app.command("admin")(admin)
+app.command("route")(route)
+app.command("learner")(learner)
+app.command("train")(train)
+app.command("bench")(bench)
+app.command("simulate")(simulate_command)
+app.command("erase")(erase)
 episodes_app.command("delete")(episodes_delete)
 episodes_app.command("deletions")(episodes_deletions)
 episodes_app.command("export")(episodes_export)
 episodes_app.command("paused")(episodes_paused)
 app.add_typer(episodes_app, name="episodes")
-app.add_typer(rewards_app, name="rewards")
 app.add_typer(memories_app, name="memories")
 ope_app.command("log")(ope_log)
 app.add_typer(ope_app, name="ope")
-app.command("train")(train)
-app.add_typer(mempo_app, name="mempo")
-app.command("feedback")(feedback)
-app.command("demo")(demo)
-app.command("admin")(admin)
-app.command("bench")(bench)
-app.command("simulate")(simulate_command)
 app.add_typer(policies_app, name="policies")
-app.command("route")(route)
-app.command("learner")(learner)
-app.command("status")(status)
-app.command("erase")(erase)
+app.add_typer(rewards_app, name="rewards")
+app.add_typer(db_app, name="db")
+app.add_typer(mempo_app, name="mempo")
 
 
 def main() -> None:

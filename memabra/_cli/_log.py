@@ -71,7 +71,12 @@ def episodes_list(
     snapshot: str | None = typer.Option(
         None, help="Only what this saved snapshot served, its online updates included (as `policies list` counts)."
     ),
-    corrected: bool | None = typer.Option(None, "--corrected/--not-corrected", show_default=False),
+    corrected: bool | None = typer.Option(
+        None,
+        "--corrected/--not-corrected",
+        show_default=False,
+        help="Only episodes some feedback corrected (a correction, a wrong-tool verdict, a retracted memory: the reward's C), or none of them.",
+    ),
     failed: bool | None = typer.Option(
         None,
         "--failed/--not-failed",
@@ -83,7 +88,7 @@ def episodes_list(
         callback=_cause,
         help=f"Only failed turns of this cause: {', '.join(FAILURE_CAUSES)} (implies --failed).",
     ),
-    limit: int = typer.Option(20, min=1, max=1000),
+    limit: int = typer.Option(20, min=1, max=1000, help="Episodes per page."),
     cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
     json_out: JsonOutOption = None,
 ) -> None:
@@ -337,6 +342,15 @@ def rewards_finalize(db: DbOption = None, json_out: JsonOutOption = None) -> Non
         fail(f"{shown} episode(s) past their window could not be finalised; the errors above name them")
 
 
+_STATUS_NOTES = {
+    # A bare "late" reads as an error to someone trying `feedback` on an episode of the demo, whose
+    # rewards are all final: say what it means, after the status word scripts match.
+    "late": " (the episode's reward was already final or its feedback window had closed: kept for review, "
+    "never applied)",
+    "duplicate": " (this idempotency key was recorded already: nothing written)",
+}
+
+
 def feedback(
     episode_id: EpisodeRefArgument,
     payload: Annotated[
@@ -376,6 +390,6 @@ def feedback(
             f"{earlier.id}: {json.dumps(dict(earlier.payload), sort_keys=True, default=str)}); nothing was "
             "written: a retry must send the same payload, new feedback a new key"
         )
-    console.print(f"feedback {receipt.feedback_id}: {receipt.status}")
+    console.print(f"feedback {receipt.feedback_id}: {receipt.status}{_STATUS_NOTES.get(receipt.status, '')}")
     # the whole episode id, where a script gave its first characters
     write_json(json_out, {"feedback_id": receipt.feedback_id, "episode_id": episode_id, "status": receipt.status})

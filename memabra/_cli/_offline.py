@@ -257,7 +257,7 @@ def train(
     holdout: Annotated[
         float, typer.Option(min=0.05, max=0.95, help="Latest share of decisions held out for evaluation.")
     ] = 0.2,
-    alpha: Annotated[float, typer.Option(min=0.001, max=0.5)] = 0.05,
+    alpha: Annotated[float, typer.Option(min=0.001, max=0.5, help="1 - confidence of the intervals.")] = 0.05,
     weights: Annotated[
         str | None, typer.Option(help="Train and evaluate on rewards re-scored under these weights.")
     ] = None,

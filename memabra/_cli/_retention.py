@@ -183,7 +183,7 @@ _UNFINISHED_COUNTED = 10_000
 
 def episodes_deletions(
     user: Annotated[str | None, typer.Option("--user", help="Only deletions asked for this user.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Deletion runs per page.")] = 20,
     cursor: Annotated[str | None, typer.Option(help="Cursor printed under the previous page.")] = None,
     db: DbOption = None,
     json_out: JsonOutOption = None,

@@ -307,7 +307,8 @@ _WINDOW_COLUMNS = (
 
 def _print_reward_window(state: LogStatus) -> None:
     """Per policy and snapshot served, the rewards that became final in the window: each policy's
-    active snapshot first, then the previous one (what a rollback re-activates), then the rest."""
+    active snapshot first, then the previous one (what a rollback re-activates), then the rest, the
+    busiest first and, among as busy, the newest (most online updates) first."""
     if state.rewards_since is None:
         return
     window = format_age(state.checked_at - state.rewards_since)
@@ -318,7 +319,14 @@ def _print_reward_window(state: LogStatus) -> None:
     roles.update({(p.policy, p.previous_version): "previous" for p in state.policies})
     order = {"active": 0, "previous": 1}
     rows = sorted(
-        state.reward_window, key=lambda w: (w.policy, order.get(roles.get((w.policy, w.version), ""), 2), -w.rewards)
+        state.reward_window,
+        key=lambda w: (
+            w.policy,
+            order.get(roles.get((w.policy, w.version), ""), 2),
+            -w.rewards,
+            -_online_updates(w.version),
+            w.version,
+        ),
     )
     table = Table(title=f"rewards final in the last {window}, per snapshot served", title_justify="left")
     for column in _WINDOW_COLUMNS:
@@ -337,6 +345,14 @@ def _print_reward_window(state: LogStatus) -> None:
             f"{w.tool_error_share:.1%}",
         )
     console.print(table)
+
+
+def _online_updates(version: str) -> int:
+    """The N of a version ``ROOT+N`` (0 for a root): a learner saves ``+100``, ``+200``, ... as it
+    goes, and as text ``+1000`` sorts before ``+200``, so a run of equally busy snapshots (the
+    demo's, 100 turns each) would read out of order."""
+    _root, plus, updates = version.rpartition("+")
+    return int(updates) if plus and updates.isdigit() else 0
 
 
 def _backlog(p: PolicyStatus, now: datetime) -> str:
