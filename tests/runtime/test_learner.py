@@ -340,12 +340,16 @@ def test_committed_here_counts_what_was_committed_not_what_was_dropped(log: Epis
     rewards it dropped (an outage, a refused commit, a restore) and learned again counted twice."""
     log_final(log, 30)
     learner = Learner(log, vw, commit_every=1000)
-    drain(learner, 30)
-    assert learner.committed_here == 0 and learner.pending == 30
-    learner.abandon()  # dropped: the next lease holder learns them again
-    drain(learner, 30)
-    learner.close()
+    try:
+        drain(learner, 30)
+        assert learner.committed_here == 0 and learner.pending == 30
+        learner.abandon()  # dropped: the next lease holder learns them again
+        assert sum(learner.step().learned for _ in range(3)) == 30  # this one, taking the lease back
+    finally:
+        learner.close()
     assert learner.committed_here == 30 and learner.learned == 30
     again = Learner(log, vw, commit_every=1000)
-    assert again.acquire() and again.committed_here == 0  # a takeover commits nothing of its own yet
-    again.close()
+    try:
+        assert again.acquire() and again.committed_here == 0  # a takeover commits nothing of its own yet
+    finally:
+        again.close()
