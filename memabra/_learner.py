@@ -214,7 +214,7 @@ class Learner:
             self._torn = True
             learn_item(self._router, final.item, local_credit=self.local_credit)
             self._position = final.position
-            self._read = read_digest(self._read, final.position)
+            self._read = read_digest(self._read, final.position, final.item.reward.total)
             self._learned += 1
             self._torn = False
             n += 1

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from memabra._errors import MemabraError
 from memabra._records import PolicySnapshot, utcnow
+from memabra.storage._from_rows import reward_from_row
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._models import PolicySnapshotRow, RewardRow, table_of
 from memabra.storage._snapshots import lock_policy
@@ -36,10 +37,12 @@ class ReadPosition:
 START = ReadPosition(-1, "")
 
 
-def read_digest(digest: int, position: ReadPosition) -> int:
-    """``digest`` with the reward at ``position`` read too: an order-free fingerprint of the rewards
-    a learner read since its last commit (0: none), which its commit compares with the log's."""
-    one = hashlib.blake2b(f"{position.seq}:{position.episode_id}".encode(), digest_size=8).digest()
+def read_digest(digest: int, position: ReadPosition, total: float) -> int:
+    """``digest`` with the reward at ``position`` read too, at ``total``: an order-free fingerprint
+    of the rewards a learner read since its last commit (0: none), which its commit compares with
+    the log's. The total is in it because ``rewards recompute`` re-totals final rewards in place: a
+    reward read before its page and committed after was learned at a total the log no longer holds."""
+    one = hashlib.blake2b(f"{position.seq}:{position.episode_id}:{total.hex()}".encode(), digest_size=8).digest()
     return digest ^ int.from_bytes(one, "big")
 
 
@@ -89,7 +92,7 @@ def commit_checkpoint(
         raise LeaseLostError(
             f"the rewards the learner of policy {policy!r} read since its last commit (up to episode "
             f"{position.episode_id}, commit seq {position.seq}) are no longer those the log holds there "
-            "(restored from a backup, or erased meanwhile): what it learned since its last commit is dropped "
+            "(restored from a backup, erased or re-totalled meanwhile): what it learned since its last commit is dropped "
             "and learned again from the log"
         )
     lock_policy(s, policy)  # a promote or rollback lands before this read or after the commit
@@ -155,13 +158,15 @@ def _logged_digest(s: Session, previous: ReadPosition, position: ReadPosition) -
     counter: checking only the last reward read passes once the learner has read on into those, and
     committing would claim the lost rewards and mark as learned the new ones it skipped."""
     digest = 0
-    rows = s.execute(
-        select(RewardRow.commit_seq, RewardRow.episode_id).where(
+    rows = s.scalars(
+        select(RewardRow).where(
             RewardRow.final.is_(True), RewardRow.commit_seq.is_not(None), *_between(previous, position)
         )
     )
-    for seq, episode_id in rows:
-        digest = read_digest(digest, ReadPosition(int(seq or 0), episode_id))  # never NULL: filtered
+    for row in rows:
+        # the total as the learner read it (reward_from_row, as read_final gives it)
+        position_read = ReadPosition(int(row.commit_seq or 0), row.episode_id)  # never NULL: filtered
+        digest = read_digest(digest, position_read, reward_from_row(row).total)
     return digest
 
 

@@ -18,8 +18,9 @@ again finishes the job.
 
 A learner keeps reading and committing meanwhile. What it committed before a page is counted there
 (:attr:`Retotalled.learned`: its model holds those rewards' old totals); what it read before a page
-and commits after is stored as learned under the new totals, and nothing in the log tells those
-apart (the log keeps no record of reads not yet committed): at most one commit interval's worth.
+and would commit after is refused at its commit (the totals are in the fingerprint of what it read,
+:func:`~memabra.storage._learner_commit.read_digest`), and it learns those rewards again at the new
+totals.
 """
 
 from __future__ import annotations

@@ -317,9 +317,8 @@ def rewards_recompute(
             f"[yellow]{done.learned} of these rewards were already learned under their old totals[/]: the "
             "online learner does not learn them again, so its model no longer equals a replay of the log "
             "(`memabra learner --replay` will differ from the committed model); offline evaluation and "
-            "`memabra train --from-log` read the new totals. A learner running meanwhile may also have read "
-            'a few before their page and stored them as learned after it (docs/configuration.md, "Changing '
-            'the reward weights")',
+            '`memabra train --from-log` read the new totals (docs/configuration.md, "Changing the reward '
+            'weights")',
             highlight=False,
         )
 

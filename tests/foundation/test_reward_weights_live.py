@@ -142,3 +142,30 @@ def test_recompute_counts_rewards_learned_while_it_ran(
     flat = " ".join(result.output.split())
     assert "recomputed 4 rewards" in flat
     assert "2 of these rewards were already learned under their old totals" in flat
+
+
+def test_a_reward_re_totalled_between_a_learners_read_and_its_commit_is_learned_again(
+    log: EpisodeLog, migrated_url: str
+) -> None:
+    """A learner that read rewards before `rewards recompute` re-totalled them committed after it:
+    its model held the old totals while the log marked them learned at the new ones (a replay
+    differed, and nothing said so). Its commit is refused now and it learns them again."""
+    from runtime.test_learner import checkpoint_model
+
+    from memabra._replay import replay
+    from memabra.router import learned_model
+
+    log_final(log, 6)
+    learner = Learner(log, vw, commit_every=1000)
+    try:
+        drain(learner, 6)  # read, not committed
+        result = runner.invoke(app, ["rewards", "recompute", "--weights", "wc=0.9,wx=0.05", "--db", migrated_url])
+        assert result.exit_code == 0, result.output
+        assert learner.commit() is None  # refused: the totals it learned are no longer the log's
+        learned_again = sum(learner.step().learned for _ in range(3))  # takes the lease back, resumes
+    finally:
+        learner.close()
+    assert learned_again == 6 and learner.learned == 6
+    router, rewards = replay(log, "vw")
+    assert rewards == 6
+    assert checkpoint_model(log) == learned_model(router.snapshot())
