@@ -169,13 +169,20 @@ def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
     """Each supported target against every later supported one and the logging policy."""
     from memabra.evals.offline import LOGGING_POLICY
 
+    supported = [ev for ev in evaluations if ev.recommended.supported]
+    left_out = [ev.policy for ev in evaluations if not ev.recommended.supported]
     table = Table(
         title=f"paired differences of the recommended estimates on the same decisions ({intervals(alpha)})",
-        caption="only supported targets are compared: an unsupported one's bounds say all the log can",
+        # said only where a target was left out: under a table of every target it reads as a warning
+        caption=(
+            f"only supported targets are compared ({escape(', '.join(left_out))} left out): an unsupported one's bounds "
+            "say all the log can"
+            if left_out
+            else None
+        ),
     )
     for col in ("policy", "minus", "difference", "ci low", "ci high", "verdict"):
         table.add_column(col, justify="left" if col in ("policy", "minus", "verdict") else "right")
-    supported = [ev for ev in evaluations if ev.recommended.supported]
     for i, ev in enumerate(supported):
         others = [o.policy for o in supported[i + 1 :] if o.policy in ev.versus] + [LOGGING_POLICY]
         for other in others:

@@ -325,6 +325,12 @@ def test_cli_ope_log_writes_json_png_and_stores_runs(migrated_url: str, fill_log
             assert set(policy["versus"][LOGGING_POLICY]) == {"difference", "ci_low", "ci_high"}
         else:
             assert policy["versus"] == {}
+    # the caption says who was left out, and only when someone was
+    left_out = [name for name, policy in doc["policies"].items() if not policy["recommended"]["supported"]]
+    flat = " ".join(result.output.split())
+    assert ("only supported targets are compared" in flat) == bool(left_out), flat
+    if left_out:
+        assert f"compared ({', '.join(left_out)} left out)" in flat
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with EpisodeLog(migrated_url) as log:
         assert len(log.list_ope_runs(policy="hybrid")) == len(hybrid["estimates"])
