@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import math
@@ -150,6 +151,7 @@ def bench(
         if log_failed:
             raise typer.Exit(1)
     report["similarity"] = prior
+    report["file_sha256"] = _sha256(file)
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
     write_json(json_out, report)
@@ -188,10 +190,20 @@ def _bench_seeds(
 
             report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name)
             reports.append({**report, "similarity": prior})
-    summary = {**summarize_seeds(reports), "similarity": prior}
+    summary = {**summarize_seeds(reports), "similarity": prior, "file_sha256": _sha256(file)}
     _render_seeds(summary)
     _explain_missing_unseen(reports[0]["routers"], rounds)
     write_json(json_out, summary)
+
+
+def _sha256(file: Path) -> str:
+    """The file's content digest, read in blocks: runs of one name over weeks compare only where it
+    matches (the report names the file by its name alone)."""
+    digest = hashlib.sha256()
+    with file.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _render_seeds(summary: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@ unseen split, the CLI, and the real development files."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -189,6 +190,8 @@ def test_cli_writes_json_and_plot(tiny: Path, tmp_path: Path) -> None:
     # the table shows what the README's tables quote: the unseen half's tokens beside its hit rate
     assert f"{report['routers']['hybrid']['tokens_mean_unseen']:.1f}" in result.output
     assert set(report["routers"]["hybrid"]) == ROUTER_KEYS
+    # two nights' runs of one file name compare only where its content matches
+    assert report["file_sha256"] == hashlib.sha256(tiny.read_bytes()).hexdigest()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     broken = CliRunner().invoke(app, [str(tmp_path / "missing.jsonl")])
     assert broken.exit_code == 1 and "cannot read" in broken.output
