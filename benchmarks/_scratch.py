@@ -8,17 +8,19 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from memabra.storage import resolve_url
 
 
 def in_schema(base: str, schema: str) -> str:
-    """``base`` with every connection's search_path set to ``schema`` (a URL with a query keeps it)."""
-    sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+    """``base`` with every connection's search_path set to ``schema`` (a URL's own query kept, its
+    ``options`` too: libpq takes one, so the search path joins it)."""
+    url = make_url(base)
+    own = url.query.get("options")
+    options = " ".join([*([own] if isinstance(own, str) else list(own or ())), f"-csearch_path={schema}"])
+    return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
 
 
 @contextmanager
