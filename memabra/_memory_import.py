@@ -211,6 +211,11 @@ class _Import:
             self._read_all()
         else:
             self._read_active()
+            # what that write left is known now, as to an import run again: what remains of a memory
+            # a fact was cut out of ("I'm allergic to nuts" of "My name is Ann and I'm allergic to
+            # nuts") must not be inserted beside it by a later line of the import restating it
+            for text in self._pairs.values():
+                self._seen.add(text)
 
 
 def _cleaned_all(texts: Iterable[str]) -> builtins.list[str]:

@@ -179,6 +179,15 @@ def test_import_that_supersedes_part_of_a_memory_stored_whole_keeps_the_rest(mem
     assert texts(memory) == ["I like jazz", "I'm allergic to nuts", "My name is Annabel"]
 
 
+def test_an_import_line_restating_what_a_cut_left_is_not_stored_beside_it(memory: MemoryBackend) -> None:
+    """On a LangGraph store the remainder of a memory an earlier line of the import cut a fact out of
+    was unknown to the import: a later line restating it was inserted as a second current memory."""
+    memory.remember_many(
+        "ann", ["My name is Ann and I'm allergic to nuts", "My name is Annabel", "I'm allergic to nuts"]
+    )
+    assert texts(memory) == ["I'm allergic to nuts", "My name is Annabel"]
+
+
 def test_import_that_supersedes_retires_the_old_fact(memory: MemoryBackend) -> None:
     memory.remember("ann", "I live in Lyon")
     memory.remember_many("ann", ["I moved to Hobart", "I am vegetarian"])
