@@ -66,6 +66,7 @@ from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
 from memabra._admin._turn_pages import TurnPages
 from memabra._admin._unavailable import unavailable_handler
+from memabra._config import load_reward_config
 from memabra._episode_document import episode_document
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
@@ -275,7 +276,8 @@ def create_app(
     ``read_only``: refuse every write with 403. ``session_ttl``: how long a sign-in lasts.
     ``current_policy``: what the current policy would choose for a logged decision (see
     :class:`memabra._admin.ActiveSnapshotPolicy`); ``None`` shows no "now" column.
-    ``reward_config``: how feedback is scored (default: the library's). ``secret_key`` signs
+    ``reward_config``: how feedback is scored (default: :func:`~memabra.load_reward_config`'s, as
+    for an agent not given ``reward=``: every writer of one log scores under one weighting). ``secret_key`` signs
     session cookies (random per process by default, so a restart signs everyone out).
     ``secure_cookies``: mark the cookie ``Secure`` (serve over HTTPS then).
     ``revocations``: where logged-out sessions are kept (default: the log's database, shared by
@@ -291,6 +293,8 @@ def create_app(
     credentials = Credentials(
         token=token, password=password, reviewer_token=reviewer_token, reviewer_password=reviewer_password
     )
+    if reward_config is None:  # before the log opens: a bad setting is refused naming it
+        reward_config = load_reward_config()
     owns_log = not isinstance(log_or_url, EpisodeLog)
     log = log_or_url if isinstance(log_or_url, EpisodeLog) else EpisodeLog(log_or_url)
     admin = _Admin(

@@ -77,6 +77,21 @@ def test_the_admin_scores_feedback_under_the_configured_weights(
     assert len(served) == 1  # refused before anything was served
 
 
+def test_an_admin_app_built_in_python_scores_under_the_configured_weights(
+    monkeypatch: pytest.MonkeyPatch, log: EpisodeLog
+) -> None:
+    """`create_app` given no reward configuration used the spec's weights, where an agent given no
+    `reward=` reads memabra.toml and the environment."""
+    from memabra import create_admin_app
+
+    monkeypatch.setenv("MEMABRA_REWARD_WEIGHTS", "wl=0.45,wx=0.05")
+    app = create_admin_app(log, token="an-admin-token-1")
+    assert app.state.admin.reward_config.weights == RewardWeights(wl=0.45, wx=0.05)
+    monkeypatch.setenv("MEMABRA_REWARD_WEIGHTS", "wz=0.1")
+    with pytest.raises(ConfigError, match="wz"):
+        create_admin_app(log, token="an-admin-token-1")
+
+
 def test_a_process_scoring_under_other_weights_than_the_stored_reward_warns_once(
     log: EpisodeLog, caplog: pytest.LogCaptureFixture
 ) -> None:
