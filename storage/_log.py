@@ -9,7 +9,8 @@ module                 what it stores
 ``_retotal``           stored rewards re-totalled under new weights, a page at a time
 ``_snapshots``         policy snapshots, promote and roll back
 ``_registry``          memories, skills and tools; per-user usage counts
-``_offline``           decisions for replay, OPE results, MemPO labels
+``_offline``           decisions for replay, OPE results
+``_mempo_log``         decisions with a gold answer, MemPO's labels
 ``_retention``         deleting episodes: a retention window, one user's erasure
 ``_deletion_log``      the audit trail of those deletions
 ``_suspended_turns``   turns an interrupt paused, until their episode is logged
@@ -48,7 +49,7 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _offline, _registry, _rewards, _snapshots, _suspended_turns
+from memabra.storage import _episodes, _mempo_log, _offline, _registry, _rewards, _snapshots, _suspended_turns
 from memabra.storage._engine import make_engine, sqlite_file
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
@@ -314,31 +315,31 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
         """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback;
         with ``unscored_by``, only those that scorer has not labelled yet."""
         _offline.check_window(since, None)
-        return _offline.mempo_items(self._tx, since, unscored_by)
+        return _mempo_log.mempo_items(self._tx, since, unscored_by)
 
     def count_mempo_items(self, *, since: datetime | None = None, unscored_by: str | None = None) -> int:
         """How many decisions :meth:`mempo_items` yields for the same arguments."""
         _offline.check_window(since, None)
-        return _offline.count_mempo_items(self._tx, since, unscored_by)
+        return _mempo_log.count_mempo_items(self._tx, since, unscored_by)
 
     def count_gold_episodes(self, *, since: datetime | None = None) -> int:
         """Episodes with a ``gold_answer`` in feedback, decisions offering memories or not."""
         _offline.check_window(since, None)
-        return _offline.count_gold_episodes(self._tx, since)
+        return _mempo_log.count_gold_episodes(self._tx, since)
 
     def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
         """Insert or replace MemPO labels: each scorer keeps its own, a label replacing only the
         one its scorer stored for the decision."""
-        _offline.store_memory_scores(self._tx, scores)
+        _mempo_log.store_memory_scores(self._tx, scores)
 
     def memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> dict[str, MemoryQuality]:
         """The label of each of ``decision_ids`` that has one, by decision id: ``scorer``'s; left
         out, :class:`ConfigError` where several scorers labelled a decision."""
-        return _offline.memory_scores(self._tx, decision_ids, scorer)
+        return _mempo_log.memory_scores(self._tx, decision_ids, scorer)
 
     def all_memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> list[MemoryQuality]:
         """Every scorer's labels of ``decision_ids`` (``scorer``'s only, when given), by decision then scorer."""
-        return _offline.all_memory_scores(self._tx, decision_ids, scorer)
+        return _mempo_log.all_memory_scores(self._tx, decision_ids, scorer)
 
     # ------------------------------------------------------------------ registry
 

@@ -382,9 +382,9 @@ def test_a_gold_answer_corrected_after_its_page_was_read_is_scored_once_per_chun
     store refused the chunk for naming the decision twice and the run stored nothing."""
     from memabra import Feedback
     from memabra.evals.mempo import MemPOScorer
-    from memabra.storage import _offline
+    from memabra.storage import _mempo_log
 
-    monkeypatch.setattr(_offline, "_CHUNK", 1)  # a page per feedback row
+    monkeypatch.setattr(_mempo_log, "_CHUNK", 1)  # a page per feedback row
     decision_ids = _log_decisions(migrated_url)
     with EpisodeLog(migrated_url) as log:
         first = log.get_episode(log.list_episodes(limit=len(decision_ids)).items[-1].id)

@@ -24,7 +24,7 @@ from memabra import (
     Selection,
     SlotDraw,
 )
-from memabra.storage import EpisodeLog, _offline
+from memabra.storage import EpisodeLog, _mempo_log
 
 runner = CliRunner(env={"COLUMNS": "200"})
 _T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -65,7 +65,7 @@ def feedback_selects() -> Iterator[list[str]]:
 def test_gold_answers_are_read_a_page_at_a_time_and_a_corrected_one_is_yielded_once(
     migrated_url: str, monkeypatch: pytest.MonkeyPatch, feedback_selects: list[str]
 ) -> None:
-    monkeypatch.setattr(_offline, "_CHUNK", 2)
+    monkeypatch.setattr(_mempo_log, "_CHUNK", 2)
     episodes = [_episode(f"question {k}") for k in range(5)]
     with EpisodeLog(migrated_url) as log:
         for k, ep in enumerate(episodes):
