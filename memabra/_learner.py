@@ -228,19 +228,6 @@ class Learner:
             committed = self.commit() or committed
         return LearnerStatus(self._lease.held, n, committed)
 
-    def run(self, *, once: bool = False, poll_s: float = 1.0, wait: Callable[[float], None] = time.sleep) -> int:
-        """Learn until stopped (``once``: until nothing is left, then commit and return). Returns
-        how many rewards were learned."""
-        total = 0
-        while True:
-            status = self.step()
-            total += status.learned
-            if once and status.holds_lease and status.learned == 0:
-                self.commit(force=True)
-                return total
-            if status.learned == 0 or not status.holds_lease:
-                wait(poll_s)
-
     def commit(self, *, force: bool = False) -> PolicySnapshot | None:
         """Write the model and the read position in one transaction (nothing to do: ``None``)."""
         if self._router is None or not self._lease.held:

@@ -34,6 +34,7 @@ __all__ = [
     "fact_key",
     "fresh_key",
     "history_entry",
+    "item_value",
     "memory_record",
     "stored_tokens",
     "new_record",
@@ -145,6 +146,20 @@ def cuts(pending: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The change records (``updated``) of the memories the change ``pending`` cuts a replaced
     fact out of: each ``new_text`` is what stays of the memory's ``old_text``."""
     return [r for r in _records(pending.get("cuts")) if isinstance(r.get("new_text"), str)]
+
+
+def item_value(item: RegistryItem) -> dict[str, Any]:
+    """The store item of a current memory as :class:`~memabra.StoreMemory` writes it: memabra's
+    ``text`` beside LangMem's ``{"kind": "Memory", "content": ...}`` shape."""
+    return {
+        "text": item.text,
+        "kind": "Memory",
+        "content": {"content": item.text},
+        "tokens": item.tokens,
+        "source": item.source,
+        "name": item.name,
+        "status": "active",
+    }
 
 
 def cut_value(value: Mapping[str, Any], text: str) -> dict[str, Any]:

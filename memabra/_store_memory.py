@@ -56,6 +56,7 @@ from memabra._store_items import (
     cuts,
     fresh_key,
     history_entry,
+    item_value,
     memory_record,
     memory_text,
     names_others,
@@ -284,20 +285,6 @@ class StoreMemory(MemoryBackend):
         if isinstance(read, StoreRead):
             settle(self, read.user_id, memory_id, read.versions, episode_id)
 
-    def _value(self, item: RegistryItem, *, status: str = "active", superseded_by: str | None = None) -> dict[str, Any]:
-        value: dict[str, Any] = {
-            "text": item.text,
-            "kind": "Memory",
-            "content": {"content": item.text},
-            "tokens": item.tokens,
-            "source": item.source,
-            "name": item.name,
-            "status": status,
-        }
-        if superseded_by is not None:
-            value["superseded_by"] = superseded_by
-        return value
-
     def _put(self, ns: tuple[str, ...], value: dict[str, Any], record: dict[str, Any], current: Any) -> None:
         """Write an item with its change ``record`` (in the same put), then the history entry.
         What a process died before on ``current`` (its last history entry, its retirements) first."""
@@ -357,7 +344,7 @@ class StoreMemory(MemoryBackend):
         created = new_record(change)  # before the cuts' records: a cut is ordered after its cause
         trimmed = [r for c in cut if (read := old[c.memory_id]) is not None and uncut(read.value, r := new_record(c))]
         named = {**({"retires": retired} if retired else {}), **({"cuts": trimmed} if trimmed else {})}
-        self._put(ns, self._value(item), {**created, **named}, self.store.get(ns, item.id))
+        self._put(ns, item_value(item), {**created, **named}, self.store.get(ns, item.id))
         for r in retired:
             prior = old[r["memory_id"]]
             self._put(ns, {**prior.value, "status": "retired", "superseded_by": item.id}, r, prior)  # type: ignore[union-attr]
@@ -373,7 +360,7 @@ class StoreMemory(MemoryBackend):
         if any(found is not None for found in self.store.batch([GetOp(ns, item.id) for item, _ in pairs])):
             return super()._store_many(pairs)  # a given id that is stored: one by one, each finished first
         records = [new_record(change) for _, change in pairs]
-        puts = [PutOp(ns, i.id, {**self._value(i), PENDING: r}) for (i, _), r in zip(pairs, records, strict=True)]
+        puts = [PutOp(ns, i.id, {**item_value(i), PENDING: r}) for (i, _), r in zip(pairs, records, strict=True)]
         puts += [PutOp((_HISTORY_ROOT, *ns), str(r["key"]), history_entry(r), index=False) for r in records]
         self._batched(puts)
 

@@ -29,8 +29,8 @@ def lease_holder(store: LearnerStore, policy: str) -> str:
 
 
 def learn_until_stopped(loop: Learner, store: LearnerStore, policy: str, *, once: bool, poll: float) -> int:
-    """Learner.run, counting what this process learned: ``loop.learned`` counts the lineage,
-    earlier runs included. Stops on Ctrl-C (or SIGTERM) with what the interrupted step learned
+    """The learner's loop (a step, a sleep when nothing is left to learn), counting the rewards this
+    process learned (``loop.learned`` counts the lineage, earlier runs included). Stops on Ctrl-C (or SIGTERM) with what the interrupted step learned
     counted too; says once when it stands by for a lease held elsewhere, and when it takes over.
     A database outage (connection refused or lost, a failover) ends ``--once`` with one line and
     exit 1; the long-running learner drops what it learned since its last commit (and the lease),
