@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from memabra.storage._engine import pg_connection_defaults
+
 if TYPE_CHECKING:
     from memabra._serving import PolicyRuntime
 
@@ -48,6 +50,9 @@ class PolicyListener:
         self._reloading = threading.Lock()
         url = runtime.log.engine.url.set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
+        # the log's engine has them as connect arguments, which its URL does not carry: without
+        # them a LISTEN on a server that vanished would wait, unwarned, for hours
+        self._socket_settings = pg_connection_defaults(url.query)
         self._policy = runtime.policy
         self._interval_s = runtime.watcher.interval_s
         # set once a connection heard its own probe: a lost connection is then worth opening again
@@ -133,7 +138,7 @@ class PolicyListener:
         import psycopg  # only where a PostgreSQL log is served
 
         self._heard_here = False
-        with psycopg.connect(self._dsn, autocommit=True) as conn:
+        with psycopg.connect(self._dsn, autocommit=True, **self._socket_settings) as conn:
             schema = conn.execute("SELECT current_schema()").fetchone()
             mine = f"{schema[0] if schema else 'public'} {self._policy} "
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}")

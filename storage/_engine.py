@@ -33,6 +33,20 @@ PG_PING_IDLE_S = 5.0
 # (``?connect_timeout=``): a server that accepts the connection and never answers would otherwise
 # hang the process for as long as the operating system keeps the socket.
 PG_CONNECT_TIMEOUT_S = 10
+# libpq's TCP settings for a server that vanishes without closing its connections (a failover that
+# moves the address, a network partition), each applied unless the URL sets it: without them a
+# query or a LISTEN waits until the operating system gives up on the socket, minutes (unacknowledged
+# data, ~15 on Linux) to hours (an idle wait for a reply, 2 h before the first keepalive). A live
+# server's kernel answers the probes however long a query runs, so only a dead peer trips them:
+# idle 10 s, then 3 probes 5 s apart, and unacknowledged data given up after 30 s. libpq ignores
+# them on a Unix-domain socket.
+PG_SOCKET_DEFAULTS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 # psycopg 3 prepares a statement server-side after its fifth run on a connection (its default
 # prepare_threshold). A transaction-pooling PgBouncer (before 1.21, and later ones unless
 # max_prepared_statements is set) hands the next transaction another server connection, where
@@ -128,8 +142,7 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         defaults["prepare_threshold"] = _prepare_threshold(parsed.query["prepare_threshold"])
         parsed = parsed.difference_update_query(["prepare_threshold"])
         resolved = parsed.render_as_string(hide_password=False)
-    if "connect_timeout" not in parsed.query:
-        defaults["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    defaults.update(pg_connection_defaults(parsed.query))
     kwargs["connect_args"] = {**defaults, **kwargs.get("connect_args", {})}
     try:
         engine = create_engine(resolved, **kwargs)
@@ -143,6 +156,13 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         _ping_when_idle(engine)
     _name_connect_failures(engine)
     return engine
+
+
+def pg_connection_defaults(query: Any) -> dict[str, int]:
+    """The libpq settings memabra gives a PostgreSQL connection (its connect timeout and TCP
+    keepalives) that the URL's ``query`` does not set itself."""
+    wanted = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **PG_SOCKET_DEFAULTS}
+    return {name: value for name, value in wanted.items() if name not in query}
 
 
 def _prepare_threshold(value: str | tuple[str, ...]) -> int | None:

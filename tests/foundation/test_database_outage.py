@@ -67,7 +67,8 @@ def test_a_connection_has_a_connect_timeout_unless_the_url_sets_one(monkeypatch:
     monkeypatch.setattr(engine_module, "create_engine", spy)
     make_engine("postgresql+psycopg://root@127.0.0.1/x").dispose()
     make_engine("postgresql+psycopg://root@127.0.0.1/x?connect_timeout=3").dispose()
-    never = {"prepare_threshold": None}  # and never a server-side prepared statement (PgBouncer)
+    # never a server-side prepared statement (PgBouncer), and TCP settings for a silent server
+    never = {"prepare_threshold": None, **engine_module.PG_SOCKET_DEFAULTS}
     assert seen == [{**never, "connect_timeout": engine_module.PG_CONNECT_TIMEOUT_S}, never]
 
 
