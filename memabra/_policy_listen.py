@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -52,7 +52,7 @@ class PolicyListener:
         self._dsn = url.render_as_string(hide_password=False)
         # the log's engine has them as connect arguments, which its URL does not carry: without
         # them a LISTEN on a server that vanished would wait, unwarned, for hours
-        self._socket_settings = pg_connection_defaults(url.query)
+        self._socket_settings: dict[str, Any] = dict(pg_connection_defaults(url.query))
         self._policy = runtime.policy
         self._interval_s = runtime.watcher.interval_s
         # set once a connection heard its own probe: a lost connection is then worth opening again
