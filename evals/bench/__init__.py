@@ -5,6 +5,7 @@ from __future__ import annotations
 from memabra.evals.bench._data import NEED_RULES, BenchFormatError, BenchRound, load_rounds, parse_round, split_unseen
 from memabra.evals.bench._harness import DecisionHook, RoundResult, RouterFactory, run_bench, run_router, summarize
 from memabra.evals.bench._log_db import DecisionLogWriter
+from memabra.evals.bench._provenance import bench_environment, bench_router_params
 from memabra.evals.bench._reward import bench_budget_tokens, bench_reward
 from memabra.evals.bench._routers import ROUTER_NAMES, router_factories
 from memabra.evals.bench._run_record import BenchRun, bench_run_of, refuse_unfinished_bench_log
@@ -21,7 +22,9 @@ __all__ = [
     "RoundResult",
     "RouterFactory",
     "bench_budget_tokens",
+    "bench_environment",
     "bench_reward",
+    "bench_router_params",
     "bench_run_of",
     "load_rounds",
     "parse_seeds",

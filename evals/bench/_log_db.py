@@ -19,6 +19,7 @@ from sqlalchemy import inspect, make_url, text
 
 from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
+from memabra.evals._log_order import DecisionClock
 from memabra.evals.bench._data import BenchRound
 from memabra.evals.bench._run_record import BenchRun, claim_log, end_run
 from memabra.storage import EpisodeLog, make_engine, upgrade
@@ -61,12 +62,14 @@ class DecisionLogWriter:
             self._log.close()
             raise
         self._pending: list[Episode] = []
+        self._clock = DecisionClock()
         self.written = 0
         # episodes handed to a write not yet counted: a stop (Ctrl-C, SIGTERM) raised between the
         # commit and the count must not read as another process's episodes at the next count
         self._uncounted = 0
 
     def __call__(self, selection: Selection, reward: RewardBreakdown, round_: BenchRound) -> None:
+        selection = self._clock(selection)  # the log's time order is the order of the run's decisions
         used = frozenset(selection.chosen_ids) & round_.relevant
         context = selection.context
         self._pending.append(

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from memabra._records import Budget, CandidateKind, Episode, RoutingContext, utcnow
+from memabra.evals._log_order import DecisionClock
 from memabra.evals.simulator._run import _realised_reward
 from memabra.evals.simulator._world import SimRound, World, expected_reward
 from memabra.router import Router
@@ -33,6 +34,7 @@ def log_simulation(
     played = world.rounds(n_rounds)
     router = factory(seed)
     episodes = []
+    clock = DecisionClock()  # the log's time order is the order of the decisions
     for round_ in played:
         pool = [replace(c, metadata={"source": "sim"}) for c in round_.candidates]
         selection = router.choose(_context(world, round_), pool)
@@ -41,11 +43,12 @@ def log_simulation(
         if learn:
             router.learn(selection, reward, outcomes)
         used = frozenset(cid for cid, helped in outcomes.items() if helped)
+        logged = clock(selection)
         episodes.append(
             Episode(
                 round_.user_id,
                 round_.query,
-                selections=(selection,),
+                selections=(logged,),
                 reward=reward,
                 finalized_at=utcnow(),
                 used_ids=used,

@@ -93,7 +93,14 @@ def bench(
     ] = None,
 ) -> None:
     """Each round every router chooses, is rewarded with the composite reward and learns."""
-    from memabra.evals.bench import load_rounds, parse_seeds, router_factories, run_bench
+    from memabra.evals.bench import (
+        bench_environment,
+        bench_router_params,
+        load_rounds,
+        parse_seeds,
+        router_factories,
+        run_bench,
+    )
 
     logging.getLogger("memabra").setLevel(logging.WARNING)
     names = _router_names(routers)
@@ -116,6 +123,7 @@ def bench(
     if seeds is not None:
         _bench_seeds(file, rounds, factories, passes, seed_list, json_out, prior)
         return
+    params = run_guarded(bench_router_params, factories, seed)  # before the run: a failure costs none of it
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as bar:
@@ -152,6 +160,8 @@ def bench(
             raise typer.Exit(1)
     report["similarity"] = prior
     report["file_sha256"] = _sha256(file)
+    report["router_params"] = params
+    report["environment"] = bench_environment()
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
     write_json(json_out, report)
@@ -174,7 +184,7 @@ def _bench_seeds(
     json_out: Path | None,
     prior: str,
 ) -> None:
-    from memabra.evals.bench import run_bench, summarize_seeds
+    from memabra.evals.bench import bench_environment, bench_router_params, run_bench, summarize_seeds
 
     reports = []
     with Progress(
@@ -188,9 +198,15 @@ def _bench_seeds(
                     tasks[name] = bar.add_task(f"seed {seed} {name:>10}", total=total)
                 bar.update(tasks[name], completed=done)
 
+            params = run_guarded(bench_router_params, factories, seed)
             report = run_guarded(run_bench, rounds, factories, passes, seed, progress=advance, source=file.name)
-            reports.append({**report, "similarity": prior})
-    summary = {**summarize_seeds(reports), "similarity": prior, "file_sha256": _sha256(file)}
+            reports.append({**report, "similarity": prior, "router_params": params})
+    summary = {
+        **summarize_seeds(reports),
+        "similarity": prior,
+        "file_sha256": _sha256(file),
+        "environment": bench_environment(),
+    }
     _render_seeds(summary)
     _explain_missing_unseen(reports[0]["routers"], rounds)
     write_json(json_out, summary)
