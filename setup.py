@@ -4,7 +4,11 @@ The bare names are taken on the package index, so they are installed only as sub
 ``memabra``; ``pyproject.toml`` holds everything else.
 """
 
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 _MAPPED = {"memabra.router": "router", "memabra.storage": "storage", "memabra.evals": "evals"}
 
@@ -16,4 +20,19 @@ def _packages() -> list[str]:
     return found
 
 
-setup(packages=_packages(), package_dir={"memabra": "memabra", **_MAPPED})
+class _FreshBuildPy(build_py):
+    """Copies the package into an emptied ``build/lib/memabra``: setuptools only adds to what an
+    earlier build left there, so a module deleted or renamed since (or a file of another branch)
+    would ship in the next wheel built in this checkout (``pip wheel .``, ``pip install .``)."""
+
+    def run(self) -> None:
+        if not self.editable_mode:
+            shutil.rmtree(Path(self.build_lib) / "memabra", ignore_errors=True)
+        super().run()
+
+
+setup(
+    packages=_packages(),
+    package_dir={"memabra": "memabra", **_MAPPED},
+    cmdclass={"build_py": _FreshBuildPy},
+)

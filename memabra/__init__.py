@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memabra._errors import (
     ConfigError,
     FeedbackError,
+    InvalidFeedbackError,
     InvalidRecordError,
+    LogChangedError,
     MemabraError,
+    MemoriesChangedError,
     RouterError,
     SchemaError,
     SnapshotError,
+    StorageContentionError,
     UnknownEpisodeError,
+    UnknownSnapshotError,
 )
 from memabra._records import (
     STOP_ID,
@@ -41,6 +48,7 @@ from memabra._records import (
     SlotDraw,
     Step,
     StepKind,
+    UsageCounts,
 )
 
 __version__ = "0.1.0"
@@ -103,18 +111,56 @@ _LAZY = {
     "agent_server_user": "memabra._feedback_http",
     "END_USER_FEEDBACK_KEYS": "memabra._feedback_http",
     "SessionRevocations": "memabra._admin._auth",
-    # The typed feedback record and the storage errors.
+    # The typed feedback record.
     "FeedbackSignals": "memabra._signals",
     "ExplicitSignals": "memabra._signals",
     "ImplicitSignals": "memabra._signals",
     "ProgrammaticSignals": "memabra._signals",
-    "UsageCounts": "memabra._records",
-    "InvalidFeedbackError": "memabra._errors",
-    "StorageContentionError": "memabra._errors",
-    "LogChangedError": "memabra._errors",
-    "MemoriesChangedError": "memabra._errors",
-    "UnknownSnapshotError": "memabra._errors",
 }
+
+
+# What a type checker sees for the lazy names above: the objects themselves, not the ``object`` that
+# ``__getattr__`` returns (a client's ``mypy --strict`` would call ``create_memabra_agent`` "object
+# not callable"). Never run; tests/packaging/test_public_surface.py keeps it in step with _LAZY.
+if TYPE_CHECKING:
+    from memabra._admin import create_app as create_admin_app
+    from memabra._admin._auth import AttemptThrottle, SessionRevocations
+    from memabra._agent import MemabraAgent, MemabraContext, MemabraState, create_memabra_agent
+    from memabra._build import build_session
+    from memabra._catalog import Skill, load_skills
+    from memabra._config import load_reward_config, parse_weights
+    from memabra._corrections import CorrectionSignal, detect_correction
+    from memabra._erasure import Erasure, erase_user
+    from memabra._feedback import RewardService
+    from memabra._feedback_http import END_USER_FEEDBACK_KEYS, agent_server_user, feedback_app
+    from memabra._health import HealthProblem, health_problems
+    from memabra._memory import (
+        FactExtractor,
+        LLMFactExtractor,
+        MemoryBackend,
+        RecalledMemory,
+        RuleFactExtractor,
+        Supersession,
+        extract_facts,
+    )
+    from memabra._memory_conformance import check_memory_backend
+    from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+    from memabra._memory_restore import RestoredMemory
+    from memabra._middleware import (
+        MemabraMiddleware,
+        MemabraMiddlewareState,
+        MemabraNodes,
+        MemabraNodeState,
+        create_memabra_middleware,
+    )
+    from memabra._reward import FEEDBACK_KEYS, CompositeReward, RewardConfig
+    from memabra._session import RoutingSession
+    from memabra._settings import SessionSettings
+    from memabra._signals import ExplicitSignals, FeedbackSignals, ImplicitSignals, ProgrammaticSignals
+    from memabra._sql_memory import SQLMemory
+    from memabra._standin import ExtractiveChatModel
+    from memabra._store_memory import StoreMemory, memory_text
+    from memabra._turns import Turn
 
 
 def __getattr__(name: str) -> object:
