@@ -45,6 +45,7 @@ from memabra._admin._conversation import TURNS, conversation_view
 from memabra._admin._deletion_pages import DeletionPages
 from memabra._admin._forms import (
     FILTER_FIELDS,
+    error_field,
     list_query,
     parse_episode_filter,
     parse_feedback_form,
@@ -120,6 +121,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
                     page=None,
                     filters=raw,
                     error=str(exc),
+                    error_field=error_field(str(exc), FILTER_FIELDS),
                     limit=50,
                     cursor=None,
                     versions=versions,

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from memabra._admin._confirm_page import unconfirmed
 from memabra._admin._forms import MAX_ID, FormError, clean_field, list_query
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _path_id, _required
 from memabra._erasure import erase_user
@@ -34,6 +35,20 @@ class DeletionPages(_AdminBase):
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             episode_id = _path_id(request, "episodes", suffix="delete")
             episode = await run_in_threadpool(self.log.get_episode, episode_id)
+            back = list_query(form.get("list", ""))
+            page = f"/episodes/{quote(episode_id, safe='')}" + (f"?list={quote(back, safe='')}" if back else "")
+            asked = unconfirmed(
+                self,
+                request,
+                auth,
+                form,
+                question=f"Delete episode {episode_id} of user {episode.user_id} with its decisions, steps, "
+                "feedback and reward? This cannot be undone; a reward the learner has not read yet is lost to it.",
+                action="Delete episode",
+                back=(page, "back to the episode"),
+            )
+            if asked is not None:
+                return asked
             # A reviewer deletes an episode to remove what it holds (text pasted by mistake, an
             # erasure request): its reward goes too, learned or not.
             await run_in_threadpool(
@@ -50,7 +65,6 @@ class DeletionPages(_AdminBase):
                 episode.created_at.isoformat(),
             )
             # back to the list the episode was opened from, its filters and page kept
-            back = list_query(form.get("list", ""))
             return RedirectResponse(f"/episodes?{back + '&' if back else ''}notice=episode-deleted", status_code=303)
 
         return await self._write(request, apply)

@@ -22,6 +22,7 @@ __all__ = [
     "FormError",
     "MemoryQuery",
     "clean_field",
+    "error_field",
     "list_query",
     "parse_episode_filter",
     "parse_feedback_form",
@@ -74,6 +75,13 @@ MAX_OFFSET = 1_000_000_000
 
 class FormError(InvalidRecordError):
     """A query-string or form value the admin view cannot use; the message names the field."""
+
+
+def error_field(message: str, fields: Iterable[str]) -> str:
+    """The field of ``fields`` an error message names ('' for none): every message here starts
+    with the field it is about, and a page marks that field invalid and focuses it."""
+    first = message.split(" ", 1)[0]
+    return first if first in fields else ""
 
 
 def clean_field(value: str) -> str:

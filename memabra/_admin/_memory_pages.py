@@ -15,7 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from memabra._admin._forms import MemoryQuery, clean_field, parse_memory_edit, parse_memory_query
+from memabra._admin._forms import (
+    MemoryQuery,
+    clean_field,
+    error_field,
+    parse_memory_edit,
+    parse_memory_query,
+)
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
@@ -39,7 +45,15 @@ class MemoryPages(_AdminBase):
                 query = parse_memory_query(request.query_params)
             except InvalidRecordError as exc:
                 return self._render(
-                    "memories.html", 400, auth=auth, query=None, error=str(exc), section="memories", **_empty()
+                    "memories.html",
+                    400,
+                    auth=auth,
+                    query=None,
+                    error=str(exc),
+                    # the form's own fields (a bad offset or limit came with a link)
+                    error_field=error_field(str(exc), ("user", "q", "status", "usage", "sort")),
+                    section="memories",
+                    **_empty(),
                 )
             context = await run_in_threadpool(self._memories_context, query)
             return self._render("memories.html", auth=auth, query=query, error="", section="memories", **context)

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from memabra._admin import _views as views
+from memabra._admin._confirm_page import unconfirmed
 from memabra._admin._forms import WINDOW_LABELS, parse_window
 from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
@@ -167,6 +168,19 @@ class PolicyPages(_AdminBase):
     async def forget_learner(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             policy = _required(form, "policy")
+            asked = unconfirmed(
+                self,
+                request,
+                auth,
+                form,
+                question=f"Forget the learner checkpoint of policy {policy}? Episode retention stops waiting for "
+                "its learner; its snapshots stay, and an active one keeps serving. A learner started for it later "
+                "begins from the start of the log. Refused while a learner holds its lease.",
+                action=f"Forget {policy}'s learner",
+                back=("/policies#learning", "back to the policies"),
+            )
+            if asked is not None:
+                return asked
             try:
                 forgotten = await run_in_threadpool(self.log.forget_learner, policy)
             except LearnerBusyError as exc:

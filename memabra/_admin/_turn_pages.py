@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from memabra._admin._confirm_page import unconfirmed
 from memabra._admin._forms import FormError
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
@@ -127,6 +128,18 @@ class TurnPages(_AdminBase):
                 **({"cursor": cursor} if cursor else {}),
             }
             back = f"/turns?{urlencode(listing)}" if listing else "/turns"
+            asked = unconfirmed(
+                self,
+                request,
+                auth,
+                form,
+                question=f"Abandon turn {turn_id}? It is logged as a failed episode (accepted: false) with its "
+                "routing decision and steps, as memabra episodes paused --abandon does; this cannot be undone.",
+                action="Abandon turn",
+                back=(back, "back to the unfinished turns"),
+            )
+            if asked is not None:
+                return asked
             kept, state, logged_as = await run_in_threadpool(
                 self._abandon, turn_id, episode_id, back, auth.principal, _client(request)
             )

@@ -23,7 +23,7 @@ def memories(log: EpisodeLog) -> Memories:
 
 
 def _alert(page: str) -> str:
-    match = re.search(r'(?:role="alert"|class="error-message")>([^<]+)<', page)
+    match = re.search(r'(?:role="alert"[^>]*|class="error-message")>([^<]+)<', page)
     return html.unescape(match.group(1)) if match else ""
 
 

@@ -544,3 +544,40 @@ def test_a_phone_never_scrolls_the_page_sideways(
         assert watch.dialogs == [] and watch.errors == []
     finally:
         context.close()
+
+
+def test_at_320_px_without_javascript_every_page_reads_and_a_delete_asks_first(
+    browser: Any, served: tuple[str, EpisodeLog, Seeded]
+) -> None:
+    """The narrowest width WCAG reflows to (320 px), with scripts blocked by policy: no page
+    scrolls sideways, the charts' numbers are there as a table, and Delete episode, one click with
+    no script to ask, deletes nothing until a page has asked."""
+    from memabra import SQLMemory
+
+    url, log, _ = served
+    episode = explained_episode()
+    RewardService(log).record(episode)
+    memory = SQLMemory(log).remember("ann", "I keep bees")
+    context = browser.new_context(base_url=url, viewport={"width": 320, "height": 640}, java_script_enabled=False)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        sign_in(page)
+        paths = ["/login", "/episodes", f"/episodes/{episode.id}", "/memories", "/memories?user=ann"]
+        paths += [f"/memories/item?user=ann&id={memory.id}", "/policies?window=all", "/deletions", "/turns"]
+        for path in paths:
+            page.goto(path)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 321, (path, width)
+        page.goto("/policies?window=all")
+        page.click("#chart-reward-table summary")
+        assert page.locator("#chart-reward-table tbody tr").count() >= 1
+        page.goto(f"/episodes/{episode.id}")
+        page.click("#delete-episode button[type=submit]")
+        assert page.locator("h1").inner_text() == "Delete episode?"
+        assert log.get_episode(episode.id).id == episode.id  # asked, nothing deleted
+        assert page.evaluate("document.documentElement.scrollWidth") <= 321
+        page.click("#confirm-cancel")
+        page.wait_for_url(f"**/episodes/{episode.id}")
+    finally:
+        context.close()

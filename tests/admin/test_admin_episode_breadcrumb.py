@@ -72,7 +72,7 @@ def test_a_deleted_episode_goes_back_to_its_list(client: TestClient, seeded: See
     page = client.get(link).text
     form = page.split('id="delete-episode"', 1)[1].split("</form>", 1)[0]
     fields = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)}
-    response = client.post(urlsplit(link).path + "/delete", data=fields)
+    response = client.post(urlsplit(link).path + "/delete", data={**fields, "confirmed": "yes"})
     assert response.status_code == 303
     location = response.headers["location"]
     assert urlsplit(location).path == "/episodes"

@@ -37,7 +37,7 @@ def test_kinds_mean_the_kinds_chosen_not_the_kinds_offered(client: TestClient, s
     memory_only = _log_turn(log, "erin", ["mem-erin-0"])  # the tool slot drew stop at once
     nothing = _log_turn(log, "erin", [])
     page = client.get("/episodes?user=erin").text
-    assert "<th title=" in page and "Kinds chosen</th>" in page and "Kind chosen" in page
+    assert '<th scope="col" title=' in page and "Kinds chosen</th>" in page and "Kind chosen" in page
     chosen = _kinds_cell(page, memory_only)
     assert 'chip-memory">memory<' in chosen and "chip-tool" not in chosen
     assert "chip-" not in _kinds_cell(page, nothing) and "none" in _kinds_cell(page, nothing)

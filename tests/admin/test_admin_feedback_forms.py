@@ -73,7 +73,7 @@ def test_a_form_resubmitted_with_another_rating_is_a_conflict(
     # Back, change the rating, add a comment, submit the same form again
     again = client.post(f"/episodes/{episode_id}/feedback", data={**fields, "rating": "1", "comment": "actually bad"})
     assert again.status_code == 409
-    notice = html.unescape(re.search(r'id="feedback-conflict">([^<]+)<', again.text).group(1))  # type: ignore[union-attr]
+    notice = html.unescape(re.search(r'id="feedback-conflict"[^>]*>([^<]+)<', again.text).group(1))  # type: ignore[union-attr]
     assert "already submitted" in notice and '{"rating": 5}' in notice and "stands" in notice
     assert "fresh form below" in notice
     assert [dict(f.payload) for f in log.get_episode(episode_id).feedback] == [{"rating": 5}]

@@ -43,7 +43,8 @@ def _holds(page: str) -> str:
 
 def _form(page: str) -> dict[str, str]:
     form = _holds(page).split('action="/policies/forget-learner"', 1)[1].split("</form>", 1)[0]
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form))
+    # as the page's script sends it once its question is answered
+    return {**dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)), "confirmed": "yes"}
 
 
 def test_the_command_has_a_button_that_asks_first(make_client: ClientFactory, log: EpisodeLog, gone: str) -> None:

@@ -120,7 +120,7 @@ def test_episode_list_keyset_pages(client: TestClient, seeded: Seeded) -> None:
 def test_episode_list_bad_filters_name_the_field(client: TestClient, seeded: Seeded, query: str, field: str) -> None:
     response = client.get(f"/episodes?{query}")
     assert response.status_code == 400
-    message = re.search(r'class="alert alert-error" role="alert">([^<]+)<', response.text)
+    message = re.search(r'class="alert alert-error" role="alert"[^>]*>([^<]+)<', response.text)
     assert message and field in html.unescape(message.group(1))
 
 

@@ -25,7 +25,8 @@ from .test_admin_turns import kept_turn
 def _abandon_form(page: str, turn_id: str) -> dict[str, str]:
     row = page.split(f'data-turn="{turn_id}"', 1)[1].split("</tr>", 1)[0]
     form = row.split('<form method="post" action="/turns/abandon"', 1)[1].split("</form>", 1)[0]
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form))
+    # as the page's script sends it once its question is answered
+    return {**dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)), "confirmed": "yes"}
 
 
 @pytest.mark.parametrize("state", ["lost", "paused"])

@@ -68,7 +68,8 @@ def _row(page: str, turn_id: str) -> str:
 
 def _abandon_form(page: str, turn_id: str) -> dict[str, str]:
     form = _row(page, turn_id).split('<form method="post" action="/turns/abandon"', 1)[1].split("</form>", 1)[0]
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form))
+    # as the page's script sends it once its question is answered
+    return {**dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)), "confirmed": "yes"}
 
 
 @pytest.fixture

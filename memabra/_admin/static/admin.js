@@ -18,6 +18,11 @@
         event.preventDefault();
         return;
       }
+      // answered: a write that cannot be undone goes ahead (sent without this, the server asks
+      // on a page of its own, for a browser that runs no script)
+      if (form.elements.namedItem("confirmed")) {
+        form.elements.namedItem("confirmed").value = "yes";
+      }
       form.dataset.submitted = "1";
       window.setTimeout(function () {
         form.querySelectorAll("button[type=submit], input[type=submit]").forEach(function (button) {
@@ -54,8 +59,9 @@
   }
   var data = JSON.parse(dataNode.textContent);
   var Chart = window.Chart;
-  var palette = ["#2563eb", "#db2777", "#16a34a", "#ea580c", "#7c3aed", "#0891b2", "#ca8a04", "#475569"];
-  var kindColours = { memory: "#2563eb", skill: "#16a34a", tool: "#ea580c" };
+  // every line at least 3:1 against the white chart (WCAG 1.4.11)
+  var palette = ["#2563eb", "#db2777", "#15803d", "#c2410c", "#7c3aed", "#0e7490", "#a16207", "#475569"];
+  var kindColours = { memory: "#2563eb", skill: "#15803d", tool: "#c2410c" };
 
   Chart.defaults.animation = false;
   Chart.defaults.responsive = true;
@@ -167,7 +173,7 @@
       datasets: [
         { type: "bar", label: "confidence interval", data: ope.interval,
           backgroundColor: ope.trusted.map(function (t) { return t !== false ? "rgba(37, 99, 235, 0.25)" : "rgba(148, 163, 184, 0.25)"; }),
-          borderColor: ope.trusted.map(function (t) { return t !== false ? "#2563eb" : "#94a3b8"; }),
+          borderColor: ope.trusted.map(function (t) { return t !== false ? "#2563eb" : "#64748b"; }),
           borderWidth: 1, barPercentage: 0.5, pointStyle: "rect" },
         { type: "line", label: "estimate", data: pick(ope.value, function (i) { return trusted(i) && !ope.recommended[i]; }),
           showLine: false, pointRadius: 5, pointStyle: "rectRot", backgroundColor: "#2563eb", borderColor: "#2563eb" },
