@@ -32,6 +32,9 @@ from memabra.storage import EpisodeLog
 
 __all__ = ["MemabraAgent"]
 
+# The attributes IPython looks up to display an object, which are not forwarded to the graph.
+_DISPLAY_HOOKS = ("_repr_", "_ipython_")
+
 
 class MemabraAgent:
     """A compiled LangGraph agent plus memabra's feedback API.
@@ -182,7 +185,26 @@ class MemabraAgent:
         # for a LangGraph agent keeps working on this one.
         if name in ("graph", "session"):  # not set yet (unpickling, a half-built object)
             raise AttributeError(name)
+        if name.startswith(_DISPLAY_HOOKS):
+            # Jupyter shows the agent by its repr, not as the graph would be shown (the graph's
+            # ``_repr_mimebundle_`` draws it through mermaid.ink, a web request at every display,
+            # and labels it the graph's repr): ``agent.graph`` shows the drawing
+            raise AttributeError(name)
         return getattr(self.graph, name)
+
+    def __repr__(self) -> str:
+        """What a notebook shows: the policy serving, the log, and whether this agent learns (it
+        reads nothing from the log)."""
+        runtime = self.session.runtime
+        if runtime.closed:
+            learning = "closed"
+        elif runtime.learner is None:
+            learning = "off"
+        elif runtime.learner.holds_lease:
+            learning = f"learner, {runtime.learner.pending} not saved yet"
+        else:
+            learning = "standby (no learner lease: another agent holds it, or no turn or feedback took it yet)"
+        return f"<MemabraAgent policy_version={self.router.policy_version!r} db={self.log.url!r} learning={learning}>"
 
     def close(self) -> None:
         """Save what was learned since the last snapshot and release the learner lease."""

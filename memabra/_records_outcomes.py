@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memabra._errors import InvalidFeedbackError, InvalidRecordError
+from memabra._records_repr import snapshot_repr
 from memabra._records_routing import (
     _EMPTY,
     FeedbackKind,
@@ -276,6 +277,9 @@ class PolicySnapshot:
             raise InvalidRecordError(f"PolicySnapshot.status must be candidate, active or retired, got {self.status!r}")
         object.__setattr__(self, "learner_args", _frozen_mapping(self.learner_args))
         object.__setattr__(self, "metrics", _frozen_mapping(self.metrics))
+
+    def __repr__(self) -> str:  # the model's size, not its bytes
+        return snapshot_repr(self)
 
 
 @dataclass(frozen=True, slots=True)

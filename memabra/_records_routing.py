@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from memabra._errors import InvalidRecordError
+from memabra._records_repr import selection_repr
 
 JSONValue: TypeAlias = Any
 """Anything :func:`json.dumps` accepts; kept loose because metadata is user-supplied."""
@@ -367,6 +368,9 @@ class Selection:
     @property
     def tokens_injected(self) -> int:
         return sum(c.tokens for c in self.chosen)
+
+    def __repr__(self) -> str:  # what was chosen, not every candidate's features
+        return selection_repr(self)
 
     def scored(self, candidate_id: str) -> ScoredCandidate:
         for sc in self.offered:

@@ -137,6 +137,11 @@ class PolicyRuntime:
     def router(self) -> Router:
         return self.watcher
 
+    @property
+    def closed(self) -> bool:
+        """Closed (or its log was): it learns no more."""
+        return self._closed
+
     def _source(self) -> PolicySnapshot | None:
         active = self._store.active_stamp(self.policy)
         # a version that did not restore is not fetched again (its model bytes, every interval); a

@@ -48,7 +48,7 @@ class Turn:
     kept_in_log: bool = False
     # the log's copy of it this process last read or wrote: its next write replaces only that copy,
     # since a newer one is another process's, which went on with the turn (``None``: written blind)
-    copy: SuspendedTurn | None = None
+    copy: SuspendedTurn | None = field(default=None, repr=False)  # the selection again, as JSON
     # its episode is already in the log (its run went on after its logging node ran: a
     # ``Command(goto=...)`` beside a pending node, a retry): one decision, one episode, so it is
     # never kept or logged again, and what it records now is dropped

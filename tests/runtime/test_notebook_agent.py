@@ -1,0 +1,51 @@
+"""An agent displayed in a notebook (a cell's last line) shows what it serves and whether it learns.
+
+``MemabraAgent`` forwards the names it lacks to the compiled graph, IPython's display hooks
+included: Jupyter called the graph's ``_repr_mimebundle_``, which draws the graph through
+mermaid.ink (a web request at each display, a traceback offline) and labels the agent with the
+graph's repr, which says nothing of the policy serving, the log or the learner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from fakes import ScriptedChatModel
+from memabra import create_memabra_agent
+from memabra.router import LinearRouter, Similarity
+
+
+def _agent(url: str):  # type: ignore[no-untyped-def]
+    model = ScriptedChatModel(replies=[AIMessage("Hello, Ann.")] * 4)
+    return create_memabra_agent(model, db=url, router=LinearRouter(similarity=Similarity(encoder=None)))
+
+
+def test_jupyter_display_hooks_are_not_forwarded_to_the_graph(tmp_path: Path) -> None:
+    with _agent(f"sqlite:///{tmp_path / 'nb.db'}") as agent:
+        assert hasattr(agent.graph, "_repr_mimebundle_")  # what LangGraph shows a graph with
+        for hook in ("_repr_mimebundle_", "_repr_html_", "_ipython_display_"):
+            with pytest.raises(AttributeError):
+                getattr(agent, hook)
+        assert callable(agent.get_graph)  # the rest of the graph's API still is
+
+
+def test_an_agents_repr_names_its_policy_log_and_learning(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nb.db'}"
+    first = _agent(url)
+    first.session.memory.remember("ann", "My name is Ann")
+    out = first.invoke(
+        {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}}, context={"user_id": "ann"}
+    )
+    first.feedback(out["memabra_episode_id"], success=1.0, final=True)
+    shown = repr(first)
+    assert shown.startswith("<MemabraAgent ") and "CompiledStateGraph" not in shown
+    assert f"policy_version={first.router.policy_version!r}" in shown and "nb.db" in shown
+    assert "learning=learner, 1 not saved yet" in shown
+    second = _agent(url)  # the same cell run again: the first still holds the lease
+    assert "learning=standby" in repr(second)
+    second.close()
+    first.close()
+    assert "learning=closed" in repr(first)
