@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
 from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 from typer.core import TyperGroup
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench, simulate_command
-from memabra._cli._common import console, err_console, error_line
+from memabra._cli._common import console, err_console, error_line, print_error
 from memabra._cli._db import db_app
 from memabra._cli._demo import demo
 from memabra._cli._erase import erase
@@ -30,7 +30,9 @@ from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete, episodes_deletions
 from memabra._cli._status import status
+from memabra._cli._streams import BROKEN_PIPE_EXIT, make_streams_encodable
 from memabra._environment import unreported_unknown_variables
+from memabra._errors import MemabraError
 
 try:  # newer typer carries its own copy of click, whose classes are not click's
     from typer._click import ClickException, Context
@@ -66,16 +68,27 @@ class _ReadableErrorsGroup(TyperGroup):
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
-        except BrokenPipeError:  # stdout piped into a reader that stopped (head), as standalone mode
-            # Python's recipe: point stdout at devnull so the flush at exit raises nothing more
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
+        except BrokenPipeError:  # the help, piped into a reader that stopped (head)
+            _quiet_broken_pipe()
         sys.exit(exit_code)
 
     def invoke(self, ctx: Context) -> None:
         # A command's return value is dropped, as standalone mode drops it, so that what main()
         # gets back is only ever an Exit's code.
-        super().invoke(ctx)
+        try:
+            super().invoke(ctx)
+        except BrokenPipeError:  # a table piped into a reader that stopped (`| head -1`)
+            _quiet_broken_pipe()
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """Standard output's reader stopped early (``| head``): exit 141 as a shell reports a program
+    SIGPIPE ended, with no message and no traceback (the reader had all it wanted), whether or
+    not standard error is a terminal (click itself would exit 1, like a failure)."""
+    # Python's recipe: point stdout at devnull so the flush at exit raises nothing more
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(BROKEN_PIPE_EXIT)
 
 
 def _stderr_is_terminal() -> bool:
@@ -146,9 +159,15 @@ app.add_typer(mempo_app, name="mempo")
 
 
 def main() -> None:
+    make_streams_encodable()  # LANG=C, PYTHONIOENCODING=ascii: ASCII spellings, not a UnicodeEncodeError
     try:
         app()
+    except MemabraError as exc:
+        # memabra's own error that no command turned into a message (a database it cannot reach,
+        # DatabaseUnavailableError, names the URL): the same one line every other command prints
+        print_error(str(exc))
+        raise SystemExit(1) from None
     except SQLAlchemyError as exc:
         # a database the command cannot reach or open: one line saying why, not a traceback
-        err_console.print(f"[bold red]error:[/] database error: {escape(error_line(exc))}", highlight=False)
+        print_error(f"database error: {error_line(exc)}")
         raise SystemExit(1) from None

@@ -7,6 +7,7 @@ like ``a[/]b`` would otherwise crash the command or restyle its output.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import getpass
@@ -28,6 +29,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.progress import Progress, ProgressColumn, TimeElapsedColumn
 from rich.text import Text
 
+from memabra._cli._streams import BROKEN_PIPE_EXIT, encodes_everything
 from memabra._errors import MemabraError
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "open_output",
     "parse_time",
     "plain",
+    "print_error",
     "run_guarded",
     "transient_progress",
     "write_json",
@@ -75,6 +78,20 @@ class _Console(Console):
     def size(self, new_size: tuple[int, int]) -> None:
         self._width, self._height = new_size
 
+    def print(self, *objects: Any, crop: bool = False, **kwargs: Any) -> None:
+        """rich's ``print``, except that a line wider than the console is not cropped: a table
+        whose words do not fit (see :mod:`memabra._cli._tables`) is printed whole, never cut."""
+        super().print(*objects, crop=crop, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """The reader stopped early (``| head -1``): exit 141, as a shell reports a program SIGPIPE
+        ended, quietly (rich's own exit 1 reads as a failure to a script)."""
+        if self.quiet:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(BROKEN_PIPE_EXIT)
+
 
 console = _Console()
 err_console = _Console(stderr=True)
@@ -85,8 +102,16 @@ def plain(value: object) -> Text:
     return Text(str(value))
 
 
+def print_error(message: str) -> None:
+    """``error: message`` on stderr, as one line wherever stderr is not a terminal (a CI log, a
+    cron mail, ``2>file``, even with ``$COLUMNS`` set): a log read with grep gets the whole message."""
+    err_console.print(
+        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=not err_console.is_terminal
+    )
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -209,14 +234,17 @@ def open_output(path: Path, *, binary: bool = False) -> Iterator[Any]:
     one. A failure to write is one line and exit 1 (141 when a reader closed the pipe early)."""
     if path == STDOUT:
         try:
-            yield sys.stdout.buffer if binary else sys.stdout
+            yield sys.stdout.buffer if binary else _text_stdout()
             sys.stdout.flush()
         except BrokenPipeError:
             # The reader stopped early (`| head`). Say so instead of exiting quietly, and point
             # stdout at /dev/null so the interpreter's last flush does not fail a second time.
             with contextlib.suppress(OSError, ValueError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            fail("standard output was closed before all of the output was written (broken pipe)", code=141)
+            fail(
+                "standard output was closed before all of the output was written (broken pipe)",
+                code=BROKEN_PIPE_EXIT,
+            )
         return
     folder = path.parent if str(path.parent) else Path(".")
     try:
@@ -239,6 +267,17 @@ def open_output(path: Path, *, binary: bool = False) -> Iterator[Any]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _text_stdout() -> Any:
+    """Standard output for a command's output document: as it is where it encodes everything, else
+    (an ASCII-only locale) a UTF-8 writer on its bytes, since JSON escapes written by the ASCII
+    stream's error handler (``caf\\xe9``) would make the document invalid."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    if encodes_everything(encoding) or not hasattr(sys.stdout, "buffer"):
+        return sys.stdout
+    sys.stdout.flush()
+    return codecs.getwriter("utf-8")(sys.stdout.buffer)
 
 
 def _umask() -> int:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 from sqlalchemy.engine import make_url
 
 from memabra._cli._common import console, fail, run_guarded
 from memabra._cli._database import CreateDbOption, migrate
+from memabra._cli._tables import Table
 from memabra._settings import DEMO_EPISODES
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from memabra._cli._common import (
     JsonOutOption,
@@ -20,6 +19,7 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra._cli._database import DbOption
+from memabra._cli._tables import Table
 from memabra._config import load_reward_config, parse_weights
 from memabra._episode_document import (
     episode_document,

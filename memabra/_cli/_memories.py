@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, YesOption, confirm_or_stop, console, fail, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._tables import Table
 
 if TYPE_CHECKING:
     # the memory backend brings the write path's LangChain parts and the router: imported when a

@@ -17,12 +17,12 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, fail, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
 from memabra._cli._stops import StopSignals, exit_code, nothing_stored_if_stopped, stopped_by
+from memabra._cli._tables import Table
 from memabra._errors import MemabraError
 from memabra._records import GoldDecision, MemoryQuality
 from memabra.storage import EpisodeLog

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
-from rich.table import Table
 
 from memabra._cli._common import console
+from memabra._cli._tables import Table
 
 if TYPE_CHECKING:  # the offline package imports scikit-learn: loaded only when a command needs it
     from memabra._records import RewardWeights

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from memabra._cli._common import STDOUT, check_json_output, console, fail, write_output
 from memabra._cli._ope_runs import ope_runs
+from memabra._cli._tables import Table
 from memabra._errors import MemabraError
 from memabra.evals.ope import (
     ESTIMATOR_NAMES,

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._tables import Table
 from memabra._records import OPEResult
 from memabra.storage import EpisodeLog
 

@@ -8,10 +8,10 @@ import socket
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from memabra._cli._common import JsonOutOption, cli_actor, console, parse_time, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._tables import Table
 from memabra._config import load_reward_config
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from memabra._cli._common import (
     JsonOutOption,
@@ -25,6 +24,7 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
+from memabra._cli._tables import Table
 from memabra._errors import MemabraError
 from memabra._learner import DEFAULT_POLICY
 from memabra._snapshot_file import IMPORTED_KEY, imported_snapshot, snapshot_document

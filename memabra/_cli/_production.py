@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from memabra._cli._common import (
@@ -28,6 +27,7 @@ from memabra._cli._common import (
 from memabra._cli._database import DbOption
 from memabra._cli._learner_loop import learn_until_stopped, lease_holder
 from memabra._cli._policies import open_log
+from memabra._cli._tables import Table
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, RoutingContext

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.table import Table
 from rich.text import Text
 from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,6 +29,7 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import ProbeDbOption
 from memabra._cli._retention import parse_age
+from memabra._cli._tables import Table
 from memabra._errors import MemabraError
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
 from memabra._metrics import status_metrics
