@@ -160,9 +160,27 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
 
 def pg_connection_defaults(query: Any) -> dict[str, int]:
     """The libpq settings memabra gives a PostgreSQL connection (its connect timeout and TCP
-    keepalives) that the URL's ``query`` does not set itself."""
+    keepalives) that the URL's ``query`` does not set itself, and the libpq it runs on knows."""
     wanted = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **PG_SOCKET_DEFAULTS}
+    libpq = _libpq_version()
+    if libpq is not None and libpq < _LIBPQ_TCP_USER_TIMEOUT:
+        # an older libpq refuses every connection given an option it does not know ("invalid
+        # connection option"): there the keepalives alone give up on a silent server
+        del wanted["tcp_user_timeout"]
     return {name: value for name, value in wanted.items() if name not in query}
+
+
+# the first libpq with ``tcp_user_timeout`` (PostgreSQL 12's); psycopg 3 runs on libpq 10 and later
+_LIBPQ_TCP_USER_TIMEOUT = 120_000
+
+
+def _libpq_version() -> int | None:
+    """The version of the libpq psycopg runs on (``None`` without psycopg: the engine says so)."""
+    try:
+        from psycopg import pq
+    except ImportError:
+        return None
+    return pq.version()
 
 
 def _prepare_threshold(value: str | tuple[str, ...]) -> int | None:

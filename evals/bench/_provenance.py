@@ -8,6 +8,7 @@ command compare only where these match, as ``file_sha256`` says for the input.
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -41,16 +42,50 @@ def _version(name: str) -> str | None:
         return None
 
 
+# the variables that point git at a repository (``git rev-parse --local-env-vars``)
+_GIT_REPOSITORY_VARIABLES = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_PREFIX",
+        "GIT_GRAFT_FILE",
+        "GIT_SHALLOW_FILE",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_CONFIG",
+        "GIT_IMPLICIT_WORK_TREE",
+        "GIT_INTERNAL_SUPER_PREFIX",
+    }
+)
+
+
 def _source_commit(root: Path) -> dict[str, Any] | None:
     """The git commit of memabra's source where it runs from a checkout (an editable install), and
     whether tracked files differ from it; None elsewhere (an installed wheel has no commit)."""
     if not (root / ".git").exists():
         return None
 
+    # a bench run from a git hook or a script of another repository inherits its GIT_DIR,
+    # GIT_INDEX_FILE...: git would then read that repository, not memabra's
+    env = {name: value for name, value in os.environ.items() if name not in _GIT_REPOSITORY_VARIABLES}
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(
-                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=False
+                # no optional locks: `git status` would rewrite the index (taking index.lock), and a
+                # `git commit` of the developer's at that moment would fail
+                ["git", "--no-optional-locks", "-C", str(root), *args],
+                capture_output=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=10,
+                check=False,
+                env=env,
+                stdin=subprocess.DEVNULL,
             )
         except (OSError, subprocess.SubprocessError):
             return None

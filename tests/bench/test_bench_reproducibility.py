@@ -4,6 +4,10 @@ run used, in the single-seed and the multi-seed JSON."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +19,7 @@ from typer.testing import CliRunner
 import memabra
 from memabra._cli._bench import bench
 from memabra.evals.bench import bench_environment, bench_router_params, router_factories
+from memabra.evals.bench._provenance import _source_commit
 from memabra.router import Similarity
 
 
@@ -61,3 +66,58 @@ def test_provenance_is_plain_json() -> None:
     factories = router_factories(["random", "bm25"], similarity=Similarity())
     document = {"router_params": bench_router_params(factories, 0), "environment": bench_environment()}
     assert json.loads(json.dumps(document)) == document
+
+
+def _repo(path: Path, text: str = "one\n") -> str:
+    """A git repository at ``path`` with one commit of one file; its commit."""
+    path.mkdir()
+
+    def git(*args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (path / "f.txt").write_text(text, encoding="utf-8")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "one")
+    return git("rev-parse", "HEAD")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_commit_is_memabras_even_under_another_repositorys_git_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bench run from another repository's git hook inherits its GIT_DIR (and GIT_INDEX_FILE):
+    git then answered for that repository, and the report named its commit as memabra's."""
+    mine = _repo(tmp_path / "memabra")
+    other = _repo(tmp_path / "other", "two\n")
+    assert mine != other
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "other" / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "other" / ".git" / "index"))
+    assert _source_commit(tmp_path / "memabra") == {"commit": mine, "modified": False}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_reading_the_commit_writes_nothing_in_the_repository(tmp_path: Path) -> None:
+    """``git status`` refreshes a stale index by rewriting it under index.lock: a developer's own
+    ``git commit`` at that moment failed ("index.lock: File exists")."""
+    commit = _repo(tmp_path / "memabra")
+    index = tmp_path / "memabra" / ".git" / "index"
+    time.sleep(0.01)
+    os.utime(tmp_path / "memabra" / "f.txt")  # same content, newer time: the index's stat data is stale
+    before = index.stat()
+    assert _source_commit(tmp_path / "memabra") == {"commit": commit, "modified": False}
+    after = index.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_no_commit_outside_a_checkout(tmp_path: Path) -> None:
+    assert _source_commit(tmp_path) is None

@@ -72,6 +72,17 @@ def test_a_connection_has_a_connect_timeout_unless_the_url_sets_one(monkeypatch:
     assert seen == [{**never, "connect_timeout": engine_module.PG_CONNECT_TIMEOUT_S}, never]
 
 
+def test_a_libpq_without_tcp_user_timeout_is_not_given_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libpq before 12 refuses every connection given an option it does not know ("invalid
+    connection option"), and psycopg 3 runs on libpq 10 and later: the keepalives alone serve there."""
+    monkeypatch.setattr(psycopg.pq, "version", lambda: 110_022)
+    settings = engine_module.pg_connection_defaults({})
+    assert "tcp_user_timeout" not in settings
+    assert settings["keepalives_idle"] == engine_module.PG_SOCKET_DEFAULTS["keepalives_idle"]
+    monkeypatch.setattr(psycopg.pq, "version", lambda: 120_000)
+    assert engine_module.pg_connection_defaults({})["tcp_user_timeout"] == 30_000
+
+
 def _terminate_backends_of(log: EpisodeLog) -> None:
     """``pg_terminate_backend`` on the connection the log's pool hands out next (a server restart,
     an administrator, a proxy), from another connection; only that one, as tests may share the server."""
