@@ -85,10 +85,23 @@ class DatabaseUnavailableError(MemabraError, OperationalError):
 _USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?!//)[^\s'\"]*@")
 
 
+# libpq's secret parameters, which a URL may carry in its query (``?password=``, psycopg takes
+# them as connect arguments) and a conninfo string as ``password=...`` or ``password='...'``
+_SECRET_PARAMETER = re.compile(r"(?i)\b((?:ssl)?password\s*=\s*)('[^']*'|[^&\s'\"#]+)")
+
+
 def mask_password(text: str) -> str:
-    """``text`` with the password of any ``USER:PASSWORD@`` in it replaced by ``***``: an error
-    about a malformed URL goes to terminals and logs, and must not carry the secret."""
-    return _USERINFO.sub(r"\1***@", text)
+    """``text`` with the password of any ``USER:PASSWORD@`` in it, and the value of any
+    ``password=`` or ``sslpassword=`` parameter, replaced by ``***``: an error about a malformed
+    URL goes to terminals and logs, and must not carry the secret."""
+    return _SECRET_PARAMETER.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+def shown_url(url: str | URL) -> str:
+    """``url`` as a message, a table or a repr may show it: its password hidden, whether it is in
+    ``USER:PASSWORD@`` or in the query (``?password=``, ``?sslpassword=``)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    return mask_password(parsed.render_as_string(hide_password=True))
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -217,7 +230,7 @@ def _unavailable(what: str, url: URL, exc: BaseException, after: str = "") -> Da
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     reason = lines[0] if lines else type(orig).__name__
-    where = url.render_as_string(hide_password=True)
+    where = shown_url(url)
     error = DatabaseUnavailableError(f"{what} {where}: {reason}{after}", orig)
     error.connection_invalidated = bool(getattr(exc, "connection_invalidated", False))
     return error

@@ -50,7 +50,7 @@ from memabra._records import (
     utcnow,
 )
 from memabra.storage import _episodes, _mempo_log, _offline, _registry, _rewards, _snapshots, _suspended_turns
-from memabra.storage._engine import make_engine, sqlite_file
+from memabra.storage._engine import make_engine, shown_url, sqlite_file
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log_retention import RetentionMethods
@@ -74,7 +74,7 @@ def _refuse_a_missing_sqlite_file(engine: Engine) -> None:
     would leave an empty file there (:func:`~memabra.storage.open_log` creates one with its schema)."""
     path = sqlite_file(engine)
     if path is not None and not path.exists():
-        where = engine.url.render_as_string(hide_password=True)
+        where = shown_url(engine.url)
         raise SchemaError(
             f"no database at {path}; create it with `memabra db upgrade --db {where}` "
             "(or memabra.storage.open_log, which creates a new SQLite file with its schema), or check the path"
@@ -126,7 +126,7 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
 
     @property
     def url(self) -> str:
-        return self._engine.url.render_as_string(hide_password=True)
+        return shown_url(self._engine.url)
 
     @property
     def closed(self) -> bool:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from memabra._errors import SchemaError, StorageContentionError
-from memabra.storage._engine import is_postgres, make_engine, resolve_url
+from memabra.storage._engine import is_postgres, make_engine, resolve_url, shown_url
 from memabra.storage._online_index import build_online_indexes
 from memabra.storage._schema_compat import read_marker
 from memabra.storage._tx import WRITE_OPTION, is_transient
@@ -81,7 +81,7 @@ def _run(engine: Engine, action: str, revision: str) -> None:
     transaction is then rolled back (DDL is transactional there) and tried again, up to
     :data:`PG_LOCK_ATTEMPTS` times, then :class:`StorageContentionError`: nothing was changed."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    where = engine.url.render_as_string(hide_password=True)
+    where = shown_url(engine.url)
     attempts = PG_LOCK_ATTEMPTS if is_postgres(engine) else 1
     attempt = 1
     pause, longest = _MIGRATION_LOCK_RETRY_S
@@ -202,7 +202,7 @@ def check_schema(engine: Engine) -> None:
     head = head_revision()
     if current == head:
         return
-    where = engine.url.render_as_string(hide_password=True)
+    where = shown_url(engine.url)
     if current is None:
         raise SchemaError(f"the database {where} has no memabra schema; run `memabra db upgrade --db {where}`")
     known = known_revisions()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from sqlalchemy import inspect, make_url, text
+from sqlalchemy import inspect, text
 
 from memabra._errors import ConfigError
 from memabra._records import Episode, RewardBreakdown, Selection, utcnow
@@ -23,6 +23,7 @@ from memabra.evals._log_order import DecisionClock
 from memabra.evals.bench._data import BenchRound
 from memabra.evals.bench._run_record import BenchRun, claim_log, end_run
 from memabra.storage import EpisodeLog, make_engine, upgrade
+from memabra.storage._engine import shown_url
 
 __all__ = ["DecisionLogWriter"]
 
@@ -45,7 +46,7 @@ class DecisionLogWriter:
     def __init__(self, url: str, *, logger: str = "bench", expected: int | None = None) -> None:
         self.url = url
         # what messages (and a cron job's mail) show of the URL: never its password
-        self.where = make_url(url).render_as_string(hide_password=True)
+        self.where = shown_url(url)
         self.expected = expected
         held = _episodes_held(url)  # before migrating: a production log given by mistake stays as it was
         if held:

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from memabra._errors import ConfigError
 from memabra._records import utcnow
 from memabra.storage import Transactions
+from memabra.storage._engine import shown_url
 
 __all__ = ["BenchRun", "RunStatus", "bench_run_of", "claim_log", "end_run", "refuse_unfinished_bench_log"]
 
@@ -99,7 +100,7 @@ def claim_log(engine: Engine, logger_name: str, expected: int | None) -> BenchRu
             raise
     if held is not None:
         raise ConfigError(
-            f"the log at {engine.url.render_as_string(hide_password=True)} is already written by the bench run "
+            f"the log at {shown_url(engine.url)} is already written by the bench run "
             f"{held.run_id} (logger {held.logger}, started {held.started_at} on {held.host}, {held.status}); "
             "a bench log holds one run's decisions, so that `memabra ope log` can be checked against that run: "
             "give each bench run a new database"
@@ -134,7 +135,7 @@ def refuse_unfinished_bench_log(engine: Engine) -> None:
     run = bench_run_of(engine)
     if run is None or run.finished:
         return
-    where = engine.url.render_as_string(hide_password=True)
+    where = shown_url(engine.url)
     of = f" of the {run.expected}" if run.expected is not None else ""
     if run.status == "running":
         how = (

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._common import err_console, error_line, fail, run_guarded
 from memabra._errors import MemabraError
+from memabra.storage._engine import shown_url
 
 if TYPE_CHECKING:
     from memabra.evals.bench import DecisionLogWriter
@@ -26,7 +26,7 @@ def open_log(url: str, logger: str, expected: int) -> DecisionLogWriter:
     try:
         return run_guarded(DecisionLogWriter, url, logger=logger, expected=expected)
     except SQLAlchemyError as exc:
-        where = make_url(url).render_as_string(hide_password=True)
+        where = shown_url(url)
         fail(f"--log-db {where}: cannot open the log: {error_line(exc)}")
 
 
@@ -57,9 +57,10 @@ def explain_partial_log(finished: bool, written: int, expected: int, logger: str
         if finished
         else ("the bench run stopped before it finished", "the rounds played before the stop")
     )
+    where = "the log" if url is None else shown_url(url)
     err_console.print(
         Text(
-            f"{how}: {url} holds {written} of the {expected} decisions {logger} would have logged ({which}) and "
+            f"{how}: {where} holds {written} of the {expected} decisions {logger} would have logged ({which}) and "
             "no report was written to check `memabra ope log` against; run the bench again with a new --log-db"
         ),
         highlight=False,

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from sqlalchemy.engine import make_url
 
 from memabra._cli._common import (
     JsonOutOption,
@@ -28,6 +27,7 @@ from memabra.storage import (
     resolve_url,
     upgrade,
 )
+from memabra.storage._engine import shown_url
 
 db_app = typer.Typer(help="Schema migrations and backups.", no_args_is_help=True, rich_markup_mode="markdown")
 db_app.command("backup")(db_backup)
@@ -43,7 +43,7 @@ def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", h
     logging.getLogger("alembic.runtime.migration").addFilter(_migration_steps_only)
     url = run_guarded(resolve_url, db)
     now = migrate(upgrade, url, revision)
-    where = make_url(url).render_as_string(hide_password=True)  # no engine: nothing to dispose
+    where = shown_url(url)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
     if revision not in ("head", "heads") and not revision.startswith("+") and now != revision:
         # an upgrade to a revision the database is already past changes nothing
@@ -77,7 +77,7 @@ def db_downgrade(
     url = run_guarded(resolve_url, db)
     if revision not in known_revisions() and revision != "base" and not revision.startswith("-"):
         migrate(downgrade, url, revision)  # names the unknown revision
-    where = make_url(url).render_as_string(hide_password=True)
+    where = shown_url(url)
     what = "every memabra table" if revision == "base" else f"what the revisions after {revision} added"
     # asked whatever standard input is (`echo y |` answers): a schema change is never a cron job's
     confirm_or_stop(

@@ -18,6 +18,7 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra._cli._database import CreateDbOption, DbOption
+from memabra.storage._engine import shown_url
 
 
 def db_backup(
@@ -60,14 +61,13 @@ def db_restore(
     see the restored log at their next read; never `cp` a backup over a log that has a `-wal` file
     beside it). Everything logged since the backup is gone, so it asks first (`--yes` in scripts).
     Restart the agents and the learner afterwards (docs/production.md, "Backups and restores")."""
-    from sqlalchemy.engine import make_url
 
     from memabra.storage import head_revision, known_revisions, resolve_url
     from memabra.storage._backup import PG_RESTORE_HINT, restore_sqlite, sqlite_path
 
     url = run_guarded(resolve_url, db)
     target = run_guarded(sqlite_path, url, hint=PG_RESTORE_HINT)
-    where = make_url(url).render_as_string(hide_password=True)
+    where = shown_url(url)
     if target.exists():
         confirm_or_stop(
             f"Replace everything in {where} with {backup}? What was logged since the backup is lost",

@@ -12,12 +12,12 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
-from sqlalchemy.engine import make_url
 
 from memabra._cli._common import console, fail, run_guarded
 from memabra._cli._database import CreateDbOption, migrate
 from memabra._cli._tables import Table
 from memabra._settings import DEMO_EPISODES
+from memabra.storage._engine import shown_url
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -53,7 +53,7 @@ def demo(
     if held:
         console.print(
             Text(
-                f"{make_url(url).render_as_string(hide_password=True)} already holds {held} episodes: this run goes on "
+                f"{shown_url(url)} already holds {held} episodes: this run goes on "
                 "from them (the learned router resumes its snapshot, the users keep their memories), so its table "
                 "differs from a first run's; give --db a new file to start afresh"
             )
@@ -103,9 +103,7 @@ def demo(
         scratch.cleanup()
     elapsed = time.perf_counter() - started
     _render(summaries, min(100, episodes // 2))
-    console.print(
-        f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {make_url(url).render_as_string(hide_password=True)}"
-    )
+    console.print(f"{episodes} episodes per router in {elapsed:.0f} s; the learned router's log: {shown_url(url)}")
     if online is not None:
         with run_guarded(EpisodeLog, url) as log:
             # task turns only, on both sides: how many correction turns follow depends on the policy
@@ -131,9 +129,10 @@ def demo(
             highlight=False,
         )
     console.print("\nnext:")
-    console.print(f"  memabra episodes list --db {url}")
-    console.print(f"  memabra admin --db {url}")
-    console.print(f"  memabra ope log --db {url} --policy hybrid --json ope.json")
+    where = shown_url(url)  # a password on the URL is not echoed into a terminal or CI log
+    console.print(f"  memabra episodes list --db {where}")
+    console.print(f"  memabra admin --db {where}")
+    console.print(f"  memabra ope log --db {where} --policy hybrid --json ope.json")
 
 
 def _chat_model(model: str) -> BaseChatModel:

@@ -29,6 +29,7 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra.storage import EpisodeLog
+from memabra.storage._engine import mask_password, shown_url
 
 if TYPE_CHECKING:  # langgraph loads only for --checkpointer: the CLI starts without it
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -89,7 +90,7 @@ def erase(
             assert checkpointer is not None
             url = make_url(checkpointer)
             fail(
-                f"the checkpointer at {url.render_as_string(hide_password=True)} failed while deleting the "
+                f"the checkpointer at {shown_url(url)} failed while deleting the "
                 f"user's threads: {checkpointer_error(exc, url)}; no episode or memory was deleted yet, the "
                 "erasure is recorded as unfinished: run the same command again to finish it"
             )
@@ -154,16 +155,16 @@ def open_checkpointer(url: str | None) -> Iterator[BaseCheckpointSaver[str] | No
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - any unparseable value gets the same message
-        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {url!r}")
+        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {mask_password(url)!r}")
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
-        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {url!r}")
+        fail(f"--checkpointer takes sqlite:///FILE or postgresql://..., got {mask_password(url)!r}")
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.checkpoint.sqlite import SqliteSaver
     except ImportError:
         fail("--checkpointer needs the checkpoints extra: pip install 'memabra[checkpoints]'")
-    shown = parsed.render_as_string(hide_password=True)
+    shown = shown_url(parsed)
     if backend == "sqlite":
         path = Path(parsed.database or "")
         if not path.is_file():

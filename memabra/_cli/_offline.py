@@ -15,7 +15,6 @@ from rich.progress import (
     MofNCompleteColumn,
     TextColumn,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._common import (
@@ -39,6 +38,7 @@ from memabra._config import parse_weights
 from memabra._errors import MemabraError
 from memabra._records import OPEResult
 from memabra.storage import EpisodeLog
+from memabra.storage._engine import shown_url
 
 if TYPE_CHECKING:
     from memabra.evals.offline import TrainReport
@@ -334,7 +334,7 @@ def train(
             if not report.supported
             else "forced, does NOT beat the logging policy"
         )
-        where = ["--db", make_url(db).render_as_string(hide_password=True)] if db else []
+        where = ["--db", shown_url(db)] if db else []
         promote = shlex.join(["memabra", "policies", "promote", report.saved_version, *where])
         console.print(
             f"saved snapshot [bold]{escape(report.saved_version)}[/] ({verdict}); promote it with: {escape(promote)}",

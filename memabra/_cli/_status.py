@@ -13,7 +13,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
-from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._common import (
@@ -35,6 +34,7 @@ from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_p
 from memabra._metrics import status_metrics
 from memabra._records import utcnow
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
+from memabra.storage._engine import shown_url
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
 
@@ -107,7 +107,7 @@ def status(
     report = _Report(json_out, prometheus_out, limit, time.perf_counter())
     try:
         with _deadline(timeout), EpisodeLog(db) as log:
-            where = log.engine.url.render_as_string(hide_password=True)
+            where = shown_url(log.engine.url)
             state = log.status()
     except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
         _cannot_check(report, where, _one_line(exc))
@@ -219,7 +219,7 @@ def _cannot_check(report: _Report, where: str, message: str) -> NoReturn:
 def _where(db: str | None) -> str:
     """The database the check reads, password hidden, for a report written before it is open."""
     try:
-        return make_url(resolve_url(db)).render_as_string(hide_password=True)
+        return shown_url(resolve_url(db))
     except Exception:  # a malformed URL: opening it names the problem
         return "?"
 
