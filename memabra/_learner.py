@@ -25,6 +25,7 @@ from typing import Any
 
 from memabra._errors import ConfigError
 from memabra._feedback import RewardService
+from memabra._learners_here import register, warn_if_held_here
 from memabra._records import PolicySnapshot
 from memabra._replay import (
     DEFAULT_POLICY,
@@ -134,6 +135,8 @@ class Learner:
         self._pending_since: float | None = None
         self._last_snapshot: str | None = None
         self._checked_at = time.monotonic()
+        self._told_standby = False
+        register(self)
 
     # ------------------------------------------------------------------ state
 
@@ -184,6 +187,8 @@ class Learner:
             self._drop()
             return False
         if not self._lease.acquire():
+            if not self._told_standby:  # once: it tries again at every turn
+                self._told_standby = warn_if_held_here(self)
             return False
         try:
             self._resume()

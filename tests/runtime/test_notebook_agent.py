@@ -49,3 +49,51 @@ def test_an_agents_repr_names_its_policy_log_and_learning(tmp_path: Path) -> Non
     second.close()
     first.close()
     assert "learning=closed" in repr(first)
+
+
+def _turn(agent, user: str = "ann") -> None:  # type: ignore[no-untyped-def]
+    out = agent.invoke(
+        {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": f"t-{id(agent)}"}}, context={"user_id": user}
+    )
+    agent.feedback(out["memabra_episode_id"], success=1.0, final=True)
+
+
+def test_an_agent_kept_from_learning_by_an_earlier_one_of_this_process_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memabra import _serving
+
+    monkeypatch.setattr(_serving, "LEASE_RETRY_S", 0.0)  # a standby tries again at its next turn
+    url = f"sqlite:///{tmp_path / 'nb.db'}"
+    first = _agent(url)
+    _turn(first)
+    assert first.session.runtime.learner is not None and first.session.runtime.learner.holds_lease
+    second = _agent(url)  # the cell run again, the first agent still alive (Out[1] holds it)
+    with caplog.at_level("WARNING", logger="memabra"):
+        _turn(second)
+        _turn(second)
+    said = [r.getMessage() for r in caplog.records if "another agent of this process" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "not closed" in said[0] and "agent.close()" in said[0]
+    first.close()
+    _turn(second)  # the lease is free: the newer agent learns now
+    learner = second.session.runtime.learner
+    assert learner is not None and learner.holds_lease
+    second.close()
+
+
+def test_a_lease_held_by_another_process_is_not_blamed_on_this_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memabra.storage import EpisodeLog, LearnerLease
+
+    url = f"sqlite:///{tmp_path / 'nb.db'}"
+    agent = _agent(url)
+    with EpisodeLog(url) as other_process:
+        lease = LearnerLease(other_process.engine, agent.session.runtime.learner.policy)  # type: ignore[union-attr]
+        assert lease.acquire()
+        with caplog.at_level("WARNING", logger="memabra"):
+            _turn(agent)
+        lease.release()
+    assert not [r for r in caplog.records if "another agent of this process" in r.getMessage()]
+    agent.close()

@@ -1,0 +1,47 @@
+"""The learners made in this process, so that one standing by can say when the learner holding its
+lease is in this very process: an agent built earlier and not closed (a notebook cell run again),
+which keeps the newer agent from learning for as long as it lives. Another process holding the
+lease is the design (``memabra status`` names the holder); this case surprises."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memabra._learner import Learner
+
+__all__ = ["register", "warn_if_held_here"]
+
+logger = logging.getLogger("memabra")
+
+_LEARNERS: weakref.WeakSet[Learner] = weakref.WeakSet()
+
+
+def register(learner: Learner) -> None:
+    _LEARNERS.add(learner)
+
+
+def warn_if_held_here(learner: Learner) -> bool:
+    """Log one WARNING when another live learner of this process holds ``learner``'s lease (same
+    log, same policy); ``True`` when it did."""
+    if learner.log.closed:
+        return False
+    for other in list(_LEARNERS):
+        if (
+            other is not learner
+            and other.policy == learner.policy
+            and other.holds_lease
+            and not other.log.closed
+            and other.log.url == learner.log.url
+        ):
+            logger.warning(
+                "policy %s on %s is learned by another agent of this process, built earlier and not closed "
+                "(a notebook cell run again?): this one serves what that one commits and learns nothing "
+                "itself until that one is closed (agent.close(), or build agents in `with` blocks)",
+                learner.policy,
+                learner.log.url,
+            )
+            return True
+    return False
