@@ -13,6 +13,7 @@ import builtins
 import logging
 import random
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,7 +30,16 @@ from memabra.storage._rows import clean_text
 if TYPE_CHECKING:
     from memabra._memory import MemoryBackend
 
-__all__ = ["ActiveRead", "CountsWrites", "clean", "left_standing", "remember", "remember_many", "write_new"]
+__all__ = [
+    "ActiveRead",
+    "CountsWrites",
+    "clean",
+    "left_standing",
+    "remember",
+    "remember_many",
+    "require_user",
+    "write_new",
+]
 
 logger = logging.getLogger("memabra")
 
@@ -61,6 +71,7 @@ def remember(
     """:meth:`MemoryBackend.remember`, under the backend's ``_writing`` turn: decided on a read of
     the user's memories and, where another writer wrote between that read and the write, decided
     again on a new read (:class:`MemoriesChangedError` after :data:`_WRITE_TRIES`)."""
+    require_user(user_id)
     fact = clean(text)
     now = at or backend.clock()
     for attempt in range(1, _WRITE_TRIES):
@@ -183,18 +194,30 @@ class CountsWrites(Protocol):
 def clean(text: str) -> str:
     """``text`` as a memory's fact: the complaint cut off, trailing punctuation trimmed, NUL bytes
     dropped and lone surrogates replaced, as the SQL log stores any text (PostgreSQL refuses both,
-    in a table and in a LangGraph store's JSON alike)."""
+    in a table and in a LangGraph store's JSON alike), and composed (NFC): "Zürich" typed with a
+    combining umlaut (NFD, as macOS and some keyboards send it) is the same fact as "Zürich", a
+    restatement rather than a new memory retiring the old one."""
     if not isinstance(text, str):
         raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    fact = strip_complaint(clean_text(text).strip()).rstrip(".!; ").strip()
+    text = clean_text(text)
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
     if not fact:
         raise InvalidRecordError("a memory needs non-empty text")
     return fact
 
 
-def new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:
+def require_user(user_id: str) -> None:
+    """Refuse a ``user_id`` memories cannot be scoped by (not a string, or empty), before any read."""
     if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+        raise InvalidRecordError(
+            f"memories are scoped by user: give a non-empty user_id (a string), got {user_id!r:.80}"
+        )
+
+
+def new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:
+    require_user(user_id)
     return RegistryItem(
         kind=CandidateKind.MEMORY,
         id=f"mem:{unique[:16]}",

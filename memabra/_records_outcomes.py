@@ -205,8 +205,10 @@ class Feedback:
             raise InvalidRecordError("Feedback.idempotency_key must be a non-empty string")
         _require_id_length("Feedback.idempotency_key", self.idempotency_key)
         _require_aware("Feedback.received_at", self.received_at)
-        _check_json_finite("Feedback.payload", self.payload)
+        # parsed first: a bad value (NaN, a huge number, a nested object) is an InvalidFeedbackError
+        # naming its key, as at every other entry point; what parses holds only finite numbers
         signals = FeedbackSignals.parse(self.payload)
+        _check_json_finite("Feedback.payload", self.payload)
         object.__setattr__(self, "signals", signals)
         object.__setattr__(self, "payload", MappingProxyType(signals.as_payload()))
 

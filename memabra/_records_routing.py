@@ -66,14 +66,21 @@ def _require_aware(name: str, value: datetime | None) -> None:
 
 
 def _check_json_finite(name: str, value: Any) -> None:
+    try:
+        _walk_json_finite(name, value)
+    except RecursionError:  # nested past the interpreter's depth: no JSON encoder could write it
+        raise InvalidRecordError(f"{name} is nested too deeply to be stored as JSON") from None
+
+
+def _walk_json_finite(name: str, value: Any) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidRecordError(f"{name} holds a non-finite number ({value!r})")
     if isinstance(value, Mapping):
         for k, v in value.items():
-            _check_json_finite(f"{name}.{k}", v)
+            _walk_json_finite(f"{name}.{k}", v)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_json_finite(f"{name}[{i}]", v)
+            _walk_json_finite(f"{name}[{i}]", v)
 
 
 def ensure_sequence(name: str, value: Sequence[Any]) -> tuple[Any, ...]:

@@ -44,43 +44,60 @@ __all__ = ["FEEDBACK_KEYS", "ExplicitSignals", "FeedbackSignals", "ImplicitSigna
 _MAX_ID_LENGTH = 200
 
 
+# Longest rendering of a refused value in an error: a pasted megabyte is named, not echoed.
+_SHOWN_CHARACTERS = 200
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut at :data:`_SHOWN_CHARACTERS`; a value nested past
+    the interpreter's depth (which ``repr`` cannot write) is named by its type."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply to show"
+    return text if len(text) <= _SHOWN_CHARACTERS else f"{text[:_SHOWN_CHARACTERS]}... ({len(text)} characters)"
+
+
 def _number(key: str, value: Any, low: float, high: float, *, open_low: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    try:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (a JSON body's 400-digit number)
+        ok = False
     if ok and (low < value <= high if open_low else low <= value <= high):
         return float(value)
     bracket = "(" if open_low else "["
     raise InvalidFeedbackError(
-        f"feedback {key!r} must be a finite number in {bracket}{low:g}, {high:g}], got {value!r}"
+        f"feedback {key!r} must be a finite number in {bracket}{low:g}, {high:g}], got {_shown(value)}"
     )
 
 
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InvalidFeedbackError(f"feedback {key!r} must be true or false, got {value!r}")
+        raise InvalidFeedbackError(f"feedback {key!r} must be true or false, got {_shown(value)}")
     return value
 
 
 def _text(key: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise InvalidFeedbackError(f"feedback {key!r} must be a text, got {value!r}")
+        raise InvalidFeedbackError(f"feedback {key!r} must be a text, got {_shown(value)}")
     return value
 
 
 def _bool_or_text(key: str, value: Any) -> bool | str:
     if not isinstance(value, (bool, str)):
-        raise InvalidFeedbackError(f"feedback {key!r} must be a bool or a text, got {value!r}")
+        raise InvalidFeedbackError(f"feedback {key!r} must be a bool or a text, got {_shown(value)}")
     return value
 
 
 def _rating(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
-        raise InvalidFeedbackError(f"feedback {key!r} must be an integer from 1 to 5, got {value!r}")
+        raise InvalidFeedbackError(f"feedback {key!r} must be an integer from 1 to 5, got {_shown(value)}")
     return value
 
 
 def _ids(key: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-        raise InvalidFeedbackError(f"feedback {key!r} must be a list of candidate ids, got {value!r}")
+        raise InvalidFeedbackError(f"feedback {key!r} must be a list of candidate ids, got {_shown(value)}")
     for v in value:
         if not v or len(v) > _MAX_ID_LENGTH:
             raise InvalidFeedbackError(

@@ -168,12 +168,22 @@ def tool_step(
     )
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON values (tool arguments come from models and may hold anything)."""
+# Deepest nesting of tool arguments kept in the log; deeper, a level is logged as this text. A model
+# can write arguments nested thousands deep: copied whole, they crashed the turn with a
+# RecursionError once the run had begun, leaving it kept as running.
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"(nested deeper than {MAX_JSON_DEPTH} levels: not logged)"
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """``value`` as JSON values (tool arguments come from models and may hold anything), nested
+    at most :data:`MAX_JSON_DEPTH` levels (deeper: :data:`TOO_DEEP`)."""
+    if isinstance(value, (Mapping, list, tuple)) and _depth >= MAX_JSON_DEPTH:
+        return TOO_DEEP
     if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, _depth + 1) for v in value]
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if isinstance(value, float):

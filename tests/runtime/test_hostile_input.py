@@ -1,0 +1,157 @@
+"""What a chat user, a model or a client may paste: numbers no float holds, values nested past the
+interpreter's depth, user ids that are not text, the same fact in another Unicode normalisation,
+names that differ only by case. Each is stored faithfully or refused by name, on both backends,
+with nothing half-written and no turn left running."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from sqlalchemy import func, select
+
+from fakes import ScriptedChatModel
+from memabra import (
+    Budget,
+    CandidateKind,
+    ConfigError,
+    Episode,
+    Feedback,
+    FeedbackSignals,
+    InvalidFeedbackError,
+    InvalidRecordError,
+    Skill,
+    SQLMemory,
+)
+from memabra._agent import create_memabra_agent
+from memabra._catalog import as_tools, skill_items
+from memabra._memory_records import MemoryStatus
+from memabra._turns import TOO_DEEP
+from memabra.router import HybridRouter, Similarity
+from memabra.storage import EpisodeLog
+from memabra.storage._models import EpisodeRow, SuspendedTurnRow
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    level = root
+    for _ in range(depth):
+        level["x"] = {}
+        level = level["x"]
+    return root
+
+
+def _count(log: EpisodeLog, model: type) -> int:
+    with log.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(model)).scalar() or 0)
+
+
+# ---------------------------------------------------------------- feedback payloads
+
+
+def test_a_number_no_float_holds_is_refused_by_key() -> None:
+    # a JSON body's 400-digit integer raised OverflowError (a 500 at the feedback endpoint)
+    with pytest.raises(InvalidFeedbackError, match=r"'success' must be a finite number .*\(401 characters\)"):
+        FeedbackSignals.parse({"success": 10**400})
+    with pytest.raises(InvalidFeedbackError, match="'correction_severity' must be a finite number"):
+        FeedbackSignals.parse({"correction_severity": -(10**400)})
+
+
+def test_non_finite_feedback_is_an_invalid_feedback_error() -> None:
+    # it was an InvalidRecordError, which `except InvalidFeedbackError` (the documented one) misses
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(InvalidFeedbackError, match=r"feedback 'success' must be a finite number"):
+            Feedback("e1", "explicit", "api", {"success": value})
+
+
+def test_values_nested_past_the_interpreters_depth_are_refused_by_name() -> None:
+    deep = _nested(5000)
+    with pytest.raises(InvalidFeedbackError, match="'comment' must be a text, got a dict nested too deeply to show"):
+        Feedback("e1", "explicit", "api", {"comment": deep})
+    with pytest.raises(InvalidRecordError, match="Episode.metadata is nested too deeply to be stored as JSON"):
+        Episode(user_id="ann", query="q", metadata=deep)
+
+
+# ---------------------------------------------------------------- memories
+
+
+def test_remember_refuses_a_user_id_that_is_not_text(log: EpisodeLog) -> None:
+    memory = SQLMemory(log)
+    for user in (7, None, b"ann"):
+        with pytest.raises(InvalidRecordError, match="memories are scoped by user: give a non-empty user_id"):
+            memory.remember(user, "I live in Oslo")  # type: ignore[arg-type]
+    assert memory.list("7") == []
+
+
+def test_a_fact_in_another_normalisation_is_a_restatement(log: EpisodeLog) -> None:
+    memory = SQLMemory(log)
+    first = memory.remember("ann", "I live in Zürich")
+    again = memory.remember("ann", unicodedata.normalize("NFD", "I live in Zürich"))
+    records = memory.list("ann")
+    # one memory, refreshed; before, the decomposed text retired the stored one as superseded
+    assert again.id == first.id and [r.status for r in records] == [MemoryStatus.ACTIVE]
+    assert records[0].text == "I live in Zürich" == unicodedata.normalize("NFC", records[0].text)
+    name = memory.remember("ann", "My name is Jose\u0301")
+    assert name.text == "My name is Jos\u00e9"
+
+
+# ---------------------------------------------------------------- skills and tools
+
+
+def test_names_that_differ_only_by_case_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"skill names must differ by more than case, got 'Email' and 'email'"):
+        skill_items([Skill("email", "how to write an email", "Greet."), Skill("Email", "a work email", "Sign.")])
+
+    @tool
+    def search(q: str) -> str:
+        """Search the web for q."""
+        return q
+
+    @tool("Search")
+    def search_docs(q: str) -> str:
+        """Search the docs for q."""
+        return q
+
+    with pytest.raises(ConfigError, match=r"tool names must differ by more than case, got 'Search' and 'search'"):
+        as_tools([search, search_docs])
+
+
+# ---------------------------------------------------------------- through the agent
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look up q."""
+    return "found"
+
+
+@pytest.mark.parametrize("depth", [900, 3000])
+def test_tool_arguments_nested_thousands_deep_are_logged_not_crashing_the_turn(log: EpisodeLog, depth: int) -> None:
+    args = {"q": _nested(depth)}
+    model = ScriptedChatModel(
+        replies=[AIMessage("", tool_calls=[{"name": "lookup", "args": args, "id": "c1"}]), AIMessage("done")]
+    )
+    with create_memabra_agent(
+        model,
+        tools=[lookup],
+        db=log,
+        router=HybridRouter(similarity=Similarity(encoder=None)),
+        budget=Budget(max_tokens=1000, slots={CandidateKind.TOOL: 1}),
+        learn=False,
+    ) as agent:
+        out = agent.invoke(
+            {"messages": [HumanMessage("look it up")]},
+            {"configurable": {"thread_id": "t"}},
+            context={"user_id": "ann"},
+        )
+    # before: a RecursionError out of invoke, no episode, and the turn kept as running
+    assert _count(log, EpisodeRow) == 1 and _count(log, SuspendedTurnRow) == 0
+    (step,) = [s for s in log.get_episode(out["memabra_episode_id"]).steps if s.name == "lookup"]
+    assert step.status == "error"
+    level: Any = step.arguments["q"]
+    for _ in range(63):
+        level = level["x"]
+    assert level == TOO_DEEP
