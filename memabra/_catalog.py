@@ -196,18 +196,6 @@ def _require_unique(kind: str, names: Sequence[str]) -> None:
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ConfigError(f"{kind} names must be unique, got {twice} more than once: {_WHY_UNIQUE[kind]}")
-    # Names that differ only by case ("Search" and "search"): a model asked for one often writes
-    # the other, find_tools looks a named tool up without case, and a skills folder copied to a
-    # case-insensitive file system keeps one of them. Refused here, not routed as two.
-    folded: dict[str, list[str]] = {}
-    for name in names:
-        folded.setdefault(name.casefold(), []).append(name)
-    clashes = sorted(sorted(group) for group in folded.values() if len(group) > 1)
-    if clashes:
-        raise ConfigError(
-            f"{kind} names must differ by more than case, got {', '.join(' and '.join(map(repr, g)) for g in clashes)}:"
-            f" rename one; {_WHY_UNIQUE[kind]}"
-        )
 
 
 def _check_tool_name(name: str) -> None:

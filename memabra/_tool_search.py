@@ -142,11 +142,19 @@ def _named(pool: Sequence[RegistryItem], query: str) -> list[RegistryItem]:
     """The tools ``query`` names exactly, in the order it names them: a model refused a tool it
     knows asks for it by name, and similar names rank above it by words alone (``create_ticket``
     came fourth on the BFCL registry, behind ``close_ticket``, ``get_ticket``, ``resolve_ticket``)."""
-    by_name = {i.name.casefold(): i for i in pool}
+    exact = {i.name: i for i in pool}
+    # a name in another case names the tool only where no other tool has that name in some case:
+    # real registries hold pairs that differ only by case (BFCL's calculate_BMI and calculate_bmi)
+    by_folded: dict[str, list[RegistryItem]] = {}
+    for i in pool:
+        by_folded.setdefault(i.name.casefold(), []).append(i)
     words = [w.strip(_NAME_PUNCTUATION) for w in _NAME_SEPARATORS.split(query.strip())]
     named: list[RegistryItem] = []
     for word in words:
-        item = by_name.get(word.casefold())
+        item = exact.get(word)
+        if item is None:
+            spellings = by_folded.get(word.casefold(), [])
+            item = spellings[0] if len(spellings) == 1 else None
         # a plain word ("add a contact") names a tool only standing alone: it is the request's
         # English otherwise, and the tool called add would take a fetched tool's place
         if item is None or item in named or (len(words) > 1 and not _IDENTIFIER.search(word)):

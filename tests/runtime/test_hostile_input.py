@@ -17,18 +17,18 @@ from fakes import ScriptedChatModel
 from memabra import (
     Budget,
     CandidateKind,
-    ConfigError,
     Episode,
     Feedback,
     FeedbackSignals,
     InvalidFeedbackError,
     InvalidRecordError,
-    Skill,
+    RegistryItem,
     SQLMemory,
 )
 from memabra._agent import create_memabra_agent
-from memabra._catalog import as_tools, skill_items
+from memabra._catalog import as_tools
 from memabra._memory_records import MemoryStatus
+from memabra._tool_search import _named
 from memabra._turns import TOO_DEEP
 from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog
@@ -101,22 +101,30 @@ def test_a_fact_in_another_normalisation_is_a_restatement(log: EpisodeLog) -> No
 # ---------------------------------------------------------------- skills and tools
 
 
-def test_names_that_differ_only_by_case_are_refused() -> None:
-    with pytest.raises(ConfigError, match=r"skill names must differ by more than case, got 'Email' and 'email'"):
-        skill_items([Skill("email", "how to write an email", "Greet."), Skill("Email", "a work email", "Sign.")])
+def test_names_that_differ_only_by_case_are_two_tools_and_a_request_names_each_exactly() -> None:
+    # BFCL's registry holds calculate_BMI and calculate_bmi: real registries have such pairs
+    @tool("calculate_BMI")
+    def upper(weight: float, height: float) -> float:
+        """Body mass index from weight in kg and height in m."""
+        return weight / height**2
+
+    @tool("calculate_bmi")
+    def lower(weight: float, height: float) -> float:
+        """Body mass index, rounded."""
+        return round(weight / height**2)
 
     @tool
-    def search(q: str) -> str:
+    def search_web(q: str) -> str:
         """Search the web for q."""
         return q
 
-    @tool("Search")
-    def search_docs(q: str) -> str:
-        """Search the docs for q."""
-        return q
-
-    with pytest.raises(ConfigError, match=r"tool names must differ by more than case, got 'Search' and 'search'"):
-        as_tools([search, search_docs])
+    tools = as_tools([upper, lower, search_web])
+    assert [t.name for t in tools] == ["calculate_BMI", "calculate_bmi", "search_web"]
+    pool = [RegistryItem(CandidateKind.TOOL, f"tool:{t.name}", "", t.name, 5, name=t.name) for t in tools]
+    assert [i.name for i in _named(pool, "calculate_bmi")] == ["calculate_bmi"]
+    assert [i.name for i in _named(pool, "calculate_BMI")] == ["calculate_BMI"]
+    assert _named(pool, "CALCULATE_BMI") == []  # either could be meant: neither is fetched by name
+    assert [i.name for i in _named(pool, "SEARCH_WEB")] == ["search_web"]  # one spelling: found
 
 
 # ---------------------------------------------------------------- through the agent
