@@ -3,6 +3,7 @@ allowed tools and thread, a reply's token usage."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage
@@ -54,10 +55,10 @@ def run_user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = No
     the server authenticated someone, a ``user_id`` naming anyone else is refused: a client must
     not read another user's memories by naming them in its run's context (a backend acting for its
     users authenticates as each of them: its auth handler returns the end user's identity)."""
-    user = _context_field(runtime, "user_id")
+    user = _user_text(_context_field(runtime, "user_id"), "context")
     configurable = (config or {}).get("configurable") or {}
     if not user:  # the common LangGraph idiom: {"configurable": {"user_id": ...}}
-        user = configurable.get("user_id")
+        user = _user_text(configurable.get("user_id"), "config's configurable")
     authenticated = configurable.get(AUTH_USER_KEY)  # None or "" for an unauthenticated request
     if authenticated:
         if user and str(user) != str(authenticated):
@@ -72,6 +73,21 @@ def run_user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = No
             "memabra needs the user: invoke with context={'user_id': ...} or config={'configurable': {'user_id': ...}}"
         )
     return str(user)
+
+
+def _user_text(value: object, where: str) -> str:
+    """A run's ``user_id`` as the text memabra keys memories and episodes by: a string, an integer
+    (``0`` included) or a UUID; ``""`` for none given. Anything else is refused by type: its text
+    (a dict's, an object's with its memory address) would name another user in every process."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, uuid.UUID)) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidRecordError(
+        f"the run's {where} user_id must be a string, an integer or a UUID, got {type(value).__name__}"
+    )
 
 
 def run_thread_id(config: RunnableConfig | None) -> str | None:

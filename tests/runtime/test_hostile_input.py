@@ -163,3 +163,25 @@ def test_tool_arguments_nested_thousands_deep_are_logged_not_crashing_the_turn(l
     for _ in range(63):
         level = level["x"]
     assert level == TOO_DEEP
+
+
+def test_a_run_user_id_is_text_an_integer_or_a_uuid_and_anything_else_is_refused_by_type(log: EpisodeLog) -> None:
+    import uuid
+
+    model = ScriptedChatModel(replies=[AIMessage("hello")] * 4)
+    someone = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    with create_memabra_agent(
+        model, db=log, router=HybridRouter(similarity=Similarity(encoder=None)), learn=False
+    ) as agent:
+        for given, stored in ((0, "0"), (42, "42"), (someone, str(someone))):
+            out = agent.invoke(
+                {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}}, context={"user_id": given}
+            )
+            assert log.get_episode(out["memabra_episode_id"]).user_id == stored
+        for bad in ({"id": 1}, object(), True, 1.5):
+            # its text (a dict's, an object's memory address) would be another user in every process
+            with pytest.raises(
+                InvalidRecordError, match=rf"user_id must be a string, an integer or a UUID, got {type(bad).__name__}"
+            ):
+                agent.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t2", "user_id": bad}})
+    assert _count(log, EpisodeRow) == 3
