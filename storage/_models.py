@@ -197,6 +197,8 @@ class FeedbackRow(Base):
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime())
     late: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the failed-turn filter reads one source's rows here, not by a scan (revision 0021)
+    __table_args__ = (Index(None, "source", "episode_id"),)
 
 
 class RewardRow(Base):
@@ -246,6 +248,8 @@ class PolicySnapshotRow(Base):
     # activates a snapshot retires the active one first, in the same transaction
     __table_args__ = (
         Index(None, "policy", "created_at"),
+        # deleting a snapshot nulls its children's parent: found here, not by a scan (revision 0020)
+        Index(None, "parent"),
         Index(
             "uq_policy_snapshots_one_active",
             "policy",

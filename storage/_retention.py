@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, select
+from sqlalchemy import ColumnElement, and_, delete, exists, func, not_, or_, select, true
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, UnknownEpisodeError
@@ -235,12 +235,18 @@ def _delete_matching(
     audit_id: str,
     progress: Callable[[int], None] | None,
 ) -> int:
-    """Delete in chunks until nothing matches; each chunk counted in the audit entry ``audit_id``."""
+    """Delete in chunks until nothing matches; each chunk counted in the audit entry ``audit_id``.
+
+    Each chunk starts after the last episode the previous one selected, in ``(created_at, id)``
+    order (keyset paging): an episode kept for a learner, or dead rows a PostgreSQL index still
+    lists, are passed once per run, not once per chunk (re-reading from the start made a run over
+    a log with many kept episodes quadratic in its size)."""
     deleted = 0
     for cond in deletable:
+        after: _Key | None = None
         while True:
-            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id)
-            selected, n = tx.write(chunk, what="delete_episodes")
+            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id, after=after)
+            selected, n, after = tx.write(chunk, what="delete_episodes")
             if selected == 0:
                 break
             deleted += n
@@ -306,15 +312,37 @@ def _count(s: Session, *conds: ColumnElement[bool]) -> int:
     return int(s.scalar(select(func.count()).select_from(EpisodeRow).where(*conds)) or 0)
 
 
-def _delete_chunk(s: Session, deletable: ColumnElement[bool], audit_id: str) -> tuple[int, int]:
-    """(episodes selected, episodes deleted): the filter is applied again by the DELETE itself,
-    so an episode whose reward changed since the SELECT is judged on what the DELETE sees. The
-    audit entry counts the chunk in the same transaction."""
-    ids = list(s.scalars(select(EpisodeRow.id).where(deletable).order_by(EpisodeRow.id).limit(DELETE_CHUNK)))
-    if not ids:
-        return 0, 0
+# An episode's place in the order a deletion run walks: (created_at, id).
+_Key = tuple[datetime, str]
+
+
+def _after(key: _Key | None) -> ColumnElement[bool]:
+    """Episodes after ``key`` in ``(created_at, id)`` order, written so that an index leading with
+    ``created_at`` (or with ``user_id, created_at``) gives the range."""
+    if key is None:
+        return true()
+    at, last = key
+    return and_(EpisodeRow.created_at >= at, or_(EpisodeRow.created_at > at, EpisodeRow.id > last))
+
+
+def _delete_chunk(
+    s: Session, deletable: ColumnElement[bool], audit_id: str, after: _Key | None
+) -> tuple[int, int, _Key | None]:
+    """(episodes selected, episodes deleted, the last one's key): the filter is applied again by
+    the DELETE itself, so an episode whose reward changed since the SELECT is judged on what the
+    DELETE sees. The audit entry counts the chunk in the same transaction."""
+    rows = s.execute(
+        select(EpisodeRow.created_at, EpisodeRow.id)
+        .where(deletable, _after(after))
+        .order_by(EpisodeRow.created_at, EpisodeRow.id)
+        .limit(DELETE_CHUNK)
+    ).all()
+    if not rows:
+        return 0, 0, after
+    ids = [eid for _, eid in rows]
     result = s.execute(delete(EpisodeRow).where(EpisodeRow.id.in_(ids), deletable))
     n = int(getattr(result, "rowcount", 0) or 0)
     if n:
         add_deleted(s, audit_id, n)
-    return len(ids), n
+    last_at, last_id = rows[-1]
+    return len(ids), n, (last_at, last_id)
