@@ -136,7 +136,7 @@ class Learner:
         self._last_snapshot: str | None = None
         self._checked_at = time.monotonic()
         self._told_standby = False
-        register(self)
+        register(self, self._lease)
 
     # ------------------------------------------------------------------ state
 

@@ -11,28 +11,31 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from memabra._learner import Learner
+    from memabra.storage import LearnerLease
 
 __all__ = ["register", "warn_if_held_here"]
 
 logger = logging.getLogger("memabra")
 
-_LEARNERS: weakref.WeakSet[Learner] = weakref.WeakSet()
+# each learner's lease: the one a standby failed to take is compared with the held ones
+_LEARNERS: weakref.WeakKeyDictionary[Learner, LearnerLease] = weakref.WeakKeyDictionary()
 
 
-def register(learner: Learner) -> None:
-    _LEARNERS.add(learner)
+def register(learner: Learner, lease: LearnerLease) -> None:
+    _LEARNERS[learner] = lease
 
 
 def warn_if_held_here(learner: Learner) -> bool:
     """Log one WARNING when another live learner of this process holds ``learner``'s lease (same
     log, same policy); ``True`` when it did."""
-    if learner.log.closed:
+    lease = _LEARNERS.get(learner)
+    if learner.log.closed or lease is None:
         return False
-    for other in list(_LEARNERS):
+    for other, held in list(_LEARNERS.items()):
         if (
             other is not learner
             and other.policy == learner.policy
-            and other.holds_lease
+            and held.keeps_out(lease)
             and not other.log.closed
             and other.log.url == learner.log.url
         ):

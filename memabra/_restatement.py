@@ -13,6 +13,7 @@ repeat); the write path retires the fact it negates instead.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -53,6 +54,8 @@ def is_negated(text: str) -> bool:
 def _key(text: str) -> tuple[bool, frozenset[str]]:
     # remember() compares a new fact with every stored one: each stored text is analysed once.
     text = text.replace("\u2019", "'")
+    if not text.isascii():  # composed, as memabra._memory_write.clean stores a fact: a memory stored
+        text = unicodedata.normalize("NFC", text)  # decomposed before that is restated, not retired
     negation = _NEGATED.search(text)
     if negation is None:
         return False, content_words(text)

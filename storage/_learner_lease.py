@@ -62,12 +62,21 @@ class LearnerLease:
         self.holder = uuid.uuid4().hex
         self._conn: Connection | None = None
         self._lock_key = 0
+        self._tried_key: int | None = None  # the key the last try on PostgreSQL asked for
         self._finalizer: weakref.finalize[[], LearnerLease] | None = None
         self._held = False
 
     @property
     def held(self) -> bool:
         return self._held
+
+    def keeps_out(self, other: LearnerLease) -> bool:
+        """Whether this lease, held, is the one ``other`` last failed to take: the same policy and,
+        on PostgreSQL, the same lock (schema and policy: two logs on one URL may set two
+        search_paths). Whether both are on one database is the caller's to judge."""
+        if not self._held or other.policy != self.policy:
+            return False
+        return self._conn is None or other._tried_key == self._lock_key
 
     def acquire(self) -> bool:
         """Take the lease if it is free (never blocks); ``True`` if this process holds it now."""
@@ -130,7 +139,7 @@ class LearnerLease:
         # transaction left open holds none
         conn = self._engine.connect().execution_options(isolation_level="READ COMMITTED")
         try:
-            key = self._key(conn)
+            key = self._tried_key = self._key(conn)
             got = bool(conn.execute(_try_xact_lock(key)).scalar_one())
             if not got:
                 conn.rollback()

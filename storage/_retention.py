@@ -198,7 +198,7 @@ def erase_user(
     threads = forget_threads() if forget_threads is not None else None
     # before the episodes: their offered memory texts name the embeddings to delete
     items = tx.write(lambda s: _memories.erase_owned(s, user_id), what="erase_user")
-    deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress)
+    deleted = _delete_matching(tx, [_matching(None, user_id, None)], audit_id, progress, until_none_left=True)
     paused = tx.write(lambda s: _suspended_turns.erase_user(s, user_id), what="erase_user")
     memories = forget_memories()
     finish_deletion(tx, audit_id, memories_forgotten=memories, threads_deleted=threads)
@@ -234,24 +234,34 @@ def _delete_matching(
     deletable: Sequence[ColumnElement[bool]],
     audit_id: str,
     progress: Callable[[int], None] | None,
+    *,
+    until_none_left: bool = False,
 ) -> int:
     """Delete in chunks until nothing matches; each chunk counted in the audit entry ``audit_id``.
 
     Each chunk starts after the last episode the previous one selected, in ``(created_at, id)``
     order (keyset paging): an episode kept for a learner, or dead rows a PostgreSQL index still
     lists, are passed once per run, not once per chunk (re-reading from the start made a run over
-    a log with many kept episodes quadratic in its size)."""
+    a log with many kept episodes quadratic in its size). An episode logged during the walk with
+    an earlier ``created_at`` (a paused turn resumed: it keeps the time it was routed) lies behind
+    it; ``until_none_left`` (an erasure, which keeps nothing) walks again from the start until a
+    walk deletes nothing, one empty select when no such episode came."""
     deleted = 0
     for cond in deletable:
-        after: _Key | None = None
         while True:
-            chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id, after=after)
-            selected, n, after = tx.write(chunk, what="delete_episodes")
-            if selected == 0:
+            walked = 0
+            after: _Key | None = None
+            while True:
+                chunk = functools.partial(_delete_chunk, deletable=cond, audit_id=audit_id, after=after)
+                selected, n, after = tx.write(chunk, what="delete_episodes")
+                if selected == 0:
+                    break
+                walked += n
+                if progress is not None:
+                    progress(deleted + walked)
+            deleted += walked
+            if not until_none_left or walked == 0:
                 break
-            deleted += n
-            if progress is not None:
-                progress(deleted)
     return deleted
 
 

@@ -117,3 +117,21 @@ def test_pruning_snapshots_finds_each_ones_children_without_a_scan(tmp_path: Any
     # parent every one scanned the table: four times the snapshots took about sixteen times the work
     small, large = _snapshot_prune_work(tmp_path, 150), _snapshot_prune_work(tmp_path, 600)
     assert large < 7 * small, f"VM steps pruning: {small} for 150 snapshots, {large} for 600"
+
+
+def test_an_erasure_deletes_an_episode_logged_behind_its_walk(log: EpisodeLog, small_chunks: None) -> None:
+    # a paused turn resumed during the erasure is logged with the time it was routed (an hour ago,
+    # a day ago): behind the walk's (created_at, id) cursor. Erasing walked the user's episodes
+    # once and finished with that episode still in the log, recorded as an erasure done
+    eps = [dataclasses.replace(episode("ann"), created_at=CUTOFF - timedelta(minutes=i)) for i in range(12)]
+    log.log_episodes(eps)
+    late = dataclasses.replace(episode("ann"), created_at=CUTOFF - timedelta(days=1))
+
+    def resume_a_paused_turn(deleted: int) -> None:
+        if deleted == retention.DELETE_CHUNK:  # after the first chunk
+            log.log_episode(late)
+
+    erased = log.erase_user("ann", lambda: 0, progress=resume_a_paused_turn)
+    with log.transactions.read() as s:
+        left = s.scalar(select(func.count()).select_from(EpisodeRow).where(EpisodeRow.user_id == "ann"))
+    assert (erased.episodes, left) == (13, 0)

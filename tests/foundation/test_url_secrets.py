@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memabra._cli import app
-from memabra.storage import DatabaseUnavailableError, EpisodeLog, upgrade
+from memabra._errors import ConfigError
+from memabra.storage import DatabaseUnavailableError, EpisodeLog, resolve_url, upgrade
 from memabra.storage._engine import mask_password, shown_url
 
 PG_ENV = "MEMABRA_TEST_DATABASE_URL"
@@ -32,6 +33,29 @@ def test_a_password_anywhere_in_a_url_or_conninfo_is_masked(text: str) -> None:
     masked = mask_password(text)
     assert SECRET not in masked and "***" in masked
     assert "db" in masked  # the rest still says where
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # unencoded: a URL's query value runs to its end, # included (make_url keeps it), and
+        # libpq's conninfo value runs to a space; masking stopped at the # and showed the rest
+        f"postgresql+psycopg://root@db:notaport/app?password=ab#{SECRET}",
+        f"host=db password=ab#{SECRET} dbname=app",
+        # an & not followed by a parameter is the password's, not a separator
+        f"postgresql+psycopg://root@db:notaport/app?password=ab&{SECRET}",
+    ],
+)
+def test_a_password_with_an_unencoded_hash_or_ampersand_is_masked_whole(text: str) -> None:
+    masked = mask_password(text)
+    assert SECRET not in masked and "password=***" in masked and "db" in masked
+
+
+def test_a_malformed_url_with_a_query_password_is_named_without_it() -> None:
+    url = f"postgresql+psycopg://root@db:notaport/app?sslmode=require&password=ab#{SECRET}"
+    with pytest.raises(ConfigError) as caught:
+        resolve_url(url)
+    assert SECRET not in str(caught.value) and "sslmode=require" in str(caught.value)
 
 
 def test_a_shown_url_keeps_everything_but_the_secrets() -> None:

@@ -6,6 +6,7 @@ with nothing half-written and no turn left running."""
 from __future__ import annotations
 
 import unicodedata
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -96,6 +97,25 @@ def test_a_fact_in_another_normalisation_is_a_restatement(log: EpisodeLog) -> No
     assert records[0].text == "I live in Zürich" == unicodedata.normalize("NFC", records[0].text)
     name = memory.remember("ann", "My name is Jose\u0301")
     assert name.text == "My name is Jos\u00e9"
+
+
+def test_a_memory_stored_decomposed_before_nfc_is_restated_not_retired(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a log written before memory text was composed holds "Zu\u0308rich" as typed; typed the same
+    # way again, the composed fact must still restate it, not retire it as superseded by a new one
+    import memabra._memory_write as memory_write
+
+    memory = SQLMemory(log)
+    decomposed = unicodedata.normalize("NFD", "My favourite dish is crème brûlée")
+    with monkeypatch.context() as old_code:
+        old_code.setattr(memory_write, "unicodedata", SimpleNamespace(normalize=lambda form, text: text))
+        stored = memory.remember("ann", decomposed)
+    assert stored.text == decomposed
+    again = memory.remember("ann", decomposed)
+    records = memory.list("ann")
+    assert again.id == stored.id and [r.status for r in records] == [MemoryStatus.ACTIVE]
+    assert records[0].text == unicodedata.normalize("NFC", decomposed)
 
 
 # ---------------------------------------------------------------- skills and tools

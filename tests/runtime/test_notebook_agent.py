@@ -8,7 +8,9 @@ graph's repr, which says nothing of the policy serving, the log or the learner.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -16,6 +18,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from fakes import ScriptedChatModel
 from memabra import create_memabra_agent
 from memabra.router import LinearRouter, Similarity
+from memabra.storage import EpisodeLog, LearnerLease, make_engine, upgrade
+from pg_schema import pg_schema
 
 
 def _agent(url: str):  # type: ignore[no-untyped-def]
@@ -97,3 +101,43 @@ def test_a_lease_held_by_another_process_is_not_blamed_on_this_one(
         lease.release()
     assert not [r for r in caplog.records if "another agent of this process" in r.getMessage()]
     agent.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not os.environ.get("MEMABRA_TEST_DATABASE_URL"), reason="PostgreSQL only: schemas")
+def test_an_agent_of_this_process_on_another_schema_is_not_blamed(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two logs on one URL whose engines set different search_paths (make_engine(url,
+    # connect_args={"options": ...}), EpisodeLog(engine=...)): the leases are two (keyed by
+    # schema); the one this agent waits for is another process's, not the earlier agent's
+    from memabra import _serving
+
+    monkeypatch.setattr(_serving, "LEASE_RETRY_S", 0.0)
+    server = os.environ["MEMABRA_TEST_DATABASE_URL"]
+    with pg_schema(server) as url_a, pg_schema(server) as url_b:
+        engines = []
+        for url in (url_a, url_b):
+            upgrade(url)
+            options = parse_qs(urlsplit(url).query)["options"][0]
+            engines.append(make_engine(url.split("?")[0], connect_args={"options": options}))
+        log_a, log_b = EpisodeLog(engine=engines[0]), EpisodeLog(engine=engines[1])
+        assert log_a.url == log_b.url
+        first = _agent(log_a)
+        _turn(first)
+        assert first.session.runtime.learner is not None and first.session.runtime.learner.holds_lease
+        with EpisodeLog(url_b) as other_process:
+            lease = LearnerLease(other_process.engine, first.session.runtime.learner.policy)
+            assert lease.acquire()
+            second = _agent(log_b)
+            with caplog.at_level("WARNING", logger="memabra"):
+                _turn(second)
+                _turn(second)
+            lease.release()
+        second.close()
+        first.close()
+        for log in (log_a, log_b):
+            log.close()
+        for engine in engines:
+            engine.dispose()
+    assert not [r for r in caplog.records if "another agent of this process" in r.getMessage()]
