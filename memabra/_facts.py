@@ -20,6 +20,7 @@ happen on the way in:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -55,6 +56,15 @@ __all__ = [
 ]
 
 # A sentence ends at . ! ? ; but not after a title ("Call me Dr. Smith").
+logger = logging.getLogger("memabra")
+
+# Longest fact a memory may hold, in characters (about 500 tokens, a quarter of the default budget):
+# a longer text is a document, which would be offered every turn and fit no budget. ``remember``
+# refuses it; the rules skip a sentence this long (a pasted page, a log) and read the others.
+MAX_MEMORY_CHARS = 2_000
+# Longest start of a message the rules read for facts: a 13 MB paste took 9.5 s on the turn's thread.
+MAX_FACT_MESSAGE_CHARS = 50_000
+
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)\s+|\n+")
 _FACT = re.compile(
     r"\b(my|our)\s+[\w' -]{1,40}?\s+(is|are|was|were)\b|\bmy\s+name'?s\b"
@@ -308,9 +318,20 @@ def extract_facts(text: str) -> list[str]:
     said it.
     """
     facts = []
-    text = normalised(text)
-    for raw in _SENTENCE.split(strip_complaint(text) if opens_with_complaint(text) else text):
+    size = len(text)
+    text = normalised(text[: MAX_FACT_MESSAGE_CHARS + 1])
+    sentences = _SENTENCE.split(strip_complaint(text) if opens_with_complaint(text) else text)
+    if size > MAX_FACT_MESSAGE_CHARS:  # the last sentence read may be cut: not read either
+        sentences = sentences[:-1]
+        logger.info(
+            "a %d-character message: only its first %d characters are read for facts", size, MAX_FACT_MESSAGE_CHARS
+        )
+    too_long = 0
+    for raw in sentences:
         raw = raw.strip()
+        if len(raw) > MAX_MEMORY_CHARS:  # a pasted document's paragraph, a log: no fact of the user's
+            too_long += 1
+            continue
         if not_meant(raw):  # "yeah right I live on the moon", "..., just kidding"
             continue
         if (len(raw) > 1 and raw[0] == raw[-1] == '"') or raw.count('"') == 1:  # the user's own words, quoted
@@ -334,6 +355,9 @@ def extract_facts(text: str) -> list[str]:
         facts.extend(_facts_of([head]))
         if _FIRST_PERSON.match(consequence):
             facts.extend(_facts_of([_capitalised(consequence)]))
+    if too_long:
+        msg = "%d sentence(s) of a %d-character message are longer than a memory may be (%d): not read for facts"
+        logger.info(msg, too_long, size, MAX_MEMORY_CHARS)
     return facts
 
 

@@ -17,6 +17,7 @@ The write path itself is :mod:`memabra._memory_write`.
 from __future__ import annotations
 
 import builtins
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -26,7 +27,7 @@ from typing import Protocol
 
 from memabra import _memory_write as write
 from memabra._errors import InvalidRecordError
-from memabra._facts import FactExtractor, RuleFactExtractor, extract_facts
+from memabra._facts import MAX_MEMORY_CHARS, FactExtractor, RuleFactExtractor, extract_facts
 from memabra._llm_facts import LLMFactExtractor
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._memory_write import ActiveRead
@@ -48,6 +49,8 @@ __all__ = [
     "Supersession",
     "extract_facts",
 ]
+
+logger = logging.getLogger("memabra")
 
 
 class Supersession(Protocol):
@@ -232,8 +235,19 @@ class MemoryBackend(ABC):
     def write_from_message(
         self, user_id: str, message: str, extractor: FactExtractor, *, episode_id: str | None = None
     ) -> builtins.list[RegistryItem]:
-        """The runtime's write path: the facts ``extractor`` finds in a user message, remembered."""
-        return [self.remember(user_id, fact, episode_id=episode_id) for fact in extractor(message) if fact.strip()]
+        """The runtime's write path: the facts ``extractor`` finds in a user message, remembered. A
+        "fact" longer than a memory holds (a model extractor's summary of a pasted document) is
+        skipped with a log line, as the rules skip such sentences: the message's other facts stay."""
+        facts = [fact for fact in extractor(message) if fact.strip()]
+        kept = [fact for fact in facts if len(fact.strip()) <= MAX_MEMORY_CHARS]
+        if len(kept) < len(facts):
+            logger.info(
+                "%d fact(s) of %d characters or more were not remembered: a memory holds at most %d",
+                len(facts) - len(kept),
+                min(len(f.strip()) for f in facts if len(f.strip()) > MAX_MEMORY_CHARS),
+                MAX_MEMORY_CHARS,
+            )
+        return [self.remember(user_id, fact, episode_id=episode_id) for fact in kept]
 
     def update(
         self, user_id: str, memory_id: str, text: str, *, episode_id: str | None = None, reason: str = "update"

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from memabra._errors import InvalidRecordError, MemoriesChangedError
-from memabra._facts import join_facts, split_facts, strip_complaint
+from memabra._facts import MAX_MEMORY_CHARS, join_facts, split_facts, strip_complaint
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem
 from memabra._restatement import is_restatement
@@ -196,7 +196,9 @@ def clean(text: str) -> str:
     dropped and lone surrogates replaced, as the SQL log stores any text (PostgreSQL refuses both,
     in a table and in a LangGraph store's JSON alike), and composed (NFC): "Zürich" typed with a
     combining umlaut (NFD, as macOS and some keyboards send it) is the same fact as "Zürich", a
-    restatement rather than a new memory retiring the old one."""
+    restatement rather than a new memory retiring the old one. A fact longer than
+    :data:`~memabra._facts.MAX_MEMORY_CHARS` is refused: a document is no memory, and one that
+    long would be offered every turn and fit no context budget."""
     if not isinstance(text, str):
         raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
     text = clean_text(text)
@@ -205,6 +207,11 @@ def clean(text: str) -> str:
     fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
     if not fact:
         raise InvalidRecordError("a memory needs non-empty text")
+    if len(fact) > MAX_MEMORY_CHARS:
+        raise InvalidRecordError(
+            f"a memory holds at most {MAX_MEMORY_CHARS:,} characters, this one has {len(fact):,}"
+            f" (it starts {fact[:60]!r}): store the facts it states, one memory each, not a document"
+        )
     return fact
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from memabra._errors import InvalidRecordError
+from memabra._log_caps import cut_arguments, cut_text
 from memabra._records import Episode, Feedback, JSONValue, Selection, Step, StepKind, new_id
 from memabra.storage import PAUSES_KEY, SuspendedTurn
 
@@ -72,7 +73,9 @@ class Turn:
         created_at: datetime | None = None,
     ) -> Episode:
         """The turn as the episode the log keeps (``created_at``: now unless given); a turn kept in
-        the log says how often it paused in its metadata, which tells the log to drop the copy."""
+        the log says how often it paused in its metadata, which tells the log to drop the copy.
+        The answer is kept up to :data:`~memabra._log_caps.MAX_LOGGED_TEXT` characters (the
+        caller's answer is the whole one)."""
         if self.pauses or self.kept_in_log:
             metadata = {**metadata, PAUSES_KEY: self.pauses}
         episode = Episode(
@@ -80,7 +83,7 @@ class Turn:
             query=self.query,
             selections=(self.selection,) if self.selection is not None else (),
             steps=self.numbered_steps(),
-            answer=answer,
+            answer=cut_text(answer),
             thread_id=self.thread_id,
             turn=self.turn,
             id=self.episode_id,
@@ -143,11 +146,13 @@ def model_step(
     status: str = "ok",
     error: str | None = None,
 ) -> Step:
+    """A model call as the log keeps it: its error (a provider's whole response body, at times)
+    cut to :data:`~memabra._log_caps.MAX_LOGGED_TEXT` characters."""
     return Step(
         StepKind.MODEL,
         name,
         status=status,
-        error=error,
+        error=cut_text(error),
         latency_ms=latency_ms,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
@@ -157,13 +162,17 @@ def model_step(
 def tool_step(
     name: str, arguments: Mapping[str, Any], *, result: str | None, status: str, error: str | None, latency_ms: float
 ) -> Step:
+    """A tool call as the log keeps it: its result and error cut to
+    :data:`~memabra._log_caps.MAX_LOGGED_TEXT` characters and its arguments to about as much
+    (:func:`~memabra._log_caps.cut_arguments`), each with a note saying how much was left out;
+    the model was shown the whole result."""
     return Step(
         StepKind.TOOL,
         name,
-        arguments=jsonable(arguments),
-        result=result,
+        arguments=cut_arguments(jsonable(arguments)),
+        result=cut_text(result),
         status=status,
-        error=error,
+        error=cut_text(error),
         latency_ms=latency_ms,
     )
 
