@@ -79,7 +79,7 @@ def health_problems(
         problems.append(
             HealthProblem(
                 LEARNER_CHECK,
-                f"{state.unlearned} final reward(s) not learned, the oldest final for {format_age(now - state.unlearned_since)}, "
+                f"{state.unlearned}{'+' if state.unlearned_capped else ''} final reward(s) not learned, the oldest final for {format_age(now - state.unlearned_since)}, "
                 "and no policy has a learner yet (start `memabra learner`, or an agent process)",
             )
         )
@@ -88,7 +88,7 @@ def health_problems(
             continue
         if policy.backlog_since is None or now - policy.backlog_since <= max_lag:
             continue
-        waiting = f"policy {policy.policy}: {policy.backlog} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
+        waiting = f"policy {policy.policy}: {policy.backlog}{'+' if policy.backlog_capped else ''} final reward(s) not learned, the oldest final for {format_age(now - policy.backlog_since)}"
         problems.append(
             HealthProblem(
                 f"{LEARNER_CHECK} {policy.policy}", f"{waiting}; {_why_behind(state, policy)}", policy=policy.policy

@@ -26,6 +26,7 @@ from memabra._health import (
     format_age,
 )
 from memabra.storage import LogStatus, head_revision
+from memabra.storage import _status_counts as caps
 
 __all__ = ["CONTENT_TYPE", "MetricFamily", "render_families", "status_families", "status_metrics"]
 
@@ -113,7 +114,18 @@ def status_families(
             "1 when the log's schema is at this memabra's revision",
             1 if state.schema_revision == head_revision() else 0,
         ),
-        _one("memabra_episodes", "Episodes in the log", state.episodes),
+        _one(
+            "memabra_episodes",
+            f"Episodes in the log: counted up to {caps.EPISODES_COUNT_CAP}, beyond that on PostgreSQL the planner's "
+            "estimate (pg_class.reltuples), or that cap as a lower bound before the table was first analysed; "
+            "memabra_episodes_exact says which (memabra status --exact counts them all)",
+            state.episodes,
+        ),
+        _one(
+            "memabra_episodes_exact",
+            "1 when memabra_episodes was counted, 0 when it is an estimate or a lower bound",
+            1 if state.episodes_accuracy == "exact" else 0,
+        ),
         _family(
             "memabra_last_episode_age_seconds",
             "Time since the newest episode was logged",
@@ -126,7 +138,17 @@ def status_families(
             "Time since the earliest overdue feedback window ended (0: none)",
             _age(now, state.overdue_since),
         ),
-        _one("memabra_rewards_unlearned", "Final rewards no learner has marked learned", state.unlearned),
+        _one(
+            "memabra_rewards_unlearned",
+            f"Final rewards no learner has marked learned, counted up to {caps.BACKLOG_COUNT_CAP} "
+            "(memabra_rewards_unlearned_capped 1: at least that many)",
+            state.unlearned,
+        ),
+        _one(
+            "memabra_rewards_unlearned_capped",
+            "1 when memabra_rewards_unlearned stopped at its cap (there are more)",
+            1 if state.unlearned_capped else 0,
+        ),
         _one(
             "memabra_rewards_unlearned_oldest_age_seconds",
             "Time since the oldest unlearned reward became final (0: none)",
@@ -187,17 +209,25 @@ def _policy_families(state: LogStatus) -> list[MetricFamily]:
     return [
         _family(
             "memabra_learner_backlog",
-            "Final rewards after the policy learner's read position (waiting to be learned)",
+            f"Final rewards after the policy learner's read position (waiting to be learned), counted up to "
+            f"{caps.BACKLOG_COUNT_CAP} (memabra_learner_backlog_capped 1: at least that many)",
             each((p.policy, p.backlog) for p in rows),
         ),
         _family(
+            "memabra_learner_backlog_capped",
+            "1 when memabra_learner_backlog (or memabra_learner_backlog_held_back) stopped at its cap",
+            each((p.policy, 1 if p.backlog_capped or p.held_back_capped else 0) for p in rows),
+        ),
+        _family(
             "memabra_learner_backlog_oldest_age_seconds",
-            "Time since the oldest reward in the backlog became final (0: none)",
+            "Time since the oldest reward in the backlog became final (0: none; when the backlog is capped, "
+            "the oldest among the first ones the learner reads)",
             each((p.policy, _age(now, p.backlog_since)) for p in rows),
         ),
         _family(
             "memabra_learner_backlog_held_back",
-            "Backlog rewards the learner cannot read yet: committed after a transaction still open (PostgreSQL)",
+            "Backlog rewards the learner cannot read yet: committed after a transaction still open (PostgreSQL), "
+            f"counted up to {caps.BACKLOG_COUNT_CAP}",
             each((p.policy, p.held_back) for p in rows),
         ),
         _family(

@@ -36,19 +36,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
-from sqlalchemy import ColumnElement, Engine, and_, case, func, literal, or_, select, text
+from sqlalchemy import ColumnElement, Engine, and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from memabra._records import utcnow
 from memabra.storage._deletion_log import DeletionEntry, unfinished_deletions
 from memabra.storage._engine import is_postgres
 from memabra.storage._failures import FAILED_TURN_SOURCE, FAILURE_CAUSES, failure_cause
-from memabra.storage._learner import START, LearnerCheckpoint, LearnerStore, LeaseHolder
+from memabra.storage._learner import LearnerCheckpoint, LearnerStore, LeaseHolder
 from memabra.storage._learner_models import LearnerStateRow
 from memabra.storage._migrate import current_revision
 from memabra.storage._models import DecisionRow, EpisodeRow, FeedbackRow, PolicySnapshotRow, RewardRow
 from memabra.storage._policy_versions import snapshot_index_for
 from memabra.storage._snapshots import rollback_version
+from memabra.storage._status_counts import PG_HORIZON, Accuracy, backlog_count, episode_count, unlearned_count
 from memabra.storage._suspended_turns import kept_turn_counts
 
 __all__ = [
@@ -96,7 +97,10 @@ class PolicyStatus:
     ``backlog`` counts the final rewards after the learner's read position (every final reward
     when the policy has no learner checkpoint yet); ``backlog_since`` is when the oldest of them
     became final. ``held_back`` (PostgreSQL) counts those of them the learner cannot read yet
-    because a transaction older than theirs is still open."""
+    because a transaction older than theirs is still open. Both are counted up to
+    :data:`~memabra.storage._status_counts.BACKLOG_COUNT_CAP` unless the read was ``exact``
+    (``backlog_capped``, ``held_back_capped``: at least that many; ``backlog_since`` is then the
+    earliest among the first ones the learner reads)."""
 
     policy: str
     active_version: str | None
@@ -108,6 +112,9 @@ class PolicyStatus:
     held_back: int
     # what a rollback of the active snapshot re-activates: the snapshot it replaced (else its parent)
     previous_version: str | None = None
+    # the backlog (held_back) was counted up to BACKLOG_COUNT_CAP and stopped there: at least that many
+    backlog_capped: bool = False
+    held_back_capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +160,9 @@ class LogStatus:
     ``overdue`` counts the episodes whose feedback window has ended but whose reward is not final
     (``overdue_since``: the earliest end); ``unlearned`` the final rewards no learner has marked
     learned (``unlearned_since``: when the oldest became final), whatever the policy.
-    ``unfinished_deletions``: deletion runs with no finish recorded (running, or died part way)."""
+    ``unfinished_deletions``: deletion runs with no finish recorded (running, or died part way).
+    ``episodes`` and ``unlearned`` are bounded unless the read was ``exact``
+    (``episodes_accuracy``, ``unlearned_capped``; :mod:`memabra.storage._status_counts`)."""
 
     checked_at: datetime
     backend: str
@@ -183,11 +192,16 @@ class LogStatus:
     # before ``checked_at``): only snapshots with such rewards, by policy then version
     reward_window: tuple[SnapshotRewards, ...] = ()
     rewards_since: datetime | None = None
+    # how ``episodes`` was made: counted, PostgreSQL's planner estimate, or a lower bound (the
+    # count stopped at EPISODES_COUNT_CAP and the table was never analysed); see _status_counts
+    episodes_accuracy: Accuracy = "exact"
+    # ``unlearned`` was counted up to BACKLOG_COUNT_CAP and stopped there: at least that many
+    unlearned_capped: bool = False
 
 
 # Rows committed by transactions at or above the server's oldest running one; the learner waits on
-# them (the same horizon as LearnerStore.read_final).
-_PG_HORIZON = text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+# them (the same horizon as LearnerStore.read_final; _final_decisions reads it from here).
+_PG_HORIZON = PG_HORIZON
 # Only transactions that hold a transaction id set that horizon (a read-only one does not), in any
 # database of the server.
 _PG_OLDEST_TRANSACTION = text(
@@ -196,25 +210,22 @@ _PG_OLDEST_TRANSACTION = text(
 )
 
 
-def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
-    """Read the log's status (a handful of indexed aggregates and one count of the episodes)."""
+def log_status(engine: Engine, now: datetime | None = None, *, exact: bool = False) -> LogStatus:
+    """Read the log's status: a handful of indexed aggregates, the counts that grow with the log
+    bounded (:mod:`memabra.storage._status_counts`) unless ``exact``."""
     now = now or utcnow()
     postgres = is_postgres(engine)
     store = LearnerStore(engine)
     with Session(engine) as s, s.begin():
-        episodes, last_at = s.execute(select(func.count(), func.max(EpisodeRow.created_at))).one()
+        episodes, accuracy = episode_count(s, postgres, exact)
+        last_at = s.scalar(select(func.max(EpisodeRow.created_at)))
         open_windows = s.scalar(select(func.count()).where(EpisodeRow.finalized_at.is_(None))) or 0
         overdue, overdue_since = s.execute(
             select(func.count(), func.min(EpisodeRow.feedback_due_at)).where(
                 EpisodeRow.finalized_at.is_(None), EpisodeRow.feedback_due_at <= now
             )
         ).one()
-        unlearned, unlearned_since = s.execute(
-            select(func.count(), func.min(EpisodeRow.finalized_at))
-            .select_from(RewardRow)
-            .join(EpisodeRow, EpisodeRow.id == RewardRow.episode_id)
-            .where(RewardRow.final.is_(True), RewardRow.learned_at.is_(None))
-        ).one()
+        unlearned = unlearned_count(s, exact)
         learner_policies = set(s.scalars(select(LearnerStateRow.policy)))
         snapshot_policies = set(s.scalars(select(PolicySnapshotRow.policy).distinct()))
         active = _active_snapshots(s)
@@ -228,7 +239,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
     policies = []
     for policy in sorted(snapshot_policies | learner_policies):
         checkpoint = store.checkpoint(policy)
-        backlog, since, held_back = _backlog(engine, checkpoint, postgres)
+        with Session(engine) as s, s.begin():
+            backlog = backlog_count(s, checkpoint, postgres, exact)
         active_version, active_since, previous_version = active.get(policy, (None, None, None))
         policies.append(
             PolicyStatus(
@@ -237,10 +249,12 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
                 active_since=active_since,
                 checkpoint=checkpoint,
                 lease=store.lease_holder(policy),
-                backlog=backlog,
-                backlog_since=since,
-                held_back=held_back,
+                backlog=backlog.count,
+                backlog_since=backlog.since,
+                held_back=backlog.held_back,
                 previous_version=previous_version,
+                backlog_capped=backlog.capped,
+                held_back_capped=backlog.held_back_capped,
             )
         )
     return LogStatus(
@@ -252,8 +266,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         open_windows=int(open_windows),
         overdue=int(overdue),
         overdue_since=overdue_since,
-        unlearned=int(unlearned),
-        unlearned_since=unlearned_since,
+        unlearned=unlearned.count,
+        unlearned_since=unlearned.since,
         policies=tuple(policies),
         oldest_transaction=oldest,
         unfinished_deletions=unfinished,
@@ -265,6 +279,8 @@ def log_status(engine: Engine, now: datetime | None = None) -> LogStatus:
         failed_since=failed_since,
         reward_window=rewards,
         rewards_since=rewards_since,
+        episodes_accuracy=accuracy,
+        unlearned_capped=unlearned.capped,
     )
 
 
@@ -366,26 +382,6 @@ def _snapshot_rewards(
     variance = max(0.0, (squares - n * mean * mean) / (n - 1)) if n > 1 else 0.0
     success, corrected, missed, tool_errors = (value / n for value in sums)
     return SnapshotRewards(policy, version, int(n), mean, math.sqrt(variance), success, corrected, missed, tool_errors)
-
-
-def _backlog(engine: Engine, checkpoint: LearnerCheckpoint | None, postgres: bool) -> tuple[int, datetime | None, int]:
-    after = checkpoint.position if checkpoint is not None else START
-    r = RewardRow
-    unread = and_(
-        r.final.is_(True),
-        r.commit_seq.is_not(None),
-        or_(r.commit_seq > after.seq, and_(r.commit_seq == after.seq, r.episode_id > after.episode_id)),
-    )
-    held_back = func.count().filter(r.commit_seq >= select(_PG_HORIZON).scalar_subquery()) if postgres else literal(0)
-    stmt = (
-        select(func.count(), func.min(EpisodeRow.finalized_at), held_back)
-        .select_from(r)
-        .join(EpisodeRow, EpisodeRow.id == r.episode_id)
-        .where(unread)
-    )
-    with Session(engine) as s, s.begin():
-        count, since, held = s.execute(stmt).one()
-    return int(count), since, int(held)
 
 
 def _oldest_transaction(s: Session) -> OpenTransaction | None:

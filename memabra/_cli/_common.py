@@ -341,13 +341,17 @@ OutFileOption = Annotated[
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:
-    """An ISO 8601 date or time given to ``option``, as UTC when it names no offset."""
+    """An ISO 8601 date or time given to ``option``, as UTC when it names no offset; anything else
+    is a usage error naming ``option`` (exit 2, as every other malformed option value)."""
     if value is None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        fail(f"{option} must be an ISO 8601 date or time, got {value!r}")
+        raise typer.BadParameter(
+            f"expected an ISO 8601 date or time such as 2025-01-31 or 2025-01-31T08:00:00Z, got {value!r}",
+            param_hint=option,
+        ) from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 

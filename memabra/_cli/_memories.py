@@ -96,19 +96,40 @@ def _table(records: list[MemoryRecord], scores: list[float] | None = None) -> Ta
     return table
 
 
+LIST_LIMIT = 100
+"""How many memories ``memabra memories list`` shows unless told (``--limit``, ``--all``): a user
+can hold 100,000, and drawing a table that long took 45 s of a terminal to read none of it."""
+
+
 @memories_app.command("list")
 def list_memories(
     user: UserOption,
     db: DbOption = None,
     active: Annotated[bool, typer.Option("--active", help="Only memories that can be recalled.")] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Show this many (the first ones); a line says how many more.")
+    ] = LIST_LIMIT,
+    all_: Annotated[bool, typer.Option("--all", help="Show every memory, however many.")] = False,
     json_out: JsonOption = None,
 ) -> None:
-    """Every memory of the user: id, text, status (active / retired), created, last used."""
+    """The user's memories: id, text, status (active / retired), created, last used; the first
+    --limit in the table, every one in --json."""
     with _backend(db) as memory:
         records = run_guarded(memory.list, user, include_retired=not active)
-        write_json(json_out, [asdict(r) for r in records])
-        console.print(_table(records))
-        console.print(f"{len(records)} {'memory' if len(records) == 1 else 'memories'}")
+    write_json(json_out, [asdict(r) for r in records])
+    shown = records if all_ else records[:limit]
+    console.print(_table(shown))
+    noun = "memory" if len(records) == 1 else "memories"
+    if len(shown) == len(records):
+        console.print(f"{len(records):,} {noun}")
+        return
+    more = len(records) - len(shown)
+    console.print(
+        f"{len(shown):,} of {len(records):,} {noun} shown; {more:,} more: --limit N or --all"
+        + (" (--json holds them all)" if json_out is not None else ""),
+        markup=False,
+        highlight=False,
+    )
 
 
 @memories_app.command("search")

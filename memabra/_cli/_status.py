@@ -35,6 +35,7 @@ from memabra._metrics import status_metrics
 from memabra._records import utcnow
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
 from memabra.storage._engine import shown_url
+from memabra.storage._status import log_status
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
 
@@ -81,6 +82,15 @@ def status(
             "(a hung server, a dropped link); 0 waits for ever.",
         ),
     ] = DEFAULT_TIMEOUT_S,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact",
+            help="Count every episode and every reward waiting for a learner. By default the counts that grow "
+            "with the log stop at a cap (shown '10,000+') and, on PostgreSQL, a large episode count is the "
+            "planner's estimate (shown '~'), so a check stays cheap on a log of millions of episodes.",
+        ),
+    ] = False,
     json_out: JsonOutOption = None,
     prometheus_out: Annotated[
         Path | None,
@@ -108,7 +118,7 @@ def status(
     try:
         with _deadline(timeout), EpisodeLog(db) as log:
             where = shown_url(log.engine.url)
-            state = log.status()
+            state = log_status(log.engine, exact=exact)
     except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
         _cannot_check(report, where, _one_line(exc))
     report.read_done()
@@ -237,11 +247,11 @@ def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], li
     schema = "current" if state.schema_revision == head else f"head is {head}"
     lines = [
         f"database  {where} ({state.backend}, schema {state.schema_revision}, {schema})",
-        f"episodes  {state.episodes:,}"
+        f"episodes  {_episodes(state)}"
         + ("" if state.last_episode_at is None else f"; the last {_when(state.last_episode_at, now)}"),
         f"feedback  {state.open_windows:,} window(s) open, {state.overdue:,} past their end"
         + ("" if state.overdue_since is None else f"; the oldest ended {_when(state.overdue_since, now)}"),
-        f"rewards   {state.unlearned:,} final and not learned"
+        f"rewards   {state.unlearned:,}{'+' if state.unlearned_capped else ''} final and not learned"
         + ("" if state.unlearned_since is None else f"; the oldest final {_when(state.unlearned_since, now)}"),
     ]
     if state.paused_turns:
@@ -355,13 +365,20 @@ def _online_updates(version: str) -> int:
     return int(updates) if plus and updates.isdigit() else 0
 
 
+def _episodes(state: LogStatus) -> str:
+    if state.episodes_accuracy == "estimate":
+        return f"~{state.episodes:,} (the planner's estimate; --exact counts them)"
+    if state.episodes_accuracy == "at least":
+        return f"{state.episodes:,}+ (counted up to there; --exact counts them all)"
+    return f"{state.episodes:,}"
+
+
 def _backlog(p: PolicyStatus, now: datetime) -> str:
     if not p.backlog:
         return "0"
-    text = (
-        f"{p.backlog:,}; the oldest final {format_age(now - p.backlog_since)}" if p.backlog_since else f"{p.backlog:,}"
-    )
-    return text + (f", {p.held_back:,} held back" if p.held_back else "")
+    count = f"{p.backlog:,}{'+' if p.backlog_capped else ''}"
+    text = f"{count}; the oldest final {format_age(now - p.backlog_since)}" if p.backlog_since else count
+    return text + (f", {p.held_back:,}{'+' if p.held_back_capped else ''} held back" if p.held_back else "")
 
 
 def _failed(state: LogStatus) -> str:

@@ -145,4 +145,4 @@ def test_cli_writes_the_file_whole_or_not_at_all(
     )
     assert bad.exit_code == 2 and "--out" in bad.output  # refused while parsing: nothing read
     window = runner.invoke(app, ["episodes", "export", "--out", str(out), "--since", "soon", "--db", migrated_url])
-    assert window.exit_code == 1 and "ISO 8601" in window.output
+    assert window.exit_code == 2 and "ISO 8601" in window.output and "--since" in window.output  # a usage error
