@@ -3,6 +3,7 @@ allowed tools and thread, a reply's token usage."""
 
 from __future__ import annotations
 
+import numbers
 import uuid
 from typing import Any
 
@@ -77,14 +78,17 @@ def run_user_id(runtime: Runtime[Any] | None, config: RunnableConfig | None = No
 
 def _user_text(value: object, where: str) -> str:
     """A run's ``user_id`` as the text memabra keys memories and episodes by: a string, an integer
-    (``0`` included) or a UUID; ``""`` for none given. Anything else is refused by type: its text
-    (a dict's, an object's with its memory address) would name another user in every process."""
+    (``0`` included; a NumPy one too, as a DataFrame's id column gives it: its text is the int's)
+    or a UUID; ``""`` for none given. Anything else is refused by type: its text (a dict's, an
+    object's with its memory address) would name another user in every process."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, (int, uuid.UUID)) and not isinstance(value, bool):
+    if isinstance(value, uuid.UUID):
         return str(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
     raise InvalidRecordError(
         f"the run's {where} user_id must be a string, an integer or a UUID, got {type(value).__name__}"
     )

@@ -139,16 +139,17 @@ def _stalled(deletion: DeletionEntry, now: datetime) -> str:
 
 def _why_behind(state: LogStatus, policy: PolicyStatus) -> str:
     tx = state.oldest_transaction
+    held = f"{policy.held_back}{'+' if policy.held_back_capped else ''}"
     if policy.held_back and tx is not None:
         since = "" if tx.since is None else f" open for {format_age(state.checked_at - tx.since)}"
         where = ", ".join(v for v in (tx.state, tx.database, tx.application, tx.client) if v)
         return (
-            f"{policy.held_back} of them wait behind PostgreSQL transaction {tx.pid}{since} ({where}): the learner "
+            f"{held} of them wait behind PostgreSQL transaction {tx.pid}{since} ({where}): the learner "
             "reads no reward committed after a transaction that is still open"
         )
     if policy.held_back:
         return (
-            f"{policy.held_back} of them wait behind a transaction still open on the PostgreSQL server, which this "
+            f"{held} of them wait behind a transaction still open on the PostgreSQL server, which this "
             "database role cannot see (pg_stat_activity shows other roles' transactions to pg_read_all_stats)"
         )
     if policy.lease is None:

@@ -239,12 +239,11 @@ class MemoryBackend(ABC):
         "fact" longer than a memory holds (a model extractor's summary of a pasted document) is
         skipped with a log line, as the rules skip such sentences: the message's other facts stay."""
         facts = [fact for fact in extractor(message) if fact.strip()]
-        kept = [fact for fact in facts if len(fact.strip()) <= MAX_MEMORY_CHARS]
+        kept = [fact for fact in facts if not write.too_long(fact)]  # measured as remember() stores it
         if len(kept) < len(facts):
             logger.info(
-                "%d fact(s) of %d characters or more were not remembered: a memory holds at most %d",
+                "%d fact(s) over %d characters were not remembered: a memory holds at most that many",
                 len(facts) - len(kept),
-                min(len(f.strip()) for f in facts if len(f.strip()) > MAX_MEMORY_CHARS),
                 MAX_MEMORY_CHARS,
             )
         return [self.remember(user_id, fact, episode_id=episode_id) for fact in kept]

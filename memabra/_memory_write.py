@@ -38,6 +38,7 @@ __all__ = [
     "remember",
     "remember_many",
     "require_user",
+    "too_long",
     "write_new",
 ]
 
@@ -201,10 +202,7 @@ def clean(text: str) -> str:
     long would be offered every turn and fit no context budget."""
     if not isinstance(text, str):
         raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    text = clean_text(text)
-    if not text.isascii():
-        text = unicodedata.normalize("NFC", text)
-    fact = strip_complaint(text.strip()).rstrip(".!; ").strip()
+    fact = _cleaned(text)
     if not fact:
         raise InvalidRecordError("a memory needs non-empty text")
     if len(fact) > MAX_MEMORY_CHARS:
@@ -213,6 +211,19 @@ def clean(text: str) -> str:
             f" (it starts {fact[:60]!r}): store the facts it states, one memory each, not a document"
         )
     return fact
+
+
+def too_long(text: str) -> bool:
+    """Whether :func:`clean` refuses ``text`` for its length: measured as stored, composed (NFC),
+    which a few scripts' characters double (Devanagari's precomposed nukta letters)."""
+    return len(_cleaned(text)) > MAX_MEMORY_CHARS
+
+
+def _cleaned(text: str) -> str:
+    text = clean_text(text)
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    return strip_complaint(text.strip()).rstrip(".!; ").strip()
 
 
 def require_user(user_id: str) -> None:

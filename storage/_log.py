@@ -203,11 +203,12 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
         """The paused turn ``turn_id``, or ``None`` (never paused, or logged since)."""
         return _suspended_turns.load(self._tx, turn_id)
 
-    def status(self) -> LogStatus:
+    def status(self, *, exact: bool = False) -> LogStatus:
         """Where the log stands: schema, episodes, feedback windows open and overdue, and per
         policy the active snapshot, the learner's checkpoint and lease, and the final rewards it
-        has not read yet. See :mod:`memabra.storage._status`."""
-        return log_status(self.engine)
+        has not read yet; the counts that grow with the log bounded (capped, or PostgreSQL's
+        estimate: said so) unless ``exact``. See :mod:`memabra.storage._status`."""
+        return log_status(self.engine, exact=exact)
 
     def resolve_episode_id(self, ref: str) -> str:
         """The whole id of the episode ``ref`` names: its id, or the start of exactly one id (at

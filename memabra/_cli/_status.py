@@ -35,7 +35,6 @@ from memabra._metrics import status_metrics
 from memabra._records import utcnow
 from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
 from memabra.storage._engine import shown_url
-from memabra.storage._status import log_status
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
 
@@ -118,7 +117,7 @@ def status(
     try:
         with _deadline(timeout), EpisodeLog(db) as log:
             where = shown_url(log.engine.url)
-            state = log_status(log.engine, exact=exact)
+            state = log.status(exact=exact)
     except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
         _cannot_check(report, where, _one_line(exc))
     report.read_done()

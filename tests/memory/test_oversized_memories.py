@@ -63,3 +63,19 @@ def test_a_model_extractors_document_sized_fact_is_skipped_and_the_others_are_ke
         stored = memory.write_from_message("ann", "anything", summarising_model)
     assert sorted(m.text for m in stored) == ["I live in Lyon", "My dog is called Rex"]
     assert any("were not remembered" in r.getMessage() for r in caplog.records)
+
+
+def test_a_fact_over_the_limit_only_once_composed_is_skipped_not_failing_the_message(
+    memory: MemoryBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # U+095C (Devanagari DDDHA, as some Hindi keyboards type it) composes (NFC) to two characters:
+    # 2,000 characters as extracted, 3,989 as remember() would store them
+    hindi = "My note is " + "\u095c" * (MAX_MEMORY_CHARS - 11)
+
+    def model(message: str) -> list[str]:
+        return [hindi, "I live in Lyon"]
+
+    with caplog.at_level(logging.INFO, logger="memabra"):
+        stored = memory.write_from_message("ann", "anything", model)
+    assert [m.text for m in stored] == ["I live in Lyon"]
+    assert any("were not remembered" in r.getMessage() for r in caplog.records)

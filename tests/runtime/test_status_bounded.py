@@ -118,3 +118,26 @@ def test_an_exact_episode_count_says_so_in_the_metrics(log: EpisodeLog) -> None:
     metrics = status_metrics(state, max_lag=timedelta(minutes=15), duration_s=0.1, checked_at=state.checked_at)
     assert _metric(metrics, "memabra_episodes") == "2" and _metric(metrics, "memabra_episodes_exact") == "1"
     assert _metric(metrics, "memabra_rewards_unlearned_capped") == "0"
+
+
+def test_a_capped_held_back_count_is_said_to_be_at_least_in_the_learner_check(migrated_url: str) -> None:
+    from dataclasses import replace
+
+    from memabra._health import health_problems
+    from memabra.storage import PolicyStatus
+
+    with EpisodeLog(migrated_url) as log:
+        state = log.status()
+    since = state.checked_at - timedelta(hours=2)
+    behind = PolicyStatus("linear", None, None, None, None, 10_000, since, 10_000, None, True, True)
+    (problem,) = health_problems(replace(state, policies=(behind,), oldest_transaction=None))
+    assert "10000+ final reward(s)" in problem.message
+    assert "10000+ of them wait behind" in problem.message  # not "10000 of them": there are more
+
+
+def test_the_library_status_counts_exactly_when_asked(migrated_url: str, small_caps: None) -> None:
+    with EpisodeLog(migrated_url) as log:
+        log_final(log, 5)
+        bounded, exact = log.status(), log.status(exact=True)
+    assert (bounded.unlearned, bounded.unlearned_capped) == (3, True)
+    assert (exact.unlearned, exact.unlearned_capped, exact.episodes, exact.episodes_accuracy) == (5, False, 5, "exact")
