@@ -88,9 +88,10 @@ _USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?!//)[^\
 # libpq's secret parameters, which a URL may carry in its query (``?password=``, psycopg takes
 # them as connect arguments) and a conninfo string as ``password=...`` or ``password='...'``. An
 # unquoted value runs to a space, a quote or an ``&`` that starts the next ``name=`` parameter: a
-# ``#`` or a lone ``&`` typed unencoded is the password's (make_url keeps both in the value)
+# ``#`` or a lone ``&`` typed unencoded is the password's (make_url keeps both in the value); a
+# backslash escapes the next character (libpq's conninfo: ``password='it\'s x'``, ``a\ b``)
 _SECRET_PARAMETER = re.compile(
-    r"(?i)\b((?:ssl)?password\s*=\s*)('[^']*'|[^&\s'\"]+(?:&(?![A-Za-z_][\w.-]*=)[^&\s'\"]*)*)"
+    r"(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:[^&\s'\"\\]|\\.)+(?:&(?![A-Za-z_][\w.-]*=)(?:[^&\s'\"\\]|\\.)*)*)"
 )
 
 

@@ -27,6 +27,9 @@ SECRET = "s3cr3t-Value"
         f"postgresql+psycopg://root:{SECRET}@db/app?PASSWORD={SECRET}",
         f"connection failed: host=db user=root password={SECRET} dbname=app",
         f"host=db password='{SECRET} with spaces' dbname=app",
+        # libpq's conninfo escapes a quote or a space with a backslash
+        f"host=db password='it\\'s {SECRET}' dbname=app",
+        f"host=db password=a\\ {SECRET} dbname=app",
     ],
 )
 def test_a_password_anywhere_in_a_url_or_conninfo_is_masked(text: str) -> None:
