@@ -3,8 +3,8 @@ logged propensities, and learn from the composite reward.
 
 Every router implements :class:`Router` -- ``choose`` / ``learn`` / ``learn_logged`` /
 ``slot_probabilities`` / ``snapshot`` / ``restore`` / ``policy_version`` -- and passes
-:func:`check_router`. :class:`VWRouter` is the default learner, :class:`LinearRouter` the
-scikit-learn / numpy one; the baselines rank by similarity (lexical, semantic, hybrid), at random or
+:func:`check_router`. :class:`LinearRouter` (numpy) is the default learner, :class:`VWRouter` the
+Vowpal Wabbit one; the baselines rank by similarity (lexical, semantic, hybrid), at random or
 by a fixed list. :class:`SnapshotWatcher` serves the newest policy snapshot without a restart.
 """
 
