@@ -57,6 +57,7 @@ from memabra._admin._headers import SecurityHeaders
 from memabra._admin._login_pages import LoginPages
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._metrics_page import metrics_endpoint
+from memabra._admin._payloads import PayloadPages, step_views, turn_views
 from memabra._admin._plumbing import (
     _NOTICES,
     _Auth,
@@ -87,7 +88,7 @@ _HERE = Path(__file__).parent
 DEFAULT_SESSION_TTL = timedelta(hours=8)
 
 
-class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
+class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages, PayloadPages):
     """Endpoints (the policies and memories pages' in their own modules); :func:`create_app`
     wires them into a Starlette app."""
 
@@ -184,19 +185,22 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages):
             if episode.thread_id is not None
             else []
         )
+        conversation = conversation_view(episode, turns)
         return {
             "episode": episode,
             # what its chosen skills and tools injected, by the digest each logged
             "bodies": self.log.injected_bodies(episode),
             "summary": summary,
             "feedback_late": episode.finalized_at is not None or window_closed,
-            "conversation": conversation_view(episode, turns),
+            "conversation": conversation,
+            # its bubbles, each long query or answer cut with a link to the whole (memabra._admin._payloads)
+            "turns": turn_views(episode, conversation.turns),
             "decisions": views.decision_views(episode, self.current_policy),
             # each decision's MemPO labels, every scorer's
             "labels": self._labels(episode),
             "reward_lines": [] if episode.reward is None else reward_lines(episode.reward, self.reward_config),
             "feedback": [(f, views.feedback_summary(f)) for f in episode.feedback],
-            "steps": [(s, views.step_arguments(s)) for s in episode.steps],
+            "steps": step_views(episode),
             "idempotency_key": secrets.token_urlsafe(16),
             "list_query": back,
         }
@@ -330,6 +334,7 @@ def create_app(
         # ":path": an id may hold an encoded "/"; the handlers read it from the raw path (_path_id)
         Route("/episodes/{episode_id:path}/feedback", admin.post_feedback, methods=["POST"]),
         Route("/episodes/{episode_id:path}/delete", admin.delete_episode, methods=["POST"]),
+        Route("/episodes/{episode_id:path}/raw", admin.raw_payload, methods=["GET"]),
         Route("/episodes/{episode_id:path}", admin.episode, methods=["GET"]),
         Route("/deletions", admin.deletions, methods=["GET"]),
         Route("/erase", admin.erase_user, methods=["POST"]),

@@ -29,7 +29,6 @@ from memabra._records import (
     OPEResult,
     RewardWeights,
     Selection,
-    Step,
 )
 from memabra.storage import FAILURE_CAUSES, KindShare, PolicyVersionStats, RewardPoint
 
@@ -50,7 +49,6 @@ __all__ = [
     "format_time",
     "left_out_reason",
     "ope_target",
-    "step_arguments",
     "truncate",
     "url_part",
 ]
@@ -250,10 +248,6 @@ def _policy_now(sel: Selection, current_policy: CurrentPolicy | None) -> tuple[t
 def feedback_summary(feedback: Feedback) -> str:
     """The payload as compact JSON (the template escapes it)."""
     return json.dumps(dict(feedback.payload), sort_keys=True, default=str)
-
-
-def step_arguments(step: Step) -> str:
-    return json.dumps(dict(step.arguments), sort_keys=True, default=str, indent=1) if step.arguments else ""
 
 
 def _short_labels(buckets: Sequence[str]) -> list[str]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from memabra._cli._common import (
     JsonOutOption,
@@ -19,17 +17,12 @@ from memabra._cli._common import (
     write_json,
 )
 from memabra._cli._database import DbOption
+from memabra._cli._episode_show import clip, print_episode
 from memabra._cli._tables import Table
 from memabra._config import load_reward_config, parse_weights
-from memabra._episode_document import (
-    episode_document,
-    injected_fields,
-    kept_body,
-    probability_shown,
-    reward_terms,
-)
+from memabra._episode_document import episode_document
 from memabra._feedback import RewardService, retotal_rewards, same_feedback
-from memabra._records import STOP_ID, Episode, Feedback, FeedbackKind, RewardBreakdown, Selection
+from memabra._records import Feedback, FeedbackKind
 from memabra.storage import (
     FAILURE_CAUSES,
     EpisodeFilter,
@@ -126,7 +119,7 @@ def episodes_list(
             e.id,
             e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             plain(e.user_id),
-            plain(_clip(e.query, 49)),
+            plain(clip(e.query, 49)),
             plain(e.policy_version or "-"),
             "-" if e.reward_total is None else f"{e.reward_total:+.3f}",
             "yes" if e.corrected else "",
@@ -155,111 +148,29 @@ def episodes_list(
 
 
 @episodes_app.command("show")
-def episodes_show(episode_id: EpisodeRefArgument, db: DbOption = None, json_out: JsonOutOption = None) -> None:
-    """One episode: its decisions with every candidate, steps, feedback and reward."""
+def episodes_show(
+    episode_id: EpisodeRefArgument,
+    db: DbOption = None,
+    full: bool = typer.Option(
+        False,
+        "--full",
+        help="Print the query, the answer and every step's arguments, result and error whole, as logged "
+        "(else a long one is cut to its start and end, saying how much is left out).",
+    ),
+    json_out: JsonOutOption = None,
+) -> None:
+    """One episode: its decisions with every candidate, steps, feedback and reward. A long query,
+    answer, result or error is printed cut unless `--full`; `--json` writes them whole."""
     with _open(db) as log:
         ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
         bodies = run_guarded(log.injected_bodies, ep)
         labels = run_guarded(log.all_memory_scores, [s.id for s in ep.selections]) if json_out else None
-    _print_episode(ep, bodies)
+    print_episode(ep, bodies, full=full)
     write_json(json_out, episode_document(ep, bodies, labels=labels))
 
 
-def _print_episode(ep: Episode, bodies: Mapping[str, str]) -> None:
-    console.print(
-        f"[bold]episode {ep.id}[/]  user {escape(ep.user_id)}  thread {escape(ep.thread_id or '-')}  turn {ep.turn}",
-        highlight=False,
-    )
-    console.print(plain(f"query:  {ep.query}"), highlight=False)
-    console.print(plain(f"answer: {ep.answer or '-'}"), highlight=False)
-    for sel in ep.selections:
-        console.print(_decision_table(sel))
-        _print_injected(sel, bodies)
-        stops = [d for d in sel.slots if d.chosen_id == STOP_ID]
-        if stops:
-            console.print(
-                plain(
-                    "stopped: "
-                    + ", ".join(f"{d.kind.value} at slot {d.slot} (p {d.chosen_probability:.3f})" for d in stops)
-                )
-            )
-    if ep.steps:
-        steps = Table(title="steps")
-        for col in ("#", "kind", "name", "status", "ms", "error"):
-            steps.add_column(col)
-        for i, st in enumerate(ep.steps):
-            steps.add_row(
-                str(i), st.kind.value, plain(st.name), plain(st.status), f"{st.latency_ms:.0f}", plain(st.error or "")
-            )
-        console.print(steps)
-    for f in ep.feedback:
-        console.print(
-            plain(
-                f"feedback {f.kind.value} from {f.source}{' (late)' if f.late else ''}: {json.dumps(dict(f.payload))}"
-            ),
-            highlight=False,
-        )
-    if ep.reward is not None:
-        _print_reward(ep.reward, final=ep.finalized_at is not None)
-
-
-_TEXT_WIDTH = 80
-# a skill's instructions or a tool's spec on one line: enough to tell versions apart
-_BODY_WIDTH = 200
-
 # How many unfinalisable episodes `rewards finalize` counts exactly before saying "more than".
 _LEFT_OPEN_SHOWN = 1000
-
-
-def _clip(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _print_injected(sel: Selection, bodies: Mapping[str, str]) -> None:
-    """What the chosen skills and tools put into the model's context, as the log kept it then
-    (clipped here; whole in --json)."""
-    for entry in injected_fields(sel, kept_body(bodies)):
-        head = f"injected {entry['kind']} {entry['id']}"
-        if entry["body"] is None:
-            console.print(plain(f"{head}: {entry['note']}"), highlight=False)
-        else:
-            body = _clip(entry["body"], _BODY_WIDTH)
-            console.print(plain(f"{head} (body {entry['body_digest']}): {body}"), highlight=False)
-
-
-def _decision_table(sel: Selection) -> Table:
-    title = f"decision {sel.id} · {sel.policy} {sel.policy_version} · seed {sel.seed} · propensity {sel.propensity:.4g}"
-    table = Table(title=plain(title))
-    for col in ("candidate", "kind", "text", "tokens", "score", "rank", "p", "slot", "chosen"):
-        table.add_column(col, no_wrap=col != "text")
-    chosen_slot = {d.chosen_id: d for d in sel.slots}
-    for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
-        draw = chosen_slot.get(sc.candidate.id)
-        p = probability_shown(sel, sc.candidate.id, sc.candidate.kind)
-        table.add_row(
-            plain(sc.candidate.id),
-            sc.candidate.kind.value,
-            plain(_clip(sc.candidate.text, _TEXT_WIDTH)),
-            str(sc.candidate.tokens),
-            f"{sc.score:.3f}",
-            str(sc.rank),
-            f"{p:.3f}",
-            str(draw.slot) if draw else "",
-            "✔" if draw else "",
-        )
-    return table
-
-
-def _print_reward(reward: RewardBreakdown, *, final: bool) -> None:
-    c = reward.components
-    table = Table(title=f"reward {reward.total:+.4f} ({escape(reward.version)}, {'final' if final else 'provisional'})")
-    for col in ("term", "value", "weight", "contribution"):
-        table.add_column(col)
-    for name, value, weight, contrib in reward_terms(reward):
-        table.add_row(name, f"{value:.3f}", f"{weight:.2f}", f"{contrib:+.3f}")
-    console.print(table)
-    console.print(f"H by kind: memory {c.hm}, skill {c.hs}, tool {c.ht}")
 
 
 @rewards_app.command("recompute")
