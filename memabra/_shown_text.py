@@ -12,6 +12,7 @@ Pure Python, no admin extra: the CLI and the admin view both read it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,6 +78,43 @@ def _not_logged(match: re.Match[str]) -> Piece:
     )
 
 
+# Joins what follows to what precedes: a zero width joiner, variation selectors, skin tones.
+_JOINS = frozenset(
+    ["\u200d", "\u20e3", *map(chr, range(0xFE00, 0xFE10)), *map(chr, range(0x1F3FB, 0x1F400))]
+    + [chr(c) for c in range(0xE0020, 0xE0080)]  # an emoji tag sequence's tags
+)
+_REGIONAL = range(0x1F1E6, 0x1F200)
+# at most this far a cut moves to a boundary (a run of stacked accents is cut within itself)
+_CLUSTER_REACH = 32
+
+
+def _inside_cluster(text: str, at: int) -> bool:
+    """Whether a cut before ``text[at]`` splits what a reader sees as one character."""
+    if at <= 0 or at >= len(text):
+        return False
+    before, char = text[at - 1], text[at]
+    if char in _JOINS or before == "\u200d" or unicodedata.category(char) in ("Mn", "Mc", "Me"):
+        return True
+    if before == "\r" and char == "\n":
+        return True
+    if ord(char) in _REGIONAL and ord(before) in _REGIONAL:
+        # flags pair regional indicators from the start of their run: odd ones before = a pair's second
+        run = 0
+        while at - run - 1 >= 0 and ord(text[at - run - 1]) in _REGIONAL:
+            run += 1
+        return run % 2 == 1
+    return False
+
+
+def _cluster_start(text: str, at: int, step: int) -> int:
+    """``at``, or the nearest cut before (``step`` -1) or after (+1) it that splits no character."""
+    for moved in range(_CLUSTER_REACH):
+        cut = at + step * moved
+        if not _inside_cluster(text, cut):
+            return cut
+    return at
+
+
 def shown_text(text: str, room: int = ROOM, *, tail: int | None = None, more: str = "") -> ShownText:
     """``text`` as pieces to show: whole up to ``room`` characters (the log's notes as sentences);
     longer, its first ``room - tail - 200`` and its last ``tail`` characters (default: a fifth of
@@ -88,6 +126,9 @@ def shown_text(text: str, room: int = ROOM, *, tail: int | None = None, more: st
     else:
         tail = min(2_000, room // 5) if tail is None else tail
         head_end, tail_start = max(0, room - tail - 200), len(text) - tail
+        # never inside what a reader sees as one character (an accent, an emoji sequence, a flag)
+        head_end = _cluster_start(text, head_end, -1)
+        tail_start = _cluster_start(text, tail_start, +1)
     pieces: list[Piece] = []
     hidden = 0
     gap_done = head_end == tail_start

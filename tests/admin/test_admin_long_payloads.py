@@ -198,3 +198,35 @@ def test_an_id_that_ends_like_the_plain_view_still_opens_its_page(make_client: C
     page = client.get("/episodes/a%2Fraw")
     assert page.status_code == 200 and "odd one" in page.text
     assert client.get("/episodes/a%2Fraw/raw?field=answer").text == "yes"
+
+
+@pytest.mark.parametrize("step", ["%C2%B2", "%D9%A1", "9" * 5_000, "1" * 40])
+def test_a_step_that_is_no_step_number_is_a_bad_request_not_a_server_error(
+    make_client: ClientFactory, long_log: dict[str, Episode], step: str
+) -> None:
+    # "²" and "٥" pass str.isdigit(); a 5,000-digit one passes it too, and int() refused both (a 500)
+    response = make_client().get(f"/episodes/{long_log['old'].id}/raw?field=result&step={step}")
+    assert response.status_code in (400, 404), response.status_code
+    assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        "e\u0301",  # a letter and its combining accent
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467",  # a family: emoji joined by ZWJ
+        "\U0001f1eb\U0001f1f7",  # a flag: two regional indicators
+        "\u2764\ufe0f",  # a heart and its emoji variation selector
+        "\U0001f44d\U0001f3fd",  # a thumbs up and its skin tone
+    ],
+)
+@pytest.mark.parametrize("shift", range(5))
+def test_the_cut_never_splits_a_character_as_it_is_seen(cluster: str, shift: int) -> None:
+    text = "x" * shift + cluster * 5_000
+    shown = shown_text(text, 1_000)
+    texts = [p.text for p in shown.pieces if p.kind == "text"]
+    head, tail = texts[0], texts[-1]
+    assert len(head) + len(tail) + shown.hidden == len(text)
+    # the head is the text's start up to a whole cluster, the tail whole clusters to its end
+    assert (head[shift:].count(cluster) * len(cluster)) == len(head) - shift, repr(head[-4:])
+    assert tail.count(cluster) * len(cluster) == len(tail), repr(tail[:4])
