@@ -15,10 +15,11 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, date, datetime
 from enum import Enum
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.progress import Progress, ProgressColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.text import Text
 
 from memabra._cli._streams import BROKEN_PIPE_EXIT, encodes_everything
@@ -63,6 +65,16 @@ _PIPED_WIDTH = 400
 T = TypeVar("T")
 
 
+# Control characters other than newline and tab (C0, DEL, C1): text a command prints from the log
+# (a user's message, a memory, a tool's output) is anyone's, and ESC sequences in it would move the
+# cursor, rewrite what the terminal shows or set its clipboard (OSC 52); rich strips only a few
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROL.search(text) else text
+
+
 class _Console(Console):
     """A console that is as wide as the terminal, or :data:`_PIPED_WIDTH` when output is piped
     (rich's default there is 80 columns); ``$COLUMNS`` still wins."""
@@ -82,6 +94,15 @@ class _Console(Console):
         """rich's ``print``, except that a line wider than the console is not cropped: a table
         whose words do not fit (see :mod:`memabra._cli._tables`) is printed whole, never cut."""
         super().print(*objects, crop=crop, **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        """rich's rendering, with every control character in printed text shown as an escape
+        (``\\x1b``): only rich's own control segments (a progress bar's cursor moves) and styles
+        reach the terminal as codes."""
+        return super()._render_buffer(
+            segment if segment.control else Segment(_visible(segment.text), segment.style, segment.control)
+            for segment in buffer
+        )
 
     def on_broken_pipe(self) -> None:
         """The reader stopped early (``| head -1``): exit 141, as a shell reports a program SIGPIPE
