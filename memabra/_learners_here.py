@@ -17,23 +17,28 @@ __all__ = ["register", "warn_if_held_here"]
 
 logger = logging.getLogger("memabra")
 
-# each learner's lease: the one a standby failed to take is compared with the held ones
-_LEARNERS: weakref.WeakKeyDictionary[Learner, LearnerLease] = weakref.WeakKeyDictionary()
+# each learner's lease: the one a standby failed to take is compared with the held ones. Weak on
+# both sides: a lease held here strongly would keep its engine, and through it the learner (a key
+# its value reaches never leaves a WeakKeyDictionary), alive after its agent was closed and dropped
+_LEARNERS: weakref.WeakKeyDictionary[Learner, weakref.ref[LearnerLease]] = weakref.WeakKeyDictionary()
 
 
 def register(learner: Learner, lease: LearnerLease) -> None:
-    _LEARNERS[learner] = lease
+    _LEARNERS[learner] = weakref.ref(lease)
 
 
 def warn_if_held_here(learner: Learner) -> bool:
     """Log one WARNING when another live learner of this process holds ``learner``'s lease (same
     log, same policy); ``True`` when it did."""
-    lease = _LEARNERS.get(learner)
+    mine = _LEARNERS.get(learner)
+    lease = mine() if mine is not None else None
     if learner.log.closed or lease is None:
         return False
-    for other, held in list(_LEARNERS.items()):
+    for other, held_ref in list(_LEARNERS.items()):
+        held = held_ref()
         if (
             other is not learner
+            and held is not None
             and other.policy == learner.policy
             and held.keeps_out(lease)
             and not other.log.closed
