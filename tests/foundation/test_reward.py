@@ -162,7 +162,7 @@ def test_bad_feedback_payloads_are_refused(payload: dict[str, object], message: 
 
 
 def test_nan_in_feedback_is_refused() -> None:
-    with pytest.raises(InvalidRecordError, match="non-finite"):
+    with pytest.raises(InvalidRecordError, match="must be a finite number"):
         Feedback("e1", "explicit", "u", {"success": math.nan})
 
 
