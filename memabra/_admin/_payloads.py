@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -170,9 +170,10 @@ def _chunks(text: str) -> Iterator[bytes]:
 class PayloadPages(_AdminBase):
     """``GET /episodes/{id}/raw?field=F[&step=N]``: one logged value whole, as plain text."""
 
-    async def episode(self, request: Request) -> Response:
-        """The episode page (:class:`memabra._admin._app._Admin`'s)."""
-        raise NotImplementedError
+    if TYPE_CHECKING:
+
+        async def episode(self, request: Request) -> Response:
+            """The episode page, which :class:`memabra._admin._app._Admin` defines."""
 
     async def raw_payload(self, request: Request) -> Response:
         if _raw_path(request).rsplit("/", 1)[-1] != "raw":
