@@ -71,6 +71,8 @@ _LAZY = {
     "MemoryBackend": "memabra._memory",
     # The contracts a memory backend must keep (docs/memory.md, "Your own memory backend").
     "check_memory_backend": "memabra._memory_conformance",
+    # An exported episode file (``episodes show --json``, the admin's "Download JSON") read back.
+    "episode_from_document": "memabra._episode_file",
     "SQLMemory": "memabra._sql_memory",
     "StoreMemory": "memabra._store_memory",
     "MemoryRecord": "memabra._memory_records",
@@ -130,6 +132,7 @@ if TYPE_CHECKING:
     from memabra._catalog import Skill, load_skills
     from memabra._config import load_reward_config, parse_weights
     from memabra._corrections import CorrectionSignal, detect_correction
+    from memabra._episode_file import episode_from_document
     from memabra._erasure import Erasure, erase_user
     from memabra._feedback import RewardService
     from memabra._feedback_http import END_USER_FEEDBACK_KEYS, agent_server_user, feedback_app
@@ -264,6 +267,7 @@ __all__ = [
     "create_memabra_agent",
     "create_memabra_middleware",
     "detect_correction",
+    "episode_from_document",
     "erase_user",
     "extract_facts",
     "agent_server_user",

@@ -1,11 +1,16 @@
 """An episode as one JSON document: what ``memabra episodes show --json`` writes and the admin
-view's "Download JSON" serves, so a reviewer and a script read the same thing."""
+view's "Download JSON" serves, so a reviewer and a script read the same thing, and a file attached
+to a ticket holds the whole turn (:func:`episode_document`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from memabra._document_cuts import Cuts
+from memabra._record_fields import slot_fields
 from memabra._records import (
     STOP_ID,
     Candidate,
@@ -15,21 +20,28 @@ from memabra._records import (
     RewardBreakdown,
     ScoredCandidate,
     Selection,
-    SlotDraw,
+    Step,
+    utcnow,
 )
+from memabra.storage._failures import FAILED_TURN_SOURCE, failure_cause
 from memabra.storage._injected_bodies import BODY_DIGEST_KEY
 
 __all__ = [
+    "EPISODE_FORMAT",
     "NOT_KEPT",
     "candidate_fields",
+    "document_text",
     "episode_document",
     "injected_fields",
     "kept_body",
     "mempo_fields",
     "probability_shown",
     "reward_terms",
-    "slot_fields",
+    "utc_time",
 ]
+
+EPISODE_FORMAT = "memabra.episode/1"
+"""The document's ``format``: bumped when a key changes meaning or goes; keys are only added."""
 
 NOT_KEPT = {
     "not_logged": "not kept: logged before memabra kept injected bodies (schema revision 0017), by an "
@@ -96,79 +108,152 @@ def kept_body(bodies: Mapping[str, str]) -> Callable[[Candidate], str | None]:
     return body_of
 
 
-def slot_fields(d: SlotDraw) -> dict[str, Any]:
-    """One slot's draw, whole: its distribution and what was drawn (the ``memabra.decision/1``
-    export and a paused turn's document)."""
-    return {
-        "slot": d.slot,
-        "kind": d.kind.value,
-        "candidate_ids": list(d.candidate_ids),
-        "probabilities": list(d.probabilities),
-        "chosen_id": d.chosen_id,
-        "chosen_probability": d.chosen_probability,
-    }
-
-
 def episode_document(
     ep: Episode, bodies: Mapping[str, str] | None = None, *, labels: Sequence[MemoryQuality] | None = None
 ) -> dict[str, Any]:
-    """What ``episodes show`` prints, as JSON: every decision with every candidate and what its
-    chosen skills and tools injected (:func:`injected_fields`, from ``bodies`` as
-    ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read), the steps, the feedback
-    and the reward with its terms. With ``labels`` (``EpisodeLog.all_memory_scores`` of its
-    decisions), each decision also holds ``mempo``: its MemPO labels, every scorer's (``[]``: none);
-    without, the key is left out, so a document of a caller that reads no labels stays as it was."""
+    """The episode as one self-describing JSON document (``"format": "memabra.episode/1"``): what
+    ``memabra episodes show --json`` writes and the admin view's "Download JSON" serves, enough to
+    debug the turn, or load it back (:func:`memabra._episode_file.episode_from_document`), from the
+    file alone.
+
+    Every decision with its context (kinds, budget), every candidate offered, chosen or not, with
+    its features, metadata and probability, each slot's whole distribution, and what its chosen
+    skills and tools injected (:func:`injected_fields`, from ``bodies`` as
+    ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read); the steps with their
+    arguments, results and errors; the feedback; the reward with its terms, components and
+    weights; whether the turn failed and why. Times are ISO 8601 in UTC. A long result, error,
+    answer or arguments is cut as the log cuts them (:mod:`memabra._document_cuts`), each cut
+    named in ``cut``. With ``labels`` (``EpisodeLog.all_memory_scores`` of its decisions), each
+    decision also holds ``mempo``: its MemPO labels, every scorer's (``[]``: none); without, the
+    key is left out."""
     by_decision: dict[str, list[dict[str, Any]]] = {}
     for q in labels or ():
         by_decision.setdefault(q.decision_id, []).append(mempo_fields(q))
-    decisions = []
-    for sel in ep.selections:
-        chosen_slot = {d.chosen_id: d for d in sel.slots}
-        candidates = []
-        for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
-            draw = chosen_slot.get(sc.candidate.id)
-            candidates.append(
-                {
-                    **candidate_fields(sc),
-                    "p": probability_shown(sel, sc.candidate.id, sc.candidate.kind),
-                    "slot": draw.slot if draw else None,
-                    "chosen": draw is not None,
-                }
-            )
-        decisions.append(
-            {
-                "id": sel.id,
-                "policy": sel.policy,
-                "policy_version": sel.policy_version,
-                "seed": sel.seed,
-                "propensity": sel.propensity,
-                "candidates": candidates,
-                "injected": injected_fields(sel, None if bodies is None else kept_body(bodies)),
-                "stopped": [
-                    {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
-                    for d in sel.slots
-                    if d.chosen_id == STOP_ID
-                ],
-                **({"mempo": by_decision.get(sel.id, [])} if labels is not None else {}),
-            }
-        )
-    return {
+    cuts = Cuts()
+    decisions = [
+        {
+            **_decision(sel, bodies),
+            **({"mempo": by_decision.get(sel.id, [])} if labels is not None else {}),
+        }
+        for sel in ep.selections
+    ]
+    failed = next((f for f in ep.feedback if f.source == FAILED_TURN_SOURCE), None)
+    document = {
+        "format": EPISODE_FORMAT,
+        "exported_at": utc_time(utcnow()),
         "id": ep.id,
-        "created": ep.created_at.isoformat(),
+        "created": utc_time(ep.created_at),
+        "finalized_at": utc_time(ep.finalized_at),
         "user": ep.user_id,
         "thread": ep.thread_id,
         "turn": ep.turn,
         "query": ep.query,
-        "answer": ep.answer,
+        "answer": cuts.text(ep.answer, "answer"),
+        "used_ids": None if ep.used_ids is None else sorted(ep.used_ids),
+        "metadata": dict(ep.metadata),
+        "failed": failed is not None,
+        "failure_cause": None if failed is None else failure_cause(failed.payload.get("comment")),
         "decisions": decisions,
-        "steps": [
-            {"kind": st.kind.value, "name": st.name, "status": st.status, "ms": st.latency_ms, "error": st.error}
-            for st in ep.steps
-        ],
+        "steps": [_step(i, st, cuts) for i, st in enumerate(ep.steps)],
         "feedback": [
-            {"kind": f.kind.value, "source": f.source, "late": f.late, "payload": dict(f.payload)} for f in ep.feedback
+            {
+                "id": f.id,
+                "kind": f.kind.value,
+                "source": f.source,
+                "decision_id": f.decision_id,
+                "idempotency_key": f.idempotency_key,
+                "received_at": utc_time(f.received_at),
+                "late": f.late,
+                "payload": dict(f.payload),
+            }
+            for f in ep.feedback
         ],
         "reward": None if ep.reward is None else _reward_json(ep.reward, final=ep.finalized_at is not None),
+        "cut": cuts.entries,
+    }
+    plain: dict[str, Any] = _plain(document)
+    return plain
+
+
+def document_text(document: Mapping[str, Any]) -> str:
+    """``document`` as the admin's download serves it: UTF-8 JSON, indented (``--json`` writes
+    the same values, ASCII-escaped)."""
+    return json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """Plain JSON values: read-only mappings (free-form metadata and payloads may nest them) as
+    objects, tuples as arrays."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def utc_time(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 in UTC (``+00:00``); ``None`` stays ``None``."""
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _decision(sel: Selection, bodies: Mapping[str, str] | None) -> dict[str, Any]:
+    chosen_slot = {d.chosen_id: d for d in sel.slots}
+    candidates = []
+    for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+        draw = chosen_slot.get(sc.candidate.id)
+        c = sc.candidate
+        candidates.append(
+            {
+                **candidate_fields(sc),
+                "p": probability_shown(sel, c.id, c.kind),
+                "slot": draw.slot if draw else None,
+                "chosen": draw is not None,
+                "features": dict(sc.features),
+                "metadata": dict(c.metadata),
+                "usage": None
+                if c.usage is None
+                else {"times_chosen": c.usage.times_chosen, "times_helped": c.usage.times_helped},
+                "created_at": utc_time(c.created_at),
+            }
+        )
+    ctx = sel.context
+    return {
+        "id": sel.id,
+        "created_at": utc_time(sel.created_at),
+        "policy": sel.policy,
+        "policy_version": sel.policy_version,
+        "seed": sel.seed,
+        "latency_ms": sel.latency_ms,
+        "propensity": sel.propensity,
+        "context": {
+            "kinds": [k.value for k in ctx.kinds],
+            "max_tokens": ctx.budget.max_tokens,
+            "slots": {k.value: n for k, n in ctx.budget.slots.items()},
+        },
+        "candidates": candidates,
+        "slots": [slot_fields(d) for d in sel.slots],
+        "injected": injected_fields(sel, None if bodies is None else kept_body(bodies)),
+        "stopped": [
+            {"kind": d.kind.value, "slot": d.slot, "p": d.chosen_probability}
+            for d in sel.slots
+            if d.chosen_id == STOP_ID
+        ],
+    }
+
+
+def _step(i: int, st: Step, cuts: Cuts) -> dict[str, Any]:
+    return {
+        "seq": st.seq,
+        "kind": st.kind.value,
+        "name": st.name,
+        "status": st.status,
+        "started_at": utc_time(st.started_at),
+        "ms": st.latency_ms,
+        "input_tokens": st.input_tokens,
+        "output_tokens": st.output_tokens,
+        "arguments": cuts.arguments(st.arguments, f"steps[{i}].arguments"),
+        "result": cuts.text(st.result, f"steps[{i}].result"),
+        "error": cuts.text(st.error, f"steps[{i}].error"),
     }
 
 
@@ -182,7 +267,7 @@ def mempo_fields(q: MemoryQuality) -> dict[str, Any]:
         "difference": q.difference,
         "reward": q.reward,
         "answer_tokens": q.answer_tokens,
-        "scored_at": q.scored_at.isoformat(),
+        "scored_at": utc_time(q.scored_at),
     }
 
 
@@ -192,6 +277,9 @@ def _reward_json(reward: RewardBreakdown, *, final: bool) -> dict[str, Any]:
         "total": reward.total,
         "version": reward.version,
         "final": final,
+        "decision_id": reward.decision_id,
+        "components": c.as_dict(),
+        "weights": reward.weights.as_dict(),
         "terms": [
             {"term": name, "value": value, "weight": weight, "contribution": contribution}
             for name, value, weight, contribution in reward_terms(reward)

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from memabra._episode_document import slot_fields
 from memabra._errors import InvalidRecordError
+from memabra._record_fields import slot_fields
 from memabra._records import (
     Budget,
     Candidate,

@@ -8,7 +8,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from memabra._episode_document import slot_fields
+from memabra._record_fields import slot_fields
 from memabra._records import (
     STOP_ID,
     Candidate,

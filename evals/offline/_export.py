@@ -49,8 +49,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memabra._episode_document import candidate_fields, injected_fields, slot_fields
+from memabra._episode_document import candidate_fields, injected_fields
 from memabra._errors import InvalidRecordError
+from memabra._record_fields import slot_fields
 from memabra._records import LoggedDecision, RewardBreakdown
 from memabra.storage._final_decisions import database_tag, iter_final_episodes, position_problem
 from memabra.storage._injected_bodies import BODY_DIGEST_KEY, chosen_digests, read_bodies

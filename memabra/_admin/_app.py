@@ -16,7 +16,6 @@ session (or bearer token) is a reviewer's.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -69,7 +68,7 @@ from memabra._admin._reward_view import reward_lines
 from memabra._admin._turn_pages import TurnPages
 from memabra._admin._unavailable import unavailable_handler
 from memabra._config import load_reward_config
-from memabra._episode_document import episode_document
+from memabra._episode_document import document_text, episode_document
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
@@ -162,7 +161,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages, Pay
                 labels = await run_in_threadpool(self._labels, episode)
                 document = episode_document(episode, bodies, labels=[q for qs in labels.values() for q in qs])
                 return Response(
-                    json.dumps(document, ensure_ascii=False, indent=2, default=str),
+                    document_text(document),
                     media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{_download_name(episode.id)}"'},
                 )

@@ -6,7 +6,8 @@ made it megabytes of HTML that a browser tab took tens of seconds to lay out. Th
 such value as :func:`memabra._shown_text.shown_text` cuts it (its head and tail, saying how many
 characters are not shown, with a link to the whole value) and a newer turn's cap note as a muted
 sentence; the link opens the value alone, as plain text, behind the same sign-in as every page.
-The episode's JSON download (``?format=json``) stays whole.
+The episode's JSON download (``?format=json``) cuts them as the log would now, and names each cut
+(:mod:`memabra._document_cuts`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ characters and a tool error of megabytes: printed whole, one episode was 10 mill
 cuts them (head and tail, saying how many characters are not shown), each step's result and error
 on one line of the steps table, and a note of the log's cap as a dim sentence of its own; ``--full``
 prints every query, answer, argument, result and error whole (as logged), and ``--json FILE`` writes
-the episode's document, whole, as it always did.
+the episode's document (:func:`memabra._episode_document.episode_document`, the admin's download
+too), each value as the log would keep it now.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 result and error, 300 kB of arguments, a 100,000-character answer) and a newer one whose payloads
 carry the cap's note. The page shows each cut, head and tail, saying how much is not shown, with a
 link to the whole value (plain text, behind the sign-in); the cap's note reads as a muted sentence,
-never as bracket text; the JSON download stays whole."""
+never as bracket text; the JSON download keeps each value as the log would keep it now."""
 
 from __future__ import annotations
 
@@ -124,9 +124,18 @@ def test_an_uncapped_turn_is_shown_cut_with_a_link_to_each_whole_value(
     assert json.loads(arguments.text) == ARGUMENTS
     assert client.get(f"/episodes/{old.id}/raw?field=answer").text == ANSWER
     assert client.get(f"/episodes/{old.id}/raw?field=query").text == old.query
-    # the JSON download stays whole
+    # the JSON download keeps what the log would keep now, each cut named; the raw view has the rest
     document = client.get(f"/episodes/{old.id}?format=json").json()
-    assert document["steps"][1]["error"] == RESULT and document["answer"] == ANSWER
+    error = document["steps"][1]["error"]
+    assert error.startswith("first line of the log") and error.endswith("ERROR: disk full at the end")
+    assert len(error) <= 10_000 and "characters not in this document" in error
+    assert len(document["answer"]) <= 10_000 and document["answer"].endswith("And it ends here.")
+    assert {c["path"] for c in document["cut"] if c["by"] == "document"} == {
+        "answer",
+        "steps[0].arguments",
+        "steps[0].result",
+        "steps[1].error",
+    }
 
 
 def test_the_plain_view_is_guarded_and_names_what_is_missing(

@@ -1,0 +1,117 @@
+"""The episode document's payload caps (:mod:`memabra._episode_document`): the log's own
+(:mod:`memabra._log_caps`), so a document attached to a ticket stays the size of a newer turn's
+log rows, however old its episode.
+
+A turn logged before the log cut payloads may hold a 5 MB tool result, arguments of hundreds of
+kilobytes and a 100,000-character answer. The document keeps each such value as the log would
+keep it now: its first ``MAX_LOGGED_TEXT - 2,200`` and last 2,000 characters around a note naming
+how many characters are not in the document, of how many, with the whole value's UTF-8 size and a
+SHA-256 prefix (the log's note says "not logged"; this one says "not in this document", as the log
+still holds them). Arguments are cut as the log cuts them (each long string, else their JSON).
+
+Each value cut, by the log when it was logged or by the document now, is named in the document's
+``cut`` list: where it is (``steps[1].result``), who cut it (``log``: the rest was never kept;
+``document``: the log holds it whole) and how many characters are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from memabra._log_caps import ARGUMENTS_CUT_KEY, MAX_LOGGED_ARGUMENT, MAX_LOGGED_TEXT, left_out
+
+__all__ = ["Cuts", "cut_for_document"]
+
+# as cut_text's: the last 2,000 characters (or a fifth of a smaller limit), a note of at most 200
+_TAIL = 2_000
+_NOTE_ROOM = 200
+
+
+def cut_for_document(text: str, limit: int = MAX_LOGGED_TEXT) -> tuple[str, int]:
+    """``text`` as the document keeps it, and how many of its characters are left out (0: whole).
+    Never longer than ``limit``."""
+    if len(text) <= limit:
+        return text, 0
+    raw = text.encode("utf-8", "surrogatepass")
+    tail = min(_TAIL, limit // 5)
+    head = limit - tail - _NOTE_ROOM
+    left = len(text) - head - tail
+    note = (
+        f"\n[memabra: {left:,} of {len(text):,} characters not in this document"
+        f" ({len(raw):,} bytes UTF-8, sha256 {hashlib.sha256(raw).hexdigest()[:16]}); the log holds them]\n"
+    )
+    return text[:head] + note + text[len(text) - tail :], left
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+class Cuts:
+    """Cuts the values of one document and lists each cut (:attr:`entries`, the document's ``cut``)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+
+    def _note(self, path: str, by: str, left: int) -> None:
+        self.entries.append({"path": path, "by": by, "left_out": left})
+
+    def text(self, value: str | None, path: str) -> str | None:
+        """``value`` (a step's result or error, the answer) within the log's cap."""
+        if value is None:
+            return None
+        logged = left_out(value)
+        if logged is not None:
+            self._note(path, "log", logged[0])
+            return value
+        kept, left = cut_for_document(value)
+        if left:
+            self._note(path, "document", left)
+        return kept
+
+    def arguments(self, arguments: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """A tool call's arguments within the log's cap: whole while their JSON is at most
+        ``MAX_LOGGED_TEXT`` characters; else each string over ``MAX_LOGGED_ARGUMENT`` cut; else
+        ``{ARGUMENTS_CUT_KEY: <their JSON, cut>}`` (as :func:`memabra._log_caps.cut_arguments`)."""
+        plain = dict(arguments)
+        by_log = sum(found[0] for s in _strings(plain) if (found := left_out(s)) is not None)
+        if by_log:
+            self._note(path, "log", by_log)
+        if len(_dumps(plain)) <= MAX_LOGGED_TEXT:
+            return plain
+        left = 0
+
+        def cut(value: Any) -> Any:
+            nonlocal left
+            if isinstance(value, str):
+                if left_out(value) is not None:
+                    return value
+                kept, n = cut_for_document(value, MAX_LOGGED_ARGUMENT)
+                left += n
+                return kept
+            if isinstance(value, Mapping):
+                return {k: cut(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [cut(v) for v in value]
+            return value
+
+        shorter = cut(plain)
+        if len(_dumps(shorter)) > MAX_LOGGED_TEXT:
+            kept, left = cut_for_document(_dumps(plain))
+            shorter = {ARGUMENTS_CUT_KEY: kept}
+        if left:
+            self._note(path, "document", left)
+        return dict(shorter)
