@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import exists, false, func, or_, select
+from sqlalchemy import ARRAY, String, any_, bindparam, exists, false, func, or_, select
+from sqlalchemy import column as column_
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -29,14 +30,16 @@ from memabra.storage import _convert as cv
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._failures import failed_condition, failure_causes
 from memabra.storage._models import DecisionRow, DecisionSlotRow, EpisodeRow, PolicySnapshotRow
-from memabra.storage._policy_versions import SnapshotIndex
+from memabra.storage._policy_versions import SnapshotIndex, _updates
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["COUNT_CAP", "chosen_kinds", "list_episodes", "list_lowest_rewards", "summaries"]
+__all__ = ["COUNT_CAP", "chosen_kinds", "iter_episodes", "list_episodes", "list_lowest_rewards", "summaries"]
 
 # versions per IN (...) list, under SQLite's limit on bound parameters
 _IN_CHUNK = 900
+# SQLite: up to this many versions a snapshot served, its episodes are found through the version index
+_LOOKED_UP = 64
 
 COUNT_CAP = 10_000
 """A count stops here (``Page.total_capped``): counting every row of a large log on each page view
@@ -61,10 +64,13 @@ def list_episodes(
     with tx.read() as s:
         conds = [*_matching(s, filters), *also]
         rows = _page(s, conds, at_cursor, limit)
+        more = len(rows) > limit
         items = summaries(s, rows[:limit])
         previous = _previous_cursor(s, conds, at_cursor, limit) if at_cursor is not None else None
-        total = _count(s, conds) if count else None
-    more = len(rows) > limit
+        # a first page holding every match is its own count: no second pass over the log (a rare
+        # --search term read every row twice, once for the page and once to count it)
+        whole = at_cursor is None and not more
+        total = (len(items) if whole else _count(s, conds)) if count else None
     rows = rows[:limit]
     return Page(
         items=items,
@@ -74,6 +80,26 @@ def list_episodes(
         total=None if total is None else min(total, COUNT_CAP),
         total_capped=total is not None and total > COUNT_CAP,
     )
+
+
+def iter_episodes(tx: Transactions, filters: EpisodeFilter | None, *, batch: int = 1000) -> Iterator[EpisodeSummary]:
+    """Every episode matching ``filters``, newest first, as :func:`list_episodes` pages them but
+    streamed: ``batch`` rows per short read (the filters are resolved once, in the first), so a
+    script can take a log of millions without it being held, or a transaction held open, at once."""
+    if batch < 1:
+        raise InvalidRecordError(f"batch must be at least 1, got {batch}")
+    at_cursor: tuple[datetime, str] | None = None
+    conds: list[Any] | None = None
+    while True:
+        with tx.read() as s:
+            if conds is None:
+                conds = _matching(s, filters)
+            rows = _page(s, conds, at_cursor, batch - 1)
+            items = summaries(s, rows)
+        yield from items
+        if len(rows) < batch:
+            return
+        at_cursor = (rows[-1].created_at, rows[-1].id)
 
 
 def list_lowest_rewards(
@@ -107,7 +133,7 @@ def _matching(s: Session, filters: EpisodeFilter | None) -> list[Any]:
     flt = filters or EpisodeFilter()
     conds = _conditions(flt)
     if flt.snapshot is not None:
-        conds.append(_served_by(s, clean_text(flt.snapshot)))
+        conds.append(_served_by(s, clean_text(flt.snapshot), list(conds)))
     return conds
 
 
@@ -142,18 +168,35 @@ def _conditions(f: EpisodeFilter) -> list[Any]:
     return conds
 
 
-def _served_by(s: Session, snapshot: str) -> Any:
+def _served_by(s: Session, snapshot: str, conds: Sequence[Any] = ()) -> Any:
     """Whether the episode's policy version grew from ``snapshot`` (or is it). The versions are
-    grouped in Python by the one rule every view uses; the log holds one version per online
-    update, so the list is chunked under the databases' limits on bound parameters."""
+    grouped in Python by the one rule every view uses, over the distinct versions of the episodes
+    the other filters keep whose version could have grown from it (``snapshot`` itself or, past its
+    root, ``<root>+...``: every version the rule attributes to it starts so); the log holds one
+    version per online update, so the list goes to the database as one parameter where it can
+    (PostgreSQL's arrays, SQLite's ``json_each``), not as tens of thousands of bound values."""
     if s.get(PolicySnapshotRow, snapshot) is None:
         raise InvalidRecordError(f"snapshot: no policy snapshot with version {snapshot!r}")
+    column = EpisodeRow.policy_version
+    grown = _updates(snapshot)
+    prefix = grown[0] if grown is not None else snapshot
+    candidates = or_(column == snapshot, column.startswith(prefix + "+", autoescape=True))
+    versions = s.scalars(select(column).where(*conds, candidates).distinct())
     index = SnapshotIndex(s.scalars(select(PolicySnapshotRow.version)).all())
-    versions = s.scalars(select(EpisodeRow.policy_version).where(EpisodeRow.policy_version.is_not(None)).distinct())
     served = sorted(v for v in versions if v is not None and index.group(v) == snapshot)
     if not served:
         return false()
-    return or_(*(EpisodeRow.policy_version.in_(served[i : i + _IN_CHUNK]) for i in range(0, len(served), _IN_CHUNK)))
+    dialect = s.get_bind().dialect.name
+    if dialect == "postgresql":
+        return column == any_(bindparam("served_versions", served, type_=ARRAY(String())))
+    if dialect == "sqlite":
+        listed = select(column_("value", String())).select_from(func.json_each(json.dumps(served)))
+        # SQLite looks each version up in its index and sorts every episode they served before a
+        # page of them; past a few versions, walking the newest-first index and testing each row
+        # stops after the page (``|| ''`` keeps the version index out of the plan)
+        tested = column if len(served) <= _LOOKED_UP else column.concat("")
+        return tested.in_(listed.scalar_subquery())
+    return or_(*(column.in_(served[i : i + _IN_CHUNK]) for i in range(0, len(served), _IN_CHUNK)))
 
 
 def _chose(kind: CandidateKind) -> Any:

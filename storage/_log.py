@@ -34,6 +34,7 @@ from memabra._errors import InvalidRecordError, SchemaError
 from memabra._records import (
     CandidateKind,
     Episode,
+    EpisodeSummary,
     Feedback,
     FeedbackReceipt,
     GoldDecision,
@@ -51,6 +52,7 @@ from memabra._records import (
 )
 from memabra.storage import _episodes, _mempo_log, _offline, _registry, _rewards, _snapshots, _suspended_turns
 from memabra.storage._engine import make_engine, shown_url, sqlite_file
+from memabra.storage._episode_listing import iter_episodes as iter_episode_rows
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
 from memabra.storage._log_retention import RetentionMethods
@@ -225,6 +227,10 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
         A kind (the filter's, each summary's) is a kind the episode's decisions chose; ``count``
         adds how many episodes match (``Page.total``, capped)."""
         return list_episode_page(self._tx, filters, cursor, limit, count=count)
+
+    def iter_episodes(self, filters: EpisodeFilter | None = None, *, batch: int = 1000) -> Iterator[EpisodeSummary]:
+        """Every matching episode, newest first, streamed ``batch`` rows per short read."""
+        return iter_episode_rows(self._tx, filters, batch=batch)
 
     def count_episodes(self) -> int:
         return _episodes.count_episodes(self._tx)

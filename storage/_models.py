@@ -285,7 +285,8 @@ class RegistryRow(Base):
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     superseded_by: Mapped[str | None] = mapped_column(String(200))
 
-    __table_args__ = (Index(None, "owner", "kind"),)
+    # one user's memories newest first, a page at a time (revision 0022)
+    __table_args__ = (Index(None, "owner", "kind"), Index(None, "owner", "kind", "created_at", "id"))
 
 
 __all__ = [

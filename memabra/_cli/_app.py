@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from typer.core import TyperGroup
 
 from memabra._cli._admin import admin
-from memabra._cli._bench import bench, simulate_command
+from memabra._cli._bench import bench
 from memabra._cli._common import console, err_console, error_line, print_error
 from memabra._cli._db import db_app
 from memabra._cli._demo import demo
@@ -29,6 +29,7 @@ from memabra._cli._paused import episodes_paused
 from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete, episodes_deletions
+from memabra._cli._simulate import simulate_command
 from memabra._cli._status import status
 from memabra._cli._streams import BROKEN_PIPE_EXIT, make_streams_encodable
 from memabra._environment import unreported_unknown_variables

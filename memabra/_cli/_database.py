@@ -25,10 +25,11 @@ __all__ = [
     "existing_database",
     "migrate",
     "probed_database",
+    "sqlite_file",
 ]
 
 
-def _sqlite_file(url: str) -> Path | None:
+def sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL names (``None`` for other databases, in-memory ones and URI forms)."""
     try:
         parsed = make_url(url)
@@ -126,7 +127,7 @@ def database_url(db: str | None) -> str | None:
     """Typer callback of a ``--db`` that may create the database: the URL must parse, and a SQLite
     file's folder must exist (a missing one is named, not left to sqlite3's vaguer error)."""
     url = _resolved_url(db)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is not None:
         folder = _missing_folder(path)
         if folder is not None:
@@ -143,7 +144,7 @@ def existing_database(db: str | None) -> str | None:
     """Typer callback of ``--db``: refuse a SQLite file that does not exist rather than create an
     empty one (only ``memabra db upgrade`` and ``memabra demo`` create databases)."""
     url = _resolved_url(db)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is None:
         return db
     folder = _missing_folder(path)
@@ -176,7 +177,7 @@ def migrate(action: Callable[[str, str], str], url: str, revision: str) -> str:
     """Run an Alembic migration, naming what is wrong (a database newer than this memabra, a
     revision that does not exist) in one line instead of Alembic's traceback. A SQLite file the
     failed run created is removed again."""
-    created = _sqlite_file(url)
+    created = sqlite_file(url)
     if created is not None and created.exists():
         created = None
     try:

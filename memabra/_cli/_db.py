@@ -16,7 +16,7 @@ from memabra._cli._common import (
     run_guarded,
     write_json,
 )
-from memabra._cli._database import CreateDbOption, DbOption, migrate
+from memabra._cli._database import CreateDbOption, DbOption, migrate, sqlite_file
 from memabra._cli._db_backup import db_backup, db_restore
 from memabra.storage import (
     compatible_from,
@@ -35,19 +35,45 @@ db_app.command("restore")(db_restore)
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: CreateDbOption = None, revision: str = typer.Option("head", help="Target revision.")) -> None:
-    """Create or migrate the schema to this memabra's version."""
+def db_upgrade(
+    db: CreateDbOption = None,
+    revision: str = typer.Option("head", help="Target revision."),
+    json_out: JsonOutOption = None,
+) -> None:
+    """Create or migrate the schema to this memabra's version (`--json`: the revision `before` and
+    `after`, null for no schema, this memabra's `head` and whether anything `changed`)."""
     # each migration step, and an index built concurrently on a large table (which may take
     # minutes), is reported as it starts
     configure_logging(verbose=True)
     logging.getLogger("alembic.runtime.migration").addFilter(_migration_steps_only)
     url = run_guarded(resolve_url, db)
+    before = _revision_of(url) if json_out is not None else None
     now = migrate(upgrade, url, revision)
     where = shown_url(url)  # no engine: nothing to dispose
     console.print(f"database {escape(where)} is at schema revision [bold]{escape(now)}[/]")
     if revision not in ("head", "heads") and not revision.startswith("+") and now != revision:
         # an upgrade to a revision the database is already past changes nothing
         console.print(f"it was already past {escape(revision)}: nothing was changed (db downgrade goes back)")
+    write_json(json_out, _migration_json(where, before, now))
+
+
+def _revision_of(url: str) -> str | None:
+    """The database's schema revision before a migration (``None``: no schema, or a SQLite file
+    not created yet, which this look must not create)."""
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return None
+    engine = run_guarded(make_engine, url)
+    try:
+        return current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+def _migration_json(where: str, before: str | None, now: str) -> dict[str, object]:
+    """What `db upgrade --json` and `db downgrade --json` write; no schema is null, as in `db current`."""
+    after = None if now == "base" else now
+    return {"database": where, "before": before, "after": after, "head": head_revision(), "changed": before != after}
 
 
 def _migration_steps_only(record: logging.LogRecord) -> bool:
@@ -69,9 +95,11 @@ def db_downgrade(
     yes: Annotated[
         bool, typer.Option("--yes", help="Do not ask: the tables and columns added since are dropped with their data.")
     ] = False,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Migrate the schema down (``base`` drops every memabra table). What the revisions after the
-    target added is dropped with its data, so it asks first (``--yes`` in scripts)."""
+    target added is dropped with its data, so it asks first (``--yes`` in scripts). `--json`: the
+    revision `before` and `after` (null for no schema) and whether anything `changed`."""
     from memabra.storage import known_revisions
 
     url = run_guarded(resolve_url, db)
@@ -85,8 +113,10 @@ def db_downgrade(
         yes=yes,
         refused="nothing was changed (pass --yes to downgrade without asking)",
     )
+    before = _revision_of(url) if json_out is not None else None
     now = migrate(downgrade, url, revision)
     console.print(f"schema revision is now [bold]{escape(now)}[/]")
+    write_json(json_out, _migration_json(where, before, now))
 
 
 @db_app.command("current")

@@ -56,11 +56,13 @@ def db_restore(
     backup: Annotated[Path, typer.Option("--from", help="The backup file `memabra db backup` wrote.")],
     db: CreateDbOption = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask: everything the log holds now is replaced.")] = False,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Replace the whole SQLite log with a backup, in one transaction (processes that have it open
     see the restored log at their next read; never `cp` a backup over a log that has a `-wal` file
     beside it). Everything logged since the backup is gone, so it asks first (`--yes` in scripts).
-    Restart the agents and the learner afterwards (docs/production.md, "Backups and restores")."""
+    Restart the agents and the learner afterwards (docs/production.md, "Backups and restores").
+    `--json`: the restored file, its episodes and schema revision, and whether it needs `db upgrade`."""
 
     from memabra.storage import head_revision, known_revisions, resolve_url
     from memabra.storage._backup import PG_RESTORE_HINT, restore_sqlite, sqlite_path
@@ -81,4 +83,16 @@ def db_restore(
     console.print(
         f"restored {escape(where)} from {escape(str(backup))}: {result.episodes} episodes, schema revision "
         f"{escape(result.revision or 'no schema')}; {escape(then)} every agent and the learner now"
+    )
+    write_json(
+        json_out,
+        {
+            "database": where,
+            "path": str(result.path),
+            "backup": str(backup),
+            "size_bytes": result.size_bytes,
+            "episodes": result.episodes,
+            "revision": result.revision,
+            "upgrade_needed": older,
+        },
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
@@ -15,9 +16,10 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from memabra._cli._common import console, err_console, error_line, fail
 from memabra._errors import StorageContentionError
 from memabra._learner import Learner
+from memabra._records import PolicySnapshot
 from memabra.storage import LearnerStore
 
-__all__ = ["learn_until_stopped", "lease_holder"]
+__all__ = ["learn_until_stopped", "learner_json", "lease_holder"]
 
 logger = logging.getLogger("memabra")
 
@@ -26,6 +28,33 @@ def lease_holder(store: LearnerStore, policy: str) -> str:
     """Who holds the policy's learner lease, in words, for a line saying why this learner waits."""
     holder = store.lease_holder(policy)
     return holder.describe() if holder is not None else "another learner (released a moment ago)"
+
+
+def learner_json(
+    loop: Learner, committed: PolicySnapshot | None, *, lease_held_by: str | None = None
+) -> dict[str, Any]:
+    """What ``memabra learner --json`` writes when it stops: the rewards this run committed
+    (``learned``), the lineage's count, earlier runs included, the read position (null: the start
+    of the log), the last snapshot this run committed (null: none), and who held the lease when
+    ``--once`` gave up waiting for it (then nothing else is known: nulls)."""
+    if lease_held_by is not None:
+        return {
+            "policy": loop.policy,
+            "learned": 0,
+            "lineage_learned": None,
+            "position": None,
+            "snapshot": None,
+            "lease_held_by": lease_held_by,
+        }
+    position = loop.position
+    return {
+        "policy": loop.policy,
+        "learned": loop.committed_here,
+        "lineage_learned": loop.learned,
+        "position": {"seq": position.seq, "episode_id": position.episode_id} if position.seq >= 0 else None,
+        "snapshot": {"version": committed.version, "status": committed.status} if committed is not None else None,
+        "lease_held_by": None,
+    }
 
 
 def learn_until_stopped(loop: Learner, store: LearnerStore, policy: str, *, once: bool, poll: float) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -18,11 +20,13 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import DbOption
 from memabra._cli._episode_show import clip, print_episode
+from memabra._cli._listing_output import print_in_batches, write_json_list
+from memabra._cli._rewards import rewards_recompute
 from memabra._cli._tables import Table
-from memabra._config import load_reward_config, parse_weights
+from memabra._config import load_reward_config
 from memabra._episode_document import episode_document
-from memabra._feedback import RewardService, retotal_rewards, same_feedback
-from memabra._records import Feedback, FeedbackKind
+from memabra._feedback import RewardService, same_feedback
+from memabra._records import EpisodeSummary, Feedback, FeedbackKind
 from memabra.storage import (
     FAILURE_CAUSES,
     EpisodeFilter,
@@ -83,38 +87,76 @@ def episodes_list(
     ),
     limit: int = typer.Option(20, min=1, max=1000, help="Episodes per page."),
     cursor: str | None = typer.Option(None, help="Cursor printed under the previous page."),
+    all_: bool = typer.Option(
+        False,
+        "--all",
+        help="Every matching episode, newest first, read 1,000 at a time and written as they are read "
+        "(for a script: with --json the file holds them all; nothing is counted first).",
+    ),
     json_out: JsonOutOption = None,
 ) -> None:
-    """List episodes, newest first."""
+    """List episodes, newest first: a page of --limit (the database reads that page and stops), or
+    every one with --all."""
     if search is not None and not search.strip():
         fail("--search must not be blank (leave it out to list every query)")
     if cause is not None and failed is False:
         raise typer.BadParameter("a cause names why a turn failed: leave out --not-failed", param_hint="--cause")
+    if all_ and cursor is not None:
+        fail("--all lists every episode from the newest: leave out --cursor")
+    filters = EpisodeFilter(
+        user_id=user,
+        thread_id=thread,
+        query_contains=search,
+        since=parse_time(since, "--since"),
+        until=parse_time(until, "--until"),
+        policy_version=policy_version,
+        snapshot=snapshot,
+        corrected=corrected,
+        failed=failed,
+        failure_cause=cause,
+    )
     with _open(db) as log:
-        page = run_guarded(
-            log.list_episodes,
-            EpisodeFilter(
-                user_id=user,
-                thread_id=thread,
-                query_contains=search,
-                since=parse_time(since, "--since"),
-                until=parse_time(until, "--until"),
-                policy_version=policy_version,
-                snapshot=snapshot,
-                corrected=corrected,
-                failed=failed,
-                failure_cause=cause,
-            ),
-            cursor=cursor,
-            limit=limit,
-            count=True,
+        if all_:
+            _list_all(log, filters, json_out)
+            return
+        page = run_guarded(log.list_episodes, filters, cursor=cursor, limit=limit, count=True)
+    total = f"{page.total or 0:,}{'+' if page.total_capped else ''}"
+    table = _episode_table(page.items, title=f"episodes ({total} match)")
+    console.print(table)
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}")
+    write_json(json_out, {"episodes": [_episode_json(e) for e in page.items], "next_cursor": page.next_cursor})
+
+
+def _list_all(log: EpisodeLog, filters: EpisodeFilter, json_out: Path | None) -> None:
+    """``episodes list --all``: tables of a batch each, or, with ``--json``, the file (the tables
+    then are left out: a script asked for every row, and a person reads the file)."""
+    if json_out is not None:
+        n = run_guarded(
+            write_json_list,
+            json_out,
+            (_episode_json(e) for e in log.iter_episodes(filters)),
+            key="episodes",
+            after={"next_cursor": None},
         )
-    total = f"{page.total:,}{'+' if page.total_capped else ''}"
-    table = Table(title=f"episodes ({total} match)")
+        console.print(f"{n:,} episodes", highlight=False)
+        return
+    n = run_guarded(
+        print_in_batches,
+        log.iter_episodes(filters),
+        lambda rows, first: _episode_table(rows, title="episodes (every match)" if first else None, header=first),
+    )
+    if not n:
+        console.print(_episode_table([], title="episodes (0 match)"))
+    console.print(f"{n:,} episodes", highlight=False)
+
+
+def _episode_table(items: Sequence[EpisodeSummary], *, title: str | None, header: bool = True) -> Table:
+    table = Table(title=title, show_header=header)
     table.add_column("id", no_wrap=True, min_width=32)
     for col in ("created", "user", "query", "policy", "reward", "corrected", "final", "failed"):
         table.add_column(col)
-    for e in page.items:
+    for e in items:
         table.add_row(
             e.id,
             e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
@@ -126,25 +168,22 @@ def episodes_list(
             "yes" if e.finalized else "open",
             (e.failure_cause or "yes") if e.failed else "",
         )
-    console.print(table)
-    if page.next_cursor:
-        console.print(f"next page: --cursor {page.next_cursor}")
-    rows = [
-        {
-            "id": e.id,
-            "created": e.created_at.isoformat(),
-            "user": e.user_id,
-            "query": e.query,
-            "policy_version": e.policy_version,
-            "reward": e.reward_total,
-            "corrected": e.corrected,
-            "final": e.finalized,
-            "failed": e.failed,
-            "failure_cause": e.failure_cause,
-        }
-        for e in page.items
-    ]
-    write_json(json_out, {"episodes": rows, "next_cursor": page.next_cursor})
+    return table
+
+
+def _episode_json(e: EpisodeSummary) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "created": e.created_at.isoformat(),
+        "user": e.user_id,
+        "query": e.query,
+        "policy_version": e.policy_version,
+        "reward": e.reward_total,
+        "corrected": e.corrected,
+        "final": e.finalized,
+        "failed": e.failed,
+        "failure_cause": e.failure_cause,
+    }
 
 
 @episodes_app.command("show")
@@ -160,7 +199,8 @@ def episodes_show(
     json_out: JsonOutOption = None,
 ) -> None:
     """One episode: its decisions with every candidate, steps, feedback and reward. A long query,
-    answer, result or error is printed cut unless `--full`; `--json` writes them whole."""
+    answer, result or error is printed cut unless `--full`; `--json` writes the whole turn as one
+    document (the admin's Download JSON), each value as the log would keep it now."""
     with _open(db) as log:
         ep = run_guarded(log.get_episode, run_guarded(log.resolve_episode_id, episode_id))
         bodies = run_guarded(log.injected_bodies, ep)
@@ -173,65 +213,8 @@ def episodes_show(
 _LEFT_OPEN_SHOWN = 1000
 
 
-@rewards_app.command("recompute")
-def rewards_recompute(
-    weights: str = typer.Option(
-        ..., help="e.g. ws=1,wr=0.35,we=0.3,wc=0.4,wl=0.15,wx=0.2,wu=0.25 (unnamed keep the spec's)."
-    ),
-    db: DbOption = None,
-    since: str | None = typer.Option(None, help="Only episodes at or after this ISO time."),
-    version: str | None = typer.Option(None, help="Reward version label to store with the new totals."),
-    use_mempo: bool = typer.Option(
-        False, "--use-mempo", help="Take Hm from MemPO labels where `memabra mempo score` stored one."
-    ),
-    mempo_scorer: str | None = typer.Option(
-        None,
-        "--mempo-scorer",
-        help="With --use-mempo: take only this scorer's labels (mempo:NAME; needed when the log holds "
-        "labels of several, `memabra mempo labels` lists them).",
-    ),
-) -> None:
-    """Re-total stored rewards from their components under new weights.
-
-    Works through the log a page of 1,000 episodes per transaction: stopped midway, the pages done
-    keep their new totals (each reward records its weights) and running it again finishes the job."""
-    new = run_guarded(parse_weights, weights)
-    if mempo_scorer is not None and not use_mempo:
-        fail("--mempo-scorer names the MemPO labels to take Hm from: give it with --use-mempo")
-    with _open(db) as log:
-        done = run_guarded(
-            retotal_rewards,
-            log,
-            new,
-            since=parse_time(since, "--since"),
-            version=version,
-            use_memory_scores=use_mempo,
-            memory_scorer=mempo_scorer,
-        )
-        scorers = run_guarded(log.memory_label_scorers) if use_mempo and not done.labelled else {}
-    labelled = f" ({done.labelled} with Hm from a MemPO label)" if done.labelled else ""
-    console.print(f"recomputed {done.rewards} rewards with weights {new.as_dict()}{labelled}")
-    if use_mempo and not done.labelled and not scorers:
-        console.print(
-            "no MemPO labels stored: recomputed without them (Hm as logged); `memabra mempo score` stores them",
-            highlight=False,
-        )
-    elif use_mempo and not done.labelled:
-        console.print(
-            f"no recomputed reward has a MemPO label ({mempo_scorer or next(iter(scorers))}'s labels grade "
-            "decisions of other episodes, or of none left: --since, erasure, retention): Hm as logged",
-            highlight=False,
-        )
-    if done.learned:
-        # a learner reads each final reward once: re-totalled, it is not learned again
-        console.print(
-            f"[yellow]{done.learned} of these rewards were already learned under their old totals[/]: the "
-            "online learner does not learn them again, so its model no longer equals a replay of the log "
-            "(`memabra learner --replay` will differ from the committed model); offline evaluation and "
-            '`memabra train --from-log` read the new totals (docs/configuration.md, "Changing the reward '
-            'weights")',
-            highlight=False,
-        )
+# first in `memabra rewards --help`, as before it moved out with its --json
+rewards_app.command("recompute")(rewards_recompute)
 
 
 @rewards_app.command("finalize")

@@ -84,8 +84,8 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value is not None else "never"
 
 
-def _table(records: list[MemoryRecord], scores: list[float] | None = None) -> Table:
-    table = Table(show_lines=False)
+def _table(records: list[MemoryRecord], scores: list[float] | None = None, *, header: bool = True) -> Table:
+    table = Table(show_lines=False, show_header=header)
     for column in ("id", "text", "status", "created", "last used", *(("score",) if scores is not None else ())):
         table.add_column(column, overflow="fold")
     for i, r in enumerate(records):
@@ -107,29 +107,64 @@ def list_memories(
     db: DbOption = None,
     active: Annotated[bool, typer.Option("--active", help="Only memories that can be recalled.")] = False,
     limit: Annotated[
-        int, typer.Option("--limit", min=1, help="Show this many (the first ones); a line says how many more.")
+        int, typer.Option("--limit", min=1, help="Show this many (the newest); a line says how many more.")
     ] = LIST_LIMIT,
-    all_: Annotated[bool, typer.Option("--all", help="Show every memory, however many.")] = False,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="Cursor printed under the previous page: the next, older page.")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Show every memory, however many (read a batch at a time).")
+    ] = False,
     json_out: JsonOption = None,
 ) -> None:
-    """The user's memories: id, text, status (active / retired), created, last used; the first
-    --limit in the table, every one in --json."""
+    """The user's memories, newest first: id, text, status (active / retired), created, last used;
+    a page of --limit in the table (read alone: a page never reads the user's other memories),
+    every one in --json (written as it is read, never held whole)."""
+    from memabra._cli._listing_output import print_in_batches, write_json_list
+    from memabra.storage._memory_listing import count_memory_records, iter_memory_records, memory_record_page
+
+    if all_ and cursor is not None:
+        fail("--all lists every memory from the newest: leave out --cursor")
     with _backend(db) as memory:
-        records = run_guarded(memory.list, user, include_retired=not active)
-    write_json(json_out, [asdict(r) for r in records])
-    shown = records if all_ else records[:limit]
-    console.print(_table(shown))
-    noun = "memory" if len(records) == 1 else "memories"
-    if len(shown) == len(records):
-        console.print(f"{len(records):,} {noun}")
+        engine = memory.log.engine
+        if json_out is not None:
+            run_guarded(
+                write_json_list,
+                json_out,
+                (asdict(r) for r in iter_memory_records(engine, user, include_retired=not active)),
+            )
+        if all_:
+            records = iter_memory_records(engine, user, include_retired=not active)
+            n = run_guarded(print_in_batches, records, lambda rows, first: _table(rows, header=first))
+            if not n:
+                console.print(_table([]))
+            console.print(f"{n:,} {'memory' if n == 1 else 'memories'}", markup=False, highlight=False)
+            return
+        page = run_guarded(memory_record_page, engine, user, include_retired=not active, cursor=cursor, limit=limit)
+        total, capped = (
+            (len(page.items), False)
+            if cursor is None and page.next_cursor is None
+            else run_guarded(count_memory_records, engine, user, include_retired=not active)
+        )
+    console.print(_table(list(page.items)))
+    shown = len(page.items)
+    noun = "memory" if total == 1 and not capped else "memories"
+    of = f"{total:,}{'+' if capped else ''}"
+    if cursor is None and page.next_cursor is None:
+        console.print(f"{total:,} {noun}")
         return
-    more = len(records) - len(shown)
-    console.print(
-        f"{len(shown):,} of {len(records):,} {noun} shown; {more:,} more: --limit N or --all"
-        + (" (--json holds them all)" if json_out is not None else ""),
-        markup=False,
-        highlight=False,
-    )
+    if cursor is None:
+        more = f"{total - shown:,}{'+' if capped else ''}"
+        console.print(
+            f"{shown:,} of {of} {noun} shown; {more} more: --limit N or --all"
+            + (" (--json holds them all)" if json_out is not None else ""),
+            markup=False,
+            highlight=False,
+        )
+    else:
+        console.print(f"{shown:,} of {of} {noun} shown (an older page)", markup=False, highlight=False)
+    if page.next_cursor is not None:
+        console.print(f"next page: --cursor {page.next_cursor}", markup=False, highlight=False)
 
 
 @memories_app.command("search")

@@ -27,6 +27,7 @@ from memabra._cli._database import DbOption
 from memabra._cli._tables import Table
 from memabra._errors import MemabraError
 from memabra._learner import DEFAULT_POLICY
+from memabra._records import PolicySnapshot
 from memabra._snapshot_file import IMPORTED_KEY, imported_snapshot, snapshot_document
 from memabra.evals._router_paths import is_router_path, router_target
 from memabra.router import Router, learned_model
@@ -155,11 +156,12 @@ def policies_import(
             show_default=False,
         ),
     ] = None,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Store a snapshot exported from another log as a candidate (`memabra policies promote` makes
     it serve). Checked whole first (format, checksum, the router restores from it); its parent is
-    kept where this log holds it. Importing it again is done (exit 0, nothing written); another
-    snapshot under its version is refused."""
+    kept where this log holds it. Importing it again is done (exit 0, nothing written; `--json`:
+    `"imported": false`); another snapshot under its version is refused."""
     from memabra._cli._production import policy_classes  # it imports this module
 
     classes = policy_classes(policy)[1] if policy is not None else ()
@@ -178,6 +180,7 @@ def policies_import(
                     "(prune or keep it; a version names one model in every log)"
                 )
             console.print(f"{escape(snapshot.version)} is already in this log: nothing imported")
+            write_json(json_out, _imported_json(snapshot, imported=False, status=held.status, dropped=False))
             return
         run_guarded(log.save_snapshot, snapshot)
     note = snapshot.metrics[IMPORTED_KEY]
@@ -187,6 +190,20 @@ def policies_import(
         + (" (its parent is not in this log: stored without one)" if dropped else "")
         + f"; `memabra policies promote {escape(snapshot.version)}` makes it serve"
     )
+    write_json(json_out, _imported_json(snapshot, imported=True, status=snapshot.status, dropped=dropped))
+
+
+def _imported_json(snapshot: PolicySnapshot, *, imported: bool, status: str, dropped: bool) -> dict[str, object]:
+    """What `policies import --json` writes: the version, whether this run stored it, its status in
+    the log, and its parent (null, with `parent_dropped`, where this log does not hold the parent)."""
+    return {
+        "version": snapshot.version,
+        "policy": snapshot.policy,
+        "imported": imported,
+        "status": status,
+        "parent": snapshot.parent,
+        "parent_dropped": dropped,
+    }
 
 
 ReasonOption = Annotated[
@@ -320,12 +337,15 @@ def policies_forget_learner(
         ),
     ],
     db: DbOption = None,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Delete a policy's learner checkpoint: episode retention keeps every final reward until each
     policy's learner has read it, so a policy nobody learns any more holds it back for good. Its
-    snapshots stay; a learner started for it later begins from the start of the log."""
+    snapshots stay; a learner started for it later begins from the start of the log. None there is
+    done, not an error (exit 0; `--json`: `"forgotten": false`)."""
     with open_log(db) as log:
         forgotten = run_guarded(log.forget_learner, policy)
+    write_json(json_out, {"policy": policy, "forgotten": bool(forgotten)})
     if not forgotten:
         # a cron job rerun after a kill, or a second operator, finds it done: not a failure
         console.print(

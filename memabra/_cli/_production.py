@@ -25,12 +25,12 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
-from memabra._cli._learner_loop import learn_until_stopped, lease_holder
+from memabra._cli._learner_loop import learn_until_stopped, learner_json, lease_holder
 from memabra._cli._policies import open_log
 from memabra._cli._tables import Table
 from memabra._config import load_reward_config
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
-from memabra._records import Budget, CandidateKind, RoutingContext
+from memabra._records import Budget, CandidateKind, PolicySnapshot, RoutingContext
 from memabra.evals._router_paths import is_router_path, router_target
 from memabra.router import Router, learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
@@ -218,9 +218,12 @@ def learner(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log what the learner does (INFO), not only warnings.")
     ] = False,
+    json_out: JsonOutOption = None,
 ) -> None:
     """Run the policy's learner: take the lease (or stand by until it is free), learn final
-    rewards in commit order, commit model and read position together."""
+    rewards in commit order, commit model and read position together. `--json` (written when it
+    stops): what this run `learned`, the `lineage`'s count, the read `position` and the last
+    `snapshot` it committed; with `--replay`, the `replayed` count and the file."""
     configure_logging(verbose)
     policy, classes = policy_classes(policy)
     if do_replay:
@@ -230,9 +233,11 @@ def learner(
             router, n = run_guarded(replay, log, policy, classes=classes)
         write_output(out, learned_model(router.snapshot()))
         console.print(f"replayed {n} final rewards into {escape(str(out))}")
+        write_json(json_out, {"policy": policy, "replayed": n, "out": str(out)})
         return
     if out is not None:
         fail("--out is only for --replay")
+    committed: list[PolicySnapshot] = []
     with _stop_on_sigterm(), open_log(db) as log:
         store = LearnerStore(log.engine)
         loop = Learner(
@@ -243,10 +248,11 @@ def learner(
             commit_interval_s=commit_interval,
             reward_config=run_guarded(load_reward_config),
             lease_ttl=timedelta(seconds=lease_ttl),
+            on_commit=committed.append,
         )
         try:
             if once:
-                _lease_for_once(loop, store, policy, wait=wait, poll=poll)
+                _lease_for_once(loop, store, policy, wait=wait, poll=poll, json_out=json_out)
             learn_until_stopped(loop, store, policy, once=once, poll=poll)
         finally:
             loop.close()
@@ -256,6 +262,7 @@ def learner(
             f"learned {loop.committed_here} rewards in this run ({loop.learned} in this lineage, earlier runs included); "
             f"{_position_text(loop)}"
         )
+    write_json(json_out, learner_json(loop, committed[-1] if committed else None))
 
 
 def _position_text(loop: Learner) -> str:
@@ -265,14 +272,17 @@ def _position_text(loop: Learner) -> str:
     return f"position {loop.position.seq}/{escape(loop.position.episode_id)}"
 
 
-def _lease_for_once(loop: Learner, store: LearnerStore, policy: str, *, wait: float, poll: float) -> None:
+def _lease_for_once(
+    loop: Learner, store: LearnerStore, policy: str, *, wait: float, poll: float, json_out: Path | None
+) -> None:
     """Take the lease for ``--once``, waiting at most ``wait`` seconds; one line and exit
-    :data:`LEASE_HELD_EXIT` when another learner still holds it."""
+    :data:`LEASE_HELD_EXIT` when another learner still holds it (``--json`` says who, first)."""
     deadline = time.monotonic() + wait
     said = False
     while not run_guarded(loop.acquire):
         holder = lease_holder(store, policy)
         if time.monotonic() >= deadline:
+            write_json(json_out, learner_json(loop, None, lease_held_by=holder))
             waited = f" after waiting {wait:g} s" if wait else " (--wait SECONDS waits for it)"
             fail(
                 f"the learner lease of policy {policy!r} is held by {holder}; nothing was learned{waited}",

@@ -214,7 +214,7 @@ def test_first_pass_on_the_memory_file_matches_hybrid_and_later_passes_do_not_lo
 
 
 def test_simulator_command_prints_the_oracle_share() -> None:
-    from memabra._cli._bench import simulate_command
+    from memabra._cli._simulate import simulate_command
 
     app = typer.Typer()
     app.command()(simulate_command)
