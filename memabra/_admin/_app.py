@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -65,6 +66,7 @@ from memabra._admin._plumbing import (
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
+from memabra._admin._sqlite_file import SqliteFileGuard, sqlite_error_handler, watch_sqlite_file
 from memabra._admin._turn_pages import TurnPages
 from memabra._admin._unavailable import unavailable_handler
 from memabra._config import load_reward_config
@@ -352,8 +354,15 @@ def create_app(
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     # a database outage is a 503 the client retries, not a 500 (memabra._admin._unavailable)
-    handlers = {404: admin.not_found, DatabaseUnavailableError: unavailable_handler(admin)}
+    handlers: dict[Any, Any] = {404: admin.not_found, DatabaseUnavailableError: unavailable_handler(admin)}
+    # a SQLite file deleted, moved, replaced or unreadable is an outage too, not a 500 nor a ghost
+    # read through a pooled connection (memabra._admin._sqlite_file)
+    watch = watch_sqlite_file(log)
+    if watch is not None:
+        handlers[OperationalError] = sqlite_error_handler(admin, watch)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    if watch is not None:
+        app.add_middleware(SqliteFileGuard, admin=admin, watch=watch)
     app.add_middleware(BodyLimit)
     app.add_middleware(SecurityHeaders)  # added last, so outermost: the 413 gets its headers too
     app.state.admin = admin

@@ -30,9 +30,13 @@ from memabra._health import health_problems
 from memabra._metrics import CONTENT_TYPE, status_metrics
 from memabra._records import utcnow
 
-__all__ = ["SHARED_READ_S", "metrics_endpoint"]
+__all__ = ["SHARED_READ_S", "UNUSABLE_FILE_KEY", "metrics_endpoint"]
 
 logger = logging.getLogger("memabra")
+
+UNUSABLE_FILE_KEY = "memabra.unusable_file"
+"""The request scope's key under which the SQLite guard passes a bearer scrape what is wrong with
+the log's file (:mod:`memabra._admin._sqlite_file`)."""
 
 SHARED_READ_S = 1.0
 """A scrape that finds a read finished this recently answers with its text: concurrent scrapes
@@ -50,8 +54,10 @@ def metrics_endpoint(admin: _AdminBase) -> Callable[[Request], Awaitable[Respons
             return _plain(exc.status, exc.message, exc.headers)
         if not auth.ok:
             return _plain(401, "Metrics need a credential: an admin bearer token (either role).")
+        # the log's SQLite file is unusable (memabra._admin._sqlite_file): read nothing, say "down"
+        down = request.scope.get(UNUSABLE_FILE_KEY)
         return Response(
-            await run_in_threadpool(reader.read),
+            reader.down(str(down)) if down else await run_in_threadpool(reader.read),
             media_type=CONTENT_TYPE,
             headers={"cache-control": "no-store"},
         )
@@ -86,14 +92,7 @@ class _MetricsReader:
         try:
             state = self.admin.log.status()
         except (MemabraError, SQLAlchemyError) as exc:
-            logger.warning("admin /metrics: could not read the log's status: %s", exc)
-            return status_metrics(
-                None,
-                max_lag=self.admin.max_lag,
-                duration_s=_since(started),
-                checked_at=utcnow(),
-                checked_policies=served,
-            )
+            return self.down(str(exc), started)
         duration = _since(started)
         return status_metrics(
             state,
@@ -102,6 +101,19 @@ class _MetricsReader:
             duration_s=duration,
             checked_at=state.checked_at,
             checked_policies=served,
+        )
+
+    def down(self, problem: str, started: float | None = None) -> str:
+        """The text of a scrape that could not read the log (``memabra_status_up 0``)."""
+        logger.warning("admin /metrics: could not read the log's status: %s", problem)
+        current = self.admin.current_policy
+        policy = current.policy if isinstance(current, ActiveSnapshotPolicy) else None
+        return status_metrics(
+            None,
+            max_lag=self.admin.max_lag,
+            duration_s=0.0 if started is None else _since(started),
+            checked_at=utcnow(),
+            checked_policies=None if policy is None else [policy],
         )
 
 

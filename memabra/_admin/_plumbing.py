@@ -30,6 +30,7 @@ from memabra._admin._auth import (
 )
 from memabra._admin._forms import FormError, clean_field
 from memabra._admin._policy import CurrentPolicy
+from memabra._admin._times import time_ago, time_element, time_text
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._reward import RewardConfig
@@ -173,7 +174,9 @@ class _AdminBase:
             lstrip_blocks=True,
         )
         self.templates.filters.update(
-            time=views.format_time,
+            time=time_element,
+            time_text=time_text,
+            ago=time_ago,
             num=views.format_number,
             prob=views.format_probability,
             truncate_text=views.truncate,

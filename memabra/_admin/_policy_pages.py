@@ -138,6 +138,19 @@ class PolicyPages(_AdminBase):
             # the snapshot the confirmation said it replaces: another operator's promote or rollback
             # since the page loaded makes this one a different change, refused (409) rather than made
             replaces = form.get("replaces", "").strip() or None
+            # sent without the page's script having asked (blocked, not loaded): asked on a page
+            question = await run_in_threadpool(self._promote_question, version, replaces)
+            asked = unconfirmed(
+                self,
+                request,
+                auth,
+                form,
+                question=question + _reason_line(form),
+                action=f"Promote {version}",
+                back=("/policies#snapshots", "back to the policies"),
+            )
+            if asked is not None:
+                return asked
             done = await run_in_threadpool(
                 self.audit.promote,
                 version,
@@ -158,12 +171,39 @@ class PolicyPages(_AdminBase):
     async def rollback(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             version = _required(form, "version")
+            question = await run_in_threadpool(self._rollback_question, version)
+            asked = unconfirmed(
+                self,
+                request,
+                auth,
+                form,
+                question=question + _reason_line(form),
+                action=f"Roll back {version}",
+                back=("/policies#snapshots", "back to the policies"),
+            )
+            if asked is not None:
+                return asked
             await run_in_threadpool(
                 self.audit.rollback, version, by=auth.principal, client=_client(request), reason=form.get("reason", "")
             )
             return RedirectResponse("/policies?notice=rolled-back", status_code=303)
 
         return await self._write(request, apply)
+
+    def _promote_question(self, version: str, replaces: str | None) -> str:
+        """What the Promote button's dialog asks, for the page that asks it without a script."""
+        snapshot = next((s for s in self.queries.snapshots() if s.version == version), None)
+        if snapshot is None:
+            return f"Make {version} the active policy?"
+        runs = ope_runs(ope_rows(self.queries.latest_ope_results([version])))
+        return promotion_check(version, snapshot.metrics, runs).confirmation(replaces)
+
+    def _rollback_question(self, version: str) -> str:
+        """What the Roll back button's dialog asks: the snapshot retired and the one made active."""
+        snapshot = next((s for s in self.queries.snapshots() if s.version == version), None)
+        if snapshot is None or not snapshot.rollback_to:
+            return f"Roll back {version}?"
+        return f"Roll back {version}? {snapshot.rollback_to} becomes active again."
 
     async def forget_learner(self, request: Request) -> Response:
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
@@ -198,6 +238,12 @@ class PolicyPages(_AdminBase):
             return RedirectResponse(f"/policies?{urlencode({'notice': notice, 'policy': policy})}", status_code=303)
 
         return await self._write(request, apply)
+
+
+def _reason_line(form: dict[str, str]) -> str:
+    """The reason typed beside the button, as the confirmation quotes it (kept in the history)."""
+    reason = form.get("reason", "").strip()
+    return f"\nReason, kept in its history with who made the change: “{reason}”" if reason else ""
 
 
 def _policies_notice(key: str, policy: str, version: str = "") -> str:

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from memabra._admin._plumbing import _AdminBase, _raw_path, _safe_next
 from memabra.storage._engine import mask_password
 
-__all__ = ["RETRY_AFTER_S", "unavailable_handler"]
+__all__ = ["RETRY_AFTER_S", "unavailable_handler", "unavailable_response"]
 
 logger = logging.getLogger("memabra")
 
@@ -42,37 +42,40 @@ def unavailable_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awa
     async def unavailable(request: Request, exc: Exception) -> Response:
         # storage names the URL with its password hidden; masked again in case a driver's reason
         # quoted a connection string
-        logger.warning(
-            "admin: %s %s answered 503, the database is unavailable: %s",
-            request.method,
-            request.url.path,
-            mask_password(" ".join(str(exc).split())),
-        )
-        headers = {"retry-after": str(RETRY_AFTER_S), "cache-control": "no-store"}
-        # a sign-in writes nothing: sent again, it is as safe as a page read again
-        reading = request.method in ("GET", "HEAD") or request.url.path == _LOGIN_PATH
-        message = _MESSAGE if reading else _MESSAGE + _WRITE_NOTE
-        if request.url.path == _METRICS_PATH:
-            return PlainTextResponse(message + "\n", status_code=503, headers=headers)
-        if _wants_json(request):
-            return JSONResponse({"detail": message, "retry_after_s": RETRY_AFTER_S}, status_code=503, headers=headers)
-        # the same URL again (a sign-in: its form again)
-        target = _safe_next(_raw_path(request) + (f"?{request.url.query}" if request.url.query else ""))
-        back = (target, "Try again") if reading else ("/episodes", "Back to the episodes")
-        # Signed out as far as the page shows: who is signed in is itself a database read (a
-        # logged-out session is refused), so the page offers neither the navigation nor a sign-in.
-        return admin._render(
-            "error.html",
-            503,
-            headers=headers,
-            title="Database unavailable",
-            message=message,
-            back_url=back[0],
-            back_label=back[1],
-            offer_sign_in=False,
-        )
+        return unavailable_response(admin, request, _MESSAGE, mask_password(" ".join(str(exc).split())))
 
     return unavailable
+
+
+def unavailable_response(admin: _AdminBase, request: Request, message: str, reason: str) -> Response:
+    """The 503 for ``request`` while the database cannot be reached: ``message`` for the client
+    (never a URL or a password), ``reason`` for the WARNING line only."""
+    logger.warning(
+        "admin: %s %s answered 503, the database is unavailable: %s", request.method, request.url.path, reason
+    )
+    headers = {"retry-after": str(RETRY_AFTER_S), "cache-control": "no-store"}
+    # a sign-in writes nothing: sent again, it is as safe as a page read again
+    reading = request.method in ("GET", "HEAD") or request.url.path == _LOGIN_PATH
+    message = message if reading else message + _WRITE_NOTE
+    if request.url.path == _METRICS_PATH:
+        return PlainTextResponse(message + "\n", status_code=503, headers=headers)
+    if _wants_json(request):
+        return JSONResponse({"detail": message, "retry_after_s": RETRY_AFTER_S}, status_code=503, headers=headers)
+    # the same URL again (a sign-in: its form again)
+    target = _safe_next(_raw_path(request) + (f"?{request.url.query}" if request.url.query else ""))
+    back = (target, "Try again") if reading else ("/episodes", "Back to the episodes")
+    # Signed out as far as the page shows: who is signed in is itself a database read (a
+    # logged-out session is refused), so the page offers neither the navigation nor a sign-in.
+    return admin._render(
+        "error.html",
+        503,
+        headers=headers,
+        title="Database unavailable",
+        message=message,
+        back_url=back[0],
+        back_label=back[1],
+        offer_sign_in=False,
+    )
 
 
 def _wants_json(request: Request) -> bool:

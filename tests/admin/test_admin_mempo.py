@@ -88,7 +88,7 @@ def test_the_episode_page_shows_each_scorers_label(client: TestClient, log: Epis
             for m in re.finditer(r'<tr data-scorer="([^"]*)">(.*?)</tr>', block, re.S)
         )
     }
-    scored = (NOW - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
+    scored = (NOW - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert rows == {
         LARGE: [LARGE, "0.700", "0.600", "+0.100", "+1 as good as all", "4", scored],
         SMALL: [SMALL, "4.00e-04", "0.520", "-0.520", "−1 worse than all", "4", scored],

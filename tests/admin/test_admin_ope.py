@@ -159,8 +159,9 @@ def test_each_run_shows_the_data_window_it_read(client: TestClient, seeded: Seed
     )
     section = _ope_section(client)
     until = _line(_run(section, "until-run"))
-    assert "2026-11-01 08:00:00 → 2026-11-30 17:59:00" in until and "restricted" in until
-    assert "until 2026-12-01 00:00:00" in until and ">120<" in until
+    assert "2026-11-01 08:00:00 UTC</time> → " in until and "2026-11-30 17:59:00 UTC</time>" in until
+    assert "restricted" in until
+    assert "until " in until and "2026-12-01 00:00:00 UTC</time>" in until and ">120<" in until
     whole = _line(_run(section, "whole-run"))
     assert "whole log" in whole and "restricted" not in whole
     assert "not recorded" in _line(_run(section, "old-run"))
