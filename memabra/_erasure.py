@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from memabra._errors import InvalidRecordError
 from memabra._memory import MemoryBackend
+from memabra._memory_records import storable_user
 from memabra.storage import EpisodeLog
 
 __all__ = ["Erasure", "erase_user"]
@@ -70,7 +71,10 @@ def erase_user(
     their memories in ``memory`` (default: the log's own memory table, :class:`~memabra.SQLMemory`),
     recorded in the deletion audit trail under ``actor`` (who asked) and ``client`` (from where).
     ``progress(episodes_deleted_so_far)`` is called after each committed chunk. A checkpointer
-    that cannot delete threads is refused before anything is deleted."""
+    that cannot delete threads is refused before anything is deleted, and so is a ``user_id`` the
+    log would store as another user's (a NUL byte or a lone surrogate in it: ``"a\\x00nn"`` is
+    ``"ann"`` there), which would erase that other user."""
+    storable_user(user_id)
     if checkpointer is not None and type(checkpointer).delete_thread is BaseCheckpointSaver.delete_thread:
         raise InvalidRecordError(
             f"the checkpointer {type(checkpointer).__name__} cannot delete threads (no delete_thread); nothing was erased"

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from memabra._errors import InvalidRecordError
 
-__all__ = ["MemoryAction", "MemoryChange", "MemoryRecord", "MemoryStatus"]
+__all__ = ["MemoryAction", "MemoryChange", "MemoryRecord", "MemoryStatus", "storable_user"]
 
 
 class MemoryStatus(StrEnum):
@@ -63,3 +63,19 @@ class MemoryChange:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "action", MemoryAction(self.action))
+
+
+def storable_user(user_id: str) -> str:
+    """``user_id`` if the log stores it as given; an id the log would store as another (a NUL byte
+    dropped, a lone surrogate replaced) is an :class:`~memabra.InvalidRecordError` naming why."""
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
+    from memabra.storage import clean_text  # the log's own cleaning (storage imports this module)
+
+    if clean_text(user_id) != user_id:
+        what = "a NUL byte" if "\x00" in user_id else "a lone surrogate (not valid Unicode)"
+        raise InvalidRecordError(
+            f"the user id {user_id!r} holds {what}, which the log cannot store: it would be stored and read as "
+            f"user {clean_text(user_id)!r}, another user's memories; clean such ids in your application"
+        )
+    return user_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from memabra._errors import InvalidRecordError
+from memabra._memory_records import storable_user
 from memabra._records import CandidateKind, RegistryItem
 from memabra._usage import tool_name
 
@@ -25,6 +26,10 @@ _MAX_LISTED = 20
 def require_user(user_id: object) -> None:
     if not isinstance(user_id, str) or not user_id:
         raise InvalidRecordError("a memabra turn needs a user_id (pass context={'user_id': ...})")
+    # here, not only in the memory backends: the turn's episode is logged under the id as the log
+    # stores it, so a backend of the application's own that keeps "a\x00nn" apart would still see
+    # the turn logged, corrected and credited as ann's
+    storable_user(user_id)
 
 
 def allowed_tool_names(value: object) -> frozenset[str] | None:

@@ -1,12 +1,19 @@
-"""Memories in memabra's own registry table, next to the episode log (the default backend)."""
+"""Memories in memabra's own registry table, next to the episode log (the default backend).
+
+The log stores text without NUL bytes and with lone surrogates replaced (PostgreSQL refuses both):
+a user id holding either would be stored as, and read back as, another user's ("a\\x00nn" as
+"ann", "ann\\udc80" as "ann\\ufffd"). Such an id is refused (:func:`~memabra._memory_records.storable_user`) by every
+method, before anything is read or written, rather than opening another user's memories.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
 from memabra._memory import MemoryBackend, Supersession
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, storable_user
 from memabra._memory_restore import RestoredMemory, restore_memory
 from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
@@ -36,16 +43,16 @@ class SQLMemory(MemoryBackend):
         self._index = RecallIndex(encoder)
 
     def items(self, user_id: str) -> list[RegistryItem]:
-        return self._registry.active_items(user_id)
+        return self._registry.active_items(storable_user(user_id))
 
     def _active_pairs(self, user_id: str) -> list[tuple[str, str]]:
-        return self._registry.active_texts(user_id)
+        return self._registry.active_texts(storable_user(user_id))
 
     def _known_texts(self, user_id: str) -> list[str]:
-        return self._registry.known_texts(user_id)
+        return self._registry.known_texts(storable_user(user_id))
 
     def _read_active(self, user_id: str) -> ActiveRead:
-        generation = self._registry.generation(user_id)  # first: a write during the read moves it
+        generation = self._registry.generation(storable_user(user_id))  # first: a write during the read moves it
         return ActiveRead(user_id, tuple(self._registry.active_texts(user_id)), generation=generation)
 
     def _store_decided(
@@ -65,16 +72,16 @@ class SQLMemory(MemoryBackend):
     def _write_count(self, user_id: str) -> int:
         """The registry's generation of the user's memories, one key lookup: every write bumps it
         once, in its own transaction (:class:`~memabra._memory_write.CountsWrites`)."""
-        return self._registry.generation(user_id)
+        return self._registry.generation(storable_user(user_id))
 
     def records(self, user_id: str, *, include_retired: bool = True) -> list[MemoryRecord]:
-        return self._registry.records(user_id, include_retired=include_retired)
+        return self._registry.records(storable_user(user_id), include_retired=include_retired)
 
     def get(self, user_id: str, memory_id: str) -> MemoryRecord:
-        return self._registry.record(user_id, memory_id)
+        return self._registry.record(storable_user(user_id), memory_id)
 
     def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
-        self._registry.record(user_id, memory_id)
+        self._registry.record(storable_user(user_id), memory_id)
         return self._registry.history(user_id, memory_id)
 
     def retire(
@@ -105,6 +112,7 @@ class SQLMemory(MemoryBackend):
         return restore_memory(self, user_id, memory_id, replace=replace, keep_both=keep_both, reason=reason, at=at)
 
     def recall(self, user_id: str, query: str, *, limit: int = RECALL_LIMIT) -> list[RegistryItem]:
+        storable_user(user_id)
         self._index.encoder = self.encoder
         items: list[RegistryItem] = []
 
@@ -140,4 +148,8 @@ class SQLMemory(MemoryBackend):
         self._registry.refresh(change, approx_tokens(change.new_text or ""))
 
     def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
-        return self._registry.forget(user_id, memory_ids)
+        return self._registry.forget(storable_user(user_id), memory_ids)
+
+    def _writing(self, user_id: str) -> AbstractContextManager[None]:
+        storable_user(user_id)  # every write (remember, import, update, put, restore, forget) comes here first
+        return nullcontext()

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memabra._errors import InvalidRecordError
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus, storable_user
 from memabra._records import RegistryItem, new_id
 from memabra._text import approx_tokens
 from memabra.router._text import CJK_CHARACTER
@@ -107,13 +107,14 @@ def memory_text(value: Mapping[str, Any], *, where: str = "") -> str:
 
 
 def user_label(user_id: str) -> str:
-    """``user_id`` as a namespace label. LangGraph refuses labels with '.' or NUL: such an id is
-    stored percent-escaped ('%' -> '%25', '.' -> '%2E', NUL -> '%00'); any other id as it is (where
-    LangMem puts it too). An id holding an escape itself ('%2E', '%00') would read as another user's."""
-    if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError("memories are scoped by user: give a non-empty user_id")
-    if "." in user_id or "\x00" in user_id:
-        return user_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+    """``user_id`` as a namespace label. LangGraph refuses labels with '.': such an id is stored
+    percent-escaped ('%' -> '%25', '.' -> '%2E'); any other id as it is (where LangMem puts it too).
+    An id holding '%2E' itself would read as another user's, and one the episode log cannot store
+    as given (a NUL byte, a lone surrogate: ``"a\\x00nn"`` is logged as ``"ann"``, whose episodes a
+    turn's corrections would then land on) is refused."""
+    storable_user(user_id)
+    if "." in user_id:
+        return user_id.replace("%", "%25").replace(".", "%2E")
     for escape in ("%2E", "%00"):
         if escape in user_id:
             raise InvalidRecordError(

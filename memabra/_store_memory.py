@@ -21,8 +21,8 @@ one put, and a new fact names the memories it retires and cuts, so a process dyi
 puts is finished by the next reader or writer (``_finish``). One user's writers in a process take
 turns; writers in several processes store a fact stated at once in all of them as one item (its key
 comes from the fact) and leave one current value of a subject (:mod:`memabra._store_settle`).
-User ids with '.' or NUL (which LangGraph refuses in a label) are stored percent-escaped
-(:func:`memabra._store_items.user_label`). Forgetting is :mod:`memabra._store_forget`.
+User ids with '.' (which LangGraph refuses in a label) are stored percent-escaped; one the episode
+log cannot store as given (NUL, a lone surrogate) is refused (:func:`memabra._store_items.user_label`). Forgetting is :mod:`memabra._store_forget`.
 docs/memory.md ("LangGraph stores") has the details.
 """
 

@@ -288,15 +288,19 @@ def test_memory_lookups_with_a_nul_byte_find_what_the_write_stored(log: EpisodeL
     from memabra import SQLMemory
 
     memory = SQLMemory(log)
-    stored = memory.remember("ann\x00", "I live in Lyon")  # PostgreSQL refused the lookup before the write
-    assert [r.id for r in memory.list("ann\x00")] == [r.id for r in memory.list("ann")] == [stored.id]
-    assert memory.get("ann\x00", stored.id + "\x00").text == "I live in Lyon"
+    stored = memory.remember("ann", "I live in Lyon")
+    # a memory id with a NUL byte finds what was stored (PostgreSQL refused the lookup before)
+    assert memory.get("ann", stored.id + "\x00").text == "I live in Lyon"
     assert [c.action for c in memory.history("ann", stored.id + "\x00")] == [
         c.action for c in memory.history("ann", stored.id)
     ]
-    assert [i.id for i in memory.recall("ann\x00", "where do I live")] == [stored.id]
-    memory.forget("ann\x00", stored.id + "\x00")
-    assert memory.list("ann") == [] and memory.forget_all("ann\x00") == 0
+    # a user id with one would be stored as "ann", another user: refused, never ann's memories
+    # (tests/security/test_tenant_memories.py)
+    for call in (lambda: memory.list("ann\x00"), lambda: memory.remember("ann\x00", "I live in Oslo")):
+        with pytest.raises(InvalidRecordError, match="holds a NUL byte"):
+            call()
+    memory.forget("ann", stored.id + "\x00")
+    assert memory.list("ann") == [] and memory.forget_all("ann") == 0
 
 
 # ---------------------------------------------------------------- through the agent

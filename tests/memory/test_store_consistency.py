@@ -47,7 +47,7 @@ class _DyingStore(InMemoryStore):
         super().put(namespace, key, value, *args, **kwargs)
 
 
-@pytest.mark.parametrize("user_id", ["ann@example.com", "a.b.c", "a\x00b", "x%y.z", "ünï.côde", "a/b"])
+@pytest.mark.parametrize("user_id", ["ann@example.com", "a.b.c", "x%y.z", "ünï.côde", "a/b"])
 def test_user_ids_a_namespace_label_cannot_hold_are_stored_and_kept_apart(user_id: str) -> None:
     store = InMemoryStore()
     memory = StoreMemory(store, namespace=NS)
