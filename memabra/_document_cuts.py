@@ -60,6 +60,15 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+def _logged_cut(value: str) -> int | None:
+    """How many characters the log left out of ``value``, a text it cut (never past the cap);
+    ``None`` for any other text. A note alone does not make a text the log's cut: a 5 MB tool
+    result that holds one (a tool that read an exported document, or memabra's own output) was
+    logged whole, by a release before the caps, and is cut here like any other."""
+    found = left_out(value) if len(value) <= MAX_LOGGED_TEXT else None
+    return None if found is None else found[0]
+
+
 class Cuts:
     """Cuts the values of one document and lists each cut (:attr:`entries`, the document's ``cut``)."""
 
@@ -73,9 +82,9 @@ class Cuts:
         """``value`` (a step's result or error, the answer) within the log's cap."""
         if value is None:
             return None
-        logged = left_out(value)
+        logged = _logged_cut(value)
         if logged is not None:
-            self._note(path, "log", logged[0])
+            self._note(path, "log", logged)
             return value
         kept, left = cut_for_document(value)
         if left:
@@ -87,7 +96,7 @@ class Cuts:
         ``MAX_LOGGED_TEXT`` characters; else each string over ``MAX_LOGGED_ARGUMENT`` cut; else
         ``{ARGUMENTS_CUT_KEY: <their JSON, cut>}`` (as :func:`memabra._log_caps.cut_arguments`)."""
         plain = dict(arguments)
-        by_log = sum(found[0] for s in _strings(plain) if (found := left_out(s)) is not None)
+        by_log = sum(found for s in _strings(plain) if (found := _logged_cut(s)) is not None)
         if by_log:
             self._note(path, "log", by_log)
         if len(_dumps(plain)) <= MAX_LOGGED_TEXT:
@@ -97,7 +106,7 @@ class Cuts:
         def cut(value: Any) -> Any:
             nonlocal left
             if isinstance(value, str):
-                if left_out(value) is not None:
+                if _logged_cut(value) is not None:  # the log cut it: as logged
                     return value
                 kept, n = cut_for_document(value, MAX_LOGGED_ARGUMENT)
                 left += n

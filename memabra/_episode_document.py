@@ -116,11 +116,11 @@ def episode_document(
     debug the turn, or load it back (:func:`memabra._episode_file.episode_from_document`), from the
     file alone.
 
-    Every decision with its context (kinds, budget), every candidate offered, chosen or not, with
-    its features, metadata and probability, each slot's whole distribution, and what its chosen
-    skills and tools injected (:func:`injected_fields`, from ``bodies`` as
-    ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read); the steps with their
-    arguments, results and errors; the feedback; the reward with its terms, components and
+    Every decision with its context (kinds, budget), every candidate offered (in the order
+    offered), chosen or not, with its features, metadata and probability, each slot's whole
+    distribution, and what its chosen skills and tools injected (:func:`injected_fields`, from
+    ``bodies`` as ``EpisodeLog.injected_bodies`` reads them; ``None``: marked not read); the steps
+    with their arguments, results and errors; the feedback; the reward with its terms, components and
     weights; whether the turn failed and why. Times are ISO 8601 in UTC. A long result, error,
     answer or arguments is cut as the log cuts them (:mod:`memabra._document_cuts`), each cut
     named in ``cut``. With ``labels`` (``EpisodeLog.all_memory_scores`` of its decisions), each
@@ -199,7 +199,9 @@ def utc_time(value: datetime | None) -> str | None:
 def _decision(sel: Selection, bodies: Mapping[str, str] | None) -> dict[str, Any]:
     chosen_slot = {d.chosen_id: d for d in sel.slots}
     candidates = []
-    for sc in sorted(sel.offered, key=lambda s: (s.candidate.kind.value, s.rank)):
+    # in the order the router offered them, as the log holds them: sorted (by kind and rank, as
+    # the decision table shows them), a decision read back (episode_from_document) was another one
+    for sc in sel.offered:
         draw = chosen_slot.get(sc.candidate.id)
         c = sc.candidate
         candidates.append(

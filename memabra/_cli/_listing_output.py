@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +38,11 @@ def write_json_list(
     depth = 2 if key is not None else 1
     pad = "  " * depth
     n = 0
+    # the first item is read before the output opens: a listing refused at its first read (an
+    # unknown --snapshot, a blank --user, a database it cannot reach) writes nothing, where it
+    # left `{"episodes": [` on standard output, half a document for the script's jq to choke on
+    pending = iter(items)
+    items = chain(list(islice(pending, 1)), pending)
     with open_output(path) as out:
         out.write("{\n" + f"  {json.dumps(key)}: [" if key is not None else "[")
         for item in items:

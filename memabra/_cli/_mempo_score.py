@@ -77,8 +77,9 @@ def score(
     interrupted run picks up where it stopped and a nightly run scores only what is new. `memabra
     mempo labels` shows what was stored. `--json`: the counts `scored` (and stored), `as_good`,
     `worse` and `unscorable`, the `scorer`, the tokens and seconds; written before the exit 1 of a
-    run that left decisions unscorable, and with `scored: 0` and the `reason` when there was none
-    to score."""
+    run that left decisions unscorable, with `scored: 0` and the `reason` when there was none
+    to score, and with what was stored and the `reason` `stopped` (Ctrl-C, SIGTERM) or `failed`
+    when the run ended part way."""
     from memabra.evals.mempo._model_dir import check_model_directory  # torch-free
 
     try:
@@ -196,10 +197,11 @@ def score(
                     ]
                     with stops.storing():
                         run_guarded(log.store_memory_scores, labels)
+                        # counted with the store: a stop that waited for it reports this chunk whole
                         scored += len(chunk)
-                    tokens += sum(result.tokens for result in scores)
-                    for result in chunk:
-                        rewards[result.reward] += 1
+                        tokens += sum(result.tokens for result in scores)
+                        for result in chunk:
+                            rewards[result.reward] += 1
                     elapsed = time.perf_counter() - started
                     progress.update(
                         task,
@@ -207,12 +209,26 @@ def score(
                         rate=f"{tokens / elapsed:,.0f} tok/s" if elapsed > 0 else "",
                     )
                     skips_shown = len(skipped)
-        except KeyboardInterrupt as stop:
-            fail(
-                f"{stopped_by(stop)}: {scored} of {total} decisions scored and stored; {_resume}",
-                code=exit_code(stop),
+        except (KeyboardInterrupt, MemabraError) as exc:
+            # what was stored before the stop or the error, for the job that reads the JSON and
+            # not the line (a scheduler's SIGTERM at its deadline, a database gone mid-run)
+            partial = _score_json(
+                scorer_name, total, scored, rewards, len(skipped), tokens, time.perf_counter() - started
             )
-        except MemabraError as exc:
+            write_json(
+                json_out,
+                {
+                    **partial,
+                    "device": str(scorer.device),
+                    "first_unscorable": next(iter(skipped), None),
+                    "reason": "stopped" if isinstance(exc, KeyboardInterrupt) else "failed",
+                },
+            )
+            if isinstance(exc, KeyboardInterrupt):
+                fail(
+                    f"{stopped_by(exc)}: {scored} of {total} decisions scored and stored; {_resume}",
+                    code=exit_code(exc),
+                )
             fail(f"{exc} ({scored} of {total} decisions scored and stored; {_resume})")
     elapsed = time.perf_counter() - started
     console.print(

@@ -194,3 +194,15 @@ def test_a_snapshot_filter_sends_its_versions_as_one_parameter(log: EpisodeLog) 
     assert [e.id for e in log.list_episodes(EpisodeFilter(snapshot="linear-x+1000"), limit=3).items] == [
         f"{i:032x}" for i in range(1499, 1496, -1)
     ]
+
+
+def test_a_streamed_listing_refused_at_its_first_read_writes_no_half_document(migrated_url: str) -> None:
+    # `--json -` into jq: a refused filter left `{"episodes": [` on standard output before the error
+    for args in (
+        ["episodes", "list", "--all", "--snapshot", "no-such-version"],
+        ["memories", "list", "--user", ""],
+    ):
+        result = runner.invoke(app, [*args, "--db", migrated_url, "--json", "-"])
+        assert result.exit_code == 1, result.output
+        assert result.stdout == "", result.stdout
+        assert "error:" in result.stderr

@@ -14,7 +14,19 @@ import pytest
 from typer.testing import CliRunner
 
 from factories import episode
-from memabra import Feedback, FeedbackKind, Step, StepKind, episode_from_document
+from logged_world import Stopper
+from memabra import (
+    Budget,
+    Candidate,
+    CandidateKind,
+    Episode,
+    Feedback,
+    FeedbackKind,
+    RoutingContext,
+    Step,
+    StepKind,
+    episode_from_document,
+)
 from memabra._cli import app
 from memabra._document_cuts import cut_for_document
 from memabra._episode_document import EPISODE_FORMAT, episode_document
@@ -193,3 +205,48 @@ def test_a_forgotten_memory_stays_blank_in_the_document(migrated_url: str, tmp_p
     assert secret not in json.dumps(doc)
     m0 = next(c for c in doc["decisions"][0]["candidates"] if c["id"] == "m0")
     assert m0["text"] == "" and m0["metadata"] == {"forgotten": True}
+
+
+def test_a_decision_over_every_kind_reads_back_in_the_order_it_was_offered(migrated_url: str, tmp_path: Path) -> None:
+    # a router offers tools, skills and memories in the order it gathered them, ranked per kind:
+    # the document sorted them by kind and rank, so the decision read back offered them otherwise
+    k = CandidateKind
+    offered = [
+        Candidate("t1", k.TOOL, "send mail", 5),
+        Candidate("s1", k.SKILL, "write politely", 5),
+        Candidate("m1", k.MEMORY, "Ann lives in Lyon", 5),
+        Candidate("m2", k.MEMORY, "Ann's dog is Rex", 5),
+        Candidate("s2", k.SKILL, "answer in French", 5),
+    ]
+    budget = Budget(max_tokens=100, slots={k.MEMORY: 2, k.SKILL: 1, k.TOOL: 1})
+    ctx = RoutingContext("mail Ann", "u1", kinds=(k.TOOL, k.MEMORY, k.SKILL), budget=budget)
+    sel = Stopper(stop=0.2, seed=3).choose(ctx, offered)
+    with EpisodeLog(migrated_url) as log:
+        RewardService(log).record(Episode("u1", ctx.query, selections=(sel,), answer="sent"))
+        logged = log.get_episode(log.list_episodes(limit=1).items[0].id)
+    scored = logged.selections[0].offered
+    order = [sc.candidate.id for sc in scored]
+    by_kind_and_rank = sorted(scored, key=lambda sc: (sc.candidate.kind.value, sc.rank))
+    assert order != [sc.candidate.id for sc in by_kind_and_rank]
+    doc = _show_json(migrated_url, logged.id, tmp_path / "ep.json")
+    assert [c["id"] for c in doc["decisions"][0]["candidates"]] == order
+    assert episode_from_document(doc) == logged
+
+
+def test_a_huge_value_holding_a_log_note_is_still_cut() -> None:
+    # a turn logged before the caps, whose tool read a file holding a cut value (an exported
+    # document, memabra's own output): the note inside did not make the 600,000 characters the log's cut
+    huge = "start\n" + "x" * 300_000 + cut_text("y" * 20_000) + "z" * 300_000  # type: ignore[operator]
+    steps = (Step(StepKind.TOOL, "read_file", arguments={"content": huge, "path": "a"}, result=huge, error=huge),)
+    doc = episode_document(replace(episode(steps=steps), answer=huge))
+    assert len(json.dumps(doc)) < 60_000
+    [step] = doc["steps"]
+    for value in (step["result"], step["error"], doc["answer"]):
+        assert len(value) <= MAX_LOGGED_TEXT and "not in this document" in value
+    assert len(step["arguments"]["content"]) <= MAX_LOGGED_TEXT
+    assert {(c["path"], c["by"]) for c in doc["cut"]} == {
+        ("answer", "document"),
+        ("steps[0].arguments", "document"),
+        ("steps[0].result", "document"),
+        ("steps[0].error", "document"),
+    }

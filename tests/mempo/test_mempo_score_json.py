@@ -63,3 +63,40 @@ def test_score_json_says_why_there_was_nothing_to_score(tmp_path: Path, migrated
     assert result.exit_code == 0, result.output
     nothing = json.loads(result.stdout)
     assert (nothing["scored"], nothing["reason"], nothing["device"]) == (0, "no_gold_answers", None)
+
+
+def test_score_json_says_what_a_stopped_run_stored(trained_model_dir: Path, migrated_url: str, tmp_path: Path) -> None:
+    # a scheduler's SIGTERM at its deadline: the nightly job reads what was stored from the JSON
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .test_mempo_stops import _SLOWED_COMMAND, _labels
+
+    decision_ids = _log_decisions(migrated_url)
+    out = tmp_path / "score.json"
+    command = ["mempo", "score", "--model", str(trained_model_dir), "--db", migrated_url, "--device", "cpu"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOWED_COMMAND, *command, "--chunk-size", "1", "--json", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _labels(migrated_url, decision_ids) < 1:  # the first chunk is stored
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143
+    done = json.loads(out.read_text())
+    assert (done["total"], done["scored"], done["reason"]) == (4, 1, "stopped")
+    assert done["as_good"] + done["worse"] == 1 and done["device"] == "cpu"
