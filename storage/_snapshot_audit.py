@@ -130,15 +130,15 @@ class SnapshotAudit:
         what it retired, read in the promote's own transaction (another promote may have landed
         since the caller looked). Already active: nothing is written and ``changed`` is false.
         With ``replacing``, only while that snapshot is the active one (what the operator
-        reviewed), or where ``version`` is active and replaced it (the same promote, retried):
-        :class:`SnapshotError` otherwise (nothing is written)."""
+        reviewed; ``""``: while none of the policy's is), or where ``version`` is active and replaced
+        it (the same promote, retried): :class:`SnapshotError` otherwise (nothing is written)."""
         when = _when(at)
 
         def work(s: Session) -> Promotion:
             row = _policy_locked_row(s, version)
             changed = row.status != "active"
             # a retry of a promote that went through (its answer lost) names what it replaced: done
-            retried = not changed and row.previous_active == replacing
+            retried = not changed and (row.previous_active or "") == replacing
             if replacing is not None and not retried:
                 _expect_active(s, row.policy, replacing, f"promote {row.version}")
             replaced = None
@@ -182,17 +182,18 @@ class SnapshotAudit:
 
 
 def _expect_active(s: Session, policy: str, expected: str, what: str) -> None:
-    """Refuse ``what`` unless ``expected`` is ``policy``'s active snapshot (the caller holds the
-    policy's lock, so it stays so until the change commits)."""
+    """Refuse ``what`` unless ``expected`` is ``policy``'s active snapshot (``""``: unless none is;
+    the caller holds the policy's lock, so it stays so until the change commits)."""
     active = s.scalar(
         select(PolicySnapshotRow.version).where(
             PolicySnapshotRow.policy == policy, PolicySnapshotRow.status == "active"
         )
     )
-    if active != clean_text(expected):
+    if (active or "") != clean_text(expected):
         now = f"{active} is active now" if active is not None else "no snapshot is active now"
+        was = f"replace {expected}" if expected else "be the first active one"
         raise SnapshotError(
-            f"did not {what}: it was to replace {expected}, but {now} (another promote, rollback or a learner's "
+            f"did not {what}: it was to {was}, but {now} (another promote, rollback or a learner's "
             "publish landed since you looked); review `memabra policies list` and try again"
         )
 

@@ -137,9 +137,11 @@ class PolicyPages(_AdminBase):
             version = _required(form, "version")
             # the snapshot the confirmation said it replaces: another operator's promote or rollback
             # since the page loaded makes this one a different change, refused (409) rather than made
-            replaces = form.get("replaces", "").strip() or None
+            # ("" where none was active: then a promote landed meanwhile is a conflict too; a script
+            # that sends no replaces asks for no check)
+            replaces = form["replaces"].strip() if "replaces" in form else None
             # sent without the page's script having asked (blocked, not loaded): asked on a page
-            question = await run_in_threadpool(self._promote_question, version, replaces)
+            question = await run_in_threadpool(self._promote_question, version, replaces or None)
             asked = unconfirmed(
                 self,
                 request,

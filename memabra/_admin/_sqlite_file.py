@@ -10,6 +10,12 @@ the problem, with the pool's connections dropped; a file that is back, or was re
 one (a restored backup), is opened afresh at the next request, without a restart. An SQLite error
 that says the same from under a request (``disk I/O error``, ``unable to open database file``, a
 read-only file, a file with no log in it) is answered the same way; any other error stays a 500.
+
+The check and the request's first query are not one step: a file that goes between them (or while
+another request drops the pool) would be created empty by the next connection, and then taken for
+a restored file. So every connection the log's engine opens from then on opens the file at the
+watched (absolute) path read-write, never creating it (``mode=rw``): a file gone is an ``unable to
+open database file`` error, answered as above.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ import os
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -114,7 +123,22 @@ def watch_sqlite_file(log: EpisodeLog) -> SqliteFileWatch | None:
         path = sqlite_file(log.engine)
     except ConfigError:
         return None  # its folder is gone already: EpisodeLog refused to open it
-    return None if path is None else SqliteFileWatch(log, path)
+    if path is None:
+        return None
+    _never_create(log, path)
+    return SqliteFileWatch(log, path)
+
+
+def _never_create(log: EpisodeLog, path: Path) -> None:
+    """Every connection ``log``'s engine opens from now on opens ``path`` read-write and fails
+    where it is missing, rather than creating an empty database there (see the module's text)."""
+
+    @event.listens_for(log.engine, "do_connect")
+    def _existing_file_only(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        if cparams.get("uri") or not cargs:
+            return  # opened by a URI of its own (not watched), or not the pysqlite call expected
+        cargs[0] = f"file:{quote(str(path))}?mode=rw"
+        cparams["uri"] = True
 
 
 class SqliteFileGuard:

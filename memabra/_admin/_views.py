@@ -322,9 +322,12 @@ def chart_payload(
 
 
 def format_time(value: datetime | None) -> str:
+    """``value`` in UTC, to the second; one without a zone is UTC already, as the log stores times
+    (``astimezone`` would read it as the host's local time)."""
     if value is None:
         return ""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return utc.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_number(value: float | None, digits: int = 3) -> str:

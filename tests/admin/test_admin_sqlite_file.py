@@ -16,6 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from memabra._admin import create_app
+from memabra._admin._sqlite_file import SqliteFileWatch
 from memabra.storage import EpisodeLog, upgrade
 
 from .conftest import TOKEN, Seeded, seed_log
@@ -111,4 +112,31 @@ def test_a_file_with_no_log_in_its_place_is_a_503_not_a_500(served: tuple[TestCl
     sqlite3.connect(path).close()  # an empty database where the log was
     _assert_file_problem(client, "the file now at its path holds no memabra log")
     path.with_name("kept.db").replace(path)
+    assert client.get("/episodes", headers=BEARER).status_code == 200
+
+
+def test_a_request_in_flight_when_the_file_goes_creates_no_empty_file(
+    served: tuple[TestClient, Path, Seeded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file checked and found, then moved before the request's first query, while another
+    request that found it gone dropped the pool: the new connection must not create an empty
+    database at the path (which the next check would take for a restored file)."""
+    client, path, _ = served
+    checked = SqliteFileWatch.problem
+    moved = path.with_name("moved.db")
+
+    def checked_then_gone(self: SqliteFileWatch) -> str | None:
+        found = checked(self)
+        if found is None and not moved.exists():
+            path.rename(path.with_name("moved.db"))
+            self.log.engine.dispose()  # what a request that found the file gone meanwhile did
+        return found
+
+    monkeypatch.setattr(SqliteFileWatch, "problem", checked_then_gone)
+    response = client.get("/episodes", headers=BEARER)
+    monkeypatch.undo()
+    assert not path.exists()  # no empty database left at the path
+    assert response.status_code == 503, response.text[:300]
+    assert "it is missing (deleted or moved)" in response.text
+    path.with_name("moved.db").rename(path)
     assert client.get("/episodes", headers=BEARER).status_code == 200

@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+import pytest
 from starlette.testclient import TestClient
 
-from memabra._admin._times import time_element
+from memabra._admin._times import time_ago, time_element, time_text
+from memabra._admin._views import format_time
 from memabra.storage import EpisodeLog
 
 from .conftest import Seeded, csrf_of
@@ -80,3 +82,23 @@ def test_the_learning_figures_say_how_old_they_are(client: TestClient, seeded: S
     assert re.search(r"the oldest final \d+[dhms][^<]* ago, at <time datetime=", learning), learning[:1500]
     # and when the page read these figures, since a tab left open goes stale
     assert re.search(r'id="read-at">read <time datetime="[^"]+Z">', learning)
+
+
+def test_a_time_without_a_zone_is_shown_as_the_utc_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite hands back times without a zone; the log stores UTC, so such a time is UTC, not the
+    admin host's local time (nor an error where its age is shown)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+05:30, no daylight saving
+    time.tzset()
+    try:
+        naive = datetime(2024, 3, 1, 3, 0, 5)
+        assert str(time_element(naive)) == '<time datetime="2024-03-01T03:00:05Z">2024-03-01 03:00:05 UTC</time>'
+        assert time_text(naive) == "2024-03-01 03:00:05 UTC"
+        now = datetime(2024, 3, 1, 5, 0, 5, tzinfo=UTC)
+        assert str(time_ago(naive, now)).startswith('2h ago, at <time datetime="2024-03-01T03:00:05Z">')
+        assert str(time_ago(now, naive)).startswith("0s ago, at ")  # a page read with a naive clock
+        assert format_time(naive) == "2024-03-01 03:00:05"  # the running text that adds " UTC" itself
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

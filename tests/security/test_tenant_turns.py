@@ -102,6 +102,22 @@ def test_feedback_over_http_on_another_users_episode_is_unknown_and_changes_noth
     assert {r.text for r in memory.list("alice", include_retired=False)} == {"I live in Lyon"}
 
 
+def test_feedback_from_an_identity_the_log_cannot_store_is_unknown_not_a_500(
+    session: RoutingSession, tenants: Tenants
+) -> None:
+    """An authenticated identity holding a lone surrogate (a JWT's ``"sub": "alice\\udc80"`` decodes
+    to one) sending an Idempotency-Key: no episode is theirs (the log would store the id as
+    ``alice\ufffd``), so 404 like any other's, not a 500 from hashing the key."""
+    _memory, log = tenants
+    alice_episode, _ = _turn(session, "alice", "Where do I live?")
+    with TestClient(feedback_app(session, user=lambda _request: "alice\udc80")) as client:
+        answer = client.post(
+            f"/episodes/{alice_episode}/feedback", json={"rating": 1}, headers={"Idempotency-Key": "ui-event-1"}
+        )
+    assert answer.status_code == 404 and answer.json() == {"detail": "no such episode"}
+    assert log.feedback_for(alice_episode, include_late=True) == ()
+
+
 def test_erasing_one_user_removes_them_everywhere_and_leaves_the_other_whole(
     session: RoutingSession, tenants: Tenants
 ) -> None:
