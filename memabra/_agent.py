@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -295,6 +295,7 @@ def create_memabra_agent(
     local_credit: bool | None = None,
     settings: SessionSettings | None = None,
     tool_search: bool = False,
+    token_counter: Callable[[str], int] | None = None,
 ) -> MemabraAgent:
     """Build a LangGraph agent whose context is chosen by a learning router.
 
@@ -311,7 +312,8 @@ def create_memabra_agent(
     rounds of tool calls one turn runs: calls made past it are answered "not run" and logged as
     failed tool steps; 0 makes an agent that runs no tools (they are neither routed nor bound).
     ``settings`` (a :class:`~memabra.SessionSettings`) holds how to route and learn; ``budget``,
-    ``reward``, ``learn``, ``snapshot_every`` and ``local_credit`` given here replace its fields.
+    ``reward``, ``learn``, ``snapshot_every``, ``local_credit`` and ``token_counter`` (the model's
+    tokenizer, counting what candidates cost) given here replace its fields.
 
     On a log that already holds an active snapshot of the router's policy, the agent resumes it; a
     promote or rollback reaches it within ``settings.reload_interval_s`` seconds; ``close()`` (or
@@ -339,6 +341,7 @@ def create_memabra_agent(
         learn=learn,
         snapshot_every=snapshot_every,
         local_credit=local_credit,
+        token_counter=token_counter,
     )
     nodes = _Graph(session, chat, tool_list, system_prompt, max_tool_rounds, tool_search)
     builder = StateGraph(MemabraState, context_schema=MemabraContext)

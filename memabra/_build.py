@@ -78,7 +78,7 @@ def build_session(
 
     ``settings`` (a :class:`~memabra.SessionSettings`) says how to route and learn; keyword
     ``overrides`` (``budget``, ``reward``, ``learn``, ``snapshot_every``, ``local_credit``, ``kinds``,
-    ``reload_interval_s``, ``commit_interval_s``) replace single fields of it.
+    ``reload_interval_s``, ``commit_interval_s``, ``token_counter``) replace single fields of it.
     """
     _check_router_and_skills(router, skills)
     if isinstance(db, EpisodeLog):

@@ -11,7 +11,15 @@ from memabra._errors import RouterError
 from memabra._records import Candidate, CandidateKind, RegistryItem, Selection
 from memabra._usage import tool_name
 
-__all__ = ["MEMORY_HEADING", "MEMORY_NOTE", "assemble", "gather_candidates", "memory_line", "own_items"]
+__all__ = [
+    "MEMORY_HEADING",
+    "MEMORY_NOTE",
+    "assemble",
+    "gather_candidates",
+    "memory_line",
+    "own_items",
+    "skill_section",
+]
 
 MEMORY_HEADING = "What you know about the user:"
 # Memories are what users said (or what anything writing the store put there): a memory reading
@@ -29,6 +37,11 @@ _LINE_BREAK = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+\s*")
 def memory_line(text: str) -> str:
     """One memory as the model is shown it: a single bullet line, its line breaks made spaces."""
     return "- " + _LINE_BREAK.sub(" ", text).strip()
+
+
+def skill_section(skill: Skill) -> str:
+    """A chosen skill's section of the system prompt (what a token counter counts it as)."""
+    return f"Skill '{skill.name}' ({skill.description}):\n{skill.body}"
 
 
 def own_items(own: Sequence[RegistryItem], registered: Sequence[RegistryItem]) -> list[RegistryItem]:
@@ -92,6 +105,5 @@ def assemble(selection: Selection, skills: Mapping[str, Skill], tools: Collectio
     parts = []
     if memories:
         parts.append("\n".join([MEMORY_HEADING, MEMORY_NOTE, *(memory_line(m.text) for m in memories)]))
-    for skill in chosen_skills:
-        parts.append(f"Skill '{skill.name}' ({skill.description}):\n{skill.body}")
+    parts.extend(skill_section(skill) for skill in chosen_skills)
     return "\n\n".join(parts), chosen_tools

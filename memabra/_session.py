@@ -47,6 +47,7 @@ from memabra._session_async import AsyncTwins
 from memabra._session_feedback import FeedbackAndLearning
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
+from memabra._token_count import TokenCounts
 from memabra._turns import Turn, TurnTable, model_step, tool_step
 from memabra._usage import detect_usage
 from memabra.router import Router
@@ -111,12 +112,14 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         # Shared items are dated by the memory backend's clock, as memories are: a candidate's age is
         # measured from the newest in the pool, so a tool dated by another clock would shift every age.
         registered_at = self.memory.clock()
-        self._shared = SharedItems(
-            [
-                replace(item, created_at=registered_at, updated_at=registered_at)
-                for item in skill_items(skills) + list(tool_items_)
-            ]
-        )
+        # the model's own tokens (settings.token_counter): skills and tools counted once, here
+        counter = self.settings.token_counter
+        self._counts = TokenCounts(counter) if counter is not None else None
+        shared = [
+            replace(item, created_at=registered_at, updated_at=registered_at)
+            for item in skill_items(skills) + list(tool_items_)
+        ]
+        self._shared = SharedItems(self._counts.shared(shared, self.skills) if self._counts else shared)
         if self._shared.items:
             log.put_items(self._shared.items)
         every = self.settings.snapshot_every
@@ -173,7 +176,7 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         session's; empty: none): only those are offered to the router (:mod:`memabra._run_scope`)."""
         require_user(user_id)
         shared = self._shared.allowed(allowed_tools)  # before anything is read or written
-        memory_items = self.memory.recall(user_id, query)
+        memory_items = self._recalled(user_id, query)
         on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
@@ -217,7 +220,7 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
             require_user(user_id)
             shared = self._shared.allowed(allowed_tools)
             logger.info("turn %s is not in flight in this process: routing it again", turn_id)
-            recalled = self.memory.recall(user_id, query)
+            recalled = self._recalled(user_id, query)
             t = self._routed(turn_id, user_id, query, thread_id, turn, recalled, episode_id, shared)
             return self._paused.routed_afresh(
                 t, messages, [n for n in bind if allowed_tools is None or n in allowed_tools]
@@ -244,6 +247,11 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
     def unpause(self, t: Turn) -> Turn | None:
         """``t``, paused here, going on; ``None`` where the run needs a new turn (:class:`PausedTurns`)."""
         return self._paused.unpause(t)
+
+    def _recalled(self, user_id: str, query: str) -> Sequence[RegistryItem]:
+        # counted before anything is written: a failing token counter fails the turn unlogged
+        items = self.memory.recall(user_id, query)
+        return self._counts.memories(items) if self._counts else items
 
     def _routed(
         self,

@@ -3,7 +3,7 @@ to the session instead of a dozen keyword arguments repeated at every level."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -46,6 +46,11 @@ class SessionSettings:
         Seconds between looks at the log's active snapshot.
     commit_interval_s
         The learner also commits once this many seconds passed since its first uncommitted reward.
+    token_counter
+        The model's tokenizer as a function from text to its number of tokens (``None``: the
+        whitespace estimate, :func:`memabra._text.approx_tokens`). With one, each candidate costs
+        the tokens of what it puts in the prompt (:mod:`memabra._token_count`): the budget, the
+        logged candidates, the reward's context cost and offline evaluation all count in it.
     """
 
     budget: Budget = field(default_factory=Budget)
@@ -56,6 +61,7 @@ class SessionSettings:
     kinds: tuple[CandidateKind, ...] | None = None
     reload_interval_s: float = RELOAD_INTERVAL_S
     commit_interval_s: float = COMMIT_INTERVAL_S
+    token_counter: Callable[[str], int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.budget, Budget):
@@ -66,6 +72,11 @@ class SessionSettings:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.token_counter is not None and not callable(self.token_counter):
+            raise ConfigError(
+                "token_counter must be a function from text to its number of tokens (such as"
+                f" lambda text: len(tokenizer.encode(text).ids)), got {self.token_counter!r}"
+            )
         if self.kinds is not None:
             object.__setattr__(self, "kinds", tuple(CandidateKind(k) for k in self.kinds))
 
