@@ -17,7 +17,7 @@ between targets in :mod:`memabra.evals.offline._paired`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -54,6 +54,7 @@ from memabra.evals.offline._recommend import (
     pick_replay,
     summarise,
 )
+from memabra.evals.offline._run_record import provenance, with_run_record
 from memabra.evals.offline._slate_model import DecisionTable, RewardModelReport, SlateRewardModel
 from memabra.evals.offline._support import WeightSummary
 from memabra.evals.offline._terms import DecisionContext, RowBatch, decision_terms
@@ -160,6 +161,7 @@ def evaluate_policies(
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
     logged_by: str | Collection[str] | None = None,
+    invocation: Mapping[str, Any] | None = None,
 ) -> tuple[LogEvaluation, ...]:
     """Estimate every target's value on the rewarded decisions between ``since`` and ``until``
     (``[since, until)``, timezone-aware): those with a final reward, and with
@@ -168,7 +170,8 @@ def evaluate_policies(
     the policy, say); with ``logged_by``, only the decisions the policies it names logged (one
     bot's, on a log several share; a name that logged none is refused). ``seed`` seeds the reward model and the target's rollouts. The log of a bench
     run that did not finish (``memabra bench --log-db``, killed or stopped) is refused
-    (:class:`~memabra.ConfigError`)."""
+    (:class:`~memabra.ConfigError`). ``invocation``: the command that asked for it, kept with the
+    stored runs (``details.provenance``, :mod:`._run_record`) beside the seed and the settings."""
     check_alpha(alpha)
     check_seed(seed)
     check_window(since, until)
@@ -337,16 +340,23 @@ def evaluate_policies(
             LOGGING_POLICY: widen(paired.difference(own[t], paired.n_columns - 1, alpha), mine * span),
         }
 
-    return tuple(
-        replace(
+    # kept with every stored row: what was compared, and how the run was made, to read and rerun later
+    names_of = [target.policy for target in targets]
+    made = provenance(seed, alpha, include_provisional, names, names_of, invocation)
+
+    def stored(ev: LogEvaluation, paired_with: dict[str, PolicyValueInterval]) -> LogEvaluation:
+        results = with_window(ev.results, since, until, as_of, first_at, last_at, only, policies)
+        results = with_run_record(results, paired_with, logging_value, logging_stderr, alpha, made)
+        return replace(
             ev,
-            versus=versus(t) if ev.recommended.supported else {},
+            versus=paired_with,
             logging_stderr=logging_stderr,
             n_provisional=provisional,
-            results=with_window(ev.results, since, until, as_of, first_at, last_at, only, policies),
+            results=results,
+            provenance=made,
         )
-        for t, ev in enumerate(out)
-    )
+
+    return tuple(stored(ev, versus(t) if ev.recommended.supported else {}) for t, ev in enumerate(out))
 
 
 def evaluate_on_log(
@@ -364,6 +374,7 @@ def evaluate_on_log(
     include_provisional: bool = False,
     decision_ids: Collection[str] | None = None,
     logged_by: str | Collection[str] | None = None,
+    invocation: Mapping[str, Any] | None = None,
 ) -> LogEvaluation:
     """One target's evaluation (see :func:`evaluate_policies`)."""
     return evaluate_policies(
@@ -378,4 +389,5 @@ def evaluate_on_log(
         include_provisional=include_provisional,
         decision_ids=decision_ids,
         logged_by=logged_by,
+        invocation=invocation,
     )[0]

@@ -136,6 +136,9 @@ class LogEvaluation:
     # IIPS's and IDR's slot sum q_0 + sum_s Q_s minus the direct method on the same decisions, paired:
     # the model's part of their bias (memabra.evals.offline._bias.slot_sum_verdict)
     slot_gap: PolicyValueInterval | None = None
+    # how the evaluation was made (seed, interval method, estimators, targets, command), as its stored
+    # runs keep it (memabra.evals.offline._run_record.provenance)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def pi_gap(self) -> PolicyValueInterval | None:

@@ -16,6 +16,7 @@ on a log several bots share), and the snapshot's metrics say so.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping
@@ -112,6 +113,7 @@ def train_from_log(
     progress: Callable[[int], None] | None = None,
     include_provisional: bool = False,
     logged_by: str | Collection[str] | None = None,
+    invocation: Mapping[str, Any] | None = None,
 ) -> TrainReport:
     learner = ROUTER_ALIASES.get(learner, learner)
     if learner not in ROUTERS:
@@ -153,6 +155,7 @@ def train_from_log(
         alpha=alpha,
         include_provisional=include_provisional,
         logged_by=policies,
+        invocation=invocation,
     )
     recommended = evaluation.recommended
     if not math.isfinite(recommended.value):
@@ -207,7 +210,18 @@ def train_from_log(
         )
     for attempt in range(1, _VERSION_TRIES + 1):
         saved = None if candidate is None else candidate.version
-        results = [replace(r, snapshot_version=saved) for r in evaluation.results]
+        # what was trained, kept with the run that judged it whether or not a snapshot was saved
+        training = {
+            "learner": learner,
+            # as JSON can hold it: an argument of another type (a callable, an array) by its repr
+            "learner_args": json.loads(json.dumps(dict(learner_args or {}), default=repr)),
+            "holdout": holdout,
+            "split_at": split_at.isoformat(),
+            "n_train": n_train,
+        }
+        results = [
+            replace(r, snapshot_version=saved, details={**r.details, "training": training}) for r in evaluation.results
+        ]
         try:
             # one transaction: a crash between two writes would keep a snapshot without the run that judged it
             log.record_ope_results(results, snapshot=candidate)

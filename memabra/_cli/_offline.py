@@ -32,7 +32,14 @@ from memabra._cli._common import (
     write_output,
 )
 from memabra._cli._database import DbOption
-from memabra._cli._offline_report import evaluations_json, intervals, print_evaluations
+from memabra._cli._offline_report import (
+    effective_sample_size,
+    ess_note,
+    evaluations_json,
+    intervals,
+    invocation,
+    print_evaluations,
+)
 from memabra._cli._policies import policy_name
 from memabra._config import parse_weights
 from memabra._errors import MemabraError
@@ -108,6 +115,7 @@ def _check_storable(specs: list[str]) -> None:
 
 
 def ope_log(
+    ctx: typer.Context,
     policy: Annotated[
         list[str],
         typer.Option(
@@ -205,6 +213,7 @@ def ope_log(
                 decision_ids=only,
                 logged_by=logged_by,
                 progress=lambda done: bar.update(task, completed=done),
+                invocation=invocation(ctx),
             )
         # shown and written before the store: a store that fails (the database gone, a snapshot
         # pruned meanwhile) must not cost the user the minutes of evaluation it follows
@@ -244,6 +253,7 @@ def _store_results(log: EpisodeLog, results: list[OPEResult]) -> None:
 
 
 def train(
+    ctx: typer.Context,
     from_log: Annotated[
         bool,
         typer.Option("--from-log", help="Train from the logged decisions and propensities (the only source so far)."),
@@ -304,6 +314,7 @@ def train(
             progress=lambda i: bar.update(task, completed=i),
             include_provisional=include_provisional,
             logged_by=logged_by,
+            invocation=invocation(ctx),
         )
     e = report.estimate
     if not report.supported:
@@ -319,7 +330,7 @@ def train(
     console.print(
         f"{e.estimator}: new policy {e.value:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] vs logging policy "
         f"{report.logging_value:+.4f} [{report.logging_value - half:+.4f}, {report.logging_value + half:+.4f}] "
-        f"({intervals(alpha)})"
+        f"({intervals(alpha)}){ess_note(report)}"
     )
     if report.improvement is not None:
         d = report.improvement
@@ -368,6 +379,8 @@ def _train_json(report: TrainReport, half: float) -> dict[str, Any]:
             "ci_high": report.logging_value + half,
         },
         "improvement": None if d is None else {"value": d.value, "ci_low": d.ci_low, "ci_high": d.ci_high},
+        # of the weight the estimate leans on, on the held-out decisions; null for the direct method
+        "effective_sample_size": effective_sample_size(report),
         "promotable": report.promotable,
         "saved_version": report.saved_version,
     }

@@ -1,14 +1,18 @@
 """What ``memabra ope log`` prints and writes: each target's estimates with the recommended one
 marked, why a recommendation is unsupported or widened, the paired differences between targets,
-and the same results as JSON. ``memabra train`` shares the intervals' caption.
+and the same results as JSON. ``memabra train`` shares the intervals' caption, the effective
+sample size note and the command recorded with the stored runs (:func:`invocation`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
 
+import typer
 from rich.markup import escape
 
 from memabra._cli._common import console
@@ -16,9 +20,18 @@ from memabra._cli._tables import Table
 
 if TYPE_CHECKING:  # the offline package imports scikit-learn: loaded only when a command needs it
     from memabra._records import RewardWeights
-    from memabra.evals.offline import LogEvaluation
+    from memabra.evals.offline import LogEvaluation, TrainReport
 
-__all__ = ["evaluations_json", "intervals", "print_evaluations"]
+__all__ = [
+    "effective_sample_size",
+    "ess_note",
+    "evaluations_json",
+    "intervals",
+    "invocation",
+    "logging_interval",
+    "paired_verdict",
+    "print_evaluations",
+]
 
 
 def _fmt(x: float) -> str:
@@ -28,6 +41,12 @@ def _fmt(x: float) -> str:
 def intervals(alpha: float) -> str:
     """What ope log and train print: "95% normal (delta-method) intervals" (99.9%, not "100%")."""
     return f"{round(100 * (1 - alpha), 10):g}% normal (delta-method) intervals"
+
+
+def logging_interval(evaluation: LogEvaluation, alpha: float) -> tuple[float, float]:
+    """The logging policy's mean reward's ``1 - alpha`` normal interval on the decisions read."""
+    half = NormalDist().inv_cdf(1 - alpha / 2) * evaluation.logging_stderr
+    return evaluation.logging_value - half, evaluation.logging_value + half
 
 
 def print_evaluations(
@@ -60,8 +79,12 @@ def print_evaluations(
         )
         caption = f"{caption}\n{line}"
     by = f" (by {', '.join(sorted(set(logged_by)))} only)" if logged_by else ""
+    # the logging policy's mean with its interval: an online value read later is compared with both
+    low, high = logging_interval(first, alpha)
+    seed = first.provenance.get("seed")
     table = Table(
-        title=f"offline evaluation on {first.n_rounds} logged decisions{by} · logging policy {first.logging_value:+.4f}",
+        title=f"offline evaluation on {first.n_rounds} logged decisions{by} · logging policy "
+        f"{first.logging_value:+.4f} [{_fmt(low)}, {_fmt(high)}]" + (f" · seed {seed}" if seed is not None else ""),
         caption=caption,
     )
     for col in ("policy", "estimator", "value", "ci low", "ci high", "ESS", "mean w [interval]", "floor", "verdict"):
@@ -143,12 +166,18 @@ def evaluations_json(
         "n_rounds": first.n_rounds,
         "n_provisional_left_out": first.n_provisional,
         "logging_value": first.logging_value,
+        # its interval, at the estimates' level, on the same decisions
+        "logging_ci_low": logging_interval(first, alpha)[0],
+        "logging_ci_high": logging_interval(first, alpha)[1],
         "alpha": alpha,
         "ci_method": "normal",  # as ope arrays --json names it: every interval here is normal (delta method)
         "weights": None if weights is None else weights.as_dict(),  # --weights, null: the totals as logged
         "reward_model": None if model is None else model.as_dict(),
         # the data read: the range asked for, the instant the log was read as of, the first and last decision
         "window": first.results[0].details.get("window") if first.results else None,
+        # the seed, the estimators asked for, include_provisional, the targets evaluated together, the
+        # memabra version and the command with every option: what reruns this evaluation
+        "provenance": dict(first.provenance),
         "policies": {ev.policy: ev.as_json() for ev in evaluations},
     }
     return _finite(doc)
@@ -187,14 +216,18 @@ def _paired_table(evaluations: Sequence[LogEvaluation], alpha: float) -> Table:
         others = [o.policy for o in supported[i + 1 :] if o.policy in ev.versus] + [LOGGING_POLICY]
         for other in others:
             d = ev.versus[other]
-            if d.ci_low > 0:
-                verdict = f"{ev.policy} better"
-            elif d.ci_high < 0:
-                verdict = f"{other} better"
-            else:
-                verdict = "not distinguishable on this log"
+            verdict = paired_verdict(ev.policy, other, d.ci_low, d.ci_high)
             table.add_row(ev.policy, other, _fmt(d.value), _fmt(d.ci_low), _fmt(d.ci_high), verdict)
     return table
+
+
+def paired_verdict(policy: str, other: str, ci_low: float, ci_high: float) -> str:
+    """What a paired difference's interval says: which is better, or that the log cannot tell."""
+    if ci_low > 0:
+        return f"{policy} better"
+    if ci_high < 0:
+        return f"{other} better"
+    return "not distinguishable on this log"
 
 
 def _finite(value: object) -> object:
@@ -206,3 +239,35 @@ def _finite(value: object) -> object:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+# options a rerun does not need, or that would put a secret in the log: where the output went, and
+# the database (the run is stored in it)
+_NOT_RECORDED = frozenset({"db", "json_out", "plot", "store"})
+
+
+def invocation(ctx: typer.Context) -> dict[str, Any]:
+    """The command being run and its every option's value (defaults too: a later default must not
+    change what a stored run says it was made with), kept with the stored runs to rerun them."""
+    names = []
+    at: Any = ctx
+    while at is not None and at.parent is not None:  # the root's name is the program's, not memabra's
+        names.append(at.info_name or "")
+        at = at.parent
+    arguments = {
+        name: str(value) if isinstance(value, Path) else value
+        for name, value in sorted(ctx.params.items())
+        if name not in _NOT_RECORDED
+    }
+    return {"command": " ".join(["memabra", *reversed(names)]), "arguments": arguments}
+
+
+def effective_sample_size(report: TrainReport) -> float | None:
+    weight = report.evaluation.weight_diagnostics(report.estimate.estimator)
+    return None if weight is None else weight.effective_sample_size
+
+
+def ess_note(report: TrainReport) -> str:
+    """How many held-out decisions the estimate effectively rests on (its weight's ESS)."""
+    ess = effective_sample_size(report)
+    return "" if ess is None else f"; ESS {ess:.0f} of {report.n_holdout} held-out decisions"

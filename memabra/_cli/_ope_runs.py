@@ -14,6 +14,7 @@ from rich.text import Text
 
 from memabra._cli._common import JsonOutOption, console, plain, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._offline_report import paired_verdict
 from memabra._cli._tables import Table
 from memabra._records import OPEResult
 from memabra.storage import EpisodeLog
@@ -93,7 +94,53 @@ def _as_json(run: StoredRun) -> dict[str, Any]:
         "weights": r.reward_weights,
         "weights_recorded": r.weights_recorded,
         "window": r.details.get("window"),
+        # the logging policy's interval on the same decisions; null for a run stored before it was kept
+        "logging_ci_low": r.details.get("logging_ci_low"),
+        "logging_ci_high": r.details.get("logging_ci_high"),
+        # the diagnostics (effective sample size, mean weight and its interval, largest weight) of the
+        # weight the headline estimate leans on; null for the direct method or an older run
+        "weight": _weight(r),
+        # its paired differences from the other supported targets of its evaluation and the logging
+        # policy ({} where unsupported); null for a run stored before they were kept
+        "versus": r.details.get("versus"),
+        # seed, interval method, estimators, targets evaluated together, command: null before kept
+        "provenance": r.details.get("provenance"),
+        "training": r.details.get("training"),  # train --from-log's learner, split and counts
     }
+
+
+def _weight(result: OPEResult) -> dict[str, Any] | None:
+    label, diagnostics = result.details.get("weight"), result.details.get("diagnostics")
+    if not isinstance(label, str) or not isinstance(diagnostics, dict):
+        return None
+    figures = diagnostics.get(label)
+    return {"label": label, **figures} if isinstance(figures, dict) else None
+
+
+def _how(result: OPEResult) -> str:
+    """The estimate's interval, how it was computed and on how many effective decisions."""
+    made = result.details.get("provenance")
+    method = made.get("ci_method") if isinstance(made, dict) else None
+    line = f"{round(100 * (1 - result.alpha), 10):g}%" + (f" {method}" if isinstance(method, str) else "")
+    weight = _weight(result)
+    ess = None if weight is None else weight.get("effective_sample_size")
+    return line + (f", ESS {ess:.0f}" if isinstance(ess, (int, float)) else "")
+
+
+def _paired_lines(result: OPEResult) -> list[str]:
+    """A run's stored paired differences, as ``ope log`` printed them."""
+    versus = result.details.get("versus")
+    if not isinstance(versus, dict):
+        return []
+    lines = []
+    for other, d in versus.items():
+        if not isinstance(d, dict) or not all(
+            isinstance(d.get(k), (int, float)) for k in ("difference", "ci_low", "ci_high")
+        ):
+            continue
+        verdict = paired_verdict(result.policy, other, d["ci_low"], d["ci_high"])
+        lines.append(f"minus {other} {d['difference']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]: {verdict}")
+    return lines
 
 
 def _reason(result: OPEResult) -> str | None:
@@ -129,10 +176,15 @@ def ope_runs(
         "decisions (UTC)",
     ):
         table.add_column(column, justify="right" if column in ("estimate", "n", "logging") else "left")
-    # the reasons under the table, as ope log prints them: a sentence or two each would crowd the columns
+    # the reasons and paired differences under the table, as ope log prints them: a sentence or two
+    # each would crowd the columns
     reasons: list[tuple[str, str]] = []
+    paired: list[tuple[str, list[str]]] = []
     for run in runs:
         r = run.headline
+        label = f"{r.run_id[:8]} {r.snapshot_version or r.policy}"
+        if lines := _paired_lines(r):
+            paired.append((label, lines))
         logging_value = r.details.get("logging_value")
         supported = r.details.get("supported")
         verdict = ""
@@ -140,13 +192,15 @@ def ope_runs(
             reason = _reason(r)
             verdict = " unsupported" if reason is None else " unsupported (why: below)"
             if reason is not None:
-                reasons.append((f"{r.run_id[:8]} {r.snapshot_version or r.policy} ({r.estimator})", reason))
+                reasons.append((f"{label} ({r.estimator})", reason))
+        made = r.details.get("provenance")
+        seed = made.get("seed") if isinstance(made, dict) else None
         table.add_row(
             plain(f"{r.created_at:%Y-%m-%d %H:%M:%S}"),
-            plain(r.run_id[:8]),
+            plain(r.run_id[:8] + (f"\nseed {seed}" if isinstance(seed, int) else "")),
             plain(r.snapshot_version or r.policy),
             plain(r.estimator + verdict),
-            plain(f"{r.value:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"),
+            plain(f"{r.value:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]\n{_how(r)}"),
             plain(str(r.n_rounds)),
             plain(f"{logging_value:+.4f}" if isinstance(logging_value, (int, float)) else "-"),
             plain(r.weights_label),
@@ -155,4 +209,6 @@ def ope_runs(
     console.print(table)
     for run_label, reason in reasons:
         console.print(Text.assemble(run_label, ": unsupported: ", reason))
+    for run_label, lines in paired:
+        console.print(Text.assemble(run_label, ", paired on the same decisions: ", "; ".join(lines)))
     write_json(json_out, {"runs": [_as_json(run) for run in runs]})
