@@ -91,7 +91,8 @@ def episodes_list(
         False,
         "--all",
         help="Every matching episode, newest first, read 1,000 at a time and written as they are read "
-        "(for a script: with --json the file holds them all; nothing is counted first).",
+        "(for a script: with --json the file holds them all; nothing is counted first; --limit and "
+        "--cursor do not apply).",
     ),
     json_out: JsonOutOption = None,
 ) -> None:

@@ -113,7 +113,8 @@ def list_memories(
         str | None, typer.Option("--cursor", help="Cursor printed under the previous page: the next, older page.")
     ] = None,
     all_: Annotated[
-        bool, typer.Option("--all", help="Show every memory, however many (read a batch at a time).")
+        bool,
+        typer.Option("--all", help="Show every memory, however many (read a batch at a time; --limit does not apply)."),
     ] = False,
     json_out: JsonOption = None,
 ) -> None:

@@ -78,7 +78,9 @@ def simulate_command(
             "share_of_oracle": learned / oracle if oracle else None,
             "tokens": tokens,
         }
-        table.add_row(name, f"{learned:.3f}", f"{oracle:.3f}", f"{learned / oracle:.1%}", f"{tokens:.0f}")
+        # a world whose oracle earns nothing in the window has no share to give (as the JSON's null)
+        share = f"{learned / oracle:.1%}" if oracle else "–"
+        table.add_row(name, f"{learned:.3f}", f"{oracle:.3f}", share, f"{tokens:.0f}")
     # before the table: a reader of the table that stops early (`| head`) ends the command
     write_json(
         json_out,

@@ -223,6 +223,28 @@ def test_simulator_command_prints_the_oracle_share() -> None:
     assert "oracle" in result.output and "hybrid" in result.output
 
 
+def test_simulator_command_shows_no_share_where_the_oracle_earned_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window where the oracle's reward is 0 has no share: a dash in the table (null in the JSON),
+    not a ZeroDivisionError."""
+    import numpy as np
+
+    import memabra.evals.simulator as simulator
+    from memabra._cli._simulate import simulate_command
+
+    class _Flat:
+        tokens = np.zeros(100)
+
+        def window(self, start: int, end: int) -> tuple[float, float]:
+            return 0.0, 0.0
+
+    monkeypatch.setattr(simulator, "simulate", lambda *args, **kwargs: _Flat())
+    app = typer.Typer()
+    app.command()(simulate_command)
+    result = CliRunner().invoke(app, ["--rounds", "100", "--window", "50", "--routers", "random", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    assert '"share_of_oracle": null' in result.output
+
+
 def test_log_db_writes_the_first_routers_decisions_for_offline_evaluation(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from memabra.evals.bench import DecisionLogWriter, load_rounds, router_factories, run_bench
     from memabra.router import Similarity
