@@ -6,13 +6,18 @@ actually enters the prompt: a memory as the bullet line the model is shown
 (:func:`memabra._context.memory_line`), a skill as its section of the system prompt
 (:func:`memabra._context.skill_section`), a tool as the function spec bound to the model (its name, description and
 JSON schema: the registry row's ``body``). Skills and tools are counted once, when the session is
-built; the memories a turn recalls are counted per turn, through a small cache keyed by the text.
-Those counts are the candidates' ``tokens`` the router sees, so the budget check, the logged
-candidates, the reward's context cost and offline evaluation all read the same numbers.
+built; the memories a turn recalls are counted per turn, through a small cache keyed by a digest of
+the text (it keeps no user's text: a long memory costs the cache 16 bytes, and one erased is not
+held on to in the process). The counter is called from one thread at a time: turns run on several
+threads, and a tokenizer need not be safe to share (a Hugging Face fast tokenizer raises "Already
+borrowed" when two threads use it at once). Those counts are the candidates' ``tokens`` the router
+sees, so the budget check, the logged candidates, the reward's context cost and offline evaluation
+all read the same numbers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import threading
 from collections import OrderedDict
@@ -35,26 +40,33 @@ CACHE_SIZE = 4096
 
 class TokenCounts:
     """``counter`` applied to the text each candidate puts in the prompt, with a bounded cache
-    keyed by that text (thread-safe: the session serves turns from several threads)."""
+    keyed by that text's digest. Thread-safe: the session serves turns from several threads, and
+    ``counter`` is called by one of them at a time (a cached count is read without waiting)."""
 
     def __init__(self, counter: TokenCounter, *, cache_size: int = CACHE_SIZE) -> None:
         if not callable(counter):
             raise ConfigError(f"token_counter must be a function from text to a token count, got {counter!r}")
         self.counter = counter
-        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._size = cache_size
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache
+        self._calling = threading.Lock()  # the counter: one call at a time
 
     def count(self, text: str, candidate_id: str) -> int:
         """Tokens of ``text`` (the prompt text of ``candidate_id``, which an error names)."""
+        key = _digest(text)
         with self._lock:
-            cached = self._cache.get(text)
+            cached = self._cache.get(key)
             if cached is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
                 return cached
-        n = self._called(text, candidate_id)  # outside the lock: a tokenizer may take a while
+        # outside the cache's lock: a tokenizer may take a while, and cached counts need not wait
+        with self._calling:
+            with self._lock:  # counted by the thread this one waited for
+                cached = self._cache.get(key)
+            n = self._called(text, candidate_id) if cached is None else cached
         with self._lock:
-            self._cache[text] = n
+            self._cache[key] = n
             if len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         return n
@@ -100,3 +112,8 @@ class TokenCounts:
                 continue
             out.append(replace(item, tokens=self.count(text, item.id)))
         return out
+
+
+def _digest(text: str) -> bytes:
+    # surrogatepass: a text holding a lone surrogate (a store other than SQL may keep one) is counted too
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -217,7 +217,8 @@ IfActiveOption = Annotated[
     typer.Option(
         "--if-active",
         help="Only while this snapshot is the policy's active one (what you reviewed): refused, changing nothing, "
-        "when another promote, rollback or learner publish made another active meanwhile.",
+        "when another promote, rollback or learner publish made another active meanwhile (promote --if-active '': "
+        "only while none is active).",
         show_default=False,
     ),
 ]

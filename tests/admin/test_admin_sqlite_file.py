@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -140,3 +141,35 @@ def test_a_request_in_flight_when_the_file_goes_creates_no_empty_file(
     assert "it is missing (deleted or moved)" in response.text
     path.with_name("moved.db").rename(path)
     assert client.get("/episodes", headers=BEARER).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "query"),
+    [("admin.db", "?timeout=30"), ("résumé 日本 a?b#c%41.db", ""), ("sp ace.db", "?timeout=5&check_same_thread=false")],
+)
+def test_the_read_write_open_keeps_query_parameters_and_odd_paths(tmp_path: Path, name: str, query: str) -> None:
+    """The guard's ``mode=rw`` opens the very file the URL names (percent-escaped in the URI it
+    builds), with the URL's connection parameters; a session embedded beside the admin on the same
+    log routes and logs through it; the file gone, nothing is created at the path."""
+    from memabra._session import RoutingSession
+    from memabra.router import HybridRouter, Similarity
+
+    path = tmp_path / name
+    url = f"sqlite:///{quote(str(path))}{query}"
+    upgrade(url)
+    log = EpisodeLog(url)
+    try:
+        client = TestClient(create_app(log, token=TOKEN), follow_redirects=False, raise_server_exceptions=False)
+        with client, RoutingSession(router=HybridRouter(similarity=Similarity(encoder=None)), log=log) as session:
+            assert client.get("/episodes", headers=BEARER).status_code == 200
+            with log.engine.connect() as conn:
+                assert [Path(row[2]) for row in conn.exec_driver_sql("PRAGMA database_list")] == [path]
+            session.memory.remember("ann", "I live in Lyon")
+            t = session.begin(user_id="ann", query="where do I live")
+            episode_id = session.finish(t.id, "Lyon")
+            assert client.get(f"/episodes/{episode_id}", headers=BEARER).status_code == 200
+            path.rename(tmp_path / "moved.db")
+            assert client.get("/episodes", headers=BEARER).status_code == 503
+            assert not path.exists()
+    finally:
+        log.close()

@@ -115,3 +115,24 @@ def test_promote_names_the_parent_a_rollback_returns_to_when_it_retired_nothing(
     assert "returns to v1" in " ".join(promoted.output.split())
     back = runner.invoke(app, ["policies", "rollback", "--policy", "p", "--db", migrated_url])
     assert back.exit_code == 0 and "v1 is active again" in back.output
+
+
+def test_if_active_empty_promotes_only_while_no_snapshot_is_active(migrated_url: str) -> None:
+    """``--if-active ""`` is "no snapshot of the policy is active" (what the admin's form sends
+    when none was): done while none is, refused naming the one a promote made active meanwhile."""
+    with EpisodeLog(migrated_url) as log:
+        log.save_snapshot(PolicySnapshot("p", "v1", b"one"))
+        log.save_snapshot(PolicySnapshot("p", "v2", b"two"))
+    first = runner.invoke(app, ["policies", "promote", "v1", "--db", migrated_url, "--if-active", ""])
+    assert first.exit_code == 0, first.output
+    retried = runner.invoke(app, ["policies", "promote", "v1", "--db", migrated_url, "--if-active", ""])
+    assert retried.exit_code == 0 and "nothing changed" in " ".join(retried.output.split())
+    stale = runner.invoke(app, ["policies", "promote", "v2", "--db", migrated_url, "--if-active", ""])
+    assert stale.exit_code == 1
+    assert "it was to be the first active one, but v1 is active now" in " ".join(stale.output.split())
+    assert {s.version: s.status for s in _listed_snapshots(migrated_url)} == {"v1": "active", "v2": "candidate"}
+
+
+def _listed_snapshots(url: str) -> list[PolicySnapshot]:
+    with EpisodeLog(url) as log:
+        return list(log.list_snapshots("p"))
