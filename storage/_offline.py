@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Select, func, insert, select
+from sqlalchemy import Select, func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError
@@ -28,6 +29,7 @@ from memabra.storage._models import (
     RewardRow,
     table_of,
 )
+from memabra.storage._policy_versions import _IN_CHUNK, _updates, snapshot_index_for
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._snapshots import add_snapshot, snapshot_row_values
 from memabra.storage._tx import Transactions
@@ -36,6 +38,7 @@ logger = logging.getLogger("memabra")
 
 __all__ = [
     "DECISION_CHUNK",
+    "ServedReward",
     "count_rewarded",
     "iter_decisions",
     "rewarded_time_at",
@@ -45,6 +48,9 @@ __all__ = [
     "unlogged_policies",
     "check_ope_policy",
     "record_ope_results",
+    "ope_run_rows",
+    "served_rewards",
+    "reward_settings",
 ]
 
 # decisions read per round trip when streaming the log: each brings its candidates' rows, features
@@ -212,3 +218,89 @@ def list_ope_runs(tx: Transactions, version: str | None, policy: str | None, lim
         stmt = stmt.where(OPERunRow.policy == clean_text(policy))
     with tx.read() as s:
         return [cv.ope_from_row(r) for r in s.scalars(stmt)]
+
+
+def ope_run_rows(tx: Transactions, run_id: str) -> list[OPEResult]:
+    """The rows of the stored run ``run_id`` names, whole or by a prefix (``ope runs`` shows the
+    first 8 characters); :class:`InvalidRecordError` when none or several runs match."""
+    wanted = clean_text(run_id.strip())
+    if not wanted:
+        raise InvalidRecordError("name a stored OPE run by its id (memabra ope runs lists them)")
+    with tx.read() as s:
+        rows = list(s.scalars(select(OPERunRow).where(OPERunRow.run_id == wanted)))
+        if not rows:
+            stmt = select(OPERunRow.run_id).where(OPERunRow.run_id.startswith(wanted, autoescape=True)).distinct()
+            found = sorted(s.scalars(stmt.limit(6)))
+            if len(found) > 1:
+                shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+                raise InvalidRecordError(
+                    f"run id {run_id!r} is the start of several stored runs ({shown}): give more of it"
+                )
+            if found:
+                rows = list(s.scalars(select(OPERunRow).where(OPERunRow.run_id == found[0])))
+        if not rows:
+            raise InvalidRecordError(f"no stored OPE run with id {run_id!r} (memabra ope runs lists them)")
+        return [cv.ope_from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedReward:
+    """A decision a snapshot served (its own version or an online update of it) and its
+    episode's reward: ``None`` before one is recorded, ``final`` once feedback settled it."""
+
+    created_at: datetime
+    policy_version: str
+    reward: RewardBreakdown | None
+    final: bool
+
+
+def served_rewards(
+    tx: Transactions, snapshot: str, since: datetime | None, until: datetime | None
+) -> Iterator[ServedReward]:
+    """The decisions in ``[since, until)`` whose logged policy version grew from ``snapshot``
+    (:func:`~memabra.storage.snapshot_group`, the rule the policies page counts by), in time
+    order, each with its episode's reward."""
+    check_window(since, until)
+    column = DecisionRow.policy_version
+    grown = _updates(snapshot)
+    prefix = grown[0] if grown is not None else snapshot
+    near = or_(column == snapshot, column.startswith(prefix + "+", autoescape=True))
+    with tx.read() as s:
+        versions = [str(v) for v in s.scalars(select(column).where(near).distinct())]
+        index = snapshot_index_for(s, versions)
+    served = sorted(v for v in versions if index.group(v) == snapshot)
+    for i in range(0, len(served), _IN_CHUNK):
+        stmt = (
+            select(DecisionRow.created_at, DecisionRow.policy_version, RewardRow)
+            .outerjoin(RewardRow, RewardRow.episode_id == DecisionRow.episode_id)
+            .where(column.in_(served[i : i + _IN_CHUNK]))
+            .order_by(DecisionRow.created_at, DecisionRow.id)
+        )
+        if since is not None:
+            stmt = stmt.where(DecisionRow.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(DecisionRow.created_at < until)
+        with Session(tx.engine) as s:
+            for at, version, reward in s.execute(stmt.execution_options(yield_per=DECISION_CHUNK)):
+                yield ServedReward(
+                    at, version, None if reward is None else cv.reward_from_row(reward), bool(reward and reward.final)
+                )
+
+
+def reward_settings(
+    tx: Transactions, first: datetime, last: datetime, logged_by: Collection[str] | None
+) -> set[tuple[str, tuple[tuple[str, float], ...]]]:
+    """The (reward version, weights) pairs the rewards of the decisions from ``first`` to
+    ``last`` (both included; only ``logged_by``'s when given) were computed under."""
+    stmt = (
+        select(RewardRow.reward_version, RewardRow.weights)
+        .join(DecisionRow, DecisionRow.episode_id == RewardRow.episode_id)
+        .where(DecisionRow.created_at >= first, DecisionRow.created_at <= last)
+    )
+    if logged_by is not None:
+        stmt = stmt.where(DecisionRow.policy.in_(sorted(clean_text(name) for name in logged_by)))
+    with Session(tx.engine) as s:
+        return {
+            (str(version), tuple(sorted((str(k), float(v)) for k, v in (weights or {}).items())))
+            for version, weights in s.execute(stmt.execution_options(yield_per=DECISION_CHUNK))
+        }

@@ -23,6 +23,7 @@ from memabra.evals.offline._export import (
     export_final_decisions,
     parse_cursor,
 )
+from memabra.evals.offline._online import MIN_ONLINE_DECISIONS, OnlineCheck, check_online
 from memabra.evals.offline._plot import plot_estimates
 from memabra.evals.offline._policies import (
     ROUTERS,
@@ -46,6 +47,7 @@ __all__ = [
     "LOGGING_POLICY",
     "MAX_FLOOR_SHARE",
     "MIN_EFFECTIVE_SAMPLE_SIZE",
+    "MIN_ONLINE_DECISIONS",
     "RECOMMENDED_ESTIMATOR",
     "RECOMMENDED_ORDER",
     "ROUTERS",
@@ -55,6 +57,7 @@ __all__ = [
     "FinalExport",
     "LogEvaluation",
     "LoggedValue",
+    "OnlineCheck",
     "Recommended",
     "ResolvedPolicy",
     "RewardModelReport",
@@ -62,6 +65,7 @@ __all__ = [
     "Target",
     "TrainReport",
     "WeightDiagnostics",
+    "check_online",
     "decision_record",
     "evaluate_on_log",
     "evaluate_policies",

@@ -16,7 +16,6 @@ on a log several bots share), and the snapshot's metrics say so.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping
@@ -35,6 +34,7 @@ from memabra.evals.offline._evaluate import (
 from memabra.evals.offline._inputs import check_logged_by
 from memabra.evals.offline._logged_by import described, read_decisions, refuse_unlogged, rewarded_count
 from memabra.evals.offline._policies import ROUTER_ALIASES, ROUTERS
+from memabra.evals.offline._run_record import recordable
 from memabra.evals.ope import PolicyValueInterval
 from memabra.storage import EpisodeLog, unused_snapshot_version
 from memabra.storage._offline import rewarded_time_at
@@ -213,8 +213,9 @@ def train_from_log(
         # what was trained, kept with the run that judged it whether or not a snapshot was saved
         training = {
             "learner": learner,
-            # as JSON can hold it: an argument of another type (a callable, an array) by its repr
-            "learner_args": json.loads(json.dumps(dict(learner_args or {}), default=repr)),
+            # as JSON can hold it (an argument of another type, a callable or an array, by its
+            # text) and with secrets masked (a key naming one, a URL's password): anyone reads runs
+            "learner_args": recordable(dict(learner_args or {})),
             "holdout": holdout,
             "split_at": split_at.isoformat(),
             "n_train": n_train,

@@ -102,11 +102,12 @@ def _check_storable(specs: list[str]) -> None:
     """Each ``--policy`` must fit the stored run's target column: found before the evaluation,
     not after minutes of it, when its rows are written."""
     from memabra._errors import InvalidRecordError
+    from memabra.evals.offline._run_record import recordable
     from memabra.storage._offline import check_ope_policy
 
     for spec in specs:
         try:
-            check_ope_policy(spec)
+            check_ope_policy(recordable(spec))  # stored with any secret in it masked
         except InvalidRecordError as exc:
             fail(
                 f"--policy: {exc}; a stored run needs a shorter one (a module:function factory "

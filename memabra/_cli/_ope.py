@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from memabra._cli._common import STDOUT, check_json_output, console, fail, write_output
+from memabra._cli._ope_online import ope_online
 from memabra._cli._ope_runs import ope_runs
 from memabra._cli._tables import Table
 from memabra._errors import MemabraError
@@ -31,6 +32,7 @@ ope_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 ope_app.command("runs")(ope_runs)
+ope_app.command("online")(ope_online)
 
 
 @ope_app.command("arrays")

@@ -128,12 +128,17 @@ def _how(result: OPEResult) -> str:
 
 
 def _paired_lines(result: OPEResult) -> list[str]:
-    """A run's stored paired differences, as ``ope log`` printed them."""
+    """A run's stored paired differences, as ``ope log`` printed them and in its order (the
+    targets as given, then the logging policy), whichever database kept them."""
     versus = result.details.get("versus")
     if not isinstance(versus, dict):
         return []
+    made = result.details.get("provenance")
+    targets = made.get("targets") if isinstance(made, dict) else None
+    order = paired_order(list(versus), [str(t) for t in targets] if isinstance(targets, list) else [])
     lines = []
-    for other, d in versus.items():
+    for other in order:
+        d = versus[other]
         if not isinstance(d, dict) or not all(
             isinstance(d.get(k), (int, float)) for k in ("difference", "ci_low", "ci_high")
         ):
@@ -141,6 +146,18 @@ def _paired_lines(result: OPEResult) -> list[str]:
         verdict = paired_verdict(result.policy, other, d["ci_low"], d["ci_high"])
         lines.append(f"minus {other} {d['difference']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]: {verdict}")
     return lines
+
+
+# memabra.evals.offline.LOGGING_POLICY, not imported here: the offline package loads scikit-learn
+_LOGGING_POLICY = "logging policy"
+
+
+def paired_order(versus: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """The paired differences' other policies in the order ``ope log`` printed them: the targets
+    in the order they were given, then the logging policy. A stored run's ``versus`` comes back
+    from PostgreSQL's JSONB in an order of its own (shortest key first)."""
+    rank = {name: i for i, name in enumerate(targets)}
+    return sorted(versus, key=lambda name: (name == _LOGGING_POLICY, rank.get(name, len(rank)), name))
 
 
 def _reason(result: OPEResult) -> str | None:
