@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from memabra._admin._ope_record import NOT_RECORDED, RunRecord, json_number, json_time, run_record
 from memabra._records import OPEResult
 
-__all__ = ["DataWindow", "OPERow", "OPERun", "ope_chart", "ope_rows", "ope_runs", "ope_target", "versus_logging"]
+__all__ = [
+    "DataWindow",
+    "OPERow",
+    "OPERun",
+    "evaluations",
+    "ope_chart",
+    "ope_rows",
+    "ope_runs",
+    "ope_target",
+    "versus_logging",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +71,9 @@ class OPERow:
     # the reward weights the run scored under, in words: runs re-scored under other weights are
     # not comparable, and runs stored before weights were recorded say so
     weights: str = "not recorded"
+    # what the run kept beside its estimates (paired differences, provenance, ESS): all None on a
+    # run stored before they were kept
+    record: RunRecord = field(default=NOT_RECORDED)
 
     @property
     def target_unsupported(self) -> bool:
@@ -113,10 +127,18 @@ class OPERun:
     def created_at(self) -> datetime:
         return max(row.result.created_at for row in self.rows)
 
+    @property
+    def evaluation_id(self) -> str | None:
+        """The evaluation this run was one target of (``ope log`` with several ``--policy``);
+        ``None`` for a run stored before runs recorded it."""
+        made = self.headline.record.provenance
+        return None if made is None else made.evaluation_id
+
 
 def ope_runs(rows: Sequence[OPERow]) -> list[OPERun]:
-    """The rows grouped by run, newest run first; in a run, the recommended estimate first, then
-    the others in the order the evaluation stored them."""
+    """The rows grouped by run, newest run first, the runs of one evaluation together (where the
+    newest of them falls); in a run, the recommended estimate first, then the others in the order
+    the evaluation stored them."""
     by_run: dict[str, list[OPERow]] = {}
     for row in rows:
         by_run.setdefault(row.result.run_id, []).append(row)
@@ -125,7 +147,21 @@ def ope_runs(rows: Sequence[OPERow]) -> list[OPERun]:
         members.sort(key=lambda row: (not row.recommended, row.result.created_at))
         runs.append(OPERun(headline=members[0], rows=tuple(members)))
     runs.sort(key=lambda run: run.created_at, reverse=True)
+    first_of: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        first_of.setdefault(run.evaluation_id or run.run_id, i)
+    runs.sort(key=lambda run: first_of[run.evaluation_id or run.run_id])  # stable: newest first within
     return runs
+
+
+def evaluations(runs: Sequence[OPERun]) -> dict[str, tuple[OPERun, ...]]:
+    """The runs of each evaluation that stored several (its targets evaluated together, paired
+    with each other), by evaluation id."""
+    by_id: dict[str, list[OPERun]] = {}
+    for run in runs:
+        if run.evaluation_id is not None:
+            by_id.setdefault(run.evaluation_id, []).append(run)
+    return {key: tuple(members) for key, members in by_id.items() if len(members) > 1}
 
 
 def ope_target(result: OPEResult) -> str:
@@ -155,10 +191,11 @@ def _row(r: OPEResult) -> OPERow:
         reason=reason,
         target_supported=target_supported,
         target_reason=target_reason,
-        unreached_share=_number(d.get("unreached_share")),
-        logging_value=_number(d.get("logging_value")),
+        unreached_share=json_number(d.get("unreached_share")),
+        logging_value=json_number(d.get("logging_value")),
         window=_window(d.get("window")),
         weights=r.weights_label,
+        record=run_record(r, ope_target(r)),
     )
 
 
@@ -166,28 +203,14 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-
-
 def _window(value: Any) -> DataWindow | None:
     if not isinstance(value, Mapping):
         return None  # stored before runs recorded their window
     return DataWindow(
-        since=_time(value.get("since")),
-        until=_time(value.get("until")),
-        first=_time(value.get("first_decision_at")),
-        last=_time(value.get("last_decision_at")),
+        since=json_time(value.get("since")),
+        until=json_time(value.get("until")),
+        first=json_time(value.get("first_decision_at")),
+        last=json_time(value.get("last_decision_at")),
         logged_by=tuple(str(p) for p in logged_by) if isinstance(logged_by := value.get("logged_by"), list) else (),
     )
 

@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from memabra._admin import _views as views
 from memabra._admin._confirm_page import unconfirmed
 from memabra._admin._forms import WINDOW_LABELS, parse_window
-from memabra._admin._ope_views import OPERun, ope_rows, ope_runs
+from memabra._admin._ope_views import OPERun, evaluations, ope_rows, ope_runs
 from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _HttpError, _required
 from memabra._admin._policy import ActiveSnapshotPolicy, group_by_snapshot
 from memabra._admin._promotion import PromotionCheck, promotion_check
@@ -64,13 +64,15 @@ class PolicyPages(_AdminBase):
         return await self._page(request, build)
 
     def _promotion_checks(self, snapshots: Sequence[SnapshotInfo], runs: Sequence[OPERun]) -> dict[str, PromotionCheck]:
-        """Each snapshot's verdict, from its own newest runs where the page's recent ones hold none."""
+        """Each snapshot's verdict, from its own newest runs where the page's recent ones hold none
+        (with its policy's active snapshot's, which the same evaluation may have paired it with)."""
         shown = _evaluated(runs)
-        older = ope_runs(
-            ope_rows(self.queries.latest_ope_results([s.version for s in snapshots if s.version not in shown]))
-        )
+        active_of = _active_of(snapshots)
+        unshown = [s for s in snapshots if s.version not in shown]
+        wanted = {s.version for s in unshown} | {active_of[s.policy] for s in unshown if s.policy in active_of}
+        older = ope_runs(ope_rows(self.queries.latest_ope_results(sorted(wanted - shown))))
         every = sorted([*runs, *older], key=lambda run: run.created_at, reverse=True)
-        return {s.version: promotion_check(s.version, s.metrics, every) for s in snapshots}
+        return {s.version: promotion_check(s.version, s.metrics, every, active_of.get(s.policy)) for s in snapshots}
 
     def _policies_context(self, since: datetime | None) -> dict[str, Any]:
         q = self.queries
@@ -117,10 +119,12 @@ class PolicyPages(_AdminBase):
             "mean_reward": mean_reward,
             "shares": shares_by_version,
             "ope_runs": runs,
+            # the runs of each evaluation that scored several targets together, by evaluation id
+            "evaluations": evaluations(runs),
             "charted_runs": len(charted_runs),
             "promotion": self._promotion_checks(snapshots, runs),
             # what a promote retires (and a roll back of it returns to): the policy's active snapshot
-            "active_of": {s.policy: s.version for s in snapshots if s.status == "active"},
+            "active_of": _active_of(snapshots),
             "has_snapshot": {s.version for s in snapshots},
             "chart_data": views.chart_payload(
                 points, stats, shares, charted, self._reward_weights().total_range(), bucket=bucket
@@ -197,8 +201,10 @@ class PolicyPages(_AdminBase):
         snapshot = next((s for s in self.queries.snapshots() if s.version == version), None)
         if snapshot is None:
             return f"Make {version} the active policy?"
-        runs = ope_runs(ope_rows(self.queries.latest_ope_results([version])))
-        return promotion_check(version, snapshot.metrics, runs).confirmation(replaces)
+        active = _active_of(self.queries.snapshots()).get(snapshot.policy)
+        versions = [version] if active is None or active == version else [version, active]
+        runs = ope_runs(ope_rows(self.queries.latest_ope_results(versions)))
+        return promotion_check(version, snapshot.metrics, runs, active).confirmation(replaces)
 
     def _rollback_question(self, version: str) -> str:
         """What the Roll back button's dialog asks: the snapshot retired and the one made active."""
@@ -273,15 +279,27 @@ def _retention_holds(policies: Sequence[PolicyStatus], served: str | None) -> di
     }
 
 
+def _active_of(snapshots: Sequence[SnapshotInfo]) -> dict[str, str]:
+    """Each policy's active snapshot: what a promote retires (and a roll back of it returns to)."""
+    return {s.policy: s.version for s in snapshots if s.status == "active"}
+
+
 def _evaluated(runs: Sequence[OPERun]) -> set[str]:
     return {row.result.snapshot_version for run in runs for row in run.rows if row.result.snapshot_version}
 
 
 def _whole_runs(results: Sequence[OPEResult]) -> list[OPERun]:
-    """The stored runs, newest first; when the read stopped at its limit, the oldest run read may
-    be cut short, so it is left out rather than shown with some of its estimates."""
+    """The stored runs, newest first; when the read stopped at its limit, the run of the last
+    estimate read may be cut short, so it is left out rather than shown with some of its estimates
+    (with the other runs of its evaluation, stored at the same time and as likely cut)."""
     runs = ope_runs(ope_rows(results))
-    return runs[:-1] if len(results) >= OPE_ROWS and len(runs) > 1 else runs
+    if len(results) < OPE_ROWS or len(runs) < 2:
+        return runs
+    cut = next(run for run in runs if run.run_id == results[-1].run_id)
+    kept = [
+        run for run in runs if run is not cut and (cut.evaluation_id is None or run.evaluation_id != cut.evaluation_id)
+    ]
+    return kept or runs[:-1]
 
 
 def _latest(runs: Sequence[OPERun], estimates: int) -> list[OPERun]:
