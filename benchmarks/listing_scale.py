@@ -56,7 +56,7 @@ def seed(url: str, episodes: int, memories: int) -> None:
     rnd = random.Random(7)
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     snapshot = {"policy": "linear", "parent": None, "model": b"", "learner_args": {}, "metrics": {}}
-    snaps = [0, 1000, episodes // 4, episodes // 2, episodes - 10]
+    snaps = sorted({0, 1000, episodes // 4, episodes // 2, max(episodes - 10, 0)})  # a small run repeats some
     _insert(url, table_of(PolicySnapshotRow), [
         {**snapshot, "version": f"{_ROOT}+{k}", "status": "saved", "created_at": t0 + timedelta(seconds=k)}
         for k in snaps

@@ -47,7 +47,9 @@ NOT_KEPT = {
     "not_logged": "not kept: logged before memabra kept injected bodies (schema revision 0017), by an "
     "older release, or for an item registered without skill_items()/tool_items(), so the log names no "
     "body; the registry's row is today's, not necessarily this one",
-    "missing": "not kept: the log names this body's digest but holds no body under it (deleted by hand?)",
+    "missing": "not kept: the log names this body's digest but holds no body under it (an episode recorded "
+    "from an episode document or export into another log, whose registry never held the body; else deleted "
+    "by hand?)",
     "not_read": "not read: the log names this body's digest, but the caller passed no bodies (EpisodeLog.injected_bodies, "
     "export_decisions and export_final_decisions read them)",
 }

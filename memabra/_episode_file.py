@@ -1,11 +1,15 @@
 """An episode document read back: the file ``memabra episodes show --json`` wrote, or the admin
 view's "Download JSON" served, as the :class:`~memabra.Episode` it was made of, so a colleague
-can debug or replay a turn from the file alone: record it in a scratch log
-(``RewardService(EpisodeLog("sqlite:///scratch.db")).record(episode)``) and open it there with
-``memabra episodes show`` or the admin view, or route its decision's context again.
+can debug or replay a turn from the file alone: record it in a scratch log as it was logged,
+reward and finality included (``memabra.storage.open_log("sqlite:///scratch.db").log_episode(episode)``;
+``open_log`` creates a new SQLite file with its schema, while ``RewardService.record`` would score the
+reward afresh and leave it provisional) and open it there with ``memabra episodes show`` or the admin
+view, or route its decision's context again.
 
-What the document does not hold is not restored: MemPO labels (kept beside the log) and the whole
-of a value the document cut (its ``cut`` list names them; the value read back is the cut one).
+What the episode does not hold is not restored: MemPO labels (kept beside the log), the whole of a
+value the document cut (its ``cut`` list names them; the value read back is the cut one), and the
+bodies its chosen skills and tools injected (the document's ``injected``; the scratch log, whose
+registry never held them, shows them as not kept).
 """
 
 from __future__ import annotations

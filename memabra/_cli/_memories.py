@@ -163,7 +163,13 @@ def list_memories(
             highlight=False,
         )
     else:
-        console.print(f"{shown:,} of {of} {noun} shown (an older page)", markup=False, highlight=False)
+        console.print(
+            f"{shown:,} of {of} {noun} shown (an older page)"
+            # --json does not follow --cursor: a script paging with both would get every memory each time
+            + (" (--json holds them all, from the newest)" if json_out is not None else ""),
+            markup=False,
+            highlight=False,
+        )
     if page.next_cursor is not None:
         console.print(f"next page: --cursor {page.next_cursor}", markup=False, highlight=False)
 

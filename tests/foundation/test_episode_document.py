@@ -250,3 +250,41 @@ def test_a_huge_value_holding_a_log_note_is_still_cut() -> None:
         ("steps[0].result", "document"),
         ("steps[0].error", "document"),
     }
+
+
+def test_the_recipe_records_the_turn_in_a_new_scratch_log_as_it_was_logged(migrated_url: str, tmp_path: Path) -> None:
+    # what memabra._episode_file and the README tell a colleague to run: a new file, reward and
+    # finality as logged (RewardService.record scored the reward afresh and left it provisional)
+    from memabra.storage import open_log
+
+    ep = _failed_turn()
+    with EpisodeLog(migrated_url) as log:
+        RewardService(log).record(ep, final=True)  # type: ignore[arg-type]
+        logged = log.get_episode(ep.id)  # type: ignore[attr-defined]
+    doc = _show_json(migrated_url, logged.id, tmp_path / "ep.json")
+    url = f"sqlite:///{tmp_path / 'scratch.db'}"  # no file yet: open_log creates it with its schema
+    with open_log(url) as scratch:
+        scratch.log_episode(episode_from_document(doc))
+        assert scratch.get_episode(logged.id) == logged
+    again = _show_json(url, logged.id, tmp_path / "again.json")
+    assert {k: v for k, v in again.items() if k != "exported_at"} == {
+        k: v for k, v in doc.items() if k != "exported_at"
+    }
+    assert again["reward"]["final"] is True and again["finalized_at"] == doc["finalized_at"] is not None
+
+
+def test_a_body_the_scratch_log_never_held_says_why_not_deleted_by_hand(migrated_url: str, tmp_path: Path) -> None:
+    # a chosen skill names the digest of its body; a log the episode was recorded into from a
+    # document never registered that body: the note named only a hand deletion
+    k = CandidateKind
+    skill = Candidate("s1", k.SKILL, "write politely", 5, metadata={"body_digest": "0123456789abcdef"})
+    budget = Budget(max_tokens=100, slots={k.MEMORY: 0, k.SKILL: 1, k.TOOL: 0})
+    ctx = RoutingContext("mail Ann", "u1", kinds=(k.SKILL,), budget=budget)
+    sel = Stopper(stop=0.0, seed=3).choose(ctx, [skill])
+    assert [c.id for c in sel.chosen] == ["s1"]
+    with EpisodeLog(migrated_url) as log:
+        RewardService(log).record(Episode("u1", ctx.query, selections=(sel,), answer="sent"))
+        episode_id = log.list_episodes(limit=1).items[0].id
+    [injected] = _show_json(migrated_url, episode_id, tmp_path / "ep.json")["decisions"][0]["injected"]
+    assert injected["body_status"] == "missing"
+    assert "recorded from an episode document or export into another log" in injected["note"]
