@@ -20,6 +20,7 @@ from typing import Any
 
 from memabra._episode_document import EPISODE_FORMAT
 from memabra._errors import InvalidRecordError
+from memabra._record_fields import slot_from_fields
 from memabra._records import (
     Budget,
     Candidate,
@@ -33,7 +34,6 @@ from memabra._records import (
     RoutingContext,
     ScoredCandidate,
     Selection,
-    SlotDraw,
     Step,
     StepKind,
 )
@@ -102,17 +102,7 @@ def _selection(d: Mapping[str, Any], user: str, thread: str | None, turn: int, q
         kinds=tuple(CandidateKind(k) for k in ctx["kinds"]),
         budget=Budget(max_tokens=ctx["max_tokens"], slots={CandidateKind(k): n for k, n in ctx["slots"].items()}),
     )
-    slots = tuple(
-        SlotDraw(
-            s["slot"],
-            CandidateKind(s["kind"]),
-            tuple(s["candidate_ids"]),
-            tuple(s["probabilities"]),
-            s["chosen_id"],
-            s["chosen_probability"],
-        )
-        for s in d["slots"]
-    )
+    slots = tuple(slot_from_fields(s) for s in d["slots"])
     return Selection(
         context=context,
         offered=tuple(_scored(c) for c in d["candidates"]),

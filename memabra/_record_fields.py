@@ -7,11 +7,12 @@ cycle that broke whichever of the two a process imported first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from memabra._records import SlotDraw
+from memabra._records import CandidateKind, SlotDraw
 
-__all__ = ["slot_fields"]
+__all__ = ["slot_fields", "slot_from_fields"]
 
 
 def slot_fields(d: SlotDraw) -> dict[str, Any]:
@@ -25,3 +26,15 @@ def slot_fields(d: SlotDraw) -> dict[str, Any]:
         "chosen_id": d.chosen_id,
         "chosen_probability": d.chosen_probability,
     }
+
+
+def slot_from_fields(fields: Mapping[str, Any]) -> SlotDraw:
+    """The draw :func:`slot_fields` wrote (a document read back)."""
+    return SlotDraw(
+        fields["slot"],
+        CandidateKind(fields["kind"]),
+        tuple(fields["candidate_ids"]),
+        tuple(fields["probabilities"]),
+        fields["chosen_id"],
+        fields["chosen_probability"],
+    )

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from memabra._errors import InvalidRecordError
-from memabra._record_fields import slot_fields
+from memabra._record_fields import slot_fields, slot_from_fields
 from memabra._records import (
     Budget,
     Candidate,
@@ -22,7 +22,6 @@ from memabra._records import (
     RoutingContext,
     ScoredCandidate,
     Selection,
-    SlotDraw,
     Step,
 )
 from memabra._turns import Turn, jsonable
@@ -126,17 +125,7 @@ def _selection_from(doc: Mapping[str, Any]) -> Selection:
         kinds=tuple(CandidateKind(k) for k in ctx["kinds"]),
         budget=Budget(max_tokens=ctx["max_tokens"], slots={CandidateKind(k): n for k, n in ctx["slots"].items()}),
     )
-    slots = tuple(
-        SlotDraw(
-            d["slot"],
-            CandidateKind(d["kind"]),
-            tuple(d["candidate_ids"]),
-            tuple(d["probabilities"]),
-            d["chosen_id"],
-            d["chosen_probability"],
-        )
-        for d in doc["slots"]
-    )
+    slots = tuple(slot_from_fields(d) for d in doc["slots"])
     created_at = _time_from(doc["created_at"])
     assert created_at is not None
     return Selection(

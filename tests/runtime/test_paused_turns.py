@@ -44,6 +44,11 @@ def _agent(log: EpisodeLog, lexical, replies: list, saver: InMemorySaver):  # ty
     )
 
 
+# A person deciding whether to send: long enough that a loaded CI runner's own turn time (which
+# reached 400 ms there) never comes near it.
+PERSON_DECIDING_S = 2.0
+
+
 def test_a_pause_is_not_the_turns_latency(log: EpisodeLog, lexical) -> None:  # type: ignore[no-untyped-def]
     config = {"configurable": {"thread_id": "t", "user_id": "ann"}}
     agent = _agent(log, lexical, [_email("bob"), AIMessage("Sent.")], InMemorySaver())
@@ -51,11 +56,12 @@ def test_a_pause_is_not_the_turns_latency(log: EpisodeLog, lexical) -> None:  # 
     assert log.suspended_turn(paused["memabra_turn"]) is not None
     status = log.status()
     assert status.paused_turns == 1 and status.paused_since is not None
-    time.sleep(0.5)  # a person deciding
+    time.sleep(PERSON_DECIDING_S)
     out = agent.invoke(Command(resume=True), config)
     ep = log.get_episode(out["memabra_episode_id"])
     latency = ep.metadata["latency_ms"]
-    assert isinstance(latency, float) and latency < 400.0, latency
+    # the turn's own work stays well under the pause, even on a loaded runner
+    assert isinstance(latency, float) and latency < PERSON_DECIDING_S * 1000 * 0.75, latency
     assert ep.metadata["pauses"] == 1
     assert [s.name for s in ep.steps] == ["ScriptedChatModel", "send_email", "ScriptedChatModel"]
     assert log.suspended_turn(paused["memabra_turn"]) is None and log.status().paused_turns == 0
