@@ -258,8 +258,9 @@ def served_rewards(
     tx: Transactions, snapshot: str, since: datetime | None, until: datetime | None
 ) -> Iterator[ServedReward]:
     """The decisions in ``[since, until)`` whose logged policy version grew from ``snapshot``
-    (:func:`~memabra.storage.snapshot_group`, the rule the policies page counts by), in time
-    order, each with its episode's reward."""
+    (:func:`~memabra.storage.snapshot_group`, the rule the policies page counts by), each with
+    its episode's reward: in time order within each batch of versions read together, not across
+    batches (a snapshot with many online updates takes several)."""
     check_window(since, until)
     column = DecisionRow.policy_version
     grown = _updates(snapshot)

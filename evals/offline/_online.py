@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from statistics import NormalDist
 from typing import Any
 
@@ -112,7 +112,15 @@ def _headline(rows: list[OPEResult]) -> OPEResult:
 
 
 def _time(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
+    """A stored window's time; one that does not parse reads as not recorded (not a traceback),
+    one without a zone as the UTC the log stores."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 def _weights_of(setting: tuple[str, tuple[tuple[str, float], ...]]) -> str:
@@ -196,8 +204,9 @@ def check_online(
         mean += delta / n
         m2 += delta * (x - mean)
         unchanged += decision.policy_version == version
-        first_at = decision.created_at if first_at is None else first_at
-        last_at = decision.created_at
+        # served_rewards is in time order within each batch of versions, not across them
+        first_at = decision.created_at if first_at is None else min(first_at, decision.created_at)
+        last_at = decision.created_at if last_at is None else max(last_at, decision.created_at)
     which = f"snapshot {version}" + (" itself (not its online updates)" if unchanged_only else "")
     if n < MIN_ONLINE_DECISIONS or first_at is None or last_at is None:
         later = f"; {pending} more await a final reward" if pending else ""

@@ -240,8 +240,13 @@ def _text(value: Any) -> str | None:
 
 
 def json_number(value: Any) -> float | None:
-    """A stored JSON number (``None`` for a missing one, a bool or text)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A stored JSON number (``None`` for a missing one, a bool, text or an integer no float holds)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer past 1e308: JSON allows it, a float cannot hold it
+        return None
 
 
 def json_time(value: Any) -> datetime | None:
@@ -250,9 +255,9 @@ def json_time(value: Any) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(value)
-    except ValueError:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: a zone that moves it past year 1 or 9999
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _signed(value: float | None) -> str:

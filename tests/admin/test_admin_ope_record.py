@@ -306,3 +306,29 @@ def test_the_confirmation_quotes_the_paired_difference_train_kept_in_its_metrics
     older = promotion_check("lin-2", {k: v for k, v in metrics.items() if not k.startswith("improvement")}, [])
     assert older.paired_logging is None and "not recorded" in older.logging_note
     assert "Paired" not in older.confirmation()
+
+
+def test_a_run_with_out_of_range_stored_numbers_and_times_reads_not_recorded() -> None:
+    """JSON holds integers no float can (a corrupted or hand-edited row) and times a zone pushes
+    past year 1: each reads as not recorded rather than a 500."""
+    from memabra._admin._ope_views import ope_rows
+
+    huge = 10**400
+    details = {
+        **OLD_DETAILS,
+        "logging_value": huge,
+        "logging_ci_low": huge,
+        "logging_ci_high": -huge,
+        "weight": "w",
+        "diagnostics": {"w": {"effective_sample_size": huge}},
+        "window": {"since": "0001-01-01T00:00:00+01:00", "first_decision_at": "9999-12-31T23:59:59-01:00"},
+        "versus": {LOGGING_POLICY: {"difference": huge, "ci_low": 0.1, "ci_high": 0.2}},
+        "training": {"learner": "bm25", "holdout": huge, "split_at": "0001-01-01T00:30:00+01:00"},
+    }
+    (row,) = ope_rows([OPEResult("p", "cdr", 0.5, 0.4, 0.6, 100, run_id="r", created_at=NOW, details=details)])
+    assert row.logging_value is None and not row.record.logging_interval_recorded
+    assert row.record.effective_sample_size is None and row.record.ess_text == "ESS of the w weight not recorded"
+    assert row.window is not None and row.window.since is None and row.window.first is None
+    assert row.record.versus_logging is not None and row.record.versus_logging.difference is None
+    assert row.record.training is not None and row.record.training.holdout is None
+    assert row.record.training.split_at is None

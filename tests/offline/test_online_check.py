@@ -150,3 +150,33 @@ def test_a_run_of_no_snapshot_or_an_unknown_id_is_refused(log: EpisodeLog, lexic
         check_online(log, ev.results[0].run_id)
     with pytest.raises(ConfigError, match="no stored OPE run with id 'nope'"):
         check_online(log, "nope")
+
+
+def test_the_online_window_spans_every_batch_of_versions(
+    log: EpisodeLog, lexical: Similarity, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot with many online updates is read a batch of versions at a time: the window's
+    first and last decisions are the earliest and latest of all, not of the first and last batch."""
+    import memabra.storage._offline as offline
+
+    run_id = _offline_run(log, lexical)
+    _serve(log, lexical, _around(0.2, 20), version=f"{B}+2")  # earlier; sorts after B+10
+    _serve(log, lexical, _around(0.2, 20), version=f"{B}+10")  # later
+    monkeypatch.setattr(offline, "_IN_CHUNK", 1)
+    check = check_online(log, run_id)
+    times = [d.created_at for d in offline.served_rewards(log.transactions, B, None, None)]
+    assert check.n_online == 40
+    assert check.first_decision_at == min(times) and check.last_decision_at == max(times)
+    assert check.first_decision_at < check.last_decision_at
+
+
+def test_a_stored_window_time_that_does_not_parse_reads_as_not_recorded() -> None:
+    """A run's stored window is JSON anyone could have edited: an unparsable time is not recorded,
+    a zone-less one is the UTC the log stores (comparing it with the decisions' aware times raised)."""
+    from datetime import UTC, datetime
+
+    from memabra.evals.offline._online import _time
+
+    assert _time("yesterday") is None and _time(None) is None and _time(3) is None
+    assert _time("2024-03-01T03:00:00") == datetime(2024, 3, 1, 3, tzinfo=UTC)
+    assert _time("2024-03-01T04:00:00+01:00") == datetime(2024, 3, 1, 3, tzinfo=UTC)
