@@ -16,18 +16,12 @@ Each value cut, by the log when it was logged or by the document now, is named i
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from memabra._log_caps import ARGUMENTS_CUT_KEY, MAX_LOGGED_ARGUMENT, MAX_LOGGED_TEXT, left_out
+from memabra._log_caps import ARGUMENTS_CUT_KEY, MAX_LOGGED_ARGUMENT, MAX_LOGGED_TEXT, cut_around, dumps, left_out
 
 __all__ = ["Cuts", "cut_for_document"]
-
-# as cut_text's: the last 2,000 characters (or a fifth of a smaller limit), a note of at most 200
-_TAIL = 2_000
-_NOTE_ROOM = 200
 
 
 def cut_for_document(text: str, limit: int = MAX_LOGGED_TEXT) -> tuple[str, int]:
@@ -35,19 +29,7 @@ def cut_for_document(text: str, limit: int = MAX_LOGGED_TEXT) -> tuple[str, int]
     Never longer than ``limit``."""
     if len(text) <= limit:
         return text, 0
-    raw = text.encode("utf-8", "surrogatepass")
-    tail = min(_TAIL, limit // 5)
-    head = limit - tail - _NOTE_ROOM
-    left = len(text) - head - tail
-    note = (
-        f"\n[memabra: {left:,} of {len(text):,} characters not in this document"
-        f" ({len(raw):,} bytes UTF-8, sha256 {hashlib.sha256(raw).hexdigest()[:16]}); the log holds them]\n"
-    )
-    return text[:head] + note + text[len(text) - tail :], left
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return cut_around(text, limit, "not in this document", "; the log holds them")
 
 
 def _strings(value: Any) -> list[str]:
@@ -99,7 +81,7 @@ class Cuts:
         by_log = sum(found for s in _strings(plain) if (found := _logged_cut(s)) is not None)
         if by_log:
             self._note(path, "log", by_log)
-        if len(_dumps(plain)) <= MAX_LOGGED_TEXT:
+        if len(dumps(plain)) <= MAX_LOGGED_TEXT:
             return plain
         left = 0
 
@@ -118,8 +100,8 @@ class Cuts:
             return value
 
         shorter = cut(plain)
-        if len(_dumps(shorter)) > MAX_LOGGED_TEXT:
-            kept, left = cut_for_document(_dumps(plain))
+        if len(dumps(shorter)) > MAX_LOGGED_TEXT:
+            kept, left = cut_for_document(dumps(plain))
             shorter = {ARGUMENTS_CUT_KEY: kept}
         if left:
             self._note(path, "document", left)

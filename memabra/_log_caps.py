@@ -21,8 +21,10 @@ __all__ = [
     "ARGUMENTS_CUT_KEY",
     "MAX_LOGGED_ARGUMENT",
     "MAX_LOGGED_TEXT",
+    "cut_around",
     "cut_arguments",
     "cut_text",
+    "dumps",
     "left_out",
 ]
 
@@ -54,15 +56,23 @@ def cut_text(text: str | None, limit: int = MAX_LOGGED_TEXT) -> str | None:
     SHA-256 prefix). The result is never longer than ``limit``, so cutting twice changes nothing."""
     if text is None or len(text) <= limit:
         return text
+    return cut_around(text, limit, "not logged")[0]
+
+
+def cut_around(text: str, limit: int, missing: str, where: str = "") -> tuple[str, int]:
+    """``text`` longer than ``limit``: its start and end around the note :func:`cut_text` writes,
+    saying the characters left out are ``missing`` (and ``where`` they are, if anywhere), and how
+    many characters were left out. The episode document cuts with its own wording ("not in this
+    document; the log holds them")."""
     raw = text.encode("utf-8", "surrogatepass")
     tail = min(_TAIL, limit // 5)
     head = limit - tail - _NOTE_ROOM
     left = len(text) - head - tail
     note = (
-        f"\n[memabra: {left:,} of {len(text):,} characters not logged"
-        f" ({len(raw):,} bytes UTF-8, sha256 {hashlib.sha256(raw).hexdigest()[:16]})]\n"
+        f"\n[memabra: {left:,} of {len(text):,} characters {missing}"
+        f" ({len(raw):,} bytes UTF-8, sha256 {hashlib.sha256(raw).hexdigest()[:16]}){where}]\n"
     )
-    return text[:head] + note + text[len(text) - tail :]
+    return text[:head] + note + text[len(text) - tail :], left
 
 
 def left_out(text: str | None) -> tuple[int, int] | None:
@@ -74,7 +84,8 @@ def left_out(text: str | None) -> tuple[int, int] | None:
     return int(found["left"].replace(",", "")), int(found["total"].replace(",", ""))
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """Arguments' JSON as the caps measure it."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
@@ -94,9 +105,9 @@ def cut_arguments(arguments: Mapping[str, Any]) -> Mapping[str, Any]:
     :data:`MAX_LOGGED_ARGUMENT` cut (:func:`cut_text`); else ``{ARGUMENTS_CUT_KEY: <the whole
     JSON, cut>}``. Different arguments stay different (the note carries the cut text's hash): the
     reward's repeated-failed-call check compares them."""
-    if len(_dumps(arguments)) <= MAX_LOGGED_TEXT:
+    if len(dumps(arguments)) <= MAX_LOGGED_TEXT:
         return arguments
     cut = _cut_strings(arguments)
-    if len(_dumps(cut)) <= MAX_LOGGED_TEXT:
+    if len(dumps(cut)) <= MAX_LOGGED_TEXT:
         return dict(cut)
-    return {ARGUMENTS_CUT_KEY: cut_text(_dumps(arguments))}
+    return {ARGUMENTS_CUT_KEY: cut_text(dumps(arguments))}
