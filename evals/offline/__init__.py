@@ -23,7 +23,7 @@ from memabra.evals.offline._export import (
     export_final_decisions,
     parse_cursor,
 )
-from memabra.evals.offline._online import MIN_ONLINE_DECISIONS, OnlineCheck, check_online
+from memabra.evals.offline._online import MIN_ONLINE_DECISIONS, CheckedInterval, OnlineCheck, check_online
 from memabra.evals.offline._plot import plot_estimates
 from memabra.evals.offline._policies import (
     ROUTERS,
@@ -53,6 +53,7 @@ __all__ = [
     "ROUTERS",
     "SUPPORT_PROBABILITY",
     "AdditivityReport",
+    "CheckedInterval",
     "ExportCursor",
     "FinalExport",
     "LogEvaluation",

@@ -31,7 +31,7 @@ from memabra._records import OPEResult, RewardWeights
 from memabra.storage import EpisodeLog
 from memabra.storage._offline import ServedReward, ope_run_rows, reward_settings, served_rewards
 
-__all__ = ["MIN_ONLINE_DECISIONS", "OnlineCheck", "check_online"]
+__all__ = ["MIN_ONLINE_DECISIONS", "CheckedInterval", "OnlineCheck", "check_online"]
 
 # Fewer final rewards than this and no verdict is given: the online interval is the normal one
 # (as the offline one), whose coverage on the mean of a bounded, often two-valued reward (a hit or
@@ -41,7 +41,10 @@ MIN_ONLINE_DECISIONS = 30
 
 
 @dataclass(frozen=True, slots=True)
-class Interval:
+class CheckedInterval:
+    """One side of the check (the offline estimate, the online mean or their difference) with its
+    two-sided interval at the run's level."""
+
     value: float
     ci_low: float
     ci_high: float
@@ -60,10 +63,10 @@ class OnlineCheck:
     estimator: str
     supported: bool | None
     alpha: float
-    offline: Interval
-    online: Interval
+    offline: CheckedInterval
+    online: CheckedInterval
     online_stderr: float
-    difference: Interval
+    difference: CheckedInterval
     inside: bool  # the online mean lies in the offline interval
     n_online: int  # decisions with a final reward the online mean rests on
     n_unchanged: int  # of them, made by the snapshot itself (not an online update of it)
@@ -225,13 +228,13 @@ def check_online(
     alpha = run.alpha
     z = NormalDist().inv_cdf(1 - alpha / 2)
     stderr = math.sqrt(m2 / (n - 1) / n)
-    online = Interval(mean, mean - z * stderr, mean + z * stderr)
-    offline = Interval(run.value, run.ci_low, run.ci_high)
+    online = CheckedInterval(mean, mean - z * stderr, mean + z * stderr)
+    offline = CheckedInterval(run.value, run.ci_low, run.ci_high)
     d = online.value - offline.value
     # two independent estimates: each side's half-widths in quadrature (MOVER; normal when symmetric)
     low = d - math.hypot(online.value - online.ci_low, offline.ci_high - offline.value)
     high = d + math.hypot(online.ci_high - online.value, offline.value - offline.ci_low)
-    difference = Interval(d, low, high)
+    difference = CheckedInterval(d, low, high)
     inside = offline.ci_low <= online.value <= offline.ci_high
     notes = [f"accepted though {note}" for note in notes]
     notes.extend(_like_with_like(log, run, n, unchanged, unchanged_only))
@@ -274,7 +277,7 @@ def check_online(
     )
 
 
-def _verdict(difference: Interval, inside: bool, alpha: float) -> str:
+def _verdict(difference: CheckedInterval, inside: bool, alpha: float) -> str:
     level = f"{round(100 * (1 - alpha), 10):g}%"
     if difference.ci_low > 0:
         return f"did not come true: online the snapshot did better than estimated ({level} interval of the difference above 0)"
