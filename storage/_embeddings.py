@@ -1,5 +1,10 @@
 """Stored embeddings: one row per encoder and text (by its SHA-256), computed once and shared by
-every process and every user with the same text."""
+every process and every user with the same text.
+
+After an encoder change the previous model's rows stay (a rollback reads them again);
+:meth:`EmbeddingTable.models` shows what each encoder name holds and
+:meth:`EmbeddingTable.delete_model` drops a retired one's.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -17,10 +22,12 @@ from memabra.storage._memory_models import EmbeddingRow
 from memabra.storage._models import table_of
 from memabra.storage._tx import Transactions
 
-__all__ = ["EmbeddingTable", "text_key"]
+__all__ = ["EmbeddingTable", "check_model_name", "text_key"]
 
 # Keys per IN (...) list, under SQLite's limit on bound parameters.
 _CHUNK = 900
+# The width of the model column: PostgreSQL refuses a longer name mid-write, SQLite would keep it.
+MODEL_NAME_MAX = 200
 
 
 def text_key(text: str) -> str:
@@ -52,6 +59,7 @@ class EmbeddingTable:
     def save(self, model: str, vectors: Mapping[str, NDArray[np.float32]]) -> None:
         if not vectors:
             return
+        check_model_name(model)
         now = utcnow()
         rows = {
             text_key(text): {
@@ -73,6 +81,33 @@ class EmbeddingTable:
                 conn.execute(statement, values[start : start + _CHUNK])
 
         self._tx.write_connection(work, what="embedding cache write")
+
+    def models(self) -> dict[str, int]:
+        """How many vectors each encoder name holds, by name."""
+        t = EmbeddingRow
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(t.model, func.count()).group_by(t.model).order_by(t.model))
+            return {name: int(count) for name, count in rows}
+
+    def delete_model(self, model: str) -> int:
+        """Delete every vector stored under the encoder name ``model`` (a model no longer served);
+        returns how many. A process still serving it stores them again as it meets its texts."""
+        check_model_name(model)
+
+        def work(conn: Connection) -> int:
+            return int(conn.execute(delete(EmbeddingRow).where(EmbeddingRow.model == model)).rowcount or 0)
+
+        return self._tx.write_connection(work, what="embedding cache delete")
+
+
+def check_model_name(model: str) -> None:
+    """Refuse (``ValueError``) an encoder name that cannot key stored vectors."""
+    if not isinstance(model, str) or not model or len(model) > MODEL_NAME_MAX:
+        shown = model[:60] + "..." if isinstance(model, str) and len(model) > 60 else model
+        raise ValueError(
+            f"encoder name {shown!r} cannot key stored vectors: it must be a non-empty string of at most "
+            f"{MODEL_NAME_MAX} characters"
+        )
 
 
 def _chunks(values: list[str]) -> Iterator[list[str]]:

@@ -1,0 +1,75 @@
+"""What a sentence-transformers model is, for the vectors stored under its name.
+
+Stored vectors are keyed by the encoder's name, so the name has to change whenever the vectors
+would: a model in another folder that happens to share the folder's last component, or new
+weights copied over the old ones at the same path. A local model's name therefore carries a
+digest of the files sentence-transformers reads from its folder; the bundled MiniLM keeps the
+plain name its vectors have always been stored under (its package pins its weights).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from memabra._errors import ConfigError
+
+__all__ = ["BUNDLED_NAME", "check_model_path", "encoder_name"]
+
+BUNDLED_NAME = "sentence-transformers:all-MiniLM-L6-v2"
+# Hex digits of the folder's digest kept in the name: 64 bits, ample for the models one log meets.
+_DIGEST_CHARS = 16
+# Other runtimes' exports and repository clutter: sentence-transformers' torch backend does not
+# read them, and hashing a hub snapshot's onnx/ and openvino/ copies would multiply the cost.
+_SKIPPED_DIRS = frozenset({"onnx", "openvino", ".git", ".cache", "__pycache__"})
+
+
+def check_model_path(model_path: str) -> str:
+    """``model_path`` with ``~`` expanded, refused with a :class:`ConfigError` when it names a local
+    folder that is not there; anything else that does not exist is left to be a hub model id."""
+    path = os.path.expanduser(model_path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ConfigError(
+                f"model_path {model_path!r} is a file, not a folder holding a sentence-transformers model"
+            )
+        return path
+    if os.path.isabs(path) or model_path.startswith((".", "~")):
+        raise ConfigError(
+            f"model_path {model_path!r} does not exist: give the folder a sentence-transformers model was saved to "
+            "(SentenceTransformer.save), or leave model_path out for the bundled all-MiniLM-L6-v2"
+        )
+    return path
+
+
+def encoder_name(model_path: str, bundled_path: str | None) -> str:
+    """The name vectors of the model at ``model_path`` are stored under (see the module's doc)."""
+    if not os.path.isdir(model_path):  # a hub id: its own name, as sentence-transformers resolves it
+        return f"sentence-transformers:{model_path}"
+    if bundled_path is not None and os.path.realpath(model_path) == os.path.realpath(bundled_path):
+        return BUNDLED_NAME
+    # bounded so the name fits the embeddings table's key (200 characters)
+    label = (os.path.basename(os.path.normpath(model_path)) or "model")[:120]
+    return f"sentence-transformers:{label}@{_folder_digest(Path(model_path))}"
+
+
+def _folder_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(_model_files(root)):
+        digest.update(file.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        try:
+            with file.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+        except OSError as exc:
+            raise ConfigError(f"model_path {str(root)!r}: {file.name} cannot be read: {exc}") from exc
+    return digest.hexdigest()[:_DIGEST_CHARS]
+
+
+def _model_files(root: Path) -> list[Path]:
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith(".")]
+        # model cards and dotfiles do not change a vector; a retrained model's saved card often does
+        files.extend(Path(folder, n) for n in names if not n.startswith(".") and not n.lower().endswith(".md"))
+    return files
