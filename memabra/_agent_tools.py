@@ -9,7 +9,8 @@ each call memabra refuses a tool the router did not give this turn (a registry t
 recorded as needed and missed: the model named what it needed, unless the run may not use it),
 hands ``find_tools`` its per-turn tool (finding only the tools the run may use), and logs the
 outcome; a tool that raises is shown to the model as an error (an
-outcome, not a crash), an interrupt still propagates.
+outcome, not a crash), an interrupt still propagates. A sync run of a tool that has only a
+coroutine (an MCP tool) is the one exception: a mistake of the caller's, not the tool's outcome.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from memabra._errors import InvalidRecordError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._graph_io import run_allowed_tools
 from memabra._graph_steps import (
     current_turn,
@@ -43,7 +44,7 @@ from memabra._session import RoutingSession, Turn
 from memabra._tool_search import FIND_TOOLS, REFUSED_SOURCE, ToolSearch, record_missed
 from memabra._usage import tool_name
 
-__all__ = ["ToolRunner", "acurrent_turn", "arecord", "bind_fetched"]
+__all__ = ["ToolRunner", "acurrent_turn", "arecord", "bind_fetched", "require_sync"]
 
 ToolOutcome = ToolMessage | Command[Any]
 _T = TypeVar("_T")
@@ -96,6 +97,19 @@ async def arecord(session: RoutingSession, turn_id: str, record: Callable[..., _
     if paused:
         return await asyncio.to_thread(record, *args)
     return record(*args)
+
+
+def require_sync(tool: BaseTool | None) -> None:
+    """Refuse a sync run of a tool that has only a coroutine, as langchain-mcp-adapters' tools do.
+    LangChain raises ``NotImplementedError`` from the call, which would be logged as the tool
+    failing: every such call an error in the reward, so the router would learn to avoid a tool
+    that works, while the agent seemed to run. Raised before the call, nothing logged for it: the
+    turn is kept for a retry with ``ainvoke`` from the checkpoint."""
+    if isinstance(tool, StructuredTool | Tool) and tool.func is None and tool.coroutine is not None:
+        raise ConfigError(
+            f"tool {tool.name!r} has only an async implementation (as MCP tools from langchain-mcp-adapters do):"
+            " run the agent with ainvoke, astream or abatch, or give the tool a sync func"
+        )
 
 
 class ToolRunner:
@@ -171,6 +185,7 @@ class ToolRunner:
         admitted = self._admit(request, turn)
         if isinstance(admitted, ToolMessage):
             return admitted
+        require_sync(admitted.tool)
         started = time.perf_counter()
         try:
             result = execute(admitted)

@@ -3,6 +3,7 @@ backend or LangGraph store, tools, skills, a router, and the settings."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from langgraph.store.base import BaseStore
 from memabra._catalog import Skill, as_tools, tool_items
 from memabra._errors import ConfigError
 from memabra._memory import FactExtractor, MemoryBackend
+from memabra._records import Budget, CandidateKind, RegistryItem
 from memabra._session import RoutingSession
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
@@ -21,6 +23,8 @@ from memabra.router import Router
 from memabra.storage import EpisodeLog, open_log
 
 __all__ = ["build_session", "resolve_model"]
+
+logger = logging.getLogger("memabra")
 
 
 def resolve_model(model: BaseChatModel | str) -> BaseChatModel:
@@ -62,6 +66,24 @@ def _check_router_and_skills(router: object, skills: Sequence[object]) -> None:
             )
 
 
+def _warn_unchoosable(items: Sequence[RegistryItem], budget: Budget) -> None:
+    """Warn of each tool that alone costs more than the budget: the router never chooses it (a
+    chosen slate never exceeds ``max_tokens``), so without this it would just never be bound. A
+    huge schema (an MCP server's tool with a large ``$defs``) is the usual cause."""
+    max_tokens = budget.max_tokens
+    if max_tokens is None or not budget.slots_for(CandidateKind.TOOL):  # no limit, or no tool is routed at all
+        return
+    for item in items:
+        if item.kind is CandidateKind.TOOL and item.tokens > max_tokens:
+            logger.warning(
+                "tool %r counts %d tokens (its description and parameter schema), more than Budget.max_tokens=%d:"
+                " the router can never choose it (find_tools can still fetch it); trim its schema or raise max_tokens",
+                item.name,
+                item.tokens,
+                max_tokens,
+            )
+
+
 def build_session(
     *,
     tools: Sequence[BaseTool | Any] = (),
@@ -90,7 +112,7 @@ def build_session(
             from memabra.router import LinearRouter
 
             router = LinearRouter()
-        return RoutingSession(
+        session = RoutingSession(
             router=router,
             log=log,
             memory=_memory_backend(memory, store, log),
@@ -101,6 +123,9 @@ def build_session(
             owns_log=owns_log,
             **overrides,
         )
+        # the session's counts: its token_counter's where it has one
+        _warn_unchoosable(session._shared.items, session.budget)
+        return session
     except BaseException:
         if owns_log:
             log.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.pydantic import model_json_schema
 
 from memabra._errors import ConfigError
 from memabra._records import CandidateKind, RegistryItem
@@ -107,13 +108,34 @@ def describe_tool(tool: BaseTool, params: dict[str, Any] | None = None) -> str:
     return f"{tool.name}: {tool.description} Parameters: {described or 'none'}"
 
 
+def _call_schema(tool: BaseTool) -> dict[str, Any]:
+    """The whole JSON schema of the tool's call, as ``BaseTool.args`` reads its properties from:
+    an MCP tool's ``inputSchema`` as the server sent it, or the pydantic model's schema."""
+    if isinstance(tool.args_schema, dict):
+        return tool.args_schema
+    schema = tool.tool_call_schema
+    return schema if isinstance(schema, dict) else model_json_schema(schema)
+
+
 def tool_args(tool: BaseTool) -> dict[str, Any]:
     """The tool's parameter schema; one no chat API could be sent is an error naming the tool."""
     try:
+        schema = _call_schema(tool)
+        # an MCP tool without arguments may come as {"type": "object"} with no properties (the
+        # TypeScript SDK's default): a valid schema the model is sent as it is, so none, not an error
+        if schema.get("type") == "object" and "properties" not in schema:
+            return {}
         args = dict(tool.args or {})
     except Exception as exc:  # noqa: BLE001 - pydantic raises several kinds for a schema it cannot write
         raise ConfigError(f"tool {tool.name!r}: its parameter schema cannot be built ({exc})") from exc
     return args
+
+
+def _definitions(tool: BaseTool) -> dict[str, Any]:
+    """The definitions the parameters' ``$ref`` point into (a nested pydantic model, an MCP
+    server's ``$defs``), which ``BaseTool.args`` leaves out though the model is sent them whole."""
+    schema = _call_schema(tool)
+    return {key: schema[key] for key in ("$defs", "definitions") if schema.get(key)}
 
 
 def _schema_text(tool: BaseTool, args: dict[str, Any]) -> str:
@@ -141,13 +163,17 @@ def tool_items(tools: Iterable[BaseTool], owner: str = "") -> list[RegistryItem]
     """Tools as registry rows; one name given twice is refused (see :func:`_require_unique`).
 
     A row's body is the function spec bound to the model when the tool is chosen; its tokens
-    are still counted from the parameters (the router's cost feature, unchanged)."""
+    are still counted from the parameters (the router's cost feature, unchanged) and the
+    definitions they refer to."""
     tools = list(tools)
     _require_unique("tool", [t.name for t in tools])
     items = []
     for tool in tools:
         args = tool_args(tool)
         schema = _schema_text(tool, args)
+        definitions = _definitions(tool)
+        if definitions:  # counted too: a huge schema's bulk is often there; a flat tool's count is as before
+            schema += _schema_text(tool, definitions)
         spec = _bound_spec(tool)
         items.append(
             RegistryItem(
