@@ -52,6 +52,7 @@ from memabra.storage._migrate import (
 )
 from memabra.storage._open import open_log
 from memabra.storage._policy_versions import SnapshotIndex, snapshot_group, unused_snapshot_version
+from memabra.storage._refusals import DatabaseNotWritableError
 from memabra.storage._retention import EpisodeDeletion, UserErasure
 from memabra.storage._retotal import Retotalled
 from memabra.storage._rows import clean_text
@@ -71,6 +72,7 @@ __all__ = [
     "DEFAULT_FEEDBACK_WINDOW",
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
+    "DatabaseNotWritableError",
     "DatabaseUnavailableError",
     "FAILED_TURN_SOURCE",
     "FAILURE_CAUSES",

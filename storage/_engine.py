@@ -152,6 +152,7 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": busy_timeout_s})
         engine = create_engine(resolved, **kwargs)
         _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
+        _watch_refusals(engine)
         return engine
     defaults: dict[str, Any] = {"prepare_threshold": PG_PREPARE_THRESHOLD}
     if "prepare_threshold" in parsed.query:
@@ -173,7 +174,14 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)
     _name_connect_failures(engine)
+    _watch_refusals(engine)
     return engine
+
+
+def _watch_refusals(engine: Engine) -> None:
+    from memabra.storage._refusals import watch_refusals  # it builds on this module's error
+
+    watch_refusals(engine)
 
 
 def pg_connection_defaults(query: Any) -> dict[str, int]:

@@ -16,6 +16,10 @@ A write whose PostgreSQL connection is lost before its ``COMMIT`` is sent (the s
 server rolled that transaction back. One lost while committing may or may not have committed, so it
 is not retried: the caller gets :class:`~memabra.storage.DatabaseUnavailableError` saying so, as it
 does when no new connection can be opened.
+
+A write the database refuses whatever is retried (a full disk, a read-only SQLite file, a PostgreSQL
+hot standby) is tried once more on a new connection, then raised as
+:class:`~memabra.storage.DatabaseNotWritableError` saying what to do (see ``_refusals``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from memabra._errors import StorageContentionError
 from memabra.storage._engine import unreachable
+from memabra.storage._refusals import not_writable, watch_refusals
 
 __all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
 
@@ -65,6 +70,7 @@ class Transactions:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        watch_refusals(engine)  # an engine not made by make_engine too
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
 
     @property
@@ -107,6 +113,14 @@ class Transactions:
             try:
                 return attempt(committing)
             except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
+                refused = not_writable(self.engine, exc, what)
+                if refused is not None:
+                    if n > 0:
+                        raise refused from exc  # a full disk or a standby: more retries would meet it again
+                    # once more, on a connection opened now: one opened before the cause went away
+                    # (on the standby, on the file while it was read-only) refuses what a new one takes
+                    last = refused
+                    continue
                 if getattr(exc, "connection_invalidated", False):
                     if committing:
                         raise unreachable(
