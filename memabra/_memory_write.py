@@ -10,6 +10,7 @@ and its store (another user's, on the same thread) cannot pair either with the w
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 import random
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from memabra._errors import InvalidRecordError, MemoriesChangedError
 from memabra._facts import MAX_MEMORY_CHARS, join_facts, split_facts, strip_complaint
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryStatus
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._records import CandidateKind, RegistryItem
 from memabra._restatement import is_restatement
 from memabra._text import approx_tokens
@@ -32,8 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActiveRead",
+    "ContradictsCurrentError",
     "CountsWrites",
+    "EditedMemory",
     "clean",
+    "edit_memory",
     "left_standing",
     "remember",
     "remember_many",
@@ -153,6 +157,100 @@ def write_new(
         logger.info("memory %s replaces part of %s for user %s", item.id, c.memory_id, user_id)
     backend._settle(read, item.id, episode_id)
     return item, retire, cut
+
+
+class ContradictsCurrentError(InvalidRecordError):
+    """An edit refused because its new text contradicts (or restates) other current memories,
+    named in ``clashing`` as ``(id, text)``: a form can offer to replace or keep them."""
+
+    def __init__(self, message: str, clashing: Sequence[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.clashing = tuple(clashing)
+
+
+@dataclass(frozen=True, slots=True)
+class EditedMemory:
+    """An edited memory and what the edit changed besides: the current memories it retired and
+    those it cut its new fact's subject out of (both empty unless the edit replaced them)."""
+
+    memory: MemoryRecord
+    retired: tuple[str, ...] = ()
+    trimmed: tuple[str, ...] = ()
+
+
+def edit_memory(
+    backend: MemoryBackend,
+    user_id: str,
+    memory_id: str,
+    text: str,
+    *,
+    replace: bool = False,
+    keep_both: bool = False,
+    reason: str = "update",
+    at: datetime | None = None,
+) -> EditedMemory:
+    """Replace an active memory's text by hand (``memabra memories update``, the admin's edit)
+    under the rule a restore keeps: never two current values of one subject. An edit is a new
+    fact, yet :meth:`MemoryBackend.update` rewrites in place without the write path's
+    supersession, so a support engineer turning "I'm moving to Oslo" into "I live in Oslo" left
+    "I live in Hobart" current beside it, and the agent went on answering Hobart. Refused
+    (:class:`~memabra.InvalidRecordError`, nothing written) while another current memory states
+    another value of the new text's subject, or restates it; ``replace`` retires those (or cuts
+    the replaced fact out of a memory joining several) in the same write, ``keep_both`` keeps
+    them (the two are about different things)."""
+    if replace and keep_both:
+        raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
+    require_user(user_id)
+    fact = clean(text)
+    with backend._writing(user_id):
+        record = backend.get(user_id, memory_id)
+        if record.status is MemoryStatus.RETIRED:
+            by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
+            raise InvalidRecordError(
+                f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
+            )
+        if fact == record.text:
+            return EditedMemory(record)  # the same text again (a re-sent form): nothing to record
+        current = [(r.id, r.text) for r in backend.list(user_id, include_retired=False) if r.id != memory_id]
+        clashing = [] if keep_both else _clashing(backend, fact, current)
+        if clashing and not replace:
+            listing = ", ".join(f"{mid} ({old!r})" for mid, old in clashing)
+            raise ContradictsCurrentError(
+                f"the new text {fact!r} contradicts the current {listing}; saving it would leave both current: "
+                "edit with replace (--replace) to retire that in the same step, or with keep_both (--keep-both) "
+                "if the two are about different things",
+                clashing,
+            )
+        now = at or backend.clock()
+        whole: builtins.list[MemoryChange] = []
+        cut: builtins.list[MemoryChange] = []
+        for mid, old in clashing:
+            rest = None if is_restatement(fact, old) else left_standing(backend, fact, old)
+            if rest is None:
+                why = f"superseded by {memory_id} (edited)"
+                whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, None, why))
+            elif rest:
+                why = f"part superseded by {memory_id} (edited)"
+                cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, None, why))
+        base = backend._item(user_id, memory_id, include_retired=False)
+        item = dataclasses.replace(base, text=fact, tokens=approx_tokens(fact), name=fact[:60], updated_at=now)
+        change = MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, record.text, fact, None, reason)
+        # the edit, the retirements and the cuts: one write, all or nothing
+        backend._store(item, change, whole, cut)
+    if whole or cut:
+        replaced = ", ".join(c.memory_id for c in [*whole, *cut])
+        logger.info("edited memory %s of user %s replaces %s", memory_id, user_id, replaced)
+    return EditedMemory(
+        backend.get(user_id, memory_id), tuple(c.memory_id for c in whole), tuple(c.memory_id for c in cut)
+    )
+
+
+def _clashing(backend: MemoryBackend, fact: str, current: Sequence[tuple[str, str]]) -> builtins.list[tuple[str, str]]:
+    """The ``(id, text)`` of ``current`` that ``fact`` supersedes or restates, in their order."""
+    if not current:
+        return []
+    ids = set(backend.supersession.superseded(fact, list(current)))
+    return [(mid, old) for mid, old in current if mid in ids or is_restatement(fact, old)]
 
 
 def left_standing(backend: MemoryBackend, fact: str, text: str) -> str | None:

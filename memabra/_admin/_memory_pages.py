@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from memabra._admin._forms import (
+    FormError,
     MemoryQuery,
     clean_field,
     error_field,
@@ -26,6 +27,7 @@ from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._memory_restore import restore_memory
+from memabra._memory_write import ContradictsCurrentError, edit_memory
 from memabra.storage import EpisodeFilter
 
 __all__ = ["MemoryPages"]
@@ -33,6 +35,8 @@ __all__ = ["MemoryPages"]
 _RECENT_USES = 20
 # Users the list shows (those with the most memories); a search finds the others.
 USERS_SHOWN = 200
+# The longest "why" a reviewer may give a change: a ticket reference and a sentence, not a report.
+MAX_REASON = 500
 
 
 class MemoryPages(_AdminBase):
@@ -113,18 +117,32 @@ class MemoryPages(_AdminBase):
             if not text:
                 raise InvalidRecordError("text is required: a memory needs non-empty text (retire it instead)")
             base = form.get("base_text")
-            outcome = await run_in_threadpool(
-                self._update, user, memory_id, _lf(text), None if base is None else _lf(base), auth.principal
-            )
+            reason = _audited("edited", auth.principal, form)
+            try:
+                outcome = await run_in_threadpool(
+                    self._update,
+                    user,
+                    memory_id,
+                    _lf(text),
+                    None if base is None else _lf(base),
+                    reason,
+                    _choice(form),
+                )
+            except ContradictsCurrentError as exc:
+                return await self._contradiction(auth, user, memory_id, text, form, exc)
             if outcome is not None:
                 return await self._edit_conflict(auth, user, memory_id, text, outcome)
             return _to_memory(user, memory_id, "memory-updated")
 
         return await self._write(request, apply)
 
-    def _update(self, user: str, memory_id: str, text: str, base: str | None, principal: str) -> str | None:
+    def _update(
+        self, user: str, memory_id: str, text: str, base: str | None, reason: str, choice: tuple[bool, bool]
+    ) -> str | None:
         """Save ``text`` unless the memory changed since its form was opened with ``base``: then
-        nothing is written and its current text comes back (``None``: saved)."""
+        nothing is written and its current text comes back (``None``: saved). Saved by the rule a
+        restore keeps: a text contradicting another current memory is refused unless ``choice``
+        (replace, keep both) says what becomes of it."""
         backend = self._memory_backend()
         record = backend.get(user, memory_id)
         if record.status is MemoryStatus.RETIRED:
@@ -134,8 +152,29 @@ class MemoryPages(_AdminBase):
             if text.strip() == record.text:
                 return None  # the same edit sent again (a double click, a re-post): saved already
             return record.text
-        backend.update(user, memory_id, text, reason=f"edited in the admin ({principal})")
+        replace, keep_both = choice
+        edit_memory(backend, user, memory_id, text, replace=replace, keep_both=keep_both, reason=reason)
         return None
+
+    async def _contradiction(
+        self, auth: _Auth, user: str, memory_id: str, draft: str, form: dict[str, str], exc: ContradictsCurrentError
+    ) -> Response:
+        """409: the new text states another value of a subject a current memory holds. Nothing is
+        saved; the page comes back with the draft, the reason and the memories in the way, for the
+        reviewer to retire them in the same step or keep them."""
+        context = await run_in_threadpool(self._memory_context, user, memory_id)
+        return self._render(
+            "memory.html",
+            409,
+            auth=auth,
+            notice="",
+            error=str(exc),
+            draft=draft,
+            draft_reason=form.get("reason", ""),
+            clashing=exc.clashing,
+            section="memories",
+            **context,
+        )
 
     async def _edit_conflict(self, auth: _Auth, user: str, memory_id: str, draft: str, current: str) -> Response:
         """409: another edit landed after this form was opened. Saving would silently overwrite
@@ -153,7 +192,8 @@ class MemoryPages(_AdminBase):
         async def apply(auth: _Auth, form: dict[str, str]) -> Response:
             user, memory_id, _ = parse_memory_edit(form)
             backend = self._memory_backend()
-            await run_in_threadpool(backend.retire, user, memory_id, reason=f"retired in the admin ({auth.principal})")
+            reason = _audited("retired", auth.principal, form)
+            await run_in_threadpool(backend.retire, user, memory_id, reason=reason)
             return _to_memory(user, memory_id, "memory-retired")
 
         return await self._write(request, apply)
@@ -170,11 +210,26 @@ class MemoryPages(_AdminBase):
                 memory_id,
                 replace=form.get("replace") == "on",
                 keep_both=form.get("keep_both") == "on",
-                reason=f"restored in the admin ({auth.principal})",
+                reason=_audited("restored", auth.principal, form),
             )
             return _to_memory(user, memory_id, "memory-restored")
 
         return await self._write(request, apply)
+
+
+def _audited(action: str, principal: str, form: dict[str, str]) -> str:
+    """The history's reason for a change made here: who (the signed-in principal) and, where the
+    reviewer gave it, why. A team lead reviewing a support fix reads both from the history; before,
+    only who was kept, and the "why" (the ticket, "user says they never said this") was lost."""
+    why = " ".join(clean_field(form.get("reason", "")).split())
+    if len(why) > MAX_REASON:
+        raise FormError(f"reason is longer than {MAX_REASON} characters")
+    return f"{action} in the admin ({principal})" + (f": {why}" if why else "")
+
+
+def _choice(form: dict[str, str]) -> tuple[bool, bool]:
+    """The edit form's (replace, keep both) boxes: what becomes of current memories it contradicts."""
+    return form.get("replace") == "on", form.get("keep_both") == "on"
 
 
 def _lf(text: str) -> str:

@@ -33,6 +33,16 @@ memories_app = typer.Typer(
 
 UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]
 JsonOption = JsonOutOption
+ByOption = Annotated[
+    str | None,
+    typer.Option("--by", help="Who makes the change (a name or ticket), kept with the reason in its history."),
+]
+
+
+def _audited(reason: str, by: str | None) -> str:
+    """The history's reason with who made the change: the CLI has no sign-in to name them, and a
+    reviewer reading "retired by hand" could not tell which of the team did it."""
+    return f"{reason} (by {by.strip()})" if by and by.strip() else reason
 
 
 @contextmanager
@@ -243,14 +253,41 @@ def update_memory(
     text: Annotated[str, typer.Argument(help="Its new text.")],
     user: UserOption,
     db: DbOption = None,
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="Retire the current memories the new text contradicts, in the same step."),
+    ] = False,
+    keep_both: Annotated[
+        bool,
+        typer.Option("--keep-both", help="Keep the current memories it contradicts (they are about other things)."),
+    ] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "updated by hand",
+    by: ByOption = None,
     json_out: JsonOption = None,
 ) -> None:
     """Replace an active memory's text; the old one stays in its history (a retired memory is
-    refused: restore it first)."""
+    refused: restore it first). Refused while another current memory states another value of the
+    new text's subject (two current cities), unless --replace retires that one or --keep-both
+    keeps it."""
+    from memabra._memory_write import edit_memory
+
     with _backend(db) as memory:
-        record = run_guarded(memory.update, user, _memory_id(memory, user, memory_id), text)
-        write_json(json_out, asdict(record))
-        console.print(f"updated {record.id}: {record.text}", markup=False, highlight=False)
+        done = run_guarded(
+            edit_memory,
+            memory,
+            user,
+            _memory_id(memory, user, memory_id),
+            text,
+            replace=replace,
+            keep_both=keep_both,
+            reason=_audited(reason, by),
+        )
+        write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
+        console.print(f"updated {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
+        for mid in done.retired:
+            console.print(f"  retired {mid} (superseded by {done.memory.id})", markup=False, highlight=False)
+        for mid in done.trimmed:
+            console.print(f"  cut the contradicted fact out of {mid}", markup=False, highlight=False)
 
 
 @memories_app.command("retire")
@@ -259,12 +296,13 @@ def retire_memory(
     user: UserOption,
     db: DbOption = None,
     reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "retired by hand",
+    by: ByOption = None,
     json_out: JsonOption = None,
 ) -> None:
     """Stop recalling a memory without deleting it: it keeps its text and history, and
     `memabra memories restore` brings it back."""
     with _backend(db) as memory:
-        record = run_guarded(memory.retire, user, _memory_id(memory, user, memory_id), reason=reason)
+        record = run_guarded(memory.retire, user, _memory_id(memory, user, memory_id), reason=_audited(reason, by))
         write_json(json_out, asdict(record))
         console.print(f"retired {record.id}: {record.text}", markup=False, highlight=False)
 
@@ -283,6 +321,7 @@ def restore_memory_command(
         typer.Option("--keep-both", help="Keep the current memories it contradicts (the supersession was wrong)."),
     ] = False,
     reason: Annotated[str, typer.Option("--reason", help="Why, kept in its history.")] = "restored by hand",
+    by: ByOption = None,
     json_out: JsonOption = None,
 ) -> None:
     """Recall a retired memory again. Refused while a current memory states another value of its
@@ -298,7 +337,7 @@ def restore_memory_command(
             _memory_id(memory, user, memory_id),
             replace=replace,
             keep_both=keep_both,
-            reason=reason,
+            reason=_audited(reason, by),
         )
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
         console.print(f"restored {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
