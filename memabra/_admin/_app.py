@@ -68,7 +68,7 @@ from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
 from memabra._admin._sqlite_file import SqliteFileGuard, sqlite_error_handler, watch_sqlite_file
 from memabra._admin._turn_pages import TurnPages
-from memabra._admin._unavailable import unavailable_handler
+from memabra._admin._unavailable import not_writable_handler, unavailable_handler
 from memabra._config import load_reward_config
 from memabra._episode_document import document_text, episode_document
 from memabra._errors import ConfigError, InvalidRecordError
@@ -76,7 +76,7 @@ from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import DatabaseUnavailableError, EpisodeLog, RevokedSessions
+from memabra.storage import DatabaseNotWritableError, DatabaseUnavailableError, EpisodeLog, RevokedSessions
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -354,7 +354,13 @@ def create_app(
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     # a database outage is a 503 the client retries, not a 500 (memabra._admin._unavailable)
-    handlers: dict[Any, Any] = {404: admin.not_found, DatabaseUnavailableError: unavailable_handler(admin)}
+    # a database that answers but refuses writes is a 503 too, saying so: its own handler, since
+    # Starlette takes the first of an error's classes it has one for
+    handlers: dict[Any, Any] = {
+        404: admin.not_found,
+        DatabaseUnavailableError: unavailable_handler(admin),
+        DatabaseNotWritableError: not_writable_handler(admin),
+    }
     # a SQLite file deleted, moved, replaced or unreadable is an outage too, not a 500 nor a ghost
     # read through a pooled connection (memabra._admin._sqlite_file)
     watch = watch_sqlite_file(log)

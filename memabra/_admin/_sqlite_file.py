@@ -9,7 +9,9 @@ with ``Retry-After``, as :mod:`memabra._admin._unavailable` answers an unreachab
 the problem, with the pool's connections dropped; a file that is back, or was replaced by another
 one (a restored backup), is opened afresh at the next request, without a restart. An SQLite error
 that says the same from under a request (``disk I/O error``, ``unable to open database file``, a
-read-only file, a file with no log in it) is answered the same way; any other error stays a 500.
+file with no log in it) is answered the same way; a file that takes no writes (read-only, a full
+volume) is answered as :func:`~memabra._admin._unavailable.not_writable_response` words it, as it
+still serves reads; any other error stays a 500.
 
 The check and the request's first query are not one step: a file that goes between them (or while
 another request drops the pool) would be created empty by the next connection, and then taken for
@@ -37,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memabra._admin._metrics_page import UNUSABLE_FILE_KEY
 from memabra._admin._plumbing import _AdminBase
-from memabra._admin._unavailable import RETRY_AFTER_S, unavailable_response
+from memabra._admin._unavailable import RETRY_AFTER_S, not_writable_response, unavailable_response
 from memabra._errors import ConfigError
 from memabra.storage import EpisodeLog
 from memabra.storage._engine import sqlite_file
@@ -52,11 +54,13 @@ METRICS_PATH = "/metrics"
 _FILE_ERRORS = {
     "disk i/o error": "it cannot be read (a disk I/O error: a disk failing or unmounted?)",
     "unable to open database file": "it cannot be opened (missing, or its permissions refuse the admin's user)",
-    "attempt to write a readonly database": "it is read-only to the admin's user, so no change can be saved",
     "no such table": "the file now at its path holds no memabra log (it was replaced by another file)",
     "file is not a database": "the file now at its path is not a SQLite database (it was replaced)",
     "database disk image is malformed": "it is damaged (database disk image is malformed)",
 }
+# what sqlite3 says when the file takes no writes: storage raises these as DatabaseNotWritableError;
+# one met outside its listener gets that error's answer, not "cannot be used" (reads still work)
+_NOT_WRITABLE = ("attempt to write a readonly database", "database or disk is full")
 # the errors that mean the file was replaced only when it was: on the file the admin started on, a
 # table missing is a broken deployment, a 500 like any bug
 _REPLACED_ERRORS = ("no such table", "file is not a database")
@@ -177,6 +181,8 @@ def sqlite_error_handler(
 
     async def handle(request: Request, exc: Exception) -> Response:
         text = str(getattr(exc, "orig", exc)).strip().lower()
+        if isinstance(exc, OperationalError) and text.startswith(_NOT_WRITABLE):
+            return not_writable_response(admin, request, exc)
         found = next((meaning for start, meaning in _FILE_ERRORS.items() if text.startswith(start)), None)
         if not isinstance(exc, OperationalError) or found is None:
             raise exc

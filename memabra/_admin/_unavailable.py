@@ -8,6 +8,14 @@ as the page, JSON or text the request asked for, logged as one WARNING line rath
 traceback. The answer never carries the error's text: it names the database's host, user and name,
 which the log line keeps for the operator while a page may reach a session that was logged out.
 Every other exception stays a 500.
+
+A database that answers but refuses writes (:class:`~memabra.storage.DatabaseNotWritableError`: a
+SQLite file read-only to the admin's user or on a full volume, a PostgreSQL hot standby or full
+disk) gets the same 503, worded for what it is: pages that only read are still served, and a
+"connection refused or lost" would send the on-call person to the network. Its answer says what
+refuses, the driver's reason (the first line of the driver's error: a sentence from SQLite or the
+server, never the URL) and what to do; retrying is right there too, as the next write after the
+cause is gone succeeds without a restart.
 """
 
 from __future__ import annotations
@@ -19,9 +27,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from memabra._admin._plumbing import _AdminBase, _raw_path, _safe_next
-from memabra.storage._engine import mask_password
+from memabra._errors import ConfigError
+from memabra.storage._engine import mask_password, sqlite_file
 
-__all__ = ["RETRY_AFTER_S", "unavailable_handler", "unavailable_response"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "not_writable_handler",
+    "not_writable_message",
+    "not_writable_response",
+    "unavailable_handler",
+    "unavailable_response",
+]
 
 logger = logging.getLogger("memabra")
 
@@ -33,6 +49,12 @@ _MESSAGE = f"The database is unavailable (a connection was refused or lost). Try
 _WRITE_NOTE = " If you were saving a change, it may or may not have been recorded: check before repeating it."
 _METRICS_PATH = "/metrics"
 _LOGIN_PATH = "/login"
+_OUTAGE = ("Database unavailable", "the database is unavailable")
+
+_PG_READ_ONLY = "25006"  # read_only_sql_transaction: a hot standby, or default_transaction_read_only
+_PG_DISK_FULL = "53100"  # disk_full
+_REASON_MAX = 300  # a driver's first line past this is a statement or a path, not the reason
+_AGAIN = "the admin saves changes again by itself once it is done, with no restart"
 
 
 def unavailable_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awaitable[Response]]:
@@ -47,12 +69,79 @@ def unavailable_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awa
     return unavailable
 
 
-def unavailable_response(admin: _AdminBase, request: Request, message: str, reason: str) -> Response:
-    """The 503 for ``request`` while the database cannot be reached: ``message`` for the client
-    (never a URL or a password), ``reason`` for the WARNING line only."""
-    logger.warning(
-        "admin: %s %s answered 503, the database is unavailable: %s", request.method, request.url.path, reason
+def not_writable_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The app's handler of :class:`~memabra.storage.DatabaseNotWritableError`: the outage's 503,
+    saying what refuses the write, the driver's reason and what to do."""
+
+    async def not_writable(request: Request, exc: Exception) -> Response:
+        return not_writable_response(admin, request, exc)
+
+    return not_writable
+
+
+def not_writable_response(admin: _AdminBase, request: Request, exc: BaseException) -> Response:
+    """The 503 for ``request`` whose write ``exc`` was refused (see :func:`not_writable_message`)."""
+    return unavailable_response(
+        admin,
+        request,
+        not_writable_message(admin, exc),
+        mask_password(" ".join(str(exc).split())),
+        outage=("Database not writable", "the database refused a write"),
     )
+
+
+def not_writable_message(admin: _AdminBase, exc: BaseException) -> str:
+    """What a client is told of a refused write ``exc``: what refuses, why, what to do."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    reason = mask_password(" ".join(lines[0].split()))[:_REASON_MAX] if lines else type(orig).__name__
+    what, todo = _refusal(admin, orig, reason)
+    return (
+        f'The database refuses writes: {what}. It said: "{reason}". To fix it: {todo}. Pages that only '
+        f"read are still served; try again in {RETRY_AFTER_S} seconds once it is fixed."
+    )
+
+
+def _refusal(admin: _AdminBase, orig: BaseException, reason: str) -> tuple[str, str]:
+    """What refuses and what to do, by the driver's SQLSTATE (PostgreSQL) or message (SQLite)."""
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state == _PG_READ_ONLY:
+        return (
+            "the PostgreSQL server takes no writes: it is a hot standby (a read replica, or the old primary "
+            "after a failover) or its transactions are read-only (default_transaction_read_only)",
+            "point the admin's database URL at the primary (a URL naming several hosts wants "
+            f"target_session_attrs=read-write); {_AGAIN}",
+        )
+    if state == _PG_DISK_FULL:
+        return "the PostgreSQL server's disk is full", f"free space on the server's volume; {_AGAIN}"
+    try:
+        path = sqlite_file(admin.log.engine)
+    except ConfigError:  # its folder is gone: the file guard answers that before any route runs
+        path = None
+    file = f"the SQLite file {path.name}" if path is not None else "the SQLite database"
+    text = reason.lower()
+    if "disk is full" in text:
+        return (
+            f"the volume that holds {file} is full (or the file reached its size limit, max_page_count)",
+            f"free space on it; {_AGAIN}",
+        )
+    if "readonly database" in text or "read-only database" in text:
+        return (
+            f"{file} is read-only to the admin's user (the file's permissions, its -wal/-shm files' or its "
+            "folder's, a volume mounted read-only, or a read-only URL)",
+            f"make them writable to the user the admin runs as; {_AGAIN}",
+        )
+    return "the database takes no writes", f"see the admin's log, which names the database; {_AGAIN}"
+
+
+def unavailable_response(
+    admin: _AdminBase, request: Request, message: str, reason: str, *, outage: tuple[str, str] = _OUTAGE
+) -> Response:
+    """The 503 for ``request`` while the database cannot be reached: ``message`` for the client
+    (never a URL or a password), ``reason`` for the WARNING line only; ``outage``: the page's
+    title and what the WARNING line says happened."""
+    title, happened = outage
+    logger.warning("admin: %s %s answered 503, %s: %s", request.method, request.url.path, happened, reason)
     headers = {"retry-after": str(RETRY_AFTER_S), "cache-control": "no-store"}
     # a sign-in writes nothing: sent again, it is as safe as a page read again
     reading = request.method in ("GET", "HEAD") or request.url.path == _LOGIN_PATH
@@ -70,7 +159,7 @@ def unavailable_response(admin: _AdminBase, request: Request, message: str, reas
         "error.html",
         503,
         headers=headers,
-        title="Database unavailable",
+        title=title,
         message=message,
         back_url=back[0],
         back_label=back[1],

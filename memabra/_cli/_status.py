@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -20,7 +21,6 @@ from memabra._cli._common import (
     JsonOutOption,
     check_json_output,
     console,
-    err_console,
     error_line,
     fail,
     write_json,
@@ -28,12 +28,20 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import ProbeDbOption
 from memabra._cli._retention import parse_age
-from memabra._cli._tables import Table
+from memabra._cli._status_view import print_status
 from memabra._errors import MemabraError
-from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems
+from memabra._health import (
+    DEFAULT_MAX_LAG,
+    HealthProblem,
+    format_age,
+    health_problems,
+    stored_vectors,
+    write_problems,
+    write_state,
+)
 from memabra._metrics import status_metrics
 from memabra._records import utcnow
-from memabra.storage import EpisodeLog, LogStatus, PolicyStatus, head_revision, resolve_url
+from memabra.storage import EpisodeLog, LogStatus, resolve_url
 from memabra.storage._engine import shown_url
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UNHEALTHY_EXIT", "status"]
@@ -106,7 +114,10 @@ def status(
     """Where the log stands: episodes, feedback windows open and overdue, and per policy the
     serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet;
     per snapshot served, what the rewards that became final in the last hour came to.
-    Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back),
+    Also whether the database takes writes (a hot standby, read-only transactions, a SQLite file
+    or folder this process cannot write, its volume nearly full) and the vectors stored per encoder key.
+    Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back)
+    or the database cannot take writes,
     1 when the check could not run (--json then holds "healthy": false and the "error",
     --prometheus memabra_status_up 0)."""
     if json_out == STDOUT and prometheus_out == STDOUT:
@@ -118,6 +129,8 @@ def status(
         with _deadline(timeout), EpisodeLog(db) as log:
             where = shown_url(log.engine.url)
             state = log.status(exact=exact)
+            writes = write_state(log.engine)
+            vectors = stored_vectors(log.engine, exact=exact)
     except (MemabraError, SQLAlchemyError, _NoAnswer) as exc:
         _cannot_check(report, where, _one_line(exc))
     report.read_done()
@@ -131,8 +144,8 @@ def status(
                 f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
                 f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
-    problems = health_problems(state, limit, policies=policies or None)
-    _print(state, where, problems, limit)
+    problems = health_problems(state, limit, policies=policies or None) + write_problems(writes)
+    print_status(state, where, problems, limit, writes, vectors)
     report.metrics(state, problems, policies or None)
     write_json(
         json_out,
@@ -143,6 +156,8 @@ def status(
             "max_lag_seconds": limit.total_seconds(),
             "problems": [{"check": p.check, "message": p.message} for p in problems],
             "status": state,
+            "writes": {**_fields(writes), "writable": writes.writable, "disk_low": writes.disk_low},
+            "embeddings": [_fields(v) for v in vectors],
         },
     )
     if problems:
@@ -219,6 +234,8 @@ def _cannot_check(report: _Report, where: str, message: str) -> NoReturn:
             "max_lag_seconds": report.limit.total_seconds(),
             "problems": [],
             "status": None,
+            "writes": None,
+            "embeddings": None,
         },
     )
     report.metrics(None)
@@ -233,170 +250,13 @@ def _where(db: str | None) -> str:
         return "?"
 
 
+def _fields(record: Any) -> dict[str, Any]:
+    """A slotted dataclass's fields by name, for ``--json``."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
 def _one_line(exc: BaseException) -> str:
     # a MemabraError first: DatabaseUnavailableError is also SQLAlchemy's, and its message names the URL
     if isinstance(exc, SQLAlchemyError) and not isinstance(exc, MemabraError):
         return f"database error: {error_line(exc)}"
     return str(exc)
-
-
-def _print(state: LogStatus, where: str, problems: tuple[HealthProblem, ...], limit: timedelta) -> None:
-    now = state.checked_at
-    head = head_revision()
-    schema = "current" if state.schema_revision == head else f"head is {head}"
-    lines = [
-        f"database  {where} ({state.backend}, schema {state.schema_revision}, {schema})",
-        f"episodes  {_episodes(state)}"
-        + ("" if state.last_episode_at is None else f"; the last {_when(state.last_episode_at, now)}"),
-        f"feedback  {state.open_windows:,} window(s) open, {state.overdue:,} past their end"
-        + ("" if state.overdue_since is None else f"; the oldest ended {_when(state.overdue_since, now)}"),
-        f"rewards   {state.unlearned:,}{'+' if state.unlearned_capped else ''} final and not learned"
-        + ("" if state.unlearned_since is None else f"; the oldest final {_when(state.unlearned_since, now)}"),
-    ]
-    if state.paused_turns:
-        lines.append(
-            f"paused    {state.paused_turns:,} turn(s) waiting on an interrupt"
-            + ("" if state.paused_since is None else f"; the oldest paused {_when(state.paused_since, now)}")
-        )
-    if state.lost_turns:
-        lines.append(
-            f"lost      {state.lost_turns:,} turn(s) whose process died mid-turn"
-            + ("" if state.lost_since is None else f"; the oldest running since {_when(state.lost_since, now)}")
-        )
-    lines.append(_failed(state))
-    if state.unfinished_deletions:
-        oldest = state.unfinished_deletions[0]
-        lines.append(
-            f"deletions {len(state.unfinished_deletions)} running or stopped part way; the longest without "
-            f"progress {_when(oldest.progressed_at, now)} (`memabra episodes deletions`)"
-        )
-    for line in lines:
-        console.print(Text(line), highlight=False)
-    if state.policies:
-        table = Table(title="policies", title_justify="left")
-        for column in ("policy", "serving", "learner checkpoint", "learned", "lease", "not learned yet"):
-            table.add_column(column, justify="right" if column == "learned" else "left")
-        for p in state.policies:
-            cp = p.checkpoint
-            table.add_row(
-                Text(p.policy),
-                Text(p.active_version or "(no active snapshot)"),
-                Text(
-                    "none"
-                    if cp is None
-                    else f"{cp.snapshot_version or '-'}, committed {format_age(now - cp.updated_at)} ago"
-                ),
-                "-" if cp is None else f"{cp.learned:,}",
-                Text("free" if p.lease is None else p.lease.describe()),
-                Text(_backlog(p, now)),
-            )
-        console.print(table)
-    else:
-        console.print("no policy has a snapshot or a learner checkpoint yet")
-    _print_reward_window(state)
-    if problems:
-        for problem in problems:
-            err_console.print(Text(f"✗ {problem.check}: {problem.message}"), highlight=False)
-    else:
-        console.print(Text(f"✓ no reward has waited longer than {format_age(limit)}"), highlight=False)
-
-
-_WINDOW_COLUMNS = (
-    "policy",
-    "snapshot",
-    "rewards",
-    "mean reward",
-    "sd",
-    "success",
-    "corrected",
-    "missed",
-    "tool errors",
-)
-
-
-def _print_reward_window(state: LogStatus) -> None:
-    """Per policy and snapshot served, the rewards that became final in the window: each policy's
-    active snapshot first, then the previous one (what a rollback re-activates), then the rest, the
-    busiest first and, among as busy, the newest (most online updates) first."""
-    if state.rewards_since is None:
-        return
-    window = format_age(state.checked_at - state.rewards_since)
-    if not state.reward_window:
-        console.print(Text(f"no reward became final in the last {window}"), highlight=False)
-        return
-    roles = {(p.policy, p.active_version): "active" for p in state.policies}
-    roles.update({(p.policy, p.previous_version): "previous" for p in state.policies})
-    order = {"active": 0, "previous": 1}
-    rows = sorted(
-        state.reward_window,
-        key=lambda w: (
-            w.policy,
-            order.get(roles.get((w.policy, w.version), ""), 2),
-            -w.rewards,
-            -_online_updates(w.version),
-            w.version,
-        ),
-    )
-    table = Table(title=f"rewards final in the last {window}, per snapshot served", title_justify="left")
-    for column in _WINDOW_COLUMNS:
-        table.add_column(column, justify="left" if column in ("policy", "snapshot") else "right")
-    for w in rows:
-        role = roles.get((w.policy, w.version))
-        table.add_row(
-            Text(w.policy),
-            Text(w.version + (f" ({role})" if role else "")),
-            f"{w.rewards:,}",
-            f"{w.mean_reward:+.3f}",
-            f"{w.reward_stddev:.3f}",
-            f"{w.mean_success:.2f}",
-            f"{w.corrected_share:.1%}",
-            f"{w.missed_share:.1%}",
-            f"{w.tool_error_share:.1%}",
-        )
-    console.print(table)
-
-
-def _online_updates(version: str) -> int:
-    """The N of a version ``ROOT+N`` (0 for a root): a learner saves ``+100``, ``+200``, ... as it
-    goes, and as text ``+1000`` sorts before ``+200``, so a run of equally busy snapshots (the
-    demo's, 100 turns each) would read out of order."""
-    _root, plus, updates = version.rpartition("+")
-    return int(updates) if plus and updates.isdigit() else 0
-
-
-def _episodes(state: LogStatus) -> str:
-    if state.episodes_accuracy == "estimate":
-        return f"~{state.episodes:,} (the planner's estimate; --exact counts them)"
-    if state.episodes_accuracy == "at least":
-        return f"{state.episodes:,}+ (counted up to there; --exact counts them all)"
-    return f"{state.episodes:,}"
-
-
-def _backlog(p: PolicyStatus, now: datetime) -> str:
-    if not p.backlog:
-        return "0"
-    count = f"{p.backlog:,}{'+' if p.backlog_capped else ''}"
-    text = f"{count}; the oldest final {format_age(now - p.backlog_since)}" if p.backlog_since else count
-    return text + (f", {p.held_back:,}{'+' if p.held_back_capped else ''} held back" if p.held_back else "")
-
-
-def _failed(state: LogStatus) -> str:
-    """The failed turns of the window by cause, and the listing that shows them (its ``--since``:
-    the window's start, as the count reads it)."""
-    if state.failed_since is None:
-        return "failed    not counted"
-    window = format_age(state.checked_at - state.failed_since)
-    total = sum(state.failed_turns.values())
-    if not total:
-        return f"failed    no turn in the last {window}"
-    causes = ", ".join(f"{cause} {count:,}" for cause, count in state.failed_turns.items() if count)
-    since = state.failed_since.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (
-        f"failed    {total:,} turn(s) in the last {window}: {causes} (`memabra episodes list --failed --since {since}`)"
-    )
-
-
-def _when(at: datetime | None, now: datetime) -> str:
-    if at is None:
-        return "-"
-    return f"{format_age(now - at)} ago, {at.strftime('%Y-%m-%d %H:%M:%S')}"
