@@ -58,6 +58,9 @@ class CachingEncoder:
         self._width: int | None = None
         # set once the backing held another model's vectors under this encoder's name
         self._backing_stale = False
+        # the encoder name the cached vectors were made under: a model whose files changed while it
+        # loaded renames itself (SentenceTransformerEncoder), and what was cached before is another's
+        self._named: str | None = None
 
     @property
     def name(self) -> str:
@@ -94,9 +97,15 @@ class CachingEncoder:
             backing = None if self._backing_stale else self.backing
         if not missing:
             return 0
-        found = backing.load(self.name, missing) if backing is not None else {}
+        name = self.name
+        found = backing.load(name, missing) if backing is not None else {}
         todo = [t for t in missing if t not in found]
         fresh = self._compute(todo) if todo else {}
+        if found and self.name != name:
+            # the model loaded while this ran was not the one named when the rows were read
+            fresh.update(self._compute(list(found)))
+            todo += list(found)
+            found = {}
         stale = [t for t, v in found.items() if self._width is not None and v.shape[0] != self._width]
         if stale:
             self._distrust(backing, {found[t].shape[0] for t in stale})
@@ -112,9 +121,10 @@ class CachingEncoder:
             fresh.update(self._compute(list(found)))
             todo += list(found)
             found = {}
+        name = self.name
         if fresh and backing is not None:
-            backing.save(self.name, {t: fresh[t] for t in todo if t in fresh})
-        self._keep({**found, **fresh})
+            backing.save(name, {t: fresh[t] for t in todo if t in fresh})
+        self._keep({**found, **fresh}, name)
         return len(todo)
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
@@ -122,19 +132,24 @@ class CachingEncoder:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if missing:
-            self._keep(self._compute(missing))
+            fresh = self._compute(missing)
+            self._keep(fresh, self.name)
         with self._lock:
             width, backing = self._width, (None if self._backing_stale else self.backing)
             wrong = {t: v.shape[0] for t in texts if (v := self._cache.get(t)) is not None and v.shape[0] != width}
         if wrong and width is not None:
             # another model's stored vectors, read before this process knew its encoder's width
             self._distrust(backing, set(wrong.values()))
-            self._keep(self._compute(list(wrong)))
+            self._keep(self._compute(list(wrong)), self.name)
         with self._lock:
+            width = self._width
             rows = []
             for text in texts:
                 vector = self._cache.get(text)
-                if vector is None:  # evicted between the two locks by a concurrent caller
+                # evicted between the locks by a concurrent caller, or cached by a warm that read
+                # another model's stored row before this process knew its width and kept it after
+                # this call's check above (_keep refuses such a row once the width is known)
+                if vector is None or (width is not None and vector.shape[0] != width):
                     vector = np.asarray(self.encoder.encode([text]), dtype=np.float32)[0]
                 else:
                     self._cache.move_to_end(text)
@@ -149,9 +164,16 @@ class CachingEncoder:
             self._width = int(vectors.shape[1])
         return dict(zip(texts, vectors, strict=True))
 
-    def _keep(self, vectors: dict[str, NDArray[np.float32]]) -> None:
+    def _keep(self, vectors: dict[str, NDArray[np.float32]], name: str) -> None:
+        """Cache ``vectors``, made under the encoder name ``name``; rows of a width other than the
+        encoder's are not kept (a concurrent warm may hold another model's, read before the width was known)."""
         with self._lock:
+            if name != self._named:
+                self._cache.clear()
+                self._named = name
             for text, vector in vectors.items():
+                if self._width is not None and vector.shape[0] != self._width:
+                    continue
                 self._cache[text] = vector
                 self._cache.move_to_end(text)
             while len(self._cache) > self.max_entries:

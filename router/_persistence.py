@@ -3,14 +3,21 @@ router a snapshot restores: the bodies of :meth:`Router.snapshot`, :meth:`Router
 :meth:`Router.restore`, which reach into the router's private state as its own methods would.
 
 A snapshot's model is the learner's bytes in a checksummed envelope whose header carries the
-number of decisions made (so draws continue the seed sequence), the version, and the learner's JSON
-state beside the model (:meth:`Router._extra_state`).
+number of decisions made (so draws continue the seed sequence), the version, the learner's JSON
+state beside the model (:meth:`Router._extra_state`), and the name of the encoder whose cosines
+the model learned (``encoder``): the raw cosine feature means something else under another model,
+so a snapshot served under another encoder is warned of (not refused: the learner still works).
+A router that scores lexically only (the learner's) learns from the features logged by the
+serving processes, so it passes on the name of the snapshot it started from; snapshots without
+the field (older ones, or a learner that started from none) load silently.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import logging
+import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memabra._errors import RouterError, SnapshotError
@@ -21,9 +28,53 @@ from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 if TYPE_CHECKING:
     from memabra.router._base import Router
 
-__all__ = ["replica_of", "restore_router", "snapshot_of"]
+__all__ = ["encoder_key", "replica_of", "restore_router", "snapshot_of"]
 
 R = TypeVar("R", bound="Router")
+
+_log = logging.getLogger("memabra")
+# The header field naming the encoder; a router's own attribute keeps the one it was restored from.
+_ENCODER = "encoder"
+_FROM = "_encoder_from"
+# (recorded, serving) pairs already warned of in this process: a learner committing every few
+# rewards would otherwise repeat the warning with each reload
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def encoder_key(similarity: Similarity) -> str | None:
+    """The name ``similarity``'s encoder stores vectors under (as :class:`CachingEncoder` names it),
+    or ``None`` when it scores lexically only or its name cannot be had."""
+    encoder = similarity.encoder
+    if encoder is None:
+        return None
+    try:
+        return str(getattr(encoder, "name", type(encoder).__name__))
+    except Exception:  # noqa: BLE001 - a model folder that cannot be read: snapshots go on without the name
+        _log.debug("the encoder's name could not be read for a snapshot", exc_info=True)
+        return None
+
+
+def _trained_under(router: Router, similarity: Similarity) -> str | None:
+    """The encoder whose cosines ``router`` learned: its own when it scores with one, else the one
+    its snapshot recorded."""
+    own = encoder_key(similarity)
+    return own if own is not None else getattr(router, _FROM, None)
+
+
+def _warn_other_encoder(version: str, recorded: str, serving: str) -> None:
+    with _warned_lock:
+        if (recorded, serving) in _warned:
+            return
+        _warned.add((recorded, serving))
+    _log.warning(
+        "snapshot %s learned with the encoder %r and is served with %r: its weights on the raw cosine "
+        "feature (sem) read another model's scale, so it routes with some of what it learned off until it "
+        "learns on the new encoder's episodes (docs/configuration.md, 'Changing the embedding model')",
+        version,
+        recorded,
+        serving,
+    )
 
 
 def _model_payload(router: Router) -> bytes:
@@ -69,8 +120,14 @@ def _rebuild_hint(cls: type[Router], exc: TypeError) -> str:
 def snapshot_of(router: Router) -> PolicySnapshot:
     with router._lock:
         router._ensure_state()
+        similarity = router._similarity
+    # outside the lock: a model folder's name is a digest of its files, read once per process
+    encoder = _trained_under(router, similarity)
+    with router._lock:
         version = router.policy_version
         header = {"decisions": router._decisions, "version": version, "state": _json_state(router)}
+        if encoder is not None:
+            header[_ENCODER] = encoder
         model = encode_envelope(router.name, header, _model_payload(router))
         parent = router._root_version if router._updates else router._parent
         return PolicySnapshot(
@@ -81,6 +138,9 @@ def snapshot_of(router: Router) -> PolicySnapshot:
 def replica_of(router: R, *, similarity: Similarity | None, version: str | None, parent: str | None) -> R:
     with router._lock:
         router._ensure_state()
+        own = router._similarity
+    encoder = _trained_under(router, own)  # outside the lock, as in snapshot_of
+    with router._lock:
         if version is None:
             version, parent = router.policy_version, router._root_version if router._updates else router._parent
         try:
@@ -88,6 +148,7 @@ def replica_of(router: R, *, similarity: Similarity | None, version: str | None,
         except TypeError as exc:
             raise TypeError(_rebuild_hint(type(router), exc)) from exc
         twin._ensure_state()
+        setattr(twin, _FROM, encoder)
         twin._copy_model_from(router)
         # through JSON, as a snapshot's header carries it: the twin reads what restore would read
         twin._restore_extra_state(_json_state(router))
@@ -118,6 +179,12 @@ def restore_router(cls: type[R], snapshot: PolicySnapshot, similarity: Similarit
     state = header.get("state", {})
     if not isinstance(state, dict):
         raise SnapshotError(f"snapshot {snapshot.version} has a corrupted header (state={state!r})")
+    recorded = header.get(_ENCODER)
+    if isinstance(recorded, str):
+        setattr(router, _FROM, recorded)
+        serving = encoder_key(router._similarity)
+        if serving is not None and serving != recorded:
+            _warn_other_encoder(snapshot.version, recorded, serving)
     router._load_model(payload)
     router._restore_extra_state(state)
     router._decisions = decisions

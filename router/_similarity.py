@@ -47,6 +47,8 @@ __all__ = [
 _log = logging.getLogger("memabra")
 
 EMBEDDINGS_EXTRA_HINT = "install the embeddings extra: pip install 'memabra[embeddings]'"
+# Loads of a model folder whose files change under it before memabra gives up on naming its vectors.
+_LOAD_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,27 +179,49 @@ class SentenceTransformerEncoder:
             if self._model is None:
                 path = self._path()
                 name = self._identify()
-                _log.info("loading sentence-transformers model %s from %s", name, path)
-                try:
-                    model = _load_quietly(path, self.device)
-                except ImportError as exc:
+                for _ in range(_LOAD_TRIES):
+                    model = self._load_named(path, name)
+                    # the name was taken from the files before they loaded: taken again after, it
+                    # says whether the files loaded are the ones named (a folder renamed into place,
+                    # or weights copied in, while this process started)
+                    loaded = name if self.model_path is None else encoder_name(path, _bundled_path())
+                    if loaded == name:
+                        break
+                    _log.warning(
+                        "the model folder %s changed while its model loaded (it was %s, it is %s): "
+                        "loading it again, its vectors stored under the new name",
+                        path,
+                        name,
+                        loaded,
+                    )
+                    with self._name_lock:
+                        self._name = name = loaded
+                else:
                     raise ConfigError(
-                        f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
-                    ) from exc
-                except Exception as exc:  # sentence-transformers and transformers raise OSError, ValueError, ...
-                    first_line = next(iter(str(exc).splitlines()), "")
-                    raise ConfigError(
-                        f"model_path {path!r}: the sentence-transformers model does not load: "
-                        f"{type(exc).__name__}: {first_line}"
-                    ) from exc
-                # sentence-transformers 5 renamed the method (the old name warns)
-                width_of = getattr(model, "get_embedding_dimension", None) or getattr(
-                    model, "get_sentence_embedding_dimension", None
-                )
-                dimension = width_of() if callable(width_of) else None
-                _log.info("sentence-transformers model %s loaded: %s-dimensional vectors", name, dimension)
+                        f"model_path {path!r}: its files kept changing while the model loaded "
+                        f"({_LOAD_TRIES} tries): replace the folder whole, then start the process"
+                    )
                 self._model = model
             return self._model
+
+    def _load_named(self, path: str, name: str) -> object:
+        _log.info("loading sentence-transformers model %s from %s", name, path)
+        try:
+            model = _load_quietly(path, self.device)
+        except ImportError as exc:
+            raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
+        except Exception as exc:  # sentence-transformers and transformers raise OSError, ValueError, ...
+            first_line = next(iter(str(exc).splitlines()), "")
+            raise ConfigError(
+                f"model_path {path!r}: the sentence-transformers model does not load: {type(exc).__name__}: {first_line}"
+            ) from exc
+        # sentence-transformers 5 renamed the method (the old name warns)
+        width_of = getattr(model, "get_embedding_dimension", None) or getattr(
+            model, "get_sentence_embedding_dimension", None
+        )
+        dimension = width_of() if callable(width_of) else None
+        _log.info("sentence-transformers model %s loaded: %s-dimensional vectors", name, dimension)
+        return model
 
     @property
     def name(self) -> str:
