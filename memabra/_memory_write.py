@@ -26,6 +26,7 @@ from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, Me
 from memabra._records import CandidateKind, RegistryItem
 from memabra._restatement import is_restatement
 from memabra._text import approx_tokens
+from memabra.storage._memory_rows import MAX_REASON_CHARS
 from memabra.storage._rows import clean_text
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ __all__ = [
     "ContradictsCurrentError",
     "CountsWrites",
     "EditedMemory",
+    "audit_reason",
     "clean",
     "edit_memory",
     "left_standing",
@@ -197,52 +199,99 @@ def edit_memory(
     (:class:`~memabra.InvalidRecordError`, nothing written) while another current memory states
     another value of the new text's subject, or restates it; ``replace`` retires those (or cuts
     the replaced fact out of a memory joining several) in the same write, ``keep_both`` keeps
-    them (the two are about different things)."""
+    them (the two are about different things). ``reason`` goes into the history as given (see
+    :func:`audit_reason`). Works on any backend: it uses only what :class:`MemoryBackend` defines.
+
+    Decided on one read of the user's memories, as ``remember`` is: where another write (the
+    agent storing what the user just said) lands between that read and this write, a backend
+    with transactions refuses the write and the edit is decided again on a new read, so the fact
+    that write stored is checked too and never left current beside the edit."""
     if replace and keep_both:
         raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
     require_user(user_id)
     fact = clean(text)
+    reason = audit_reason(reason)
+    now = at or backend.clock()
     with backend._writing(user_id):
-        record = backend.get(user_id, memory_id)
-        if record.status is MemoryStatus.RETIRED:
-            by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
-            raise InvalidRecordError(
-                f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
-            )
-        if fact == record.text:
-            return EditedMemory(record)  # the same text again (a re-sent form): nothing to record
-        current = [(r.id, r.text) for r in backend.list(user_id, include_retired=False) if r.id != memory_id]
-        clashing = [] if keep_both else _clashing(backend, fact, current)
-        if clashing and not replace:
-            listing = ", ".join(f"{mid} ({old!r})" for mid, old in clashing)
-            raise ContradictsCurrentError(
-                f"the new text {fact!r} contradicts the current {listing}; saving it would leave both current: "
-                "edit with replace (--replace) to retire that in the same step, or with keep_both (--keep-both) "
-                "if the two are about different things",
-                clashing,
-            )
-        now = at or backend.clock()
-        whole: builtins.list[MemoryChange] = []
-        cut: builtins.list[MemoryChange] = []
-        for mid, old in clashing:
-            rest = None if is_restatement(fact, old) else left_standing(backend, fact, old)
-            if rest is None:
-                why = f"superseded by {memory_id} (edited)"
-                whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, None, why))
-            elif rest:
-                why = f"part superseded by {memory_id} (edited)"
-                cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, None, why))
-        base = backend._item(user_id, memory_id, include_retired=False)
-        item = dataclasses.replace(base, text=fact, tokens=approx_tokens(fact), name=fact[:60], updated_at=now)
-        change = MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, record.text, fact, None, reason)
-        # the edit, the retirements and the cuts: one write, all or nothing
-        backend._store(item, change, whole, cut)
-    if whole or cut:
-        replaced = ", ".join(c.memory_id for c in [*whole, *cut])
+        for attempt in range(1, _WRITE_TRIES + 1):
+            try:
+                done = _edit_once(backend, user_id, memory_id, fact, replace, keep_both, reason, now)
+                break
+            except MemoriesChangedError:
+                if attempt == _WRITE_TRIES:
+                    raise
+                logger.debug("user %s's memories changed under an edit: deciding it again", user_id)
+                time.sleep(random.uniform(0, _RETRY_WAIT_S * attempt))
+    if done.retired or done.trimmed:
+        replaced = ", ".join([*done.retired, *done.trimmed])
         logger.info("edited memory %s of user %s replaces %s", memory_id, user_id, replaced)
+    return done
+
+
+def _edit_once(
+    backend: MemoryBackend,
+    user_id: str,
+    memory_id: str,
+    fact: str,
+    replace: bool,
+    keep_both: bool,
+    reason: str,
+    now: datetime,
+) -> EditedMemory:
+    read = backend._read_active(user_id)  # first: a write from here on refuses this one
+    record = backend.get(user_id, memory_id)
+    if record.status is MemoryStatus.RETIRED:
+        by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
+        raise InvalidRecordError(
+            f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
+        )
+    if fact == record.text:
+        return EditedMemory(record)  # the same text again (a re-sent form): nothing to record
+    clashing = [] if keep_both else _clashing(backend, fact, [p for p in read.pairs if p[0] != memory_id])
+    if clashing and not replace:
+        listing = ", ".join(f"{mid} ({old!r})" for mid, old in clashing)
+        raise ContradictsCurrentError(
+            f"the new text {fact!r} contradicts the current {listing}; saving it would leave both current: "
+            "edit with replace (--replace) to retire that in the same step, or with keep_both (--keep-both) "
+            "if the two are about different things",
+            clashing,
+        )
+    whole: builtins.list[MemoryChange] = []
+    cut: builtins.list[MemoryChange] = []
+    for mid, old in clashing:
+        rest = None if is_restatement(fact, old) else left_standing(backend, fact, old)
+        if rest is None:
+            why = f"superseded by {memory_id} (edited)"
+            whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, None, why))
+        elif rest:
+            why = f"part superseded by {memory_id} (edited)"
+            cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, None, why))
+    base = backend._item(user_id, memory_id, include_retired=False)
+    item = dataclasses.replace(base, text=fact, tokens=approx_tokens(fact), name=fact[:60], updated_at=now)
+    change = MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, record.text, fact, None, reason)
+    # the edit, the retirements and the cuts: one write, all or nothing, refused if `read` went stale
+    backend._store_decided(read, item, change, whole, cut)
     return EditedMemory(
         backend.get(user_id, memory_id), tuple(c.memory_id for c in whole), tuple(c.memory_id for c in cut)
     )
+
+
+def audit_reason(reason: str) -> str:
+    """A reason a person gives a change (who and why), as the memory's history keeps it: on one
+    line (a pasted ticket's line breaks and tabs read as spaces). Refused, naming the problem and
+    before anything is written, when it holds another control character (an escape sequence would
+    reach the terminal of whoever reads the history) or is longer than a history entry holds: the
+    history used to cut it silently, and with its end went the "(by NAME)" that says who."""
+    text = " ".join(reason.split())
+    if any(unicodedata.category(ch) == "Cc" for ch in text):
+        raise InvalidRecordError("the reason holds a control character; write it as plain text; nothing was changed")
+    if len(text) > MAX_REASON_CHARS:
+        raise InvalidRecordError(
+            f"the reason (with who made the change) is {len(text)} characters; a memory's history keeps at most "
+            f"{MAX_REASON_CHARS}: shorten it by {len(text) - MAX_REASON_CHARS} (a ticket number says the rest); "
+            "nothing was changed"
+        )
+    return text
 
 
 def _clashing(backend: MemoryBackend, fact: str, current: Sequence[tuple[str, str]]) -> builtins.list[tuple[str, str]]:

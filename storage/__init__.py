@@ -66,6 +66,7 @@ from memabra.storage._suspended_turns import (
     SuspendedTurn,
     TurnWentOnError,
 )
+from memabra.storage._timeouts import DatabaseTimeoutError
 from memabra.storage._tx import Transactions
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "DEFAULT_SAMPLE",
     "DEFAULT_URL",
     "DatabaseNotWritableError",
+    "DatabaseTimeoutError",
     "DatabaseUnavailableError",
     "FAILED_TURN_SOURCE",
     "FAILURE_CAUSES",

@@ -179,9 +179,12 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
 
 
 def _watch_refusals(engine: Engine) -> None:
-    from memabra.storage._refusals import watch_refusals  # it builds on this module's error
+    # both build on this module's errors and helpers
+    from memabra.storage._refusals import watch_refusals
+    from memabra.storage._timeouts import watch_timeouts
 
     watch_refusals(engine)
+    watch_timeouts(engine)
 
 
 def pg_connection_defaults(query: Any) -> dict[str, int]:

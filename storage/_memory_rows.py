@@ -17,7 +17,11 @@ from memabra.storage._memory_models import MemoryHistoryRow
 from memabra.storage._models import Base, RegistryRow, table_of
 from memabra.storage._rows import prepare
 
-__all__ = ["history_row", "history_values", "memory_change", "memory_record", "registry_values"]
+__all__ = ["MAX_REASON_CHARS", "history_row", "history_values", "memory_change", "memory_record", "registry_values"]
+
+# memory_history.reason's width: a change's reason (who and why) past it is cut to fit; the CLI and
+# the admin refuse a longer one a person typed (memabra._memory_write.audit_reason)
+MAX_REASON_CHARS = 200
 
 _SEQ_LOCK = threading.Lock()
 _last_seq = 0
@@ -44,7 +48,7 @@ def history_values(c: MemoryChange) -> dict[str, object]:
             "old_text": c.old_text,
             "new_text": c.new_text,
             "episode_id": c.episode_id,
-            "reason": c.reason[:200],
+            "reason": c.reason[:MAX_REASON_CHARS],
             "at": c.at,
         },
     )

@@ -25,9 +25,9 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, ExceptionContext
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from memabra.storage._engine import DatabaseUnavailableError, shown_url
+from memabra.storage._engine import DatabaseUnavailableError, mask_password, shown_url
 
 __all__ = ["DatabaseNotWritableError", "not_writable", "watch_refusals"]
 
@@ -95,7 +95,7 @@ def not_writable(engine: Engine, exc: BaseException, what: str = "a write") -> D
 
 def _refused(url: URL, orig: BaseException, what: str) -> DatabaseNotWritableError:
     lines = str(orig).strip().splitlines()
-    reason = lines[0] if lines else type(orig).__name__
+    reason = mask_password(lines[0]) if lines else type(orig).__name__
     return DatabaseNotWritableError(f"the database {shown_url(url)} refused {what}: {reason}; {_advice(orig)}", orig)
 
 
@@ -133,7 +133,7 @@ def watch_refusals(engine: Engine) -> None:
     if engine in _FENCES:
         return
     fence = _FENCES[engine] = _Fence()
-    if not isinstance(engine.pool, StaticPool):  # one shared in-memory connection: replacing it empties the database
+    if not _in_memory(engine):
         event.listen(engine, "connect", fence.on_connect)
         event.listen(engine, "checkout", fence.on_checkout)
     url = engine.url
@@ -141,7 +141,22 @@ def watch_refusals(engine: Engine) -> None:
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> BaseException | None:
         orig = context.original_exception
-        if context.is_pre_ping or _advice(orig) is None:
+        # a lost connection stays the lost connection it is (make_engine names it): lost during a
+        # COMMIT, the write may have landed, and only that error keeps the retry from doubling it
+        if context.is_pre_ping or context.is_disconnect or _advice(orig) is None:
             return None
         _renew(fence, orig)
         return _refused(url, orig, "a write")
+
+
+def _in_memory(engine: Engine) -> bool:
+    """Whether ``engine``'s SQLite database lives only in its connections: closing them (to replace
+    them) deletes it, the schema and every row. The pools SQLAlchemy gives such a URL hold one
+    connection (StaticPool, SingletonThreadPool); a shared-cache URI (``file:x?mode=memory``) on any
+    pool lives until its last connection closes, which replacing it one at a time can be."""
+    if isinstance(engine.pool, (StaticPool, SingletonThreadPool)):
+        return True
+    if engine.dialect.name != "sqlite":
+        return False
+    database = engine.url.database or ""
+    return database in ("", ":memory:") or engine.url.query.get("mode") == "memory" or "mode=memory" in database

@@ -19,7 +19,10 @@ does when no new connection can be opened.
 
 A write the database refuses whatever is retried (a full disk, a read-only SQLite file, a PostgreSQL
 hot standby) is tried once more on a new connection, then raised as
-:class:`~memabra.storage.DatabaseNotWritableError` saying what to do (see ``_refusals``).
+:class:`~memabra.storage.DatabaseNotWritableError` saying what to do (see ``_refusals``). A statement
+PostgreSQL cancels (``statement_timeout``, ``lock_timeout``) is not retried: it is raised as
+:class:`~memabra.storage.DatabaseTimeoutError`, which says whether the write may have committed
+(see ``_timeouts``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from sqlalchemy.orm import Session
 from memabra._errors import StorageContentionError
 from memabra.storage._engine import unreachable
 from memabra.storage._refusals import not_writable, watch_refusals
+from memabra.storage._timeouts import timed_out, watch_timeouts
 
 __all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
 
@@ -71,6 +75,7 @@ class Transactions:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         watch_refusals(engine)  # an engine not made by make_engine too
+        watch_timeouts(engine)
         self._writer = engine.execution_options(**{WRITE_OPTION: True})
 
     @property
@@ -113,20 +118,27 @@ class Transactions:
             try:
                 return attempt(committing)
             except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
+                lost = bool(getattr(exc, "connection_invalidated", False))
+                if lost and committing:
+                    # first, whatever the driver said as the connection went: the COMMIT may have
+                    # landed, and no retry may make the write twice
+                    raise unreachable(
+                        self.engine, exc, f"finish the {what} on", "; it may or may not have committed"
+                    ) from exc
+                cancelled = timed_out(self.engine.url, exc, what, committing=bool(committing))
+                if cancelled is not None:
+                    raise cancelled from exc  # a retry waits the operator's bound again
                 refused = not_writable(self.engine, exc, what)
                 if refused is not None:
                     if n > 0:
                         raise refused from exc  # a full disk or a standby: more retries would meet it again
                     # once more, on a connection opened now: one opened before the cause went away
-                    # (on the standby, on the file while it was read-only) refuses what a new one takes
+                    # (on the standby, on the file while it was read-only) refuses what a new one takes;
+                    # the database answered, so the transaction was rolled back, COMMIT or not
                     last = refused
                     continue
-                if getattr(exc, "connection_invalidated", False):
-                    if committing:
-                        raise unreachable(
-                            self.engine, exc, f"finish the {what} on", "; it may or may not have committed"
-                        ) from exc
-                    # the server rolled the transaction back with the connection: run it again
+                if lost:
+                    pass  # the server rolled the transaction back with the connection: run it again
                 elif not is_transient(exc):
                     raise
                 last = exc

@@ -16,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from memabra._admin._forms import (
-    FormError,
     MemoryQuery,
     clean_field,
     error_field,
@@ -27,16 +26,15 @@ from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _HttpError
 from memabra._errors import InvalidRecordError
 from memabra._memory_records import MemoryStatus
 from memabra._memory_restore import restore_memory
-from memabra._memory_write import ContradictsCurrentError, edit_memory
+from memabra._memory_write import ContradictsCurrentError, audit_reason, edit_memory
 from memabra.storage import EpisodeFilter
+from memabra.storage._memory_rows import MAX_REASON_CHARS
 
 __all__ = ["MemoryPages"]
 
 _RECENT_USES = 20
 # Users the list shows (those with the most memories); a search finds the others.
 USERS_SHOWN = 200
-# The longest "why" a reviewer may give a change: a ticket reference and a sentence, not a report.
-MAX_REASON = 500
 
 
 class MemoryPages(_AdminBase):
@@ -94,7 +92,9 @@ class MemoryPages(_AdminBase):
                 raise _HttpError(400, "Bad request", "user and id are required: /memories/item?user=…&id=…")
             context = await run_in_threadpool(self._memory_context, user, memory_id)
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
-            return self._render("memory.html", auth=auth, notice=notice, section="memories", **context)
+            return self._render(
+                "memory.html", auth=auth, notice=notice, section="memories", reason_room=_room(auth), **context
+            )
 
         return await self._page(request, build)
 
@@ -131,7 +131,7 @@ class MemoryPages(_AdminBase):
             except ContradictsCurrentError as exc:
                 return await self._contradiction(auth, user, memory_id, text, form, exc)
             if outcome is not None:
-                return await self._edit_conflict(auth, user, memory_id, text, outcome)
+                return await self._edit_conflict(auth, user, memory_id, text, outcome, form.get("reason", ""))
             return _to_memory(user, memory_id, "memory-updated")
 
         return await self._write(request, apply)
@@ -173,19 +173,32 @@ class MemoryPages(_AdminBase):
             draft_reason=form.get("reason", ""),
             clashing=exc.clashing,
             section="memories",
+            reason_room=_room(auth),
             **context,
         )
 
-    async def _edit_conflict(self, auth: _Auth, user: str, memory_id: str, draft: str, current: str) -> Response:
+    async def _edit_conflict(
+        self, auth: _Auth, user: str, memory_id: str, draft: str, current: str, draft_reason: str
+    ) -> Response:
         """409: another edit landed after this form was opened. Saving would silently overwrite
-        it, so nothing is saved; the page comes back with the current text and the draft to merge."""
+        it, so nothing is saved; the page comes back with the current text, and the draft and its
+        reason to merge and save again."""
         context = await run_in_threadpool(self._memory_context, user, memory_id)
         message = (
             f"This memory was changed after you opened it: it now reads “{current}”. Your text was not saved; "
             "it is in the box below: save it again to replace the current text."
         )
         return self._render(
-            "memory.html", 409, auth=auth, notice="", error=message, draft=draft, section="memories", **context
+            "memory.html",
+            409,
+            auth=auth,
+            notice="",
+            error=message,
+            draft=draft,
+            draft_reason=draft_reason,
+            section="memories",
+            reason_room=_room(auth),
+            **context,
         )
 
     async def retire_memory(self, request: Request) -> Response:
@@ -222,9 +235,14 @@ def _audited(action: str, principal: str, form: dict[str, str]) -> str:
     reviewer gave it, why. A team lead reviewing a support fix reads both from the history; before,
     only who was kept, and the "why" (the ticket, "user says they never said this") was lost."""
     why = " ".join(clean_field(form.get("reason", "")).split())
-    if len(why) > MAX_REASON:
-        raise FormError(f"reason is longer than {MAX_REASON} characters")
-    return f"{action} in the admin ({principal})" + (f": {why}" if why else "")
+    # refused whole (400, nothing written) where the history would cut it
+    return audit_reason(f"{action} in the admin ({principal})" + (f": {why}" if why else ""))
+
+
+def _room(auth: _Auth) -> int:
+    """How long a "why" the page's boxes take: what the history keeps after who made the change
+    (the longest action's prefix, so that one limit fits the edit, retire and restore forms)."""
+    return max(0, MAX_REASON_CHARS - len(f"restored in the admin ({auth.principal}): "))
 
 
 def _choice(form: dict[str, str]) -> tuple[bool, bool]:

@@ -41,8 +41,11 @@ ByOption = Annotated[
 
 def _audited(reason: str, by: str | None) -> str:
     """The history's reason with who made the change: the CLI has no sign-in to name them, and a
-    reviewer reading "retired by hand" could not tell which of the team did it."""
-    return f"{reason} (by {by.strip()})" if by and by.strip() else reason
+    reviewer reading "retired by hand" could not tell which of the team did it. One that does not
+    fit the history is refused before anything is written, rather than cut (and its "by" with it)."""
+    from memabra._memory_write import audit_reason  # the write path: imported by the command that writes
+
+    return run_guarded(audit_reason, f"{reason} (by {by.strip()})" if by and by.strip() else reason)
 
 
 @contextmanager

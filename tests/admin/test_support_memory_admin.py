@@ -63,8 +63,8 @@ def test_retire_and_restore_keep_why_beside_who(make_client: ClientFactory, log:
     assert "ticket 4182: user never said this" in page.split('id="memory-history"', 1)[1]
 
     fields = _form(client, "ann", veg, "memory-restore-form")
-    too_long = client.post("/memories/restore", data={**fields, "reason": "x" * 501})
-    assert too_long.status_code == 400 and "reason is longer than 500" in html.unescape(too_long.text)
+    too_long = client.post("/memories/restore", data={**fields, "reason": "x" * 201})
+    assert too_long.status_code == 400 and "keeps at most 200" in html.unescape(too_long.text)
     assert memory.get("ann", veg).status is MemoryStatus.RETIRED  # refused before anything was written
     assert client.post("/memories/restore", data=fields).status_code == 303  # the why may be left out
     assert memory.history("ann", veg)[-1].reason == "restored in the admin (operator token sign-in)"
