@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.runtime import Runtime
 
-from memabra._agent_tools import acurrent_turn, arecord
+from memabra._agent_tools import acurrent_turn, arecord, require_sync
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import run_allowed_tools, token_usage
 from memabra._graph_steps import (
@@ -214,6 +214,9 @@ class MemabraMiddleware(AgentMiddleware[MemabraMiddlewareState, Any]):
         refused = self._refusal(request, current_turn(*self._tool_turn_of(request), pending_allowed=bool))
         if refused is not None:
             return refused
+        # before the call, nothing logged: an async-only tool (MCP) run by invoke would fail as the
+        # tool's error, and the router learn to avoid a tool that works; the turn stays for ainvoke
+        require_sync(request.tool)
         started = time.perf_counter()
         try:
             result = handler(request)

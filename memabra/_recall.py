@@ -9,6 +9,7 @@ posting-list sums and one matrix-vector product. ``memabra memories search`` ran
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -24,6 +25,8 @@ from memabra._text import content_words
 from memabra.router import CachingEncoder
 
 __all__ = ["RECALL_ALL", "RECALL_LIMIT", "RecallIndex", "rank"]
+
+logger = logging.getLogger("memabra")
 
 # The router scores every candidate it is offered each slot; 64 memories keep a decision near a
 # millisecond (benchmarks/router_latency.py), so smaller pools are not cut at all.
@@ -49,19 +52,37 @@ class _Index:
     postings: dict[str, tuple[NDArray[np.int64], NDArray[np.float64]]]
     vectors: NDArray[np.float32] | None
 
-    def scores(self, query: str, encoder: CachingEncoder | None) -> NDArray[np.float64]:
+    def scores(self, query: str, q: NDArray[np.float32] | None) -> NDArray[np.float64]:
+        """The hybrid prior of every item for ``query``, embedded as ``q`` (``None``: lexical only)."""
         lexical = np.zeros(len(self.items), dtype=np.float64)
         for term in content_words(query):
             hit = self.postings.get(term)
             if hit is not None:
                 lexical[hit[0]] += hit[1]
         total = _z(lexical)
-        if self.vectors is not None and encoder is not None:
-            q = np.asarray(encoder.encode([query]), dtype=np.float32)[0]
+        if self.vectors is not None and q is not None:
+            if not self.fits(q):  # an encoder whose width changes from call to call: the words still rank
+                logger.warning(
+                    "recall: the query's vector has %d dimensions, the memories' %d; ranked by words only",
+                    q.shape[0],
+                    self.vectors.shape[1],
+                )
+                return total
             # einsum, not BLAS: a threaded matrix-vector product on a busy host waits for its threads
             # (measured in docs/memory.md, "Measurements")
             total = total + _z(np.einsum("ij,j->i", self.vectors, q).astype(np.float64))
         return total
+
+    def fits(self, q: NDArray[np.float32] | None) -> bool:
+        """Whether the query's vector has the width of the items' (vacuously, where either is missing)."""
+        return self.vectors is None or q is None or self.vectors.shape[1] == q.shape[0]
+
+
+def _embedded(query: str, encoder: CachingEncoder | None) -> NDArray[np.float32] | None:
+    """The query's vector: embedded before any index is built, so that an encoder whose width
+    changed under its name (another model's rows stored under it) knows its width when the items
+    are read, and embeds those rows again rather than stacking them."""
+    return None if encoder is None else np.asarray(encoder.encode([query]), dtype=np.float32)[0]
 
 
 def _z(x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -69,7 +90,9 @@ def _z(x: NDArray[np.float64]) -> NDArray[np.float64]:
     return (x - float(x.mean())) / sd if sd > 1e-12 else np.zeros_like(x)
 
 
-def _build(version: Hashable, items: Sequence[RegistryItem], encoder: CachingEncoder | None) -> _Index:
+def _build(
+    version: Hashable, items: Sequence[RegistryItem], encoder: CachingEncoder | None, width: int | None = None
+) -> _Index:
     postings: dict[str, tuple[list[int], list[float]]] = {}
     lengths = np.zeros(len(items), dtype=np.float64)
     for i, item in enumerate(items):
@@ -85,7 +108,12 @@ def _build(version: Hashable, items: Sequence[RegistryItem], encoder: CachingEnc
         texts = [i.text for i in items]
         encoder.warm(texts)
         cached = encoder.cached(texts)
-        if len(cached) == len(set(texts)):
+        wrong = [t for t, v in cached.items() if width is not None and v.shape[0] != width]
+        if wrong:
+            # kept from before the encoder's width changed (or read from another model's stored
+            # rows): encode() embeds them again at the query's width
+            cached.update(zip(wrong, np.asarray(encoder.encode(wrong), dtype=np.float32), strict=True))
+        if len(cached) == len(set(texts)) and len({cached[t].shape[0] for t in texts}) == 1:
             vectors = np.stack([cached[t] for t in texts]).astype(np.float32)
     n = len(items)
     frozen: dict[str, tuple[NDArray[np.int64], NDArray[np.float64]]] = {}
@@ -100,8 +128,9 @@ def rank(items: Sequence[RegistryItem], query: str, encoder: CachingEncoder | No
     """``items`` best first for ``query`` by the hybrid prior, with their scores."""
     if not items:
         return []
-    index = _build(None, items, encoder)
-    scores = index.scores(query, encoder)
+    q = _embedded(query, encoder)
+    index = _build(None, items, encoder, None if q is None else q.shape[0])
+    scores = index.scores(query, q)
     order = np.argsort(-scores, kind="stable")
     return [(items[i], float(scores[i])) for i in order]
 
@@ -134,18 +163,33 @@ class RecallIndex:
                 self._indexes.move_to_end(key)
             else:
                 index = None
+        q = None
         if index is None:
             items = load()
             if len(items) <= small:
                 return list(items)
-            index = _build(version, items, self.encoder)
-            with self._lock:
-                self._indexes[key] = index
-                while len(self._indexes) > _MAX_INDEXES:
-                    self._indexes.popitem(last=False)
+            q = _embedded(query, self.encoder)
+            index = self._built(key, version, items, q)
         if len(index.items) <= limit:
             return list(index.items)
-        return [index.items[i] for i in _top(index.scores(query, self.encoder), limit)]
+        if q is None:
+            q = _embedded(query, self.encoder)
+        if not index.fits(q):
+            # built before the encoder's width changed under its name (a model swapped, another
+            # model's rows stored under it): the dot product would fail until the index aged out
+            index = self._built(key, index.version, index.items, q)
+        return [index.items[i] for i in _top(index.scores(query, q), limit)]
+
+    def _built(
+        self, key: Hashable, version: Hashable, items: Sequence[RegistryItem], q: NDArray[np.float32] | None
+    ) -> _Index:
+        index = _build(version, items, self.encoder, None if q is None else q.shape[0])
+        with self._lock:
+            self._indexes[key] = index
+            self._indexes.move_to_end(key)
+            while len(self._indexes) > _MAX_INDEXES:
+                self._indexes.popitem(last=False)
+        return index
 
 
 def _top(scores: NDArray[np.float64], limit: int) -> NDArray[np.intp]:

@@ -16,7 +16,7 @@ explicit (a person)    ``success``                       number in [-0.5, 1]: S 
                        ``correction``                    bool or text: the user corrected it
                        ``correction_severity``           number in (0, 1]
                        ``tool_wrong``                    bool or tool name
-                       ``retract_memory``                memory id to retract
+                       ``retract_memory``                memory id: retired, and a correction
                        ``gold_answer``                   text: the right answer, when known
                        ``comment``                       free text
 implicit (observed)    ``repeat``                        bool: the same question came again
@@ -159,7 +159,11 @@ _PARSERS: Mapping[str, tuple[str, Any, str]] = {
     "correction": ("explicit", _bool_or_text, "bool or text: the user corrected the agent"),
     "correction_severity": ("explicit", _severity, "number in (0, 1]"),
     "tool_wrong": ("explicit", _bool_or_text, "bool or tool name: the user said a tool was the wrong one"),
-    "retract_memory": ("explicit", _text, "memory id: the user asked to retract a wrong memory"),
+    "retract_memory": (
+        "explicit",
+        _text,
+        "memory id of the episode's user: a wrong memory, retired (no longer recalled)",
+    ),
     "gold_answer": ("explicit", _text, "text: the right answer, when known (MemPO grades the decision against it)"),
     "comment": ("explicit", _text, "free text"),
     "repeat": ("implicit", _bool, "bool: the same question came again"),

@@ -85,12 +85,19 @@ class SQLMemory(MemoryBackend):
         return self._registry.history(user_id, memory_id)
 
     def retire(
-        self, user_id: str, memory_id: str, *, reason: str = "retired by hand", at: datetime | None = None
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        reason: str = "retired by hand",
+        at: datetime | None = None,
+        episode_id: str | None = None,
     ) -> MemoryRecord:
         """Stop recalling a memory without forgetting it: it keeps its text, counters and history
         and can be restored. Raises :class:`~memabra.InvalidRecordError` if it is already retired."""
         text = self.get(user_id, memory_id).text
-        change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, at or self.clock(), text, text, None, reason)
+        now = at or self.clock()
+        change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, now, text, text, episode_id, reason)
         self._registry.set_retired(change, retired=True)
         return self.get(user_id, memory_id)
 

@@ -41,7 +41,7 @@ from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import MemoryBackend, Supersession
-from memabra._memory_records import MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
@@ -237,6 +237,32 @@ class StoreMemory(MemoryBackend):
         version = (len(items), max(str(i.updated_at) for i in items))
         self._index.encoder = self.encoder
         return self._index.top(user_id, version, lambda: items, query, limit)
+
+    def retire(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        reason: str = "retired by hand",
+        at: datetime | None = None,
+        episode_id: str | None = None,
+    ) -> MemoryRecord:
+        """Stop recalling a memory without forgetting it (see :meth:`MemoryBackend.retire`): the item
+        keeps its text, with ``status`` retired, and its change in the same put."""
+        with self._locked(user_id):
+            ns = self.namespace_for(user_id)
+            current = self.store.get(ns, memory_id) if isinstance(memory_id, str) and memory_id else None
+            if current is None:
+                raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
+            if current.value.get("status") == MemoryStatus.RETIRED.value:
+                raise InvalidRecordError(f"memory {memory_id!r} is already retired; nothing changed")
+            text = self._to_item(user_id, current).text
+            now = at or self.clock()
+            change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, now, text, text, episode_id, reason)
+            # retired by hand, not by a newer fact: a superseded_by left from an earlier retirement goes
+            value = {k: v for k, v in current.value.items() if k != "superseded_by"}
+            self._put(ns, {**value, "status": MemoryStatus.RETIRED.value}, new_record(change), current)
+        return self.get(user_id, memory_id)
 
     def _searched(self, user_id: str, query: str, limit: int) -> list[RegistryItem]:
         """The store's vector search, read on past retired memories and nested namespaces (which
