@@ -11,7 +11,12 @@ defaults. The TOML file is ``$MEMABRA_CONFIG`` or ``memabra.toml`` in the workin
     ws = 1.0
     wc = 0.5
 
-Environment: ``MEMABRA_REWARD_WEIGHTS="ws=1.0,wc=0.5"`` and ``MEMABRA_FEEDBACK_WINDOW_SECONDS``.
+    [embeddings]
+    model = "/models/bge-small"
+
+Environment: ``MEMABRA_REWARD_WEIGHTS="ws=1.0,wc=0.5"``, ``MEMABRA_FEEDBACK_WINDOW_SECONDS`` and
+``MEMABRA_EMBEDDING_MODEL`` (:func:`load_embedding_model`: the encoder every default router, recall,
+``memabra bench`` and ``memabra memories search`` score with).
 
 Anything mistyped is refused with a one-line :class:`ConfigError` naming where it came from: an
 unknown table or key in the file, a file ``$MEMABRA_CONFIG`` names that is not there, a variable
@@ -26,6 +31,7 @@ import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,12 +41,25 @@ from memabra._errors import ConfigError, InvalidRecordError
 from memabra._records import RewardWeights
 from memabra._reward import RewardConfig
 
-__all__ = ["CONFIG_ENV", "WEIGHTS_ENV", "WINDOW_ENV", "load_reward_config", "parse_weights"]
+__all__ = [
+    "CONFIG_ENV",
+    "EMBEDDING_MODEL_ENV",
+    "WEIGHTS_ENV",
+    "WINDOW_ENV",
+    "EmbeddingModelSetting",
+    "load_embedding_model",
+    "load_reward_config",
+    "parse_weights",
+]
 
 CONFIG_ENV = "MEMABRA_CONFIG"
 WEIGHTS_ENV = "MEMABRA_REWARD_WEIGHTS"
 WINDOW_ENV = "MEMABRA_FEEDBACK_WINDOW_SECONDS"
+EMBEDDING_MODEL_ENV = "MEMABRA_EMBEDDING_MODEL"
 DEFAULT_CONFIG_FILE = "memabra.toml"
+
+_TABLES = ("reward", "embeddings")
+_EMBEDDINGS_KEYS = ("model",)
 
 _WEIGHT_NAMES = ("ws", "wr", "we", "wc", "wl", "wx", "wu")
 # The file's own key for the window (the record's field is a timedelta, not seconds).
@@ -124,9 +143,8 @@ def _config_file(path: str | Path | None, env: Mapping[str, str]) -> Path | None
     return default if default.is_file() else None
 
 
-def _read_file(file: Path) -> dict[str, Any]:
-    """The ``[reward]`` settings of ``file`` (weights under ``"weights"``), every problem a
-    :class:`ConfigError` naming the file; unknown tables and keys are refused, not skipped."""
+def _read_doc(file: Path) -> dict[str, Any]:
+    """``file`` parsed, every problem a :class:`ConfigError` naming it; unknown tables are refused, not skipped."""
     try:
         doc = tomllib.loads(file.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -135,10 +153,20 @@ def _read_file(file: Path) -> dict[str, Any]:
         raise ConfigError(f"{file} is not UTF-8 text (a TOML file must be)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from None
-    for key in sorted(set(doc) - {"reward"}):
+    for key in sorted(set(doc) - set(_TABLES)):
         raise ConfigError(
-            f"{file}: unknown table or key {key!r} (memabra reads [reward] only){_closest(key, ['reward'])}"
+            f"{file}: unknown table or key {key!r} (memabra reads [reward] and [embeddings] only)"
+            + _closest(key, _TABLES)
         )
+    return doc
+
+
+def _read_file(file: Path) -> dict[str, Any]:
+    """The ``[reward]`` settings of ``file`` (weights under ``"weights"``); unknown keys are refused.
+    The ``[embeddings]`` table is checked too: a typo in it must stop an agent at start as one in
+    ``[reward]`` does, although only :func:`load_embedding_model` reads it."""
+    doc = _read_doc(file)
+    _embeddings_model(file, doc)
     section = doc.get("reward", {})
     if not isinstance(section, dict):
         raise ConfigError(f"{file}: [reward] must be a table")
@@ -149,6 +177,25 @@ def _read_file(file: Path) -> dict[str, Any]:
     for key in sorted(set(section) - known):
         raise ConfigError(f"{file}: unknown key {key!r} in [reward]{_closest(key, known)}")
     return section
+
+
+def _embeddings_model(file: Path, doc: Mapping[str, Any]) -> str | None:
+    """``[embeddings] model`` of ``file`` (``None`` where not given), checked."""
+    section = doc.get("embeddings")
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ConfigError(f"{file}: [embeddings] must be a table")
+    for key in sorted(set(section) - set(_EMBEDDINGS_KEYS)):
+        raise ConfigError(f"{file}: unknown key {key!r} in [embeddings]{_closest(key, _EMBEDDINGS_KEYS)}")
+    model = section.get("model")
+    if model is None:
+        return None
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(
+            f"{file}: [embeddings] model must be a model folder's path or a Hugging Face model id, got {model!r}"
+        )
+    return model.strip()
 
 
 _SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(RewardConfig)) - {"weights", "feedback_window"}
@@ -210,3 +257,40 @@ def load_reward_config(
         return RewardConfig(weights=final_weights, **settings)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid reward setting: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingModelSetting:
+    """The embedding model a deployment names, and where it was named (for its errors)."""
+
+    model: str
+    """A local folder holding a sentence-transformers model, or a Hugging Face model id."""
+    source: str
+    """``$MEMABRA_EMBEDDING_MODEL``, or the config file and its key."""
+
+
+def load_embedding_model(
+    path: str | Path | None = None, *, environ: Mapping[str, str] | None = None
+) -> EmbeddingModelSetting | None:
+    """The embedding model named by ``$MEMABRA_EMBEDDING_MODEL``, else by ``[embeddings] model`` of the
+    config file (found as :func:`load_reward_config` finds it), else ``None``: the bundled MiniLM.
+
+    The file is read even when the variable is set, so that a typo in it is refused whichever wins.
+    The model itself is checked where it is resolved (:func:`memabra.router.default_encoder`).
+    """
+    env = os.environ if environ is None else environ
+    warn_unknown_variables(env)
+    file = _config_file(path, env)
+    from_file = _embeddings_model(file, _read_doc(file)) if file is not None else None
+    if EMBEDDING_MODEL_ENV in env:
+        raw = env[EMBEDDING_MODEL_ENV]
+        if not raw.strip():
+            raise ConfigError(
+                empty_variable_error(
+                    EMBEDDING_MODEL_ENV, "a sentence-transformers model's folder or a Hugging Face model id"
+                )
+            )
+        return EmbeddingModelSetting(raw.strip(), f"${EMBEDDING_MODEL_ENV}")
+    if from_file is not None:
+        return EmbeddingModelSetting(from_file, f"{file}: [embeddings] model")
+    return None

@@ -5,6 +5,10 @@ would: a model in another folder that happens to share the folder's last compone
 weights copied over the old ones at the same path. A local model's name therefore carries a
 digest of the files sentence-transformers reads from its folder; the bundled MiniLM keeps the
 plain name its vectors have always been stored under (its package pins its weights).
+
+:func:`resolve_model_setting` turns the deployment's embedding-model setting into a folder: a
+hub id is looked up in the local Hugging Face cache only, as a serving process must not download a
+model (nor ask the hub whether its copy is current) on the first turn.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 from memabra._errors import ConfigError
 
-__all__ = ["BUNDLED_NAME", "check_model_path", "encoder_name"]
+__all__ = ["BUNDLED_NAME", "check_model_path", "encoder_name", "resolve_model_setting"]
 
 BUNDLED_NAME = "sentence-transformers:all-MiniLM-L6-v2"
 # Hex digits of the folder's digest kept in the name: 64 bits, ample for the models one log meets.
@@ -50,8 +54,58 @@ def encoder_name(model_path: str, bundled_path: str | None) -> str:
     if bundled_path is not None and os.path.realpath(model_path) == os.path.realpath(bundled_path):
         return BUNDLED_NAME
     # bounded so the name fits the embeddings table's key (200 characters)
-    label = (os.path.basename(os.path.normpath(model_path)) or "model")[:120]
+    label = _label(os.path.normpath(model_path))[:120]
     return f"sentence-transformers:{label}@{_folder_digest(Path(model_path))}"
+
+
+def _label(folder: str) -> str:
+    """The folder's last component, or for a snapshot in the Hugging Face cache
+    (``models--ORG--NAME/snapshots/REVISION``) the model id ``ORG/NAME``: a bare revision hash would
+    not tell anyone reading the stored keys which model they belong to."""
+    parent = os.path.dirname(folder)
+    repo = os.path.basename(os.path.dirname(parent))
+    if os.path.basename(parent) == "snapshots" and repo.startswith("models--") and len(repo) > len("models--"):
+        return repo.removeprefix("models--").replace("--", "/")
+    return os.path.basename(folder) or "model"
+
+
+def resolve_model_setting(model: str, source: str) -> str:
+    """The absolute path of the folder the embedding-model setting ``model`` (named by ``source``,
+    a variable or a config file's key) stands for: a local folder, or the snapshot of a Hugging Face
+    model id already in the local cache. Anything else is a :class:`ConfigError` naming both."""
+    path = os.path.expanduser(model)
+    if os.path.isdir(path):
+        return os.path.abspath(path)
+    if os.path.exists(path):
+        raise ConfigError(
+            f"{source} names {model}, which is a file, not a folder holding a sentence-transformers model"
+        )
+    if os.path.isabs(path) or model.startswith((".", "~")):
+        raise ConfigError(
+            f"{source} names {model}, which does not exist: give the folder a sentence-transformers model was "
+            "saved to (SentenceTransformer.save), or unset it for the bundled all-MiniLM-L6-v2"
+        )
+    snapshot = _cached_snapshot(model)
+    if snapshot is None:
+        raise ConfigError(
+            f"{source} names {model}, which is neither a folder here nor a model in the local Hugging Face "
+            "cache (memabra downloads no model): give the model's folder, or download it first "
+            f"(huggingface-cli download {model})"
+        )
+    return snapshot
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The folder of ``repo_id``'s current snapshot in the local Hugging Face cache, without the network."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # comes with sentence-transformers: without it nothing can load the model either
+        return None
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except (OSError, ValueError):  # not cached (LocalEntryNotFoundError), not a repo id (HFValidationError)
+        return None
+    return folder if isinstance(folder, str) and os.path.isdir(folder) else None
 
 
 def _folder_digest(root: Path) -> str:

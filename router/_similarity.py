@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from memabra._errors import ConfigError
 from memabra.router._caching_encoder import CachingEncoder, Encoder, VectorBacking
-from memabra.router._model_folder import BUNDLED_NAME, check_model_path, encoder_name
+from memabra.router._model_folder import BUNDLED_NAME, check_model_path, encoder_name, resolve_model_setting
 from memabra.router._text import analyze
 
 __all__ = [
@@ -241,19 +241,45 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-_DEFAULT_ENCODER: CachingEncoder | None = None
+# One per model folder (``None``: the bundled MiniLM), so that a process keeps one cache and one
+# loaded model per model, however many routers, recalls and commands ask for it.
+_DEFAULT_ENCODERS: dict[str | None, CachingEncoder] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
 def default_encoder() -> CachingEncoder | None:
-    """The process-wide cached MiniLM encoder, or ``None`` when the embeddings extra is missing."""
-    global _DEFAULT_ENCODER
-    if not embeddings_available():
-        return None
+    """The process-wide caching encoder of the deployment's embedding model: the one
+    ``$MEMABRA_EMBEDDING_MODEL`` or the config file's ``[embeddings] model`` names
+    (``memabra._config.load_embedding_model``), else the bundled MiniLM; ``None`` when nothing is named
+    and the embeddings extra is missing.
+
+    Every default router, memory recall, ``memabra bench`` and ``memabra memories search`` score
+    with it, so that they agree with each other. A named model that is not a folder nor in the local
+    Hugging Face cache, or named without sentence-transformers installed, is a :class:`ConfigError`
+    naming the setting: falling back to another model would store and serve that model's vectors.
+    """
+    # imported here: the config module imports the reward's, which the router package must not need at import
+    from memabra._config import load_embedding_model
+
+    setting = load_embedding_model()
+    folder: str | None = None
+    if setting is None:
+        if not embeddings_available():
+            return None
+    else:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise ConfigError(
+                f"{setting.source} names the embedding model {setting.model}, but sentence embeddings need "
+                f"sentence-transformers: {EMBEDDINGS_EXTRA_HINT}"
+            )
+        folder = resolve_model_setting(setting.model, setting.source)
     with _DEFAULT_LOCK:
-        if _DEFAULT_ENCODER is None:
-            _DEFAULT_ENCODER = CachingEncoder(SentenceTransformerEncoder())
-        return _DEFAULT_ENCODER
+        encoder = _DEFAULT_ENCODERS.get(folder)
+        if encoder is None:
+            encoder = _DEFAULT_ENCODERS[folder] = CachingEncoder(SentenceTransformerEncoder(folder))
+            if setting is not None:
+                _log.info("embedding model %s (from %s)", folder, setting.source)
+        return encoder
 
 
 @dataclass(frozen=True)

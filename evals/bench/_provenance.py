@@ -3,7 +3,9 @@
 A report's figures depend on the routers' constructor arguments (exploration, epsilon, learning
 rate...), on memabra's own code and on the numeric libraries under it (numpy, scikit-learn,
 Vowpal Wabbit, and torch with sentence-transformers for the MiniLM similarity): two runs of one
-command compare only where these match, as ``file_sha256`` says for the input.
+command compare only where these match, as ``file_sha256`` says for the input. The similarity the
+routers' prior ranks by is part of it: the report's ``similarity`` label and its environment's
+``encoder`` name the embedding model (the deployment's, when ``MEMABRA_EMBEDDING_MODEL`` names one).
 """
 
 from __future__ import annotations
@@ -15,11 +17,18 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memabra.evals.bench._harness import RouterFactory
 
-__all__ = ["PACKAGES", "bench_environment", "bench_router_params"]
+if TYPE_CHECKING:
+    from memabra.router import Similarity
+
+__all__ = ["PACKAGES", "bench_environment", "bench_router_params", "similarity_label"]
+
+# The bundled model's encoder name (router/_model_folder.py), labelled as every published figure is.
+_BUNDLED_ENCODER = "sentence-transformers:all-MiniLM-L6-v2"
+_ENCODER_PREFIX = "sentence-transformers:"
 
 # the distributions whose versions can move a bench or OPE figure (read from their metadata, not
 # imported: importing torch takes seconds and sklearn must stay out of the CLI's start-up)
@@ -98,9 +107,29 @@ def _source_commit(root: Path) -> dict[str, Any] | None:
     return {"commit": commit, "modified": None if status is None else bool(status)}
 
 
-def bench_environment() -> dict[str, Any]:
-    """memabra's version (and commit, from a checkout), Python's, the platform and the versions of
-    :data:`PACKAGES` (null: not installed)."""
+def _encoder_name(similarity: Similarity | None) -> str | None:
+    encoder = similarity.encoder if similarity is not None else None
+    if encoder is None:
+        return None
+    return str(getattr(encoder, "name", None) or type(encoder).__name__)
+
+
+def similarity_label(similarity: Similarity) -> str:
+    """What the routers' prior ranks by: ``bm25``, ``bm25+minilm`` (the bundled model, as every
+    published figure says), else ``bm25+`` and the encoder's name (``bm25+bge-small@1a2b...``), so
+    that figures from two models are never read as one."""
+    name = _encoder_name(similarity)
+    if name is None:
+        return "bm25"
+    if name == _BUNDLED_ENCODER:
+        return "bm25+minilm"
+    return f"bm25+{name.removeprefix(_ENCODER_PREFIX)}"
+
+
+def bench_environment(similarity: Similarity | None = None) -> dict[str, Any]:
+    """memabra's version (and commit, from a checkout), Python's, the platform, the versions of
+    :data:`PACKAGES` (null: not installed) and the name of ``similarity``'s encoder (the key its
+    vectors are stored under; null: BM25 alone)."""
     import memabra
 
     return {
@@ -111,6 +140,7 @@ def bench_environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "packages": {name: _version(name) for name in PACKAGES},
+        "encoder": _encoder_name(similarity),
     }
 
 

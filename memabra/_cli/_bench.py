@@ -70,7 +70,8 @@ def bench(
         bool,
         typer.Option(
             "--lexical",
-            help="Rank by BM25 alone, without the MiniLM embeddings (faster; the report's similarity says which).",
+            help="Rank by BM25 alone, without embeddings (faster; the report's similarity says which). Otherwise "
+            "the embedding model is $MEMABRA_EMBEDDING_MODEL's, else the bundled MiniLM.",
         ),
     ] = False,
     json_out: JsonOutOption = None,
@@ -100,6 +101,7 @@ def bench(
         parse_seeds,
         router_factories,
         run_bench,
+        similarity_label,
     )
 
     logging.getLogger("memabra").setLevel(logging.WARNING)
@@ -116,12 +118,14 @@ def bench(
     from memabra.router import Similarity
 
     rounds = run_guarded(load_rounds, file)
-    # BM25 + MiniLM with the embeddings extra, else (or with --lexical) BM25 alone
-    similarity = Similarity() if lexical else Similarity.default()
+    # BM25 + the deployment's embedding model (MEMABRA_EMBEDDING_MODEL, else the bundled MiniLM)
+    # with the embeddings extra, else (or with --lexical) BM25 alone: the figures are of the model served
+    similarity = Similarity() if lexical else run_guarded(Similarity.default)
     factories = run_guarded(router_factories, names, similarity)
-    prior = "bm25+minilm" if similarity.has_semantic else "bm25"
+    prior = similarity_label(similarity)
+    environment = bench_environment(similarity)
     if seeds is not None:
-        _bench_seeds(file, rounds, factories, passes, seed_list, json_out, prior)
+        _bench_seeds(file, rounds, factories, passes, seed_list, json_out, prior, environment)
         return
     params = run_guarded(bench_router_params, factories, seed)  # before the run: a failure costs none of it
     with Progress(
@@ -161,7 +165,7 @@ def bench(
     report["similarity"] = prior
     report["file_sha256"] = _sha256(file)
     report["router_params"] = params
-    report["environment"] = bench_environment()
+    report["environment"] = environment
     # files first: a reader of the tables that stops early (`| head`) ends the command, and the
     # report of a long run must not go with it
     write_json(json_out, report)
@@ -183,8 +187,9 @@ def _bench_seeds(
     seed_list: tuple[int, ...],
     json_out: Path | None,
     prior: str,
+    environment: dict[str, Any],
 ) -> None:
-    from memabra.evals.bench import bench_environment, bench_router_params, run_bench, summarize_seeds
+    from memabra.evals.bench import bench_router_params, run_bench, summarize_seeds
 
     reports = []
     with Progress(
@@ -205,7 +210,7 @@ def _bench_seeds(
         **summarize_seeds(reports),
         "similarity": prior,
         "file_sha256": _sha256(file),
-        "environment": bench_environment(),
+        "environment": environment,
     }
     _render_seeds(summary)
     _explain_missing_unseen(reports[0]["routers"], rounds)

@@ -56,7 +56,9 @@ def _backend(db: str | None, *, semantic: bool = False) -> Iterator[SQLMemory]:
 
     log: EpisodeLog = run_guarded(EpisodeLog, db)
     try:
-        encoder: CachingEncoder | None = default_encoder() if semantic else None
+        # the deployment's model (MEMABRA_EMBEDDING_MODEL), as the agent's recall scores with; a
+        # setting naming no model is a one-line error, not a traceback
+        encoder: CachingEncoder | None = run_guarded(default_encoder) if semantic else None
         if encoder is not None:
             encoder.attach(EmbeddingTable(log.engine))
         yield SQLMemory(log, encoder=encoder)
