@@ -294,7 +294,8 @@ class Similarity:
 
     @classmethod
     def default(cls) -> Similarity:
-        """BM25 plus the bundled MiniLM encoder when the embeddings extra is installed."""
+        """BM25 plus :func:`default_encoder`'s encoder (the one ``MEMABRA_EMBEDDING_MODEL`` names, else the
+        bundled MiniLM) when the embeddings extra is installed."""
         return cls(encoder=default_encoder())
 
     @property

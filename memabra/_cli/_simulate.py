@@ -23,7 +23,13 @@ def simulate_command(
     rounds: Annotated[int, typer.Option(min=100, help="Rounds per router.")] = 2000,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the simulated users and the routers.")] = 0,
     routers: Annotated[str, typer.Option(help="Comma-separated routers (as for bench).")] = "linear,vw,hybrid,random",
-    lexical: Annotated[bool, typer.Option("--lexical/--embeddings", help="BM25-only prior, or BM25 + MiniLM.")] = True,
+    lexical: Annotated[
+        bool,
+        typer.Option(
+            "--lexical/--embeddings",
+            help="BM25-only prior, or BM25 + the encoder (MEMABRA_EMBEDDING_MODEL, else MiniLM).",
+        ),
+    ] = True,
     window: Annotated[
         int | None,
         typer.Option(
@@ -35,7 +41,7 @@ def simulate_command(
     """Simulated users whose preferences similarity misses, a drift halfway, costly decoys: each
     router's expected reward against the oracle's over the final window (`--json`: the same figures
     per router, with the run's rounds, seed, window and prior)."""
-    from memabra.evals.bench import router_factories
+    from memabra.evals.bench import router_factories, similarity_label
     from memabra.evals.simulator import World, simulate
     from memabra.router import Similarity
 
@@ -46,11 +52,11 @@ def simulate_command(
         fail(f"--window {window} is longer than the run (--rounds {rounds}); give a window of at most {rounds}")
     names = _router_names(routers)
     factories = run_guarded(router_factories, names, Similarity() if lexical else None)
+    # what the prior ranks by, named as bench names it (the encoder MEMABRA_EMBEDDING_MODEL sets)
+    prior = run_guarded(lambda: similarity_label(Similarity() if lexical else Similarity.default()))
     world = World(seed=seed)
     played = world.rounds(rounds)
-    table = Table(
-        title=f"simulator: {rounds} rounds, seed {seed}, last {window} rounds, {'BM25' if lexical else 'BM25 + MiniLM'} prior"
-    )
+    table = Table(title=f"simulator: {rounds} rounds, seed {seed}, last {window} rounds, {prior} prior")
     for column in ("router", "reward", "oracle", "share of oracle", "tokens"):
         table.add_column(column, justify="left" if column == "router" else "right")
     with Progress(
@@ -88,7 +94,7 @@ def simulate_command(
             "rounds": rounds,
             "seed": seed,
             "window": window,
-            "similarity": "bm25" if lexical else "bm25+minilm",
+            "similarity": prior,
             "routers": figures,
         },
     )
