@@ -15,21 +15,24 @@ difference, and which keeps an offline interval widened on one side so).
 Like with like: the offline target is ``V``'s own stochastic policy, its exploration (ε, the
 reference share) included, as agents serving ``V`` drew from it; decisions of online updates of
 ``V`` come from a policy that has moved since, and are counted apart (``unchanged_only`` keeps
-only ``V``'s own).
+only ``V``'s own). Only ``V``'s policy serves ``V``: where the run read other policies' decisions
+(another bot's, or every bot's on a shared log) the check says so first (:mod:`._online_like`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from statistics import NormalDist
 from typing import Any
 
 from memabra._errors import ConfigError, InvalidRecordError, UnknownEpisodeError
-from memabra._records import OPEResult, RewardWeights
+from memabra._records import OPEResult, PolicySnapshot, RewardWeights
+from memabra.evals.offline._online_like import RewardScale, reward_notes, run_read_by, traffic_notes
+from memabra.evals.offline._online_like import stored_time as _time
 from memabra.storage import EpisodeLog
-from memabra.storage._offline import ServedReward, ope_run_rows, reward_settings, served_rewards
+from memabra.storage._offline import ServedReward, ope_run_rows, served_rewards
 
 __all__ = ["MIN_ONLINE_DECISIONS", "CheckedInterval", "OnlineCheck", "check_online"]
 
@@ -68,6 +71,7 @@ class OnlineCheck:
     online_stderr: float
     difference: CheckedInterval
     inside: bool  # the online mean lies in the offline interval
+    n_offline: int  # decisions the run's estimate rests on
     n_online: int  # decisions with a final reward the online mean rests on
     n_unchanged: int  # of them, made by the snapshot itself (not an online update of it)
     n_pending: int  # decisions served in the window whose reward is not final yet
@@ -77,6 +81,9 @@ class OnlineCheck:
     last_decision_at: datetime
     weights: dict[str, float] | None  # the run's --weights the online rewards were re-scored under
     unchanged_only: bool
+    served_by: str | None  # the policy (the bot's router) that served the snapshot; None: snapshot pruned
+    run_read_by: tuple[str, ...]  # the policies whose decisions the run read (empty: not known)
+    run_chose_policies: bool  # the run read only those (--logged-by), not every policy's decisions
     verdict: str
     notes: tuple[str, ...] = field(default=())
 
@@ -93,6 +100,7 @@ class OnlineCheck:
             "online": {**self.online.as_dict(), "stderr": self.online_stderr},
             "difference": self.difference.as_dict(),
             "online_inside_offline_interval": self.inside,
+            "n_offline": self.n_offline,
             "n_online": self.n_online,
             "n_unchanged": self.n_unchanged,
             "n_pending": self.n_pending,
@@ -104,6 +112,8 @@ class OnlineCheck:
                 "last_decision_at": self.last_decision_at.isoformat(),
             },
             "weights": self.weights,
+            "served_by": self.served_by,
+            "run_read": {"logged_by": list(self.run_read_by), "chosen": self.run_chose_policies},
             "verdict": self.verdict,
             "notes": list(self.notes),
         }
@@ -112,52 +122,6 @@ class OnlineCheck:
 def _headline(rows: list[OPEResult]) -> OPEResult:
     recommended = [r for r in rows if r.details.get("recommended") is True]
     return recommended[0] if recommended else min(rows, key=lambda r: r.created_at)
-
-
-def _time(value: Any) -> datetime | None:
-    """A stored window's time; one that does not parse reads as not recorded (not a traceback),
-    one without a zone as the UTC the log stores."""
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
-def _weights_of(setting: tuple[str, tuple[tuple[str, float], ...]]) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in RewardWeights(**dict(setting[1])).as_dict().items())
-
-
-def _reward_notes(
-    log: EpisodeLog, run: OPEResult, online: set[tuple[str, tuple[tuple[str, float], ...]]], rescored: bool
-) -> list[str]:
-    """What differs between the rewards the run read and the online ones: the reward version
-    (how the components were computed) always; the weights unless both are re-scored under the
-    run's ``--weights``. Empty: the same scale."""
-    window = run.details.get("window")
-    first = _time(window.get("first_decision_at")) if isinstance(window, dict) else None
-    last = _time(window.get("last_decision_at")) if isinstance(window, dict) else None
-    if first is None or last is None:
-        return ["the run did not record the decisions it read, so its reward version and weights cannot be checked"]
-    logged_by = window.get("logged_by") if isinstance(window, dict) else None
-    offline = reward_settings(log.transactions, first, last, logged_by if isinstance(logged_by, list) else None)
-    notes = []
-    versions_off, versions_on = {v for v, _ in offline}, {v for v, _ in online}
-    if versions_off != versions_on:
-        notes.append(
-            f"reward version differs: the run read rewards of version {', '.join(sorted(versions_off)) or '-'}, "
-            f"the online decisions have {', '.join(sorted(versions_on))}"
-        )
-    weights_off, weights_on = {w for _, w in offline}, {w for _, w in online}
-    if not rescored and weights_off != weights_on:
-        notes.append(
-            f"reward weights differ: the run scored under {'; '.join(sorted(_weights_of(s) for s in offline))}, "
-            f"the online rewards under {'; '.join(sorted(_weights_of(s) for s in online))} (rerun ope log with "
-            "--weights set to the online ones on the same decisions and check that run)"
-        )
-    return notes
 
 
 def check_online(
@@ -191,7 +155,7 @@ def check_online(
     n, mean, m2, pending, unchanged = 0, 0.0, 0.0, 0, 0
     first_at: datetime | None = None
     last_at: datetime | None = None
-    settings: set[tuple[str, tuple[tuple[str, float], ...]]] = set()
+    settings: set[RewardScale] = set()
     decision: ServedReward
     for decision in served_rewards(log.transactions, version, start, until):
         if unchanged_only and decision.policy_version != version:
@@ -218,7 +182,7 @@ def check_online(
             f"{'' if until is None else ' until ' + until.isoformat()}{later}: at least {MIN_ONLINE_DECISIONS} "
             "are needed for the online interval to mean what it says; check again when more feedback is final"
         )
-    notes = _reward_notes(log, run, settings, rescored=rescore is not None)
+    notes, scale_caveat = reward_notes(log, run, settings, rescored=rescore is not None)
     if notes and not allow_reward_change:
         raise ConfigError(
             "the online rewards are not on the offline run's scale: "
@@ -237,7 +201,14 @@ def check_online(
     difference = CheckedInterval(d, low, high)
     inside = offline.ci_low <= online.value <= offline.ci_high
     notes = [f"accepted though {note}" for note in notes]
-    notes.extend(_like_with_like(log, run, n, unchanged, unchanged_only))
+    snapshot = _snapshot(log, version)
+    served_by = None if snapshot is None else snapshot.policy
+    read_by, chosen = run_read_by(log, run)
+    # first: a check of other traffic is the first thing to read, before any figure's caveat
+    notes[:0] = traffic_notes(version, served_by, read_by, chosen)
+    if scale_caveat:
+        notes.append(scale_caveat)
+    notes.extend(_like_with_like(snapshot, version, n, unchanged, unchanged_only))
     supported = run.details.get("supported")
     if supported is False:
         notes.append(
@@ -263,6 +234,7 @@ def check_online(
         online_stderr=stderr,
         difference=difference,
         inside=inside,
+        n_offline=run.n_rounds,
         n_online=n,
         n_unchanged=unchanged,
         n_pending=pending,
@@ -272,17 +244,28 @@ def check_online(
         last_decision_at=last_at,
         weights=None if weights is None else dict(weights),
         unchanged_only=unchanged_only,
-        verdict=_verdict(difference, inside, alpha),
+        served_by=served_by,
+        run_read_by=read_by,
+        run_chose_policies=chosen,
+        verdict=_verdict(difference, inside, alpha, supported is False),
         notes=tuple(notes),
     )
 
 
-def _verdict(difference: CheckedInterval, inside: bool, alpha: float) -> str:
+def _verdict(difference: CheckedInterval, inside: bool, alpha: float, unsupported: bool) -> str:
     level = f"{round(100 * (1 - alpha), 10):g}%"
     if difference.ci_low > 0:
         return f"did not come true: online the snapshot did better than estimated ({level} interval of the difference above 0)"
     if difference.ci_high < 0:
         return f"did not come true: online the snapshot did worse than estimated ({level} interval of the difference below 0)"
+    if unsupported:
+        # an unsupported run's interval is the bounds of what its log could not rule out (often most
+        # of the reward's range): a mean inside them confirms no estimate, there being none
+        where = "inside" if inside else "outside, though within the two samples' noise of,"
+        return (
+            f"no verdict: the offline run was unsupported, and the online mean lies {where} its bounds, which "
+            "say only what the log could not rule out (a supported run of this snapshot can be checked)"
+        )
     if inside:
         return "came true: the online mean lies inside the offline interval"
     return (
@@ -291,13 +274,18 @@ def _verdict(difference: CheckedInterval, inside: bool, alpha: float) -> str:
     )
 
 
-def _like_with_like(log: EpisodeLog, run: OPEResult, n: int, unchanged: int, unchanged_only: bool) -> list[str]:
-    """Whether the online decisions were drawn from the policy the run evaluated."""
-    version = run.snapshot_version or ""
+def _snapshot(log: EpisodeLog, version: str) -> PolicySnapshot | None:
     try:
-        args = dict(log.get_snapshot(version).learner_args)
-    except UnknownEpisodeError:
-        args = {}
+        return log.get_snapshot(version)
+    except UnknownEpisodeError:  # pruned since its decisions were served
+        return None
+
+
+def _like_with_like(
+    snapshot: PolicySnapshot | None, version: str, n: int, unchanged: int, unchanged_only: bool
+) -> list[str]:
+    """Whether the online decisions were drawn from the policy the run evaluated."""
+    args = {} if snapshot is None else dict(snapshot.learner_args)
     exploration = ", ".join(f"{k}={args[k]}" for k in ("exploration", "epsilon", "top_m") if k in args)
     notes = [
         f"the offline target was {version}'s own stochastic policy, its exploration included"
@@ -307,7 +295,8 @@ def _like_with_like(log: EpisodeLog, run: OPEResult, n: int, unchanged: int, unc
     if not unchanged_only and unchanged < n:
         notes.append(
             f"{n - unchanged} of the {n} online decisions came from online updates of {version} "
-            f"({version}+N), a policy that has learned since the run; {unchanged} from {version} itself "
+            f"(the later versions of its lineage, up to the next saved snapshot), a policy that has learned since "
+            f"the run; {unchanged} from {version} itself "
             "(--unchanged-only compares those alone)"
         )
     return notes

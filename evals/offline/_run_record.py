@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from statistics import NormalDist
 from typing import Any
@@ -22,7 +22,7 @@ from memabra.evals.offline._support import finite_or_none
 from memabra.evals.ope import PolicyValueInterval, SlotEstimator
 from memabra.storage._engine import mask_password
 
-__all__ = ["CI_METHOD", "provenance", "recordable", "versus_json", "with_run_record"]
+__all__ = ["CI_METHOD", "provenance", "recordable", "reward_scales_json", "versus_json", "with_run_record"]
 
 # every interval of an evaluation on the log: value +- z_(1 - alpha / 2) se, the delta method's se
 CI_METHOD = "normal"
@@ -100,6 +100,19 @@ def versus_json(versus: Mapping[str, PolicyValueInterval]) -> dict[str, dict[str
     }
 
 
+def reward_scales_json(scales: Iterable[tuple[str, Mapping[str, float]]]) -> list[dict[str, Any]]:
+    """The (reward version, weights) pairs of the rewards a run read, as it keeps them
+    (``details.reward_scales``), in a stable order. ``ope online`` compares its snapshot's online
+    rewards with these rather than with the log as it reads later: ``memabra rewards recompute``
+    re-totals the stored rewards in place (the documented way to change the weights), and a
+    re-total after the run would else pass as the scale the run read."""
+    kept = {
+        (str(version), tuple(sorted((str(k), float(v)) for k, v in dict(weights).items())))
+        for version, weights in scales
+    }
+    return [{"version": version, "weights": dict(weights)} for version, weights in sorted(kept)]
+
+
 def _weight_label(estimator: str) -> str | None:
     if estimator in WEIGHTLESS:
         return None
@@ -113,11 +126,14 @@ def with_run_record(
     logging_stderr: float,
     alpha: float,
     made: Mapping[str, Any],
+    reward_scales: Iterable[tuple[str, Mapping[str, float]]] | None = None,
 ) -> tuple[OPEResult, ...]:
     """The stored rows with the paired differences (empty where the target is unsupported: it is
     compared with nothing), the logging policy's ``1 - alpha`` interval on the same decisions,
     the label of the weight each row's estimator leans on (its ESS is under
-    ``details.diagnostics``; null for the direct method) and ``made``, the run's provenance. A
+    ``details.diagnostics``; null for the direct method), ``made``, the run's provenance, and
+    ``reward_scales``, the (reward version, weights) of the rewards it read where the caller
+    collected them (:func:`reward_scales_json`; left out by runs that did not). A
     target named with a secret in its arguments (``module:Class:{"api_key": ...}``) is stored
     under its name with the secret masked: the log is read by whoever may list its runs."""
     half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * logging_stderr
@@ -128,6 +144,8 @@ def with_run_record(
         "logging_ci_high": finite_or_none(logging_value + half),
         "provenance": dict(made),
     }
+    if reward_scales is not None:
+        record["reward_scales"] = reward_scales_json(reward_scales)
     return tuple(
         replace(r, policy=recordable(r.policy), details={**r.details, **record, "weight": _weight_label(r.estimator)})
         for r in results

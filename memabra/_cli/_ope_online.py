@@ -3,7 +3,7 @@ agents served it? (:mod:`memabra.evals.offline._online`)"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
@@ -13,11 +13,27 @@ from memabra._cli._database import DbOption
 from memabra._cli._tables import Table
 from memabra.storage import EpisodeLog
 
+if TYPE_CHECKING:  # the evaluation package imports scikit-learn: not at the CLI's start-up
+    from memabra.evals.offline._online import OnlineCheck
+
 __all__ = ["ope_online"]
 
 
 def _interval(value: float, low: float, high: float) -> str:
     return f"{value:+.4f} [{low:+.4f}, {high:+.4f}]"
+
+
+def _counted(check: OnlineCheck) -> str:
+    """Whose decisions each side counted: on a log several bots share, the first thing to read."""
+    if not check.run_read_by:
+        read = "decisions of policies it did not record (its window is not recorded, or gone from the log)"
+    elif check.run_chose_policies:
+        read = f"the decisions {', '.join(check.run_read_by)} logged (--logged-by)"
+    else:
+        read = f"every policy's decisions in its window ({', '.join(check.run_read_by)})"
+    which = "itself" if check.unchanged_only else "and its online updates"
+    by = f" served by {check.served_by}" if check.served_by else ""
+    return f"counted: offline, {read}; online, the decisions of {check.snapshot_version} {which}{by}"
 
 
 def ope_online(
@@ -61,9 +77,10 @@ def ope_online(
             allow_reward_change=allow_reward_change,
         )
     level = f"{round(100 * (1 - check.alpha), 10):g}% normal intervals"
+    served = f" served by {check.served_by}" if check.served_by else ""
     table = Table(
         title=f"run {check.run_id[:8]}: {check.snapshot_version} offline and online",
-        caption=f"{level}; online: {check.n_online} decisions with a final reward, "
+        caption=f"{level}; online: {check.n_online} decisions{served} with a final reward, "
         f"{check.first_decision_at:%Y-%m-%d %H:%M} → {check.last_decision_at:%Y-%m-%d %H:%M} UTC"
         + (f"; {check.n_pending} more not final yet" if check.n_pending else ""),
     )
@@ -71,11 +88,14 @@ def ope_online(
         table.add_column(column, justify="left" if not column else "right")
     off, on, d = check.offline, check.online, check.difference
     table.add_row(
-        plain(f"offline ({check.estimator})"), plain(_interval(off.value, off.ci_low, off.ci_high)), plain("-")
+        plain(f"offline ({check.estimator})"),
+        plain(_interval(off.value, off.ci_low, off.ci_high)),
+        plain(str(check.n_offline)),
     )
     table.add_row(plain("online mean"), plain(_interval(on.value, on.ci_low, on.ci_high)), plain(str(check.n_online)))
     table.add_row(plain("online - offline"), plain(_interval(d.value, d.ci_low, d.ci_high)), plain(""))
     console.print(table)
+    console.print(Text(_counted(check)))
     inside = "inside" if check.inside else "outside"
     console.print(Text(f"the online mean lies {inside} the offline interval; verdict: {check.verdict}"))
     for note in check.notes:
