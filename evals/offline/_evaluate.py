@@ -190,6 +190,9 @@ def evaluate_policies(
     as_of = utcnow()
     read_until = pinned_until(until, as_of)
     fingerprints: list[ReadFingerprint] = []
+    # the (reward version, stored weights) of every reward read, kept with the run: `ope online`
+    # compares with these, since a `rewards recompute` re-totals the stored rewards in place later
+    scales: set[tuple[str, tuple[tuple[str, float], ...]]] = set()
 
     def rewarded() -> Any:
         nonlocal provisional
@@ -204,6 +207,8 @@ def evaluate_policies(
                 provisional += 1
                 continue
             read.add(decision.selection.id)
+            stored_weights = decision.reward.weights.as_dict()
+            scales.add((decision.reward.version, tuple(sorted((k, float(v)) for k, v in stored_weights.items()))))
             yield decision.selection, _reward(decision.reward, weights), decision.used_ids
 
     model: SlateRewardModel | None = None
@@ -346,7 +351,9 @@ def evaluate_policies(
 
     def stored(ev: LogEvaluation, paired_with: dict[str, PolicyValueInterval]) -> LogEvaluation:
         results = with_window(ev.results, since, until, as_of, first_at, last_at, only, policies)
-        results = with_run_record(results, paired_with, logging_value, logging_stderr, alpha, made)
+        results = with_run_record(
+            results, paired_with, logging_value, logging_stderr, alpha, made, [(v, dict(w)) for v, w in scales]
+        )
         return replace(
             ev,
             versus=paired_with,

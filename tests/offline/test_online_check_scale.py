@@ -27,17 +27,23 @@ def _run(
     log: EpisodeLog, lexical: Similarity, *, record_scale: bool, unsupported: bool = False
 ) -> tuple[str, OPEResult]:
     """A's decisions (default weights), then B's run on them, stored; with ``record_scale`` it
-    keeps the reward scale it read, as a run made by ``ope log`` now does."""
+    keeps the reward scale it read, as a run made by ``ope log`` now does (without: as one stored
+    before runs recorded it)."""
     log_world(log, RandomRouter(similarity=lexical, seed=1), 150)
     log.save_snapshot(replace(RandomRouter(similarity=lexical, seed=2).snapshot(), version=B))
     router = RandomRouter.restore(log.get_snapshot(B), similarity=lexical)
     ev = evaluate_on_log(log, router, policy=f"snapshot:{B}", snapshot_version=B, estimators=["cdr"])
+    # the run records the scale it read itself (evaluate_on_log), as `ope log` stores it
+    assert all(
+        r.details["reward_scales"] == reward_scales_json([("v1", RewardWeights().as_dict())]) for r in ev.results
+    )
     extra: dict[str, object] = {}
-    if record_scale:
-        extra["reward_scales"] = reward_scales_json([("v1", RewardWeights().as_dict())])
     if unsupported:
         extra["supported"] = False
-    rows = [replace(r, details={**r.details, **extra}) for r in ev.results]
+    dropped = () if record_scale else ("reward_scales",)  # a run stored before runs recorded it
+    rows = [
+        replace(r, details={**{k: v for k, v in r.details.items() if k not in dropped}, **extra}) for r in ev.results
+    ]
     log.record_ope_results(rows)
     (headline,) = [r for r in rows if r.details.get("recommended")]
     return headline.run_id, headline
