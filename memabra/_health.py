@@ -2,25 +2,17 @@
 logged? The checks ``memabra
 status`` and the admin view run on :meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`.
 
-Can the database take writes? A full disk, a read-only file and a hot standby refuse every write
-(:class:`~memabra.storage.DatabaseNotWritableError`), so agents stop logging turns: ``memabra
-status`` reads what says so beforehand (:func:`write_state`), reading only: nothing is written to
-find out, so the check stays as cheap as the rest of it and never fills a disk it finds full."""
+Can the database take writes? That check is :mod:`memabra._write_check`'s."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select
 
-from memabra._errors import ConfigError
 from memabra.storage import DeletionEntry, EmbeddingTable, LogStatus, PolicyStatus
-from memabra.storage._engine import sqlite_file
 from memabra.storage._memory_models import EmbeddingRow
 
 __all__ = [
@@ -29,20 +21,14 @@ __all__ = [
     "FEEDBACK_WINDOWS_CHECK",
     "LEARNER_CHECK",
     "EMBEDDINGS_COUNT_CAP",
-    "LOW_DISK_FREE_BYTES",
     "TURNS_CHECK",
-    "WRITES_CHECK",
     "HealthProblem",
     "StoredVectors",
-    "WriteState",
     "deletion_problems",
     "format_age",
-    "format_size",
     "health_problems",
     "stored_vectors",
     "turn_problems",
-    "write_problems",
-    "write_state",
 ]
 
 DEFAULT_MAX_LAG = timedelta(minutes=15)
@@ -64,139 +50,11 @@ TURNS_CHECK = "turns"
 """The check of routed turns never logged (their process died mid-turn)."""
 
 
-WRITES_CHECK = "writes"
-"""The check that the database can take writes: a hot standby, read-only transactions, a SQLite
-file or folder this process cannot write, or a volume nearly full."""
-
-LOW_DISK_FREE_BYTES = 1 << 30
-"""Free space on a SQLite log's volume below which the writes check fails, before the disk is full:
-a logged turn with its decisions and payloads takes a few kilobytes, so a gibibyte is a few hundred
-thousand turns, a day or more of a busy agent, time to free space before every write is refused."""
-
 EMBEDDINGS_COUNT_CAP = 10_000
 """Up to here each encoder key's stored vectors are counted, unless ``exact``: the figure is there
 to show which keys hold vectors (a retired model's stay until deleted), and counting 10,000 index
 entries per key takes a few milliseconds, where a cap ten times higher made the whole check several
 times slower on a cache of a few encoders."""
-
-
-@dataclass(frozen=True, slots=True)
-class WriteState:
-    """What says whether the database can take writes, read without writing (``None``: not
-    known on this backend). PostgreSQL: ``in_recovery`` (``pg_is_in_recovery()``: a hot standby)
-    and ``transaction_read_only`` (``SHOW transaction_read_only``: a standby, or
-    ``default_transaction_read_only`` set for the role, the database or in the URL's options).
-    SQLite: ``query_only`` (``PRAGMA query_only``), the ``file`` and whether this process may write
-    it (and its ``-wal``/``-shm`` files) and its ``folder`` (where SQLite creates them), and the
-    space free on its volume (``disk_free_bytes``, what an unprivileged writer may use, of
-    ``disk_total_bytes``) against ``low_disk_free_bytes``. A hidden failure the reads cannot see
-    (a PostgreSQL server's full disk) still shows as the write's
-    :class:`~memabra.storage.DatabaseNotWritableError`."""
-
-    backend: str
-    in_recovery: bool | None = None
-    transaction_read_only: bool | None = None
-    query_only: bool | None = None
-    file: str | None = None
-    file_writable: bool | None = None
-    folder_writable: bool | None = None
-    disk_free_bytes: int | None = None
-    disk_total_bytes: int | None = None
-    low_disk_free_bytes: int | None = None
-
-    @property
-    def writable(self) -> bool:
-        """Whether nothing read says writes are refused (a nearly full volume still takes them)."""
-        refusing = (self.in_recovery, self.transaction_read_only, self.query_only)
-        unwritable = (self.file_writable, self.folder_writable)
-        return not any(refusing) and False not in unwritable
-
-    @property
-    def disk_low(self) -> bool:
-        """Whether the volume's free space is below ``low_disk_free_bytes``."""
-        if self.disk_free_bytes is None or self.low_disk_free_bytes is None:
-            return False
-        return self.disk_free_bytes < self.low_disk_free_bytes
-
-
-def write_state(engine: Engine) -> WriteState:
-    """What ``engine``'s database says of taking writes, read on one connection and from the file
-    system: nothing is written (see :class:`WriteState`)."""
-    backend = engine.dialect.name
-    if backend == "postgresql":
-        with engine.connect() as conn:
-            recovery = bool(conn.execute(select(func.pg_is_in_recovery())).scalar_one())
-            read_only = str(conn.execute(text("SHOW transaction_read_only")).scalar_one()).lower() == "on"
-        return WriteState(backend, in_recovery=recovery, transaction_read_only=read_only)
-    if backend != "sqlite":
-        return WriteState(backend)
-    with engine.connect() as conn:
-        query_only = bool(conn.execute(text("PRAGMA query_only")).scalar_one())
-    try:
-        path = sqlite_file(engine)
-    except ConfigError:
-        path = None  # its folder went away after the log opened: the reads above said so already
-    if path is None:  # in memory, or a file: URI this check does not parse
-        return WriteState(backend, query_only=query_only)
-    # the -wal and -shm files are written on every commit in WAL mode, and SQLite creates them
-    # (and a rollback journal) in the folder: any of them read-only refuses writes
-    files = [path, *(f for f in (Path(f"{path}-wal"), Path(f"{path}-shm")) if f.exists())]
-    usage = shutil.disk_usage(path.parent)
-    return WriteState(
-        backend,
-        query_only=query_only,
-        file=str(path),
-        file_writable=all(os.access(f, os.W_OK) for f in files),
-        folder_writable=os.access(path.parent, os.W_OK),
-        disk_free_bytes=usage.free,
-        disk_total_bytes=usage.total,
-        low_disk_free_bytes=LOW_DISK_FREE_BYTES,
-    )
-
-
-def write_problems(state: WriteState) -> tuple[HealthProblem, ...]:
-    """The ``writes`` check: each reason ``state`` gives that writes are (or soon will be) refused,
-    with what to do."""
-    found: list[str] = []
-    if state.in_recovery:
-        found.append(
-            "the PostgreSQL server is a hot standby (in recovery: a read replica, or the old primary after a "
-            "failover) and refuses every write: point the URL at the primary (a URL naming several hosts wants "
-            "target_session_attrs=read-write)"
-        )
-    elif state.transaction_read_only:
-        found.append(
-            "the PostgreSQL server's transactions are read-only (default_transaction_read_only is on for this "
-            "role, this database or in the URL's options) and every write is refused: turn it off"
-        )
-    if state.query_only:
-        found.append("the SQLite connection is query-only (PRAGMA query_only) and refuses every write")
-    if state.file_writable is False:
-        found.append(
-            f"this process cannot write the SQLite file {state.file} (or its -wal/-shm files): every write is "
-            "refused; make them writable to the user the agents and the learner run as"
-        )
-    if state.folder_writable is False:
-        found.append(
-            f"this process cannot write the folder of {state.file}, where SQLite creates its -wal, -shm and "
-            "journal files: writes are refused; make it writable"
-        )
-    if state.disk_low and state.disk_free_bytes is not None and state.low_disk_free_bytes is not None:
-        found.append(
-            f"the volume that holds {state.file} has {format_size(state.disk_free_bytes)} free of "
-            f"{format_size(state.disk_total_bytes or 0)} (under {format_size(state.low_disk_free_bytes)}): free space before "
-            "it is full, when every write is refused (episodes deleted with `memabra episodes delete --older-than "
-            "AGE` leave room inside the file for new ones)"
-        )
-    return tuple(HealthProblem(WRITES_CHECK, message) for message in found)
-
-
-def format_size(n: int) -> str:
-    """``n`` bytes in the largest binary unit it reaches: 1.5 GiB, 300.0 MiB, 12 B."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +91,8 @@ def stored_vectors(engine: Engine, *, exact: bool = False) -> tuple[StoredVector
 
 @dataclass(frozen=True, slots=True)
 class HealthProblem:
-    """One failed check: which (``feedback windows``, ``learner``, ``learner POLICY``,
-    ``deletions``, ``turns``) and why; ``policy``: the policy of a ``learner POLICY`` check (what
+    """One failed check (or a warning): which (``feedback windows``, ``learner``, ``learner
+    POLICY``, ``deletions``, ``turns``, ``writes``) and why; ``policy``: the policy of a ``learner POLICY`` check (what
     a metric labels it with), ``None`` for the others."""
 
     check: str

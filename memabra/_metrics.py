@@ -25,6 +25,7 @@ from memabra._health import (
     HealthProblem,
     format_age,
 )
+from memabra._write_check import WRITES_CHECK
 from memabra.storage import LogStatus, head_revision
 from memabra.storage import _status_counts as caps
 
@@ -54,10 +55,13 @@ def status_metrics(
     duration_s: float,
     checked_at: datetime,
     checked_policies: Collection[str] | None = None,
+    writes_checked: bool = False,
 ) -> str:
     """The exposition text of one status check; ``state`` ``None``: the check could not run
     (``memabra_status_up 0`` and the check's own figures only). ``checked_policies``: the
-    policies whose learner was checked (every one when ``None``), as ``health_problems`` got them."""
+    policies whose learner was checked (every one when ``None``), as ``health_problems`` got them.
+    ``writes_checked``: the ``writes`` check ran (``memabra status`` runs it; a series saying 0
+    where it did not would claim a check nobody made)."""
     return render_families(
         status_families(
             state,
@@ -66,6 +70,7 @@ def status_metrics(
             duration_s=duration_s,
             checked_at=checked_at,
             checked_policies=checked_policies,
+            writes_checked=writes_checked,
         )
     )
 
@@ -78,6 +83,7 @@ def status_families(
     duration_s: float,
     checked_at: datetime,
     checked_policies: Collection[str] | None = None,
+    writes_checked: bool = False,
 ) -> tuple[MetricFamily, ...]:
     """:func:`status_metrics`' families, before they are written out."""
     families = [
@@ -101,8 +107,10 @@ def status_families(
         _one("memabra_status_healthy", "1 when no health check failed", 0 if problems else 1),
         _family(
             "memabra_health_problem",
-            "1 when this health check fails (check: feedback_windows, learner, deletions, turns)",
-            _problem_samples(state, problems, checked_policies),
+            "1 when this health check fails (check: feedback_windows, learner, deletions, turns, and writes "
+            "where memabra status checked that the database takes writes: a hot standby, read-only "
+            "transactions, a SQLite file or folder its writers cannot write, a volume nearly full)",
+            _problem_samples(state, problems, checked_policies, writes_checked),
         ),
         _family(
             "memabra_log_info",
@@ -323,10 +331,11 @@ def _reward_window_families(state: LogStatus) -> list[MetricFamily]:
 
 
 def _problem_samples(
-    state: LogStatus, problems: Sequence[HealthProblem], checked: Collection[str] | None
+    state: LogStatus, problems: Sequence[HealthProblem], checked: Collection[str] | None, writes: bool
 ) -> list[tuple[Labels, float]]:
     """Every check's 0/1, failing or not: an alert on ``== 1`` then needs no ``absent()``. The
-    learner check is one series per checked policy, or one without a policy while the log has none."""
+    learner check is one series per checked policy, or one without a policy while the log has none;
+    the writes check is there where it ran."""
     failing = {(p.check if p.policy is None else LEARNER_CHECK, p.policy or "") for p in problems}
     series: list[tuple[str, str]] = [(FEEDBACK_WINDOWS_CHECK, "")]
     if state.policies:
@@ -334,6 +343,8 @@ def _problem_samples(
     else:
         series.append((LEARNER_CHECK, ""))
     series += [(DELETIONS_CHECK, ""), (TURNS_CHECK, "")]
+    if writes:
+        series.append((WRITES_CHECK, ""))
     samples: list[tuple[Labels, float]] = []
     for check, policy in series:
         labels: Labels = (("check", check.replace(" ", "_")),) + ((("policy", policy),) if policy else ())

@@ -68,7 +68,7 @@ from memabra._admin._policy_pages import PolicyPages
 from memabra._admin._reward_view import reward_lines
 from memabra._admin._sqlite_file import SqliteFileGuard, sqlite_error_handler, watch_sqlite_file
 from memabra._admin._turn_pages import TurnPages
-from memabra._admin._unavailable import not_writable_handler, unavailable_handler
+from memabra._admin._unavailable import not_writable_handler, timeout_handler, unavailable_handler
 from memabra._config import load_reward_config
 from memabra._episode_document import document_text, episode_document
 from memabra._errors import ConfigError, InvalidRecordError
@@ -76,7 +76,13 @@ from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import DatabaseNotWritableError, DatabaseUnavailableError, EpisodeLog, RevokedSessions
+from memabra.storage import (
+    DatabaseNotWritableError,
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+    EpisodeLog,
+    RevokedSessions,
+)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -360,6 +366,9 @@ def create_app(
         404: admin.not_found,
         DatabaseUnavailableError: unavailable_handler(admin),
         DatabaseNotWritableError: not_writable_handler(admin),
+        # a statement PostgreSQL cancelled (statement_timeout, lock_timeout): a 503 too, not the 500
+        # an OperationalError would be
+        DatabaseTimeoutError: timeout_handler(admin),
     }
     # a SQLite file deleted, moved, replaced or unreadable is an outage too, not a 500 nor a ghost
     # read through a pooled connection (memabra._admin._sqlite_file)

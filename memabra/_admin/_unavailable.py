@@ -16,6 +16,12 @@ disk) gets the same 503, worded for what it is: pages that only read are still s
 refuses, the driver's reason (the first line of the driver's error: a sentence from SQLite or the
 server, never the URL) and what to do; retrying is right there too, as the next write after the
 cause is gone succeeds without a restart.
+
+A statement PostgreSQL cancelled (:class:`~memabra.storage.DatabaseTimeoutError`: it ran past
+``statement_timeout`` or waited past ``lock_timeout`` for a lock another transaction held) is no
+bug either: the same 503, titled "Database timed out", saying which bound fired. A change cancelled
+before its ``COMMIT`` was rolled back and may be sent again; one cancelled during it
+(``outcome_unknown``) may or may not have been recorded, and the answer says to check first.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ __all__ = [
     "not_writable_handler",
     "not_writable_message",
     "not_writable_response",
+    "timeout_handler",
+    "timeout_message",
     "unavailable_handler",
     "unavailable_response",
 ]
@@ -134,18 +142,68 @@ def _refusal(admin: _AdminBase, orig: BaseException, reason: str) -> tuple[str, 
     return "the database takes no writes", f"see the admin's log, which names the database; {_AGAIN}"
 
 
+def timeout_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The app's handler of :class:`~memabra.storage.DatabaseTimeoutError`: the outage's 503,
+    saying which bound cancelled the statement and whether a change may have been recorded."""
+
+    async def timed_out(request: Request, exc: Exception) -> Response:
+        message, write_note = timeout_message(exc)
+        return unavailable_response(
+            admin,
+            request,
+            message,
+            mask_password(" ".join(str(exc).split())),
+            outage=("Database timed out", "the database cancelled a statement"),
+            write_note=write_note,
+        )
+
+    return timed_out
+
+
+_TIMEOUTS = {
+    "statement_timeout": "a statement ran longer than the database's statement_timeout allows",
+    "lock_timeout": ("a statement waited longer than the database's lock_timeout for a lock another transaction holds"),
+}
+
+
+def timeout_message(exc: BaseException) -> tuple[str, str]:
+    """What a client is told of a cancelled statement ``exc`` (a
+    :class:`~memabra.storage.DatabaseTimeoutError`), and what is added when it was saving a change.
+    Never the error's text: it names the database."""
+    what = _TIMEOUTS.get(str(getattr(exc, "setting", None)), "a statement was cancelled (pg_cancel_backend)")
+    message = (
+        f"The database cancelled the request's work: {what}. Try again in {RETRY_AFTER_S} seconds; if it "
+        "keeps happening, the admin's log names the database and what to do."
+    )
+    if getattr(exc, "outcome_unknown", False):
+        note = (
+            " The cancel reached the commit of your change, so it may or may not have been recorded: "
+            "check before repeating it."
+        )
+    else:
+        note = " The statement's transaction was rolled back (nothing of it recorded): send the change again."
+    return message, note
+
+
 def unavailable_response(
-    admin: _AdminBase, request: Request, message: str, reason: str, *, outage: tuple[str, str] = _OUTAGE
+    admin: _AdminBase,
+    request: Request,
+    message: str,
+    reason: str,
+    *,
+    outage: tuple[str, str] = _OUTAGE,
+    write_note: str = _WRITE_NOTE,
 ) -> Response:
     """The 503 for ``request`` while the database cannot be reached: ``message`` for the client
     (never a URL or a password), ``reason`` for the WARNING line only; ``outage``: the page's
-    title and what the WARNING line says happened."""
+    title and what the WARNING line says happened; ``write_note``: added for a request that
+    changes something (whether the change may have been recorded)."""
     title, happened = outage
     logger.warning("admin: %s %s answered 503, %s: %s", request.method, request.url.path, happened, reason)
     headers = {"retry-after": str(RETRY_AFTER_S), "cache-control": "no-store"}
     # a sign-in writes nothing: sent again, it is as safe as a page read again
     reading = request.method in ("GET", "HEAD") or request.url.path == _LOGIN_PATH
-    message = message if reading else message + _WRITE_NOTE
+    message = message if reading else message + write_note
     if request.url.path == _METRICS_PATH:
         return PlainTextResponse(message + "\n", status_code=503, headers=headers)
     if _wants_json(request):

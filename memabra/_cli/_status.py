@@ -30,17 +30,10 @@ from memabra._cli._database import ProbeDbOption
 from memabra._cli._retention import parse_age
 from memabra._cli._status_view import print_status
 from memabra._errors import MemabraError
-from memabra._health import (
-    DEFAULT_MAX_LAG,
-    HealthProblem,
-    format_age,
-    health_problems,
-    stored_vectors,
-    write_problems,
-    write_state,
-)
+from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems, stored_vectors
 from memabra._metrics import status_metrics
 from memabra._records import utcnow
+from memabra._write_check import write_problems, write_state, write_warnings
 from memabra.storage import EpisodeLog, LogStatus, resolve_url
 from memabra.storage._engine import shown_url
 
@@ -115,7 +108,8 @@ def status(
     serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet;
     per snapshot served, what the rewards that became final in the last hour came to.
     Also whether the database takes writes (a hot standby, read-only transactions, a SQLite file
-    or folder this process cannot write, its volume nearly full) and the vectors stored per encoder key.
+    or folder its writers cannot write, its volume nearly full; under 1 GiB free is a warning only)
+    and the vectors stored per encoder key.
     Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back)
     or the database cannot take writes,
     1 when the check could not run (--json then holds "healthy": false and the "error",
@@ -145,7 +139,8 @@ def status(
                 f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
     problems = health_problems(state, limit, policies=policies or None) + write_problems(writes)
-    print_status(state, where, problems, limit, writes, vectors)
+    warnings = write_warnings(writes)
+    print_status(state, where, problems, limit, writes, vectors, warnings)
     report.metrics(state, problems, policies or None)
     write_json(
         json_out,
@@ -155,8 +150,14 @@ def status(
             "error": None,
             "max_lag_seconds": limit.total_seconds(),
             "problems": [{"check": p.check, "message": p.message} for p in problems],
+            "warnings": [{"check": w.check, "message": w.message} for w in warnings],
             "status": state,
-            "writes": {**_fields(writes), "writable": writes.writable, "disk_low": writes.disk_low},
+            "writes": {
+                **_fields(writes),
+                "writable": writes.writable,
+                "disk_low": writes.disk_low,
+                "disk_critical": writes.disk_critical,
+            },
             "embeddings": [_fields(v) for v in vectors],
         },
     )
@@ -191,6 +192,7 @@ class _Report:
         text = status_metrics(
             state,
             problems=problems,
+            writes_checked=True,
             max_lag=self.limit,
             duration_s=round(self.duration_s if self.duration_s is not None else time.perf_counter() - self.started, 6),
             checked_at=state.checked_at if state is not None else utcnow(),
@@ -233,6 +235,7 @@ def _cannot_check(report: _Report, where: str, message: str) -> NoReturn:
             "error": message,
             "max_lag_seconds": report.limit.total_seconds(),
             "problems": [],
+            "warnings": [],
             "status": None,
             "writes": None,
             "embeddings": None,

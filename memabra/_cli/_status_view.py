@@ -11,7 +11,8 @@ from rich.text import Text
 
 from memabra._cli._common import console, err_console
 from memabra._cli._tables import Table
-from memabra._health import HealthProblem, StoredVectors, WriteState, format_age, format_size
+from memabra._health import HealthProblem, StoredVectors, format_age
+from memabra._write_check import WriteState, format_size
 from memabra.storage import LogStatus, PolicyStatus, head_revision
 
 __all__ = ["print_status"]
@@ -24,8 +25,10 @@ def print_status(
     limit: timedelta,
     writes: WriteState,
     vectors: tuple[StoredVectors, ...],
+    warnings: tuple[HealthProblem, ...] = (),
 ) -> None:
-    """The status as tables and lines; ``problems`` to stderr, each one line."""
+    """The status as tables and lines; ``problems`` and ``warnings`` (which fail no check) to
+    stderr, each one line."""
     now = state.checked_at
     head = head_revision()
     schema = "current" if state.schema_revision == head else f"head is {head}"
@@ -81,6 +84,8 @@ def print_status(
     else:
         console.print("no policy has a snapshot or a learner checkpoint yet")
     _print_reward_window(state)
+    for warning in warnings:
+        err_console.print(Text(f"! {warning.check} (a warning, not a failure): {warning.message}"), highlight=False)
     if problems:
         for problem in problems:
             err_console.print(Text(f"✗ {problem.check}: {problem.message}"), highlight=False)
@@ -196,9 +201,8 @@ def _writes(writes: WriteState) -> str:
     """Whether the database takes writes, and on SQLite the room left on its volume."""
     if writes.disk_free_bytes is not None and writes.disk_total_bytes:
         share = writes.disk_free_bytes / writes.disk_total_bytes
-        room = f"; {format_size(writes.disk_free_bytes)} free on its volume ({share:.0%})" + (
-            " (low)" if writes.disk_low else ""
-        )
+        level = " (nearly full)" if writes.disk_critical else " (low)" if writes.disk_low else ""
+        room = f"; {format_size(writes.disk_free_bytes)} free on its volume ({share:.0%}){level}"
     else:
         room = ""
     if writes.in_recovery:
@@ -209,7 +213,8 @@ def _writes(writes: WriteState) -> str:
         return "writes    refused: the connection is query-only (PRAGMA query_only)" + room
     if writes.file_writable is False or writes.folder_writable is False:
         what = "the file" if writes.file_writable is False else "its folder"
-        return f"writes    refused: this process cannot write {what}" + room
+        who = "its owner (checked as root)" if writes.as_root else "this process"
+        return f"writes    refused: {who} cannot write {what}" + room
     return "writes    accepted" + room
 
 

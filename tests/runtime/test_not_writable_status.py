@@ -1,17 +1,15 @@
 """``memabra status`` on a database that cannot take writes: a PostgreSQL server whose transactions
 are read-only (a hot standby's refusal, made here with ``default_transaction_read_only`` in the URL's
-options), a SQLite file or folder this process cannot write, a volume nearly full. Each fails the
+options), a SQLite file or folder its writers cannot write, a volume nearly full. Each fails the
 ``writes`` check (exit 4) naming the cause and what to do, in the tables and in ``--json`` (new
-keys beside the old ones); a database that takes writes passes it, and the stored vectors are
-counted per encoder key."""
+keys beside the old ones); a volume merely low is a warning (exit 0); a database that takes writes
+passes it, and the stored vectors are counted per encoder key."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,10 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 import memabra._health as health
+import memabra._write_check as write_check
 from memabra._cli import app
 from memabra._cli._status import UNHEALTHY_EXIT
-from memabra._health import write_problems, write_state
+from memabra._write_check import write_problems, write_state
 from memabra.storage import EmbeddingTable, make_engine, upgrade
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -61,7 +60,7 @@ def test_a_log_that_takes_writes_passes_and_says_so(migrated_url: str) -> None:
         assert writes["in_recovery"] is False and writes["transaction_read_only"] is False
     else:
         assert writes["file_writable"] is True and writes["folder_writable"] is True
-        assert writes["disk_free_bytes"] > 0 and writes["low_disk_free_bytes"] == health.LOW_DISK_FREE_BYTES
+        assert writes["disk_free_bytes"] > 0 and writes["low_disk_free_bytes"] == write_check.LOW_DISK_FREE_BYTES
         assert "free on its volume" in output
     assert "writes    accepted" in output and "the database takes writes" in output
 
@@ -83,49 +82,37 @@ def test_read_only_postgresql_transactions_fail_the_writes_check(pg_schema_url: 
     assert "✗ writes: " in output
 
 
-def _deny_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As root, which the permission bits do not stop, answer ``os.access`` as they say for its owner."""
-    if os.geteuid() != 0:
-        return
-    real: Callable[..., bool] = os.access
-
-    def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if mode & os.W_OK and not os.stat(path).st_mode & stat.S_IWUSR:
-            return False
-        return real(path, mode, **kwargs)
-
-    monkeypatch.setattr(health.os, "access", access)
-
-
 @pytest.mark.parametrize("what", ["file", "folder"])
-def test_a_sqlite_file_or_folder_this_process_cannot_write_fails_the_writes_check(
-    what: str, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_sqlite_file_or_folder_its_writers_cannot_write_fails_the_writes_check(what: str, sqlite_url: str) -> None:
+    """Whoever runs the check: as root, which the permission bits do not stop, the file's owner
+    is who they are read for (tests/runtime/test_review_not_writable_status.py)."""
     path = Path(make_url(sqlite_url).database or "")
     (path if what == "file" else path.parent).chmod(0o555)
-    _deny_writes(monkeypatch)
     code, output, document = _status(sqlite_url)
     assert code == UNHEALTHY_EXIT, output
     writes = document["writes"]
     assert writes[f"{what}_writable"] is False and writes["writable"] is False
     (problem,) = _writes_problems(document)
-    assert f"this process cannot write the {'SQLite file' if what == 'file' else 'folder of'} {path}" in problem
-    assert "writes    refused: this process cannot write" in output
+    assert f"{'the SQLite file' if what == 'file' else 'the folder of'} {path}" in problem
+    assert "cannot be written by" in problem
+    assert "cannot write " + ("the file" if what == "file" else "its folder") in output
 
 
 def test_a_nearly_full_volume_fails_the_writes_check_before_writes_are_refused(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = Path(make_url(sqlite_url).database or "").parent
-    # the volume's real free space, under a threshold set just above it
-    monkeypatch.setattr(health, "LOW_DISK_FREE_BYTES", shutil.disk_usage(folder).free + (1 << 30))
+    # the volume's real free space, under thresholds set just above it
+    above = shutil.disk_usage(folder).free + (1 << 30)
+    monkeypatch.setattr(write_check, "LOW_DISK_FREE_BYTES", above)
+    monkeypatch.setattr(write_check, "CRITICAL_DISK_FREE_BYTES", above)
     code, output, document = _status(sqlite_url)
     assert code == UNHEALTHY_EXIT, output
     writes = document["writes"]
-    assert writes["disk_low"] is True and writes["writable"] is True  # still taken, for now
+    assert writes["disk_critical"] is True and writes["writable"] is True  # still taken, for now
     (problem,) = _writes_problems(document)
-    assert "free space before it is full" in problem
-    assert "(low)" in output
+    assert "nearly full: free space now" in problem
+    assert "(nearly full)" in output
 
 
 def test_a_query_only_sqlite_connection_is_read_as_refusing_writes(sqlite_url: str) -> None:
