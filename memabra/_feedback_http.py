@@ -18,9 +18,6 @@ nothing):
   out of range (:class:`~memabra.FeedbackSignals`' message), a key an end user may not send
   (outside ``keys``), no signal at all, or a malformed ``Idempotency-Key`` header.
 * 404: an episode unknown, or another user's: the same answer, so ids cannot be probed.
-* 400: a ``retract_memory`` naming no memory of the user (unknown and another user's get the same
-  answer) or one already retired otherwise than by this episode's retraction. A stored
-  ``retract_memory`` retires the memory (:meth:`~memabra.MemabraAgent.feedback`), once.
 * 409: an ``Idempotency-Key`` already used on this episode with other values (the first stands).
 * 503, ``Retry-After``: the log could not be reached (an outage, a failover); nothing or, where the
   connection was lost with the commit in flight, possibly the feedback was stored: a retry with
@@ -29,6 +26,12 @@ nothing):
 Feedback accumulates: each POST is one more feedback on the episode, the latest verdict wins and
 corrections add up (:mod:`memabra._reward`). A UI that retries sends the same ``Idempotency-Key``
 header: the retry is recorded once and answered ``"status": "duplicate"``.
+
+A ``retract_memory`` ("that's wrong, forget it") is stored like any feedback, and retires the
+memory only where it is the user's current memory (:mod:`memabra._retraction`). The answer to a
+retraction adds ``"retired_memory"``: the memory retired, or ``null`` (an id that is unknown,
+another user's, or retired or superseded since: the same answer for each, so ids cannot be
+probed; the correction still counts in the reward).
 """
 
 from __future__ import annotations
@@ -120,13 +123,11 @@ class _Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Posted:
-    """What the worker thread did: ``receipt`` None where no episode of this user has the id, or
-    where ``refused`` says why the feedback was refused (a ``retract_memory`` naming no current
-    memory of the user); ``conflict`` where the idempotency key was used before with other values."""
+    """What the worker thread did: ``receipt`` None where no episode of this user has the id;
+    ``conflict`` where the idempotency key was used before with other values."""
 
     receipt: FeedbackReceipt | None
     conflict: bool = False
-    refused: str | None = None
 
 
 def feedback_app(
@@ -178,22 +179,21 @@ def feedback_app(
             # a write lost with its commit in flight may have landed: the same key makes a retry safe
             detail = "the episode log is unavailable; retry later with the same Idempotency-Key"
             return JSONResponse({"detail": detail}, status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
-        if posted.refused is not None:
-            return JSONResponse({"detail": posted.refused}, status_code=400)
         if posted.receipt is None:
             return JSONResponse({"detail": _NOT_FOUND}, status_code=404)
         if posted.conflict:
             detail = "this Idempotency-Key was already used with other values: the first feedback stands"
             return JSONResponse({"detail": detail}, status_code=409)
         receipt = posted.receipt
-        return JSONResponse(
-            {
-                "episode_id": episode_id,
-                "feedback_id": receipt.feedback_id,
-                "status": receipt.status,
-                "applied": receipt.applied,
-            }
-        )
+        answer: dict[str, Any] = {
+            "episode_id": episode_id,
+            "feedback_id": receipt.feedback_id,
+            "status": receipt.status,
+            "applied": receipt.applied,
+        }
+        if "retract_memory" in payload:  # what it retired, null for nothing: only a retraction asks
+            answer["retired_memory"] = receipt.retired_memory
+        return JSONResponse(answer)
 
     # Every method routed here, the 405 answered by the route itself: LangGraph's Agent Server lifts
     # an ``http.app``'s routes into its own, ahead of a mount taking every path, and a route that
@@ -292,8 +292,6 @@ def _post(
         receipt = session.feedback(episode_id, source=source, idempotency_key=key, **payload)
     except UnknownEpisodeError:  # never logged, or erased before the write
         return _Posted(None)
-    except InvalidFeedbackError as exc:  # what only the log and the memories can tell: nothing stored
-        return _Posted(None, refused=str(exc))
     if receipt.status != "duplicate" or key is None:
         return _Posted(receipt)
     stored = session.log.feedback_for(episode_id, include_late=True)

@@ -26,14 +26,13 @@ from datetime import datetime
 from typing import Protocol
 
 from memabra import _memory_write as write
-from memabra._errors import ConfigError, InvalidRecordError, MemoriesChangedError
+from memabra._errors import ConfigError, InvalidRecordError
 from memabra._facts import MAX_MEMORY_CHARS, FactExtractor, RuleFactExtractor, extract_facts
 from memabra._llm_facts import LLMFactExtractor
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
 from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, rank
 from memabra._records import Candidate, CandidateKind, RegistryItem, new_id, utcnow
-from memabra._restatement import is_restatement
 from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 
@@ -52,9 +51,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memabra")
-
-# Reads an update decides on while other writers keep changing the user's memories (as remember's).
-_WRITE_TRIES = 10
 
 
 class Supersession(Protocol):
@@ -264,75 +260,30 @@ class MemoryBackend(ABC):
         keep_both: bool = False,
     ) -> MemoryRecord:
         """Replace an active memory's text; the old text goes into its history with ``reason`` (who
-        or what changed it). A retired memory is refused: rewriting it would make it current again
-        beside the fact that replaced it. So is a text stating another value of a subject another
-        current memory holds, or restating one (:class:`~memabra._memory_write.ContradictsCurrentError`
-        naming them; nothing written): the agent would go on answering the old value. ``replace``
-        retires them (of a memory joining several facts, only the replaced one is cut out) in the
-        same write; ``keep_both`` keeps them, as ``update`` did before it checked. The rule of
-        :func:`~memabra._memory_write.edit_memory`, decided again where another write lands between
-        its read and its write."""
-        if replace and keep_both:
-            raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
-        with self._writing(user_id):
-            fact, now = write.clean(text), self.clock()
-            for _ in range(1, _WRITE_TRIES):
-                try:
-                    return self._update_once(user_id, memory_id, fact, episode_id, reason, now, replace, keep_both)
-                except MemoriesChangedError:
-                    logger.debug("user %s's memories changed under an update: deciding it again", user_id)
-            return self._update_once(user_id, memory_id, fact, episode_id, reason, now, replace, keep_both)
-
-    def _update_once(
-        self,
-        user_id: str,
-        memory_id: str,
-        fact: str,
-        episode_id: str | None,
-        reason: str,
-        now: datetime,
-        replace: bool,
-        keep_both: bool,
-    ) -> MemoryRecord:
-        read = self._read_active(user_id)  # first: a write from here on refuses this one
-        record = self.get(user_id, memory_id)
-        if record.status is MemoryStatus.RETIRED:
-            by = f" (superseded by {record.superseded_by})" if record.superseded_by else ""
-            raise InvalidRecordError(
-                f"memory {memory_id!r} is retired{by}: restore it first (memabra memories restore), then update it"
-            )
-        others = [] if keep_both else [pair for pair in read.pairs if pair[0] != memory_id]
-        clashing = write._clashing(self, fact, others)  # edit_memory's rule, restatements included
-        if clashing and not replace:
-            listing = ", ".join(f"{mid} ({old!r})" for mid, old in clashing)
-            raise write.ContradictsCurrentError(
-                f"the new text {fact!r} contradicts the current {listing}; saving it would leave both current: "
-                "update with replace=True to retire that in the same write, or with keep_both=True if the two "
-                "are about different things",
-                clashing,
-            )
-        retire: builtins.list[MemoryChange] = []
-        cut: builtins.list[MemoryChange] = []
-        for mid, old in clashing:
-            rest = None if is_restatement(fact, old) else self._left_standing(fact, old)
-            if rest is None:
-                why = f"superseded by {memory_id} (updated)"
-                retire.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, episode_id, why))
-            elif rest:
-                why = f"part superseded by {memory_id} (updated)"
-                cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, episode_id, why))
-        item, change = self._rewritten(user_id, memory_id, fact, episode_id, reason, now)
-        self._store_decided(read, item, change, retire, cut)  # with what it replaces: all or nothing
-        return self.get(user_id, memory_id)
+        or what changed it) and ``episode_id``. A retired memory is refused: rewriting it would make
+        it current again beside the fact that replaced it. So is a text stating another value of a
+        subject another current memory holds, or restating one
+        (:class:`~memabra._memory_write.ContradictsCurrentError` naming them; nothing written): the
+        agent would go on answering the old value. ``replace`` retires them (of a memory joining
+        several facts, only the replaced one is cut out) in the same write; ``keep_both`` keeps
+        them, as ``update`` did before it checked. The rule of
+        :func:`~memabra._memory_write.edit_memory` (the CLI's and the admin's edit), which it runs."""
+        edited = write.edit_memory(
+            self,
+            user_id,
+            memory_id,
+            text,
+            replace=replace,
+            keep_both=keep_both,
+            reason=reason,
+            episode_id=episode_id,
+        )
+        return edited.memory
 
     def _rewrite(
         self, user_id: str, memory_id: str, fact: str, episode_id: str | None, reason: str, now: datetime
     ) -> None:
-        self._store(*self._rewritten(user_id, memory_id, fact, episode_id, reason, now))
-
-    def _rewritten(
-        self, user_id: str, memory_id: str, fact: str, episode_id: str | None, reason: str, now: datetime
-    ) -> tuple[RegistryItem, MemoryChange]:
+        """Cut a memory down to ``fact`` with no check (a settled store write, :mod:`memabra._store_settle`)."""
         old = self._item(user_id, memory_id, include_retired=True)
         item = RegistryItem(
             kind=CandidateKind.MEMORY,
@@ -349,7 +300,9 @@ class MemoryBackend(ABC):
             times_chosen=old.times_chosen,
             times_used=old.times_used,
         )
-        return item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, reason)
+        self._store(
+            item, MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, old.text, fact, episode_id, reason)
+        )
 
     def retire(
         self,

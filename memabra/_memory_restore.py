@@ -19,6 +19,7 @@ from datetime import datetime
 from memabra._errors import InvalidRecordError
 from memabra._memory import MemoryBackend
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_write import clashing_memories, decided_again
 from memabra._records import utcnow
 from memabra._restatement import is_restatement
 
@@ -42,11 +43,7 @@ def conflicting_memories(backend: MemoryBackend, user_id: str, memory_id: str) -
     their subject) or restates (restoring it would duplicate them), oldest first."""
     record = backend.get(user_id, memory_id)
     current = [r for r in backend.list(user_id, include_retired=False) if r.id != memory_id]
-    if not current:
-        return []
-    pairs = [(r.id, r.text) for r in current]
-    clashing = set(backend.supersession.superseded(record.text, pairs))
-    clashing.update(r.id for r in current if is_restatement(record.text, r.text))
+    clashing = {mid for mid, _ in clashing_memories(backend, record.text, [(r.id, r.text) for r in current])}
     return [r for r in current if r.id in clashing]
 
 
@@ -68,9 +65,14 @@ def restore_memory(
     same write; with ``keep_both`` they stay current beside it."""
     if replace and keep_both:
         raise InvalidRecordError("replace and keep_both exclude each other: retire what it contradicts, or keep it")
-    # read, check and write as one step against the user's other writers in this process
+    # read, check and write as one step against the user's other writers in this process; one in
+    # another process that lands between the read and the write refuses it, and it is decided again
     with backend._writing(user_id):
-        return _restore(backend, user_id, memory_id, replace=replace, keep_both=keep_both, reason=reason, at=at)
+        return decided_again(
+            user_id,
+            "a restore",
+            lambda: _restore(backend, user_id, memory_id, replace=replace, keep_both=keep_both, reason=reason, at=at),
+        )
 
 
 def _restore(
@@ -83,12 +85,14 @@ def _restore(
     reason: str,
     at: datetime | None,
 ) -> RestoredMemory:
+    read = backend._read_active(user_id)  # first: a write from here on refuses this one
     record = backend.get(user_id, memory_id)
     if record.status is not MemoryStatus.RETIRED:
         raise InvalidRecordError(f"memory {memory_id!r} is already active; nothing changed")
-    clashing = [] if keep_both else conflicting_memories(backend, user_id, memory_id)
+    others = [p for p in read.pairs if p[0] != memory_id]
+    clashing = [] if keep_both else clashing_memories(backend, record.text, others)
     if clashing and not replace:
-        listing = ", ".join(f"{c.id} ({c.text!r})" for c in clashing)
+        listing = ", ".join(f"{mid} ({text!r})" for mid, text in clashing)
         raise InvalidRecordError(
             f"memory {memory_id!r} ({record.text!r}) contradicts the current {listing}; restoring it would "
             "leave both current: restore with replace (--replace) to retire that in the same step, or with "
@@ -97,21 +101,22 @@ def _restore(
     now = at or utcnow()
     whole: list[MemoryChange] = []
     trimmed: list[tuple[str, str]] = []
-    for c in clashing:
+    for mid, text in clashing:
         # _left_standing: None retires the whole memory, a text keeps the facts not contradicted
-        rest = None if is_restatement(record.text, c.text) else backend._left_standing(record.text, c.text)
+        rest = None if is_restatement(record.text, text) else backend._left_standing(record.text, text)
         if rest is None:
             why = f"superseded by {memory_id} (restored)"
-            whole.append(MemoryChange(c.id, user_id, MemoryAction.RETIRED, now, c.text, None, None, why))
+            whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, text, None, None, why))
         elif rest:
-            trimmed.append((c.id, rest))
+            trimmed.append((mid, rest))
     item = dataclasses.replace(backend._item(user_id, memory_id, include_retired=True), updated_at=now)
     change = MemoryChange(memory_id, user_id, MemoryAction.RESTORED, now, record.text, record.text, None, reason)
     why = f"part superseded by {memory_id} (restored)"
-    texts = {c.id: c.text for c in clashing}
+    texts = dict(clashing)
     cut = [MemoryChange(mid, user_id, MemoryAction.UPDATED, now, texts[mid], rest, None, why) for mid, rest in trimmed]
-    # the restore, the retirements and the cuts: one write, all or nothing
-    backend._store(item, change, whole, cut)
+    # the restore, the retirements and the cuts: one write, all or nothing, refused if `read` went
+    # stale (a fact stored meanwhile would otherwise stay current beside the restored one unchecked)
+    backend._store_decided(read, item, change, whole, cut)
     if whole or trimmed:
         replaced = ", ".join([c.memory_id for c in whole] + [mid for mid, _ in trimmed])
         logger.info("restored memory %s of user %s replaces %s", memory_id, user_id, replaced)

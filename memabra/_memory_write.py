@@ -14,20 +14,18 @@ import dataclasses
 import logging
 import random
 import time
-import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from memabra._errors import InvalidRecordError, MemoriesChangedError
-from memabra._facts import MAX_MEMORY_CHARS, join_facts, split_facts, strip_complaint
+from memabra._facts import join_facts, split_facts
 from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_text import audit_reason, clean, require_user, too_long
 from memabra._records import CandidateKind, RegistryItem
 from memabra._restatement import is_restatement
 from memabra._text import approx_tokens
-from memabra.storage._memory_rows import MAX_REASON_CHARS
-from memabra.storage._rows import clean_text
 
 if TYPE_CHECKING:
     from memabra._memory import MemoryBackend
@@ -38,7 +36,9 @@ __all__ = [
     "CountsWrites",
     "EditedMemory",
     "audit_reason",
+    "clashing_memories",
     "clean",
+    "decided_again",
     "edit_memory",
     "left_standing",
     "remember",
@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("memabra")
+
+_T = TypeVar("_T")
 
 # Reads one ``remember`` makes while other processes keep retiring the memory it restates.
 _RESTATE_TRIES = 3
@@ -190,6 +192,7 @@ def edit_memory(
     keep_both: bool = False,
     reason: str = "update",
     at: datetime | None = None,
+    episode_id: str | None = None,
 ) -> EditedMemory:
     """Replace an active memory's text by hand (``memabra memories update``, the admin's edit)
     under the rule a restore keeps: never two current values of one subject. An edit is a new
@@ -200,7 +203,9 @@ def edit_memory(
     another value of the new text's subject, or restates it; ``replace`` retires those (or cuts
     the replaced fact out of a memory joining several) in the same write, ``keep_both`` keeps
     them (the two are about different things). ``reason`` goes into the history as given (see
-    :func:`audit_reason`). Works on any backend: it uses only what :class:`MemoryBackend` defines.
+    :func:`audit_reason`); ``episode_id``, the episode the edit came from (None: by hand), goes
+    into every change it makes. Works on any backend: it uses only what :class:`MemoryBackend`
+    defines, and :meth:`MemoryBackend.update` is this rule too.
 
     Decided on one read of the user's memories, as ``remember`` is: where another write (the
     agent storing what the user just said) lands between that read and this write, a backend
@@ -213,19 +218,29 @@ def edit_memory(
     reason = audit_reason(reason)
     now = at or backend.clock()
     with backend._writing(user_id):
-        for attempt in range(1, _WRITE_TRIES + 1):
-            try:
-                done = _edit_once(backend, user_id, memory_id, fact, replace, keep_both, reason, now)
-                break
-            except MemoriesChangedError:
-                if attempt == _WRITE_TRIES:
-                    raise
-                logger.debug("user %s's memories changed under an edit: deciding it again", user_id)
-                time.sleep(random.uniform(0, _RETRY_WAIT_S * attempt))
+        done = decided_again(
+            user_id,
+            "an edit",
+            lambda: _edit_once(backend, user_id, memory_id, fact, replace, keep_both, reason, now, episode_id),
+        )
     if done.retired or done.trimmed:
         replaced = ", ".join([*done.retired, *done.trimmed])
         logger.info("edited memory %s of user %s replaces %s", memory_id, user_id, replaced)
     return done
+
+
+def decided_again(user_id: str, what: str, once: Callable[[], _T]) -> _T:
+    """``once()``, a write decided on one read of ``user_id``'s memories, run again on a new read
+    wherever another write made that read stale (:class:`MemoriesChangedError`, nothing written),
+    at most :data:`_WRITE_TRIES` times: an edit's and a restore's rule, never two current values
+    of one subject however the writes interleave."""
+    for attempt in range(1, _WRITE_TRIES):
+        try:
+            return once()
+        except MemoriesChangedError:
+            logger.debug("user %s's memories changed under %s: deciding it again", user_id, what)
+            time.sleep(random.uniform(0, _RETRY_WAIT_S * attempt))
+    return once()
 
 
 def _edit_once(
@@ -237,6 +252,7 @@ def _edit_once(
     keep_both: bool,
     reason: str,
     now: datetime,
+    episode_id: str | None,
 ) -> EditedMemory:
     read = backend._read_active(user_id)  # first: a write from here on refuses this one
     record = backend.get(user_id, memory_id)
@@ -247,7 +263,7 @@ def _edit_once(
         )
     if fact == record.text:
         return EditedMemory(record)  # the same text again (a re-sent form): nothing to record
-    clashing = [] if keep_both else _clashing(backend, fact, [p for p in read.pairs if p[0] != memory_id])
+    clashing = [] if keep_both else clashing_memories(backend, fact, [p for p in read.pairs if p[0] != memory_id])
     if clashing and not replace:
         listing = ", ".join(f"{mid} ({old!r})" for mid, old in clashing)
         raise ContradictsCurrentError(
@@ -262,13 +278,13 @@ def _edit_once(
         rest = None if is_restatement(fact, old) else left_standing(backend, fact, old)
         if rest is None:
             why = f"superseded by {memory_id} (edited)"
-            whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, None, why))
+            whole.append(MemoryChange(mid, user_id, MemoryAction.RETIRED, now, old, None, episode_id, why))
         elif rest:
             why = f"part superseded by {memory_id} (edited)"
-            cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, None, why))
+            cut.append(MemoryChange(mid, user_id, MemoryAction.UPDATED, now, old, rest, episode_id, why))
     base = backend._item(user_id, memory_id, include_retired=False)
     item = dataclasses.replace(base, text=fact, tokens=approx_tokens(fact), name=fact[:60], updated_at=now)
-    change = MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, record.text, fact, None, reason)
+    change = MemoryChange(memory_id, user_id, MemoryAction.UPDATED, now, record.text, fact, episode_id, reason)
     # the edit, the retirements and the cuts: one write, all or nothing, refused if `read` went stale
     backend._store_decided(read, item, change, whole, cut)
     return EditedMemory(
@@ -276,25 +292,9 @@ def _edit_once(
     )
 
 
-def audit_reason(reason: str) -> str:
-    """A reason a person gives a change (who and why), as the memory's history keeps it: on one
-    line (a pasted ticket's line breaks and tabs read as spaces). Refused, naming the problem and
-    before anything is written, when it holds another control character (an escape sequence would
-    reach the terminal of whoever reads the history) or is longer than a history entry holds: the
-    history used to cut it silently, and with its end went the "(by NAME)" that says who."""
-    text = " ".join(reason.split())
-    if any(unicodedata.category(ch) == "Cc" for ch in text):
-        raise InvalidRecordError("the reason holds a control character; write it as plain text; nothing was changed")
-    if len(text) > MAX_REASON_CHARS:
-        raise InvalidRecordError(
-            f"the reason (with who made the change) is {len(text)} characters; a memory's history keeps at most "
-            f"{MAX_REASON_CHARS}: shorten it by {len(text) - MAX_REASON_CHARS} (a ticket number says the rest); "
-            "nothing was changed"
-        )
-    return text
-
-
-def _clashing(backend: MemoryBackend, fact: str, current: Sequence[tuple[str, str]]) -> builtins.list[tuple[str, str]]:
+def clashing_memories(
+    backend: MemoryBackend, fact: str, current: Sequence[tuple[str, str]]
+) -> builtins.list[tuple[str, str]]:
     """The ``(id, text)`` of ``current`` that ``fact`` supersedes or restates, in their order."""
     if not current:
         return []
@@ -337,48 +337,6 @@ class CountsWrites(Protocol):
 
     def _store_many_decided(self, read: ActiveRead, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
         """``_store_many`` of new memories of ``read``'s user decided on ``read``: one write."""
-
-
-def clean(text: str) -> str:
-    """``text`` as a memory's fact: the complaint cut off, trailing punctuation trimmed, NUL bytes
-    dropped and lone surrogates replaced, as the SQL log stores any text (PostgreSQL refuses both,
-    in a table and in a LangGraph store's JSON alike), and composed (NFC): "Zürich" typed with a
-    combining umlaut (NFD, as macOS and some keyboards send it) is the same fact as "Zürich", a
-    restatement rather than a new memory retiring the old one. A fact longer than
-    :data:`~memabra._facts.MAX_MEMORY_CHARS` is refused: a document is no memory, and one that
-    long would be offered every turn and fit no context budget."""
-    if not isinstance(text, str):
-        raise InvalidRecordError(f"a memory is text, got {type(text).__name__}")
-    fact = _cleaned(text)
-    if not fact:
-        raise InvalidRecordError("a memory needs non-empty text")
-    if len(fact) > MAX_MEMORY_CHARS:
-        raise InvalidRecordError(
-            f"a memory holds at most {MAX_MEMORY_CHARS:,} characters, this one has {len(fact):,}"
-            f" (it starts {fact[:60]!r}): store the facts it states, one memory each, not a document"
-        )
-    return fact
-
-
-def too_long(text: str) -> bool:
-    """Whether :func:`clean` refuses ``text`` for its length: measured as stored, composed (NFC),
-    which a few scripts' characters double (Devanagari's precomposed nukta letters)."""
-    return len(_cleaned(text)) > MAX_MEMORY_CHARS
-
-
-def _cleaned(text: str) -> str:
-    text = clean_text(text)
-    if not text.isascii():
-        text = unicodedata.normalize("NFC", text)
-    return strip_complaint(text.strip()).rstrip(".!; ").strip()
-
-
-def require_user(user_id: str) -> None:
-    """Refuse a ``user_id`` memories cannot be scoped by (not a string, or empty), before any read."""
-    if not isinstance(user_id, str) or not user_id:
-        raise InvalidRecordError(
-            f"memories are scoped by user: give a non-empty user_id (a string), got {user_id!r:.80}"
-        )
 
 
 def new_item(user_id: str, fact: str, source: str, now: datetime, unique: str) -> RegistryItem:

@@ -288,10 +288,16 @@ class PolicySnapshot:
 class FeedbackReceipt:
     """What happened to posted feedback: ``stored`` (applies to the reward), ``late`` (stored
     for review, never applied: the episode's reward was already final or its feedback window had
-    closed) or ``duplicate`` (an earlier post had the same idempotency key; nothing written)."""
+    closed) or ``duplicate`` (an earlier post had the same idempotency key; nothing written).
+
+    ``retired_memory``: the memory a ``retract_memory`` in it retired (a retry of the same
+    retraction answers as the first did), ``None`` where it retired none: no ``retract_memory``,
+    or an id that was not the episode user's current memory (unknown, another user's, retired or
+    superseded since), whose correction still counts in the reward."""
 
     feedback_id: str
     status: str
+    retired_memory: str | None = None
 
     @property
     def applied(self) -> bool:

@@ -162,7 +162,7 @@ _PARSERS: Mapping[str, tuple[str, Any, str]] = {
     "retract_memory": (
         "explicit",
         _text,
-        "memory id of the episode's user: a wrong memory, retired (no longer recalled)",
+        "memory id: a wrong memory, retired if it is the episode user's current one; a correction either way",
     ),
     "gold_answer": ("explicit", _text, "text: the right answer, when known (MemPO grades the decision against it)"),
     "comment": ("explicit", _text, "free text"),

@@ -37,11 +37,12 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from langgraph.store.base import BaseStore, GetOp, PutOp
+from langgraph.store.base import BaseStore, PutOp
 
+from memabra import _store_writes as writes
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._memory import MemoryBackend, Supersession
-from memabra._memory_records import MemoryAction, MemoryChange, MemoryRecord, MemoryStatus
+from memabra._memory_records import MemoryChange, MemoryRecord, MemoryStatus
 from memabra._memory_write import ActiveRead
 from memabra._recall import RECALL_ALL, RECALL_LIMIT, RecallIndex
 from memabra._records import CandidateKind, RegistryItem, new_id, utcnow
@@ -56,13 +57,10 @@ from memabra._store_items import (
     cuts,
     fresh_key,
     history_entry,
-    item_value,
     memory_record,
     memory_text,
     names_others,
-    new_record,
     pending_change,
-    retirement_key,
     retirements,
     seq_of,
     stored_tokens,
@@ -73,7 +71,6 @@ from memabra._store_items import (
     with_created,
 )
 from memabra._store_settle import StoreRead, settle
-from memabra._text import approx_tokens
 from memabra.router import CachingEncoder
 from memabra.storage import EpisodeLog, last_chosen
 
@@ -250,18 +247,7 @@ class StoreMemory(MemoryBackend):
         """Stop recalling a memory without forgetting it (see :meth:`MemoryBackend.retire`): the item
         keeps its text, with ``status`` retired, and its change in the same put."""
         with self._locked(user_id):
-            ns = self.namespace_for(user_id)
-            current = self.store.get(ns, memory_id) if isinstance(memory_id, str) and memory_id else None
-            if current is None:
-                raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
-            if current.value.get("status") == MemoryStatus.RETIRED.value:
-                raise InvalidRecordError(f"memory {memory_id!r} is already retired; nothing changed")
-            text = self._to_item(user_id, current).text
-            now = at or self.clock()
-            change = MemoryChange(memory_id, user_id, MemoryAction.RETIRED, now, text, text, episode_id, reason)
-            # retired by hand, not by a newer fact: a superseded_by left from an earlier retirement goes
-            value = {k: v for k, v in current.value.items() if k != "superseded_by"}
-            self._put(ns, {**value, "status": MemoryStatus.RETIRED.value}, new_record(change), current)
+            writes.retire(self, user_id, memory_id, reason=reason, at=at, episode_id=episode_id)
         return self.get(user_id, memory_id)
 
     def _searched(self, user_id: str, query: str, limit: int) -> list[RegistryItem]:
@@ -354,62 +340,18 @@ class StoreMemory(MemoryBackend):
         retire: Sequence[MemoryChange] = (),
         cut: Sequence[MemoryChange] = (),
     ) -> None:
-        ns = self.namespace_for(item.owner)
-        # Reads first, so a bad retire id fails before anything is written.
-        old = {c.memory_id: self.store.get(ns, c.memory_id) for c in [*retire, *cut]}
-        missing = [c.memory_id for c in retire if old[c.memory_id] is None]
-        if missing:
-            raise InvalidRecordError(f"user {item.owner!r} has no memory {missing[0]!r}")
-        # The new memory names what it retires and cuts: a process dying before those writes leaves
-        # them to the next reader (``_raw``) or writer (``_finish``), never both memories current.
-        retired = [
-            {**new_record(c), "key": retirement_key(c.memory_id, version(read.value, read.updated_at))}
-            for c in retire
-            if (read := old[c.memory_id]) is not None
-        ]
-        created = new_record(change)  # before the cuts' records: a cut is ordered after its cause
-        trimmed = [r for c in cut if (read := old[c.memory_id]) is not None and uncut(read.value, r := new_record(c))]
-        named = {**({"retires": retired} if retired else {}), **({"cuts": trimmed} if trimmed else {})}
-        self._put(ns, item_value(item), {**created, **named}, self.store.get(ns, item.id))
-        for r in retired:
-            prior = old[r["memory_id"]]
-            self._put(ns, {**prior.value, "status": "retired", "superseded_by": item.id}, r, prior)  # type: ignore[union-attr]
-        for r in trimmed:
-            prior = old[r["memory_id"]]
-            self._put(ns, cut_value(prior.value, str(r["new_text"])), r, prior)  # type: ignore[union-attr]
+        writes.store(self, item, change, retire, cut)
 
     def _store_many(self, pairs: Sequence[tuple[RegistryItem, MemoryChange]]) -> None:
-        """New memories (an import) in a few batches: each item carries its change (see ``_put``)."""
-        if len({item.owner for item, _ in pairs}) != 1:
-            return super()._store_many(pairs)
-        ns = self.namespace_for(pairs[0][0].owner)
-        if any(found is not None for found in self.store.batch([GetOp(ns, item.id) for item, _ in pairs])):
-            return super()._store_many(pairs)  # a given id that is stored: one by one, each finished first
-        records = [new_record(change) for _, change in pairs]
-        puts = [PutOp(ns, i.id, {**item_value(i), PENDING: r}) for (i, _), r in zip(pairs, records, strict=True)]
-        puts += [PutOp((_HISTORY_ROOT, *ns), str(r["key"]), history_entry(r), index=False) for r in records]
-        self._batched(puts)
+        if not writes.store_many(self, pairs):
+            super()._store_many(pairs)
 
     def _batched(self, ops: Sequence[PutOp]) -> None:
         for start in range(0, len(ops), _PAGE):
             self.store.batch(ops[start : start + _PAGE])
 
     def _refresh(self, change: MemoryChange) -> None:
-        ns = self.namespace_for(change.user_id)
-        current = self.store.get(ns, change.memory_id)
-        if current is None:
-            raise InvalidRecordError(f"user {change.user_id!r} has no memory {change.memory_id!r}")
-        if current.value.get("status") == "retired":  # since the caller read it: leave its text as it was
-            raise InvalidRecordError(f"memory {change.memory_id!r} is retired")
-        value = dict(current.value)
-        if change.new_text:
-            value.update(
-                text=change.new_text,
-                content={"content": change.new_text},
-                tokens=approx_tokens(change.new_text),
-                name=change.new_text[:60],
-            )
-        self._put(ns, value, new_record(change), current)
+        writes.refresh(self, change)
 
     def _forget(self, user_id: str, memory_ids: Sequence[str] | None) -> int:
         return forget(self, user_id, memory_ids)

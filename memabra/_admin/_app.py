@@ -75,6 +75,7 @@ from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
+from memabra._retraction import post_retracting
 from memabra._reward import RewardConfig
 from memabra.storage import (
     DatabaseNotWritableError,
@@ -234,7 +235,7 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages, Pay
                 idempotency_key=f"admin:{parsed.idempotency_key}",
             )
             service = RewardService(self.log, self.reward_config)
-            receipt = await run_in_threadpool(service.post_feedback, feedback)
+            receipt = await run_in_threadpool(post_retracting, service, feedback, self._memory_backend)
             back = list_query(form.get("list", ""))
             if receipt.status == "duplicate":
                 earlier = await run_in_threadpool(self._stored_feedback, episode_id, receipt.feedback_id)

@@ -245,7 +245,8 @@ class FeedbackForm:
 
 
 def parse_feedback_form(form: Mapping[str, str]) -> FeedbackForm:
-    """``action=correction`` (optional ``correction`` text) or ``action=rating`` (``rating`` 1..5),
+    """``action=correction`` (optional ``correction`` text and ``retract_memory``, the id of a
+    memory that was wrong) or ``action=rating`` (``rating`` 1..5),
     each with an optional ``comment``; the form's ``idempotency_key`` makes a resubmission a no-op."""
     action = form.get("action", "")
     comment = form.get("comment", "").strip()
@@ -258,6 +259,12 @@ def parse_feedback_form(form: Mapping[str, str]) -> FeedbackForm:
         if len(text) > MAX_TEXT:
             raise FormError(f"correction is longer than {MAX_TEXT} characters")
         payload["correction"] = text or True
+        # a memory the episode offered that was wrong: retired with the correction (memabra._retraction)
+        retracted = form.get("retract_memory", "").strip()
+        if retracted:
+            if len(retracted) > MAX_TEXT:
+                raise FormError(f"retract_memory is longer than {MAX_TEXT} characters")
+            payload["retract_memory"] = retracted
     elif action == "rating":
         raw = form.get("rating", "")
         if raw not in ("1", "2", "3", "4", "5"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,11 +28,15 @@ from memabra._config import load_reward_config
 from memabra._episode_document import episode_document
 from memabra._feedback import RewardService, same_feedback
 from memabra._records import EpisodeSummary, Feedback, FeedbackKind
+from memabra._retraction import post_retracting
 from memabra.storage import (
     FAILURE_CAUSES,
     EpisodeFilter,
     EpisodeLog,
 )
+
+if TYPE_CHECKING:
+    from memabra._memory import MemoryBackend
 
 episodes_app = typer.Typer(
     help="Browse, export and delete logged episodes.", no_args_is_help=True, rich_markup_mode="markdown"
@@ -273,7 +278,8 @@ def feedback(
     with _open(db) as log:
         episode_id = run_guarded(log.resolve_episode_id, episode_id)
         fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
-        receipt = run_guarded(RewardService(log, run_guarded(load_reward_config)).post_feedback, fb)
+        service = RewardService(log, run_guarded(load_reward_config))
+        receipt = run_guarded(post_retracting, service, fb, partial(_memories, log))
         earlier = None
         if receipt.status == "duplicate":
             stored = log.feedback_for(episode_id, include_late=True)
@@ -285,5 +291,28 @@ def feedback(
             "written: a retry must send the same payload, new feedback a new key"
         )
     console.print(f"feedback {receipt.feedback_id}: {receipt.status}{_STATUS_NOTES.get(receipt.status, '')}")
+    retracted = fb.signals.explicit.retract_memory
+    if receipt.retired_memory is not None:
+        console.print(f"memory {plain(receipt.retired_memory)} retired (memabra memories restore brings it back)")
+    elif retracted is not None and earlier is None:
+        console.print(
+            f"memory {plain(retracted)} was not retired: it is not a current memory of the episode's user "
+            "(unknown, or retired or superseded since); the feedback still counts as a correction",
+            highlight=False,
+        )
     # the whole episode id, where a script gave its first characters
-    write_json(json_out, {"feedback_id": receipt.feedback_id, "episode_id": episode_id, "status": receipt.status})
+    write_json(
+        json_out,
+        {
+            "feedback_id": receipt.feedback_id,
+            "episode_id": episode_id,
+            "status": receipt.status,
+            "retired_memory": receipt.retired_memory,
+        },
+    )
+
+
+def _memories(log: EpisodeLog) -> MemoryBackend:
+    from memabra._sql_memory import SQLMemory  # it brings langchain_core: only where a memory is retracted
+
+    return SQLMemory(log)

@@ -51,7 +51,7 @@ def test_replace_retires_the_contradicted_memory_in_the_same_write_with_the_epis
     assert (retired.action, retired.episode_id, retired.reason) == (
         MemoryAction.RETIRED,
         "ep-9",
-        f"superseded by {plan.id} (updated)",
+        f"superseded by {plan.id} (edited)",
     )
     edit = memory.history("ann", plan.id)[-1]
     assert (edit.action, edit.new_text, edit.episode_id, edit.reason) == (
@@ -116,3 +116,13 @@ def test_an_update_decided_on_a_stale_read_is_decided_again(log: EpisodeLog) -> 
     with pytest.raises(InvalidRecordError, match="contradicts the current .*'I live in Bergen'"):
         library.update("ann", plan, "I live in Oslo")
     assert _current(agent) == ["My dog is called Rex", "I'm planning to move to Oslo", "I live in Bergen"]
+
+
+def test_update_is_edit_memorys_rule_reason_and_same_text_included(memory: MemoryBackend) -> None:
+    """``update`` ran a copy of ``edit_memory``'s loop that skipped its reason check and recorded a
+    rewrite to the same text; it now runs ``edit_memory`` itself (one rule, one place)."""
+    dog = memory.remember("ann", "My dog is called Rex")
+    with pytest.raises(InvalidRecordError, match="control character"):
+        memory.update("ann", dog.id, "My dog is called Luna", reason="ticket 7\x1b[2J")
+    memory.update("ann", dog.id, "My dog is called Rex")  # a re-sent form: nothing to record
+    assert [c.action for c in memory.history("ann", dog.id)] == [MemoryAction.CREATED]
