@@ -28,8 +28,8 @@ corrections add up (:mod:`memabra._reward`). A UI that retries sends the same ``
 header: the retry is recorded once and answered ``"status": "duplicate"``.
 
 A ``retract_memory`` ("that's wrong, forget it") is stored like any feedback, and retires the
-memory only where it is the user's current memory (:mod:`memabra._retraction`). The answer to a
-retraction adds ``"retired_memory"``: the memory retired, or ``null`` (an id that is unknown,
+memory only where it is the user's current memory (:mod:`memabra._retraction`). Every answer
+carries ``"retired_memory"``: the memory retired, or ``null`` (no retraction, or an id that is unknown,
 another user's, or retired or superseded since: the same answer for each, so ids cannot be
 probed; the correction still counts in the reward).
 """
@@ -190,9 +190,9 @@ def feedback_app(
             "feedback_id": receipt.feedback_id,
             "status": receipt.status,
             "applied": receipt.applied,
+            # always present (null for none): one shape for every answer, whatever the body held
+            "retired_memory": receipt.retired_memory,
         }
-        if "retract_memory" in payload:  # what it retired, null for nothing: only a retraction asks
-            answer["retired_memory"] = receipt.retired_memory
         return JSONResponse(answer)
 
     # Every method routed here, the 405 answered by the route itself: LangGraph's Agent Server lifts

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import OperationalError
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from memabra._records import Feedback, FeedbackReceipt
     from memabra.storage import EpisodeLog
 
-__all__ = ["post_retracting", "retract", "retraction_reason"]
+__all__ = ["Retraction", "attempt", "post_retracting", "post_retraction", "retract", "retraction_reason"]
 
 logger = logging.getLogger("memabra")
 
@@ -38,15 +39,31 @@ def retraction_reason(episode_id: str) -> str:
     return f"retracted by the user on episode {episode_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class Retraction:
+    """What storing a feedback and retiring what it retracts came to: ``receipt`` (its
+    ``retired_memory`` the memory retired, if any) and ``failure``, why retiring failed after the
+    feedback was stored (an outage), ``None`` where it did not: a caller telling a person "not
+    retired" says whether the id was no current memory or the database failed midway."""
+
+    receipt: FeedbackReceipt
+    failure: str | None = None
+
+
 def post_retracting(service: RewardService, feedback: Feedback, memory: Callable[[], MemoryBackend]) -> FeedbackReceipt:
     """Store ``feedback`` (:meth:`RewardService.post_feedback <memabra._feedback.RewardService.post_feedback>`)
     and :func:`retract` what it retracts in ``memory()``, built only where it retracts one (the
-    CLI's and the admin's memories import the router): what ``memabra feedback`` and the admin's
-    feedback form run, by the rule the agent's own feedback follows."""
+    CLI's and the admin's memories import the router): what the admin's feedback form runs, by the
+    rule the agent's own feedback follows."""
+    return post_retraction(service, feedback, memory).receipt
+
+
+def post_retraction(service: RewardService, feedback: Feedback, memory: Callable[[], MemoryBackend]) -> Retraction:
+    """:func:`post_retracting`, saying why retiring failed where it did (``memabra feedback``)."""
     receipt = service.post_feedback(feedback)
     if feedback.signals.explicit.retract_memory is None:
-        return receipt
-    return retract(memory(), service.log, feedback, receipt)
+        return Retraction(receipt)
+    return attempt(memory(), service.log, feedback, receipt)
 
 
 def retract(memory: MemoryBackend, log: EpisodeLog, feedback: Feedback, receipt: FeedbackReceipt) -> FeedbackReceipt:
@@ -54,9 +71,14 @@ def retract(memory: MemoryBackend, log: EpisodeLog, feedback: Feedback, receipt:
     module's docstring). Never raises: the feedback is stored already, and raising would have the
     caller send it again (a second correction in the reward); a failure to retire is logged and
     the receipt names no memory."""
+    return attempt(memory, log, feedback, receipt).receipt
+
+
+def attempt(memory: MemoryBackend, log: EpisodeLog, feedback: Feedback, receipt: FeedbackReceipt) -> Retraction:
+    """:func:`retract`, with the failure (if any) it logged."""
     memory_id = feedback.signals.explicit.retract_memory
     if memory_id is None:
-        return receipt
+        return Retraction(receipt)
     try:
         retired = _retract(memory, log, feedback, receipt, memory_id)
     except Exception as exc:  # an outage after the feedback committed: a retry with its key retires it
@@ -70,8 +92,8 @@ def retract(memory: MemoryBackend, log: EpisodeLog, feedback: Feedback, receipt:
             exc,
             exc_info=not expected,
         )
-        return receipt
-    return dataclasses.replace(receipt, retired_memory=retired)
+        return Retraction(receipt, failure=f"{type(exc).__name__}: {exc}")
+    return Retraction(dataclasses.replace(receipt, retired_memory=retired))
 
 
 def _retract(

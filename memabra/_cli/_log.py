@@ -28,7 +28,7 @@ from memabra._config import load_reward_config
 from memabra._episode_document import episode_document
 from memabra._feedback import RewardService, same_feedback
 from memabra._records import EpisodeSummary, Feedback, FeedbackKind
-from memabra._retraction import post_retracting
+from memabra._retraction import post_retraction
 from memabra.storage import (
     FAILURE_CAUSES,
     EpisodeFilter,
@@ -279,7 +279,8 @@ def feedback(
         episode_id = run_guarded(log.resolve_episode_id, episode_id)
         fb = run_guarded(Feedback, episode_id=episode_id, kind=kind, source=source, payload=data, **extra)
         service = RewardService(log, run_guarded(load_reward_config))
-        receipt = run_guarded(post_retracting, service, fb, partial(_memories, log))
+        retraction = run_guarded(post_retraction, service, fb, partial(_memories, log))
+        receipt = retraction.receipt
         earlier = None
         if receipt.status == "duplicate":
             stored = log.feedback_for(episode_id, include_late=True)
@@ -292,12 +293,25 @@ def feedback(
         )
     console.print(f"feedback {receipt.feedback_id}: {receipt.status}{_STATUS_NOTES.get(receipt.status, '')}")
     retracted = fb.signals.explicit.retract_memory
+    # markup off: the id is the caller's text ("[/x]" would be read as a closing tag), an error's "[SQL: ...]" too
     if receipt.retired_memory is not None:
-        console.print(f"memory {plain(receipt.retired_memory)} retired (memabra memories restore brings it back)")
+        console.print(
+            f"memory {receipt.retired_memory} retired (memabra memories restore brings it back)", markup=False
+        )
+    elif retracted is not None and retraction.failure is not None:
+        # the id may well be current: saying it is not would leave a wrong memory recalled
+        again = "this command again with the same --idempotency-key" if key else "memabra memories retire"
+        console.print(
+            f"memory {retracted} was not retired: retiring it failed after the feedback was stored "
+            f"({retraction.failure}); run {again} to retire it",
+            markup=False,
+            highlight=False,
+        )
     elif retracted is not None and earlier is None:
         console.print(
-            f"memory {plain(retracted)} was not retired: it is not a current memory of the episode's user "
+            f"memory {retracted} was not retired: it is not a current memory of the episode's user "
             "(unknown, or retired or superseded since); the feedback still counts as a correction",
+            markup=False,
             highlight=False,
         )
     # the whole episode id, where a script gave its first characters

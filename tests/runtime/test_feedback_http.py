@@ -79,7 +79,14 @@ def test_a_users_rating_of_their_episode_is_stored_and_changes_the_reward(
     answer = _post(client, episode_id, {"rating": 1, "comment": "useless"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert body == {"episode_id": episode_id, "feedback_id": body["feedback_id"], "status": "stored", "applied": True}
+    # one shape for every answer: retired_memory is there (null) where nothing was retracted
+    assert body == {
+        "episode_id": episode_id,
+        "feedback_id": body["feedback_id"],
+        "status": "stored",
+        "applied": True,
+        "retired_memory": None,
+    }
     (stored,) = _stored(log, episode_id)
     assert (stored.id, stored.source, dict(stored.payload)) == (
         body["feedback_id"],
