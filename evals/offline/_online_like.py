@@ -101,20 +101,38 @@ def read_scales(log: EpisodeLog, run: OPEResult) -> tuple[set[RewardScale] | Non
         return None, False
     logged_by = window.get("logged_by")
     found = reward_settings(log.transactions, first, last, logged_by if isinstance(logged_by, list) else None)
-    return found or None, False
+    # the stored JSON as written, which may leave out a weight at its default: compared as the
+    # online side reads its rewards (RewardWeights), so a left-out default is no difference
+    scales = {_scale({"version": version, "weights": dict(weights)}) for version, weights in found}
+    return {s for s in scales if s is not None} or None, False
 
 
 def _scale(item: Any) -> RewardScale | None:
+    """A recorded (reward version, weights) as the online rewards are read: every weight, a
+    left-out one at its default. ``None`` for one that makes no valid weights (an unknown name, a
+    negative or non-numeric value): it cannot be compared, nor printed as weights."""
     if not isinstance(item, Mapping) or not isinstance(item.get("version"), str):
         return None
     weights = item.get("weights")
-    if not isinstance(weights, Mapping) or not all(isinstance(v, int | float) for v in weights.values()):
+    if not isinstance(weights, Mapping):
         return None
-    return str(item["version"]), tuple(sorted((str(k), float(v)) for k, v in weights.items()))
+    try:
+        full = RewardWeights(**{str(k): v for k, v in weights.items()}).as_dict()
+    except (TypeError, ValueError):  # InvalidRecordError is a ValueError
+        return None
+    return str(item["version"]), tuple(sorted(full.items()))
+
+
+def _number(value: float) -> str:
+    """A weight short (``0.35``), but never two different weights in the same words: ``:g`` keeps
+    six digits, and a weight set as 0.35 against one re-totalled as 0.3500001 would read the same
+    on both sides of a "weights differ"."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _weights_of(scale: RewardScale) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in RewardWeights(**dict(scale[1])).as_dict().items())
+    return " ".join(f"{k}={_number(v)}" for k, v in RewardWeights(**dict(scale[1])).as_dict().items())
 
 
 def reward_notes(log: EpisodeLog, run: OPEResult, online: set[RewardScale], rescored: bool) -> tuple[list[str], str]:
@@ -128,12 +146,17 @@ def reward_notes(log: EpisodeLog, run: OPEResult, online: set[RewardScale], resc
             "the decisions the run read are not in the log any more (or it did not record which it read), so the "
             "reward version and weights it scored under cannot be checked"
         ], ""
+    kept = "reward_scales" in run.details
     caveat = (
         ""
         if recorded
-        else "the run did not record the reward scale it read: its rewards' version "
-        "and weights were read from the log now, and a `memabra rewards recompute` since the run would have "
-        "changed them unseen"
+        else (
+            "the reward scale the run recorded makes no valid weights"
+            if kept
+            else "the run did not record the reward scale it read"
+        )
+        + ": its rewards' version and weights were read from the log now, and a `memabra rewards recompute` "
+        "since the run would have changed them unseen"
     )
     notes = []
     versions_off, versions_on = {v for v, _ in offline}, {v for v, _ in online}

@@ -93,6 +93,9 @@ def _as_json(run: StoredRun) -> dict[str, Any]:
         # null: the totals as logged; weights_recorded false: a run stored before runs kept them
         "weights": r.reward_weights,
         "weights_recorded": r.weights_recorded,
+        # the reward version and stored weights of the rewards it read (null before runs kept them):
+        # what "as logged" meant when the run was made, a `rewards recompute` since notwithstanding
+        "reward_scales": r.details.get("reward_scales"),
         "window": r.details.get("window"),
         # the logging policy's interval on the same decisions; null for a run stored before it was kept
         "logging_ci_low": r.details.get("logging_ci_low"),
@@ -107,6 +110,30 @@ def _as_json(run: StoredRun) -> dict[str, Any]:
         "provenance": r.details.get("provenance"),
         "training": r.details.get("training"),  # train --from-log's learner, split and counts
     }
+
+
+def _weights_text(result: OPEResult) -> str:
+    """The weights it scored under; for "as logged", the stored scale(s) it read as it recorded
+    them: a `memabra rewards recompute` since re-totals the log, and "as logged" alone would then
+    read as today's weights."""
+    label = result.weights_label
+    scales = result.details.get("reward_scales")
+    if label != "as logged" or not isinstance(scales, list):
+        return label
+    lines = [label]
+    for scale in scales:
+        weights = scale.get("weights") if isinstance(scale, dict) else None
+        if not isinstance(weights, dict) or not isinstance(scale.get("version"), str):
+            continue
+        numbers = " ".join(f"{k}={_number(v)}" for k, v in weights.items() if isinstance(v, (int, float)))
+        lines.append(f"{scale['version']}: {numbers}")
+    return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    """Short, but two different weights never in the same words (``:g`` keeps six digits)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _weight(result: OPEResult) -> dict[str, Any] | None:
@@ -220,7 +247,7 @@ def ope_runs(
             plain(f"{r.value:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]\n{_how(r)}"),
             plain(str(r.n_rounds)),
             plain(f"{logging_value:+.4f}" if isinstance(logging_value, (int, float)) else "-"),
-            plain(r.weights_label),
+            plain(_weights_text(r)),
             plain(_window(r)),
         )
     console.print(table)
