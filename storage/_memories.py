@@ -212,7 +212,7 @@ class MemoryRegistry:
         update time; its id, counters and creation time stay."""
 
         def work(s: Session) -> None:
-            row = _row(s, change.user_id, change.memory_id)
+            row = _row(s, change.user_id, change.memory_id, locked=True)
             if row.retired_at is not None:  # retired since the caller read it: a retired text stays as it was
                 raise InvalidRecordError(f"memory {change.memory_id!r} is retired")
             row.updated_at = change.at
@@ -229,7 +229,7 @@ class MemoryRegistry:
         (recalled again, no longer superseded), recording ``change`` in the same transaction."""
 
         def work(s: Session) -> None:
-            row = _row(s, change.user_id, change.memory_id)
+            row = _row(s, change.user_id, change.memory_id, locked=True)
             if (row.retired_at is not None) == retired:
                 state = "retired" if retired else "active"
                 raise InvalidRecordError(f"memory {change.memory_id!r} is already {state}; nothing changed")
@@ -393,8 +393,12 @@ def _need_user(user_id: str) -> str:
     return clean_text(user_id)
 
 
-def _row(s: Session, user_id: str, memory_id: str) -> RegistryRow:
-    row = s.get(RegistryRow, (_MEMORY, clean_text(user_id), clean_text(memory_id)))
+def _row(s: Session, user_id: str, memory_id: str, *, locked: bool = False) -> RegistryRow:
+    """The user's memory row; ``locked`` (a change that first checks the row's state) holds it
+    until commit on PostgreSQL, so two processes retiring one memory at once cannot both read it
+    active and both record the retirement (the second reads it retired and is refused)."""
+    key = (_MEMORY, clean_text(user_id), clean_text(memory_id))
+    row = s.get(RegistryRow, key, with_for_update=locked, populate_existing=locked)
     if row is None or row.deleted_at is not None:
         raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
     return row
