@@ -15,10 +15,12 @@ where a burst of writes can reach the refusal before anyone acts.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from sqlalchemy import Engine, text
 
@@ -64,20 +66,26 @@ class WriteState:
     unprivileged writer may use, of ``disk_total_bytes``) against ``low_disk_free_bytes`` (a
     warning) and ``critical_disk_free_bytes`` (a failure).
 
+    ``uri_read_only``: a ``file:`` URI opens it read-only (``mode=ro`` or ``immutable=1``).
+
     ``as_root``: the check ran as root, whom permissions do not stop, so ``file_writable`` and
-    ``folder_writable`` say whether their owner may write them (and the volume is not mounted
-    read-only): a file nobody but root may write refuses an agent that runs as anyone else. A
-    hidden failure the reads cannot see (a PostgreSQL server's full disk) still shows as the
+    ``folder_writable`` say whether ``writer`` may write them (and the volume is not mounted
+    read-only): the database file's owner, or its folder's where root owns the file, whom the
+    agents are taken to run as (a service user owns the file it created and its folder; a
+    container running as root owns both as root, and a write bit cleared there was cleared on
+    purpose). A hidden failure the reads cannot see (a PostgreSQL server's full disk) still shows as the
     write's :class:`~memabra.storage.DatabaseNotWritableError`."""
 
     backend: str
     in_recovery: bool | None = None
     transaction_read_only: bool | None = None
     query_only: bool | None = None
+    uri_read_only: bool | None = None
     file: str | None = None
     file_writable: bool | None = None
     folder_writable: bool | None = None
     as_root: bool | None = None
+    writer: str | None = None
     disk_free_bytes: int | None = None
     disk_total_bytes: int | None = None
     low_disk_free_bytes: int | None = None
@@ -86,7 +94,7 @@ class WriteState:
     @property
     def writable(self) -> bool:
         """Whether nothing read says writes are refused (a nearly full volume still takes them)."""
-        refusing = (self.in_recovery, self.transaction_read_only, self.query_only)
+        refusing = (self.in_recovery, self.transaction_read_only, self.query_only, self.uri_read_only)
         unwritable = (self.file_writable, self.folder_writable)
         return not any(refusing) and False not in unwritable
 
@@ -121,13 +129,16 @@ def write_state(engine: Engine) -> WriteState:
         return WriteState(backend)
     with engine.connect() as conn:
         query_only = bool(conn.execute(text("PRAGMA query_only")).scalar_one())
-    try:
-        path = sqlite_file(engine)
-    except ConfigError:
-        path = None  # its folder went away after the log opened: the reads above said so already
-    if path is None:  # in memory, or a file: URI this check does not parse
-        return WriteState(backend, query_only=query_only)
+    uri_read_only, path = _uri(engine)
+    if path is None:
+        try:
+            path = sqlite_file(engine)
+        except ConfigError:
+            path = None  # its folder went away after the log opened: the reads above said so already
+    if path is None:  # in memory
+        return WriteState(backend, query_only=query_only, uri_read_only=uri_read_only)
     as_root = os.geteuid() == 0
+    writer = _writer(path) if as_root else None
     # the -wal and -shm files are written on every commit in WAL mode, and SQLite creates them (and
     # a rollback journal) in the folder: any of them read-only refuses writes; one not there yet is
     # the folder's to allow
@@ -141,10 +152,12 @@ def write_state(engine: Engine) -> WriteState:
     return WriteState(
         backend,
         query_only=query_only,
+        uri_read_only=uri_read_only,
         file=str(path),
-        file_writable=all(_may_write(f, as_root) for f in files),
-        folder_writable=_may_write(path.parent, as_root),
+        file_writable=all(_may_write(f, writer) for f in files),
+        folder_writable=_may_write(path.parent, writer),
         as_root=as_root,
+        writer=None if writer is None else writer.name,
         disk_free_bytes=free,
         disk_total_bytes=total,
         low_disk_free_bytes=LOW_DISK_FREE_BYTES,
@@ -152,17 +165,72 @@ def write_state(engine: Engine) -> WriteState:
     )
 
 
+_TRUE = frozenset({"1", "yes", "true", "on"})  # what sqlite3_uri_boolean reads as true
+
+
+def _uri(engine: Engine) -> tuple[bool | None, Path | None]:
+    """A ``file:`` URI's (``?uri=true``) read-only options and its file: ``mode=ro`` and
+    ``immutable=1`` open it read-only whatever the file's permissions, so every write is refused
+    though the file is writable (``None, None``: no such URI, or one in memory)."""
+    database = engine.url.database or ""
+    query = {k: v if isinstance(v, str) else v[-1] for k, v in engine.url.query.items()}
+    if not database.startswith("file:") or query.get("uri", "").lower() not in _TRUE:
+        return None, None
+    parsed = urlsplit(database)
+    options = {**dict(parse_qsl(parsed.query)), **query}  # SQLAlchemy moves the URI's query to the URL's
+    mode = options.get("mode", "").lower()
+    if mode == "memory":
+        return None, None
+    read_only = mode == "ro" or options.get("immutable", "").lower() in _TRUE
+    if not parsed.path or parsed.netloc not in ("", "localhost"):
+        return read_only, None
+    path = Path(unquote(parsed.path)).expanduser().absolute()
+    return read_only, path if path.parent.is_dir() and not path.is_dir() else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Writer:
+    """The user the agents are taken to write as, when the check runs as root."""
+
+    name: str
+    uid: int
+    groups: frozenset[int]
+
+
+def _writer(path: Path) -> _Writer | None:
+    """As root, whom permissions do not stop, the check asks for the user the agents run as: the
+    database file's owner, or its folder's where the file is root's or not there yet (``sudo
+    memabra init`` leaves a root-owned file in a service user's folder, which that user then cannot
+    write). A systemd service user needs the folder (for -wal/-shm) and those files too, whoever
+    owns them. The file's group counts as the writer's: the group it was created under, or an
+    fsGroup volume's, which a Kubernetes pod holds though no group file lists it. ``None``: the
+    owners cannot be read."""
+    try:
+        folder = path.parent.stat()
+        st = path.stat() if path.exists() else folder
+    except OSError:
+        return None
+    if st.st_uid == 0:
+        st = folder
+    try:
+        entry = pwd.getpwuid(st.st_uid)
+    except KeyError:  # a container's numeric user, with no passwd entry
+        return _Writer(str(st.st_uid), st.st_uid, frozenset({st.st_gid}))
+    groups = frozenset(os.getgrouplist(entry.pw_name, entry.pw_gid)) | {st.st_gid}
+    return _Writer(entry.pw_name, st.st_uid, groups)
+
+
 def _room_on(folder: Path) -> tuple[int, int]:
     usage = shutil.disk_usage(folder)
     return usage.free, usage.total
 
 
-def _may_write(path: Path, as_root: bool) -> bool:
+def _may_write(path: Path, writer: _Writer | None) -> bool:
     """Whether ``path`` may be written: by this process's effective user, or, as root (whom
-    ``access`` answers yes for any permissions), by its owner. ``access`` still says no to root on a
-    volume mounted read-only or an immutable file. A file that is not there (yet) is no refusal."""
+    ``access`` answers yes for any permissions), by ``writer``. ``access`` still says no to root on
+    a volume mounted read-only or an immutable file. A file that is not there (yet) is no refusal."""
     try:
-        mode = path.stat().st_mode
+        st = path.stat()
     except FileNotFoundError:
         return True
     except OSError:
@@ -170,7 +238,14 @@ def _may_write(path: Path, as_root: bool) -> bool:
     effective = os.access in os.supports_effective_ids
     if not os.access(path, os.W_OK, effective_ids=effective):
         return not path.exists()  # gone between the two calls (SQLite removes its -wal at close)
-    return not as_root or bool(mode & stat.S_IWUSR)
+    if writer is None:
+        return True
+    if writer.uid == 0 or st.st_uid == writer.uid:
+        # root's own: a write bit cleared made it read-only on purpose, which root alone overrides
+        return bool(st.st_mode & stat.S_IWUSR)
+    if st.st_gid in writer.groups:
+        return bool(st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IWOTH)
 
 
 def write_problems(state: WriteState) -> tuple[HealthProblem, ...]:
@@ -190,7 +265,17 @@ def write_problems(state: WriteState) -> tuple[HealthProblem, ...]:
         )
     if state.query_only:
         found.append("the SQLite connection is query-only (PRAGMA query_only) and refuses every write")
-    who = "its owner (this check runs as root, which permissions do not stop)" if state.as_root else "this process"
+    if state.uri_read_only:
+        found.append(
+            "the SQLite URL opens the file read-only (mode=ro or immutable=1 in its file: URI) and every write is "
+            "refused: drop that option from the URL the agents and the learner use"
+        )
+    who = (
+        f"{state.writer}, the user the agents are taken to run as (the file's owner, or its folder's where root "
+        "owns the file; this check runs as root, which permissions do not stop)"
+        if state.as_root and state.writer is not None
+        else "this process"
+    )
     if state.file_writable is False:
         found.append(
             f"the SQLite file {state.file} (or its -wal/-shm files) cannot be written by {who}: every write is "

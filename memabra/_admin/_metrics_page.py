@@ -5,8 +5,10 @@ It needs a credential like every admin page: a bearer token of either role (what
 config's ``authorization`` sends; a reviewer may read it) or a signed-in session. Without one it
 answers 401 in plain text, never a sign-in redirect a scraper would follow. It runs the status
 read the policies page runs (:meth:`EpisodeLog.status <memabra.storage.EpisodeLog.status>`, a
-handful of indexed aggregates), one at a time per worker: scrapes that arrive together (two
-Prometheus replicas) share one read rather than queue several on the database. A database that
+handful of indexed aggregates) and the ``writes`` check ``memabra status`` runs
+(:mod:`memabra._write_check`: one statement or pragma and a few ``stat`` calls, nothing written),
+one at a time per worker: scrapes that arrive together (two Prometheus replicas) share one read
+rather than queue several on the database. A database that
 cannot be read answers 200 with ``memabra_status_up 0``, as an exporter does, so the alert on it
 fires rather than a scrape error.
 """
@@ -29,6 +31,7 @@ from memabra._errors import MemabraError
 from memabra._health import health_problems
 from memabra._metrics import CONTENT_TYPE, status_metrics
 from memabra._records import utcnow
+from memabra._write_check import write_problems, write_state
 
 __all__ = ["SHARED_READ_S", "UNUSABLE_FILE_KEY", "metrics_endpoint"]
 
@@ -91,12 +94,17 @@ class _MetricsReader:
         served = None if policy is None else [policy]
         try:
             state = self.admin.log.status()
+            # the writes check too, as memabra status runs it: one more statement (PostgreSQL) or a
+            # pragma and a few stats (SQLite), nothing written
+            writes = write_state(self.admin.log.engine)
         except (MemabraError, SQLAlchemyError) as exc:
             return self.down(str(exc), started)
         duration = _since(started)
+        problems = health_problems(state, self.admin.max_lag, policies=served) + write_problems(writes)
         return status_metrics(
             state,
-            problems=health_problems(state, self.admin.max_lag, policies=served),
+            problems=problems,
+            writes_checked=True,
             max_lag=self.admin.max_lag,
             duration_s=duration,
             checked_at=state.checked_at,

@@ -15,7 +15,9 @@ disk) gets the same 503, worded for what it is: pages that only read are still s
 "connection refused or lost" would send the on-call person to the network. Its answer says what
 refuses, the driver's reason (the first line of the driver's error: a sentence from SQLite or the
 server, never the URL) and what to do; retrying is right there too, as the next write after the
-cause is gone succeeds without a restart.
+cause is gone succeeds without a restart. A refusal is the database's answer, not a lost connection:
+the write's transaction was rolled back, so a change is said to be unsaved, not "may or may not have
+been recorded" (which sends a person to check for a change that cannot be there).
 
 A statement PostgreSQL cancelled (:class:`~memabra.storage.DatabaseTimeoutError`: it ran past
 ``statement_timeout`` or waited past ``lock_timeout`` for a lock another transaction held) is no
@@ -55,6 +57,7 @@ seconds (the feedback endpoint tells its clients the same), and a retry sooner o
 
 _MESSAGE = f"The database is unavailable (a connection was refused or lost). Try again in {RETRY_AFTER_S} seconds."
 _WRITE_NOTE = " If you were saving a change, it may or may not have been recorded: check before repeating it."
+_REFUSED_NOTE = " Your change was not saved (the database rolled it back): send it again once this is fixed."
 _METRICS_PATH = "/metrics"
 _LOGIN_PATH = "/login"
 _OUTAGE = ("Database unavailable", "the database is unavailable")
@@ -95,6 +98,7 @@ def not_writable_response(admin: _AdminBase, request: Request, exc: BaseExceptio
         not_writable_message(admin, exc),
         mask_password(" ".join(str(exc).split())),
         outage=("Database not writable", "the database refused a write"),
+        write_note=_REFUSED_NOTE,
     )
 
 

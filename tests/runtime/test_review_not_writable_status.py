@@ -104,7 +104,7 @@ def test_as_root_a_file_nobody_else_may_write_fails_the_check(sqlite_url: str) -
     assert code == UNHEALTHY_EXIT, output
     assert document["writes"]["file_writable"] is False and document["writes"]["as_root"] is True
     (problem,) = (p["message"] for p in document["problems"] if p["check"] == "writes")
-    assert f"the SQLite file {path}" in problem and "its owner (this check runs as root" in problem
+    assert f"the SQLite file {path}" in problem and "root, the user the agents are taken to run as" in problem
     path.chmod(0o644)  # its owner may write it: root's check passes
     assert _status(sqlite_url)[0] == 0
 
