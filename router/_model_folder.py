@@ -75,7 +75,7 @@ def resolve_model_setting(model: str, source: str) -> str:
     model id already in the local cache. Anything else is a :class:`ConfigError` naming both."""
     path = os.path.expanduser(model)
     if os.path.isdir(path):
-        return os.path.abspath(path)
+        return _holding_a_model(os.path.abspath(path), model, source)
     if os.path.exists(path):
         raise ConfigError(
             f"{source} names {model}, which is a file, not a folder holding a sentence-transformers model"
@@ -92,7 +92,26 @@ def resolve_model_setting(model: str, source: str) -> str:
             "cache (memabra downloads no model): give the model's folder, or download it first "
             f"(huggingface-cli download {model})"
         )
-    return snapshot
+    return _holding_a_model(snapshot, model, source)
+
+
+# What sentence-transformers reads first from a model's folder: its own module list, else (a plain
+# transformers model, pooled by mean) the transformers config.
+_MODEL_MARKERS = ("modules.json", "config.json")
+
+
+def _holding_a_model(folder: str, model: str, source: str) -> str:
+    """``folder``, refused unless it holds a model: a setting naming the folder above the model's
+    (``/models`` for ``/models/bge-small``) or a half-downloaded snapshot would otherwise have every
+    file beneath it hashed for the key, then fail at the model's load, in a background thread, under
+    the folder's path rather than the setting's name."""
+    if not any(os.path.isfile(os.path.join(folder, marker)) for marker in _MODEL_MARKERS):
+        raise ConfigError(
+            f"{source} names {model}, whose folder {folder} holds no sentence-transformers model "
+            f"(neither {' nor '.join(_MODEL_MARKERS)}): give the folder a model was saved to (SentenceTransformer.save)"
+            + ("" if folder == os.path.abspath(os.path.expanduser(model)) else ", or download the model again")
+        )
+    return folder
 
 
 def _cached_snapshot(repo_id: str) -> str | None:

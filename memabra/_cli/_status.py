@@ -28,6 +28,7 @@ from memabra._cli._common import (
 )
 from memabra._cli._database import ProbeDbOption
 from memabra._cli._retention import parse_age
+from memabra._cli._status_encoder import ENCODER_CHECK, read_encoder
 from memabra._cli._status_view import print_status
 from memabra._errors import MemabraError
 from memabra._health import DEFAULT_MAX_LAG, HealthProblem, format_age, health_problems, stored_vectors
@@ -108,8 +109,10 @@ def status(
     serving snapshot, the learner's checkpoint and lease, and the final rewards not learned yet;
     per snapshot served, what the rewards that became final in the last hour came to.
     Also whether the database takes writes (a hot standby, read-only transactions, a SQLite file
-    or folder its writers cannot write, its volume nearly full; under 1 GiB free is a warning only)
-    and the vectors stored per encoder key.
+    or folder its writers cannot write, its volume nearly full; under 1 GiB free is a warning only),
+    the vectors stored per encoder key, and the encoder this environment names
+    (MEMABRA_EMBEDDING_MODEL or the config file's [embeddings] model) with its key; a setting
+    naming no usable model fails the check.
     Exits 4 when a reward waits longer than --max-lag (a learner is missing, stuck or held back)
     or the database cannot take writes,
     1 when the check could not run (--json then holds "healthy": false and the "error",
@@ -138,9 +141,13 @@ def status(
                 f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
                 f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
+    encoder = read_encoder()
     problems = health_problems(state, limit, policies=policies or None) + write_problems(writes)
+    if encoder.error is not None:
+        # the agent refuses to start on this setting: a check that passed would hide it
+        problems += (HealthProblem(ENCODER_CHECK, encoder.error),)
     warnings = write_warnings(writes)
-    print_status(state, where, problems, limit, writes, vectors, warnings)
+    print_status(state, where, problems, limit, writes, vectors, warnings, encoder)
     report.metrics(state, problems, policies or None)
     write_json(
         json_out,
@@ -159,6 +166,7 @@ def status(
                 "disk_critical": writes.disk_critical,
             },
             "embeddings": [_fields(v) for v in vectors],
+            "encoder": _fields(encoder),
         },
     )
     if problems:
@@ -239,6 +247,7 @@ def _cannot_check(report: _Report, where: str, message: str) -> NoReturn:
             "status": None,
             "writes": None,
             "embeddings": None,
+            "encoder": None,
         },
     )
     report.metrics(None)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from rich.text import Text
 
 from memabra._cli._common import console, err_console
+from memabra._cli._status_encoder import EncoderState, encoder_line
 from memabra._cli._tables import Table
 from memabra._health import HealthProblem, StoredVectors, format_age
 from memabra._write_check import WriteState, format_size
@@ -26,9 +27,10 @@ def print_status(
     writes: WriteState,
     vectors: tuple[StoredVectors, ...],
     warnings: tuple[HealthProblem, ...] = (),
+    encoder: EncoderState | None = None,
 ) -> None:
     """The status as tables and lines; ``problems`` and ``warnings`` (which fail no check) to
-    stderr, each one line."""
+    stderr, each one line. ``encoder``: the embedding model this environment names (not shown when ``None``)."""
     now = state.checked_at
     head = head_revision()
     schema = "current" if state.schema_revision == head else f"head is {head}"
@@ -54,6 +56,8 @@ def print_status(
     lines.append(_failed(state))
     lines.append(_writes(writes))
     lines.append(_vectors(vectors))
+    if encoder is not None:
+        lines.append(encoder_line(encoder, vectors))
     if state.unfinished_deletions:
         oldest = state.unfinished_deletions[0]
         lines.append(
