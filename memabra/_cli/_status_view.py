@@ -215,9 +215,11 @@ def _writes(writes: WriteState) -> str:
         return "writes    refused: transactions are read-only (transaction_read_only is on)"
     if writes.query_only:
         return "writes    refused: the connection is query-only (PRAGMA query_only)" + room
+    if writes.uri_read_only:
+        return "writes    refused: the file: URL opens it read-only (mode=ro or immutable=1)" + room
     if writes.file_writable is False or writes.folder_writable is False:
         what = "the file" if writes.file_writable is False else "its folder"
-        who = "its owner (checked as root)" if writes.as_root else "this process"
+        who = f"{writes.writer or 'its writer'} (checked as root)" if writes.as_root else "this process"
         return f"writes    refused: {who} cannot write {what}" + room
     return "writes    accepted" + room
 

@@ -143,3 +143,10 @@ def test_stored_vectors_are_counted_per_encoder_key_up_to_a_cap(
     document = _status(migrated_url)[2]
     assert document["embeddings"][0] == {"model": "bge-small@1f2e", "vectors": 2, "capped": True}
     assert _status(migrated_url, "--exact")[2]["embeddings"][0]["vectors"] == 3
+
+
+def test_a_file_uri_opening_the_log_read_only_reads_refused_in_the_status_line(sqlite_url: str) -> None:
+    path = sqlite_url.removeprefix("sqlite:///")
+    code, output, document = _status(f"sqlite:///file:{path}?mode=ro&uri=true")
+    assert code == UNHEALTHY_EXIT and document["writes"]["uri_read_only"] is True
+    assert "writes    refused: the file: URL opens it read-only" in output  # not "accepted" beside the problem
