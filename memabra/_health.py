@@ -92,8 +92,9 @@ def stored_vectors(engine: Engine, *, exact: bool = False) -> tuple[StoredVector
 @dataclass(frozen=True, slots=True)
 class HealthProblem:
     """One failed check (or a warning): which (``feedback windows``, ``learner``, ``learner
-    POLICY``, ``deletions``, ``turns``, ``writes``) and why; ``policy``: the policy of a ``learner POLICY`` check (what
-    a metric labels it with), ``None`` for the others."""
+    POLICY``, ``deletions``, ``turns``; and ``writes`` and ``encoder``, which only ``memabra status``
+    runs) and why; ``policy``: the policy of a ``learner POLICY`` check (what a metric labels it
+    with), ``None`` for the others."""
 
     check: str
     message: str

@@ -36,6 +36,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Labels = tuple[tuple[str, str], ...]
 
+_ENCODER_CHECK = "encoder"
+# memabra._cli._status_encoder.ENCODER_CHECK's value: importing it would load the CLI package into
+# the admin's /metrics (and the CLI imports this module)
+
 
 @dataclass(frozen=True, slots=True)
 class MetricFamily:
@@ -56,12 +60,15 @@ def status_metrics(
     checked_at: datetime,
     checked_policies: Collection[str] | None = None,
     writes_checked: bool = False,
+    encoder_checked: bool = False,
 ) -> str:
     """The exposition text of one status check; ``state`` ``None``: the check could not run
     (``memabra_status_up 0`` and the check's own figures only). ``checked_policies``: the
     policies whose learner was checked (every one when ``None``), as ``health_problems`` got them.
     ``writes_checked``: the ``writes`` check ran (``memabra status`` runs it; a series saying 0
-    where it did not would claim a check nobody made)."""
+    where it did not would claim a check nobody made); ``encoder_checked`` likewise for the
+    ``encoder`` check (the embedding-model setting names a usable model), which only
+    ``memabra status`` runs: the admin's process reads no such setting."""
     return render_families(
         status_families(
             state,
@@ -71,6 +78,7 @@ def status_metrics(
             checked_at=checked_at,
             checked_policies=checked_policies,
             writes_checked=writes_checked,
+            encoder_checked=encoder_checked,
         )
     )
 
@@ -84,6 +92,7 @@ def status_families(
     checked_at: datetime,
     checked_policies: Collection[str] | None = None,
     writes_checked: bool = False,
+    encoder_checked: bool = False,
 ) -> tuple[MetricFamily, ...]:
     """:func:`status_metrics`' families, before they are written out."""
     families = [
@@ -109,8 +118,9 @@ def status_families(
             "memabra_health_problem",
             "1 when this health check fails (check: feedback_windows, learner, deletions, turns, and writes "
             "where memabra status checked that the database takes writes: a hot standby, read-only "
-            "transactions, a SQLite file or folder its writers cannot write, a volume nearly full)",
-            _problem_samples(state, problems, checked_policies, writes_checked),
+            "transactions, a SQLite file or folder its writers cannot write, a volume nearly full; and encoder "
+            "where it checked that the embedding-model setting names a model the agent can load)",
+            _problem_samples(state, problems, checked_policies, writes_checked, encoder_checked),
         ),
         _family(
             "memabra_log_info",
@@ -331,11 +341,15 @@ def _reward_window_families(state: LogStatus) -> list[MetricFamily]:
 
 
 def _problem_samples(
-    state: LogStatus, problems: Sequence[HealthProblem], checked: Collection[str] | None, writes: bool
+    state: LogStatus,
+    problems: Sequence[HealthProblem],
+    checked: Collection[str] | None,
+    writes: bool,
+    encoder: bool,
 ) -> list[tuple[Labels, float]]:
     """Every check's 0/1, failing or not: an alert on ``== 1`` then needs no ``absent()``. The
     learner check is one series per checked policy, or one without a policy while the log has none;
-    the writes check is there where it ran."""
+    the writes and encoder checks are there where they ran."""
     failing = {(p.check if p.policy is None else LEARNER_CHECK, p.policy or "") for p in problems}
     series: list[tuple[str, str]] = [(FEEDBACK_WINDOWS_CHECK, "")]
     if state.policies:
@@ -345,6 +359,8 @@ def _problem_samples(
     series += [(DELETIONS_CHECK, ""), (TURNS_CHECK, "")]
     if writes:
         series.append((WRITES_CHECK, ""))
+    if encoder:
+        series.append((_ENCODER_CHECK, ""))
     samples: list[tuple[Labels, float]] = []
     for check, policy in series:
         labels: Labels = (("check", check.replace(" ", "_")),) + ((("policy", policy),) if policy else ())

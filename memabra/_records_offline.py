@@ -54,12 +54,7 @@ class OPEResult:
         """The weights the rewards were re-scored under (``ope log --weights``); ``None``: the
         totals as logged, or not recorded (:attr:`weights_recorded` tells which)."""
         weights = self.details.get("weights")
-        if not isinstance(weights, Mapping):
-            return None
-        # in RewardWeights' own order: PostgreSQL's JSONB gives the keys back in an order of its own
-        order = {f.name: i for i, f in enumerate(fields(RewardWeights))}
-        given = sorted(weights.items(), key=lambda kv: (order.get(str(kv[0]), len(order)), str(kv[0])))
-        return {str(k): float(v) for k, v in given if isinstance(v, (int, float))}
+        return _in_order(weights) if isinstance(weights, Mapping) else None
 
     @property
     def weights_label(self) -> str:
@@ -68,7 +63,41 @@ class OPEResult:
         if not self.weights_recorded:
             return "not recorded"
         weights = self.reward_weights
-        return "as logged" if weights is None else " ".join(f"{k}={v:g}" for k, v in weights.items())
+        return "as logged" if weights is None else " ".join(f"{k}={weight_number(v)}" for k, v in weights.items())
+
+    @property
+    def weights_lines(self) -> tuple[str, ...]:
+        """:attr:`weights_label`, and for ``as logged`` each reward scale the run read as it recorded
+        it (``VERSION: ws=1 ...``): a ``memabra rewards recompute`` since re-totals the log, and "as
+        logged" alone would then read as today's weights."""
+        label = self.weights_label
+        scales = self.details.get("reward_scales")
+        if label != "as logged" or not isinstance(scales, (list, tuple)):
+            return (label,)
+        lines = [label]
+        for scale in scales:
+            weights = scale.get("weights") if isinstance(scale, Mapping) else None
+            if not isinstance(weights, Mapping) or not isinstance(scale.get("version"), str):
+                continue
+            numbers = " ".join(f"{k}={weight_number(v)}" for k, v in _in_order(weights).items())
+            lines.append(f"{scale['version']}: {numbers}")
+        return tuple(lines)
+
+
+def _in_order(weights: Mapping[str, JSONValue]) -> dict[str, float]:
+    """The numeric weights in RewardWeights' own order: PostgreSQL's JSONB gives the keys back in an
+    order of its own."""
+    order = {f.name: i for i, f in enumerate(fields(RewardWeights))}
+    given = sorted(weights.items(), key=lambda kv: (order.get(str(kv[0]), len(order)), str(kv[0])))
+    return {str(k): float(v) for k, v in given if isinstance(v, (int, float))}
+
+
+def weight_number(value: float) -> str:
+    """A reward weight short (``0.35``), but never two different weights in the same words: ``:g``
+    keeps six digits, and a weight set as 0.35 against one re-totalled as 0.3500001 would read the
+    same on both sides of a "weights differ"."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 @dataclass(frozen=True, slots=True)

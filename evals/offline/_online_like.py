@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memabra._records import OPEResult, RewardWeights
+from memabra._records_offline import weight_number as _number
 from memabra.storage import EpisodeLog
 from memabra.storage._offline import logged_policies, reward_settings
 
@@ -121,14 +122,6 @@ def _scale(item: Any) -> RewardScale | None:
     except (TypeError, ValueError):  # InvalidRecordError is a ValueError
         return None
     return str(item["version"]), tuple(sorted(full.items()))
-
-
-def _number(value: float) -> str:
-    """A weight short (``0.35``), but never two different weights in the same words: ``:g`` keeps
-    six digits, and a weight set as 0.35 against one re-totalled as 0.3500001 would read the same
-    on both sides of a "weights differ"."""
-    short = f"{value:g}"
-    return short if float(short) == value else repr(value)
 
 
 def _weights_of(scale: RewardScale) -> str:

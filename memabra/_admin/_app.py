@@ -57,6 +57,7 @@ from memabra._admin._headers import SecurityHeaders
 from memabra._admin._login_pages import LoginPages
 from memabra._admin._memory_pages import MemoryPages
 from memabra._admin._metrics_page import metrics_endpoint
+from memabra._admin._notices import feedback_notice
 from memabra._admin._payloads import PayloadPages, step_views, turn_views
 from memabra._admin._plumbing import (
     _NOTICES,
@@ -75,7 +76,7 @@ from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
 from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
-from memabra._retraction import post_retracting
+from memabra._retraction import post_retraction
 from memabra._reward import RewardConfig
 from memabra.storage import (
     DatabaseNotWritableError,
@@ -235,13 +236,16 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages, Pay
                 idempotency_key=f"admin:{parsed.idempotency_key}",
             )
             service = RewardService(self.log, self.reward_config)
-            receipt = await run_in_threadpool(post_retracting, service, feedback, self._memory_backend)
+            retraction = await run_in_threadpool(post_retraction, service, feedback, self._memory_backend)
+            receipt = retraction.receipt
             back = list_query(form.get("list", ""))
             if receipt.status == "duplicate":
                 earlier = await run_in_threadpool(self._stored_feedback, episode_id, receipt.feedback_id)
                 if earlier is not None and not same_feedback(earlier, feedback):
                     return await self._feedback_conflict(auth, episode_id, earlier, back)
-            query = urlencode({"notice": f"feedback-{receipt.status}", **({"list": back} if back else {})})
+            # the operator learns whether the memory the correction names was retired, not only the reward
+            notice = feedback_notice(retraction, feedback.signals.explicit.retract_memory)
+            query = urlencode({"notice": notice, **({"list": back} if back else {})})
             return RedirectResponse(f"/episodes/{quote(episode_id, safe='')}?{query}#feedback", status_code=303)
 
         return await self._write(request, apply)

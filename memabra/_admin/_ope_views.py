@@ -71,6 +71,9 @@ class OPERow:
     # the reward weights the run scored under, in words: runs re-scored under other weights are
     # not comparable, and runs stored before weights were recorded say so
     weights: str = "not recorded"
+    # an "as logged" run's recorded scales (``VERSION: ws=1 ...``): a recompute since re-totals the
+    # log, and "as logged" alone would then read as today's weights
+    scales: tuple[str, ...] = ()
     # what the run kept beside its estimates (paired differences, provenance, ESS): all None on a
     # run stored before they were kept
     record: RunRecord = field(default=NOT_RECORDED)
@@ -195,6 +198,7 @@ def _row(r: OPEResult) -> OPERow:
         logging_value=json_number(d.get("logging_value")),
         window=_window(d.get("window")),
         weights=r.weights_label,
+        scales=r.weights_lines[1:],
         record=run_record(r, ope_target(r)),
     )
 

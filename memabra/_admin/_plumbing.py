@@ -29,6 +29,7 @@ from memabra._admin._auth import (
     WebSession,
 )
 from memabra._admin._forms import FormError, clean_field
+from memabra._admin._notices import NOTICES
 from memabra._admin._policy import CurrentPolicy
 from memabra._admin._times import time_ago, time_element, time_text
 from memabra._errors import FeedbackError, InvalidRecordError, SnapshotError, UnknownEpisodeError
@@ -46,22 +47,8 @@ _HERE = Path(__file__).parent
 
 logger = logging.getLogger("memabra")
 
-_NOTICES = {
-    "feedback-stored": "Feedback recorded; the episode's reward was recomputed.",
-    "feedback-late": "Feedback recorded as late: the episode's reward was already final (learned from, or its feedback window had closed), so it is kept for review and never applied.",
-    "feedback-duplicate": "This feedback was already recorded; nothing changed.",
-    "promoted": "Snapshot promoted: it is now the active policy.",
-    "rolled-back": "Rolled back: the snapshot the rolled-back one replaced is active again.",
-    "memory-updated": "Memory updated; its old text is in its history.",
-    "memory-retired": "Memory retired: it is no longer recalled. Restore it to recall it again.",
-    "memory-restored": "Memory restored: it is recalled again.",
-    "signed-out": "Signed out.",
-    "episode-deleted": "Episode deleted, with its decisions, steps, feedback and reward.",
-    "turn-abandoned": "Turn abandoned: logged as a failed episode (accepted: false) with its routing decision and steps.",
-    "learner-forgotten": "Forgot the learner checkpoint: retention no longer waits for that policy; its snapshots stay.",
-    "learner-none": "That policy has no learner checkpoint in this log: nothing to forget (retention does not wait for it).",
-    "user-erased": "User erased: their episodes deleted and their memories forgotten (the first entry below).",
-}
+# every page reads its notice here, by the name it always had
+_NOTICES = NOTICES
 
 
 @dataclass(frozen=True, slots=True)

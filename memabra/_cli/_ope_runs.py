@@ -113,27 +113,9 @@ def _as_json(run: StoredRun) -> dict[str, Any]:
 
 
 def _weights_text(result: OPEResult) -> str:
-    """The weights it scored under; for "as logged", the stored scale(s) it read as it recorded
-    them: a `memabra rewards recompute` since re-totals the log, and "as logged" alone would then
-    read as today's weights."""
-    label = result.weights_label
-    scales = result.details.get("reward_scales")
-    if label != "as logged" or not isinstance(scales, list):
-        return label
-    lines = [label]
-    for scale in scales:
-        weights = scale.get("weights") if isinstance(scale, dict) else None
-        if not isinstance(weights, dict) or not isinstance(scale.get("version"), str):
-            continue
-        numbers = " ".join(f"{k}={_number(v)}" for k, v in weights.items() if isinstance(v, (int, float)))
-        lines.append(f"{scale['version']}: {numbers}")
-    return "\n".join(lines)
-
-
-def _number(value: float) -> str:
-    """Short, but two different weights never in the same words (``:g`` keeps six digits)."""
-    short = f"{value:g}"
-    return short if float(short) == value else repr(value)
+    """The weights it scored under, with the recorded scales of an "as logged" run
+    (:attr:`OPEResult.weights_lines <memabra.OPEResult.weights_lines>`, which the admin shows too)."""
+    return "\n".join(result.weights_lines)
 
 
 def _weight(result: OPEResult) -> dict[str, Any] | None:
