@@ -54,6 +54,7 @@ from memabra._records import Feedback, FeedbackKind, FeedbackReceipt
 from memabra._session import RoutingSession
 from memabra._session_async import run_whole
 from memabra._signals import FEEDBACK_KEYS, FeedbackSignals
+from memabra.storage import DatabaseNotWritableError, DatabaseTimeoutError
 
 try:
     from starlette.applications import Starlette
@@ -84,6 +85,28 @@ would then count for nothing). The application posts those itself, with ``agent.
 
 # What a 503 asks a client to wait before retrying: a failover or a restarted server takes seconds.
 RETRY_AFTER_S = 5
+
+# The admin's words for the same three causes (memabra._admin._unavailable, which this module cannot
+# import without the admin's extra): an on-call person reading a client's 503 meets the admin's terms.
+_TIMEOUTS = {
+    "statement_timeout": "a statement ran longer than the database's statement_timeout allows",
+    "lock_timeout": "a statement waited longer than the database's lock_timeout for a lock another transaction holds",
+}
+
+
+def _unavailable_detail(exc: OperationalError) -> str:
+    """What a 503 says happened, and whether the feedback may have been stored. A retry under the
+    same Idempotency-Key is right in every case: recorded at most once where it landed."""
+    if isinstance(exc, DatabaseTimeoutError):
+        what = _TIMEOUTS.get(str(exc.setting), "a statement was cancelled (pg_cancel_backend)")
+        if exc.outcome_unknown:
+            return f"the database cancelled a statement ({what}) during the commit: the feedback may have been stored"
+        return f"the database cancelled a statement ({what}): the feedback was not stored (rolled back)"
+    if isinstance(exc, DatabaseNotWritableError):
+        return "the database refused a write (it is read-only, on a standby or out of space): the feedback was not stored (rolled back)"
+    # a write lost with its commit in flight may have landed
+    return "the episode log is unavailable (a connection was refused or lost)"
+
 
 # A correction of a few paragraphs fits with room to spare; a larger body is no chat UI's feedback.
 MAX_BODY_BYTES = 16 * 1024
@@ -175,10 +198,13 @@ def feedback_app(
         try:
             posted = await run_whole(partial(_post, session, owner, episode_id, payload, key, source))
         except OperationalError as exc:  # DatabaseUnavailableError included: an outage, a lost connection
-            logger.warning("feedback for episode %s not taken: the log is unavailable: %s", episode_id, exc)
-            # a write lost with its commit in flight may have landed: the same key makes a retry safe
-            detail = "the episode log is unavailable; retry later with the same Idempotency-Key"
-            return JSONResponse({"detail": detail}, status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
+            detail = _unavailable_detail(exc)
+            logger.warning("feedback for episode %s not taken: %s: %s", episode_id, detail, exc)
+            return JSONResponse(
+                {"detail": f"{detail}; retry later with the same Idempotency-Key"},
+                status_code=503,
+                headers={"retry-after": str(RETRY_AFTER_S)},
+            )
         if posted.receipt is None:
             return JSONResponse({"detail": _NOT_FOUND}, status_code=404)
         if posted.conflict:

@@ -203,21 +203,30 @@ def _writer(path: Path) -> _Writer | None:
     memabra init`` leaves a root-owned file in a service user's folder, which that user then cannot
     write). A systemd service user needs the folder (for -wal/-shm) and those files too, whoever
     owns them. The file's group counts as the writer's: the group it was created under, or an
-    fsGroup volume's, which a Kubernetes pod holds though no group file lists it. ``None``: the
-    owners cannot be read."""
+    fsGroup volume's, which a Kubernetes pod holds though no group file lists it. A root-owned
+    file in a folder whose owner has no account here is root's to write: a container running as
+    root writes its file into a host folder mounted into it, owned by a host user the container does
+    not know, and a service user is an account (``useradd``, systemd's ``DynamicUser``). ``None``:
+    the owners cannot be read."""
     try:
         folder = path.parent.stat()
         st = path.stat() if path.exists() else folder
     except OSError:
         return None
-    if st.st_uid == 0:
+    if st.st_uid == 0 and _account(folder.st_uid) is not None:
         st = folder
-    try:
-        entry = pwd.getpwuid(st.st_uid)
-    except KeyError:  # a container's numeric user, with no passwd entry
+    entry = _account(st.st_uid)
+    if entry is None:  # a container's numeric user, with no passwd entry
         return _Writer(str(st.st_uid), st.st_uid, frozenset({st.st_gid}))
     groups = frozenset(os.getgrouplist(entry.pw_name, entry.pw_gid)) | {st.st_gid}
     return _Writer(entry.pw_name, st.st_uid, groups)
+
+
+def _account(uid: int) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwuid(uid)
+    except KeyError:
+        return None
 
 
 def _room_on(folder: Path) -> tuple[int, int]:

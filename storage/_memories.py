@@ -147,7 +147,11 @@ class MemoryRegistry:
         owner = str(values["owner"])
 
         def work(s: Session) -> None:
-            if read_at is not None and not bump_from(s.connection(), owner, read_at):
+            # the user's generation row first, before any memory row (the flush below of a forgotten
+            # row this write replaces): the lock order every writer of the user keeps (_locked_row)
+            if read_at is None:
+                bump(s.connection(), owner)
+            elif not bump_from(s.connection(), owner, read_at):
                 raise MemoriesChangedError(
                     f"user {owner!r}'s memories changed since the read this write was decided on"
                 )
@@ -164,8 +168,6 @@ class MemoryRegistry:
                 existing.retired_at = None
                 existing.superseded_by = None
             s.add(history_row(change))
-            if read_at is None:
-                bump(s.connection(), owner)
             for old in retire:
                 row = _row(s, old.user_id, old.memory_id)
                 row.retired_at = old.at
@@ -212,7 +214,7 @@ class MemoryRegistry:
         update time; its id, counters and creation time stay."""
 
         def work(s: Session) -> None:
-            row = _row(s, change.user_id, change.memory_id, locked=True)
+            row = _locked_row(s, change)
             if row.retired_at is not None:  # retired since the caller read it: a retired text stays as it was
                 raise InvalidRecordError(f"memory {change.memory_id!r} is retired")
             row.updated_at = change.at
@@ -220,7 +222,6 @@ class MemoryRegistry:
                 text = clean_text(change.new_text)
                 row.text, row.tokens, row.name = text, tokens, text[:60]
             s.add(history_row(change))
-            bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory refresh")
 
@@ -229,7 +230,7 @@ class MemoryRegistry:
         (recalled again, no longer superseded), recording ``change`` in the same transaction."""
 
         def work(s: Session) -> None:
-            row = _row(s, change.user_id, change.memory_id, locked=True)
+            row = _locked_row(s, change)
             if (row.retired_at is not None) == retired:
                 state = "retired" if retired else "active"
                 raise InvalidRecordError(f"memory {change.memory_id!r} is already {state}; nothing changed")
@@ -237,7 +238,6 @@ class MemoryRegistry:
             if not retired:
                 row.superseded_by = None
             s.add(history_row(change))
-            bump(s.connection(), row.owner)
 
         self._tx.write(work, what="memory retire" if retired else "memory restore")
 
@@ -394,11 +394,20 @@ def _need_user(user_id: str) -> str:
 
 
 def _row(s: Session, user_id: str, memory_id: str, *, locked: bool = False) -> RegistryRow:
-    """The user's memory row; ``locked`` (a change that first checks the row's state) holds it
-    until commit on PostgreSQL, so two processes retiring one memory at once cannot both read it
-    active and both record the retirement (the second reads it retired and is refused)."""
     key = (_MEMORY, clean_text(user_id), clean_text(memory_id))
     row = s.get(RegistryRow, key, with_for_update=locked, populate_existing=locked)
     if row is None or row.deleted_at is not None:
         raise InvalidRecordError(f"user {user_id!r} has no memory {memory_id!r}")
     return row
+
+
+def _locked_row(s: Session, change: MemoryChange) -> RegistryRow:
+    """The memory of ``change``, for a change that first checks its state (retire, restore,
+    refresh): two processes retiring one memory at once must not both read it active and both
+    record the retirement. The user's generation row is bumped (locked on PostgreSQL) before the
+    memory's row is read under its own lock: every write of the user's memories takes the
+    generation row first and their rows after (:meth:`MemoryRegistry.write` superseding or
+    updating this memory), so the other order would deadlock against it. A refusal rolls the bump
+    back with the rest."""
+    bump(s.connection(), clean_text(change.user_id))
+    return _row(s, change.user_id, change.memory_id, locked=True)
