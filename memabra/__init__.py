@@ -91,6 +91,9 @@ _LAZY = {
     "RuleFactExtractor": "memabra._memory",
     "extract_facts": "memabra._memory",
     "ExtractiveChatModel": "memabra._standin",
+    # A chat model that says what a test scripted and records what it was sent (docs/configuration.md).
+    "ScriptedChatModel": "memabra._standin",
+    "ScriptedCall": "memabra._standin",
     "CompositeReward": "memabra._reward",
     "RewardConfig": "memabra._reward",
     "FEEDBACK_KEYS": "memabra._reward",
@@ -161,7 +164,7 @@ if TYPE_CHECKING:
     from memabra._settings import SessionSettings
     from memabra._signals import ExplicitSignals, FeedbackSignals, ImplicitSignals, ProgrammaticSignals
     from memabra._sql_memory import SQLMemory
-    from memabra._standin import ExtractiveChatModel
+    from memabra._standin import ExtractiveChatModel, ScriptedCall, ScriptedChatModel
     from memabra._store_memory import StoreMemory, memory_text
     from memabra._turns import Turn
 
@@ -240,6 +243,8 @@ __all__ = [
     "Supersession",
     "Turn",
     "SchemaError",
+    "ScriptedCall",
+    "ScriptedChatModel",
     "SessionSettings",
     "ScoredCandidate",
     "Selection",

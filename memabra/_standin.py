@@ -16,13 +16,19 @@ ignore) it:
 
 It exists so ``memabra demo`` and the tests run without a network or an API key; swap in a real
 model with ``--model provider:name``.
+
+:class:`ScriptedChatModel` is the other stand-in, for an application's own tests: it says what the
+test scripted, in order, and records what each call was sent. LangChain's fake chat models cannot
+take the place of a model with tools, as they do not implement ``bind_tools``.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -30,11 +36,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
+from memabra._errors import ConfigError
 from memabra._text import content_words
 
-__all__ = ["ExtractiveChatModel"]
+__all__ = ["ExtractiveChatModel", "ScriptedCall", "ScriptedChatModel"]
 
 _MEMORY_LINE = re.compile(r"^- (.+)$", re.MULTILINE)
 _SKILL = re.compile(r"^Skill '([^']+)' \((.*)\):\n(.*?)(?=\n\nSkill '|\Z)", re.MULTILINE | re.DOTALL)
@@ -156,3 +163,96 @@ def _argument(tool: Any) -> str:
 
 def associations_from(groups: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
     return [frozenset(w.lower() for w in words) for words in groups.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    """One call a :class:`ScriptedChatModel` answered: the messages it was sent (memabra's injected
+    memories and skills are in the system message, ``system``) and the names of the tools bound."""
+
+    messages: tuple[BaseMessage, ...]
+    tools: tuple[str, ...]
+
+    @property
+    def system(self) -> str:
+        return "\n".join(str(m.content) for m in self.messages if isinstance(m, SystemMessage))
+
+
+class _Script:
+    """Shared by a model and its tool-bound copies, so the responses advance across them (the agent
+    binds the turn's tools to a new copy at each call); locked, as ``batch`` calls from threads."""
+
+    def __init__(self, responses: Sequence[AIMessage | str]) -> None:
+        self.responses = list(responses)
+        self.calls: list[ScriptedCall] = []
+        self.lock = threading.Lock()
+
+    def answer(self, messages: Sequence[BaseMessage], tools: tuple[str, ...]) -> AIMessage:
+        with self.lock:
+            n = len(self.calls)
+            if n >= len(self.responses):
+                # raised rather than repeating the last one: a turn that calls the model more often
+                # than the test expects is what the test is there to catch
+                raise ConfigError(
+                    f"ScriptedChatModel got call {n + 1} but was given {len(self.responses)} responses"
+                    f" (tools bound to this call: {list(tools)})"
+                )
+            self.calls.append(ScriptedCall(tuple(messages), tools))
+            response = self.responses[n]
+        if isinstance(response, str):
+            return AIMessage(response)
+        # a tool call needs an id for its ToolMessage to answer; a test need not invent one
+        calls = [{**call, "id": call.get("id") or f"call-{n}-{i}"} for i, call in enumerate(response.tool_calls)]
+        return response.model_copy(update={"tool_calls": calls})
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model for an application's tests: call *n* returns ``responses[n]`` (a string, or an
+    ``AIMessage``, with ``tool_calls`` to call tools), whichever tools are bound; a call past the
+    last response raises :class:`~memabra.ConfigError`. ``calls`` records each call's messages and
+    bound tools, so a test can assert what memabra injected and which tools it bound."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    # Any, checked in __init__: pydantic would try each string as an AIMessage first, and langchain's
+    # validator then fails with an AttributeError rather than a validation error
+    responses: list[Any] = Field(default_factory=list)
+    model_name: str = "memabra-scripted"
+    _script: _Script = PrivateAttr()
+    _tools: tuple[str, ...] = PrivateAttr(default=())
+
+    def __init__(self, responses: Sequence[AIMessage | str] = (), **kwargs: Any) -> None:
+        # checked here, not by a pydantic validator, which would wrap the ConfigError in its own error
+        for response in responses:
+            if not isinstance(response, str | AIMessage):
+                raise ConfigError(f"ScriptedChatModel responses must be strings or AIMessages, got {response!r:.80}")
+        # pydantic takes the fields as keywords; mypy reads only BaseChatModel's own signature
+        super().__init__(responses=list(responses), **kwargs)  # type: ignore[call-arg]
+
+    def model_post_init(self, context: Any) -> None:
+        self._script = _Script(self.responses)
+
+    @property
+    def _llm_type(self) -> str:
+        return "memabra-scripted"
+
+    @property
+    def calls(self) -> tuple[ScriptedCall, ...]:
+        """The calls answered so far, by this model and every copy ``bind_tools`` made of it."""
+        with self._script.lock:
+            return tuple(self._script.calls)
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
+        bound = ScriptedChatModel(responses=self.responses, model_name=self.model_name)
+        bound._script = self._script
+        bound._tools = tuple(convert_to_openai_tool(t)["function"]["name"] for t in tools)
+        return bound
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._script.answer(messages, self._tools))])
