@@ -21,6 +21,7 @@ __all__ = [
     "FEEDBACK_WINDOWS_CHECK",
     "LEARNER_CHECK",
     "EMBEDDINGS_COUNT_CAP",
+    "ENCODER_CHECK",
     "TURNS_CHECK",
     "HealthProblem",
     "StoredVectors",
@@ -48,6 +49,9 @@ DELETIONS_CHECK = "deletions"
 
 TURNS_CHECK = "turns"
 """The check of routed turns never logged (their process died mid-turn)."""
+
+ENCODER_CHECK = "encoder"
+"""The check that the embedding-model setting names a usable model (``memabra status`` only)."""
 
 
 EMBEDDINGS_COUNT_CAP = 10_000

@@ -19,6 +19,7 @@ from typing import Literal
 
 from memabra._health import (
     DELETIONS_CHECK,
+    ENCODER_CHECK,
     FEEDBACK_WINDOWS_CHECK,
     LEARNER_CHECK,
     TURNS_CHECK,
@@ -35,10 +36,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """What a Prometheus scrape expects of the text format."""
 
 Labels = tuple[tuple[str, str], ...]
-
-_ENCODER_CHECK = "encoder"
-# memabra._cli._status_encoder.ENCODER_CHECK's value: importing it would load the CLI package into
-# the admin's /metrics (and the CLI imports this module)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +357,7 @@ def _problem_samples(
     if writes:
         series.append((WRITES_CHECK, ""))
     if encoder:
-        series.append((_ENCODER_CHECK, ""))
+        series.append((ENCODER_CHECK, ""))
     samples: list[tuple[Labels, float]] = []
     for check, policy in series:
         labels: Labels = (("check", check.replace(" ", "_")),) + ((("policy", policy),) if policy else ())

@@ -89,7 +89,8 @@ def status(
             "--exact",
             help="Count every episode and every reward waiting for a learner. By default the counts that grow "
             "with the log stop at a cap (shown '10,000+') and, on PostgreSQL, a large episode count is the "
-            "planner's estimate (shown '~'), so a check stays cheap on a log of millions of episodes.",
+            "planner's estimate (shown '~'), so a check stays cheap on a log of millions of episodes; the "
+            "encoder's vector key is read too (a named model folder's key hashes its files).",
         ),
     ] = False,
     json_out: JsonOutOption = None,
@@ -141,7 +142,7 @@ def status(
                 f"--policy {unknown[0]!r}: the log has no snapshot or learner checkpoint of it"
                 f" (it has: {', '.join(sorted(known)) or 'none'})",
             )
-    encoder = read_encoder()
+    encoder = read_encoder(key=exact)
     problems = health_problems(state, limit, policies=policies or None) + write_problems(writes)
     if encoder.error is not None:
         # the agent refuses to start on this setting: a check that passed would hide it
@@ -201,6 +202,7 @@ class _Report:
             state,
             problems=problems,
             writes_checked=True,
+            encoder_checked=True,
             max_lag=self.limit,
             duration_s=round(self.duration_s if self.duration_s is not None else time.perf_counter() - self.started, 6),
             checked_at=state.checked_at if state is not None else utcnow(),

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memabra._errors import MemabraError
-from memabra._health import StoredVectors
+from memabra._health import ENCODER_CHECK, StoredVectors
 
 __all__ = ["ENCODER_CHECK", "EncoderState", "encoder_line", "read_encoder"]
-
-ENCODER_CHECK = "encoder"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +29,15 @@ class EncoderState:
     """The encoder key its vectors are stored under; ``None``: BM25 alone, or the setting is bad."""
     error: str | None
     """Why the setting names no usable model (``None``: it does)."""
+    key_read: bool = True
+    """Whether ``key`` was read: a named model folder's key hashes its files (seconds for a large
+    model, on every probe), so ``memabra status`` reads it under ``--exact`` only."""
 
 
-def read_encoder() -> EncoderState:
-    """The setting and its key; a bad setting (or config file) is returned as ``error``, never raised."""
+def read_encoder(*, key: bool = True) -> EncoderState:
+    """The setting and its key; a bad setting (or config file) is returned as ``error``, never raised.
+    ``key=False`` checks that the setting names a usable model without hashing its files (the
+    bundled model's key is its plain name, read either way)."""
     # imported here: `memabra status` must start without the router package (and never imports torch)
     from memabra._config import load_embedding_model
     from memabra.router import default_encoder
@@ -46,10 +49,12 @@ def read_encoder() -> EncoderState:
     model, source = (setting.model, setting.source) if setting is not None else (None, None)
     try:
         encoder = default_encoder()
-        key = encoder.name if encoder is not None else None
+        if encoder is not None and setting is not None and not key:
+            return EncoderState(model, source, None, None, key_read=False)
+        name = encoder.name if encoder is not None else None
     except (MemabraError, OSError) as exc:  # OSError: a folder that vanished or cannot be read mid-hash
         return EncoderState(model, source, None, str(exc))
-    return EncoderState(model, source, key, None)
+    return EncoderState(model, source, name, None)
 
 
 def encoder_line(encoder: EncoderState, vectors: tuple[StoredVectors, ...]) -> str:
@@ -58,6 +63,8 @@ def encoder_line(encoder: EncoderState, vectors: tuple[StoredVectors, ...]) -> s
     if encoder.error is not None:
         named = f"{encoder.model} (from {encoder.source})" if encoder.model is not None else "the setting"
         return f"encoder   {named} is not usable: see the problem below"
+    if not encoder.key_read:
+        return f"encoder   {encoder.model} (from {encoder.source}; its vector key with --exact: it hashes the model's files)"
     if encoder.key is None:
         return "encoder   none: BM25 alone (the embeddings extra is not installed; MEMABRA_EMBEDDING_MODEL not set)"
     origin = (

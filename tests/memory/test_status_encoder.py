@@ -40,8 +40,8 @@ def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return url
 
 
-def _status(url: str) -> tuple[int, str, dict]:  # type: ignore[type-arg]
-    out = runner.invoke(app, ["status", "--db", url, "--json", "-"])
+def _status(url: str, *args: str) -> tuple[int, str, dict]:  # type: ignore[type-arg]
+    out = runner.invoke(app, ["status", "--db", url, "--json", "-", *args])
     return out.exit_code, out.output, json.loads(out.stdout[out.stdout.index("{") :])
 
 
@@ -49,7 +49,7 @@ def test_unset_shows_the_bundled_key(url: str) -> None:
     code, output, document = _status(url)
     assert code == 0, output
     key = BUNDLED_NAME if default_encoder() is not None else None
-    assert document["encoder"] == {"model": None, "source": None, "key": key, "error": None}
+    assert document["encoder"] == {"model": None, "source": None, "key": key, "error": None, "key_read": True}
     if key is not None:
         assert f"encoder   {key} (the bundled all-MiniLM-L6-v2" in output
         assert "no vector stored under it yet" in output
@@ -59,7 +59,7 @@ def test_the_variable_shows_its_value_source_and_key(
     url: str, monkeypatch: pytest.MonkeyPatch, model_folder: Path
 ) -> None:
     monkeypatch.setenv(EMBEDDING_MODEL_ENV, str(model_folder))
-    code, output, document = _status(url)
+    code, output, document = _status(url, "--exact")
     assert code == 0, output
     key = _name_of(model_folder)
     assert document["encoder"] == {
@@ -67,13 +67,14 @@ def test_the_variable_shows_its_value_source_and_key(
         "source": "$MEMABRA_EMBEDDING_MODEL",
         "key": key,
         "error": None,
+        "key_read": True,
     }
     assert f"encoder {key} ({model_folder}, from $MEMABRA_EMBEDDING_MODEL;" in " ".join(output.split())
 
 
 def test_the_file_setting_is_named_with_its_file(url: str, model_folder: Path) -> None:
     Path("memabra.toml").write_text(f'[embeddings]\nmodel = "{model_folder}"\n')
-    code, output, document = _status(url)
+    code, output, document = _status(url, "--exact")
     assert code == 0, output
     assert document["encoder"]["source"] == "memabra.toml: [embeddings] model"
     assert document["encoder"]["key"] == _name_of(model_folder)
@@ -103,7 +104,7 @@ def test_status_names_the_encoder_without_loading_torch(url: str, model_folder: 
     # a fresh process: this one has torch loaded by the model built above
     code = (
         "import sys; from typer.testing import CliRunner; from memabra._cli import app\n"
-        f"r = CliRunner().invoke(app, ['status', '--db', {url!r}, '--json', '-'])\n"
+        f"r = CliRunner().invoke(app, ['status', '--db', {url!r}, '--json', '-', '--exact'])\n"
         "assert r.exit_code == 0, r.output\n"
         "assert 'bge-small@' in r.stdout, r.stdout\n"
         "loaded = [m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules]\n"
@@ -112,3 +113,27 @@ def test_status_names_the_encoder_without_loading_torch(url: str, model_folder: 
     env = {"PATH": "/usr/bin:/bin", EMBEDDING_MODEL_ENV: str(model_folder), "HOME": str(Path.home())}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_probe_without_exact_checks_the_setting_but_never_hashes_the_model(
+    url: str, monkeypatch: pytest.MonkeyPatch, model_folder: Path
+) -> None:
+    """A liveness probe runs status every few seconds in a fresh process: hashing a model folder of
+    several hundred megabytes there cost seconds each time (measured: 1.9 s became 3.5 s at 400 MB)."""
+    import memabra.router._model_folder as folders
+
+    def no_hashing(*args: object, **kwargs: object) -> str:
+        raise AssertionError("the model folder was hashed")
+
+    monkeypatch.setattr(folders, "_folder_digest", no_hashing)
+    monkeypatch.setenv(EMBEDDING_MODEL_ENV, str(model_folder))
+    code, output, document = _status(url)
+    assert code == 0, output
+    assert document["encoder"] == {
+        "model": str(model_folder),
+        "source": "$MEMABRA_EMBEDDING_MODEL",
+        "key": None,
+        "error": None,
+        "key_read": False,
+    }
+    assert "its vector key with --exact" in " ".join(output.split())
