@@ -114,9 +114,10 @@ def embeddings_available() -> bool:
 _OMP_WAIT_POLICY = "PASSIVE"
 
 
-def _load_quietly(path: str, device: str) -> object:
+def _load_quietly(path: str, device: str, *, local_files_only: bool = False) -> object:
     """The model, without the "Loading weights" bars of transformers and huggingface_hub (the
-    user's own settings for them are restored afterwards)."""
+    user's own settings for them are restored afterwards). ``local_files_only``: nothing it reads
+    may come from the hub, whatever the folder's files point to."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_WAIT_POLICY", _OMP_WAIT_POLICY)
     from sentence_transformers import SentenceTransformer
@@ -125,7 +126,7 @@ def _load_quietly(path: str, device: str) -> object:
     bars_were_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]  # transformers leaves it unannotated
     try:
-        return SentenceTransformer(path, device=device)
+        return SentenceTransformer(path, device=device, local_files_only=local_files_only)
     finally:
         if bars_were_on:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
@@ -145,10 +146,20 @@ class SentenceTransformerEncoder:
 
     A ``model_path`` naming a folder that is not there is refused at once (:class:`ConfigError`);
     a folder whose model does not load is refused, naming the folder, when it first loads.
+    ``local_files_only``: load without ever asking the Hugging Face hub (a hub id passed here may
+    otherwise be downloaded); :func:`default_encoder` sets it, as its folder was found locally.
     """
 
-    def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model_path: str | None = None,
+        device: str = "cpu",
+        batch_size: int = 64,
+        *,
+        local_files_only: bool = False,
+    ) -> None:
         self.model_path = check_model_path(model_path) if model_path is not None else None
+        self.local_files_only = local_files_only
         self.device = device
         self.batch_size = batch_size
         self._model: object | None = None
@@ -207,7 +218,12 @@ class SentenceTransformerEncoder:
     def _load_named(self, path: str, name: str) -> object:
         _log.info("loading sentence-transformers model %s from %s", name, path)
         try:
-            model = _load_quietly(path, self.device)
+            # only a pinned load says so: a stand-in loader (path, device) keeps working for the rest
+            model = (
+                _load_quietly(path, self.device, local_files_only=True)
+                if self.local_files_only
+                else _load_quietly(path, self.device)
+            )
         except ImportError as exc:
             raise ConfigError(f"sentence embeddings need sentence-transformers: {EMBEDDINGS_EXTRA_HINT}") from exc
         except Exception as exc:  # sentence-transformers and transformers raise OSError, ValueError, ...
@@ -276,7 +292,11 @@ def default_encoder() -> CachingEncoder | None:
     with _DEFAULT_LOCK:
         encoder = _DEFAULT_ENCODERS.get(folder)
         if encoder is None:
-            encoder = _DEFAULT_ENCODERS[folder] = CachingEncoder(SentenceTransformerEncoder(folder))
+            # resolved here, from a folder or the local cache: a serving process must not reach for
+            # the hub while it loads (a pod with no network would wait on it, then fail)
+            encoder = _DEFAULT_ENCODERS[folder] = CachingEncoder(
+                SentenceTransformerEncoder(folder, local_files_only=True)
+            )
             if setting is not None:
                 _log.info("embedding model %s (from %s)", folder, setting.source)
         return encoder

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from memabra._cli._admin import admin
 from memabra._cli._bench import bench
-from memabra._cli._common import console, err_console, error_line, print_error
+from memabra._cli._common import console, err_console, error_line, fail, print_error
 from memabra._cli._db import db_app
 from memabra._cli._demo import demo
 from memabra._cli._erase import erase
@@ -56,6 +56,10 @@ class _ReadableErrorsGroup(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        # typer appends its completion options after the group is built, so they are wrapped here
+        for param in self.params:
+            if param.name == "install_completion" and param.callback is not None:
+                param.callback = _completion_installed_or_fail(param.callback)
         if not standalone_mode or _stderr_is_terminal():
             return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
         try:
@@ -80,6 +84,29 @@ class _ReadableErrorsGroup(TyperGroup):
             super().invoke(ctx)
         except BrokenPipeError:  # a table piped into a reader that stopped (`| head -1`)
             _quiet_broken_pipe()
+
+
+def _completion_installed_or_fail(install: Callable[..., Any]) -> Callable[..., Any]:
+    """typer's ``--install-completion``, failing in one line that names the path: it writes into
+    $HOME, which in a container is often unset, read-only or not a folder, and typer's own failure
+    is a traceback."""
+
+    if getattr(install, "_memabra_guarded", False):
+        return install
+
+    def callback(ctx: Context, param: Any, value: Any) -> Any:
+        try:
+            return install(ctx, param, value)
+        except OSError as exc:
+            where = exc.filename or os.environ.get("HOME") or "the home folder"
+            fail(
+                f"cannot install shell completion: {where}: {exc.strerror or type(exc).__name__} "
+                "(is $HOME writable here?); `memabra --show-completion` prints the script to save where "
+                "your shell reads it"
+            )
+
+    callback._memabra_guarded = True  # type: ignore[attr-defined]
+    return callback
 
 
 def _quiet_broken_pipe() -> NoReturn:

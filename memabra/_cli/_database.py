@@ -4,6 +4,7 @@ there); schema migrations with one-line errors."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -137,7 +138,20 @@ def database_url(db: str | None) -> str | None:
             )
         if path.is_dir():
             raise typer.BadParameter(f"{path} is a folder, not a SQLite database file", param_hint=_db_source(db))
+        if not path.exists() and not _writable_folder(path.absolute().parent):
+            # sqlite3 says only "unable to open database file"; in a container whose working
+            # directory is on a read-only root file system this is where the default path lands
+            raise typer.BadParameter(
+                f"cannot create the SQLite database {path.absolute()}: the directory {path.absolute().parent} "
+                "is not writable (a read-only file system?); give a path on a writable volume",
+                param_hint=_db_source(db),
+            )
     return db
+
+
+def _writable_folder(folder: Path) -> bool:
+    # access(2) also answers EROFS for a read-only mount, which permission bits do not show
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def existing_database(db: str | None) -> str | None:
@@ -218,7 +232,10 @@ def _remove_new_sqlite(path: Path) -> None:
     """A SQLite file this run created, gone again: a migration that failed on a new path must not
     leave an empty database behind that later commands take for a real one."""
     for leftover in (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
-        leftover.unlink(missing_ok=True)
+        # a folder that cannot be written (EROFS even for a file that is not there) holds nothing
+        # this run made; the migration's own error is the one to report, not this one
+        with contextlib.suppress(OSError):
+            leftover.unlink(missing_ok=True)
 
 
 DbOption = Annotated[
