@@ -274,6 +274,18 @@ class _Graph:
 _resolve_model = resolve_model
 
 
+def _refuse_without_bind_tools(chat: BaseChatModel) -> None:
+    """Refuse, before any database is opened, a model that cannot take the tools it is given:
+    without this, the first turn whose slate holds a tool failed mid-run with a bare
+    ``NotImplementedError`` from LangChain (its fake chat models are the usual case, in tests)."""
+    if type(chat).bind_tools is BaseChatModel.bind_tools:
+        raise ConfigError(
+            f"the chat model {type(chat).__name__} does not implement bind_tools, so it cannot be given the tools "
+            "the router chooses; pass a model that supports tool calling (in tests, memabra.ScriptedChatModel: "
+            "a scripted model that takes tools), or build the agent without tools (max_tool_rounds=0)"
+        )
+
+
 def create_memabra_agent(
     model: BaseChatModel | str,
     *,
@@ -327,6 +339,8 @@ def create_memabra_agent(
     chat = resolve_model(model)
     given = as_tools(tools)  # checked even when unused: a bad tool is a mistake either way
     tool_list = given if max_tool_rounds > 0 else []
+    if tool_list or tool_search:
+        _refuse_without_bind_tools(chat)
     session = build_session(
         tools=tool_list,
         skills=skills,

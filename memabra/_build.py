@@ -4,7 +4,6 @@ backend or LangGraph store, tools, skills, a router, and the settings."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
 from memabra._store_memory import StoreMemory
 from memabra.router import Router
-from memabra.storage import EpisodeLog, open_log, resolve_url, upgrade
+from memabra.storage import EpisodeLog, open_log
 
 __all__ = ["build_session", "resolve_model"]
 
@@ -37,34 +36,6 @@ def resolve_model(model: BaseChatModel | str) -> BaseChatModel:
 
         return init_chat_model(model)
     raise ConfigError(f"model must be a LangChain chat model or a 'provider:name' string, got {type(model).__name__}")
-
-
-# Alembic's command API keeps the migration it runs in module globals, so two sessions giving new
-# SQLite databases their schema at once, on two threads (tests run in parallel, several apps in one
-# process), ran each other's migrations on the wrong database or failed with KeyError('config').
-_MIGRATING = threading.Lock()
-
-
-def _open(db: str | None) -> EpisodeLog:
-    """The log at ``db``. An in-memory SQLite URL (``sqlite://``, a test's database) gets its schema on
-    the log's own engine: its one shared connection is the whole database, so a schema created on
-    any other engine (``open_log``'s) would be gone when this log opens its own."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(resolve_url(db))
-    if parsed.get_backend_name() != "sqlite":  # never migrated here: `memabra db upgrade` does it
-        return open_log(db)
-    if parsed.database not in (None, "", ":memory:"):
-        with _MIGRATING:
-            return open_log(db)
-    log = EpisodeLog(db, check=False)  # the log owns the engine, so closing it releases the database
-    try:
-        with _MIGRATING:
-            upgrade(log.engine)
-    except BaseException:
-        log.close()
-        raise
-    return log
 
 
 def _memory_backend(
@@ -135,7 +106,7 @@ def build_session(
     if isinstance(db, EpisodeLog):
         log, owns_log = db, False
     else:
-        log, owns_log = _open(db), True
+        log, owns_log = open_log(db), True
     try:
         if router is None:
             from memabra.router import LinearRouter

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -69,6 +70,14 @@ _PG_LOCK_NOT_AVAILABLE = "55P03"
 _MIGRATION_LOCK_RETRY_S = (0.05, 0.5)
 
 
+# Alembic's command API runs a migration through module globals (the `context` proxy env.py reads,
+# and `op`), so two threads migrating two databases at once ran each other's steps on the wrong
+# connection, or failed with KeyError('config'), whatever the database. Taken after the database's
+# own migration lock, so that a thread waiting for another process's upgrade of one database does
+# not hold up this process's upgrades of others.
+_ALEMBIC = threading.Lock()
+
+
 class _LockBusy(Exception):
     """Another upgrade holds the migration lock: roll back and try again."""
 
@@ -79,7 +88,9 @@ def _run(engine: Engine, action: str, revision: str) -> None:
     each finds the schema where the one before left it instead of creating the same tables again.
     On PostgreSQL a statement waits at most :data:`PG_LOCK_TIMEOUT_MS` for a table lock; the whole
     transaction is then rolled back (DDL is transactional there) and tried again, up to
-    :data:`PG_LOCK_ATTEMPTS` times, then :class:`StorageContentionError`: nothing was changed."""
+    :data:`PG_LOCK_ATTEMPTS` times, then :class:`StorageContentionError`: nothing was changed.
+    Threads of one process run Alembic one at a time (:data:`_ALEMBIC`), so each may migrate its own
+    database at once."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     where = shown_url(engine.url)
     attempts = PG_LOCK_ATTEMPTS if is_postgres(engine) else 1
@@ -101,7 +112,8 @@ def _run(engine: Engine, action: str, revision: str) -> None:
                     # after the migration lock, which waits for another `db upgrade` as long as it runs
                     connection.execute(text(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}"))
                 config.attributes["connection"] = connection
-                getattr(command, action)(config, revision)
+                with _ALEMBIC:
+                    getattr(command, action)(config, revision)
             return
         except _LockBusy:
             if not said:
@@ -204,6 +216,12 @@ def check_schema(engine: Engine) -> None:
         return
     where = shown_url(engine.url)
     if current is None:
+        if _in_memory(engine):
+            raise SchemaError(
+                f"the in-memory SQLite database {where} has no memabra schema, and it exists only in this engine "
+                "(no `memabra db upgrade` can reach it): open it with memabra.storage.open_log, which creates "
+                "the schema on the log's own engine"
+            )
         raise SchemaError(f"the database {where} has no memabra schema; run `memabra db upgrade --db {where}`")
     known = known_revisions()
     if current in known:
@@ -229,6 +247,13 @@ def check_schema(engine: Engine) -> None:
         head,
         oldest_compatible,
     )
+
+
+def _in_memory(engine: Engine) -> bool:
+    if engine.dialect.name != "sqlite":
+        return False
+    database = engine.url.database
+    return database in (None, "", ":memory:") or engine.url.query.get("mode") == "memory"
 
 
 def _engine_for(url_or_engine: str | Engine | None) -> tuple[Engine, bool]:
