@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from memory_helpers import HashingEncoder
+from tiny_sentence_model import build_tiny_model
 
 from fakes import ScriptedChatModel
 from memabra import Budget, ConfigError, create_memabra_agent
@@ -29,36 +29,7 @@ QUERY = "dog called"
 
 def _build_model(folder: Path, width: int, seed: int) -> Path:
     """A sentence-transformers model saved to ``folder`` (overwriting what is there)."""
-    pytest.importorskip("sentence_transformers")
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers import models as token_models
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *sorted({w for t in (*TEXTS, QUERY) for w in t.split()})]
-    tokenizer = Tokenizer(token_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
-    )
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(words),
-        hidden_size=width,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        intermediate_size=width,
-        max_position_embeddings=32,
-    )
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    with warnings.catch_warnings():  # the scaffolding's own chatter, not memabra's
-        warnings.simplefilter("ignore")
-        BertModel(config).save_pretrained(folder)
-        fast.save_pretrained(folder)
-        SentenceTransformer(str(folder), device="cpu").save(str(folder))  # adds pooling: a full ST folder
-    return folder
+    return build_tiny_model(folder, (w for t in (*TEXTS, QUERY) for w in t.split()), width=width, seed=seed)
 
 
 def _serve(folder: Path, log: EpisodeLog) -> CachingEncoder:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
 import typer
+from tiny_sentence_model import build_tiny_model
 from typer.testing import CliRunner
 
 from memabra import ConfigError
@@ -33,35 +33,7 @@ WORDS = "my dog is called rex i am vegetarian weather forecast divorce lawyer pi
 
 def _build_model(folder: Path, seed: int = 0) -> Path:
     """A tiny sentence-transformers model saved to ``folder``."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers import models as token_models
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *sorted(set(WORDS.split()))]
-    tokenizer = Tokenizer(token_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
-    )
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(words),
-        hidden_size=8,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        intermediate_size=8,
-        max_position_embeddings=32,
-    )
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    with warnings.catch_warnings():  # the scaffolding's own chatter, not memabra's
-        warnings.simplefilter("ignore")
-        BertModel(config).save_pretrained(folder)
-        fast.save_pretrained(folder)
-        SentenceTransformer(str(folder), device="cpu").save(str(folder))
-    return folder
+    return build_tiny_model(folder, WORDS.split(), seed=seed)
 
 
 @pytest.fixture(scope="module")
