@@ -104,12 +104,16 @@ def test_a_memory_stored_decomposed_before_nfc_is_restated_not_retired(
 ) -> None:
     # a log written before memory text was composed holds "Zu\u0308rich" as typed; typed the same
     # way again, the composed fact must still restate it, not retire it as superseded by a new one
-    import memabra._memory_write as memory_write
+    import memabra._memory_text as memory_text  # where memory text is cleaned and composed
 
     memory = SQLMemory(log)
     decomposed = unicodedata.normalize("NFD", "My favourite dish is crème brûlée")
     with monkeypatch.context() as old_code:
-        old_code.setattr(memory_write, "unicodedata", SimpleNamespace(normalize=lambda form, text: text))
+        old_code.setattr(
+            memory_text,
+            "unicodedata",
+            SimpleNamespace(normalize=lambda form, text: text, category=unicodedata.category),
+        )
         stored = memory.remember("ann", decomposed)
     assert stored.text == decomposed
     again = memory.remember("ann", decomposed)
