@@ -11,9 +11,7 @@ health check is a 0/1 series that is there on every successful read, failing or 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -26,26 +24,12 @@ from memabra._health import (
     HealthProblem,
     format_age,
 )
+from memabra._prometheus_text import CONTENT_TYPE, Labels, MetricFamily, render_families
 from memabra._write_check import WRITES_CHECK
 from memabra.storage import LogStatus, head_revision
 from memabra.storage import _status_counts as caps
 
 __all__ = ["CONTENT_TYPE", "MetricFamily", "render_families", "status_families", "status_metrics"]
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""What a Prometheus scrape expects of the text format."""
-
-Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class MetricFamily:
-    """One metric: its name, type, help line and samples (each its labels and value)."""
-
-    name: str
-    kind: Literal["gauge", "counter"]
-    help: str
-    samples: tuple[tuple[Labels, float], ...]
 
 
 def status_metrics(
@@ -386,36 +370,3 @@ def _s(delta: timedelta) -> float:
 
 def _window(state: LogStatus) -> timedelta:
     return timedelta(0) if state.failed_since is None else state.checked_at - state.failed_since
-
-
-def render_families(families: Iterable[MetricFamily]) -> str:
-    """The families in the text exposition format: ``# HELP``, ``# TYPE``, then each sample."""
-    lines: list[str] = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        for labels, value in family.samples:
-            inner = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels)
-            lines.append(f"{family.name}{{{inner}}} {_number(value)}" if labels else f"{family.name} {_number(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _escape_label(text: str) -> str:
-    # the format's three escapes; any other character (a policy name is free text) stands as it is
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
