@@ -55,6 +55,7 @@ from memabra._session import RoutingSession
 from memabra._session_async import run_whole
 from memabra._signals import FEEDBACK_KEYS, FeedbackSignals
 from memabra.storage import DatabaseNotWritableError, DatabaseTimeoutError
+from memabra.storage._timeouts import TIMEOUT_CAUSES
 
 try:
     from starlette.applications import Starlette
@@ -86,19 +87,15 @@ would then count for nothing). The application posts those itself, with ``agent.
 # What a 503 asks a client to wait before retrying: a failover or a restarted server takes seconds.
 RETRY_AFTER_S = 5
 
-# The admin's words for the same three causes (memabra._admin._unavailable, which this module cannot
-# import without the admin's extra): an on-call person reading a client's 503 meets the admin's terms.
-_TIMEOUTS = {
-    "statement_timeout": "a statement ran longer than the database's statement_timeout allows",
-    "lock_timeout": "a statement waited longer than the database's lock_timeout for a lock another transaction holds",
-}
+# the admin's words for the same causes: an on-call person reading a client's 503 meets its terms
+_TIMEOUTS = TIMEOUT_CAUSES
 
 
 def _unavailable_detail(exc: OperationalError) -> str:
     """What a 503 says happened, and whether the feedback may have been stored. A retry under the
     same Idempotency-Key is right in every case: recorded at most once where it landed."""
     if isinstance(exc, DatabaseTimeoutError):
-        what = _TIMEOUTS.get(str(exc.setting), "a statement was cancelled (pg_cancel_backend)")
+        what = exc.cause
         if exc.outcome_unknown:
             return f"the database cancelled a statement ({what}) during the commit: the feedback may have been stored"
         return f"the database cancelled a statement ({what}): the feedback was not stored (rolled back)"

@@ -38,6 +38,14 @@ _UNKNOWN = (
 )
 
 
+TIMEOUT_CAUSES = {
+    "statement_timeout": "a statement ran longer than the database's statement_timeout allows",
+    "lock_timeout": "a statement waited longer than the database's lock_timeout for a lock another transaction holds",
+}
+"""What each setting's cancel means, in the words every answer to a client uses (the admin's pages,
+the feedback endpoint's 503): :attr:`DatabaseTimeoutError.cause`."""
+
+
 class DatabaseTimeoutError(StorageContentionError, OperationalError):
     """PostgreSQL cancelled a statement: it ran past ``statement_timeout`` (or was cancelled by
     ``pg_cancel_backend``), or waited past ``lock_timeout`` for a lock another transaction held.
@@ -67,6 +75,11 @@ class DatabaseTimeoutError(StorageContentionError, OperationalError):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def cause(self) -> str:
+        """What was cancelled, told without the database's name: a client's answer may say it."""
+        return TIMEOUT_CAUSES.get(str(self.setting), "a statement was cancelled (pg_cancel_backend)")
 
     def __reduce__(self) -> Any:
         return _rebuild, (type(self), self.message, self.orig, self.setting, self.outcome_unknown)

@@ -36,7 +36,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from memabra._admin._plumbing import _AdminBase, _raw_path, _safe_next
 from memabra._errors import ConfigError
+from memabra.storage import DatabaseTimeoutError
 from memabra.storage._engine import mask_password, sqlite_file
+from memabra.storage._timeouts import TIMEOUT_CAUSES
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -164,17 +166,14 @@ def timeout_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awaitab
     return timed_out
 
 
-_TIMEOUTS = {
-    "statement_timeout": "a statement ran longer than the database's statement_timeout allows",
-    "lock_timeout": ("a statement waited longer than the database's lock_timeout for a lock another transaction holds"),
-}
+_TIMEOUTS = TIMEOUT_CAUSES
 
 
 def timeout_message(exc: BaseException) -> tuple[str, str]:
     """What a client is told of a cancelled statement ``exc`` (a
     :class:`~memabra.storage.DatabaseTimeoutError`), and what is added when it was saving a change.
     Never the error's text: it names the database."""
-    what = _TIMEOUTS.get(str(getattr(exc, "setting", None)), "a statement was cancelled (pg_cancel_backend)")
+    what = exc.cause if isinstance(exc, DatabaseTimeoutError) else "a statement was cancelled (pg_cancel_backend)"
     message = (
         f"The database cancelled the request's work: {what}. Try again in {RETRY_AFTER_S} seconds; if it "
         "keeps happening, the admin's log names the database and what to do."
