@@ -101,6 +101,8 @@ def _unavailable_detail(exc: OperationalError) -> str:
         return f"the database cancelled a statement ({what}): the feedback was not stored (rolled back)"
     if isinstance(exc, DatabaseNotWritableError):
         return "the database refused a write (it is read-only, on a standby or out of space): the feedback was not stored (rolled back)"
+    if not getattr(exc, "may_have_written", True):  # no connection opened: nothing was sent
+        return "the episode log is unavailable (no connection could be opened): the feedback was not stored"
     # a write lost with its commit in flight may have landed
     return "the episode log is unavailable (a connection was refused or lost)"
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import re
 import select
-import sqlite3
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -16,6 +14,8 @@ from sqlalchemy.pool import StaticPool
 
 from memabra._environment import secret_variable
 from memabra._errors import ConfigError, MemabraError
+from memabra.storage._sqlite import configure_sqlite, in_memory
+from memabra.storage._sqlite import sqlite_file as sqlite_file  # where the other modules import it from
 
 DEFAULT_URL = "sqlite:///memabra.db"
 URL_ENV = "MEMABRA_DATABASE_URL"
@@ -57,8 +57,6 @@ PG_SOCKET_DEFAULTS: dict[str, int] = {
 PG_PREPARE_THRESHOLD = None
 # the DB-API drivers memabra's engines are built for, by backend (SQLAlchemy's default driver names)
 _DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",)}
-# the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
-_WAL_RETRY_S = 0.01
 
 
 class DatabaseUnavailableError(MemabraError, OperationalError):
@@ -66,18 +64,31 @@ class DatabaseUnavailableError(MemabraError, OperationalError):
     or database, or was lost while a commit was in flight. The message names the URL (password
     hidden) and the driver's reason in one line; ``orig`` is the driver's error.
 
+    ``may_have_written`` says whether a write of the failed call may have reached the database:
+    false where no connection could be opened (nothing was sent, so nothing was stored and the
+    same call made again stores it once), and where the database refused or rolled the write back;
+    true where the connection was lost while statements or their ``COMMIT`` were in flight, or the
+    cause is not known (the default), so that a client is told to check before repeating a change.
+
     It is a SQLAlchemy :class:`~sqlalchemy.exc.OperationalError` too, so code that waits out a
     database outage by catching that (a learner loop, a health probe) keeps doing so."""
 
-    def __init__(self, message: str, orig: BaseException | None = None) -> None:
+    def __init__(self, message: str, orig: BaseException | None = None, *, may_have_written: bool = True) -> None:
         OperationalError.__init__(self, None, None, orig if orig is not None else Exception(message))
         self.message = message
+        self.may_have_written = may_have_written
 
     def __str__(self) -> str:
         return self.message
 
     def __reduce__(self) -> Any:
-        return type(self), (self.message, self.orig)
+        return _rebuild, (type(self), self.message, self.orig, self.may_have_written)
+
+
+def _rebuild(
+    cls: type[DatabaseUnavailableError], message: str, orig: BaseException | None, may_have_written: bool
+) -> DatabaseUnavailableError:
+    return cls(message, orig, may_have_written=may_have_written)
 
 
 # USER:PASSWORD@ in a URL that may not parse (so SQLAlchemy cannot hide the password for us): an
@@ -145,13 +156,14 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
     resolved = resolve_url(url)
     parsed = make_url(resolved)
     if parsed.get_backend_name() == "sqlite":
-        in_memory = parsed.database in (None, "", ":memory:")
-        if in_memory:
-            # One shared connection, or every checkout would see a different empty database.
+        memory = in_memory(parsed)
+        if memory:
+            # One connection for the engine's life: the database lives only in its connections,
+            # and every new one would see a different empty database or end this one (see _sqlite).
             kwargs.setdefault("poolclass", StaticPool)
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": busy_timeout_s})
         engine = create_engine(resolved, **kwargs)
-        _configure_sqlite(engine, wal=not in_memory, busy_timeout_s=busy_timeout_s)
+        configure_sqlite(engine, wal=not memory, busy_timeout_s=busy_timeout_s)
         _watch_refusals(engine)
         return engine
     defaults: dict[str, Any] = {"prepare_threshold": PG_PREPARE_THRESHOLD}
@@ -233,21 +245,23 @@ def unreachable(
 
 
 def _unreachable_at(
-    url: URL, exc: BaseException, doing: str = "connect to", after: str = ""
+    url: URL, exc: BaseException, doing: str = "connect to", after: str = "", *, may_have_written: bool = True
 ) -> DatabaseUnavailableError:
-    return _unavailable(f"cannot {doing} the database", url, exc, after)
+    return _unavailable(f"cannot {doing} the database", url, exc, after, may_have_written=may_have_written)
 
 
 def _lost_at(url: URL, exc: BaseException) -> DatabaseUnavailableError:
     return _unavailable("lost the connection to the database", url, exc)
 
 
-def _unavailable(what: str, url: URL, exc: BaseException, after: str = "") -> DatabaseUnavailableError:
+def _unavailable(
+    what: str, url: URL, exc: BaseException, after: str = "", *, may_have_written: bool = True
+) -> DatabaseUnavailableError:
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     reason = lines[0] if lines else type(orig).__name__
     where = shown_url(url)
-    error = DatabaseUnavailableError(f"{what} {where}: {reason}{after}", orig)
+    error = DatabaseUnavailableError(f"{what} {where}: {reason}{after}", orig, may_have_written=may_have_written)
     error.connection_invalidated = bool(getattr(exc, "connection_invalidated", False))
     return error
 
@@ -267,30 +281,11 @@ def _name_connect_failures(engine: Engine) -> None:
     def _on_error(context: ExceptionContext) -> BaseException | None:
         if context.is_pre_ping or not isinstance(context.sqlalchemy_exception, OperationalError):
             return None
-        if context.connection is None:
-            return _unreachable_at(url, context.sqlalchemy_exception)
+        if context.connection is None:  # no connection opened: nothing of the call was sent
+            return _unreachable_at(url, context.sqlalchemy_exception, may_have_written=False)
         if context.is_disconnect:
             return _lost_at(url, context.sqlalchemy_exception)
         return None
-
-
-def sqlite_file(engine: Engine) -> Path | None:
-    """The SQLite file ``engine`` opens (``None`` in memory, or not SQLite); refused with a
-    :class:`ConfigError` naming the path when its directory is missing (which sqlite3 reports only
-    as ``unable to open database file``) or it is a directory."""
-    if engine.dialect.name != "sqlite":
-        return None
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    path = Path(database).expanduser().absolute()
-    if not path.parent.is_dir():
-        raise ConfigError(
-            f"cannot open the SQLite database {path}: the directory {path.parent} does not exist (create it first)"
-        )
-    if path.is_dir():
-        raise ConfigError(f"cannot open the SQLite database {path}: it is a directory")
-    return path
 
 
 def _ping_when_idle(engine: Engine) -> None:
@@ -323,52 +318,6 @@ def _has_unread_input(dbapi_connection: Any) -> bool:
     except Exception:  # closed already, or not a socket-backed connection: let the ping decide
         return True
     return bool(readable)
-
-
-def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_s: float) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # pysqlite's own transaction handling defers BEGIN; take control so that
-        # SAVEPOINTs and the one-transaction-per-episode rule hold.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        if wal:
-            _switch_to_wal(cursor, busy_timeout_s)
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-        # SQLite's own lower() folds ASCII only: a search for "москве" or "münchen" would miss
-        # "Москве" and "MÜNCHEN" (PostgreSQL's folds by the database's locale)
-        dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        # Writes take the lock up front (waiting up to the busy timeout) rather than failing on
-        # the read-to-write upgrade; reads stay deferred and, in WAL mode, never wait.
-        immediate = connection.get_execution_options().get("memabra_write", False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-
-def _unicode_lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
-def _switch_to_wal(cursor: Any, busy_timeout_s: float) -> None:
-    """``PRAGMA journal_mode=WAL``, retried: on a new file that another process is writing (its
-    schema being created), SQLite refuses the switch at once instead of calling the busy handler
-    (it would deadlock waiting on a reader), so the wait the busy timeout promises is done here."""
-    deadline = time.monotonic() + busy_timeout_s
-    pause = _WAL_RETRY_S
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -9,7 +9,7 @@ module                 what it stores
 ``_retotal``           stored rewards re-totalled under new weights, a page at a time
 ``_snapshots``         policy snapshots, promote and roll back
 ``_registry``          memories, skills and tools; per-user usage counts
-``_offline``           decisions for replay, OPE results
+``_offline``           decisions for replay, OPE results (``_log_offline``: the log's methods)
 ``_mempo_log``         decisions with a gold answer, MemPO's labels
 ``_retention``         deleting episodes: a retention window, one user's erasure
 ``_deletion_log``      the audit trail of those deletions
@@ -30,18 +30,14 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from memabra._errors import InvalidRecordError, SchemaError
+from memabra._errors import ConfigError, InvalidRecordError, SchemaError
 from memabra._records import (
     CandidateKind,
     Episode,
     EpisodeSummary,
     Feedback,
     FeedbackReceipt,
-    GoldDecision,
     LearningItem,
-    LoggedDecision,
-    MemoryQuality,
-    OPEResult,
     Page,
     PolicySnapshot,
     RegistryItem,
@@ -50,16 +46,18 @@ from memabra._records import (
     UsageCounts,
     utcnow,
 )
-from memabra.storage import _episodes, _mempo_log, _offline, _registry, _rewards, _snapshots, _suspended_turns
+from memabra.storage import _episodes, _registry, _rewards, _snapshots, _suspended_turns
 from memabra.storage._engine import make_engine, shown_url, sqlite_file
 from memabra.storage._episode_listing import iter_episodes as iter_episode_rows
 from memabra.storage._episode_listing import list_episodes as list_episode_page
 from memabra.storage._episodes import EpisodeFilter
+from memabra.storage._log_offline import OfflineMethods
 from memabra.storage._log_retention import RetentionMethods
 from memabra.storage._migrate import check_schema
 from memabra.storage._retotal import RetotalMethods
 from memabra.storage._rewards import Scorer
 from memabra.storage._snapshots import PruneResult
+from memabra.storage._sqlite import unwritable_folder
 from memabra.storage._status import LogStatus, log_status
 from memabra.storage._suspended_turns import SuspendedTurn
 from memabra.storage._tx import Transactions
@@ -77,13 +75,16 @@ def _refuse_a_missing_sqlite_file(engine: Engine) -> None:
     path = sqlite_file(engine)
     if path is not None and not path.exists():
         where = shown_url(engine.url)
+        unwritable = unwritable_folder(path)
+        if unwritable is not None:  # `memabra db upgrade` could not create it either
+            raise ConfigError(f"no database at {path}, and {unwritable}")
         raise SchemaError(
             f"no database at {path}; create it with `memabra db upgrade --db {where}` "
             "(or memabra.storage.open_log, which creates a new SQLite file with its schema), or check the path"
         )
 
 
-class EpisodeLog(RetentionMethods, RetotalMethods):
+class EpisodeLog(RetentionMethods, RetotalMethods, OfflineMethods):
     """The SQL episode log.
 
     ``EpisodeLog(url)`` opens the database at ``url`` (see :func:`memabra.storage.resolve_url`
@@ -270,83 +271,6 @@ class EpisodeLog(RetentionMethods, RetotalMethods):
     def claim_learning(self, *, limit: int = 1000, now: datetime | None = None) -> list[LearningItem]:
         """Final rewards not yet learned from, marked learned in the same transaction."""
         return _rewards.claim_learning(self._tx, limit, now or utcnow())
-
-    # ------------------------------------------------------------------ decisions for offline use
-
-    def iter_selections(
-        self, *, since: datetime | None = None, until: datetime | None = None, chunk_size: int = _offline.DECISION_CHUNK
-    ) -> Iterator[tuple[Selection, RewardBreakdown | None]]:
-        """Every logged decision in time order with its episode's reward, in flat memory."""
-        _offline.check_window(since, until, chunk_size)
-        return _offline.iter_selections(self._tx, since, until, chunk_size)
-
-    def iter_decisions(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        user_id: str | None = None,
-        chunk_size: int = _offline.DECISION_CHUNK,
-    ) -> Iterator[LoggedDecision]:
-        """``iter_selections`` with each episode's used candidates (what offline evaluation reads);
-        ``user_id``: only that user's decisions."""
-        _offline.check_window(since, until, chunk_size)
-        if user_id is not None and not user_id.strip():
-            raise InvalidRecordError("user_id must not be empty (leave it out for every user's decisions)")
-        return _offline.iter_decisions(self._tx, since, until, chunk_size, user_id=user_id)
-
-    def count_rewarded(self, *, since: datetime | None = None, include_provisional: bool = False) -> int:
-        """How many decisions since ``since`` have a final reward (any, with ``include_provisional``):
-        one SQL count, no decision read."""
-        _offline.check_window(since, None)
-        return _offline.count_rewarded(self._tx, since, include_provisional)
-
-    def rewarded_time_at(
-        self, position: int, *, since: datetime | None = None, include_provisional: bool = False
-    ) -> datetime:
-        """The time of the ``position``-th (0-based) such decision in ``iter_decisions``'s order."""
-        _offline.check_window(since, None)
-        return _offline.rewarded_time_at(self._tx, position, since, include_provisional)
-
-    def record_ope_results(self, results: Sequence[OPEResult], *, snapshot: PolicySnapshot | None = None) -> None:
-        """Store an offline evaluation's rows, all or none; with ``snapshot``, a candidate saved in
-        the same transaction (what ``train_from_log`` keeps, never without its run)."""
-        _offline.record_ope_results(self._tx, results, snapshot)
-
-    def list_ope_runs(
-        self, version: str | None = None, *, policy: str | None = None, limit: int = 1000
-    ) -> list[OPEResult]:
-        return _offline.list_ope_runs(self._tx, version, policy, limit)
-
-    def mempo_items(self, *, since: datetime | None = None, unscored_by: str | None = None) -> Iterator[GoldDecision]:
-        """Decisions that offered memories and whose episode got a ``gold_answer`` in feedback;
-        with ``unscored_by``, only those that scorer has not labelled yet."""
-        _offline.check_window(since, None)
-        return _mempo_log.mempo_items(self._tx, since, unscored_by)
-
-    def count_mempo_items(self, *, since: datetime | None = None, unscored_by: str | None = None) -> int:
-        """How many decisions :meth:`mempo_items` yields for the same arguments."""
-        _offline.check_window(since, None)
-        return _mempo_log.count_mempo_items(self._tx, since, unscored_by)
-
-    def count_gold_episodes(self, *, since: datetime | None = None) -> int:
-        """Episodes with a ``gold_answer`` in feedback, decisions offering memories or not."""
-        _offline.check_window(since, None)
-        return _mempo_log.count_gold_episodes(self._tx, since)
-
-    def store_memory_scores(self, scores: Sequence[MemoryQuality]) -> None:
-        """Insert or replace MemPO labels: each scorer keeps its own, a label replacing only the
-        one its scorer stored for the decision."""
-        _mempo_log.store_memory_scores(self._tx, scores)
-
-    def memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> dict[str, MemoryQuality]:
-        """The label of each of ``decision_ids`` that has one, by decision id: ``scorer``'s; left
-        out, :class:`ConfigError` where several scorers labelled a decision."""
-        return _mempo_log.memory_scores(self._tx, decision_ids, scorer)
-
-    def all_memory_scores(self, decision_ids: Sequence[str], *, scorer: str | None = None) -> list[MemoryQuality]:
-        """Every scorer's labels of ``decision_ids`` (``scorer``'s only, when given), by decision then scorer."""
-        return _mempo_log.all_memory_scores(self._tx, decision_ids, scorer)
 
     # ------------------------------------------------------------------ registry
 

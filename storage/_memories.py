@@ -1,5 +1,6 @@
 """Memory management on the registry table: status, history, forgetting (which also blanks the
-log's copies of the text and deletes the text's stored embeddings, ``_embeddings``).
+log's copies of the text and deletes the text's stored embeddings, ``_embeddings``: that log side
+of forgetting lives in ``_memory_scrub``).
 
 :class:`MemoryRegistry` works on an :class:`~sqlalchemy.Engine` (an
 :class:`~memabra.storage.EpisodeLog`'s); it takes and returns memabra records (``_memory_rows``
@@ -8,32 +9,29 @@ turns them into rows and back).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from memabra._errors import InvalidRecordError, MemoriesChangedError
 from memabra._memory_records import MemoryChange, MemoryRecord
 from memabra._records import CandidateKind, RegistryItem
 from memabra.storage import _convert as cv
-from memabra.storage._embeddings import text_key
-from memabra.storage._injected_bodies import forget_own_bodies
-from memabra.storage._memory_models import EmbeddingRow, MemoryHistoryRow
+from memabra.storage._memory_models import MemoryHistoryRow
 from memabra.storage._memory_pools import GENERATION, bump, bump_from
 from memabra.storage._memory_rows import history_row, history_values, memory_change, memory_record, registry_values
+from memabra.storage._memory_scrub import chunks, erase_owned, forget, forget_in_log, scrub_log
 from memabra.storage._models import DecisionCandidateRow, DecisionRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
 
-__all__ = ["MemoryRegistry", "erase_owned", "forget_in_log", "last_chosen"]
+__all__ = ["MemoryRegistry", "erase_owned", "forget_in_log", "last_chosen", "scrub_log"]
 
 _MEMORY = CandidateKind.MEMORY.value
-# IN-lists are chunked: SQLite's default limit on bound parameters is 32,766, PostgreSQL's 65,535.
-_CHUNK = 900
 
 
 # Built once: remember() runs this per write, and building the statement cost more than running it.
@@ -245,47 +243,7 @@ class MemoryRegistry:
         """Delete memories (all of the user's when ``memory_ids`` is None) with their history;
         the episode log keeps their ids for the decisions that offered them, not their text."""
         user_id = _need_user(user_id)
-        return self._tx.write(lambda s: _forget(s, user_id, memory_ids), what="forget memories")
-
-
-def _forget(s: Session, user_id: str, memory_ids: Sequence[str] | None) -> int:
-    memory_ids = None if memory_ids is None else [clean_text(m) for m in memory_ids]
-    stmt = select(RegistryRow.id).where(RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id)
-    if memory_ids is not None:
-        wanted = list(dict.fromkeys(memory_ids))
-        stmt = stmt.where(RegistryRow.id.in_(wanted), RegistryRow.deleted_at.is_(None))
-    ids = list(s.scalars(stmt))
-    if memory_ids is not None:
-        unknown = sorted(set(wanted) - set(ids))
-        if unknown:
-            raise InvalidRecordError(f"user {user_id!r} has no memory {unknown[0]!r}; nothing was forgotten")
-    texts: set[str] = set()
-    for chunk in _chunks(ids):
-        texts.update(
-            s.scalars(
-                select(RegistryRow.text).where(
-                    RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
-                )
-            )
-        )
-        for old_text, new_text in s.execute(
-            select(MemoryHistoryRow.old_text, MemoryHistoryRow.new_text).where(
-                MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk)
-            )
-        ):
-            texts.update(t for t in (old_text, new_text) if t)
-    for chunk in _chunks(ids):
-        s.execute(
-            delete(RegistryRow).where(
-                RegistryRow.kind == _MEMORY, RegistryRow.owner == user_id, RegistryRow.id.in_(chunk)
-            )
-        )
-        s.execute(
-            delete(MemoryHistoryRow).where(MemoryHistoryRow.owner == user_id, MemoryHistoryRow.memory_id.in_(chunk))
-        )
-    scrub_log(s, user_id, ids, texts)
-    bump(s.connection(), user_id)
-    return len(ids)
+        return self._tx.write(lambda s: forget(s, user_id, memory_ids), what="forget memories")
 
 
 def _cut(s: Session, change: MemoryChange, tokens: int) -> None:
@@ -302,68 +260,13 @@ def _cut(s: Session, change: MemoryChange, tokens: int) -> None:
     s.add(history_row(change))
 
 
-def scrub_log(s: Session, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
-    """Blank the text of forgotten memories wherever the log offered them (ids stay), and delete
-    the stored embeddings of every text they had (the log's and ``texts``). Embeddings are shared
-    by content, so another user's identical text loses its row too and is embedded again on use."""
-    user_id, memory_ids = clean_text(user_id), [clean_text(m) for m in memory_ids]
-    t = DecisionCandidateRow
-    forgotten = set(texts)
-    for chunk in _chunks(list(memory_ids)):
-        forgotten.update(
-            s.scalars(
-                select(t.text)
-                .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk), t.text != ""))
-                .distinct()
-            )
-        )
-    keys = sorted({text_key(text) for text in forgotten})
-    for chunk in _chunks(keys):
-        s.execute(delete(EmbeddingRow).where(EmbeddingRow.text_sha256.in_(chunk)))
-    for chunk in _chunks(list(memory_ids)):
-        s.execute(
-            update(t)
-            .where(and_(t.user_id == user_id, t.kind == _MEMORY, t.candidate_id.in_(chunk)))
-            .values(text="", metadata_={"forgotten": True})
-        )
-
-
-def erase_owned(s: Session, user_id: str) -> int:
-    """An erasure's step in the log that must come before the user's episodes go: the stored
-    embeddings of every memory text the log offered them and of their own skills and tools, then
-    those skills and tools (``owner`` the user). Returns how many skills and tools went.
-
-    The episodes are the only record of a memory deleted from its store behind memabra's back
-    (LangMem's ``manage_memory`` delete): once they are gone, the memory backend's forgetting can no
-    longer find that text, and its vector would outlive the erasure. The memories themselves go
-    through the memory backend."""
-    owner = clean_text(user_id)
-    if not owner:  # '' owns the shared skills and tools: never erase those
-        raise InvalidRecordError("user_id is empty: name the user to erase")
-    t = DecisionCandidateRow
-    texts = set(s.scalars(select(t.text).where(t.user_id == owner, t.kind == _MEMORY, t.text != "").distinct()))
-    # and the earlier versions of their own skills and tools that their turns offered: no registry
-    # row holds those texts any more
-    offered_own = and_(t.user_id == owner, t.kind != _MEMORY, t.metadata_["owner"].as_string() == owner)
-    texts.update(s.scalars(select(t.text).where(offered_own).distinct()))
-    own_items = and_(RegistryRow.owner == owner, RegistryRow.kind != _MEMORY)
-    texts.update(s.scalars(select(RegistryRow.text).where(own_items)))
-    for chunk in _chunks(sorted({text_key(text) for text in texts})):
-        s.execute(delete(EmbeddingRow).where(EmbeddingRow.text_sha256.in_(chunk)))
-    forget_own_bodies(s, owner)
-    gone = int(getattr(s.execute(delete(RegistryRow).where(own_items)), "rowcount", 0) or 0)
-    if gone:
-        bump(s.connection(), owner)  # a cached recall index of the user must not offer them again
-    return gone
-
-
 def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> dict[str, datetime]:
     """When the router last injected each candidate for ``user_id`` (absent: never)."""
     t, d = DecisionCandidateRow, DecisionRow
     user_id, candidate_ids = clean_text(user_id), [clean_text(c) for c in candidate_ids]
     out: dict[str, datetime] = {}
     with Session(engine) as s:
-        for chunk in _chunks(list(dict.fromkeys(candidate_ids))):
+        for chunk in chunks(list(dict.fromkeys(candidate_ids))):
             stmt = (
                 select(t.candidate_id, func.max(d.created_at))
                 .join(d, d.id == t.decision_id)
@@ -372,17 +275,6 @@ def last_chosen(engine: Engine, user_id: str, candidate_ids: Sequence[str]) -> d
             )
             out.update({str(cid): at for cid, at in s.execute(stmt) if at is not None})
     return out
-
-
-def forget_in_log(engine: Engine, user_id: str, memory_ids: Sequence[str], texts: Iterable[str] = ()) -> None:
-    """The log side of forgetting, for memories kept outside the registry (a LangGraph store):
-    their text blanked in the log, and the stored embeddings of their ``texts`` deleted."""
-    Transactions(engine).write(lambda s: scrub_log(s, user_id, memory_ids, texts), what="forget in the log")
-
-
-def _chunks(values: list[str]) -> Iterator[list[str]]:
-    for i in range(0, len(values), _CHUNK):
-        yield values[i : i + _CHUNK]
 
 
 def _need_user(user_id: str) -> str:

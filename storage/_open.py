@@ -9,6 +9,7 @@ from memabra._errors import ConfigError, StorageContentionError
 from memabra.storage._engine import resolve_url, sqlite_file
 from memabra.storage._log import EpisodeLog
 from memabra.storage._migrate import check_schema, current_revision, upgrade
+from memabra.storage._refusals import DatabaseNotWritableError
 from memabra.storage._tx import is_transient
 
 __all__ = ["open_log"]
@@ -39,6 +40,8 @@ def open_log(url: str | None = None) -> EpisodeLog:
                 upgrade(log.engine)
             check_schema(log.engine)
         except OperationalError as exc:
+            if isinstance(exc, DatabaseNotWritableError):
+                raise  # names the file, the cause and what to do (its permissions, a read-only volume)
             if is_transient(exc):
                 raise StorageContentionError(
                     f"the SQLite database {where} stayed locked by another process: {exc.orig}"

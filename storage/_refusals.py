@@ -13,6 +13,13 @@ the standby after the address moves to the primary, and a SQLite file opened whi
 stays read-only after it is writable again. Replacing them is what lets the next write succeed
 without a restart once the cause is gone; a full disk needs no new connection, but one costs little
 next to the write that failed.
+
+A SQLite file that cannot even be opened (sqlite3 says only ``unable to open database file``: its
+directory is missing or not writable for a new file, the file unreadable) is no outage but the URL's
+problem: it is raised as :class:`~memabra.ConfigError` naming the whole path, the cause and what to
+do. A refusal names the file by its whole path too where the URL's is relative (the default
+``sqlite:///memabra.db``), and says so where it met the write a new connection makes (the switch to
+WAL mode) rather than one of the caller's.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from memabra.storage._engine import DatabaseUnavailableError, mask_password, shown_url
+from memabra.storage._sqlite import cannot_open, in_memory, shown_path
 
 __all__ = ["DatabaseNotWritableError", "not_writable", "watch_refusals"]
 
@@ -36,6 +44,9 @@ logger = logging.getLogger("memabra")
 _PG_READ_ONLY = "25006"  # read_only_sql_transaction: a hot standby, or default_transaction_read_only
 _PG_DISK_FULL = "53100"  # disk_full
 
+# what a connection refused as it opened was writing: SQLite's switch to WAL mode needs the file
+# and its directory writable, before any statement of the caller's ran
+_OPENING = "the write each new connection makes (its switch to WAL mode)"
 _FULL_ADVICE = (
     "free space on the volume that holds it (or raise the database's size limit); "
     "nothing of this write was stored, and writes succeed again by themselves once there is room"
@@ -96,7 +107,9 @@ def not_writable(engine: Engine, exc: BaseException, what: str = "a write") -> D
 def _refused(url: URL, orig: BaseException, what: str) -> DatabaseNotWritableError:
     lines = str(orig).strip().splitlines()
     reason = mask_password(lines[0]) if lines else type(orig).__name__
-    return DatabaseNotWritableError(f"the database {shown_url(url)} refused {what}: {reason}; {_advice(orig)}", orig)
+    where = shown_url(url) + shown_path(url)
+    message = f"the database {where} refused {what}: {reason}; {_advice(orig)}"
+    return DatabaseNotWritableError(message, orig, may_have_written=False)  # rolled back
 
 
 def _renew(fence: _Fence | None, orig: BaseException) -> None:
@@ -143,10 +156,17 @@ def watch_refusals(engine: Engine) -> None:
         orig = context.original_exception
         # a lost connection stays the lost connection it is (make_engine names it): lost during a
         # COMMIT, the write may have landed, and only that error keeps the retry from doubling it
-        if context.is_pre_ping or context.is_disconnect or _advice(orig) is None:
+        if context.is_pre_ping or context.is_disconnect:
+            return None
+        opening = context.connection is None  # a new connection's own settings: its switch to WAL
+        if opening and url.get_backend_name() == "sqlite":
+            unopened = cannot_open(url, orig)
+            if unopened is not None:
+                return unopened
+        if _advice(orig) is None:
             return None
         _renew(fence, orig)
-        return _refused(url, orig, "a write")
+        return _refused(url, orig, _OPENING if opening else "a write")
 
 
 def _in_memory(engine: Engine) -> bool:
@@ -154,9 +174,4 @@ def _in_memory(engine: Engine) -> bool:
     them) deletes it, the schema and every row. The pools SQLAlchemy gives such a URL hold one
     connection (StaticPool, SingletonThreadPool); a shared-cache URI (``file:x?mode=memory``) on any
     pool lives until its last connection closes, which replacing it one at a time can be."""
-    if isinstance(engine.pool, (StaticPool, SingletonThreadPool)):
-        return True
-    if engine.dialect.name != "sqlite":
-        return False
-    database = engine.url.database or ""
-    return database in ("", ":memory:") or engine.url.query.get("mode") == "memory" or "mode=memory" in database
+    return isinstance(engine.pool, (StaticPool, SingletonThreadPool)) or in_memory(engine.url)

@@ -66,7 +66,10 @@ def is_transient(exc: BaseException) -> bool:
     if state in _PG_RETRYABLE:
         return True
     text = str(orig).lower()
-    return type(orig).__name__ == "OperationalError" and ("database is locked" in text or "database is busy" in text)
+    # "database table is locked": a shared-cache in-memory database's table lock, which SQLite
+    # answers at once, never waiting the busy timeout (another engine of the process writing it)
+    busy = ("database is locked", "database is busy", "database table is locked")
+    return type(orig).__name__ == "OperationalError" and any(words in text for words in busy)
 
 
 class Transactions:

@@ -17,7 +17,10 @@ refuses, the driver's reason (the first line of the driver's error: a sentence f
 server, never the URL) and what to do; retrying is right there too, as the next write after the
 cause is gone succeeds without a restart. A refusal is the database's answer, not a lost connection:
 the write's transaction was rolled back, so a change is said to be unsaved, not "may or may not have
-been recorded" (which sends a person to check for a change that cannot be there).
+been recorded" (which sends a person to check for a change that cannot be there). So is a
+change whose connection could not even be opened (``may_have_written`` false: refused, timed out,
+an unknown host): nothing of it reached the database, and only a connection lost while its
+statements or their commit were in flight leaves it "may or may not have been recorded".
 
 A statement PostgreSQL cancelled (:class:`~memabra.storage.DatabaseTimeoutError`: it ran past
 ``statement_timeout`` or waited past ``lock_timeout`` for a lock another transaction held) is no
@@ -59,6 +62,8 @@ seconds (the feedback endpoint tells its clients the same), and a retry sooner o
 
 _MESSAGE = f"The database is unavailable (a connection was refused or lost). Try again in {RETRY_AFTER_S} seconds."
 _WRITE_NOTE = " If you were saving a change, it may or may not have been recorded: check before repeating it."
+_UNREACHED = f"The database is unavailable (no connection to it could be opened). Try again in {RETRY_AFTER_S} seconds."
+_UNREACHED_NOTE = " Your change was not saved (it never reached the database): send it again once it is back."
 _REFUSED_NOTE = " Your change was not saved (the database rolled it back): send it again once this is fixed."
 _METRICS_PATH = "/metrics"
 _LOGIN_PATH = "/login"
@@ -77,7 +82,11 @@ def unavailable_handler(admin: _AdminBase) -> Callable[[Request, Exception], Awa
     async def unavailable(request: Request, exc: Exception) -> Response:
         # storage names the URL with its password hidden; masked again in case a driver's reason
         # quoted a connection string
-        return unavailable_response(admin, request, _MESSAGE, mask_password(" ".join(str(exc).split())))
+        reason = mask_password(" ".join(str(exc).split()))
+        if getattr(exc, "may_have_written", True):
+            return unavailable_response(admin, request, _MESSAGE, reason)
+        # no connection could be opened: nothing of the request's write reached the database
+        return unavailable_response(admin, request, _UNREACHED, reason, write_note=_UNREACHED_NOTE)
 
     return unavailable
 

@@ -145,9 +145,11 @@ def test_a_bearer_scrape_still_answers_as_an_exporter_does() -> None:
     assert scrape.status_code == 200 and "memabra_status_up 0" in scrape.text
 
 
-def test_a_write_while_the_database_is_away_says_it_may_not_have_been_recorded(
+def test_a_write_whose_connection_was_refused_says_it_was_not_saved(
     caught: Callable[[Callable[[], httpx.Response]], Outage],
 ) -> None:
+    # no connection was opened, so nothing of the change reached the database: "may or may not
+    # have been recorded" would send a person to look for a change that cannot be there
     url = f"postgresql+psycopg://memabra:{SECRET}@127.0.0.1:{_closed_port()}/memabra"
     with EpisodeLog(url, check=False) as log, TestClient(create_app(log, token=TOKEN)) as client:
         outage = caught(
@@ -158,7 +160,9 @@ def test_a_write_while_the_database_is_away_says_it_may_not_have_been_recorded(
             )
         )
         _assert_unavailable(outage, "html")
-        assert "may or may not have been recorded" in outage.response.text
+        assert "Your change was not saved (it never reached the database)" in outage.response.text
+        assert "no connection to it could be opened" in outage.response.text
+        assert "may or may not" not in outage.response.text
         assert 'href="/episodes"' in outage.response.text
 
 
