@@ -22,7 +22,7 @@ from sqlalchemy import Exists, and_, exists, or_, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
 from memabra._errors import InvalidRecordError
-from memabra._records import utcnow
+from memabra.storage._clock import database_now
 from memabra.storage._models import DeletionRow
 from memabra.storage._rows import clean_text
 from memabra.storage._tx import Transactions
@@ -167,11 +167,8 @@ def start_deletion(
     records how many)."""
     actor = clean_text(actor).strip()
     entry_id = uuid.uuid4().hex
-    started = utcnow()
     row = DeletionRow(
         id=entry_id,
-        started_at=started,
-        progressed_at=started,
         finished_at=None,
         actor=actor[:_MAX_TEXT],
         client=None if client is None else clean_text(client)[:_MAX_TEXT],
@@ -187,6 +184,9 @@ def start_deletion(
     )
 
     def work(s: Session) -> None:
+        # the database's clock, as every stamp here: which run came later (covers()) is decided
+        # between runs of several hosts, whose own clocks may be minutes apart
+        row.started_at = row.progressed_at = database_now(s)
         s.add(row)
 
     tx.write(work, what="start_deletion")
@@ -198,7 +198,7 @@ def add_deleted(s: Session, entry_id: str, n: int) -> None:
     s.execute(
         update(DeletionRow)
         .where(DeletionRow.id == entry_id)
-        .values(deleted=DeletionRow.deleted + n, progressed_at=utcnow())
+        .values(deleted=DeletionRow.deleted + n, progressed_at=database_now(s))
     )
 
 
@@ -206,7 +206,7 @@ def finish_deletion(
     tx: Transactions, entry_id: str, *, memories_forgotten: int | None = None, threads_deleted: int | None = None
 ) -> None:
     def work(s: Session) -> None:
-        values: dict[str, object] = {"finished_at": utcnow()}
+        values: dict[str, object] = {"finished_at": database_now(s)}
         if memories_forgotten is not None:
             values["memories_forgotten"] = memories_forgotten
         if threads_deleted is not None:

@@ -22,6 +22,7 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._records import CandidateKind, Episode, Selection
 from memabra.storage import _convert as cv
 from memabra.storage import _suspended_turns
+from memabra.storage._clock import host_offset
 from memabra.storage._injected_bodies import episode_bodies
 from memabra.storage._models import (
     Base,
@@ -164,10 +165,13 @@ def log_episodes(
     def write(conn: Connection) -> None:
         if paused:  # before any write: a copy's upsert racing this transaction sees its commit
             _suspended_turns.lock_episodes(conn, paused)
+        # the deadlines on the database's clock: another host, its clock apart, judges them
+        offset = host_offset(conn)
+        deadlines = [{**r, "feedback_due_at": r["feedback_due_at"] + offset} for r in episode_rows] if offset else None
         insert_batches(
             conn,
             [
-                (table_of(EpisodeRow), episode_rows),
+                (table_of(EpisodeRow), deadlines or episode_rows),
                 (table_of(DecisionRow), decision_rows),
                 (table_of(DecisionSlotRow), slot_rows),
                 (table_of(DecisionCandidateRow), candidate_rows),

@@ -265,8 +265,9 @@ class EpisodeLog(RetentionMethods, RetotalMethods, OfflineMethods):
 
     def due_episode_ids(self, now: datetime | None = None, *, limit: int = 1000, after: str | None = None) -> list[str]:
         """Open episodes whose feedback window has passed (they get their default reward), oldest
-        window first; ``after``: those after that episode in the same order (keyset paging)."""
-        return _rewards.due_episode_ids(self._tx, now or utcnow(), limit, after)
+        window first; ``after``: those after that episode in the same order (keyset paging).
+        ``now``: by default the database's clock, which the windows' ends are on."""
+        return _rewards.due_episode_ids(self._tx, now, limit, after)
 
     def claim_learning(self, *, limit: int = 1000, now: datetime | None = None) -> list[LearningItem]:
         """Final rewards not yet learned from, marked learned in the same transaction."""

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from memabra._errors import FeedbackError, UnknownEpisodeError
 from memabra._records import Episode, Feedback, FeedbackReceipt, LearningItem, RewardBreakdown, utcnow
 from memabra.storage import _convert as cv
+from memabra.storage._clock import database_now
 from memabra.storage._episodes import load_episode, load_selections
 from memabra.storage._from_rows import missed_by_episode
 from memabra.storage._models import (
@@ -72,9 +73,10 @@ def add_feedback(
                     f"feedback names decision {feedback.decision_id!r}, "
                     f"which is not part of episode {feedback.episode_id!r}"
                 )
-        now = utcnow()
         # The window is the stored deadline, not whether a finalise pass happened to run yet:
-        # otherwise what is learned would depend on when the pass last ran.
+        # otherwise what is learned would depend on when the pass last ran. Judged by the
+        # database's clock, the deadline's (storage/_clock.py): this host's may be minutes apart.
+        now = database_now(s)
         late = episode.finalized_at is not None or now > episode.feedback_due_at
         # One statement for the common case (a new key): the insert skips a row whose key (or id)
         # is already stored, and a concurrent post of the same key waits for the first to commit.
@@ -224,12 +226,14 @@ def get_reward(tx: Transactions, episode_id: str) -> RewardBreakdown | None:
         return cv.reward_from_row(row) if row is not None else None
 
 
-def due_episode_ids(tx: Transactions, now: datetime, limit: int, after: str | None = None) -> list[str]:
-    """Open episodes whose feedback window has passed, in order of (window end, id); ``after``: only
-    those past that episode in this order (keyset paging, so a caller can step over episodes it
-    could not close instead of reading them again)."""
+def due_episode_ids(tx: Transactions, now: datetime | None, limit: int, after: str | None = None) -> list[str]:
+    """Open episodes whose feedback window has passed at ``now`` (``None``: the database's clock, the
+    deadlines', never this host's), in order of (window end, id); ``after``: only those past that
+    episode in this order (keyset paging, so a caller can step over episodes it could not close
+    instead of reading them again)."""
     with tx.read() as s:
-        stmt = select(EpisodeRow.id).where(EpisodeRow.finalized_at.is_(None), EpisodeRow.feedback_due_at <= now)
+        at = now if now is not None else database_now(s)
+        stmt = select(EpisodeRow.id).where(EpisodeRow.finalized_at.is_(None), EpisodeRow.feedback_due_at <= at)
         if after is not None:
             cursor = s.execute(
                 select(EpisodeRow.feedback_due_at, EpisodeRow.id).where(EpisodeRow.id == clean_text(after))
