@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
 
-from memabra._catalog import Skill, as_tools, tool_items
+from memabra._catalog import Skill, as_tools, skill_items, tool_items
 from memabra._errors import ConfigError
 from memabra._memory import FactExtractor, MemoryBackend
 from memabra._records import Budget, CandidateKind, RegistryItem
@@ -19,6 +19,7 @@ from memabra._session import RoutingSession
 from memabra._settings import SessionSettings
 from memabra._sql_memory import SQLMemory
 from memabra._store_memory import StoreMemory
+from memabra._token_count import TokenCounts
 from memabra.router import Router
 from memabra.storage import EpisodeLog, open_log
 
@@ -66,6 +67,36 @@ def _check_router_and_skills(router: object, skills: Sequence[object]) -> None:
             )
 
 
+def _refuse_unchoosable_skills(
+    skills: Sequence[Skill], settings: SessionSettings | None, overrides: dict[str, Any]
+) -> None:
+    """Refuse, before anything is registered, a skill that alone costs more than the budget: the
+    router never chooses it (a chosen slate never exceeds ``max_tokens``), and unlike a tool,
+    which ``find_tools`` can still fetch, nothing else would ever inject it. Counted as the session
+    counts it: ``approx_tokens`` of its body, or its prompt section by the ``token_counter``."""
+    wanted = {k: overrides[k] for k in ("budget", "kinds", "token_counter") if k in overrides}
+    resolved = (settings or SessionSettings()).updated(**wanted)
+    budget = resolved.budget
+    if (
+        not skills
+        or budget.max_tokens is None
+        or not budget.slots_for(CandidateKind.SKILL)
+        or CandidateKind.SKILL not in resolved.offered_kinds
+    ):
+        return
+    items = skill_items(skills)
+    if resolved.token_counter is not None:
+        items = TokenCounts(resolved.token_counter).shared(items, {f"skill:{s.name}": s for s in skills})
+    over = [i for i in items if i.tokens > budget.max_tokens]
+    if over:
+        named = ", ".join(f"{i.name!r} ({i.tokens} tokens)" for i in over)
+        raise ConfigError(
+            f"skill(s) {named} cost more than Budget.max_tokens={budget.max_tokens}: the router could never choose"
+            " them, so their bodies would never be injected; shorten or split them, or raise max_tokens"
+            " (nothing was registered)"
+        )
+
+
 def _warn_unchoosable(items: Sequence[RegistryItem], budget: Budget) -> None:
     """Warn of each tool that alone costs more than the budget: the router never chooses it (a
     chosen slate never exceeds ``max_tokens``), so without this it would just never be bound. A
@@ -103,6 +134,7 @@ def build_session(
     ``reload_interval_s``, ``commit_interval_s``, ``token_counter``) replace single fields of it.
     """
     _check_router_and_skills(router, skills)
+    _refuse_unchoosable_skills(skills, settings, overrides)
     if isinstance(db, EpisodeLog):
         log, owns_log = db, False
     else:

@@ -33,6 +33,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 # '.' and ':'. A name outside them fails every model call that binds the tool, so it fails here.
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _PORTABLE_TOOL_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+# Every line break str.splitlines knows, and the characters the log cannot store as they are.
+_LINE_BREAK = re.compile(r"[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,39 +47,83 @@ class Skill:
     body: str
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not isinstance(self.name, str):
+            raise ConfigError(f"skill name must be a str, not {type(self.name).__name__} ({self.name!r:.80})")
+        # fullmatch: `$` would let a name end in a line break ('tone\n' is another id than 'tone')
+        if not _NAME.fullmatch(self.name):
             raise ConfigError(f"skill name {self.name!r} must be 1-100 letters, digits, '_', '.' or '-'")
+        for field, value in (("description", self.description), ("body", self.body)):
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"skill {self.name!r}: its {field} must be a str, not {type(value).__name__} ({value!r:.80})"
+                )
         if not self.description.strip():
             raise ConfigError(f"skill {self.name!r} needs a description: it is what the router weighs")
+        if _LINE_BREAK.search(self.description):
+            # it heads the skill's section of the system prompt: a line break would start a line of its own
+            raise ConfigError(f"skill {self.name!r}: its description must be one line, got {self.description!r:.120}")
+        if not self.body.strip():
+            raise ConfigError(f"skill {self.name!r} needs a body: it is what is injected when the skill is chosen")
+        for field, value in (("description", self.description), ("body", self.body)):
+            if _UNSTORABLE.search(value):
+                # the log would keep another text (NUL dropped, a lone surrogate replaced) than the model was shown
+                raise ConfigError(
+                    f"skill {self.name!r}: its {field} holds a NUL byte or a lone surrogate, which the log cannot keep"
+                )
 
     @classmethod
     def from_markdown(cls, text: str, *, default_name: str = "") -> Skill:
-        """Parse a SKILL.md: YAML-style front matter with ``name`` and ``description``, then the body."""
+        """Parse a SKILL.md: YAML-style front matter with ``name`` and ``description``, then the body.
+
+        A value may go on over indented lines (a YAML block, ``description: >``): its lines are
+        joined by spaces, as YAML folds them."""
         name, description, body = default_name, "", text
         if text.startswith("---"):
             end = text.find("\n---", 3)
             if end == -1:
                 raise ConfigError("SKILL.md front matter opens with '---' but never closes")
-            for line in text[3:end].strip().splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() == "name":
-                    name = value.strip().strip("'\"")
-                elif key.strip() == "description":
-                    description = value.strip().strip("'\"")
+            fields = _front_matter(text[3:end])
+            name = fields.get("name") or name
+            description = fields.get("description", "")
             body = text[end + 4 :].lstrip("\n")
         return cls(name=name, description=description, body=body.strip())
 
 
+# A YAML block scalar's header (`description: >-`): the value is on the indented lines below.
+_BLOCK_HEADER = re.compile(r"^[>|][+-]?[0-9]?$")
+
+
+def _front_matter(block: str) -> dict[str, str]:
+    """The top-level ``key: value`` pairs of a front matter, a value's indented lines joined to it."""
+    parts: dict[str, list[str]] = {}
+    key: str | None = None
+    for line in block.strip("\n").splitlines():
+        if key is not None and line[:1] in (" ", "\t"):
+            parts[key].append(line.strip())
+            continue
+        name, colon, value = line.partition(":")
+        key = name.strip() if colon else None
+        if key is not None:
+            value = value.strip()
+            parts[key] = [] if _BLOCK_HEADER.match(value) else [value]
+    return {k: " ".join(p for p in v if p).strip().strip("'\"") for k, v in parts.items()}
+
+
 def load_skills(directory: str | Path) -> list[Skill]:
-    """Every ``*/SKILL.md`` (or ``*.md``) under ``directory``."""
+    """Every ``*/SKILL.md`` (or ``*.md``) under ``directory``; a file that is not a valid skill is
+    an error naming it."""
     root = Path(directory)
     if not root.is_dir():
         raise ConfigError(f"skills directory not found: {root}")
     files = sorted(root.glob("*/SKILL.md")) or sorted(root.glob("*.md"))
-    return [
-        Skill.from_markdown(f.read_text(), default_name=f.parent.name if f.name == "SKILL.md" else f.stem)
-        for f in files
-    ]
+    skills = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+            skills.append(Skill.from_markdown(text, default_name=f.parent.name if f.name == "SKILL.md" else f.stem))
+        except (ConfigError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{f}: {exc}") from exc
+    return skills
 
 
 def skill_items(skills: Iterable[Skill], owner: str = "") -> list[RegistryItem]:

@@ -19,26 +19,31 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import String, Text, select
+from sqlalchemy import Integer, String, Text, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from memabra._errors import InvalidRecordError
 from memabra._records import CandidateKind, Episode, RegistryItem, Selection, utcnow
-from memabra.storage._models import Base, DecisionCandidateRow, RegistryRow, UTCDateTime, table_of
+from memabra.storage._models import Base, DecisionCandidateRow, DecisionRow, RegistryRow, UTCDateTime, table_of
 from memabra.storage._rows import clean_text
+from memabra.storage._tx import Transactions
 
 __all__ = [
     "BODY_DIGEST_KEY",
     "DIGEST_CHARS",
     "InjectedBodyRow",
+    "OfferedVersion",
     "body_digest",
     "chosen_digests",
     "episode_bodies",
     "forget_own_bodies",
+    "kept_bodies",
+    "offered_versions",
     "read_bodies",
     "store_bodies",
 ]
@@ -183,3 +188,55 @@ def forget_own_bodies(s: Session, owner: str) -> None:
     table = table_of(InjectedBodyRow)
     for digest in sorted(gone):
         s.execute(table.delete().where(table.c.digest == digest))
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedVersion:
+    """One version of a skill or tool as the log's decisions offered it: its body's ``digest``
+    (``None`` for decisions logged before revision 0017, which name none), how many decisions
+    offered and chose it, and when the first and the last of them were made."""
+
+    digest: str | None
+    decisions: int
+    chosen: int
+    first_offered: datetime
+    last_offered: datetime
+
+
+def offered_versions(tx: Transactions, candidate_id: str, owner: str = "") -> list[OfferedVersion]:
+    """Each version of the skill or tool ``candidate_id`` (of ``owner``; ``""``: the shared one)
+    that logged decisions offered, oldest first. A scan of the log's candidates named so (one
+    user's through the ``(user_id, candidate_id)`` index)."""
+    t = DecisionCandidateRow
+    named = t.metadata_[BODY_DIGEST_KEY].as_string()
+    logged_owner = t.metadata_["owner"].as_string()
+    owner = clean_text(owner)
+    whose = (
+        [t.user_id == owner, logged_owner == owner]
+        if owner
+        else [or_(logged_owner == "", logged_owner.is_(None))]  # a decision of an older release names none
+    )
+    stmt = (
+        select(
+            named,
+            func.count(),
+            func.sum(func.cast(t.chosen, Integer())),
+            func.min(DecisionRow.created_at),
+            func.max(DecisionRow.created_at),
+        )
+        .join(DecisionRow, DecisionRow.id == t.decision_id)
+        .where(t.candidate_id == clean_text(candidate_id), *whose)
+        .group_by(named)
+    )
+    with tx.read() as s:
+        rows = s.execute(stmt).all()
+    versions = [
+        OfferedVersion(digest, int(n), int(chosen or 0), first, last) for digest, n, chosen, first, last in rows
+    ]
+    return sorted(versions, key=lambda v: (v.first_offered, v.last_offered, v.digest or ""))
+
+
+def kept_bodies(tx: Transactions, digests: Collection[str]) -> dict[str, str]:
+    """The kept bodies of ``digests`` (those never kept, or forgotten by an erasure, are left out)."""
+    with tx.read() as s:
+        return read_bodies(s, digests)

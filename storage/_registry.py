@@ -17,7 +17,7 @@ from memabra.storage._models import DecisionCandidateRow, RegistryRow, table_of
 from memabra.storage._rows import clean_text, prepare
 from memabra.storage._tx import Transactions
 
-__all__ = ["candidate_usage", "delete_item", "items", "put_items"]
+__all__ = ["candidate_usage", "delete_item", "items", "put_items", "registered"]
 
 # Columns a re-put replaces; usage counters and created_at of the existing row are kept.
 _REPLACED = ("name", "text", "body", "tokens", "source", "updated_at")
@@ -80,6 +80,18 @@ def items(tx: Transactions, user_id: str, kind: CandidateKind | str | None) -> l
         stmt = stmt.where(RegistryRow.kind == CandidateKind(kind).value)
     with tx.read() as s:
         return [cv.registry_from_row(r) for r in s.scalars(stmt.order_by(RegistryRow.kind, RegistryRow.created_at))]
+
+
+def registered(tx: Transactions, kind: CandidateKind | str, owner: str = "") -> list[RegistryItem]:
+    """Every item of ``kind`` registered under ``owner`` (``""``: shared by every user) and not
+    deleted, by id: the skills or tools some release registered, with their latest body."""
+    stmt = select(RegistryRow).where(
+        RegistryRow.kind == CandidateKind(kind).value,
+        RegistryRow.owner == clean_text(owner),
+        RegistryRow.deleted_at.is_(None),
+    )
+    with tx.read() as s:
+        return [cv.registry_from_row(r) for r in s.scalars(stmt.order_by(RegistryRow.id))]
 
 
 def delete_item(tx: Transactions, kind: CandidateKind | str, owner: str, item_id: str) -> bool:

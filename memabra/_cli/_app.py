@@ -30,6 +30,7 @@ from memabra._cli._policies import policies_app
 from memabra._cli._production import learner, route
 from memabra._cli._retention import episodes_delete, episodes_deletions
 from memabra._cli._simulate import simulate_command
+from memabra._cli._skills import skills_app
 from memabra._cli._status import status
 from memabra._cli._streams import BROKEN_PIPE_EXIT, make_streams_encodable
 from memabra._environment import unreported_unknown_variables
@@ -178,6 +179,7 @@ episodes_app.command("export")(episodes_export)
 episodes_app.command("paused")(episodes_paused)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(memories_app, name="memories")
+app.add_typer(skills_app, name="skills")
 ope_app.command("log")(ope_log)
 app.add_typer(ope_app, name="ope")
 app.add_typer(policies_app, name="policies")
