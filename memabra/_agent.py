@@ -56,6 +56,7 @@ from memabra._graph_steps import (
 )
 from memabra._memabra_agent import MemabraAgent
 from memabra._memory import FactExtractor, LLMFactExtractor, MemoryBackend
+from memabra._nodes import followed_episode
 from memabra._records import Budget, Step
 from memabra._reward import RewardConfig
 from memabra._session import RoutingSession, Turn
@@ -138,7 +139,8 @@ class _Graph:
         if not humans:
             raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
         # an earlier turn the thread's state names, never logged, that this run cannot go on with
-        if close_superseded(self.session, state, messages, config) is not None and self.tool_search is not None:
+        superseded = close_superseded(self.session, state, messages, config)
+        if superseded is not None and self.tool_search is not None:
             self.tool_search.end(state["memabra_turn"])
         turn = self.session.begin(
             user_id=run_user_id(runtime, config),
@@ -146,6 +148,7 @@ class _Graph:
             thread_id=run_thread_id(config),
             turn=len(humans) - 1,
             allowed_tools=run_allowed_tools(runtime),
+            follows=followed_episode(state, config, superseded, len(humans) - 1),
         )
         trace_decision(turn, config)
         return {"memabra_turn": turn.id, "memabra_tool_rounds": 0}

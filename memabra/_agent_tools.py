@@ -79,7 +79,7 @@ async def acurrent_turn(
     except InvalidRecordError:
         pass
     else:
-        if turn.paused_at is None:
+        if turn.paused_at is None and not turn.logged:
             return turn
     return await asyncio.to_thread(
         current_turn, session, turn_id, messages, runtime, config, pending_allowed=pending_allowed

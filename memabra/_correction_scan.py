@@ -39,9 +39,15 @@ class PreviousTurns:
         self._lock = threading.Lock()
         self._last: OrderedDict[tuple[str, str | None], PreviousTurn] = OrderedDict()
 
-    def get(self, user_id: str, thread_id: str | None) -> PreviousTurn | None:
+    def get(self, user_id: str, thread_id: str | None, follows: str | None = None) -> PreviousTurn | None:
+        """The turn the user's new message follows: ``follows`` where given (the episode its branch
+        of a checkpointed thread names, ``""`` for none: the branch's first turn), since the log's
+        latest episode of a thread may be another branch's (a regenerated answer, an edited
+        message); else the thread's latest episode in the log."""
         with self._lock:
             found = self._last.get((user_id, thread_id))
+        if follows is not None:
+            return self._read(follows, user_id, found) if follows else None
         if thread_id is None:
             # No thread, no conversation another process could continue: this process's last turn.
             return found
@@ -49,15 +55,19 @@ class PreviousTurns:
         page = self._log.list_episodes(EpisodeFilter(user_id=user_id, thread_id=thread_id), limit=1)
         if not page.items:
             return None
-        last = page.items[0]
-        if found is not None and found.episode_id == last.id:
+        return self._read(page.items[0].id, user_id, found)
+
+    def _read(self, episode_id: str, user_id: str, found: PreviousTurn | None) -> PreviousTurn | None:
+        if found is not None and found.episode_id == episode_id:
             return found
         try:
-            episode = self._log.get_episode(last.id)
-        except UnknownEpisodeError:  # erased since the listing
+            episode = self._log.get_episode(episode_id)
+        except UnknownEpisodeError:  # erased since (or a state naming another log's episode)
+            return None
+        if episode.user_id != user_id:  # never feedback on another user's turn
             return None
         injected = frozenset(cid for selection in episode.selections for cid in selection.chosen_ids)
-        return PreviousTurn(last.id, last.query, injected)
+        return PreviousTurn(episode.id, episode.query, injected)
 
     def remember(self, user_id: str, thread_id: str | None, turn: PreviousTurn) -> None:
         key = (user_id, thread_id)

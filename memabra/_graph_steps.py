@@ -16,7 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from memabra._errors import InvalidRecordError
 from memabra._graph_io import content_text, message_text, run_allowed_tools, run_thread_id, run_user_id
 from memabra._paused_turns import FAILED_TURN_SOURCE
-from memabra._records import Feedback, FeedbackKind, Step
+from memabra._records import Feedback, FeedbackKind, Step, StepKind
 from memabra._session import RoutingSession, Turn
 from memabra._turns import jsonable
 
@@ -72,6 +72,16 @@ def current_turn(
     """The turn the graph's state names: in flight here (past its pause, where an interrupt paused
     it), else the one an interrupt paused and the log keeps, else routed again.
 
+    A fork goes on from an earlier point of a turn already logged: a run sent back to a checkpoint
+    taken before the turn's answer (LangGraph time travel: a chat UI's "Regenerate" re-invokes the
+    checkpoint before the answer, or ``update_state`` removed it). ``messages`` then hold fewer
+    replies since the turn's user message than its logged episode has model calls: the turn is
+    routed afresh, a new decision under the turn's next decision id, so the regenerated answer is
+    its own episode with its own propensities, and the other branch's stays as it was logged. A
+    run that goes on after its own logging node (a ``Command(goto=...)`` beside a pending node, a
+    retry of a run killed after it logged) holds every reply that episode logged, and goes on
+    with that decision as before.
+
     A checkpointed run can go on where this process never saw it start (resumed after an
     interrupt in another worker, or after a restart): a turn paused by an ``interrupt`` in
     memabra's own nodes or hooks, or between nodes in a run :class:`~memabra.MemabraAgent` drove,
@@ -83,14 +93,18 @@ def current_turn(
     ``pending_allowed`` is given at the tools step: the calls the last reply made were answered
     with a lost turn's tools bound (an approved interrupt among them), so the ones it allows (and
     the run may use) are bound to the new turn rather than refused."""
+    forked = False
     try:
         turn = session.get_turn(turn_id)
     except InvalidRecordError:
         pass
     else:
         going_on = turn if turn.paused_at is None else session.unpause(turn)
-        if going_on is not None:
+        if going_on is not None and not _forked(going_on, messages):
             return going_on
+        if going_on is not None:  # another branch's logged decision: not this run's
+            session.abandon(turn_id)
+            forked = True
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     if not humans:
         raise InvalidRecordError(f"turn {turn_id!r} is not in flight and the state holds no user message to route")
@@ -100,16 +114,42 @@ def current_turn(
         if pending_allowed is not None and isinstance(last, AIMessage)
         else []
     )
-    return session.resume(
+    user_id, allowed = run_user_id(runtime, config), run_allowed_tools(runtime)
+
+    def resume(fork: bool) -> Turn:
+        return session.resume(
+            turn_id,
+            user_id=user_id,
+            query=message_text(humans[-1]),
+            thread_id=run_thread_id(config),
+            turn=len(humans) - 1,
+            bind=pending,
+            messages=messages,
+            allowed_tools=allowed,
+            fork=fork,
+        )
+
+    going_on = resume(fork=forked)
+    if not _forked(going_on, messages):
+        return going_on
+    session.abandon(turn_id)
+    logger.info(
+        "turn %s goes on from a checkpoint before its episode %s was logged (a fork of its run): routed afresh",
         turn_id,
-        user_id=run_user_id(runtime, config),
-        query=message_text(humans[-1]),
-        thread_id=run_thread_id(config),
-        turn=len(humans) - 1,
-        bind=pending,
-        messages=messages,
-        allowed_tools=run_allowed_tools(runtime),
+        going_on.episode_id,
     )
+    return resume(fork=True)
+
+
+def _forked(turn: Turn, messages: Sequence[AnyMessage]) -> bool:
+    """Whether ``turn``, going on in a run whose state holds ``messages``, is a decision logged on
+    another branch of the run (:func:`current_turn`): logged with more model calls than the
+    messages hold replies since the turn's user message."""
+    if not turn.logged:
+        return False
+    last_human = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    replies = sum(isinstance(m, AIMessage) for m in messages[last_human + 1 :])
+    return replies < sum(s.kind is StepKind.MODEL for s in turn.steps)
 
 
 def finishing_turn(session: RoutingSession, turn_id: str, messages: Sequence[AnyMessage] = ()) -> Turn | None:

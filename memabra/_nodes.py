@@ -26,10 +26,10 @@ from memabra._errors import InvalidRecordError
 from memabra._graph_io import message_text, run_allowed_tools, run_thread_id, run_user_id, token_usage
 from memabra._graph_steps import current_turn, finishing_turn, state_field, state_turn_id
 from memabra._session import RoutingSession, Turn
-from memabra._superseded import close_superseded
+from memabra._superseded import _CHECKPOINTER_KEY, close_superseded
 from memabra._trace import trace_decision
 
-__all__ = ["MemabraNodeState", "MemabraNodes", "final_answer", "route_turn", "run_config"]
+__all__ = ["MemabraNodeState", "MemabraNodes", "final_answer", "followed_episode", "route_turn", "run_config"]
 
 
 def run_config() -> RunnableConfig | None:
@@ -49,16 +49,36 @@ def route_turn(session: RoutingSession, state: Any, runtime: Runtime[Any]) -> st
     if not humans:
         raise InvalidRecordError("memabra routes on the user's message: the input holds no HumanMessage")
     config = run_config()
-    close_superseded(session, state, messages, config)
+    superseded = close_superseded(session, state, messages, config)
     turn = session.begin(
         user_id=run_user_id(runtime, config),
         query=message_text(humans[-1]),
         thread_id=run_thread_id(config),
         turn=len(humans) - 1,
         allowed_tools=run_allowed_tools(runtime),
+        follows=followed_episode(state, config, superseded, len(humans) - 1),
     )
     trace_decision(turn, config)
     return turn.id
+
+
+def followed_episode(state: Any, config: RunnableConfig | None, superseded: str | None, turn: int) -> str | None:
+    """The episode of the turn a new message follows on its branch of the thread, which the message
+    is read as feedback on (a correction, a repeat): for a checkpointed run, the turn just
+    superseded, else the one the state's ``memabra_episode_id`` names, else none for the branch's
+    first turn (``""``). The thread's latest episode in the log (``None``: what
+    :meth:`~memabra._session.RoutingSession.begin` reads without it) may be another branch's: the
+    answer a "Regenerate" replaced, or the one of the message an "Edit" replaced, at the same
+    turn position. ``None`` too for a run without a checkpointer, whose state is only its input."""
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get("thread_id") is None or not configurable.get(_CHECKPOINTER_KEY):
+        return None
+    if superseded is not None:
+        return superseded
+    named = state_field(state, "memabra_episode_id")
+    if isinstance(named, str) and named:
+        return named
+    return "" if turn == 0 else None  # a turn never logged on the branch (abandoned elsewhere): the log's latest
 
 
 def final_answer(messages: Sequence[AnyMessage]) -> str:

@@ -360,18 +360,18 @@ class PausedTurns:
         logger.info("turn %s resumed from the log, where %s", turn_id, how)
         return t
 
-    def logged_decision(self, turn_id: str) -> tuple[Turn | None, str]:
-        """The turn as a logging node logged it, now in flight here (``None``: not logged yet), and
-        the episode id its next decision would take. Read where the turn is neither in flight here
-        nor kept (rare: a retry, a run that goes on after its logging node). Call with
-        :attr:`lock` held."""
+    def logged_decision(self, turn_id: str, *, settled: bool = True) -> tuple[Turn | None, str]:
+        """The turn as a logging node logged it, now in flight here (``None``: not logged yet, or
+        ``settled`` false: a fork of its run, whose logged decisions are other branches'), and the
+        episode id its next decision would take. Read where the turn is neither in flight here
+        nor kept (rare: a retry, a run that goes on after its logging node). Hold :attr:`lock`."""
         for n in range(_MAX_DECISIONS):
             episode_id = decision_id(turn_id, n)
             try:
                 episode = self._log.get_episode(episode_id)
             except UnknownEpisodeError:
                 return None, episode_id
-            if not _closed_unfinished(episode):
+            if settled and not _closed_unfinished(episode):
                 return self._settled(turn_id, episode), episode_id
         return None, uuid.uuid4().hex
 
@@ -383,7 +383,7 @@ class PausedTurns:
         t = Turn(
             turn_id, episode.user_id, episode.thread_id, episode.turn or 0, episode.query, selection, prompt, tools
         )
-        t.episode_id, t.logged = episode.id, True
+        t.episode_id, t.logged, t.steps = episode.id, True, list(episode.steps)  # its calls tell a fork
         self._turns.add(t)
         logger.info("turn %s goes on after its episode %s was logged: it is not logged again", turn_id, episode.id)
         return t

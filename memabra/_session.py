@@ -171,13 +171,16 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         thread_id: str | None = None,
         turn: int | None = None,
         allowed_tools: Collection[str] | None = None,
+        follows: str | None = None,
     ) -> Turn:
-        """Route a new turn. ``allowed_tools`` names the tools this run may use (``None``: all the
-        session's; empty: none): only those are offered to the router (:mod:`memabra._run_scope`)."""
+        """Route a new turn. ``allowed_tools``: the tools this run may use (``None``: all; empty:
+        none; :mod:`memabra._run_scope`). ``follows``: the episode the message follows on its branch
+        of the thread, read as feedback on it (``""``: none; ``None``: the thread's latest)."""
         require_user(user_id)
         shared = self._shared.allowed(allowed_tools)  # before anything is read or written
         memory_items = self._recalled(user_id, query)
-        on_previous = correction_feedback(self._previous.get(user_id, thread_id), query, memory_items, self.log)
+        previous = self._previous.get(user_id, thread_id, follows)  # the turn the message follows
+        on_previous = correction_feedback(previous, query, memory_items, self.log)
         if on_previous is not None:
             self.rewards.post_feedback(on_previous)
         turn_id = new_id()  # its first decision's episode id too (decision_id): a retry finds it logged
@@ -197,12 +200,15 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         bind: Sequence[str] = (),
         messages: Sequence[Any] = (),
         allowed_tools: Collection[str] | None = None,
+        fork: bool = False,
     ) -> Turn:
         """The turn in flight under ``turn_id``; else the one the log keeps under it (paused by an
         interrupt, or routed by a process that died before logging it), now in flight here; else,
         when neither holds it (a run retried after its model raised and the turn was logged as
-        failed, or one resumed from a checkpoint written before this memabra kept turns), a new
-        turn routed afresh under the same id, so the graph's state still names it. Its episode is a new one; the user's
+        failed, one resumed from a checkpoint written before this memabra kept turns, or, with
+        ``fork``, a run gone back to a checkpoint before the turn's logged end: a regenerated
+        answer, whose logged decisions are another branch's), a new turn routed afresh under the
+        same id, so the graph's state still names it. Its episode is a new one; the user's
         message is not read as feedback on their previous turn again (it was when first routed).
         ``bind`` names tools the new turn binds besides its routed ones (calls the lost turn's
         model made, still to run), those ``allowed_tools`` (as in :meth:`begin`) allows;
@@ -214,7 +220,7 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
             held = self._paused.held(turn_id, messages)
             if held is not None:
                 return held
-            logged, episode_id = self._paused.logged_decision(turn_id)
+            logged, episode_id = self._paused.logged_decision(turn_id, settled=not fork)
             if logged is not None:
                 return logged
             require_user(user_id)

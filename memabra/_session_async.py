@@ -74,6 +74,7 @@ class AsyncTwins:
         thread_id: str | None = None,
         turn: int | None = None,
         allowed_tools: Collection[str] | None = None,
+        follows: str | None = None,
     ) -> Turn:
         """:meth:`begin`: recall, the previous turn's feedback, routing and the turn's copy, on a
         worker thread. Cancelled, the turn routed is forgotten (:meth:`abandon`)."""
@@ -81,7 +82,12 @@ class AsyncTwins:
 
         def begin() -> Turn:
             t = self._sync.begin(
-                user_id=user_id, query=query, thread_id=thread_id, turn=turn, allowed_tools=allowed_tools
+                user_id=user_id,
+                query=query,
+                thread_id=thread_id,
+                turn=turn,
+                allowed_tools=allowed_tools,
+                follows=follows,
             )
             routed.append(t)
             return t
@@ -105,6 +111,7 @@ class AsyncTwins:
         bind: Sequence[str] = (),
         messages: Sequence[Any] = (),
         allowed_tools: Collection[str] | None = None,
+        fork: bool = False,
     ) -> Turn:
         """:meth:`resume`: a turn in flight here is read on the loop; the log's, on a worker thread."""
         try:
@@ -122,6 +129,7 @@ class AsyncTwins:
                 bind=bind,
                 messages=messages,
                 allowed_tools=allowed_tools,
+                fork=fork,
             )
         )
 
