@@ -10,11 +10,10 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
-from sqlalchemy.pool import StaticPool
 
 from memabra._environment import secret_variable
 from memabra._errors import ConfigError, MemabraError
-from memabra.storage._sqlite import configure_sqlite, in_memory
+from memabra.storage._sqlite import OneConnectionPool, configure_sqlite, in_memory
 from memabra.storage._sqlite import sqlite_file as sqlite_file  # where the other modules import it from
 
 DEFAULT_URL = "sqlite:///memabra.db"
@@ -159,10 +158,13 @@ def make_engine(url: str | None = None, *, busy_timeout_s: float = SQLITE_BUSY_T
         memory = in_memory(parsed)
         if memory:
             # One connection for the engine's life: the database lives only in its connections,
-            # and every new one would see a different empty database or end this one (see _sqlite).
-            kwargs.setdefault("poolclass", StaticPool)
+            # and every new one would see a different empty database or end this one; lent to one
+            # thread at a time, or their transactions mix on it (see _sqlite).
+            kwargs.setdefault("poolclass", OneConnectionPool)
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": busy_timeout_s})
         engine = create_engine(resolved, **kwargs)
+        if isinstance(engine.pool, OneConnectionPool):
+            engine.pool.wait_s = busy_timeout_s
         configure_sqlite(engine, wal=not memory, busy_timeout_s=busy_timeout_s)
         _watch_refusals(engine)
         return engine

@@ -20,6 +20,7 @@ from memabra._errors import SchemaError, StorageContentionError
 from memabra.storage._engine import is_postgres, make_engine, resolve_url, shown_url
 from memabra.storage._online_index import build_online_indexes
 from memabra.storage._schema_compat import read_marker
+from memabra.storage._sqlite import in_memory
 from memabra.storage._tx import WRITE_OPTION, is_transient
 
 logger = logging.getLogger("memabra")
@@ -216,9 +217,11 @@ def check_schema(engine: Engine) -> None:
         return
     where = shown_url(engine.url)
     if current is None:
-        if _in_memory(engine):
+        if in_memory(engine.url):
+            # sqlite:// lives in its engine's one connection; a shared-cache URI in this process's
+            # engines that name it: no `memabra db upgrade` (another process) reaches either
             raise SchemaError(
-                f"the in-memory SQLite database {where} has no memabra schema, and it exists only in this engine "
+                f"the in-memory SQLite database {where} has no memabra schema, and it exists only in this process "
                 "(no `memabra db upgrade` can reach it): open it with memabra.storage.open_log, which creates "
                 "the schema on the log's own engine"
             )
@@ -247,13 +250,6 @@ def check_schema(engine: Engine) -> None:
         head,
         oldest_compatible,
     )
-
-
-def _in_memory(engine: Engine) -> bool:
-    if engine.dialect.name != "sqlite":
-        return False
-    database = engine.url.database
-    return database in (None, "", ":memory:") or engine.url.query.get("mode") == "memory"
 
 
 def _engine_for(url_or_engine: str | Engine | None) -> tuple[Engine, bool]:

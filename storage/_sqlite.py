@@ -10,22 +10,40 @@ and what one ``Session`` writes the next reads. A shared-cache URI's name is sha
 of the process that opens it: each keeps the database alive while it is open. SQLAlchemy's own pool
 for a ``mode=memory`` URI (a ``SingletonThreadPool``) opened a connection per thread and, past five
 threads, closed another thread's connection under it, which crashed the process.
+
+That one connection is lent to one thread at a time (:class:`OneConnectionPool`): from its checkout
+to its return (a ``Session``'s transaction, a ``with engine.begin()``) no other thread's statements
+run on it. Lent to several threads at once, their transactions mixed on it: a ``BEGIN`` met another
+thread's open transaction ("cannot start a transaction within a transaction"), one thread's
+``COMMIT`` or ``ROLLBACK`` ended another's writes half done, and sqlite3 could crash the process. A
+thread that already holds it (a read nested in its own transaction) gets it again without waiting;
+another waits up to the busy timeout, then gets ``database is locked``, which a write retries.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from memabra._errors import ConfigError
 
-__all__ = ["cannot_open", "configure_sqlite", "in_memory", "shown_path", "sqlite_file", "unwritable_folder"]
+__all__ = [
+    "OneConnectionPool",
+    "cannot_open",
+    "configure_sqlite",
+    "in_memory",
+    "shown_path",
+    "sqlite_file",
+    "unwritable_folder",
+]
 
 # the first pause between tries of the WAL switch a writer blocks (doubling to half a second)
 _WAL_RETRY_S = 0.01
@@ -44,6 +62,53 @@ def in_memory(url: URL) -> bool:
     if database in ("", ":memory:") or database.startswith("file::memory:"):
         return True
     return url.query.get("mode") == "memory" or "mode=memory" in database
+
+
+class OneConnectionPool(StaticPool):
+    """A :class:`~sqlalchemy.pool.StaticPool` (one connection for the engine's life) that lends its
+    connection to one thread at a time (see the module's docstring)."""
+
+    # how long a thread waits for another's transaction on the one connection (make_engine sets
+    # the engine's SQLite busy timeout)
+    wait_s: float = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lent = threading.Lock()
+        self._holder: int | None = None  # the thread the connection is lent to
+
+    def recreate(self) -> OneConnectionPool:
+        pool = super().recreate()
+        assert isinstance(pool, OneConnectionPool)
+        pool.wait_s = self.wait_s
+        return pool
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        me = threading.get_ident()
+        if self._holder == me:
+            return super()._do_get()  # nested in this thread's own checkout: it holds the connection
+        if not self._lent.acquire(timeout=self.wait_s):
+            raise sqlite3.OperationalError(
+                f"database is locked (another thread held the in-memory database's one connection for {self.wait_s:g}s)"
+            )
+        self._holder = me
+        try:
+            return super()._do_get()
+        except BaseException:
+            self._release()
+            raise
+
+    def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
+        # SQLAlchemy returns the one record once however many nested checkouts shared it (a
+        # nested one's return is a "double checkin" it skips), and possibly from another thread
+        # (a session collected as garbage): the connection is free from here
+        super()._do_return_conn(record)
+        self._release()
+
+    def _release(self) -> None:
+        if self._lent.locked():
+            self._holder = None
+            self._lent.release()
 
 
 def _path_of(url: URL) -> Path | None:

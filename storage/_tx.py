@@ -23,6 +23,12 @@ hot standby) is tried once more on a new connection, then raised as
 PostgreSQL cancels (``statement_timeout``, ``lock_timeout``) is not retried: it is raised as
 :class:`~memabra.storage.DatabaseTimeoutError`, which says whether the write may have committed
 (see ``_timeouts``).
+
+A call made of several write transactions (feedback stored, then the memory it retracts retired;
+an admin form's change, then its audit) runs inside :func:`one_call`: where a later transaction
+cannot even open its connection, the error's ``may_have_written`` is false for that transaction
+alone, and the call's earlier commits stand. Inside ``one_call`` it is set true once a write of the
+call committed, so that nobody is told "not saved" and sends again what is stored.
 """
 
 from __future__ import annotations
@@ -32,17 +38,18 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from memabra._errors import StorageContentionError
-from memabra.storage._engine import unreachable
+from memabra.storage._engine import DatabaseUnavailableError, unreachable
 from memabra.storage._refusals import not_writable, watch_refusals
 from memabra.storage._timeouts import timed_out, watch_timeouts
 
-__all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient"]
+__all__ = ["WRITE_OPTION", "Transactions", "is_duplicate_key", "is_transient", "one_call"]
 
 logger = logging.getLogger("memabra")
 
@@ -57,6 +64,36 @@ MAX_ATTEMPTS = 8
 # First back-off; doubled per attempt with full jitter, so colliding writers spread out.
 BASE_BACKOFF_S = 0.02
 _PG_RETRYABLE = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+
+# the write transactions committed so far by the call one_call marks (None outside one)
+_COMMITTED: ContextVar[list[int] | None] = ContextVar("memabra_committed", default=None)
+
+
+@contextmanager
+def one_call() -> Iterator[None]:
+    """Marks one call of several write transactions (see the module's docstring): a
+    :class:`~memabra.storage.DatabaseUnavailableError` leaving it says ``may_have_written`` once
+    one of them committed. Nested, the outermost counts. Context variables carry it to the worker
+    threads of ``asyncio.to_thread``, Starlette's ``run_in_threadpool`` and ``run_whole``."""
+    if _COMMITTED.get() is not None:
+        yield
+        return
+    committed = [0]
+    token = _COMMITTED.set(committed)
+    try:
+        yield
+    except DatabaseUnavailableError as exc:
+        if committed[0]:
+            exc.may_have_written = True  # an earlier transaction of the call is stored
+        raise
+    finally:
+        _COMMITTED.reset(token)
+
+
+def _count_commit() -> None:
+    committed = _COMMITTED.get()
+    if committed is not None:
+        committed[0] += 1
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -119,7 +156,7 @@ class Transactions:
         for n in range(MAX_ATTEMPTS):
             committing: list[bool] = []  # set once the work ran and COMMIT is on its way
             try:
-                return attempt(committing)
+                result = attempt(committing)
             except Exception as exc:  # SQLAlchemy-wrapped or, from a raw COPY cursor, the driver's own
                 lost = bool(getattr(exc, "connection_invalidated", False))
                 if lost and committing:
@@ -155,6 +192,9 @@ class Transactions:
                     _short(exc),
                 )
                 time.sleep(delay)
+                continue
+            _count_commit()
+            return result
         raise StorageContentionError(
             f"{what} kept conflicting with other writers after {MAX_ATTEMPTS} attempts ({_short(last)}); "
             "on SQLite this is the point to move to PostgreSQL"

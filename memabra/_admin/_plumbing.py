@@ -37,6 +37,7 @@ from memabra._health import DEFAULT_MAX_LAG
 from memabra._reward import RewardConfig
 from memabra.storage import AdminMemories, AdminQueries, EpisodeLog, SnapshotAudit
 from memabra.storage._admin_mempo import MemPOListing
+from memabra.storage._tx import one_call
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -345,7 +346,8 @@ class _AdminBase:
         auth: _Auth | None = None
         try:
             auth, form = await self._guard_write(request)
-            return await apply(auth, form)
+            with one_call():  # a change of several writes: the 503 says so once one committed
+                return await apply(auth, form)
         except _HttpError as exc:
             return self._error(exc, auth)
         except UnknownEpisodeError as exc:
