@@ -61,7 +61,15 @@ class Skill:
             raise ConfigError(f"skill {self.name!r} needs a description: it is what the router weighs")
         if _LINE_BREAK.search(self.description):
             # it heads the skill's section of the system prompt: a line break would start a line of its own
-            raise ConfigError(f"skill {self.name!r}: its description must be one line, got {self.description!r:.120}")
+            fix = (
+                "strip the line break at its start or end (a triple-quoted string keeps one)"
+                if not _LINE_BREAK.search(self.description.strip())
+                else "join its lines with spaces and move longer instructions into the body"
+            )
+            raise ConfigError(
+                f"skill {self.name!r}: its description must be one line (it heads the skill's part of the"
+                f" system prompt): {fix}; got {self.description!r:.120}"
+            )
         if not self.body.strip():
             raise ConfigError(f"skill {self.name!r} needs a body: it is what is injected when the skill is chosen")
         for field, value in (("description", self.description), ("body", self.body)):
@@ -89,20 +97,24 @@ class Skill:
         return cls(name=name, description=description, body=body.strip())
 
 
-# A YAML block scalar's header (`description: >-`): the value is on the indented lines below.
-_BLOCK_HEADER = re.compile(r"^[>|][+-]?[0-9]?$")
+# A YAML block scalar's header (`description: >-`, `|2`, `>+ # folded`): the value is on the indented lines below.
+_BLOCK_HEADER = re.compile(r"^[>|](?:[+-]?[1-9]?|[1-9][+-])(?:\s+#.*)?$")
 
 
 def _front_matter(block: str) -> dict[str, str]:
-    """The top-level ``key: value`` pairs of a front matter, a value's indented lines joined to it."""
+    """The top-level ``key: value`` pairs of a front matter, a value's lines joined to it: the lines
+    indented deeper than its key, and blank lines among them (a block scalar's paragraphs)."""
     parts: dict[str, list[str]] = {}
     key: str | None = None
+    key_indent = 0
     for line in block.strip("\n").splitlines():
-        if key is not None and line[:1] in (" ", "\t"):
+        indent = len(line) - len(line.lstrip(" \t"))
+        if key is not None and (not line.strip() or indent > key_indent):
             parts[key].append(line.strip())
             continue
         name, colon, value = line.partition(":")
-        key = name.strip() if colon else None
+        key = name.strip() if colon and not name.lstrip().startswith("#") else None
+        key_indent = indent
         if key is not None:
             value = value.strip()
             parts[key] = [] if _BLOCK_HEADER.match(value) else [value]

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Integer, String, Text, func, or_, select
+from sqlalchemy import Integer, String, Text, and_, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -38,6 +38,7 @@ __all__ = [
     "DIGEST_CHARS",
     "InjectedBodyRow",
     "OfferedVersion",
+    "OfferedVersions",
     "body_digest",
     "chosen_digests",
     "episode_bodies",
@@ -203,14 +204,37 @@ class OfferedVersion:
     last_offered: datetime
 
 
-def offered_versions(tx: Transactions, candidate_id: str, owner: str = "") -> list[OfferedVersion]:
+@dataclass(frozen=True, slots=True)
+class OfferedVersions:
+    """The versions the newest ``read`` decisions offered (of the owner's, for an owner's item),
+    oldest first; ``older`` is true when the log holds older decisions that were not read."""
+
+    versions: tuple[OfferedVersion, ...]
+    read: int | None
+    older: bool
+
+
+def offered_versions(
+    tx: Transactions, candidate_id: str, owner: str = "", *, last: int | None = None
+) -> OfferedVersions:
     """Each version of the skill or tool ``candidate_id`` (of ``owner``; ``""``: the shared one)
-    that logged decisions offered, oldest first. A scan of the log's candidates named so (one
-    user's through the ``(user_id, candidate_id)`` index)."""
-    t = DecisionCandidateRow
+    that the newest ``last`` decisions (``None``: every one) offered, oldest first.
+
+    The decisions are read newest first through their ``created_at`` (or ``user_id``) index and
+    each one's candidate is found by the primary key ``(decision_id, candidate_id)``: the cost
+    grows with ``last``, not with the log (a scan of every logged candidate, as a filter on the
+    candidate id alone would be, reads tens of rows per decision)."""
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
+        raise InvalidRecordError(f"last must be a positive number of decisions or None, got {last!r}")
+    t, d = DecisionCandidateRow, DecisionRow
     named = t.metadata_[BODY_DIGEST_KEY].as_string()
     logged_owner = t.metadata_["owner"].as_string()
     owner = clean_text(owner)
+    newest = select(d.id, d.created_at)
+    if owner:
+        newest = newest.where(d.user_id == owner)
+    newest = newest.order_by(d.created_at.desc(), d.id.desc())
+    window = (newest.limit(last) if last is not None else newest.order_by(None)).subquery()
     whose = (
         [t.user_id == owner, logged_owner == owner]
         if owner
@@ -221,19 +245,22 @@ def offered_versions(tx: Transactions, candidate_id: str, owner: str = "") -> li
             named,
             func.count(),
             func.sum(func.cast(t.chosen, Integer())),
-            func.min(DecisionRow.created_at),
-            func.max(DecisionRow.created_at),
+            func.min(window.c.created_at),
+            func.max(window.c.created_at),
         )
-        .join(DecisionRow, DecisionRow.id == t.decision_id)
-        .where(t.candidate_id == clean_text(candidate_id), *whose)
+        .select_from(window)
+        .join(t, and_(t.decision_id == window.c.id, t.candidate_id == clean_text(candidate_id)))
+        .where(*whose)
         .group_by(named)
     )
     with tx.read() as s:
         rows = s.execute(stmt).all()
-    versions = [
-        OfferedVersion(digest, int(n), int(chosen or 0), first, last) for digest, n, chosen, first, last in rows
-    ]
-    return sorted(versions, key=lambda v: (v.first_offered, v.last_offered, v.digest or ""))
+        older = last is not None and s.execute(newest.offset(last).limit(1)).first() is not None
+    versions = sorted(
+        (OfferedVersion(digest, int(n), int(chosen or 0), first, last_) for digest, n, chosen, first, last_ in rows),
+        key=lambda v: (v.first_offered, v.last_offered, v.digest or ""),
+    )
+    return OfferedVersions(tuple(versions), last, older)
 
 
 def kept_bodies(tx: Transactions, digests: Collection[str]) -> dict[str, str]:

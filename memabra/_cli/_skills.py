@@ -31,6 +31,11 @@ skills_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
+SHOW_DECISIONS = 100_000
+"""How many decisions ``memabra skills show`` reads unless told (``--last``, ``--all``): each is one
+primary-key lookup of the skill's logged candidate, newest first, so the command costs the same on
+a log of a thousand decisions as on one of a hundred million."""
+
 OwnerOption = Annotated[
     str,
     typer.Option("--owner", help="A user's own skills (registered with their id as owner); default: the shared ones."),
@@ -101,15 +106,27 @@ def skills_show(
         str | None,
         typer.Option("--version", help="Print the body this version (a digest from the versions table) injected."),
     ] = None,
+    last: Annotated[
+        int,
+        typer.Option(
+            "--last",
+            min=1,
+            help="Read the versions of this many decisions, the newest (a line says if older ones were not read).",
+        ),
+    ] = SHOW_DECISIONS,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Read every decision the log holds (--last does not apply).")
+    ] = False,
     json_out: JsonOutOption = None,
 ) -> None:
     """One skill: its description and body as registered now, and each version (body digest) the
-    log's decisions offered, with how many offered and chose it and when (a scan of the logged
-    candidates of this skill). ``--version`` prints that version's body as the log kept it."""
+    newest --last decisions (of the owner, with --owner) offered, with how many offered and chose
+    it and when. ``--version`` prints that version's body as the log kept it."""
     skill_id = f"skill:{name}"
     with run_guarded(EpisodeLog, db) as log:
         items = {i.id: i for i in run_guarded(registered, log.transactions, CandidateKind.SKILL, owner)}
-        versions = run_guarded(offered_versions, log.transactions, skill_id, owner)
+        offered = run_guarded(offered_versions, log.transactions, skill_id, owner, last=None if all_ else last)
+        versions = offered.versions
         current = items.get(skill_id)
         wanted = {v.digest for v in versions if v.digest} | ({version} if version else set())
         if current is not None and _version(current):
@@ -117,7 +134,11 @@ def skills_show(
         bodies = run_guarded(kept_bodies, log.transactions, wanted)
     if current is None and not versions:
         whose = f" for owner {owner!r}" if owner else ""
-        fail(f"no skill {name!r} is registered{whose} or named by a logged decision (`memabra skills list` names them)")
+        read = f" of the newest {offered.read:,} (--all reads every one)" if offered.older else ""
+        fail(
+            f"no skill {name!r} is registered{whose} or named by a logged decision{read}"
+            " (`memabra skills list` names them)"
+        )
     if version is not None:
         if version not in bodies:
             fail(f"skill {name!r}: the log keeps no body under version {version!r} (see `memabra skills show {name}`)")
@@ -126,6 +147,8 @@ def skills_show(
     document: dict[str, Any] = {
         "skill": _skill_row(current) if current is not None else None,
         "body": current.body if current is not None else None,
+        "decisions_read": "all" if offered.read is None else offered.read,
+        "older_not_read": offered.older,
         "versions": [
             {
                 "version": v.digest,
@@ -155,4 +178,9 @@ def skills_show(
             "yes" if v["body_kept"] else "no",
         )
     console.print(table)
+    if offered.older:
+        console.print(
+            f"versions offered by the newest {offered.read:,} decisions; older ones were not read: --last N or --all",
+            highlight=False,
+        )
     write_json(json_out, document)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from typer.testing import CliRunner
 
 from memabra import Budget, CandidateKind, ConfigError, Skill, load_skills
@@ -18,6 +19,7 @@ from memabra._cli._app import app
 from memabra._session import RoutingSession
 from memabra.router import HybridRouter, Similarity
 from memabra.storage import EpisodeLog
+from memabra.storage._injected_bodies import offered_versions
 
 runner = CliRunner(env={"COLUMNS": "200"})
 ROOMY = Budget(max_tokens=8000, slots={CandidateKind.SKILL: 3})
@@ -78,6 +80,44 @@ def test_a_skill_md_description_over_several_lines_is_read_whole(tmp_path: Path)
     (skill,) = load_skills(tmp_path)
     # read line by line before, the description was '>-': what the router weighed
     assert skill == Skill("pdf-forms", "Fill PDF forms: use when the user sends a form.", "# Forms\nFill each field.")
+
+
+@pytest.mark.parametrize(
+    ("front", "description"),
+    [
+        # a front matter indented as a whole is still one mapping: its keys are not one another's lines
+        ("  name: pdf-forms\n  description: Fill PDF forms.\n", "Fill PDF forms."),
+        # a blank line inside a block is one of its lines, not its end
+        (
+            "description: |\n  Fill PDF forms.\n\n  Use when the user sends a form.\nname: pdf-forms\n",
+            "Fill PDF forms. Use when the user sends a form.",
+        ),
+        ("description: >2-\n  Fill PDF forms.\n", "Fill PDF forms."),
+        ("description: > # what the router weighs\n  Fill PDF forms.\n", "Fill PDF forms."),
+        # read as before: quoted values with colons, comments, lists, nested keys of another field
+        (
+            '# owner: forms-team\ndescription: "Use when: a form comes"\ntags:\n  - pdf\n  - forms\n',
+            "Use when: a form comes",
+        ),
+        ("description: Fill PDF forms.\nmetadata:\n  description: the team's note\n", "Fill PDF forms."),
+    ],
+)
+def test_skill_md_front_matter_is_read_as_yaml_reads_it(front: str, description: str) -> None:
+    skill = Skill.from_markdown(f"---\n{front}---\nFill each field.\n", default_name="pdf-forms")
+    assert (skill.name, skill.description, skill.body) == ("pdf-forms", description, "Fill each field.")
+
+
+@pytest.mark.parametrize(
+    ("description", "fix"),
+    [
+        ("How to answer an order question.\n", "strip the line break at its start or end"),
+        ("How to answer\nan order question.", "join its lines with spaces and move longer instructions into the body"),
+    ],
+)
+def test_a_description_over_lines_is_refused_saying_what_to_do(description: str, fix: str) -> None:
+    with pytest.raises(ConfigError, match="its description must be one line") as caught:
+        Skill("tone", description, "Be brief.")
+    assert fix in str(caught.value)
 
 
 def test_loading_a_folder_with_a_bad_skill_names_its_file(tmp_path: Path) -> None:
@@ -165,3 +205,38 @@ def test_skills_list_and_show_name_each_version_and_what_it_injected(migrated_ur
     assert [r["name"] for r in json.loads(_cli("skills", "list", "--db", migrated_url, "--json", "-").stdout)] == [
         "tone"
     ]
+
+
+def test_skills_show_reads_the_newest_decisions_through_their_indexes(migrated_url: str, lexical: Similarity) -> None:
+    with EpisodeLog(migrated_url) as log:
+        with _session(log, lexical, [TONE_V1]) as old:
+            _turn(old)
+            _turn(old)
+        with _session(log, lexical, [TONE_V2]) as new:
+            _turn(new)
+    (v2,) = skill_items([TONE_V2])
+    newest = json.loads(_cli("skills", "show", "tone", "--db", migrated_url, "--last", "1", "--json", "-").stdout)
+    assert [(v["version"], v["decisions"]) for v in newest["versions"]] == [(v2.metadata["body_digest"], 1)]
+    assert newest["decisions_read"] == 1 and newest["older_not_read"] is True
+    assert (
+        "older ones were not read: --last N or --all"
+        in _cli("skills", "show", "tone", "--db", migrated_url, "--last", "1").stdout
+    )
+    every = json.loads(_cli("skills", "show", "tone", "--db", migrated_url, "--all", "--json", "-").stdout)
+    assert [v["decisions"] for v in every["versions"]] == [2, 1] and every["older_not_read"] is False
+    if not migrated_url.startswith("sqlite"):
+        return
+    # each decision's candidate is found by its primary key: no scan of every logged candidate
+    with EpisodeLog(migrated_url) as log:
+        statements: list[tuple[str, Any]] = []
+        listen = lambda conn, cur, sql, params, ctx, many: statements.append((sql, params))  # noqa: E731
+        event.listen(log.engine, "before_cursor_execute", listen)
+        offered_versions(log.transactions, "skill:tone", last=1000)
+        event.remove(log.engine, "before_cursor_execute", listen)
+        with log.engine.connect() as conn:
+            plans = [
+                " | ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", params))
+                for sql, params in statements
+                if "decision_candidates" in sql
+            ]
+    assert plans and not any("SCAN decision_candidates" in plan for plan in plans), plans
