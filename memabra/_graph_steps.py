@@ -74,13 +74,15 @@ def current_turn(
 
     A fork goes on from an earlier point of a turn already logged: a run sent back to a checkpoint
     taken before the turn's answer (LangGraph time travel: a chat UI's "Regenerate" re-invokes the
-    checkpoint before the answer, or ``update_state`` removed it). ``messages`` then hold fewer
-    replies since the turn's user message than its logged episode has model calls: the turn is
+    checkpoint before the answer, or ``update_state`` removed it). ``messages`` then hold the
+    answer of none of the turn's logged decisions (one per branch, once regenerated): the turn is
     routed afresh, a new decision under the turn's next decision id, so the regenerated answer is
-    its own episode with its own propensities, and the other branch's stays as it was logged. A
-    run that goes on after its own logging node (a ``Command(goto=...)`` beside a pending node, a
-    retry of a run killed after it logged) holds every reply that episode logged, and goes on
-    with that decision as before.
+    its own episode with its own propensities, and the other branches' stay as they were logged.
+    A run that goes on after its own logging node (a ``Command(goto=...)`` beside a pending node,
+    a retry of a run killed after it logged) holds its decision's answer, and goes on with that
+    decision, whichever branch it is on (:func:`~memabra._turn_decisions.logged_decisions`). A
+    logged turn still in flight here is another branch's where ``messages`` hold fewer replies
+    since the user's message than it made model calls.
 
     A checkpointed run can go on where this process never saw it start (resumed after an
     interrupt in another worker, or after a restart): a turn paused by an ``interrupt`` in
@@ -114,31 +116,18 @@ def current_turn(
         if pending_allowed is not None and isinstance(last, AIMessage)
         else []
     )
-    user_id, allowed = run_user_id(runtime, config), run_allowed_tools(runtime)
-
-    def resume(fork: bool) -> Turn:
-        return session.resume(
-            turn_id,
-            user_id=user_id,
-            query=message_text(humans[-1]),
-            thread_id=run_thread_id(config),
-            turn=len(humans) - 1,
-            bind=pending,
-            messages=messages,
-            allowed_tools=allowed,
-            fork=fork,
-        )
-
-    going_on = resume(fork=forked)
-    if not _forked(going_on, messages):
-        return going_on
-    session.abandon(turn_id)
-    logger.info(
-        "turn %s goes on from a checkpoint before its episode %s was logged (a fork of its run): routed afresh",
+    # a decision the log holds goes on only where these messages hold its answer (the branch's own)
+    return session.resume(
         turn_id,
-        going_on.episode_id,
+        user_id=run_user_id(runtime, config),
+        query=message_text(humans[-1]),
+        thread_id=run_thread_id(config),
+        turn=len(humans) - 1,
+        bind=pending,
+        messages=messages,
+        allowed_tools=run_allowed_tools(runtime),
+        fork=forked,
     )
-    return resume(fork=True)
 
 
 def _forked(turn: Turn, messages: Sequence[AnyMessage]) -> bool:

@@ -13,10 +13,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from memabra._graph_io import content_text, token_usage
-from memabra._records import Step, StepKind
+from memabra._log_caps import cut_text
+from memabra._records import Episode, Step, StepKind
 from memabra._turns import Turn, model_step, tool_step
+from memabra.storage import clean_text
 
-__all__ = ["missing_steps", "take_back_steps"]
+__all__ = ["ended_in", "missing_steps", "take_back_steps"]
 
 logger = logging.getLogger("memabra")
 
@@ -74,3 +76,20 @@ def missing_steps(kept: Sequence[Step], messages: Sequence[Any]) -> list[Step]:
         else:
             missing.append(step)
     return missing
+
+
+def ended_in(episode: Episode, messages: Sequence[Any]) -> bool:
+    """Whether ``messages``, a run's, hold the reply that ended ``episode``, a decision logged for
+    the turn of their last user message: whether the run is that decision's own, gone on after its
+    logging node (a retry of a run killed after it logged), rather than a fork of the thread from
+    before its answer (a "Regenerate": :func:`~memabra._graph_steps.current_turn`), which the log's
+    other decisions of the turn are too. Its answer (as the log keeps it) is the text of a reply
+    since the user's message; a turn logged without one (its last calls cut off) holds as many
+    replies as the episode logged model calls."""
+    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    if not humans:
+        return True  # nothing tells the turn's branches apart
+    replies = [m for m in messages[humans[-1] + 1 :] if isinstance(m, AIMessage)]
+    if episode.answer:
+        return any(clean_text(cut_text(content_text(m.content)) or "") == episode.answer for m in replies)
+    return len(replies) >= sum(s.kind is StepKind.MODEL for s in episode.steps)

@@ -14,7 +14,6 @@ import enum
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -23,6 +22,7 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._records import Episode, Feedback, FeedbackKind, Selection, utcnow
 from memabra._run_turns import note_run_turn
+from memabra._turn_decisions import ABANDONED_SOURCE, FAILED_TURN_SOURCE, decision_id, logged_decisions
 from memabra._turn_document import turn_document, turn_from_document
 from memabra._turns import Turn, TurnTable
 from memabra.storage import EpisodeLog, SuspendedTurn, clean_text
@@ -38,33 +38,8 @@ __all__ = [
 
 logger = logging.getLogger("memabra")
 
-ABANDONED_SOURCE = "memabra.abandoned_pause"
-"""The feedback source of the ``accepted: false`` an abandoned turn is logged with."""
-
-FAILED_TURN_SOURCE = "memabra.failed_turn"
-"""The feedback source of the ``accepted: false`` a turn ended by an exception is logged with."""
-
-# A turn's decisions after the first: one routed afresh for each time the turn was closed
-# unfinished (failed, abandoned) and its run retried. Past this many, a fresh id (never reached).
-_MAX_DECISIONS = 100
 # Reads of a turn's copy while resuming it, each write refused as another process wrote meanwhile.
 _READS = 3
-_DECISIONS = uuid.UUID("6d656d61-6272-6100-8000-000000000001")
-
-
-def decision_id(turn_id: str, n: int) -> str:
-    """The episode id of turn ``turn_id``'s ``n``-th routing decision: the turn id itself for the
-    first, derived from it for those routed afresh. Any process computes the same ids, so the log's
-    key on episode ids says whether a turn's decision was logged: the run that goes on after its
-    logging node (a ``Command(goto=...)`` beside a pending node, a retry of a run killed after it
-    logged) finds it there and logs nothing again, instead of routing a second decision."""
-    return turn_id if n == 0 else uuid.uuid5(_DECISIONS, f"{turn_id}/{n}").hex
-
-
-def _closed_unfinished(episode: Episode) -> bool:
-    """Logged by an exception or an operator, not by its run's logging node: a retry may route the
-    turn afresh (a new decision, a new episode)."""
-    return any(f.source in (FAILED_TURN_SOURCE, ABANDONED_SOURCE) for f in episode.feedback)
 
 
 # An actor or client name longer than this is a mistake (a pasted token), not a name to keep whole.
@@ -360,20 +335,16 @@ class PausedTurns:
         logger.info("turn %s resumed from the log, where %s", turn_id, how)
         return t
 
-    def logged_decision(self, turn_id: str, *, settled: bool = True) -> tuple[Turn | None, str]:
+    def logged_decision(
+        self, turn_id: str, *, settled: bool = True, messages: Sequence[Any] | None = None
+    ) -> tuple[Turn | None, str]:
         """The turn as a logging node logged it, now in flight here (``None``: not logged yet, or
-        ``settled`` false: a fork of its run, whose logged decisions are other branches'), and the
+        ``settled`` false: a fork of its run, whose logged decisions are other branches'; given the
+        run's ``messages``, the decision whose answer they hold: :func:`logged_decisions`), and the
         episode id its next decision would take. Read where the turn is neither in flight here
-        nor kept (rare: a retry, a run that goes on after its logging node). Hold :attr:`lock`."""
-        for n in range(_MAX_DECISIONS):
-            episode_id = decision_id(turn_id, n)
-            try:
-                episode = self._log.get_episode(episode_id)
-            except UnknownEpisodeError:
-                return None, episode_id
-            if settled and not _closed_unfinished(episode):
-                return self._settled(turn_id, episode), episode_id
-        return None, uuid.uuid4().hex
+        nor kept (rare: a retry, a run that goes on after its logging node, a fork). Hold :attr:`lock`."""
+        found, episode_id = logged_decisions(self._log, turn_id, settled=settled, messages=messages)
+        return (self._settled(turn_id, found) if found is not None else None), episode_id
 
     def _settled(self, turn_id: str, episode: Episode) -> Turn:
         """The turn ``episode`` logged, in flight again where its run goes on: with that decision's

@@ -220,7 +220,7 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
             held = self._paused.held(turn_id, messages)
             if held is not None:
                 return held
-            logged, episode_id = self._paused.logged_decision(turn_id, settled=not fork)
+            logged, episode_id = self._paused.logged_decision(turn_id, settled=not fork, messages=messages or None)
             if logged is not None:
                 return logged
             require_user(user_id)
@@ -239,7 +239,7 @@ class RoutingSession(FeedbackAndLearning, AsyncTwins):
         a decision made now would be credited with an answer it did not shape."""
         with self._paused.lock:
             held = self._paused.held(turn_id, messages, going_on=False)
-            return held if held is not None else self._paused.logged_decision(turn_id)[0]
+            return held if held is not None else self._paused.logged_decision(turn_id, messages=messages or None)[0]
 
     def running_turns(self, thread_id: str) -> frozenset[str]:
         """Ids of the thread's turns in flight in this process and not paused."""

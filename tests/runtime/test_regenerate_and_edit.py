@@ -242,3 +242,73 @@ def test_the_facts_of_a_regenerated_or_edited_message_are_stored_once(log: Episo
         "My daughter is called Mia",
     ]
     agent.close()
+
+
+LOGGING_NODES = ("finish", "MemabraMiddleware.after_agent")
+
+
+def _before_logging(agent: MemabraAgent) -> Any:
+    """The newest checkpoint whose next step is the turn's logging node: where a run killed after
+    that node logged, before its checkpoint was written, is retried from."""
+    return _at(next(s for s in agent.graph.get_state_history(CONFIG) if s.next and s.next[0] in LOGGING_NODES))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("where", ["same process", "another process"])
+def test_a_retry_of_a_regenerated_run_killed_after_it_logged_names_the_regenerated_episode(
+    log: EpisodeLog, kind: str, where: str
+) -> None:
+    """The regenerated branch's logging node logged its episode, then the process died before the
+    checkpoint was written: the retry logs nothing again and names the regenerated answer's
+    episode, not the replaced answer's (the first decision the log holds for the turn)."""
+    saver = InMemorySaver()
+    agent = _agent(kind, log, saver)
+    first = _say(agent, "What should I cook tonight?")
+    again = _run(agent, None, _before_answer(agent))
+    worker = agent if where == "same process" else _agent(kind, log, saver)
+    retried = _run(worker, None, _before_logging(agent))
+    assert retried["messages"][-1].content == again["messages"][-1].content
+    assert retried["memabra_episode_id"] == again["memabra_episode_id"] != first["memabra_episode_id"]
+    assert len(_episodes(log)) == 2
+    agent.close()
+    worker.close()
+
+
+def _direct_then_tools() -> ScriptedChatModel:
+    """Answers the first call directly; every later call on a user message asks for the email tool."""
+    said = iter(range(1, 1000))
+
+    def reply(messages: list[BaseMessage], bound: list[str]) -> AIMessage:
+        n = next(said)
+        if n > 1 and isinstance(messages[-1], HumanMessage) and "send_email" in bound:
+            return AIMessage("", tool_calls=[{"name": "send_email", "args": {"to": "bob"}, "id": f"call-{n}"}])
+        return AIMessage(f"answer {n}")
+
+    return ScriptedChatModel(replies=[reply])
+
+
+@pytest.mark.parametrize("where", ["same process", "another process"])
+def test_regenerating_the_last_answer_of_a_regenerated_tool_loop_is_a_new_decision(log: EpisodeLog, where: str) -> None:
+    """The first answer was direct; the regenerated one called a tool first. Regenerating that
+    branch's last answer (from after the tool's result: one reply since the user's message, as many
+    as the first decision made) is a fork of the second decision, not the first one going on."""
+    saver = InMemorySaver()
+    agent = create_memabra_agent(_direct_then_tools(), tools=[send_email], db=log, budget=ALL_TOOLS, checkpointer=saver)
+    first = _say(agent, "Email bob the menu")
+    again = _run(agent, None, _before_answer(agent))
+    assert isinstance(again["messages"][-2], ToolMessage)
+    worker = (
+        agent
+        if where == "same process"
+        else create_memabra_agent(
+            _direct_then_tools(), tools=[send_email], db=log, budget=ALL_TOOLS, checkpointer=saver
+        )
+    )
+    third = _run(worker, None, _before_answer(agent))  # the checkpoint after the tool's result
+    ids = {first["memabra_episode_id"], again["memabra_episode_id"], third["memabra_episode_id"]}
+    episodes = _episodes(log)
+    assert len(ids) == 3 and len(episodes) == 3
+    assert episodes[third["memabra_episode_id"]].answer == third["messages"][-1].content
+    assert episodes[first["memabra_episode_id"]].answer == first["messages"][-1].content
+    agent.close()
+    worker.close()
