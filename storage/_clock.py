@@ -40,9 +40,19 @@ def database_now(bind: Connection | Session) -> datetime:
 def host_offset(bind: Connection | Session) -> timedelta:
     """How far the database's clock is ahead of this host's (:func:`memabra._records.utcnow`, what
     records are stamped with): add it to a time stamped here to put it on the database's clock.
-    Zero where the two differ by less than :data:`SKEW_IGNORED`."""
-    offset = database_now(bind) - utcnow()
-    return offset if abs(offset) >= SKEW_IGNORED else timedelta(0)
+    Zero where the two differ by less than :data:`SKEW_IGNORED` plus half the round trip.
+
+    The database's time is read at some instant of the round trip, not at its end: the host's
+    clock is read on both sides and the database's is compared with their midpoint. Read only
+    after the reply, a stall between the two (a busy server's reply, a thread waiting for the GIL
+    in a loaded agent server) read as the host running that much ahead, and moved the deadline
+    that much earlier; within half the round trip, a difference is not told from such a stall."""
+    before = utcnow()
+    at_database = database_now(bind)
+    after = utcnow()
+    half_trip = (after - before) / 2
+    offset = at_database - (before + half_trip)
+    return offset if abs(offset) >= SKEW_IGNORED + abs(half_trip) else timedelta(0)
 
 
 def _sqlite_clock() -> datetime:

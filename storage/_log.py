@@ -47,6 +47,7 @@ from memabra._records import (
     utcnow,
 )
 from memabra.storage import _episodes, _registry, _rewards, _snapshots, _suspended_turns
+from memabra.storage._clock import database_now
 from memabra.storage._engine import make_engine, shown_url, sqlite_file
 from memabra.storage._episode_listing import iter_episodes as iter_episode_rows
 from memabra.storage._episode_listing import list_episodes as list_episode_page
@@ -205,6 +206,13 @@ class EpisodeLog(RetentionMethods, RetotalMethods, OfflineMethods):
     def suspended_turn(self, turn_id: str) -> SuspendedTurn | None:
         """The paused turn ``turn_id``, or ``None`` (never paused, or logged since)."""
         return _suspended_turns.load(self._tx, turn_id)
+
+    def database_now(self) -> datetime:
+        """The database's clock now (UTC, timezone-aware; PostgreSQL's, on SQLite this host's):
+        the clock feedback windows, lost turns and :meth:`status` are judged by, whichever host
+        asks (see "Clocks across hosts" in docs/production.md)."""
+        with self._tx.read() as s:
+            return database_now(s)
 
     def status(self, *, exact: bool = False) -> LogStatus:
         """Where the log stands: schema, episodes, feedback windows open and overdue, and per

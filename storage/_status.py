@@ -39,7 +39,7 @@ from types import MappingProxyType
 from sqlalchemy import ColumnElement, Engine, and_, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from memabra._records import utcnow
+from memabra.storage._clock import database_now
 from memabra.storage._deletion_log import DeletionEntry, unfinished_deletions
 from memabra.storage._engine import is_postgres
 from memabra.storage._failures import FAILED_TURN_SOURCE, FAILURE_CAUSES, failure_cause
@@ -155,7 +155,8 @@ class OpenTransaction:
 
 @dataclass(frozen=True, slots=True)
 class LogStatus:
-    """The log at ``checked_at``: its schema, episodes, feedback windows and each policy.
+    """The log at ``checked_at`` (by the database's clock, as every age here is meant to be read):
+    its schema, episodes, feedback windows and each policy.
 
     ``overdue`` counts the episodes whose feedback window has ended but whose reward is not final
     (``overdue_since``: the earliest end); ``unlearned`` the final rewards no learner has marked
@@ -212,11 +213,13 @@ _PG_OLDEST_TRANSACTION = text(
 
 def log_status(engine: Engine, now: datetime | None = None, *, exact: bool = False) -> LogStatus:
     """Read the log's status: a handful of indexed aggregates, the counts that grow with the log
-    bounded (:mod:`memabra.storage._status_counts`) unless ``exact``."""
-    now = now or utcnow()
+    bounded (:mod:`memabra.storage._status_counts`) unless ``exact``. ``now``: by default the
+    database's clock (:mod:`memabra.storage._clock`), which the feedback windows' ends, the deletion
+    audit trail and PostgreSQL's transaction starts are on: this host's may be minutes apart."""
     postgres = is_postgres(engine)
     store = LearnerStore(engine)
     with Session(engine) as s, s.begin():
+        now = now or database_now(s)
         episodes, accuracy = episode_count(s, postgres, exact)
         last_at = s.scalar(select(func.max(EpisodeRow.created_at)))
         open_windows = s.scalar(select(func.count()).where(EpisodeRow.finalized_at.is_(None))) or 0

@@ -75,7 +75,7 @@ from memabra._episode_document import document_text, episode_document
 from memabra._errors import ConfigError, InvalidRecordError
 from memabra._feedback import RewardService, same_feedback
 from memabra._health import DEFAULT_MAX_LAG
-from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality, utcnow
+from memabra._records import Episode, Feedback, FeedbackKind, MemoryQuality
 from memabra._retraction import post_retraction
 from memabra._reward import RewardConfig
 from memabra.storage import (
@@ -188,7 +188,8 @@ class _Admin(LoginPages, PolicyPages, MemoryPages, DeletionPages, TurnPages, Pay
         summary = self.queries.episode_summary(episode_id)
         # The log scores feedback by the same rule: late once final, or once the window has closed
         # even before the learner's next step finalises the reward.
-        window_closed = summary is not None and utcnow() > summary.feedback_due_at
+        # by the log's clock, the deadline's (a host minutes apart would say open or closed wrongly)
+        window_closed = summary is not None and self.log.database_now() > summary.feedback_due_at
         turns = (
             self.queries.conversation(episode.user_id, episode.thread_id, limit=TURNS)
             if episode.thread_id is not None

@@ -25,7 +25,7 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._health import format_age, turn_problems
 from memabra._paused_turns import ABANDONED_SOURCE, abandon_paused_turn
-from memabra._records import Episode, utcnow
+from memabra._records import Episode
 from memabra.storage import RUNNING_TURN_LIMIT, SuspendedTurn, TurnWentOnError
 
 __all__ = ["TurnPages"]
@@ -102,7 +102,7 @@ class TurnPages(_AdminBase):
         return await self._page(request, build)
 
     def _turns_context(self, cursor: str | None, lost: bool) -> dict[str, Any]:
-        now = utcnow()
+        now = self.log.database_now()  # lost by the log's clock, as `memabra status` counts them
         # lost only: the ones on-call must act on, which paused turns waiting on people for days
         # would otherwise push pages back (the same filter as `episodes paused --lost`)
         page = self.queries.kept_turns(cursor, _PAGE, lost_at=now if lost else None)
@@ -165,13 +165,14 @@ class TurnPages(_AdminBase):
         kept = self.log.suspended_turn(turn_id)
         if kept is None:
             raise self._gone(turn_id, episode_id, back)
-        state = kept.state(utcnow())
+        now = self.log.database_now()
+        state = kept.state(now)
         if state == "running":
             raise _HttpError(
                 409,
                 "Still running",
                 f"Turn {turn_id} of user {kept.user_id} is running: it was routed "
-                f"{format_age(utcnow() - kept.suspended_at)} ago, under the {_LIMIT} after which a turn counts as "
+                f"{format_age(now - kept.suspended_at)} ago, under the {_LIMIT} after which a turn counts as "
                 "lost, and may still finish; nothing was abandoned.",
                 back=(back, "Back to the unfinished turns"),
             )

@@ -17,7 +17,6 @@ from memabra._errors import InvalidRecordError, UnknownEpisodeError
 from memabra._feedback import RewardService
 from memabra._health import format_age
 from memabra._paused_turns import abandon_paused_turn
-from memabra._records import utcnow
 from memabra.storage import RUNNING_TURN_LIMIT, EpisodeLog, SuspendedTurn, TurnWentOnError
 
 __all__ = ["episodes_paused"]
@@ -48,8 +47,9 @@ def episodes_paused(
 ) -> None:
     """Turns the log keeps unfinished, the oldest first: paused by an interrupt and not resumed,
     running, or lost (routed over an hour ago by a process that died before logging them)."""
-    now = utcnow()
     with run_guarded(EpisodeLog, db) as log:
+        # lost by the database's clock, as the status counts them: this host's may be minutes apart
+        now = run_guarded(log.database_now)
         turns = run_guarded(
             log.suspended_turns, before=parse_time(before, "--before"), limit=limit, lost_at=now if lost else None
         )

@@ -17,7 +17,7 @@ from memabra import Feedback
 from memabra._feedback import RewardService
 from memabra._records import utcnow
 from memabra._reward import RewardConfig
-from memabra.storage import EpisodeLog
+from memabra.storage import AdminQueries, EpisodeLog
 from memabra.storage._deletion_log import start_deletion
 
 WINDOW = timedelta(minutes=2)
@@ -106,3 +106,27 @@ def test_a_deletion_run_stamped_by_a_clock_ahead_does_not_hide_a_later_run_that_
     assert [e.id for e in log.status().unfinished_deletions] == [died]
     history = log.deletion_history()
     assert [e.actor for e in history] == ["cli:true-clock", "cli:ahead"]  # newest first, by one clock
+
+
+def test_a_stall_after_reading_the_database_clock_is_not_taken_for_skew(
+    log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosts whose clocks agree: a three-second stall between the database reading its clock and
+    this host reading its own (a busy server's reply, a thread waiting for the GIL) is no skew,
+    and the window stays whole, not three seconds short."""
+    from memabra.storage import _clock
+
+    read_database = _clock.database_now
+    read: list[datetime] = []
+
+    def database_now(bind: object) -> datetime:
+        read.append(read_database(bind))  # type: ignore[arg-type]
+        return read[-1]
+
+    monkeypatch.setattr(_clock, "database_now", database_now)
+    monkeypatch.setattr(_clock, "utcnow", lambda: utcnow() + (timedelta(seconds=3) if read else timedelta(0)))
+    ep = episode()
+    _service(log).record(ep)
+    assert read  # the offset was measured
+    due = AdminQueries(log).episode_summary(ep.id)
+    assert due is not None and due.feedback_due_at == ep.created_at + WINDOW
