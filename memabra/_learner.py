@@ -23,22 +23,13 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from memabra._errors import ConfigError
 from memabra._feedback import RewardService
+from memabra._learner_start import learner_start
 from memabra._learners_here import register, warn_if_held_here
 from memabra._records import PolicySnapshot
-from memabra._replay import (
-    DEFAULT_POLICY,
-    LEARNER_SIMILARITY,
-    META_KEY,
-    READ_BATCH,
-    fresh_router,
-    learn_item,
-    learner_meta,
-    replay,
-)
+from memabra._replay import DEFAULT_POLICY, LEARNER_SIMILARITY, META_KEY, READ_BATCH, fresh_router, learn_item, replay
 from memabra._reward import RewardConfig
-from memabra.router import Router, Similarity, load_router
+from memabra.router import Router, Similarity
 from memabra.storage import (
     SQLITE_LEASE_TTL,
     START,
@@ -50,14 +41,7 @@ from memabra.storage import (
 )
 from memabra.storage._learner_commit import read_digest
 
-__all__ = [
-    "DEFAULT_POLICY",
-    "Learner",
-    "LearnerStatus",
-    "fresh_router",
-    "learn_item",
-    "replay",
-]
+__all__ = ["DEFAULT_POLICY", "Learner", "LearnerStatus", "fresh_router", "learn_item", "replay"]
 
 logger = logging.getLogger("memabra")
 
@@ -355,39 +339,21 @@ class Learner:
             return True
         return self._pending_since is not None and time.monotonic() - self._pending_since >= self.commit_interval_s
 
-    def _classes(self) -> tuple[type[Router], ...]:
-        """The class ``make_router`` builds: a router of your own restores from its snapshots."""
-        return (type(self.make_router()),)
-
     def _resume(self) -> None:
-        checkpoint = self._store.checkpoint(self.policy)
-        if checkpoint is None or checkpoint.snapshot_version is None:
-            start = self.base() if self.base is not None else None
-            router = (
-                load_router(start, similarity=self.similarity, classes=self._classes())
-                if start is not None
-                else self.make_router()
-            )
-            if router.name != self.policy:
-                raise ConfigError(f"the learner of policy {self.policy!r} was given a {router.name!r} router")
-            self._router = router
-            self._root = router.policy_version
-            self._base = start.version if start is not None else None
-            self._committed = self._position = START
-            self._learned = self._committed_learned = 0
-            self._last_snapshot = None
-        else:
-            snapshot = self.log.get_snapshot(checkpoint.snapshot_version)
-            self._router = load_router(snapshot, similarity=self.similarity, classes=self._classes())
-            meta = learner_meta(snapshot)
-            base = meta.get("base")
-            self._base = str(base) if base else None
-            # Versions stay "<root>+<rewards learned>" across restarts instead of growing a suffix each time.
-            self._root = str(meta.get("root", snapshot.version))
-            self.local_credit = bool(meta.get("local_credit", self.local_credit))
-            self._committed = self._position = checkpoint.position
-            self._learned = self._committed_learned = checkpoint.learned
-            self._last_snapshot = snapshot.version
+        start = learner_start(
+            self.log,
+            self._store,
+            self.policy,
+            make_router=self.make_router,
+            base=self.base,
+            similarity=self.similarity,
+            local_credit=self.local_credit,
+        )
+        self._router, self._root, self._base = start.router, start.root, start.base
+        self.local_credit = start.local_credit
+        self._committed = self._position = start.position
+        self._learned = self._committed_learned = start.learned
+        self._last_snapshot = start.last_snapshot
         self._read = 0
         self._pending_since = None
         self._torn = False

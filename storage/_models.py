@@ -2,73 +2,31 @@
 
 Every primary key is generated client-side (UUID hex, or a natural composite key), so a whole
 batch of episodes is written with a handful of multi-row INSERTs and no RETURNING round trips.
+The declarative base and the column types live in :mod:`memabra.storage._model_base` (re-exported
+here, where the other model modules and ``migrations/env.py`` import them from).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
-    MetaData,
     String,
-    Table,
     Text,
     text,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC on every backend; SQLite stores no offset, so it is restored on read."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column; pass a timezone-aware value")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-def table_of(model: type[Base]) -> Table:
-    """A model's Core table, typed as one (SQLAlchemy types ``__table__`` as a FromClause)."""
-    return cast(Table, model.__table__)
+from memabra.storage._model_base import NAMING_CONVENTION, Base, JSONType, UTCDateTime, table_of
 
 
 class EpisodeRow(Base):
@@ -291,6 +249,9 @@ class RegistryRow(Base):
 
 __all__ = [
     "Base",
+    "JSONType",
+    "NAMING_CONVENTION",
+    "UTCDateTime",
     "table_of",
     "DecisionCandidateRow",
     "DecisionRow",

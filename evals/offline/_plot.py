@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memabra._errors import ConfigError
+from memabra._plotting import pyplot
 from memabra._records import OPEResult
 
 __all__ = ["is_supported", "plot_estimates", "row_label"]
@@ -38,10 +39,7 @@ def plot_estimates(
     """One row per (policy, estimator): the estimate with its interval, the recommended one starred,
     unsupported ones in grey and marked; the logging policy's value as a dashed line."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         raise ConfigError("plots need matplotlib: pip install 'memabra[plots]'") from None
     if not results:

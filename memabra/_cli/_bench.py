@@ -321,11 +321,10 @@ def _render(report: dict[str, Any]) -> None:
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
+    from memabra._plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        plt = pyplot()
     except ImportError:
         fail("--plot needs matplotlib: pip install 'memabra[plots]'")
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))

@@ -4,112 +4,37 @@ memories."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
-from memabra._cli._common import JsonOutOption, YesOption, confirm_or_stop, console, fail, run_guarded, write_json
+from memabra._cli._common import YesOption, confirm_or_stop, console, fail, run_guarded, write_json
 from memabra._cli._database import DbOption
+from memabra._cli._memories_shared import (
+    ByOption,
+    JsonOption,
+    UserOption,
+    audited,
+    memory_id_of,
+    memory_table,
+    open_memories,
+    shown_time,
+)
 from memabra._cli._tables import Table
 
 if TYPE_CHECKING:
     # the memory backend brings the write path's LangChain parts and the router: imported when a
     # command opens it, so `memabra --help` and the other commands do not pay for them
-    from memabra._memory_records import MemoryChange, MemoryRecord
-    from memabra._sql_memory import SQLMemory
-    from memabra.router import CachingEncoder
+    from memabra._memory_records import MemoryChange
 
 memories_app = typer.Typer(
     help="List, search, add, import, update, retire, restore and forget a user's memories.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
-
-UserOption = Annotated[str, typer.Option("--user", help="Whose memories (memories are always scoped by user).")]
-JsonOption = JsonOutOption
-ByOption = Annotated[
-    str | None,
-    typer.Option("--by", help="Who makes the change (a name or ticket), kept with the reason in its history."),
-]
-
-
-def _audited(reason: str, by: str | None) -> str:
-    """The history's reason with who made the change: the CLI has no sign-in to name them, and a
-    reviewer reading "retired by hand" could not tell which of the team did it. One that does not
-    fit the history is refused before anything is written, rather than cut (and its "by" with it)."""
-    from memabra._memory_write import audit_reason  # the write path: imported by the command that writes
-
-    return run_guarded(audit_reason, f"{reason} (by {by.strip()})" if by and by.strip() else reason)
-
-
-@contextmanager
-def _backend(db: str | None, *, semantic: bool = False) -> Iterator[SQLMemory]:
-    from memabra._sql_memory import SQLMemory
-    from memabra.router import default_encoder
-    from memabra.storage import EmbeddingTable, EpisodeLog
-
-    log: EpisodeLog = run_guarded(EpisodeLog, db)
-    try:
-        # the deployment's model (MEMABRA_EMBEDDING_MODEL), as the agent's recall scores with; a
-        # setting naming no model is a one-line error, not a traceback
-        encoder: CachingEncoder | None = run_guarded(default_encoder) if semantic else None
-        if encoder is not None:
-            encoder.attach(EmbeddingTable(log.engine))
-        yield SQLMemory(log, encoder=encoder)
-    finally:
-        log.close()
-
-
-_MIN_ID_START = 4
-"""Shortest start of a memory id (after ``mem:``) that names a memory, as for episode ids."""
-_MATCHES_SHOWN = 5
-_ID_SCHEME = "mem:"
-
-
-def _memory_id(memory: SQLMemory, user: str, ref: str) -> str:
-    """The id of the memory of ``user`` that ``ref`` names: its whole id, or the start of exactly
-    one of the user's memory ids (from ``_MIN_ID_START`` characters after ``mem:``, which may be
-    left out), as ``memabra memories list`` prints them. Anything else is a one-line error."""
-    ids = [r.id for r in run_guarded(memory.list, user, include_retired=True)]
-    if ref in ids:
-        return ref
-    listing = f"see `memabra memories list --user {shlex.quote(user)}`"
-    if len(ref.removeprefix(_ID_SCHEME)) < _MIN_ID_START:
-        fail(
-            f"user {user!r} has no memory {ref!r}; give the whole id, or its start from "
-            f"{_MIN_ID_START} characters after {_ID_SCHEME!r} on ({listing})"
-        )
-    matches = sorted(i for i in ids if i.startswith(ref) or i.startswith(_ID_SCHEME + ref))
-    if not matches:
-        fail(f"user {user!r} has no memory {ref!r} or one whose id starts with it ({listing})")
-    if len(matches) > 1:
-        shown = ", ".join(matches[:_MATCHES_SHOWN])
-        more = f" and {len(matches) - _MATCHES_SHOWN} more" if len(matches) > _MATCHES_SHOWN else ""
-        fail(f"{ref!r} is the start of several memory ids of user {user!r} ({shown}{more}); give more of it")
-    return matches[0]
-
-
-def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M") if value is not None else "never"
-
-
-def _table(records: list[MemoryRecord], scores: list[float] | None = None, *, header: bool = True) -> Table:
-    table = Table(show_lines=False, show_header=header)
-    for column in ("id", "text", "status", "created", "last used", *(("score",) if scores is not None else ())):
-        table.add_column(column, overflow="fold")
-    for i, r in enumerate(records):
-        row = [r.id, r.text, r.status.value, _when(r.created_at), _when(r.last_used_at)]
-        if scores is not None:
-            row.append(f"{scores[i]:+.2f}")
-        table.add_row(*(Text(cell) for cell in row))  # user text is never read as markup
-    return table
-
 
 LIST_LIMIT = 100
 """How many memories ``memabra memories list`` shows unless told (``--limit``, ``--all``): a user
@@ -141,7 +66,7 @@ def list_memories(
 
     if all_ and cursor is not None:
         fail("--all lists every memory from the newest: leave out --cursor")
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         engine = memory.log.engine
         if json_out is not None:
             run_guarded(
@@ -151,9 +76,9 @@ def list_memories(
             )
         if all_:
             records = iter_memory_records(engine, user, include_retired=not active)
-            n = run_guarded(print_in_batches, records, lambda rows, first: _table(rows, header=first))
+            n = run_guarded(print_in_batches, records, lambda rows, first: memory_table(rows, header=first))
             if not n:
-                console.print(_table([]))
+                console.print(memory_table([]))
             console.print(f"{n:,} {'memory' if n == 1 else 'memories'}", markup=False, highlight=False)
             return
         page = run_guarded(memory_record_page, engine, user, include_retired=not active, cursor=cursor, limit=limit)
@@ -162,7 +87,7 @@ def list_memories(
             if cursor is None and page.next_cursor is None
             else run_guarded(count_memory_records, engine, user, include_retired=not active)
         )
-    console.print(_table(list(page.items)))
+    console.print(memory_table(list(page.items)))
     shown = len(page.items)
     noun = "memory" if total == 1 and not capped else "memories"
     of = f"{total:,}{'+' if capped else ''}"
@@ -200,10 +125,10 @@ def search_memories(
     """The user's active memories best first, by the router's own recall."""
     if limit < 1:
         fail(f"--limit must be at least 1, got {limit}")
-    with _backend(db, semantic=True) as memory:
+    with open_memories(db, semantic=True) as memory:
         hits = run_guarded(memory.search, user, query, limit=limit)
         write_json(json_out, [{**asdict(h.memory), "score": h.score} for h in hits])
-        console.print(_table([h.memory for h in hits], [h.score for h in hits]))
+        console.print(memory_table([h.memory for h in hits], [h.score for h in hits]))
 
 
 @memories_app.command("add")
@@ -218,7 +143,7 @@ def add_memory(
     The text is stored as given: a sentence joining several facts ("I live in Lyon and my dog is
     called Rex") is one memory here, where the agent's write path stores one per fact; add them
     one by one, or import a file of facts (`memabra memories import`)."""
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         active = {r.id: r.text for r in run_guarded(memory.list, user, include_retired=False)}
         item = run_guarded(memory.remember, user, text, source="cli")
         record = run_guarded(memory.get, user, item.id)
@@ -248,7 +173,7 @@ def import_memories(
     from memabra._cli._memories_import import check_file, import_checked
 
     checked = check_file(file, user)
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         import_checked(memory, checked, json_out)
 
 
@@ -276,16 +201,16 @@ def update_memory(
     keeps it."""
     from memabra._memory_write import edit_memory
 
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         done = run_guarded(
             edit_memory,
             memory,
             user,
-            _memory_id(memory, user, memory_id),
+            memory_id_of(memory, user, memory_id),
             text,
             replace=replace,
             keep_both=keep_both,
-            reason=_audited(reason, by),
+            reason=audited(reason, by),
         )
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
         console.print(f"updated {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
@@ -306,8 +231,8 @@ def retire_memory(
 ) -> None:
     """Stop recalling a memory without deleting it: it keeps its text and history, and
     `memabra memories restore` brings it back."""
-    with _backend(db) as memory:
-        record = run_guarded(memory.retire, user, _memory_id(memory, user, memory_id), reason=_audited(reason, by))
+    with open_memories(db) as memory:
+        record = run_guarded(memory.retire, user, memory_id_of(memory, user, memory_id), reason=audited(reason, by))
         write_json(json_out, asdict(record))
         console.print(f"retired {record.id}: {record.text}", markup=False, highlight=False)
 
@@ -334,15 +259,15 @@ def restore_memory_command(
     two were about different things)."""
     from memabra._memory_restore import restore_memory
 
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         done = run_guarded(
             restore_memory,
             memory,
             user,
-            _memory_id(memory, user, memory_id),
+            memory_id_of(memory, user, memory_id),
             replace=replace,
             keep_both=keep_both,
-            reason=_audited(reason, by),
+            reason=audited(reason, by),
         )
         write_json(json_out, {**asdict(done.memory), "retired": list(done.retired), "trimmed": list(done.trimmed)})
         console.print(f"restored {done.memory.id}: {done.memory.text}", markup=False, highlight=False)
@@ -371,12 +296,12 @@ def forget_memory(
             refused="nothing was forgotten (--yes forgets without asking)",
             only_at_a_terminal=True,
         )
-    with _backend(db) as memory:
+    with open_memories(db) as memory:
         if all_:
             n = run_guarded(memory.forget_all, user)
         else:
             assert memory_id is not None
-            run_guarded(memory.forget, user, _memory_id(memory, user, memory_id))
+            run_guarded(memory.forget, user, memory_id_of(memory, user, memory_id))
             n = 1
         write_json(json_out, {"forgotten": n})
         console.print(f"forgot {n} {'memory' if n == 1 else 'memories'} of {user}", markup=False, highlight=False)
@@ -398,13 +323,13 @@ def memory_history(
     json_out: JsonOption = None,
 ) -> None:
     """What changed in a memory, when, and from which episode."""
-    with _backend(db) as memory:
-        changes: list[MemoryChange] = run_guarded(memory.history, user, _memory_id(memory, user, memory_id))
+    with open_memories(db) as memory:
+        changes: list[MemoryChange] = run_guarded(memory.history, user, memory_id_of(memory, user, memory_id))
         write_json(json_out, [asdict(c) for c in changes])
         table = Table()
         for column in ("when", "action", "old text", "new text", "episode", "reason"):
             table.add_column(column, overflow="fold")
         for c in changes:
-            cells = (_when(c.at), c.action.value, c.old_text or "", c.new_text or "", c.episode_id or "", c.reason)
+            cells = (shown_time(c.at), c.action.value, c.old_text or "", c.new_text or "", c.episode_id or "", c.reason)
             table.add_row(*(Text(cell) for cell in cells))
         console.print(table)
