@@ -16,8 +16,10 @@ to its return (a ``Session``'s transaction, a ``with engine.begin()``) no other 
 run on it. Lent to several threads at once, their transactions mixed on it: a ``BEGIN`` met another
 thread's open transaction ("cannot start a transaction within a transaction"), one thread's
 ``COMMIT`` or ``ROLLBACK`` ended another's writes half done, and sqlite3 could crash the process. A
-thread that already holds it (a read nested in its own transaction) gets it again without waiting;
-another waits up to the busy timeout, then gets ``database is locked``, which a write retries.
+thread that already holds it (a connection opened inside its own between the outer one's
+transactions; inside one, sqlite3 refuses the nested ``BEGIN``) gets it again without waiting, and
+the loan ends at the outer one's return; another waits up to the busy timeout, then gets
+``database is locked``, which a write retries.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class OneConnectionPool(StaticPool):
         super().__init__(*args, **kwargs)
         self._lent = threading.Lock()
         self._holder: int | None = None  # the thread the connection is lent to
+        # the holder's checkouts that a nested one of the same thread superseded, still open
+        self._outer: list[Any] = []
 
     def recreate(self) -> OneConnectionPool:
         pool = super().recreate()
@@ -86,7 +90,14 @@ class OneConnectionPool(StaticPool):
     def _do_get(self) -> ConnectionPoolEntry:
         me = threading.get_ident()
         if self._holder == me:
-            return super()._do_get()  # nested in this thread's own checkout: it holds the connection
+            # nested in this thread's own checkout: it holds the connection. SQLAlchemy hands the
+            # one record to the nested checkout and forgets the outer one, so its record would go
+            # back (and the loan end) at the nested one's return, with the outer one still open
+            record = super()._do_get()
+            outer = getattr(record, "fairy_ref", None)
+            if outer is not None:
+                self._outer.append(outer)
+            return record
         if not self._lent.acquire(timeout=self.wait_s):
             raise sqlite3.OperationalError(
                 f"database is locked (another thread held the in-memory database's one connection for {self.wait_s:g}s)"
@@ -99,15 +110,25 @@ class OneConnectionPool(StaticPool):
             raise
 
     def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
-        # SQLAlchemy returns the one record once however many nested checkouts shared it (a
-        # nested one's return is a "double checkin" it skips), and possibly from another thread
-        # (a session collected as garbage): the connection is free from here
+        # SQLAlchemy returns the one record at the first return of the checkouts that shared it
+        # (a later one's is a "double checkin" it skips), possibly from another thread (a session
+        # collected as garbage). A nested checkout returned while its thread's outer one is still
+        # open: the record goes back to the outer one, whose own return ends the loan (lent on
+        # from here, another thread's transaction would run under the outer one, and its return's
+        # rollback would undo that transaction's writes)
+        while self._outer:
+            outer = self._outer.pop()
+            fairy = outer()
+            if fairy is not None and fairy.dbapi_connection is not None:
+                record.fairy_ref = outer  # type: ignore[attr-defined]
+                return
         super()._do_return_conn(record)
         self._release()
 
     def _release(self) -> None:
         if self._lent.locked():
             self._holder = None
+            self._outer.clear()
             self._lent.release()
 
 

@@ -17,7 +17,6 @@ from memabra._admin._plumbing import _NOTICES, _AdminBase, _Auth, _client, _Http
 from memabra._erasure import erase_user
 from memabra._errors import InvalidRecordError
 from memabra._health import deletion_problems
-from memabra._records import utcnow
 
 __all__ = ["DeletionPages"]
 
@@ -119,7 +118,8 @@ class DeletionPages(_AdminBase):
                 raise _HttpError(400, "Bad request", str(exc)) from None
             # the deletions check alone: the page needs none of the learning figures status() reads
             unfinished = await run_in_threadpool(self.log.unfinished_deletions)
-            stalled = deletion_problems(unfinished, utcnow())
+            # by the database's clock, the audit trail's and `memabra status`'s (this host's may be minutes apart)
+            stalled = deletion_problems(unfinished, await run_in_threadpool(self.log.database_now))
             notice = _NOTICES.get(request.query_params.get("notice", ""), "")
             return self._render(
                 "deletions.html",

@@ -49,3 +49,27 @@ def test_an_admin_host_behind_lists_and_abandons_a_lost_turn(
         response = client.post("/turns/abandon", data=_abandon_form(page, "t-lost"))
     assert response.status_code == 303, response.text
     assert log.get_episode(kept.episode_id).selections and log.suspended_turn("t-lost") is None
+
+
+def test_an_admin_host_ahead_does_not_flag_a_deletion_in_progress_as_stopped(
+    make_client: ClientFactory, log: EpisodeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the audit trail is stamped by the database's clock, and `memabra status` judges it so: an admin
+    # host past the allowed lag ahead called a deletion that progressed a minute ago stopped part way
+    from memabra.storage._deletion_log import start_deletion
+
+    start_deletion(
+        log._tx,
+        actor="cli:ops",
+        client=None,
+        episode_ids=None,
+        user_id="ann",
+        created_before=None,
+        include_unlearned=True,
+        kept=0,
+    )
+    client: TestClient = make_client()
+    with monkeypatch.context() as host:  # the admin host runs twenty minutes ahead
+        host.setattr("memabra._admin._deletion_pages.utcnow", lambda: utcnow() + timedelta(minutes=20), raising=False)
+        page = client.get("/deletions").text
+    assert "unfinished" in page and "Stopped part way" not in page

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from factories import episode
 from memabra.storage import make_engine, open_log
@@ -94,5 +94,46 @@ def test_another_thread_waits_its_turn_and_is_told_the_database_is_locked_past_t
             assert again.execute(text("SELECT 1")).scalar() == 1
         engine.dispose()  # a disposed engine opens a new database, lent the same way
         assert isinstance(engine.pool, OneConnectionPool) and engine.pool.wait_s == 0.2
+    finally:
+        engine.dispose()
+
+
+def _from_another_thread(engine: Engine) -> object:
+    """What another thread gets: the count of ``t``, or the error that refused it the connection."""
+    seen: list[object] = []
+
+    def other() -> None:
+        try:
+            with engine.connect() as conn:
+                seen.append(conn.execute(text("SELECT count(*) FROM t")).scalar())
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            seen.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(timeout=10)
+    return seen[0]
+
+
+def test_a_nested_checkout_returned_first_leaves_the_connection_lent_until_the_outer_one_returns() -> None:
+    # SQLAlchemy checked the one record in at the nested checkout's return: the loan ended while
+    # the outer connection was still open, another thread's statements ran in its transaction, and
+    # the other thread's rollback on return undid the outer connection's insert
+    engine = make_engine("sqlite://", busy_timeout_s=0.2)
+    try:
+        with engine.connect() as setup:
+            setup.execute(text("CREATE TABLE t (x INTEGER)"))
+            setup.commit()
+        with engine.connect() as outer:
+            outer.execute(text("SELECT 1"))
+            outer.commit()
+            with engine.connect() as inner:
+                inner.execute(text("SELECT count(*) FROM t"))
+                inner.commit()
+            outer.execute(text("INSERT INTO t VALUES (1)"))
+            refused = _from_another_thread(engine)
+            assert isinstance(refused, Exception) and "database is locked" in str(refused)
+            outer.commit()
+        assert _from_another_thread(engine) == 1  # returned: the next thread's turn, the insert kept
     finally:
         engine.dispose()
