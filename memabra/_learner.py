@@ -76,6 +76,9 @@ class Learner:
         Used to close feedback windows that have passed (the default reward of an episode).
     on_commit
         Called with each stored snapshot (the in-process agent serves it at once).
+    encoder
+        The key of the encoder the serving processes log features with, recorded in each snapshot
+        (``None``: the similarity's own, else the one the lineage's start recorded).
     """
 
     def __init__(
@@ -92,8 +95,10 @@ class Learner:
         on_commit: Callable[[PolicySnapshot], None] | None = None,
         lease_ttl: timedelta = SQLITE_LEASE_TTL,
         base: Callable[[], PolicySnapshot | None] | None = None,
+        encoder: str | None = None,
     ) -> None:
         self.log = log
+        self.encoder = encoder
         self.make_router = make_router
         self.base = base
         self.policy = policy or make_router().name
@@ -348,6 +353,7 @@ class Learner:
             base=self.base,
             similarity=self.similarity,
             local_credit=self.local_credit,
+            encoder=self.encoder,
         )
         self._router, self._root, self._base = start.router, start.root, start.base
         self.local_credit = start.local_credit

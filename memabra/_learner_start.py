@@ -13,6 +13,7 @@ from memabra._errors import ConfigError
 from memabra._records import PolicySnapshot
 from memabra._replay import learner_meta
 from memabra.router import Router, Similarity, load_router
+from memabra.router._persistence import learns_features_of
 from memabra.storage import START, EpisodeLog, LearnerStore, ReadPosition
 
 __all__ = ["LearnerStart", "learner_start"]
@@ -43,9 +44,30 @@ def learner_start(
     base: Callable[[], PolicySnapshot | None] | None,
     similarity: Similarity,
     local_credit: bool,
+    encoder: str | None = None,
 ) -> LearnerStart:
     """Read the checkpoint of ``policy`` and restore what it names, or start from ``base`` (when it
-    returns a snapshot) or ``make_router()`` when it names none."""
+    returns a snapshot) or ``make_router()`` when it names none. ``encoder``: the key of the encoder
+    the serving processes log features with, which the router's snapshots then record (else the
+    one its start recorded, unless its similarity has an encoder of its own)."""
+    start = _start(
+        log, store, policy, make_router=make_router, base=base, similarity=similarity, local_credit=local_credit
+    )
+    if encoder is not None:
+        learns_features_of(start.router, encoder)
+    return start
+
+
+def _start(
+    log: EpisodeLog,
+    store: LearnerStore,
+    policy: str,
+    *,
+    make_router: Callable[[], Router],
+    base: Callable[[], PolicySnapshot | None] | None,
+    similarity: Similarity,
+    local_credit: bool,
+) -> LearnerStart:
     checkpoint = store.checkpoint(policy)
     if checkpoint is None or checkpoint.snapshot_version is None:
         start = base() if base is not None else None

@@ -8,8 +8,10 @@ state beside the model (:meth:`Router._extra_state`), and the name of the encode
 the model learned (``encoder``): the raw cosine feature means something else under another model,
 so a snapshot served under another encoder is warned of (not refused: the learner still works).
 A router that scores lexically only (the learner's) learns from the features logged by the
-serving processes, so it passes on the name of the snapshot it started from; snapshots without
-the field (older ones, or a learner that started from none) load silently.
+serving processes, so it records the encoder it is told those features were made with
+(:func:`learns_features_of`: the standalone learner names the deployment's), else passes on the
+name of the snapshot it started from; snapshots without the field (older ones, or a router told
+of no encoder that started from none) load silently.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from memabra.router._snapshot_codec import decode_envelope, encode_envelope
 if TYPE_CHECKING:
     from memabra.router._base import Router
 
-__all__ = ["encoder_key", "replica_of", "restore_router", "snapshot_of"]
+__all__ = ["encoder_key", "learns_features_of", "replica_of", "restore_router", "snapshot_of"]
 
 R = TypeVar("R", bound="Router")
 
@@ -53,6 +55,15 @@ def encoder_key(similarity: Similarity) -> str | None:
     except Exception:  # noqa: BLE001 - a model folder that cannot be read: snapshots go on without the name
         _log.debug("the encoder's name could not be read for a snapshot", exc_info=True)
         return None
+
+
+def learns_features_of(router: Router, encoder: str) -> None:
+    """Record in ``router``'s snapshots that the features it learns from hold ``encoder``'s cosines
+    (a router learning logged features, whose own similarity has no encoder; one scoring with an
+    encoder of its own records that one instead)."""
+    if not isinstance(encoder, str) or not encoder:
+        raise RouterError(f"an encoder key is a non-empty string, got {encoder!r}")
+    setattr(router, _FROM, encoder)
 
 
 def _trained_under(router: Router, similarity: Similarity) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Iterator
@@ -29,11 +30,14 @@ from memabra._cli._learner_loop import learn_until_stopped, learner_json, lease_
 from memabra._cli._policies import open_log
 from memabra._cli._tables import Table
 from memabra._config import load_reward_config
+from memabra._errors import MemabraError
 from memabra._learner import DEFAULT_POLICY, Learner, fresh_router, replay
 from memabra._records import Budget, CandidateKind, PolicySnapshot, RoutingContext
 from memabra.evals._router_paths import is_router_path, router_target
-from memabra.router import Router, learned_model, load_router, most_probable_slate
+from memabra.router import Router, default_encoder, learned_model, load_router, most_probable_slate
 from memabra.storage import EpisodeLog, LearnerStore
+
+_log = logging.getLogger("memabra")
 
 # `memabra learner --once` when another learner holds the lease: not a failure of this run, but
 # nothing was learned, and a script must be able to tell that apart from an error (exit 1).
@@ -249,6 +253,7 @@ def learner(
             reward_config=run_guarded(load_reward_config),
             lease_ttl=timedelta(seconds=lease_ttl),
             on_commit=committed.append,
+            encoder=_served_encoder(),
         )
         try:
             if once:
@@ -263,6 +268,20 @@ def learner(
             f"{_position_text(loop)}"
         )
     write_json(json_out, learner_json(loop, committed[-1] if committed else None))
+
+
+def _served_encoder() -> str | None:
+    """The key of the encoder the serving processes embed with (the same setting they read:
+    ``$MEMABRA_EMBEDDING_MODEL``, the config file's ``[embeddings] model``, else the bundled MiniLM),
+    which the learner's snapshots record: it learns the cosines they logged. Read without loading the
+    model. ``None`` (recording none) when this environment has no encoder: nothing named and the
+    embeddings extra missing, or a setting naming no usable model (warned of: learning needs no model)."""
+    try:
+        encoder = default_encoder()
+        return encoder.name if encoder is not None else None
+    except (MemabraError, OSError) as exc:  # OSError: a model folder that cannot be read while it is hashed
+        _log.warning("the learner's snapshots record no encoder: %s", exc)
+        return None
 
 
 def _position_text(loop: Learner) -> str:
