@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
@@ -25,6 +26,7 @@ from pydantic import BaseModel, Field
 from memabra._errors import ConfigError
 from memabra._recall import rank
 from memabra._records import CandidateKind, Feedback, FeedbackKind, RegistryItem
+from memabra._turns import MAX_TURNS_IN_FLIGHT
 from memabra.router import CachingEncoder
 
 __all__ = ["FIND_TOOLS", "FIND_TOOLS_SOURCE", "REFUSED_SOURCE", "ToolSearch", "record_missed"]
@@ -75,7 +77,10 @@ class ToolSearch:
         self._ranked = [_searchable(i) for i in self.items]
         self._shown = {i.name: i.text for i in self.items}
         self.encoder = encoder
-        self._fetched: dict[str, set[str]] = {}
+        # by turn id, newest last: a turn that never reaches ``end`` here (its run cancelled, or
+        # paused and resumed in another worker) is dropped once MAX_TURNS_IN_FLIGHT newer turns fetched
+        self._fetched: OrderedDict[str, set[str]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def tool(
         self, turn_id: str, bound: Sequence[str], bind: object, allowed: Collection[str] | None = None
@@ -93,7 +98,11 @@ class ToolSearch:
     ) -> str:
         if not query.strip():
             return "Describe what you need to do, e.g. 'convert metric and imperial units'."
-        fetched = self._fetched.setdefault(turn_id, set())
+        with self._lock:
+            fetched = self._fetched.setdefault(turn_id, set())
+            self._fetched.move_to_end(turn_id)
+            while len(self._fetched) > MAX_TURNS_IN_FLIGHT:
+                self._fetched.popitem(last=False)
         pool = [
             i
             for i in self._ranked
@@ -110,7 +119,8 @@ class ToolSearch:
         return "Now available:\n" + "\n".join(f"- {self._shown[n]}" for n in names)
 
     def fetched(self, turn_id: str) -> set[str]:
-        return self._fetched.get(turn_id, set())
+        with self._lock:
+            return self._fetched.get(turn_id, set())
 
     def used(
         self, turn_id: str, episode_id: str, name: str, feedback: list[Feedback], *, left_out: bool = False
@@ -123,7 +133,8 @@ class ToolSearch:
         record_missed(episode_id, name, feedback, FIND_TOOLS_SOURCE)
 
     def end(self, turn_id: str) -> None:
-        self._fetched.pop(turn_id, None)
+        with self._lock:
+            self._fetched.pop(turn_id, None)
 
 
 def record_missed(episode_id: str, name: str, feedback: list[Feedback], source: str) -> None:

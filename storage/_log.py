@@ -138,7 +138,10 @@ class EpisodeLog(RetentionMethods, RetotalMethods, OfflineMethods):
 
     def when_closed(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` (a bound method, held weakly) when this log closes, before its pool
-        goes: what holds a connection of this log (a learner's lease) lets it go with the log."""
+        goes: what holds a connection of this log (a learner's lease) lets it go with the log.
+        The references of objects since freed are dropped here: a log shared by agents built and
+        closed as a process goes (a graph factory per request) kept one per agent ever built."""
+        self._on_close = [ref for ref in self._on_close if ref() is not None]
         self._on_close.append(weakref.WeakMethod(callback))
 
     def close(self) -> None:

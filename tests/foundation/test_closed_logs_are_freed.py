@@ -50,3 +50,18 @@ def test_a_closed_agent_frees_its_engine_and_itself(migrated_url: str) -> None:
     refs = [_agent_run_and_closed(migrated_url) for _ in range(2)]
     gc.collect()
     assert [(engine(), agent()) for engine, agent in refs] == [(None, None), (None, None)]
+
+
+def test_agents_built_and_closed_on_one_log_leave_it_no_more_to_keep(migrated_url: str) -> None:
+    # A graph factory per request over one shared log: each agent registered a close callback on
+    # the log, and the log kept one (dead) reference per agent ever built, for the process's life.
+    from memabra import ScriptedChatModel, create_memabra_agent
+    from memabra.router import LinearRouter, Similarity
+
+    with EpisodeLog(migrated_url) as log:
+        for _ in range(30):
+            router = LinearRouter(similarity=Similarity(encoder=None))
+            create_memabra_agent(ScriptedChatModel([]), db=log, router=router, learn=False).close()
+        gc.collect()
+        create_memabra_agent(ScriptedChatModel([]), db=log, router=router, learn=False).close()
+        assert len(log._on_close) <= 2

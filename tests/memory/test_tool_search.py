@@ -147,3 +147,18 @@ def test_a_plain_word_in_a_request_is_not_taken_for_a_tool_name() -> None:
     bound = []
     search.search("turn-2", "add", (), bound.extend)  # standing alone, the word is the name asked for
     assert bound[0] == "add"
+
+
+def test_turns_that_never_end_here_are_not_kept_for_ever(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A served agent's turns cancelled by their client (or paused, then resumed in another worker)
+    # never reach the finish node that forgets what find_tools fetched for them: one entry per
+    # such turn was kept for the life of the process.
+    import memabra._tool_search as tool_search
+    from memabra._catalog import tool_items
+
+    monkeypatch.setattr(tool_search, "MAX_TURNS_IN_FLIGHT", 5, raising=False)
+    search = tool_search.ToolSearch(tool_items(make_tools()), encoder=None)
+    for n in range(40):
+        search.search(f"turn-{n}", "weather forecast", [], lambda names: None)
+    assert len(search._fetched) <= 5
+    assert search.fetched("turn-39")  # the newest turns keep theirs
