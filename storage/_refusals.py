@@ -124,12 +124,16 @@ class _Fence:
 
     def __init__(self) -> None:
         self.raised_at = float("-inf")
+        # a file that cannot be opened once the log has opened it is an outage (deleted, moved, a
+        # disk unmounted), not a configuration to fix: left to the caller as the driver's error
+        self.opened = False
 
     def renew(self) -> None:
         self.raised_at = time.monotonic()
 
     def on_connect(self, _dbapi_connection: Any, record: Any) -> None:
         record.info["memabra_opened"] = time.monotonic()
+        self.opened = True
 
     def on_checkout(self, _dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         if record.info.get("memabra_opened", float("-inf")) < self.raised_at:
@@ -159,7 +163,7 @@ def watch_refusals(engine: Engine) -> None:
         if context.is_pre_ping or context.is_disconnect:
             return None
         opening = context.connection is None  # a new connection's own settings: its switch to WAL
-        if opening and url.get_backend_name() == "sqlite":
+        if opening and url.get_backend_name() == "sqlite" and not fence.opened:
             unopened = cannot_open(url, orig)
             if unopened is not None:
                 return unopened
