@@ -9,7 +9,7 @@ from rich.text import Text
 from sqlalchemy.exc import SQLAlchemyError
 
 from memabra._cli._common import err_console, error_line, fail, run_guarded
-from memabra._errors import MemabraError
+from memabra._errors import ConfigError, MemabraError
 from memabra.storage._engine import shown_url
 
 if TYPE_CHECKING:
@@ -23,8 +23,14 @@ def open_log(url: str, logger: str, expected: int) -> DecisionLogWriter:
     one line naming the option and the URL, as every other refusal here is."""
     from memabra.evals.bench import DecisionLogWriter
 
+    def opened() -> DecisionLogWriter:
+        try:
+            return DecisionLogWriter(url, logger=logger, expected=expected)
+        except ConfigError as exc:  # storage's words for a file it cannot open: the option named first
+            raise ConfigError(f"--log-db {shown_url(url)}: cannot open the log: {exc}") from exc
+
     try:
-        return run_guarded(DecisionLogWriter, url, logger=logger, expected=expected)
+        return run_guarded(opened)
     except SQLAlchemyError as exc:
         where = shown_url(url)
         fail(f"--log-db {where}: cannot open the log: {error_line(exc)}")

@@ -261,4 +261,5 @@ def test_a_log_db_the_driver_cannot_open_names_the_option_and_url(tmp_path: Path
     url = f"sqlite:///{tmp_path / 'nightly' / 'bench.db'}"
     code, output = _cli(str(_write(tmp_path, [bench_round(0)])), "--routers", "hybrid", "--log-db", url)
     said = " ".join(output.split())
-    assert code == 1 and f"--log-db {url}: cannot open the log: unable to open database file" in said, said
+    assert code == 1 and f"--log-db {url}: cannot open the log: cannot open the SQLite database" in said, said
+    assert "nightly does not exist (create it first)" in said, said
