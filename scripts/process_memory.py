@@ -62,12 +62,21 @@ def _script_turn(model: ScriptedChatModel, cancelled: bool) -> None:
         script.responses = [_FIND, _SLOW if cancelled else "answered"]
 
 
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shown(filename: str) -> str:
+    """A file's path from the checkout's root, where it is under it."""
+    path = Path(filename).resolve()
+    return str(path.relative_to(_ROOT)) if path.is_relative_to(_ROOT) else filename
+
+
 def _live(snapshot: tracemalloc.Snapshot) -> dict[str, tuple[int, int]]:
     by_line: dict[str, tuple[int, int]] = {}
     for stat in snapshot.statistics("lineno"):
         name = stat.traceback[0].filename
         if any(part in name for part in _OURS) and "_standin" not in name:
-            by_line[f"{name.split('/work/main/')[-1]}:{stat.traceback[0].lineno}"] = (stat.count, stat.size)
+            by_line[f"{_shown(name)}:{stat.traceback[0].lineno}"] = (stat.count, stat.size)
     return by_line
 
 
